@@ -1,0 +1,47 @@
+# kbroker — the two commands of README.md: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+TSTAMP := $(VENV)/.installed-test
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test venv test-deps kcat bench soak clean lint
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e .
+	touch $@
+
+venv: $(STAMP)
+
+$(TSTAMP): $(STAMP) pyproject.toml
+	$(PIP) install --quiet -e '.[test]'
+	touch $@
+
+# Debian's kcat (librdkafka 2.0.2) is one of the real clients the compat tests drive.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat (Debian package)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+test-deps: $(TSTAMP) kcat
+
+# A single-node cluster on 127.0.0.1:9092, data under ./data.
+run: $(STAMP)
+	$(VENV)/bin/kbroker serve -c config/server.properties
+
+test: test-deps
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# Long soaks / crash loops (not in CI).
+soak: test-deps
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+bench: $(TSTAMP)
+	$(PY) bench/storage_bench.py
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .hypothesis

@@ -1,0 +1,316 @@
+"""KafkaApis: dispatch by API key, decode, call ReplicaManager / the controller side, encode.
+
+Produce and Fetch use the hand-written codecs of protocol/hotpath.py; every other API is
+decoded and encoded with its construct schema (protocol/messages). A handler answers
+through ``ctx.send_response`` now or later (delayed operations), or ``send_no_response``
+(acks=0). An error for one partition goes into that partition's slot; a body that does not
+decode closes the connection with one log line (there is no response to put an error in).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Callable
+
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, KafkaError, RemoteProtocolError
+from protocol.hotpath import (decode_fetch_request, decode_produce_request, encode_fetch_response,
+                              encode_produce_response, response_header)
+from protocol.messages import APIS, response_is_flexible
+from protocol.schema import Api, SchemaError
+
+from .authorizer import AllowAllAuthorizer, Operation, ResourceType
+from .replica_manager import FetchParams, is_internal_topic
+
+if TYPE_CHECKING:
+    from .network import RequestContext
+    from .server import KafkaServer
+
+log = logging.getLogger("kbroker.apis")
+
+_SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
+def frame_response(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    header = response_header(correlation_id, response_is_flexible(api_key, version))
+    size = len(header) + len(body)
+    return size.to_bytes(4, "big", signed=True) + header + body
+
+
+class KafkaApis:
+    def __init__(self, server: "KafkaServer") -> None:
+        self.server = server
+        self.config = server.config
+        self.replica_manager = server.replica_manager
+        self.metadata_cache = server.metadata_cache
+        self.authorizer = AllowAllAuthorizer()
+        self.handlers: dict[int, Callable[["RequestContext"], None]] = {
+            ApiKey.PRODUCE: self.handle_produce_request,
+            ApiKey.FETCH: self.handle_fetch_request,
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets_request,
+            ApiKey.METADATA: self.handle_metadata_request,
+            ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_request,
+            ApiKey.API_VERSIONS: self.handle_api_versions_request,
+            ApiKey.CREATE_TOPICS: self.handle_create_topics_request,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics_request,
+            ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs_request,
+        }
+        self.extra_handlers()
+        # The advertised table is derived from what is both defined in protocol/ and handled here.
+        self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
+
+    def extra_handlers(self) -> None:
+        """Handlers registered by other modules (replication, idempotence) — see server wiring."""
+        for key, handler in self.server.extra_api_handlers(self).items():
+            self.handlers[key] = handler
+
+    # -- dispatch --------------------------------------------------------------------------
+    def handle(self, ctx: "RequestContext") -> None:
+        header = ctx.header
+        handler = self.handlers.get(header.api_key)
+        if handler is None:
+            raise RemoteProtocolError(f"unknown api key {header.api_key}")
+        api = APIS[header.api_key]
+        if not api.supports(header.api_version) and header.api_key != ApiKey.API_VERSIONS:
+            if header.api_key == ApiKey.PRODUCE and 0 <= header.api_version < 3:
+                return self._reject_old_produce(ctx)
+            raise RemoteProtocolError(f"unsupported version {header.api_version} of {api.name} "
+                                      f"(supported {api.min_version}-{api.max_version})")
+        handler(ctx)
+
+    def authorize(self, ctx: "RequestContext", operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        return self.authorizer.authorize(ctx, operation, resource_type, name)
+
+    def parse(self, ctx: "RequestContext", api: Api):
+        try:
+            return api.request.parse(ctx.api_version, ctx.frame, ctx.body_offset)
+        except SchemaError as exc:
+            raise RemoteProtocolError(f"malformed body: {exc}") from None
+
+    def send(self, ctx: "RequestContext", api: Api, body: dict) -> None:
+        version = ctx.api_version
+        ctx.send_response(frame_response(api.key, version, ctx.header.correlation_id, api.response.build(version, body)))
+
+    # -- Produce ---------------------------------------------------------------------------
+    def handle_produce_request(self, ctx: "RequestContext") -> None:
+        version = ctx.api_version
+        request = decode_produce_request(version, memoryview(ctx.frame), ctx.body_offset)
+        acks = request.acks
+        correlation_id = ctx.header.correlation_id
+        topics = request.topics
+        denied = [t for t, _ in topics if not self.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)]
+        if denied:
+            topics = [(t, parts) for t, parts in topics if t not in denied]
+
+        def respond(results: list) -> None:
+            if denied:
+                results = results + [(t, [[p, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1] for p, _ in parts])
+                                     for t, parts in request.topics if t in denied]
+            if acks == 0:
+                # Kafka closes the connection when an acks=0 produce fails, so the client notices.
+                errors = [(t, r[0], r[1]) for t, rs in results for r in rs if r[1]]
+                if errors:
+                    t, p, code = errors[0]
+                    ctx.close_connection(f"acks=0 produce failed for {t}-{p}: {ErrorCode(code).name}")
+                else:
+                    ctx.send_no_response()
+                return
+            ctx.send_response(encode_produce_response(version, correlation_id, results))
+
+        self.replica_manager.append_records(request.timeout_ms, acks, False, topics, respond)
+
+    def _reject_old_produce(self, ctx: "RequestContext") -> None:
+        """Produce v0-2 (message format 0/1): advertised for librdkafka's sake, never accepted."""
+        api = APIS[ApiKey.PRODUCE]
+        req = self.parse(ctx, api)
+        if req.acks == 0:
+            ctx.close_connection(f"Produce v{ctx.api_version} is not supported (message format < 2)")
+            return
+        self.send(ctx, api, {"responses": [
+            {"name": t.name, "partition_responses": [
+                {"index": p.index, "error_code": ErrorCode.UNSUPPORTED_VERSION, "base_offset": -1}
+                for p in t.partition_data]} for t in req.topic_data]})
+
+    # -- Fetch -----------------------------------------------------------------------------
+    def handle_fetch_request(self, ctx: "RequestContext") -> None:
+        version = ctx.api_version
+        request = decode_fetch_request(version, memoryview(ctx.frame), ctx.body_offset)
+        correlation_id = ctx.header.correlation_id
+        if request.session_id != 0:
+            # kbroker hands out no fetch sessions (KIP-227): every fetch is a full one.
+            chunks, _ = encode_fetch_response(version, correlation_id, [],
+                                              error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+            ctx.send_response(chunks)
+            return
+        if request.replica_id >= 0 and not self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, ""):
+            chunks, _ = encode_fetch_response(version, correlation_id, [],
+                                              error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            ctx.send_response(chunks)
+            return
+        params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                             request.isolation_level)
+
+        def respond(results: list) -> None:
+            chunks, _ = encode_fetch_response(version, correlation_id, results)
+            ctx.send_response(chunks)
+
+        self.replica_manager.fetch_messages(params, request.topics, respond)
+
+    # -- ListOffsets -----------------------------------------------------------------------
+    def handle_list_offsets_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.LIST_OFFSETS]
+        req = self.parse(ctx, api)
+        version = ctx.api_version
+        client = req.replica_id < 0 and req.replica_id != -2
+        isolation = req.isolation_level if (client and version >= 2) else (0 if client else None)
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                out = {"partition_index": p.partition_index}
+                try:
+                    ts, offset, epoch = self.replica_manager.fetch_offset_for_timestamp(
+                        t.name, p.partition_index, p.timestamp, isolation, p.current_leader_epoch, client)
+                    out.update(error_code=0, timestamp=ts, offset=offset, leader_epoch=epoch)
+                except KafkaError as exc:
+                    out.update(error_code=exc.error_code, timestamp=-1, offset=-1)
+                parts.append(out)
+            topics.append({"name": t.name, "partitions": parts})
+        self.send(ctx, api, {"topics": topics})
+
+    # -- Metadata --------------------------------------------------------------------------
+    def handle_metadata_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.METADATA]
+        req = self.parse(ctx, api)
+        version = ctx.api_version
+        cache = self.metadata_cache
+        if req.topics is None or (version == 0 and not req.topics):
+            names = sorted(cache.topics)
+            explicit = False
+        else:
+            names = [t.name for t in req.topics]
+            explicit = True
+        allow_auto = req.allow_auto_topic_creation if version >= 4 else True
+        topics = []
+        for name in names:
+            if name is None:
+                continue
+            if explicit and not cache.contains_topic(name):
+                code = self.server.maybe_auto_create_topic(name, allow_auto)
+                if code != ErrorCode.NONE:
+                    topics.append({"error_code": code, "name": name, "is_internal": False, "partitions": []})
+                    continue
+            info = cache.topics.get(name)
+            if info is None:
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
+                continue
+            topics.append(self._topic_metadata(info, version, ctx.listener_name))
+        brokers = []
+        for b in cache.alive_brokers():
+            ep = b.endpoint(ctx.listener_name) or next(iter(b.endpoints.values()), None)
+            if ep is not None:
+                brokers.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
+        self.send(ctx, api, {
+            "brokers": brokers, "cluster_id": cache.cluster_id, "controller_id": cache.controller_id,
+            "topics": topics,
+        })
+
+    def _topic_metadata(self, info, version: int, listener_name: str) -> dict:
+        alive = self.metadata_cache.brokers
+        parts = []
+        for index in sorted(info.partitions):
+            p = info.partitions[index]
+            error = ErrorCode.NONE
+            leader = p.leader
+            if leader not in alive:
+                error, leader = ErrorCode.LEADER_NOT_AVAILABLE, -1
+            replicas = list(p.replicas)
+            isr = list(p.isr)
+            if version == 0 and any(r not in alive for r in replicas):
+                error = error or ErrorCode.REPLICA_NOT_AVAILABLE
+            parts.append({"error_code": error, "partition_index": index, "leader_id": leader,
+                          "leader_epoch": p.leader_epoch, "replica_nodes": replicas, "isr_nodes": isr,
+                          "offline_replicas": [r for r in replicas if r not in alive]})
+        return {"error_code": ErrorCode.NONE, "name": info.name, "topic_id": info.topic_id,
+                "is_internal": is_internal_topic(info.name), "partitions": parts}
+
+    # -- ApiVersions -----------------------------------------------------------------------
+    def handle_api_versions_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.API_VERSIONS]
+        version = ctx.api_version
+        corr = ctx.header.correlation_id
+        if not api.supports(version):
+            # KIP-511: answer in a v0 body, listing ApiVersions' own range, so the client falls back.
+            body = api.response.build(0, {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": [
+                {"api_key": ApiKey.API_VERSIONS, "min_version": api.min_version, "max_version": api.max_version}]})
+            ctx.send_response(frame_response(api.key, 0, corr, body))
+            return
+        error = ErrorCode.NONE
+        try:
+            req = api.request.parse(version, ctx.frame, ctx.body_offset)
+            if version >= 3 and not (_SOFTWARE_NAME.match(req.client_software_name or "")
+                                     and _SOFTWARE_NAME.match(req.client_software_version or "")):
+                error = ErrorCode.INVALID_REQUEST
+        except SchemaError:
+            error = ErrorCode.INVALID_REQUEST
+        keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, lo, hi in self.api_versions]
+        if error:
+            log.warning("ApiVersions v%d from %s rejected: %s", version, ctx.peer, ErrorCode(error).name)
+        self.send(ctx, api, {"error_code": error, "api_keys": keys, "throttle_time_ms": 0})
+
+    # -- admin -----------------------------------------------------------------------------
+    def handle_create_topics_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.CREATE_TOPICS]
+        req = self.parse(ctx, api)
+        results = []
+        seen: set[str] = set()
+        for t in req.topics:
+            if t.name in seen:
+                results.append({"name": t.name, "error_code": ErrorCode.INVALID_REQUEST,
+                                "error_message": "topic listed twice"})
+                continue
+            seen.add(t.name)
+            if not self.authorize(ctx, Operation.CREATE, ResourceType.TOPIC, t.name):
+                results.append({"name": t.name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+                continue
+            assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+            configs = {c.name: c.value for c in t.configs}
+            code, message = self.server.create_topic(t.name, t.num_partitions, t.replication_factor, assignments,
+                                                     configs, validate_only=req.validate_only)
+            results.append({"name": t.name, "error_code": code, "error_message": message})
+        self.send(ctx, api, {"topics": results})
+
+    def handle_delete_topics_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.DELETE_TOPICS]
+        req = self.parse(ctx, api)
+        results = []
+        for name in req.topic_names:
+            if not self.authorize(ctx, Operation.DELETE, ResourceType.TOPIC, name):
+                code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+            else:
+                code, message = self.server.delete_topic(name)
+            results.append({"name": name, "error_code": code, "error_message": message})
+        self.send(ctx, api, {"responses": results})
+
+    def handle_describe_configs_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.DESCRIBE_CONFIGS]
+        req = self.parse(ctx, api)
+        results = []
+        for res in req.resources:
+            keys = None if res.configuration_keys is None else set(res.configuration_keys)
+            code, message, entries = self.server.describe_configs(res.resource_type, res.resource_name)
+            configs = [{"name": name, "value": value, "read_only": read_only, "config_source": source,
+                        "is_default": source == 5, "is_sensitive": False, "synonyms": []}
+                       for name, value, read_only, source in entries if keys is None or name in keys]
+            results.append({"error_code": code, "error_message": message, "resource_type": res.resource_type,
+                            "resource_name": res.resource_name, "configs": configs})
+        self.send(ctx, api, {"results": results})
+
+    def handle_find_coordinator_request(self, ctx: "RequestContext") -> None:
+        # Consumer groups are not implemented yet: no coordinator is ever available.
+        api = APIS[ApiKey.FIND_COORDINATOR]
+        self.parse(ctx, api)
+        self.send(ctx, api, {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             "error_message": "consumer groups are not supported by this broker yet",
+                             "node_id": -1, "host": "", "port": -1})

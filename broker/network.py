@@ -1,0 +1,281 @@
+"""The socket server: one ``asyncio.Protocol`` per connection over the sans-I/O framer.
+
+Per connection:
+
+* ``data_received`` feeds the ``Framer``; a size over socket.request.max.bytes closes the
+  connection before anything is allocated for it.
+* Each frame's header is parsed (hand-written codec) and the request handed to
+  ``KafkaApis.handle`` with a ``RequestContext``. Requests are processed as they arrive —
+  so appends to a partition happen in request order — and may finish later (a Fetch
+  long-poll, an acks=-1 Produce).
+* Responses go out strictly in request order: each request takes a slot in a deque, and
+  the head of the deque is written as soon as its response is ready. A request that needs
+  no response (acks=0 Produce) frees its slot without writing.
+* Flow control (uvicorn's FlowControl): reading pauses while too many requests are in
+  flight (queued.max.requests) or the transport's write buffer is over its high-water
+  mark, and resumes when both clear.
+* Bad input never reaches other connections: a frame that cannot be parsed closes only
+  this connection, with one log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+from typing import TYPE_CHECKING, Any
+
+from protocol.errors import RemoteProtocolError
+from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
+from protocol.hotpath import RequestHeader, parse_request_header
+from protocol.messages import request_is_flexible
+
+if TYPE_CHECKING:
+    from .apis import KafkaApis
+
+log = logging.getLogger("kbroker.network")
+
+
+class _Slot:
+    __slots__ = ("header", "done", "response")
+
+    def __init__(self, header: RequestHeader) -> None:
+        self.header = header
+        self.done = False
+        self.response: Any = None  # bytes, or a list of buffers for writelines
+
+
+class RequestContext:
+    """What a handler gets: the header, the frame (a writable bytearray) and a way to answer."""
+
+    __slots__ = ("header", "frame", "connection", "_slot")
+
+    def __init__(self, header: RequestHeader, frame: bytearray, connection: "KafkaConnection", slot: _Slot) -> None:
+        self.header = header
+        self.frame = frame
+        self.connection = connection
+        self._slot = slot
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def body_offset(self) -> int:
+        return self.header.size
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    @property
+    def peer(self) -> str:
+        return self.connection.peer
+
+    @property
+    def listener_name(self) -> str:
+        return self.connection.listener_name
+
+    def send_response(self, response) -> None:
+        """Answer with a whole frame: bytes, or a list of buffers (size prefix included)."""
+        slot = self._slot
+        if slot.done:
+            return
+        slot.response = response
+        slot.done = True
+        self.connection._flush()
+
+    def send_no_response(self) -> None:
+        slot = self._slot
+        if slot.done:
+            return
+        slot.done = True
+        self.connection._flush()
+
+    def close_connection(self, reason: str) -> None:
+        self._slot.done = True
+        self.connection.close(reason)
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, server: "SocketServer", listener_name: str) -> None:
+        self.server = server
+        self.apis = server.apis
+        self.listener_name = listener_name
+        self.framer = Framer(server.max_request_size)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._pending: collections.deque[_Slot] = collections.deque()
+        self._max_inflight = server.max_inflight
+        self._read_paused = False
+        self._write_paused = False
+        self._eof = False
+        self.closed = False
+        self.requests = 0
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.server.send_buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.server.send_buffer)
+                if self.server.receive_buffer > 0:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.server.receive_buffer)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        # Keep the socket's write buffer from ballooning: pause at 4 MiB, resume at 1 MiB.
+        transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self._pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.framer.feed(data)
+        except (FrameTooLarge, NegativeFrameSize) as exc:
+            self.close(str(exc))
+            return
+        for frame in frames:
+            if self.closed:
+                return
+            self._process(frame)
+
+    def eof_received(self):
+        # The client half-closed: answer what is in flight, then close (returning False closes now).
+        if self._pending:
+            self._eof = True
+            return True
+        return False
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # -- requests ------------------------------------------------------------------------
+    def _process(self, frame: bytearray) -> None:
+        try:
+            header = parse_request_header(frame, flexible_for=request_is_flexible)
+        except RemoteProtocolError as exc:
+            self.close(f"unreadable request header: {exc}")
+            return
+        self.requests += 1
+        slot = _Slot(header)
+        self._pending.append(slot)
+        ctx = RequestContext(header, frame, self, slot)
+        try:
+            self.apis.handle(ctx)
+        except RemoteProtocolError as exc:
+            self.close(f"api_key={header.api_key} v{header.api_version} correlation_id={header.correlation_id}: {exc}")
+            return
+        except Exception:
+            log.exception("unexpected error handling api_key=%d v%d from %s; closing the connection",
+                          header.api_key, header.api_version, self.peer)
+            self.close("internal error")
+            return
+        if not slot.done:
+            self._update_reading()
+
+    def _flush(self) -> None:
+        pending = self._pending
+        transport = self.transport
+        wrote = False
+        while pending and pending[0].done:
+            slot = pending.popleft()
+            response = slot.response
+            if response is None or self.closed:
+                continue
+            if isinstance(response, list):
+                transport.writelines(response)
+            else:
+                transport.write(response)
+            wrote = True
+        if self._read_paused or wrote:
+            self._update_reading()
+        if self._eof and not pending and not self.closed:
+            self.close()
+
+    def _update_reading(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        should_pause = self._write_paused or len(self._pending) >= self._max_inflight
+        if should_pause and not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+        elif not should_pause and self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    def close(self, reason: str | None = None) -> None:
+        if self.closed:
+            return
+        if reason:
+            log.warning("closing connection from %s: %s", self.peer, reason)
+        self.closed = True
+        self._pending.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._pending)
+
+
+class SocketServer:
+    """The listeners. Knows every connection it accepted (for shutdown and metrics)."""
+
+    def __init__(self, apis: "KafkaApis", *, max_request_size: int, max_inflight: int,
+                 send_buffer: int = -1, receive_buffer: int = -1) -> None:
+        self.apis = apis
+        self.max_request_size = max_request_size
+        self.max_inflight = max_inflight
+        self.send_buffer = send_buffer
+        self.receive_buffer = receive_buffer
+        self.connections: set[KafkaConnection] = set()
+        self.servers: list[tuple[str, asyncio.AbstractServer]] = []
+
+    async def start(self, listener_name: str, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: KafkaConnection(self, listener_name), host or None, port,
+                                          reuse_address=True, backlog=1024)
+        self.servers.append((listener_name, server))
+        return server.sockets[0].getsockname()[1]
+
+    def bound_port(self, listener_name: str | None = None) -> int:
+        for name, server in self.servers:
+            if listener_name is None or name == listener_name:
+                return server.sockets[0].getsockname()[1]
+        raise KeyError(listener_name)
+
+    def stop_accepting(self) -> None:
+        for _name, server in self.servers:
+            server.close()
+
+    async def wait_for_inflight(self, timeout_s: float) -> bool:
+        """Wait until no connection has a request in flight (True), or the timeout passes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while any(c.inflight for c in self.connections):
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    def close_all(self) -> None:
+        for conn in list(self.connections):
+            conn.close()
+        for _name, server in self.servers:
+            server.close()

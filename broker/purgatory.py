@@ -1,0 +1,128 @@
+"""DelayedOperation and DelayedOperationPurgatory, Kafka's contract on one event loop.
+
+A delayed operation is a request that cannot be answered yet (a Fetch waiting for
+min_bytes, a Produce with acks=-1 waiting for the high watermark). The contract:
+
+* ``try_complete()`` checks whether the operation can finish now and, if so, calls
+  ``force_complete()`` and returns True. Never awaits.
+* ``force_complete()`` runs ``on_complete()`` exactly once, whoever gets there first
+  (a state change, the timeout, shutdown) and cancels the timer.
+* On timeout, ``force_complete()`` then ``on_expiration()``.
+* ``try_complete_else_watch(op, keys)`` tries, registers the operation under each key,
+  tries again (the state may have changed in between in Kafka; here it keeps the
+  contract identical), then arms the timer.
+* Whoever changes state calls ``check_and_complete(key)``.
+
+No locks or shards (one loop, one thread); no timing wheel: expiry goes through the
+injected clock's ``schedule`` (``loop.call_later`` in production). A completed operation
+unregisters itself from all its keys at once, so watcher lists never hold dead entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Hashable, Iterable
+
+from protocol.clock import Time, TimerHandle
+
+log = logging.getLogger("kbroker.purgatory")
+
+
+class DelayedOperation:
+    __slots__ = ("delay_ms", "completed", "_timer", "_keys", "_purgatory")
+
+    def __init__(self, delay_ms: float) -> None:
+        self.delay_ms = delay_ms
+        self.completed = False
+        self._timer: TimerHandle | None = None
+        self._keys: tuple = ()
+        self._purgatory: "DelayedOperationPurgatory | None" = None
+
+    # -- to override -----------------------------------------------------------------
+    def try_complete(self) -> bool:
+        raise NotImplementedError
+
+    def on_complete(self) -> None:
+        raise NotImplementedError
+
+    def on_expiration(self) -> None:
+        pass
+
+    # -- the contract ------------------------------------------------------------------
+    def force_complete(self) -> bool:
+        """Complete now; True only for the one caller that actually completed it."""
+        if self.completed:
+            return False
+        self.completed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._purgatory is not None:
+            self._purgatory._unwatch(self)
+        try:
+            self.on_complete()
+        except Exception:  # a failing callback must not break whoever triggered completion
+            log.exception("%s.on_complete failed", type(self).__name__)
+        return True
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.force_complete():
+            if self._purgatory is not None:
+                self._purgatory.expired += 1
+            self.on_expiration()
+
+
+class DelayedOperationPurgatory:
+    def __init__(self, name: str, time: Time) -> None:
+        self.name = name
+        self.time = time
+        self._watchers: dict[Hashable, dict[DelayedOperation, None]] = {}
+        self.expired = 0
+
+    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
+        """True if the operation completed right away; otherwise it is watched and timed."""
+        if op.try_complete():
+            return True
+        keys = tuple(keys)
+        op._purgatory = self
+        op._keys = keys
+        for key in keys:
+            self._watchers.setdefault(key, {})[op] = None
+        if op.try_complete():
+            return True
+        op._timer = self.time.schedule(op.delay_ms, op._expire)
+        return False
+
+    def check_and_complete(self, key: Hashable) -> int:
+        """Try every operation watching ``key``; returns how many completed."""
+        ops = self._watchers.get(key)
+        if not ops:
+            return 0
+        done = 0
+        for op in list(ops):
+            if not op.completed and op.try_complete():
+                done += 1
+        return done
+
+    def _unwatch(self, op: DelayedOperation) -> None:
+        for key in op._keys:
+            ops = self._watchers.get(key)
+            if ops is not None:
+                ops.pop(op, None)
+                if not ops:
+                    del self._watchers[key]
+        op._keys = ()
+
+    def watched(self) -> int:
+        """Operations currently watched (each counted once per key, as Kafka's metric does)."""
+        return sum(len(ops) for ops in self._watchers.values())
+
+    def delayed(self) -> int:
+        """Distinct operations waiting."""
+        return len({op for ops in self._watchers.values() for op in ops})
+
+    def complete_all(self) -> int:
+        """Force-complete every waiting operation (shutdown): they answer with what they have."""
+        ops = {op for ops in self._watchers.values() for op in ops}
+        return sum(1 for op in ops if op.force_complete())

@@ -1,0 +1,354 @@
+"""ReplicaManager: the partitions this broker hosts, and the produce / fetch paths over them.
+
+append_records (the seeds' appendRecords): check acks, append to each partition's leader
+log, and either answer now or park a DelayedProduce until the high watermark passes the
+writes (acks=-1). fetch_messages: read each partition (consumers up to the HW, followers up
+to the LEO, followers' fetches moving the HW), answer now when there is enough, or park a
+DelayedFetch. become_leader_or_follower applies the controller's LeaderAndIsr.
+
+Errors for one partition go into that partition's slot and never escape a handler.
+Not thread-safe: everything runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from protocol.clock import Time
+from protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from protocol.hotpath import FetchPartitionData
+
+from .delayed_fetch import DelayedFetch
+from .delayed_produce import DelayedProduce, ProducePartitionStatus
+from .partition import (FETCH_HIGH_WATERMARK, FETCH_LOG_END, FETCH_TXN_COMMITTED, LeaderAndIsrState, Partition)
+from .purgatory import DelayedOperationPurgatory
+
+if TYPE_CHECKING:
+    from storage import LogConfig, LogManager
+
+    from .metadata_cache import MetadataCache
+
+log = logging.getLogger("kbroker.replica_manager")
+
+_VALID_ACKS = (-1, 0, 1)
+
+
+class FetchParams:
+    __slots__ = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation", "require_leader")
+
+    def __init__(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int) -> None:
+        self.replica_id = replica_id
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        if replica_id >= 0:
+            self.isolation = FETCH_LOG_END
+        elif isolation_level == 1:
+            self.isolation = FETCH_TXN_COMMITTED
+        else:
+            self.isolation = FETCH_HIGH_WATERMARK
+        self.require_leader = True  # no fetch-from-follower (KIP-392) yet
+
+    @property
+    def is_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+def is_internal_topic(topic: str) -> bool:
+    return topic.startswith("__")
+
+
+class ReplicaManager:
+    def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
+                 log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000) -> None:
+        self.broker_id = broker_id
+        self.time = time
+        self.log_manager = log_manager
+        self.metadata_cache = metadata_cache
+        self.log_config_for = log_config_for
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
+        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", time)
+        self.controller_epoch = 0
+        self.fetcher_manager = None  # ReplicaFetcherManager, set by the server when replication runs
+        self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
+
+    # -- partitions ------------------------------------------------------------------------
+    def get_partition(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    def get_partition_or_error(self, topic: str, partition: int) -> Partition:
+        p = self.partitions.get((topic, partition))
+        if p is not None:
+            return p
+        if self.metadata_cache.contains_partition(topic, partition):
+            raise NotLeaderOrFollowerError(f"{topic}-{partition} is not hosted on broker {self.broker_id}")
+        raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+
+    def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
+        key = (topic, partition)
+        p = self.partitions.get(key)
+        if p is None:
+            p = Partition(topic, partition, local_broker_id=self.broker_id, time=self.time,
+                          on_isr_change=self._isr_changed)
+            self.partitions[key] = p
+        if p.log is None:
+            p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic))
+        return p
+
+    def _isr_changed(self, partition: Partition, new_isr: list[int]) -> None:
+        info = self.metadata_cache.partition_info(partition.topic, partition.partition)
+        if info is not None:
+            info.isr = list(new_isr)
+        if self.on_isr_change is not None:
+            self.on_isr_change(partition, new_isr)
+
+    # -- produce ---------------------------------------------------------------------------
+    def append_records(self, timeout_ms: int, required_acks: int, internal_topics_allowed: bool, topics,
+                       callback: Callable[[list], None]) -> None:
+        """``topics``: [(topic, [(partition, records)])]. ``callback`` gets
+        [(topic, [[partition, error, base_offset, log_append_time, log_start_offset]])] in request order."""
+        if required_acks not in _VALID_ACKS:
+            callback([(t, [[p, ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1] for p, _ in parts]) for t, parts in topics])
+            return
+        results = []
+        statuses: list[ProducePartitionStatus] = []
+        for topic, parts in topics:
+            topic_results = []
+            for partition_index, records in parts:
+                result, required = self._append_to_local_log(topic, partition_index, records, required_acks,
+                                                             internal_topics_allowed)
+                topic_results.append(result)
+                if required_acks == -1:
+                    statuses.append(ProducePartitionStatus((topic, partition_index), required, result))
+            results.append((topic, topic_results))
+        if required_acks == -1 and any(s.acks_pending for s in statuses):
+            op = DelayedProduce(timeout_ms, statuses, self, lambda: callback(results))
+            self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses])
+        else:
+            callback(results)
+
+    def _append_to_local_log(self, topic: str, partition_index: int, records, required_acks: int,
+                             internal_topics_allowed: bool) -> tuple[list, int]:
+        if is_internal_topic(topic) and not internal_topics_allowed:
+            return [partition_index, ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1], -1
+        if records is None or len(records) == 0:
+            return [partition_index, ErrorCode.INVALID_RECORD, -1, -1, -1], -1
+        try:
+            partition = self.get_partition_or_error(topic, partition_index)
+            info = partition.append_records_to_leader(records, required_acks)
+        except KafkaError as exc:
+            if exc.error_code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
+                                  ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR):
+                log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
+            return [partition_index, exc.error_code, -1, -1, -1], -1
+        except Exception:
+            log.exception("unexpected error appending to %s-%d", topic, partition_index)
+            return [partition_index, ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, -1], -1
+        key = partition.key
+        # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
+        if partition.maybe_increment_high_watermark():
+            self.produce_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_and_complete(key)
+        return [partition_index, ErrorCode.NONE, info.first_offset, info.log_append_time,
+                partition.log.log_start_offset], info.last_offset + 1
+
+    # -- fetch -----------------------------------------------------------------------------
+    def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> None:
+        """``topics``: [(topic, [FetchPartition])]; ``callback`` gets [(topic, [FetchPartitionData])]."""
+        results = self.read_from_local_log(params, topics)
+        if params.max_wait_ms <= 0 or not topics or params.min_bytes <= 0:
+            callback(results)
+            return
+        readable = 0
+        for _topic, parts in results:
+            for pd in parts:
+                if pd.error_code:
+                    callback(results)
+                    return
+                if pd.records is not None:
+                    readable += len(pd.records)
+        if readable >= params.min_bytes:
+            callback(results)
+            return
+        op = DelayedFetch(params.max_wait_ms, params, topics, self, callback)
+        keys = [(t, fp.partition) for t, parts in topics for fp in parts]
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+
+    def read_from_local_log(self, params: FetchParams, topics) -> list:
+        limit = params.max_bytes
+        min_one = True
+        out = []
+        isolation = params.isolation
+        for topic, parts in topics:
+            topic_out = []
+            for fp in parts:
+                pd = FetchPartitionData(fp.partition)
+                try:
+                    partition = self.get_partition_or_error(topic, fp.partition)
+                    log_ = partition.local_log_with_epoch(fp.current_leader_epoch, params.require_leader)
+                    hw = log_.high_watermark
+                    leo = log_.log_end_offset
+                    max_offset = None if isolation == FETCH_LOG_END else hw
+                    data = log_.read(fp.fetch_offset, min(fp.partition_max_bytes, limit), max_offset, min_one)
+                    records = data.records
+                    n = len(records)
+                    if n:
+                        min_one = False
+                        limit = max(0, limit - n)
+                    pd.records = records
+                    pd.high_watermark = hw
+                    pd.last_stable_offset = hw
+                    pd.log_start_offset = log_.log_start_offset
+                    if params.replica_id >= 0:
+                        self._update_follower_fetch_state(partition, params.replica_id, fp, leo)
+                    if isolation == FETCH_TXN_COMMITTED:
+                        pd.aborted_transactions = []
+                except KafkaError as exc:
+                    pd.error_code = exc.error_code
+                    pd.records = None
+                    if exc.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                        p = self.partitions.get((topic, fp.partition))
+                        if p is not None and p.log is not None:
+                            pd.high_watermark = p.log.high_watermark
+                            pd.log_start_offset = p.log.log_start_offset
+                except Exception:
+                    log.exception("unexpected error reading %s-%d", topic, fp.partition)
+                    pd.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+                    pd.records = None
+                topic_out.append(pd)
+            out.append((topic, topic_out))
+        return out
+
+    def _update_follower_fetch_state(self, partition: Partition, replica_id: int, fp, leader_leo: int) -> None:
+        if not partition.is_leader:
+            return
+        if replica_id not in partition.remote_replicas:
+            raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.topic}-{partition.partition}")
+        if partition.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset, leader_leo):
+            self.try_complete_delayed_requests(partition.key)
+
+    def try_complete_delayed_requests(self, key: tuple[str, int]) -> None:
+        self.produce_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_and_complete(key)
+
+    # -- list offsets ----------------------------------------------------------------------
+    def fetch_offset_for_timestamp(self, topic: str, partition_index: int, timestamp: int, isolation_level: int | None,
+                                   current_leader_epoch: int, require_leader: bool) -> tuple[int, int, int]:
+        """(timestamp, offset, leader_epoch) for ListOffsets; raises KafkaError for the partition's slot.
+
+        -2 earliest, -1 latest (HW for clients, LEO for replicas/debug); otherwise the first
+        record with timestamp ≥ the one asked for, below the HW for clients; (-1, -1, -1) if none.
+        """
+        partition = self.get_partition_or_error(topic, partition_index)
+        log_ = partition.local_log_with_epoch(current_leader_epoch, require_leader)
+        last_fetchable = log_.log_end_offset if isolation_level is None else log_.high_watermark
+        cache = log_.leader_epoch_cache
+
+        def epoch_of(offset: int) -> int:
+            epoch = cache.epoch_for_offset(offset)
+            return -1 if epoch is None else epoch
+
+        if timestamp == -2:
+            return -1, log_.log_start_offset, epoch_of(log_.log_start_offset)
+        if timestamp == -1:
+            return -1, last_fetchable, epoch_of(last_fetchable)
+        found = log_.offset_for_timestamp(timestamp)
+        if found is None or found.offset >= last_fetchable:
+            return -1, -1, -1
+        epoch = found.leader_epoch if found.leader_epoch is not None else -1
+        return found.timestamp, found.offset, epoch
+
+    # -- control plane ---------------------------------------------------------------------
+    def become_leader_or_follower(self, controller_id: int, controller_epoch: int,
+                                  states: Iterable[LeaderAndIsrState]) -> tuple[int, dict[tuple[str, int], int]]:
+        """Apply LeaderAndIsr. Returns (top-level error, per-partition errors)."""
+        states = list(states)
+        if controller_epoch < self.controller_epoch:
+            log.warning("ignoring LeaderAndIsr from controller %d with epoch %d: current controller epoch is %d",
+                        controller_id, controller_epoch, self.controller_epoch)
+            return ErrorCode.STALE_CONTROLLER_EPOCH, {(s.topic, s.partition): ErrorCode.STALE_CONTROLLER_EPOCH
+                                                      for s in states}
+        self.controller_epoch = controller_epoch
+        responses: dict[tuple[str, int], int] = {}
+        to_lead: list[tuple[Partition, LeaderAndIsrState]] = []
+        to_follow: list[tuple[Partition, LeaderAndIsrState]] = []
+        for st in states:
+            key = (st.topic, st.partition)
+            if self.broker_id not in st.replicas:
+                log.warning("ignoring LeaderAndIsr for %s-%d: replicas %s exclude broker %d",
+                            st.topic, st.partition, st.replicas, self.broker_id)
+                responses[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            existing = self.partitions.get(key)
+            current_epoch = existing.leader_epoch if existing is not None else -1
+            if st.leader_epoch <= current_epoch:
+                log.info("ignoring LeaderAndIsr for %s-%d: leader epoch %d is not newer than %d",
+                         st.topic, st.partition, st.leader_epoch, current_epoch)
+                responses[key] = ErrorCode.STALE_CONTROLLER_EPOCH
+                continue
+            try:
+                partition = self._get_or_create_partition(st.topic, st.partition)
+            except KafkaError as exc:
+                responses[key] = exc.error_code
+                continue
+            responses[key] = ErrorCode.NONE
+            (to_lead if st.leader == self.broker_id else to_follow).append((partition, st))
+        if to_lead:
+            self._make_leaders(to_lead)
+        if to_follow:
+            self._make_followers(to_follow)
+        return ErrorCode.NONE, responses
+
+    def _make_leaders(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions([p.key for p, _ in items])
+        for partition, st in items:
+            partition.make_leader(st)
+            self.try_complete_delayed_requests(partition.key)
+
+    def _make_followers(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
+        changed = []
+        for partition, st in items:
+            if partition.make_follower(st):
+                changed.append(partition)
+            # A former leader's waiting produces and consumer fetches answer now (case B).
+            self.try_complete_delayed_requests(partition.key)
+        if self.fetcher_manager is not None and changed:
+            self.fetcher_manager.remove_fetcher_for_partitions([p.key for p in changed])
+            self.fetcher_manager.add_fetcher_for_partitions(changed)
+
+    def stop_replicas(self, keys: Iterable[tuple[str, int]], delete: bool) -> dict[tuple[str, int], int]:
+        """StopReplica: stop fetching; with ``delete``, drop the partition and its log."""
+        keys = list(keys)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_fetcher_for_partitions(keys)
+        out = {}
+        for key in keys:
+            partition = self.partitions.pop(key, None) if delete else self.partitions.get(key)
+            if partition is not None:
+                if delete:
+                    partition.log = None
+                    self.log_manager.delete_log(*key)
+                else:
+                    partition.leader_id = -1
+            elif delete and self.log_manager.get_log(*key) is not None:
+                self.log_manager.delete_log(*key)
+            self.try_complete_delayed_requests(key)
+            out[key] = ErrorCode.NONE
+        return out
+
+    def maybe_shrink_isr(self) -> None:
+        for partition in list(self.partitions.values()):
+            if partition.is_leader and partition.maybe_shrink_isr(self.replica_lag_time_max_ms):
+                self.try_complete_delayed_requests(partition.key)
+
+    def leader_partitions(self) -> list[Partition]:
+        return [p for p in self.partitions.values() if p.is_leader]
+
+    def shutdown(self) -> None:
+        """Answer every waiting request with what it has (used on broker shutdown)."""
+        self.produce_purgatory.complete_all()
+        self.fetch_purgatory.complete_all()

@@ -1,0 +1,55 @@
+"""The APIs kbroker speaks, with the version ranges it supports and advertises.
+
+The ranges follow shared/kafka-protocol/CLIENTS.md §5b (one table that serves kcat /
+librdkafka 2.0.2, confluent-kafka, kafka-python and aiokafka). ``APIS`` is the single list:
+ApiVersions responses and the client's version negotiation are both derived from it.
+"""
+
+from __future__ import annotations
+
+from ..api_keys import ApiKey
+from ..schema import Api, Message
+from . import api_versions, coordinator, fetch, leader_epoch, list_offsets, metadata, produce, producer, topics
+
+APIS: dict[int, Api] = {a.key: a for a in (
+    # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
+    # does (KAFKA-18659): librdkafka 2.0.2 sends compressed batches uncompressed unless Produce ∋ 0.
+    Api(ApiKey.PRODUCE, "Produce", produce.REQUEST, produce.RESPONSE, 3, 7, advertised_min=0),
+    Api(ApiKey.FETCH, "Fetch", fetch.REQUEST, fetch.RESPONSE, 4, 11),
+    Api(ApiKey.LIST_OFFSETS, "ListOffsets", list_offsets.REQUEST, list_offsets.RESPONSE, 1, 5),
+    Api(ApiKey.METADATA, "Metadata", metadata.REQUEST, metadata.RESPONSE, 0, 8),
+    Api(ApiKey.FIND_COORDINATOR, "FindCoordinator", coordinator.FIND_COORDINATOR_REQUEST,
+        coordinator.FIND_COORDINATOR_RESPONSE, 0, 2),
+    Api(ApiKey.API_VERSIONS, "ApiVersions", api_versions.REQUEST, api_versions.RESPONSE, 0, 4),
+    Api(ApiKey.CREATE_TOPICS, "CreateTopics", topics.CREATE_TOPICS_REQUEST, topics.CREATE_TOPICS_RESPONSE, 2, 4),
+    Api(ApiKey.DELETE_TOPICS, "DeleteTopics", topics.DELETE_TOPICS_REQUEST, topics.DELETE_TOPICS_RESPONSE, 1, 3),
+    Api(ApiKey.INIT_PRODUCER_ID, "InitProducerId", producer.INIT_PRODUCER_ID_REQUEST,
+        producer.INIT_PRODUCER_ID_RESPONSE, 0, 1),
+    Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", leader_epoch.REQUEST, leader_epoch.RESPONSE, 2, 3),
+    Api(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", topics.DESCRIBE_CONFIGS_REQUEST,
+        topics.DESCRIBE_CONFIGS_RESPONSE, 1, 3),
+)}
+
+
+def request_is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether a request uses header v2 (and compact encodings): from the API's schema."""
+    api = APIS.get(api_key)
+    if api is None:
+        return False
+    req = api.request
+    return req.valid[0] <= api_version <= req.valid[1] and req.is_flexible(api_version)
+
+
+def response_is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether the response header is v1. ApiVersions always answers with header v0."""
+    if api_key == ApiKey.API_VERSIONS:
+        return False
+    return request_is_flexible(api_key, api_version)
+
+
+def request_message(api_key: int) -> Message:
+    return APIS[api_key].request
+
+
+def response_message(api_key: int) -> Message:
+    return APIS[api_key].response

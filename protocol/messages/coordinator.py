@@ -1,0 +1,27 @@
+"""FindCoordinator (10). Advertised so librdkafka 2.0.2 enables lz4 and group coordination;
+consumer groups are not implemented yet, so it answers COORDINATOR_NOT_AVAILABLE."""
+
+from ..schema import Field as F, Message
+
+FIND_COORDINATOR_REQUEST = Message("FindCoordinatorRequest", 10, "0-6", "3+", [
+    F("key", "string", "0-3"),
+    F("key_type", "int8", "1+", default=0),
+    F("coordinator_keys", "[]string", "4+"),
+])
+
+FIND_COORDINATOR_RESPONSE = Message("FindCoordinatorResponse", 10, "0-6", "3+", [
+    F("throttle_time_ms", "int32", "1+"),
+    F("error_code", "int16", "0-3"),
+    F("error_message", "string", "1-3", nullable="1-3"),
+    F("node_id", "int32", "0-3"),
+    F("host", "string", "0-3"),
+    F("port", "int32", "0-3"),
+    F("coordinators", "[]Coordinator", "4+", fields=[
+        F("key", "string", "4+"),
+        F("node_id", "int32", "4+"),
+        F("host", "string", "4+"),
+        F("port", "int32", "4+"),
+        F("error_code", "int16", "4+"),
+        F("error_message", "string", "4+", nullable="4+"),
+    ]),
+])

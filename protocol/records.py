@@ -1,0 +1,403 @@
+"""RecordBatch v2 ("magic 2"): the unit the broker stores and serves.
+
+Hand-written in the aiokafka style rather than with construct: the 61-byte header is one
+precompiled ``struct.Struct`` (see ``tests/protocol/test_records.py`` for the construct
+schema it is checked against), because the broker touches it once per produced batch.
+
+Two audiences:
+
+* the broker and storage: ``read_header`` / ``check_batch`` / ``iter_batch_headers`` look
+  at headers only and never decode records; ``set_base_offset_and_epoch`` patches the two
+  fields outside the CRC in place; ``set_log_append_time`` rewrites the max timestamp and
+  recomputes the CRC.
+* clients (CLI, tests, load generator): ``build_batch`` and ``decode_batch`` encode and
+  decode records, varints, headers and compression.
+
+Layout (big-endian; see shared/kafka-protocol/RECORD_BATCH.md)::
+
+    0  baseOffset            int64   broker-assigned
+    8  batchLength           int32   bytes after this field
+    12 partitionLeaderEpoch  int32   broker-assigned
+    16 magic                 int8    2
+    17 crc                   uint32  CRC-32C over [21, end)
+    21 attributes            int16   codec (0-2), timestamp type (3), txn (4), control (5)
+    23 lastOffsetDelta       int32
+    27 baseTimestamp         int64
+    35 maxTimestamp          int64
+    43 producerId            int64
+    51 producerEpoch         int16
+    53 baseSequence          int32
+    57 recordsCount          int32
+    61 records ...
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple, Sequence
+
+from crc32c import crc32c
+
+from .compression import Compression, compress, decompress
+from .errors import CorruptRecordError, InvalidRecordError
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+assert HEADER_SIZE == 61
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: what batchLength does not count
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+INT32_MAX = 2**31 - 1
+
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_OFFSET_LENGTH_EPOCH_MAGIC = struct.Struct(">qiib")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_BASE_OFFSET_AND_EPOCH_AT_0 = struct.Struct(">q")  # base offset (0..8)
+_EPOCH = struct.Struct(">i")  # partition leader epoch (12..16)
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & CODEC_MASK)
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Sequences wrap from INT32_MAX to 0, as Kafka's DefaultRecordBatch.incrementSequence does."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def read_header(buf, pos: int = 0) -> BatchHeader:
+    """Unpack the 61-byte header at ``pos``; the caller has checked it is all there."""
+    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+
+
+def compute_crc(buf, pos: int, size: int) -> int:
+    """CRC-32C of the CRC-covered part of the batch at ``pos`` of total ``size`` bytes."""
+    return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size])
+
+
+def check_batch(buf, pos: int, end: int, *, verify_crc: bool = True) -> BatchHeader:
+    """Validate the framing and checksum of the batch at ``pos`` (records stay undecoded).
+
+    Raises ``CorruptRecordError`` (CORRUPT_MESSAGE) for a short or overlong batch, a magic
+    other than 2, or a CRC mismatch, and ``InvalidRecordError`` (INVALID_RECORD) when the
+    record count disagrees with lastOffsetDelta.
+    """
+    remaining = end - pos
+    if remaining < HEADER_SIZE:
+        raise CorruptRecordError(f"batch at byte {pos}: {remaining} bytes left, a header needs {HEADER_SIZE}")
+    h = BatchHeader._make(HEADER.unpack_from(buf, pos))
+    size = h.batch_length + LOG_OVERHEAD
+    if size < HEADER_SIZE:
+        raise CorruptRecordError(f"batch at byte {pos}: batchLength {h.batch_length} is shorter than a header")
+    if size > remaining:
+        raise CorruptRecordError(f"batch at byte {pos}: batchLength {h.batch_length} runs past the {remaining} bytes present")
+    if h.magic != 2:
+        raise CorruptRecordError(f"batch at byte {pos}: magic {h.magic}, only magic 2 is supported")
+    if verify_crc:
+        actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size])
+        if actual != h.crc:
+            raise CorruptRecordError(f"batch at byte {pos}: CRC {h.crc:#010x} stored, {actual:#010x} computed")
+    if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+        raise InvalidRecordError(
+            f"batch at byte {pos}: recordsCount {h.records_count} disagrees with lastOffsetDelta {h.last_offset_delta}")
+    return h
+
+
+def iter_batch_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each complete batch in ``buf[start:end]``; stops at a partial tail.
+
+    No validation beyond framing: for reading back what the log already accepted.
+    """
+    if end is None:
+        end = len(buf)
+    pos = start
+    unpack = HEADER.unpack_from
+    while end - pos >= HEADER_SIZE:
+        h = BatchHeader._make(unpack(buf, pos))
+        size = h.batch_length + LOG_OVERHEAD
+        if size < HEADER_SIZE or pos + size > end:
+            return
+        yield pos, h
+        pos += size
+
+
+def set_base_offset_and_epoch(buf, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Stamp the broker-assigned fields; both are outside the CRC, so it stays valid."""
+    _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+    _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+
+
+def set_log_append_time(buf, pos: int, size: int, timestamp: int) -> None:
+    """LogAppendTime: set attribute bit 3, maxTimestamp := timestamp, recompute the CRC."""
+    (attrs,) = _I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    _U32.pack_into(buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size]))
+
+
+# ---------------------------------------------------------------------------
+# Varints. Record fields are zigzag varints; flexible protocol versions use unsigned ones.
+
+def encode_uvarint(value: int) -> bytes:
+    if value < 0:
+        raise ValueError("unsigned varint cannot be negative")
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag varint (int32 or int64 alike: zigzag on Python ints is width-independent)."""
+    return encode_uvarint((value << 1) ^ (value >> 63))
+
+
+def decode_uvarint(buf, pos: int) -> tuple[int, int]:
+    """(value, next position); raises ValueError on a truncated or over-long varint."""
+    if pos >= len(buf):
+        raise ValueError("truncated varint")
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def decode_varint(buf, pos: int) -> tuple[int, int]:
+    raw, pos = decode_uvarint(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+# ---------------------------------------------------------------------------
+# Records (client side)
+
+@dataclass(slots=True)
+class Record:
+    offset: int = 0
+    timestamp: int = NO_TIMESTAMP
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def _encode_bytes(data: bytes | None) -> bytes:
+    if data is None:
+        return encode_varint(-1)
+    return encode_varint(len(data)) + bytes(data)
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
+    body = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta),
+            _encode_bytes(key), _encode_bytes(value), encode_varint(len(headers))]
+    for hkey, hval in headers:
+        kb = hkey.encode() if isinstance(hkey, str) else bytes(hkey)
+        body.append(encode_varint(len(kb)))
+        body.append(kb)
+        body.append(_encode_bytes(hval))
+    payload = b"".join(body)
+    return encode_varint(len(payload)) + payload
+
+
+def build_batch(records: Sequence[Record], *, base_offset: int = 0, compression: Compression | int = Compression.NONE,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                base_sequence: int = NO_SEQUENCE, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+                timestamp_type: int = CREATE_TIME, transactional: bool = False, control: bool = False,
+                now_ms: int | None = None) -> bytes:
+    """Encode one RecordBatch v2. Records with timestamp -1 get ``now_ms`` (required then)."""
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    stamps = []
+    for r in records:
+        ts = r.timestamp
+        if ts is None or ts < 0:
+            if now_ms is None:
+                raise ValueError("record without a timestamp and no now_ms given")
+            ts = now_ms
+        stamps.append(ts)
+    base_ts = stamps[0]
+    max_ts = max(stamps)
+    body = b"".join(encode_record(i, ts - base_ts, r.key, r.value, r.headers)
+                    for i, (r, ts) in enumerate(zip(records, stamps)))
+    codec = Compression(compression)
+    if codec != Compression.NONE:
+        body = compress(codec, body)
+    attributes = int(codec) | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if control:
+        attributes |= CONTROL_MASK
+    size = HEADER_SIZE + len(body)
+    buf = bytearray(size)
+    HEADER.pack_into(buf, 0, base_offset, size - LOG_OVERHEAD, partition_leader_epoch, 2, 0, attributes,
+                     len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records))
+    buf[HEADER_SIZE:] = body
+    _U32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    n, pos = decode_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    end = pos + n
+    if end > len(buf):
+        raise ValueError("record field runs past the batch")
+    return bytes(buf[pos:end]), end
+
+
+def decode_records(header: BatchHeader, body: bytes | memoryview) -> list[Record]:
+    """Decode the (already decompressed) records of a batch."""
+    out: list[Record] = []
+    pos = 0
+    base_ts = header.base_timestamp
+    append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
+    for _ in range(header.records_count):
+        length, pos = decode_varint(body, pos)
+        end = pos + length
+        if length < 0 or end > len(body):
+            raise ValueError("record length runs past the batch")
+        pos += 1  # attributes
+        ts_delta, pos = decode_varint(body, pos)
+        off_delta, pos = decode_varint(body, pos)
+        key, pos = _read_bytes(body, pos)
+        value, pos = _read_bytes(body, pos)
+        nheaders, pos = decode_varint(body, pos)
+        if nheaders < 0:  # Kafka: "Found invalid number of record headers"
+            raise ValueError(f"negative record header count {nheaders}")
+        headers = []
+        for _h in range(nheaders):
+            hk, pos = _read_bytes(body, pos)
+            if hk is None:  # Kafka: header keys are non-null strings
+                raise ValueError("null record header key")
+            hv, pos = _read_bytes(body, pos)
+            headers.append((hk.decode("utf-8", "replace"), hv))
+        if pos != end:
+            raise ValueError("record length disagrees with its fields")
+        ts = append_time if append_time is not None else base_ts + ts_delta
+        out.append(Record(header.base_offset + off_delta, ts, key, value, headers))
+    if pos != len(body):  # Kafka/kafka-python: bytes left over after the declared records
+        raise ValueError(f"{len(body) - pos} bytes follow the batch's {header.records_count} records")
+    return out
+
+
+def batch_body(buf, pos: int, header: BatchHeader) -> bytes | memoryview:
+    """The batch's records, decompressed."""
+    raw = memoryview(buf)[pos + RECORDS_OFFSET:pos + header.size]
+    if header.compression == Compression.NONE:
+        return raw
+    return decompress(header.compression, raw)
+
+
+def decode_batch(buf, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
+    """Check and decode the batch at ``pos``: header and records (control batches included)."""
+    h = check_batch(buf, pos, len(buf))
+    return h, decode_records(h, batch_body(buf, pos, h))
+
+
+def iter_records(buf, *, skip_control: bool = True, verify_crc: bool = True) -> Iterator[Record]:
+    """Every record of every complete batch in a fetched blob (a partial trailing batch is ignored)."""
+    for pos, h in iter_batch_headers(buf):
+        if verify_crc:
+            check_batch(buf, pos, pos + h.size)
+        if skip_control and h.is_control:
+            continue
+        yield from decode_records(h, batch_body(buf, pos, h))

@@ -1,0 +1,18 @@
+"""storage: the bottom layer, one Log per partition replica in Kafka's on-disk layout.
+
+Plain synchronous file code (never asyncio, never broker/); see log.py for the model.
+"""
+
+from .checkpoint import OffsetCheckpointFile
+from .config import LogConfig
+from .epoch_cache import EpochEntry, LeaderEpochFileCache
+from .log import (FetchDataInfo, FlushPlan, Log, LogAppendInfo, OffsetsOutOfOrderError, RecoveryReport,
+                  TimestampAndOffset)
+from .log_manager import LogManager
+from .segment import LogSegment
+
+__all__ = [
+    "EpochEntry", "FetchDataInfo", "FlushPlan", "LeaderEpochFileCache", "Log", "LogAppendInfo", "LogConfig",
+    "LogManager", "LogSegment", "OffsetCheckpointFile", "OffsetsOutOfOrderError", "RecoveryReport",
+    "TimestampAndOffset",
+]

@@ -1,0 +1,117 @@
+"""Checkpoint files in Kafka's text format, written atomically.
+
+Format (Kafka's ``CheckpointFile``)::
+
+    0            <- version
+    2            <- number of entries
+    topic 0 42   <- one entry per line
+    topic 1 17
+
+Used for ``recovery-point-offset-checkpoint``, ``replication-offset-checkpoint`` (high
+watermarks) and ``log-start-offset-checkpoint`` (one per log dir, entries
+``topic partition offset``) and for each partition's ``leader-epoch-checkpoint`` (entries
+``epoch startOffset``).
+
+A write goes to ``<file>.tmp``, is fsynced, renamed over the file, and the directory is
+fsynced, so a crash leaves either the old or the new file, never a torn one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Generic, Iterable, TypeVar
+
+E = TypeVar("E")
+VERSION = 0
+
+
+class CheckpointFormatError(ValueError):
+    """The file exists but is not a well-formed version-0 checkpoint."""
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` durably: temp file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class CheckpointFile(Generic[E]):
+    """One checkpoint file; ``format_entry``/``parse_entry`` convert an entry to and from its line.
+
+    Not thread-safe.
+    """
+
+    def __init__(self, path: Path, format_entry: Callable[[E], str], parse_entry: Callable[[list[str]], E]) -> None:
+        self.path = Path(path)
+        self._format = format_entry
+        self._parse = parse_entry
+
+    def write(self, entries: Iterable[E]) -> None:
+        lines = [self._format(e) for e in entries]
+        text = f"{VERSION}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
+        write_atomically(self.path, text.encode())
+
+    def read(self) -> list[E]:
+        """The entries; [] when the file does not exist. Raises CheckpointFormatError."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        lines = text.splitlines()
+        try:
+            version, count = int(lines[0]), int(lines[1])
+            if version != VERSION:
+                raise CheckpointFormatError(f"{self.path}: unsupported version {version}")
+            body = [line for line in lines[2:] if line.strip()]
+            if len(body) != count:
+                raise CheckpointFormatError(f"{self.path}: header says {count} entries, found {len(body)}")
+            return [self._parse(line.split()) for line in body]
+        except (IndexError, ValueError) as exc:
+            if isinstance(exc, CheckpointFormatError):
+                raise
+            raise CheckpointFormatError(f"{self.path}: malformed checkpoint ({exc})") from None
+
+
+def _format_offset(entry: tuple[tuple[str, int], int]) -> str:
+    (topic, partition), offset = entry
+    return f"{topic} {partition} {offset}"
+
+
+def _parse_offset(fields: list[str]) -> tuple[tuple[str, int], int]:
+    topic, partition, offset = fields
+    return (topic, int(partition)), int(offset)
+
+
+class OffsetCheckpointFile:
+    """A per-log-dir ``topic partition offset`` checkpoint. Not thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: CheckpointFile[tuple[tuple[str, int], int]] = CheckpointFile(path, _format_offset, _parse_offset)
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def write(self, offsets: dict[tuple[str, int], int]) -> None:
+        self._file.write(sorted(offsets.items()))
+
+    def read(self) -> dict[tuple[str, int], int]:
+        return dict(self._file.read())

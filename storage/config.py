@@ -1,0 +1,92 @@
+"""LogConfig: the topic-level settings a partition log obeys, with Kafka's names and defaults.
+
+Field names are Kafka's topic-level config keys with dots turned into underscores
+(``segment.bytes`` -> ``segment_bytes``), so ``from_topic_properties`` and
+``to_topic_properties`` are a plain rename plus type checks. Only settings the storage
+layer (or the broker's acks=all check, ``min.insync.replicas``) reads are here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+# key -> (smallest allowed, largest allowed); Kafka's ConfigDef ranges where it has one.
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "segment_bytes": (14, INT32_MAX),          # positions in the offset index are int32
+    "segment_ms": (1, INT64_MAX),
+    "segment_jitter_ms": (0, INT64_MAX),
+    "segment_index_bytes": (12, INT32_MAX),    # room for at least one time-index entry
+    "index_interval_bytes": (0, INT32_MAX),
+    "retention_bytes": (-1, INT64_MAX),
+    "retention_ms": (-1, INT64_MAX),
+    "max_message_bytes": (0, INT32_MAX),
+    "flush_messages": (1, INT64_MAX),
+    "flush_ms": (0, INT64_MAX),
+    "min_insync_replicas": (1, INT32_MAX),
+    "file_delete_delay_ms": (0, INT64_MAX),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Immutable; build a changed copy with ``dataclasses.replace`` or ``from_topic_properties``."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_bytes: int = -1
+    retention_ms: int = 604800000
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    flush_messages: int = INT64_MAX
+    flush_ms: int = INT64_MAX
+    min_insync_replicas: int = 1
+    file_delete_delay_ms: int = 60000
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi) in _INT_RANGES.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError(f"{_key(name)}: {value!r} is not an integer in [{lo}, {hi}]")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"message.timestamp.type: {self.message_timestamp_type!r} is not one of "
+                             f"{', '.join(TIMESTAMP_TYPES)}")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @classmethod
+    def from_topic_properties(cls, props: dict[str, str], base: LogConfig | None = None) -> LogConfig:
+        """``base`` (default: Kafka's defaults) overridden by Kafka-named properties.
+
+        Unknown keys are ignored (topics carry configs the storage layer does not read,
+        such as ``cleanup.policy``); a value that does not parse or is out of range raises
+        ValueError naming the key.
+        """
+        base = base or cls()
+        changes: dict[str, object] = {}
+        for key, raw in props.items():
+            name = key.replace(".", "_")
+            if name == "message_timestamp_type":
+                changes[name] = str(raw).strip()
+            elif name in _INT_RANGES:
+                try:
+                    changes[name] = int(str(raw).strip())
+                except ValueError:
+                    raise ValueError(f"{key}: {raw!r} is not an integer") from None
+        return dataclasses.replace(base, **changes)
+
+    def to_topic_properties(self) -> dict[str, str]:
+        return {_key(f.name): str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _key(field_name: str) -> str:
+    return field_name.replace("_", ".")

@@ -1,0 +1,674 @@
+"""Log: one partition replica's log, a list of LogSegments (Kafka's ``UnifiedLog``/``LocalLog``).
+
+Layout: ``<log.dir>/<topic>-<partition>/`` holds ``<20-digit base offset>.log``,
+``.index`` and ``.timeindex`` per segment and the ``leader-epoch-checkpoint``. The unit
+stored is a RecordBatch v2, validated at the batch level (framing, magic, CRC-32C,
+lastOffsetDelta vs count, size) and otherwise opaque: records are never decoded on the
+append or read path. The leader stamps offsets and its epoch into the header (outside the
+CRC) and, for LogAppendTime topics, the max timestamp (CRC recomputed).
+
+Reads are zero-copy views of one segment's mapping. Offsets below ``log_start_offset`` or
+above the log end offset (LEO) are OFFSET_OUT_OF_RANGE. The high watermark lives here, as
+in Kafka's UnifiedLog, and bounds what retention may delete.
+
+Durability: appends land in the page cache; ``flush`` (or ``begin_flush`` / ``FlushPlan.run``
+/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``. After an
+unclean shutdown, ``open`` re-validates only the segments from the one holding the
+recovery point, so recovery time follows the unflushed tail, not the log size.
+
+Every method is for the owning thread only (not thread-safe), except ``FlushPlan.run``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.clock import Time
+from protocol.errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError, MessageTooLargeError,
+                             OffsetOutOfRangeError, RecordListTooLargeError)
+from protocol.records import (BatchHeader, check_batch, compute_crc, read_header, set_base_offset_and_epoch,
+                              set_log_append_time)
+
+from .config import LogConfig
+from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
+from .epoch_cache import LeaderEpochFileCache
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult
+
+log = logging.getLogger("kbroker.storage.log")
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+_EMPTY = memoryview(b"")
+
+
+class OffsetsOutOfOrderError(InvalidRecordError):
+    """A follower append whose offsets do not continue the log exactly (INVALID_RECORD)."""
+
+
+def parse_topic_partition(dir_name: str) -> tuple[str, int]:
+    """``<topic>-<partition>`` -> (topic, partition); ValueError if it is not one."""
+    topic, sep, partition = dir_name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{dir_name!r} is not a <topic>-<partition> directory name")
+    return topic, int(partition)
+
+
+@dataclass
+class LogAppendInfo:
+    """What an append did. ``batches`` are the headers as written (offsets assigned)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    record_count: int
+    valid_bytes: int
+    batch_count: int
+    batches: list[BatchHeader] = field(default_factory=list)
+
+
+@dataclass
+class FetchDataInfo:
+    """A read: whole batches as a view of the segment mapping (no copy; may be empty)."""
+
+    records: memoryview
+    first_batch_offset: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+@dataclass
+class RecoveryReport:
+    """What ``Log.open`` had to do to make the partition consistent."""
+
+    topic: str
+    partition: int
+    had_clean_shutdown: bool
+    log_end_offset: int = 0
+    segments: int = 0
+    segments_recovered: int = 0
+    indexes_rebuilt: list[str] = field(default_factory=list)
+    bytes_truncated: int = 0
+    segments_deleted: int = 0
+    truncation: str | None = None
+    duration_ms: float = 0.0
+
+    @property
+    def needed_recovery(self) -> bool:
+        return bool(self.segments_recovered or self.indexes_rebuilt or self.bytes_truncated)
+
+    def summary(self) -> str:
+        parts = [f"{self.topic}-{self.partition}: {self.segments} segments, LEO {self.log_end_offset}"]
+        if self.segments_recovered:
+            parts.append(f"{self.segments_recovered} re-validated")
+        if self.indexes_rebuilt:
+            parts.append(f"{len(self.indexes_rebuilt)} indexes rebuilt")
+        if self.bytes_truncated or self.segments_deleted:
+            parts.append(f"{self.bytes_truncated} bytes and {self.segments_deleted} segments dropped")
+        parts.append(f"{self.duration_ms:.1f} ms")
+        return ", ".join(parts)
+
+
+class FlushPlan:
+    """fsync work prepared by ``Log.begin_flush`` on the log's thread.
+
+    ``run`` is thread-safe (the only thread-safe method in storage/): it fsyncs its own
+    duplicated file descriptors and closes them, touching no Log state. Then
+    ``log.complete_flush(plan)`` on the log's thread advances the recovery point.
+    """
+
+    def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int) -> None:
+        self.log = log
+        self.offset = offset
+        self.dir_version = dir_version
+        self.truncations = truncations
+        self._fds = fds
+
+    def run(self) -> None:
+        fds, self._fds = self._fds, []
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"FlushPlan({self.log.dir.name} up to {self.offset}, {len(self._fds)} files)"
+
+
+class Log:
+    """One partition replica's log. Not thread-safe (see the module docstring)."""
+
+    def __init__(self, dir: Path, config: LogConfig, time: Time) -> None:
+        self.dir = Path(dir)
+        self.topic, self.partition = parse_topic_partition(self.dir.name)
+        self.config = config
+        self.time = time
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.recovery_point = 0
+        self.high_watermark = 0
+        self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE_NAME, lambda: self.log_end_offset)
+        self.recovery_report: RecoveryReport | None = None
+        self._last_flush_ms = time.milliseconds()
+        self._dir_version = 0  # bumped when segment files are created or deleted
+        self._dir_synced_version = 0
+        self._truncations = 0
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, dir: Path, config: LogConfig, *, time: Time, recovery_point: int = 0, log_start_offset: int = 0,
+             had_clean_shutdown: bool = True) -> Log:
+        """Open (creating if needed) the log in ``dir``, recovering it if need be.
+
+        After an unclean shutdown the segments from the one containing
+        ``recovery_point`` on are re-validated batch by batch (CRC included) and cut at
+        the first bad batch; earlier segments only have their indexes sanity-checked.
+        ``log.recovery_report`` says what was done.
+        """
+        dir = Path(dir)
+        dir.mkdir(parents=True, exist_ok=True)
+        self = cls(dir, config, time)
+        self._load(recovery_point, log_start_offset, had_clean_shutdown)
+        return self
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment.create(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                                    max_index_size=self.config.segment_index_bytes,
+                                    segment_jitter_ms=self.config.segment_jitter_ms, now_ms=self.time.milliseconds())
+        self._dir_version += 1
+        return segment
+
+    def _load(self, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
+        started = self.time.monotonic_ms()
+        report = self.recovery_report = RecoveryReport(self.topic, self.partition, had_clean_shutdown)
+        bases = self._scan_dir()
+        cfg = self.config
+        self._segments = [LogSegment(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
+                                     max_index_size=cfg.segment_index_bytes, created_ms=self.time.milliseconds())
+                          for base in bases]
+        if not self._segments:
+            self._segments = [self._new_segment(log_start_offset)]
+        self._bases = [s.base_offset for s in self._segments]
+        self._segments[-1].activate()
+        if had_clean_shutdown:
+            first_to_recover = len(self._segments)
+        else:
+            first_to_recover = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+
+        def on_batch(header: BatchHeader) -> None:
+            self._maybe_assign_epoch(header.partition_leader_epoch, header.base_offset)
+
+        for i, segment in enumerate(self._segments):
+            next_base = self._bases[i + 1] if i + 1 < len(self._bases) else None
+            if i >= first_to_recover:
+                result = segment.recover(on_batch=on_batch)
+                report.segments_recovered += 1
+            else:
+                problem = segment.load_indexes(next_base)
+                if problem is not None:
+                    log.warning("%s-%d: rebuilding the indexes of %s: %s", self.topic, self.partition,
+                                segment.log_path.name, problem)
+                    report.indexes_rebuilt.append(segment.log_path.name)
+                    result = segment.recover(verify_crc=False)
+                elif segment.active:
+                    result = segment.recover(start_position=segment.offset_index.last_entry().position,
+                                             verify_crc=False)
+                else:
+                    continue
+            report.bytes_truncated += result.truncated_bytes
+            gap = next_base is not None and result.next_offset != next_base
+            if gap or (result.error is not None and next_base is None):
+                self._drop_segments_after(i, result)
+                break
+        report.segments = len(self._segments)
+        self.log_end_offset = self._segments[-1].read_next_offset()
+        self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
+        self.recovery_point = self.log_end_offset if had_clean_shutdown else min(recovery_point, self.log_end_offset)
+        self.high_watermark = self.log_start_offset
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        report.log_end_offset = self.log_end_offset
+        report.duration_ms = self.time.monotonic_ms() - started
+
+    def _scan_dir(self) -> list[int]:
+        """Base offsets of the segments on disk; stray files of interrupted operations and
+        indexes without a ``.log`` are removed."""
+        bases, index_files = set(), []
+        for path in self.dir.iterdir():
+            name = path.name
+            if name.endswith(_STRAY_SUFFIXES):
+                path.unlink(missing_ok=True)
+                continue
+            stem, dot, suffix = name.partition(".")
+            if len(stem) != 20 or not stem.isdigit():
+                continue
+            if "." + suffix == LOG_SUFFIX:
+                bases.add(int(stem))
+            elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                index_files.append((int(stem), path))
+        for base, path in index_files:
+            if base not in bases:
+                path.unlink(missing_ok=True)
+        return sorted(bases)
+
+    def _drop_segments_after(self, i: int, result: RecoverResult) -> None:
+        """Recovery cut segment ``i`` (or found the next one does not follow it): delete
+        every later segment and log the one line for this truncation (a warning, or INFO
+        when only a zero tail was cut from the last segment: no data was lost)."""
+        segment, later = self._segments[i], self._segments[i + 1:]
+        dropped = result.truncated_bytes + sum(s.size for s in later)
+        reason = result.error or f"the next segment starts at {later[0].base_offset}, not {result.next_offset}"
+        level = logging.INFO if result.zero_tail and not later else logging.WARNING
+        log.log(level, "%s-%d: recovery truncated %s at byte %d (offset %d): %s; dropped %d bytes%s",
+                self.topic, self.partition, segment.log_path.name, result.valid_bytes, result.next_offset,
+                reason, dropped, f" including {len(later)} later segments" if later else "")
+        for s in later:
+            s.delete()
+        del self._segments[i + 1:]
+        del self._bases[i + 1:]
+        if later:
+            self._dir_version += 1
+        assert self.recovery_report is not None
+        self.recovery_report.segments_deleted += len(later)
+        self.recovery_report.bytes_truncated += sum(s.size for s in later)
+        self.recovery_report.truncation = reason
+        segment.activate()
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Takes effect for the next append (and the next segment's index size)."""
+        self.config = config
+        for segment in self._segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+            segment.max_index_size = config.segment_index_bytes
+
+    def update_high_watermark(self, hw: int) -> int:
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset]; returns it."""
+        self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
+        """Validate, assign offsets (and the LogAppendTime when configured) and append.
+
+        ``records`` is patched in place when writable, else copied once. One bad batch
+        rejects the request and nothing is written: CorruptRecordError (CORRUPT_MESSAGE),
+        InvalidRecordError (INVALID_RECORD), MessageTooLargeError (a batch over
+        max.message.bytes), RecordListTooLargeError (the set over segment.bytes). OSError
+        while writing leaves the log as it was and raises KafkaStorageError.
+        """
+        writable = isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly)
+        buf = records if writable else bytearray(records)
+        batches = self._validate(buf, check_message_size=True)
+        log_append_time = self.time.milliseconds() if self.config.log_append_time else -1
+        offset = self.log_end_offset
+        written = []
+        for pos, header in batches:
+            if log_append_time >= 0:
+                set_log_append_time(buf, pos, header.size, log_append_time)
+            set_base_offset_and_epoch(buf, pos, offset, leader_epoch)
+            written.append((pos, read_header(buf, pos)))
+            offset += header.last_offset_delta + 1
+        info = self._append_info(buf, written, log_append_time)
+        self._append(buf, written, info)
+        if written:
+            self._maybe_assign_epoch(leader_epoch, info.first_offset)
+        return info
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches that carry the leader's offsets and epochs, unchanged.
+
+        The first batch must start at the LEO and each next one where the previous ended,
+        else OffsetsOutOfOrderError (INVALID_RECORD). Batch checks as for the leader,
+        except max.message.bytes (the leader already accepted them, as Kafka). Empty input
+        returns an info with record_count 0.
+        """
+        batches = self._validate(records, check_message_size=False)
+        expected = self.log_end_offset
+        for pos, header in batches:
+            if header.base_offset != expected:
+                raise OffsetsOutOfOrderError(f"{self.topic}-{self.partition}: batch at byte {pos} starts at offset "
+                                             f"{header.base_offset}, expected {expected}")
+            expected = header.next_offset
+        info = self._append_info(records, batches, -1)
+        self._append(records, batches, info)
+        for _pos, header in batches:
+            self._maybe_assign_epoch(header.partition_leader_epoch, header.base_offset)
+        return info
+
+    def _validate(self, buf, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
+        size = len(buf)
+        if size > self.config.segment_bytes:
+            raise RecordListTooLargeError(f"{self.topic}-{self.partition}: {size} bytes of batches exceed "
+                                          f"segment.bytes {self.config.segment_bytes}")
+        batches, pos = [], 0
+        while pos < size:
+            header = check_batch(buf, pos, size, verify_crc=False)
+            if check_message_size and header.size > self.config.max_message_bytes:
+                raise MessageTooLargeError(f"{self.topic}-{self.partition}: a {header.size}-byte batch exceeds "
+                                           f"max.message.bytes {self.config.max_message_bytes}")
+            actual = compute_crc(buf, pos, header.size)
+            if actual != header.crc:
+                raise CorruptRecordError(f"{self.topic}-{self.partition}: batch at byte {pos}: CRC "
+                                         f"{header.crc:#010x} stored, {actual:#010x} computed")
+            batches.append((pos, header))
+            pos += header.size
+        return batches
+
+    def _append_info(self, buf, batches: list[tuple[int, BatchHeader]], log_append_time: int) -> LogAppendInfo:
+        max_timestamp, offset_of_max = -1, -1
+        records = 0
+        for _pos, header in batches:
+            records += header.records_count
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+        first = batches[0][1].base_offset if batches else self.log_end_offset
+        last = batches[-1][1].last_offset if batches else self.log_end_offset - 1
+        return LogAppendInfo(first, last, max_timestamp, offset_of_max, log_append_time, records, len(buf),
+                             len(batches), [h for _pos, h in batches])
+
+    def _append(self, buf, batches: list[tuple[int, BatchHeader]], info: LogAppendInfo) -> None:
+        if not batches:
+            return
+        try:
+            segment = self._maybe_roll(len(buf), info.max_timestamp, info.last_offset)
+            segment.append(buf, batches)
+        except OSError as exc:
+            log.error("%s-%d: append of %d bytes at offset %d failed: %s", self.topic, self.partition, len(buf),
+                      info.first_offset, exc)
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
+        self.log_end_offset = info.last_offset + 1
+        if self.unflushed_messages() >= self.config.flush_messages:
+            self.flush()
+
+    def _maybe_assign_epoch(self, epoch: int, start_offset: int) -> None:
+        latest = self.leader_epoch_cache.latest_epoch()
+        if epoch >= 0 and (latest is None or epoch > latest):
+            try:
+                self.leader_epoch_cache.assign(epoch, start_offset)
+            except OSError as exc:
+                log.error("%s-%d: cannot write %s: %s", self.topic, self.partition, self.leader_epoch_cache.path, exc)
+                raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
+
+    # -- rolling -------------------------------------------------------------------------
+
+    def _maybe_roll(self, set_size: int, max_timestamp: int, last_offset: int) -> LogSegment:
+        segment = self._segments[-1]
+        reason = segment.should_roll(set_size=set_size, max_timestamp=max_timestamp, last_offset=last_offset,
+                                     now_ms=self.time.milliseconds(), segment_bytes=self.config.segment_bytes,
+                                     segment_ms=self.config.segment_ms)
+        if reason is None:
+            return segment
+        log.debug("%s-%d: rolling at offset %d (%s)", self.topic, self.partition, self.log_end_offset, reason)
+        return self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the LEO (no-op when the active one is empty)."""
+        active = self._segments[-1]
+        if active.size == 0:
+            return active
+        active.on_become_inactive()
+        try:
+            segment = self._new_segment(self.log_end_offset)
+        except OSError:
+            active.activate()
+            raise
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        return segment
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchDataInfo:
+        """Whole batches of one segment, from the batch containing ``start_offset``.
+
+        Batches whose last offset is at or beyond ``max_offset`` (the high watermark for
+        consumers) are left out. Empty at the LEO or at ``max_offset``;
+        OffsetOutOfRangeError outside [log_start_offset, LEO]. See LogSegment.read for
+        ``max_bytes`` and ``min_one_batch``.
+        """
+        leo, lso = self.log_end_offset, self.log_start_offset
+        if start_offset < lso or start_offset > leo:
+            raise OffsetOutOfRangeError(f"{self.topic}-{self.partition}: offset {start_offset} is outside "
+                                        f"[{lso}, {leo}]")
+        if start_offset < leo and (max_offset is None or start_offset < max_offset):
+            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+            for segment in self._segments[i:i + 2]:
+                found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+                if found is not None:
+                    return FetchDataInfo(found[1], found[0], lso, leo)
+        return FetchDataInfo(_EMPTY, start_offset, lso, leo)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The first record (at or after log_start_offset) whose timestamp is >= ``timestamp``.
+
+        The first segment whose largest timestamp qualifies, its time index, then the
+        records of the one batch that holds it (Kafka's answer, exact to the record).
+        """
+        for segment in self._segments:
+            if segment.max_timestamp_so_far >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    ts, offset, epoch = found
+                    return TimestampAndOffset(ts, offset, epoch if epoch >= 0 else None)
+        return None
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: -2 earliest, -1 latest (the LEO; the broker bounds it by the HW or
+        LSO as the isolation level says), -3 the record with the largest timestamp, else
+        ``offset_for_timestamp``."""
+        cache = self.leader_epoch_cache
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_start_offset, cache.epoch_for_offset(self.log_start_offset))
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_end_offset, cache.latest_epoch())
+        if timestamp == MAX_TIMESTAMP:
+            best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
+            if best.max_timestamp_so_far < 0:
+                return None
+            offset = best.offset_of_max_timestamp_so_far
+            return TimestampAndOffset(best.max_timestamp_so_far, offset, cache.epoch_for_offset(offset))
+        return self.offset_for_timestamp(timestamp)
+
+    # -- truncation and retention --------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop every batch that holds an offset >= ``offset`` (a batch straddling it goes
+        whole). The epoch cache, high watermark and recovery point follow. Returns False
+        when there was nothing to drop."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        self._truncations += 1
+        if offset < self._bases[0]:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        while self._bases[-1] > offset:
+            self._bases.pop()
+            self._segments.pop().delete()
+            self._dir_version += 1
+        active = self._segments[-1]
+        active.activate()
+        active.truncate_to(offset)
+        self.log_end_offset = active.read_next_offset()
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        log.info("%s-%d: truncated to offset %d", self.topic, self.partition, self.log_end_offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (epoch cache cleared)."""
+        self._truncations += 1
+        for segment in self._segments:
+            segment.delete()
+        self._dir_version += 1
+        self._segments = [self._new_segment(offset)]
+        self._bases = [offset]
+        self.log_start_offset = self.log_end_offset = self.recovery_point = self.high_watermark = offset
+        self.leader_epoch_cache.clear()
+        log.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """DeleteRecords / retention: move log_start_offset up to ``new_start`` (at most the
+        high watermark, else OffsetOutOfRangeError). Returns whether it moved."""
+        if new_start > self.high_watermark:
+            raise OffsetOutOfRangeError(f"{self.topic}-{self.partition}: cannot move the log start offset to "
+                                        f"{new_start}, above the high watermark {self.high_watermark}")
+        if new_start <= self.log_start_offset:
+            return False
+        self.log_start_offset = new_start
+        self.leader_epoch_cache.truncate_from_start(new_start)
+        return True
+
+    def delete_old_segments(self) -> int:
+        """Retention: delete the oldest segments past retention.ms (by their largest
+        timestamp), beyond retention.bytes, or wholly below log_start_offset. Never the
+        active segment, never one whose data reaches the high watermark. Returns how
+        many were deleted."""
+        cfg, now = self.config, self.time.milliseconds()
+        deleted = 0
+        if cfg.retention_ms >= 0:
+            deleted += self._delete_oldest_while(lambda s, nxt: now - s.largest_timestamp > cfg.retention_ms,
+                                                 "retention.ms")
+        if cfg.retention_bytes >= 0:
+            excess = self.size_in_bytes() - cfg.retention_bytes
+
+            def over_size(segment: LogSegment, _next: LogSegment) -> bool:
+                nonlocal excess
+                if excess - segment.size < 0:
+                    return False
+                excess -= segment.size
+                return True
+            deleted += self._delete_oldest_while(over_size, "retention.bytes")
+        deleted += self._delete_oldest_while(lambda s, nxt: nxt.base_offset <= self.log_start_offset,
+                                             "log start offset")
+        return deleted
+
+    def _delete_oldest_while(self, predicate, reason: str) -> int:
+        count = 0
+        while len(self._segments) > 1:
+            segment, following = self._segments[0], self._segments[1]
+            if following.base_offset > self.high_watermark or not predicate(segment, following):
+                break
+            del self._segments[0], self._bases[0]
+            segment.delete()
+            count += 1
+        if count:
+            self._dir_version += 1
+            if self._bases[0] > self.log_start_offset:
+                self.log_start_offset = self._bases[0]
+                self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+            log.info("%s-%d: deleted %d segments (%s); log start offset %d", self.topic, self.partition, count,
+                     reason, self.log_start_offset)
+        return count
+
+    # -- flushing ------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync the segments holding [recovery_point, ``offset``) (default: up to the LEO)
+        and advance the recovery point, synchronously."""
+        plan = self.begin_flush(offset)
+        if plan is not None:
+            plan.run()
+            self.complete_flush(plan)
+
+    def begin_flush(self, offset: int | None = None) -> FlushPlan | None:
+        """Prepare a flush up to ``offset`` (default LEO): duplicates the descriptors to fsync
+        (and the directory's when segments were created or deleted). None if nothing to do."""
+        target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
+        dir_dirty = self._dir_version != self._dir_synced_version
+        if target <= self.recovery_point and not dir_dirty:
+            return None
+        first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        last = max(0, bisect.bisect_right(self._bases, max(target - 1, 0)) - 1)
+        fds: list[int] = []
+        try:
+            if target > self.recovery_point:
+                for segment in self._segments[first:last + 1]:
+                    fds.extend(segment.dup_fds())
+            if dir_dirty:
+                fds.append(os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: cannot prepare a flush: {exc}") from exc
+        return FlushPlan(self, target, fds, self._dir_version, self._truncations)
+
+    def complete_flush(self, plan: FlushPlan) -> None:
+        """After ``plan.run()`` succeeded: advance the recovery point (unless the log was
+        truncated meanwhile) and note the flush time."""
+        if plan.truncations == self._truncations:
+            self.recovery_point = max(self.recovery_point, min(plan.offset, self.log_end_offset))
+        self._dir_synced_version = max(self._dir_synced_version, plan.dir_version)
+        self._last_flush_ms = self.time.milliseconds()
+
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    def time_since_last_flush_ms(self) -> int:
+        return self.time.milliseconds() - self._last_flush_ms
+
+    def needs_flush_by_policy(self) -> bool:
+        """flush.messages / flush.ms (Kafka's defaults leave flushing to the OS)."""
+        unflushed = self.unflushed_messages()
+        return unflushed > 0 and (unflushed >= self.config.flush_messages
+                                  or self.time_since_last_flush_ms() >= self.config.flush_ms)
+
+    # -- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Trim the indexes and the active ``.log`` to their used sizes and close every file."""
+        for segment in self._segments:
+            segment.close()
+
+    def delete(self) -> None:
+        """Close and remove the partition directory with everything in it."""
+        for segment in self._segments:
+            segment.delete()
+        self._segments, self._bases = [], []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, segments={len(self._segments)}, "
+                f"start={self.log_start_offset}, end={self.log_end_offset})")

@@ -1,0 +1,211 @@
+"""LogManager: every partition log under the broker's ``log.dirs`` (Kafka's ``LogManager``).
+
+Per log dir it keeps Kafka's files: ``recovery-point-offset-checkpoint``,
+``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` (high watermarks) and
+the ``.kafka_cleanshutdown`` marker, written last by a clean shutdown and removed by the
+next startup. Without the marker, logs are recovered from their checkpointed recovery
+points.
+
+The periodic work (retention, flush policy, checkpoints) is exposed as plain methods; the
+broker schedules them and runs ``FlushPlan.run`` off the event loop. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from protocol.clock import Time
+from protocol.errors import KafkaStorageError
+
+from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir
+from .config import LogConfig
+from .log import FlushPlan, Log, RecoveryReport, parse_topic_partition
+
+log = logging.getLogger("kbroker.storage.manager")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+DELETE_SUFFIX = "-delete"
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    """Not thread-safe: call it from the broker's event-loop thread."""
+
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig, *, time: Time,
+                 topic_config: Callable[[str], LogConfig] | None = None) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self.time = time
+        self._topic_config = topic_config
+        self._logs: dict[TopicPartition, Log] = {}
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+
+    # -- startup -------------------------------------------------------------------------
+
+    def startup(self) -> list[RecoveryReport]:
+        """Load every ``<topic>-<partition>`` directory of every log dir; one report per log.
+
+        Finishes interrupted deletions, reads the three checkpoints, recovers logs when the
+        clean-shutdown marker is absent (and removes the marker), and logs one INFO line
+        per partition that needed recovery.
+        """
+        reports = []
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
+            for child in sorted(log_dir.iterdir()):
+                if not child.is_dir():
+                    continue
+                if child.name.endswith(DELETE_SUFFIX):
+                    shutil.rmtree(child, ignore_errors=True)
+                    continue
+                try:
+                    tp = parse_topic_partition(child.name)
+                except ValueError:
+                    continue
+                if tp in self._logs:
+                    raise KafkaStorageError(f"{child.name} exists in both {self._log_dir_of[tp]} and {log_dir}")
+                loaded = Log.open(child, self._config_for(tp[0]), time=self.time,
+                                  recovery_point=recovery_points.get(tp, 0),
+                                  log_start_offset=start_offsets.get(tp, 0), had_clean_shutdown=clean)
+                loaded.update_high_watermark(high_watermarks.get(tp, 0))
+                self._logs[tp] = loaded
+                self._log_dir_of[tp] = log_dir
+                report = loaded.recovery_report
+                assert report is not None
+                if report.needed_recovery:
+                    log.info("recovered %s", report.summary())
+                reports.append(report)
+            if clean:
+                marker.unlink()
+                fsync_dir(log_dir)
+            log.info("loaded %d logs from %s (%s shutdown)", sum(1 for d in self._log_dir_of.values() if d == log_dir),
+                     log_dir, "clean" if clean else "unclean")
+        return reports
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CheckpointFormatError as exc:
+            log.warning("%s; ignoring it (logs recover from offset 0)", exc)
+            return {}
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self._topic_config(topic) if self._topic_config is not None else self.default_config
+
+    # -- logs ----------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> dict[TopicPartition, Log]:
+        return dict(self._logs)
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """The partition's log, created in the log dir holding the fewest partitions if new."""
+        tp = (topic, partition)
+        existing = self._logs.get(tp)
+        if existing is not None:
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._log_dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        partition_dir = log_dir / f"{topic}-{partition}"
+        created = Log.open(partition_dir, config or self._config_for(topic), time=self.time)
+        fsync_dir(log_dir)
+        self._logs[tp] = created
+        self._log_dir_of[tp] = log_dir
+        log.info("created log %s-%d in %s", topic, partition, log_dir)
+        return created
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Close the log, rename its directory to ``<name>.<uuid>-delete``, then remove it
+        (a crash in between leaves a directory the next startup removes)."""
+        tp = (topic, partition)
+        removed = self._logs.pop(tp, None)
+        if removed is None:
+            return
+        log_dir = self._log_dir_of.pop(tp)
+        removed.close()
+        doomed = removed.dir.with_name(f"{removed.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        os.rename(removed.dir, doomed)
+        fsync_dir(log_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
+        log.info("deleted log %s-%d", topic, partition)
+
+    # -- periodic work -------------------------------------------------------------------
+
+    def cleanup_logs(self) -> int:
+        """Retention pass over every log; returns the number of segments deleted."""
+        deleted = 0
+        for (topic, partition), each in list(self._logs.items()):
+            try:
+                deleted += each.delete_old_segments()
+            except OSError as exc:
+                log.error("%s-%d: retention failed: %s", topic, partition, exc)
+        return deleted
+
+    def flush_dirty_logs(self) -> list[FlushPlan]:
+        """The flush.ms / flush.messages pass: a plan for each log the policy says to flush.
+        The broker runs ``plan.run()`` off the loop, then ``plan.log.complete_flush(plan)``."""
+        plans = []
+        for each in self._logs.values():
+            if each.needs_flush_by_policy():
+                plan = each.begin_flush()
+                if plan is not None:
+                    plans.append(plan)
+        return plans
+
+    def _write_checkpoints(self, file_name: str, value: Callable[[Log], int]) -> None:
+        for log_dir in self.log_dirs:
+            offsets = {tp: value(each) for tp, each in self._logs.items() if self._log_dir_of[tp] == log_dir}
+            OffsetCheckpointFile(log_dir / file_name).write(offsets)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda each: each.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda each: each.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._write_checkpoints(HIGH_WATERMARK_CHECKPOINT, lambda each: each.high_watermark)
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Flush every log, write the three checkpoints, close (trim) the logs, then write
+        the clean-shutdown marker in each log dir."""
+        for each in self._logs.values():
+            each.flush()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for each in self._logs.values():
+            each.close()
+        for log_dir in self.log_dirs:
+            fd = os.open(log_dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(log_dir)
+        self._logs.clear()
+        self._log_dir_of.clear()
+        log.info("log manager shut down cleanly")

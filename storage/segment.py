@@ -1,0 +1,470 @@
+"""LogSegment: one ``<base offset>.log`` with its ``.index`` and ``.timeindex`` (Kafka's ``LogSegment``).
+
+The rules, where Kafka keeps them:
+
+* ``append`` writes batches that already carry their offsets, and adds an offset-index
+  entry (batch last offset -> batch position) and maybe a time-index entry (largest
+  timestamp so far -> its batch's last offset) once more than ``index_interval_bytes``
+  have been appended since the last entry. That is what makes the indexes sparse.
+* ``translate_offset`` finds the floor index entry and scans batch headers forward;
+  ``read`` returns whole batches from there as a zero-copy view.
+* ``recover`` validates batch after batch, rebuilds both indexes and cuts an invalid tail.
+* ``should_roll`` gathers every reason to start a new segment.
+
+Files are opened lazily. Only the active segment of each log stays open for good; other
+segments open on first use and sit in a process-wide LRU of ``MAX_OPEN_SEGMENTS`` that
+closes the least recently used (a broker with thousands of segments must stay below
+RLIMIT_NOFILE). What a closed segment must still answer (size, largest timestamp) is
+kept in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import random
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from protocol.errors import KafkaError
+from protocol.records import BatchHeader, batch_body, check_batch, decode_records, iter_batch_headers
+
+from .file_records import FileRecords
+from .index import CorruptIndexError
+from .offset_index import OffsetIndex
+from .time_index import TimeIndex
+
+log = logging.getLogger("kbroker.storage.segment")
+
+LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
+MAX_OPEN_SEGMENTS = 256
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class _OpenSegments:
+    """LRU of non-active segments whose files are open. Not thread-safe."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._lru: OrderedDict[int, LogSegment] = OrderedDict()
+
+    def touch(self, segment: LogSegment) -> None:
+        key = id(segment)
+        if key in self._lru:
+            self._lru.move_to_end(key)
+            return
+        self._lru[key] = segment
+        while len(self._lru) > self.capacity:
+            self._lru.popitem(last=False)[1].close_handles()
+
+    def discard(self, segment: LogSegment) -> None:
+        self._lru.pop(id(segment), None)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+OPEN_SEGMENTS = _OpenSegments(MAX_OPEN_SEGMENTS)
+
+
+@dataclass
+class RecoverResult:
+    """What ``LogSegment.recover`` found: bytes kept, the offset after them, and why it stopped early."""
+
+    valid_bytes: int
+    next_offset: int
+    truncated_bytes: int = 0
+    error: str | None = None
+    zero_tail: bool = False  # what was cut is only zeros (truncation leftovers, preallocated space)
+
+
+class LogSegment:
+    """Not thread-safe: every method runs on the owning Log's thread."""
+
+    def __init__(self, dir: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
+                 roll_jitter_ms: int = 0, created_ms: int = 0) -> None:
+        self.dir = Path(dir)
+        self.base_offset = base_offset
+        self.log_path = self.dir / file_name(base_offset, LOG_SUFFIX)
+        self.index_path = self.dir / file_name(base_offset, INDEX_SUFFIX)
+        self.time_index_path = self.dir / file_name(base_offset, TIME_INDEX_SUFFIX)
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.roll_jitter_ms = roll_jitter_ms
+        self.created_ms = created_ms
+        self.active = False
+        try:
+            self.size = self.log_path.stat().st_size
+        except FileNotFoundError:
+            self.size = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp_so_far = -1
+        self.bytes_since_last_index_entry = 0
+        self.rolling_based_timestamp: int | None = None  # max timestamp of the first batch
+        self._records: FileRecords | None = None
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._retired_maps: list[mmap.mmap] = []
+
+    @classmethod
+    def create(cls, dir: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
+               segment_jitter_ms: int, now_ms: int) -> LogSegment:
+        """A new, empty, active segment (its files are created)."""
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (Path(dir) / file_name(base_offset, suffix)).unlink(missing_ok=True)
+        segment = cls(dir, base_offset, index_interval_bytes=index_interval_bytes, max_index_size=max_index_size,
+                      roll_jitter_ms=random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0,
+                      created_ms=now_ms)
+        segment.activate()
+        segment.records  # noqa: B018 - creates the .log file
+        return segment
+
+    # -- lazily opened files -------------------------------------------------------------
+
+    @property
+    def records(self) -> FileRecords:
+        if self._records is None:
+            self._records = FileRecords(self.log_path, self.size, self._retired_maps)
+        self._touch()
+        return self._records
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._offset_index is None:
+            self._offset_index = OffsetIndex(self.index_path, self.base_offset, self.max_index_size, self.active)
+        self._touch()
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._time_index is None:
+            self._time_index = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size, self.active)
+        self._touch()
+        return self._time_index
+
+    def _touch(self) -> None:
+        if not self.active:
+            OPEN_SEGMENTS.touch(self)
+
+    def close_handles(self) -> None:
+        """Close the files (they reopen on next use). Active segments stay open."""
+        if self.active:
+            return
+        OPEN_SEGMENTS.discard(self)
+        if self._records is not None:
+            self._retired_maps = self._records.close()
+            self._records = None
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.close()
+        self._offset_index = self._time_index = None
+
+    def activate(self) -> None:
+        """Become the log's active segment: stay open, indexes preallocated for appends."""
+        self.active = True
+        OPEN_SEGMENTS.discard(self)
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.max_index_size = self.max_index_size
+                index.resize(self.max_index_size)
+
+    def on_become_inactive(self) -> None:
+        """A newer segment took over (roll): final time-index entry, trim the files."""
+        self.close(keep_open=True)
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, buf, batches: list[tuple[int, BatchHeader]]) -> None:
+        """Append ``buf`` (batches back to back; ``batches`` = (position in buf, header)).
+
+        All or nothing: if a data or index write fails with OSError, the segment is put
+        back as it was and the error propagates.
+        """
+        records, offset_index, time_index = self.records, self.offset_index, self.time_index
+        saved = (offset_index.entries, time_index.entries, self.max_timestamp_so_far,
+                 self.offset_of_max_timestamp_so_far, self.bytes_since_last_index_entry, self.rolling_based_timestamp)
+        position = records.size
+        try:
+            records.append(buf)
+            for relative_position, header in batches:
+                self._index_batch(position + relative_position, header)
+        except OSError:
+            try:
+                offset_index.truncate_to_entries(saved[0])
+                time_index.truncate_to_entries(saved[1])
+                records.truncate_to(position)
+            except OSError as exc:
+                log.error("%s: could not undo a failed append: %s", self.log_path, exc)
+            (_, _, self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+             self.bytes_since_last_index_entry, self.rolling_based_timestamp) = saved
+            raise
+        finally:
+            self.size = records.size
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        """Kafka's per-batch bookkeeping in LogSegment.append (shared with recover)."""
+        if header.max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = header.max_timestamp
+            self.offset_of_max_timestamp_so_far = header.last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            # A full index only happens when the roll check could not help (an empty
+            # segment): skipping an entry leaves the index sparser, never wrong.
+            if not self.offset_index.is_full():
+                self.offset_index.append(header.last_offset, position)
+            if not self.time_index.is_full():
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += header.size
+        if self.rolling_based_timestamp is None:
+            self.rolling_based_timestamp = header.max_timestamp
+
+    # -- reading -------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch at or after ``start_position`` whose last
+        offset is >= ``offset``; None if the segment has none."""
+        position = max(self.offset_index.lookup(offset).position, start_position)
+        records = self.records
+        for pos, header in iter_batch_headers(records.buffer(records.size), position, records.size):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(self, start_offset: int, max_size: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> tuple[int, memoryview] | None:
+        """Whole batches from the one containing ``start_offset``: (its base offset, view).
+
+        Stops before the first batch whose last offset is >= ``max_offset``, and at
+        ``max_size`` bytes; a first batch larger than ``max_size`` is returned whole when
+        ``min_one_batch`` (KIP-74), else nothing. None when no batch here reaches
+        ``start_offset``.
+        """
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        start, first = found
+        records = self.records
+        end_limit = records.size
+        if max_offset is not None:
+            bound = self.translate_offset(max_offset, start)
+            if bound is not None:
+                end_limit = bound[0]
+        if end_limit <= start:
+            return first.base_offset, records.slice(0, 0)
+        if first.size > max_size:
+            end = start + first.size if min_one_batch else start
+        else:
+            target = min(start + max_size, end_limit)
+            end = target if target == end_limit else self._last_batch_end_before(start, target)
+        return first.base_offset, records.slice(start, end)
+
+    def _last_batch_end_before(self, start: int, target: int) -> int:
+        """The largest batch boundary <= ``target``, scanning from the nearest indexed batch."""
+        end = max(self.offset_index.lookup_by_position(target).position, start)
+        records = self.records
+        for pos, header in iter_batch_headers(records.buffer(records.size), end, target):
+            end = pos + header.size
+        return end
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int, int] | None:
+        """(timestamp, offset, partition leader epoch) of the first record at or after
+        ``start_offset`` whose timestamp is >= ``timestamp``; None if there is none here.
+
+        The time index finds where to start, batch headers find the first batch whose
+        max timestamp qualifies, and that batch's records are decoded to find the record.
+        """
+        floor = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(floor.offset, start_offset)).position
+        records = self.records
+        buf = records.buffer(records.size)
+        for pos, header in iter_batch_headers(buf, position, records.size):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            for record in decode_records(header, batch_body(buf, pos, header)):
+                if record.timestamp >= timestamp and record.offset >= start_offset:
+                    return record.timestamp, record.offset, header.partition_leader_epoch
+        return None
+
+    # -- rolling and retention -----------------------------------------------------------
+
+    def should_roll(self, *, set_size: int, max_timestamp: int, last_offset: int, now_ms: int, segment_bytes: int, segment_ms: int) -> str | None:
+        """Why the next append (of ``set_size`` bytes ending at
+        ``last_offset``, largest timestamp ``max_timestamp``) must go to a new segment, or None. An empty segment never rolls."""
+        if self.size == 0:
+            return None
+        if self.size > segment_bytes - set_size:
+            return "segment.bytes"
+        if self._time_waited_for_roll(now_ms, max_timestamp) > segment_ms - self.roll_jitter_ms:
+            return "segment.ms"
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return "index full"
+        if not self.offset_index.can_append_offset(last_offset):
+            return "relative offset overflow"
+        return None
+
+    def _time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
+            return message_timestamp - self.rolling_based_timestamp
+        return now_ms - self.created_ms
+
+    @property
+    def largest_timestamp(self) -> int:
+        """For retention.ms: the largest record timestamp, else the file's mtime (as Kafka)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return self.log_path.stat().st_mtime_ns // 1_000_000
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def load_indexes(self, next_offset_bound: int | None) -> str | None:
+        """Sanity-check both indexes and take the largest timestamp from the time index.
+
+        Returns why they need a rebuild (missing or corrupt), or None when they are fine.
+        """
+        for path in (self.index_path, self.time_index_path):
+            if not path.exists() and self.size > 0:
+                return f"{path.name} is missing"
+        try:
+            self.offset_index.sanity_check(self.size, next_offset_bound)
+            self.time_index.sanity_check(self.size, next_offset_bound)
+        except CorruptIndexError as exc:
+            return str(exc)
+        self._max_timestamp_from_time_index()
+        return None
+
+    def _max_timestamp_from_time_index(self) -> None:
+        timestamp, offset = self.time_index.last_entry()
+        self.max_timestamp_so_far = timestamp
+        self.offset_of_max_timestamp_so_far = offset if timestamp >= 0 else -1
+
+    def recover(self, *, start_position: int = 0, verify_crc: bool = True,
+                on_batch: Callable[[BatchHeader], None] | None = None) -> RecoverResult:
+        """Validate the batches from ``start_position`` (a batch boundary), rebuild the
+        index entries from there, and cut the file at the first invalid batch.
+
+        ``start_position`` 0 rebuilds everything (unclean shutdown, bad index); the
+        position of the last offset-index entry re-reads just the tail (clean load of the
+        active segment). A batch must start at the offset the previous one ended at.
+        ``on_batch`` sees each valid header (the leader-epoch cache uses it).
+        """
+        records, offset_index, time_index = self.records, self.offset_index, self.time_index
+        end = records.size
+        buf = records.buffer(end)
+        try:
+            next_offset = check_batch(buf, start_position, end, verify_crc=False).base_offset
+        except KafkaError:
+            start_position = 0
+        if start_position == 0:
+            offset_index.reset()
+            time_index.reset()
+            self.max_timestamp_so_far = self.offset_of_max_timestamp_so_far = -1
+            self.rolling_based_timestamp = None
+            next_offset = self.base_offset
+            self.bytes_since_last_index_entry = 0
+        else:
+            offset_index.truncate_to(next_offset)
+            time_index.truncate_to(next_offset)
+            self._max_timestamp_from_time_index()
+            self.bytes_since_last_index_entry = self.index_interval_bytes + 1  # re-index that batch
+        position, error = start_position, None
+        while position < end:
+            try:
+                header = check_batch(buf, position, end, verify_crc=verify_crc)
+            except KafkaError as exc:
+                error = str(exc)
+                break
+            if header.base_offset != next_offset:
+                error = f"batch at byte {position}: base offset {header.base_offset}, expected {next_offset}"
+                break
+            self._index_batch(position, header)
+            if on_batch is not None:
+                on_batch(header)
+            position += header.size
+            next_offset = header.next_offset
+        zero_tail = error is not None and _is_zeros(buf, position, end)
+        if zero_tail:
+            error = f"zero tail from byte {position}"
+        del buf
+        truncated = records.truncate_to(position)
+        self.size = records.size
+        if not self.active:
+            offset_index.trim_to_valid_size()
+            time_index.trim_to_valid_size()
+        return RecoverResult(position, next_offset, truncated, error, zero_tail)
+
+    # -- truncation, flushing, closing ---------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop the batch that contains ``offset`` and all after it; returns bytes dropped."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, header = found
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        dropped = self.records.truncate_to(position)
+        self.size = position
+        self._max_timestamp_from_time_index()
+        self.bytes_since_last_index_entry = 0
+        if position == 0:
+            self.rolling_based_timestamp = None
+        return dropped
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (the base offset when empty)."""
+        last = self.offset_index.last_entry()
+        records = self.records
+        next_offset = last.offset + 1 if self.offset_index.entries else self.base_offset
+        for _pos, header in iter_batch_headers(records.buffer(records.size), last.position, records.size):
+            next_offset = header.next_offset
+        return next_offset
+
+    def dup_fds(self) -> list[int]:
+        """Duplicates of the three file descriptors, for a flush on another thread."""
+        return [self.records.dup_fd(), self.offset_index.dup_fd(), self.time_index.dup_fd()]
+
+    def flush(self) -> None:
+        for f in (self.records, self.offset_index, self.time_index):
+            f.flush()
+
+    def close(self, keep_open: bool = False) -> None:
+        """Final time-index entry, indexes and ``.log`` trimmed to their used sizes, files
+        closed (unless ``keep_open``). The segment is no longer active."""
+        if self.active and self._time_index is not None and self.max_timestamp_so_far >= 0:
+            self._time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                          skip_full_check=True)
+        for index in (self._offset_index, self._time_index):
+            if index is not None:
+                index.trim_to_valid_size()
+        if self._records is not None:
+            self._records.trim()
+        self.active = False
+        if keep_open:
+            self._touch()
+        else:
+            self.close_handles()
+
+    def delete(self) -> None:
+        self.active = False
+        self.close_handles()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self.size})"
+
+
+def _is_zeros(buf, start: int, end: int) -> bool:
+    """Whether buf[start:end] is all zero bytes (what preallocation or a truncation leaves)."""
+    while start < end:
+        stop = min(end, start + (1 << 20))
+        if buf[start:stop] != bytes(stop - start):
+            return False
+        start = stop
+    return True

@@ -1,0 +1,79 @@
+"""Configuration in Kafka's terms: file < environment < --override, warnings and errors."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from broker.config import ConfigError, KafkaConfig, env_name
+
+
+def test_kafka_defaults():
+    c = KafkaConfig()
+    assert c["num.partitions"] == 1
+    assert c["auto.create.topics.enable"] is True
+    assert c["message.max.bytes"] == 1048588
+    assert c["socket.request.max.bytes"] == 104857600
+    assert c["log.segment.bytes"] == 1073741824
+    assert c.retention_ms == 168 * 3600 * 1000
+    assert c["replica.lag.time.max.ms"] == 30000
+    assert [str(d) for d in c.log_dirs] == ["/tmp/kafka-logs"]
+    assert [str(e) for e in c.listeners] == ["PLAINTEXT://:9092"]
+
+
+def test_file_env_override_precedence(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text("# comment\nnum.partitions=3\nlog.dirs=/a,/b\nlog.retention.ms = 1000\n"
+                     "listeners=PLAINTEXT://127.0.0.1:19092\n")
+    c = KafkaConfig.load(props, env={})
+    assert c["num.partitions"] == 3
+    assert [str(d) for d in c.log_dirs] == ["/a", "/b"]
+    assert c.retention_ms == 1000
+    env = {"KBROKER_NUM_PARTITIONS": "5", "KBROKER_LOG_DIRS": "/env"}
+    c = KafkaConfig.load(props, env=env)
+    assert c["num.partitions"] == 5 and [str(d) for d in c.log_dirs] == ["/env"]
+    c = KafkaConfig.load(props, overrides=["num.partitions=7"], env=env)
+    assert c["num.partitions"] == 7
+    assert env_name("log.dirs") == "KBROKER_LOG_DIRS"
+
+
+def test_unknown_key_warns_once_and_kafka_only_keys_are_silent(caplog):
+    with caplog.at_level(logging.WARNING, logger="kbroker.config"):
+        KafkaConfig({"no.such.key": "1", "num.network.threads": "3", "zookeeper.connect": "x:2181"})
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["unknown configuration key 'no.such.key' ignored"]
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("num.partitions", "many", "num.partitions"),
+    ("num.partitions", "0", "num.partitions: 0 is below the minimum 1"),
+    ("auto.create.topics.enable", "perhaps", "auto.create.topics.enable"),
+    ("log.message.timestamp.type", "Sometimes", "log.message.timestamp.type"),
+    ("listeners", "127.0.0.1:9092", "listeners"),
+])
+def test_bad_values_name_their_key(key, value, fragment):
+    with pytest.raises(ConfigError) as info:
+        KafkaConfig({key: value})
+    assert fragment in str(info.value)
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match="key=value"):
+        KafkaConfig.load(None, overrides=["num.partitions"], env={})
+
+
+def test_topic_defaults_use_topic_level_names():
+    c = KafkaConfig({"log.segment.bytes": "1024", "log.retention.hours": "1", "message.max.bytes": "2048",
+                     "log.message.timestamp.type": "LogAppendTime", "min.insync.replicas": "2"})
+    d = c.topic_defaults()
+    assert d["segment.bytes"] == "1024"
+    assert d["retention.ms"] == str(3600 * 1000)
+    assert d["max.message.bytes"] == "2048"
+    assert d["message.timestamp.type"] == "LogAppendTime"
+    assert d["min.insync.replicas"] == "2"
+
+
+def test_retention_precedence_ms_over_minutes_over_hours():
+    assert KafkaConfig({"log.retention.hours": "2", "log.retention.minutes": "3"}).retention_ms == 180_000
+    assert KafkaConfig({"log.retention.minutes": "3", "log.retention.ms": "5"}).retention_ms == 5

@@ -1,0 +1,151 @@
+"""KafkaConnection driven through a mock transport (uvicorn style): ordering, flow control,
+bad frames. No sockets, no event loop needed."""
+
+from __future__ import annotations
+
+import struct
+
+from broker.network import KafkaConnection, SocketServer
+from protocol.errors import RemoteProtocolError
+from protocol.hotpath import encode_request_header
+
+
+class MockTransport:
+    def __init__(self):
+        self.written = []
+        self.closed = False
+        self.paused = False
+
+    def write(self, data):
+        self.written.append(bytes(data))
+
+    def writelines(self, chunks):
+        self.written.append(b"".join(bytes(c) for c in chunks))
+
+    def close(self):
+        self.closed = True
+
+    def is_closing(self):
+        return self.closed
+
+    def pause_reading(self):
+        self.paused = True
+
+    def resume_reading(self):
+        self.paused = False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 5555) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        pass
+
+
+class FakeApis:
+    """Holds contexts; the test decides when and how each is answered."""
+
+    def __init__(self):
+        self.contexts = []
+
+    def handle(self, ctx):
+        if ctx.header.api_key == 99:
+            raise RemoteProtocolError("unknown api key 99")
+        self.contexts.append(ctx)
+
+
+def request(api_key, correlation_id, body=b""):
+    raw = encode_request_header(api_key, 0, correlation_id, "t", False) + body
+    return struct.pack(">i", len(raw)) + raw
+
+
+def make(max_inflight=10, max_request_size=1 << 20):
+    apis = FakeApis()
+    server = SocketServer(apis, max_request_size=max_request_size, max_inflight=max_inflight)
+    conn = KafkaConnection(server, "PLAINTEXT")
+    transport = MockTransport()
+    conn.connection_made(transport)
+    return conn, apis, transport
+
+
+def test_responses_leave_in_request_order():
+    conn, apis, transport = make()
+    conn.data_received(request(3, 1) + request(3, 2) + request(3, 3))
+    assert [c.header.correlation_id for c in apis.contexts] == [1, 2, 3]
+    apis.contexts[2].send_response(b"third")
+    apis.contexts[1].send_response(b"second")
+    assert transport.written == []  # the first is still pending
+    apis.contexts[0].send_response([b"fi", b"rst"])
+    assert transport.written == [b"first", b"second", b"third"]
+
+
+def test_no_response_frees_the_slot_without_writing():
+    conn, apis, transport = make()
+    conn.data_received(request(0, 1) + request(3, 2))
+    apis.contexts[1].send_response(b"metadata")
+    assert transport.written == []
+    apis.contexts[0].send_no_response()  # acks=0 produce
+    assert transport.written == [b"metadata"]
+    assert conn.inflight == 0
+
+
+def test_frames_split_across_reads():
+    conn, apis, transport = make()
+    data = request(3, 1, b"x" * 100) + request(3, 2)
+    for i in range(len(data)):
+        conn.data_received(data[i:i + 1])
+    assert [c.header.correlation_id for c in apis.contexts] == [1, 2]
+    assert bytes(apis.contexts[0].frame[apis.contexts[0].body_offset:]) == b"x" * 100
+
+
+def test_reading_pauses_at_the_inflight_limit_and_resumes():
+    conn, apis, transport = make(max_inflight=2)
+    conn.data_received(request(3, 1))
+    assert not transport.paused
+    conn.data_received(request(3, 2))
+    assert transport.paused
+    apis.contexts[0].send_response(b"a")
+    assert not transport.paused
+
+
+def test_write_backpressure_pauses_reading():
+    conn, apis, transport = make()
+    conn.data_received(request(3, 1))
+    conn.pause_writing()
+    assert transport.paused
+    conn.resume_writing()
+    assert not transport.paused
+
+
+def test_oversized_frame_closes_without_allocating(caplog):
+    conn, apis, transport = make(max_request_size=1000)
+    conn.data_received(struct.pack(">i", 2**31 - 1))
+    assert transport.closed
+    assert apis.contexts == []
+    assert "exceeds the 1000-byte limit" in caplog.text
+
+
+def test_unreadable_header_closes_only_this_connection(caplog):
+    conn, apis, transport = make()
+    conn.data_received(struct.pack(">i", 3) + b"\x00\x03\x00")
+    assert transport.closed
+    assert "unreadable request header" in caplog.text
+    other, apis2, transport2 = make()
+    other.data_received(request(3, 1))
+    assert len(apis2.contexts) == 1 and not transport2.closed
+
+
+def test_handler_protocol_error_closes_with_one_line(caplog):
+    conn, apis, transport = make()
+    conn.data_received(request(99, 5))
+    assert transport.closed
+    assert len([r for r in caplog.records if r.name == "kbroker.network"]) == 1
+    assert "unknown api key 99" in caplog.text
+
+
+def test_late_response_after_close_is_dropped():
+    conn, apis, transport = make()
+    conn.data_received(request(1, 1))
+    ctx = apis.contexts[0]
+    conn.connection_lost(None)
+    ctx.send_response(b"late")
+    assert transport.written == []
