@@ -135,6 +135,9 @@ class KafkaConnection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def connection_lost(self, exc) -> None:
+        if self.framer.buffered and not self.closed:
+            log.warning("connection from %s closed in the middle of a request (%d bytes of a frame dropped)",
+                        self.peer, self.framer.buffered)
         self.closed = True
         self.server.connections.discard(self)
         self._pending.clear()

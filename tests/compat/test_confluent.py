@@ -1,0 +1,88 @@
+"""confluent-kafka 2.16 (librdkafka 2.16): Producer, Consumer.assign, each codec, offsets_for_times."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from protocol.compression import Compression
+
+from .helpers import BASE_TS, assert_same_records, create_topic, sample_records, stored_batches
+
+
+def produce(bootstrap, topic, rows, **config):
+    errors, offsets = [], []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            offsets.append(msg.offset())
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
+    for k, v, h, ts in rows:
+        while True:
+            try:
+                producer.produce(topic, value=v, key=k, headers=h or None, timestamp=ts, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert errors == []
+    return offsets
+
+
+def consume(bootstrap, topic, n):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-assign", "enable.auto.commit": False,
+                         "enable.partition.eof": False})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got = []
+    try:
+        empty_polls = 0
+        while len(got) < n and empty_polls < 30:
+            msgs = consumer.consume(num_messages=1000, timeout=1.0)
+            empty_polls = 0 if msgs else empty_polls + 1
+            for m in msgs:
+                assert m.error() is None, m.error()
+                got.append((m.key(), m.value(), [(k, v) for k, v in (m.headers() or [])], m.timestamp()[1]))
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_round_trip_10000_records(threaded_broker, acks):
+    rows = sample_records()
+    offsets = produce(threaded_broker.bootstrap, "ck", rows, acks=acks)
+    if acks != "0":
+        assert sorted(offsets) == list(range(len(rows)))
+    assert_same_records(rows, consume(threaded_broker.bootstrap, "ck", len(rows)))
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_round_trip(threaded_broker, tmp_path, codec):
+    topic = f"ck-{codec}"
+    rows = sample_records(3000, tag=codec)
+    produce(threaded_broker.bootstrap, topic, rows, **{"compression.type": codec})
+    batches = stored_batches(tmp_path / "data", topic, 0)
+    assert batches and {b.compression for b in batches} == {Compression[codec.upper()]}
+    assert_same_records(rows, consume(threaded_broker.bootstrap, topic, len(rows)))
+
+
+def test_offsets_for_times_agree_with_the_broker(threaded_broker):
+    create_topic(threaded_broker, "ck-times")
+    produce(threaded_broker.bootstrap, "ck-times", sample_records(500))
+    consumer = Consumer({"bootstrap.servers": threaded_broker.bootstrap, "group.id": "compat-times"})
+    try:
+        for i in (0, 1, 250, 499):
+            [found] = consumer.offsets_for_times([TopicPartition("ck-times", 0, BASE_TS + i * 10)], timeout=10)
+            assert found.offset == i
+            [between] = consumer.offsets_for_times([TopicPartition("ck-times", 0, BASE_TS + i * 10 - 7)], timeout=10)
+            assert between.offset == i
+        [none] = consumer.offsets_for_times([TopicPartition("ck-times", 0, BASE_TS + 5000)], timeout=10)
+        assert none.offset == -1  # librdkafka's OFFSET_END: no such record
+        low, high = consumer.get_watermark_offsets(TopicPartition("ck-times", 0), timeout=10)
+        assert (low, high) == (0, 500)
+    finally:
+        consumer.close()
