@@ -49,7 +49,11 @@ def test_compressed_round_trip(threaded_broker, tmp_path, codec):
     rows = sample_records(3000, tag=codec)
     produce(threaded_broker.bootstrap, topic, rows, acks=1, enable_idempotence=False, compression_type=codec)
     batches = stored_batches(tmp_path / "data", topic, 0)
-    assert batches and {b.compression for b in batches} == {Compression[codec.upper()]}
+    # kafka-python sends a batch uncompressed when compressing it would not shrink it
+    # (DefaultRecordBatchBuilder._maybe_compress); the broker stores whatever was sent.
+    assert {b.compression for b in batches} <= {Compression[codec.upper()], Compression.NONE}
+    compressed = sum(b.records_count for b in batches if b.compression != Compression.NONE)
+    assert compressed >= 0.9 * len(rows)
     assert_same_records(rows, consume(threaded_broker.bootstrap, topic, len(rows)))
 
 
