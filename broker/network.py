@@ -111,6 +111,7 @@ class KafkaConnection(asyncio.Protocol):
         self._read_paused = False
         self._write_paused = False
         self._eof = False
+        self._out: list | None = None
         self.closed = False
         self.requests = 0
 
@@ -148,10 +149,18 @@ class KafkaConnection(asyncio.Protocol):
         except (FrameTooLarge, NegativeFrameSize) as exc:
             self.close(str(exc))
             return
-        for frame in frames:
-            if self.closed:
-                return
-            self._process(frame)
+        # Responses that are ready while this read is processed leave in one writev.
+        self._out = out = []
+        try:
+            for frame in frames:
+                if self.closed:
+                    return
+                self._process(frame)
+        finally:
+            self._out = None
+            if out and not self.closed:
+                self.transport.writelines(out)
+                self._update_reading()
 
     def eof_received(self):
         # The client half-closed: answer what is in flight, then close (returning False closes now).
@@ -194,18 +203,23 @@ class KafkaConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         pending = self._pending
-        transport = self.transport
+        out = self._out
         wrote = False
         while pending and pending[0].done:
-            slot = pending.popleft()
-            response = slot.response
+            response = pending.popleft().response
             if response is None or self.closed:
                 continue
-            if isinstance(response, list):
-                transport.writelines(response)
+            if out is not None:  # inside data_received: written once the whole read is processed
+                if isinstance(response, list):
+                    out.extend(response)
+                else:
+                    out.append(response)
+            elif isinstance(response, list):
+                self.transport.writelines(response)
+                wrote = True
             else:
-                transport.write(response)
-            wrote = True
+                self.transport.write(response)
+                wrote = True
         if self._read_paused or wrote:
             self._update_reading()
         if self._eof and not pending and not self.closed:
