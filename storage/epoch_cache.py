@@ -62,9 +62,6 @@ class LeaderEpochFileCache:
     def latest_entry(self) -> EpochEntry | None:
         return self._entries[-1] if self._entries else None
 
-    def earliest_entry(self) -> EpochEntry | None:
-        return self._entries[0] if self._entries else None
-
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch whose range contains ``offset`` (None before the first entry or when empty)."""
         found = None

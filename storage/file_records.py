@@ -2,13 +2,16 @@
 
 Appends go through ``os.pwrite``, reads are slices of a read-only ``MAP_SHARED`` mapping.
 
-Why pwrite rather than writing through the mapping (bench/storage_bench.py, "append"
-section, 16 KiB batches into a fresh file, medians of 5 interleaved runs on this 2-core VM):
-pwrite 1.3-1.6 GB/s, copying into a mapping of a file pre-extended with ftruncate
-1.0-1.2 GB/s (every first touch of a page is a page fault plus a block allocation, where
-write() allocates in bulk), while the mapping also needs the file extended ahead of the
-data (a zero tail to manage) and turns ENOSPC into SIGBUS, which kills the broker. A
-write() turns it into an OSError that becomes KAFKA_STORAGE_ERROR for one partition.
+Why pwrite rather than writing through the mapping. Measured (bench/storage_bench.py,
+"append": 16 KiB batches, 256 MB per run, medians of 5 interleaved runs, 2-core VM, ext4):
+a plain os.write loop 1170 MB/s, copying into a mapping of a file pre-extended with
+ftruncate 1264 MB/s (1.08x), Log.append_as_leader through pwrite 647 MB/s (0.55x; the
+gap is per-batch Python work and the index-entry pwrite, not the data write: a bare
+pwrite loop runs at the os.write speed). The mapping's ~8% would not pay for what it
+costs: the file must be extended ahead of the data (a zero tail to manage on every roll,
+close and crash), and a store into a page whose block cannot be allocated (ENOSPC) is a
+SIGBUS that kills the broker, where pwrite returns an OSError that becomes
+KAFKA_STORAGE_ERROR for one partition.
 
 The file keeps its real size: no preallocation. A mapping covers the file as it was when
 mapped; a read past it maps the current size again. Mappings handed out as memoryviews
@@ -43,7 +46,7 @@ class FileRecords:
     """Not thread-safe."""
 
     def __init__(self, path: Path, size: int | None = None, retired: list[mmap.mmap] | None = None) -> None:
-        self.path = Path(path)
+        self.path = path
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.file_size = os.fstat(self._fd).st_size
         self.size = self.file_size if size is None else min(size, self.file_size)
@@ -132,9 +135,6 @@ class FileRecords:
             self._retired[:] = [m for m in self._retired if not try_close(m)]
 
     # -- files ---------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        os.fsync(self._fd)
 
     def dup_fd(self) -> int:
         return os.dup(self._fd)

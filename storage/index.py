@@ -48,7 +48,7 @@ class AbstractIndex:
     WARM_SECTION_BYTES = 8192
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int = -1, writable: bool = True) -> None:
-        self.path = Path(path)
+        self.path = path
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
         self._warm_entries = self.WARM_SECTION_BYTES // self.entry_size
@@ -104,9 +104,6 @@ class AbstractIndex:
 
     def entry(self, slot: int) -> tuple:
         return self.ENTRY.unpack_from(self._mmap, slot * self.entry_size)
-
-    def last_entry_tuple(self) -> tuple | None:
-        return self.entry(self.entries - 1) if self.entries else None
 
     def _append_entry(self, *values: int) -> None:
         if self.entries >= self.max_entries:
@@ -195,9 +192,6 @@ class AbstractIndex:
 
     # -- files ---------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        os.fsync(self._fd)
-
     def dup_fd(self) -> int:
         return os.dup(self._fd)
 
@@ -206,7 +200,3 @@ class AbstractIndex:
             self._unmap()
             os.close(self._fd)
             self._fd = -1
-
-    def delete(self) -> None:
-        self.close()
-        self.path.unlink(missing_ok=True)

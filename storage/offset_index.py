@@ -47,11 +47,12 @@ class OffsetIndex(AbstractIndex):
 
     def append(self, offset: int, position: int) -> None:
         """Add (offset, position); offsets must grow (Kafka raises InvalidOffsetException)."""
-        if self.entries and offset <= self.last_offset:
+        relative = offset - self.base_offset
+        if self.entries and relative <= self.entry(self.entries - 1)[0]:
             raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset {self.last_offset}")
-        if not self.can_append_offset(offset):
+        if not 0 <= relative <= INT32_MAX:
             raise ValueError(f"{self.path}: offset {offset} does not fit relative to base {self.base_offset}")
-        self._append_entry(offset - self.base_offset, position)
+        self._append_entry(relative, position)
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The entry with the largest offset <= ``target_offset``; (base offset, 0) if none."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -65,9 +64,6 @@ class _OpenSegments:
 
     def discard(self, segment: LogSegment) -> None:
         self._lru.pop(id(segment), None)
-
-    def __len__(self) -> int:
-        return len(self._lru)
 
 
 OPEN_SEGMENTS = _OpenSegments(MAX_OPEN_SEGMENTS)
@@ -122,7 +118,7 @@ class LogSegment:
                       roll_jitter_ms=random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0,
                       created_ms=now_ms)
         segment.activate()
-        segment.records  # noqa: B018 - creates the .log file
+        segment.log_path.touch()
         return segment
 
     # -- lazily opened files -------------------------------------------------------------
@@ -193,7 +189,7 @@ class LogSegment:
         try:
             records.append(buf)
             for relative_position, header in batches:
-                self._index_batch(position + relative_position, header)
+                self._index_batch(position + relative_position, header, offset_index, time_index)
         except OSError:
             try:
                 offset_index.truncate_to_entries(saved[0])
@@ -207,7 +203,8 @@ class LogSegment:
         finally:
             self.size = records.size
 
-    def _index_batch(self, position: int, header: BatchHeader) -> None:
+    def _index_batch(self, position: int, header: BatchHeader, offset_index: OffsetIndex,
+                     time_index: TimeIndex) -> None:
         """Kafka's per-batch bookkeeping in LogSegment.append (shared with recover)."""
         if header.max_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = header.max_timestamp
@@ -215,10 +212,10 @@ class LogSegment:
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
             # A full index only happens when the roll check could not help (an empty
             # segment): skipping an entry leaves the index sparser, never wrong.
-            if not self.offset_index.is_full():
-                self.offset_index.append(header.last_offset, position)
-            if not self.time_index.is_full():
-                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+            if not offset_index.is_full():
+                offset_index.append(header.last_offset, position)
+            if not time_index.is_full():
+                time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += header.size
         if self.rolling_based_timestamp is None:
@@ -302,9 +299,10 @@ class LogSegment:
             return "segment.bytes"
         if self._time_waited_for_roll(now_ms, max_timestamp) > segment_ms - self.roll_jitter_ms:
             return "segment.ms"
-        if self.offset_index.is_full() or self.time_index.is_full():
+        offset_index = self.offset_index
+        if offset_index.is_full() or self.time_index.is_full():
             return "index full"
-        if not self.offset_index.can_append_offset(last_offset):
+        if not offset_index.can_append_offset(last_offset):
             return "relative offset overflow"
         return None
 
@@ -338,8 +336,17 @@ class LogSegment:
         self._max_timestamp_from_time_index()
         return None
 
-    def _max_timestamp_from_time_index(self) -> None:
+    def _max_timestamp_from_time_index(self, scan_to: int = 0) -> None:
+        """The largest timestamp from the time index's last entry (a segment that stopped
+        being active has its final entry there); with ``scan_to``, also from the batches
+        after that entry up to that position, as Kafka's ``loadLargestTimestamp`` does
+        after a truncation."""
         timestamp, offset = self.time_index.last_entry()
+        position = self.offset_index.lookup(offset).position
+        if scan_to > position:
+            for _pos, header in iter_batch_headers(self.records.buffer(scan_to), position, scan_to):
+                if header.max_timestamp > timestamp:
+                    timestamp, offset = header.max_timestamp, header.last_offset
         self.max_timestamp_so_far = timestamp
         self.offset_of_max_timestamp_so_far = offset if timestamp >= 0 else -1
 
@@ -370,7 +377,7 @@ class LogSegment:
         else:
             offset_index.truncate_to(next_offset)
             time_index.truncate_to(next_offset)
-            self._max_timestamp_from_time_index()
+            self._max_timestamp_from_time_index(scan_to=start_position)
             self.bytes_since_last_index_entry = self.index_interval_bytes + 1  # re-index that batch
         position, error = start_position, None
         while position < end:
@@ -382,7 +389,7 @@ class LogSegment:
             if header.base_offset != next_offset:
                 error = f"batch at byte {position}: base offset {header.base_offset}, expected {next_offset}"
                 break
-            self._index_batch(position, header)
+            self._index_batch(position, header, offset_index, time_index)
             if on_batch is not None:
                 on_batch(header)
             position += header.size
@@ -394,6 +401,7 @@ class LogSegment:
         truncated = records.truncate_to(position)
         self.size = records.size
         if not self.active:
+            self._append_final_time_index_entry()
             offset_index.trim_to_valid_size()
             time_index.trim_to_valid_size()
         return RecoverResult(position, next_offset, truncated, error, zero_tail)
@@ -410,7 +418,7 @@ class LogSegment:
         self.time_index.truncate_to(header.base_offset)
         dropped = self.records.truncate_to(position)
         self.size = position
-        self._max_timestamp_from_time_index()
+        self._max_timestamp_from_time_index(scan_to=position)
         self.bytes_since_last_index_entry = 0
         if position == 0:
             self.rolling_based_timestamp = None
@@ -429,16 +437,11 @@ class LogSegment:
         """Duplicates of the three file descriptors, for a flush on another thread."""
         return [self.records.dup_fd(), self.offset_index.dup_fd(), self.time_index.dup_fd()]
 
-    def flush(self) -> None:
-        for f in (self.records, self.offset_index, self.time_index):
-            f.flush()
-
     def close(self, keep_open: bool = False) -> None:
         """Final time-index entry, indexes and ``.log`` trimmed to their used sizes, files
         closed (unless ``keep_open``). The segment is no longer active."""
-        if self.active and self._time_index is not None and self.max_timestamp_so_far >= 0:
-            self._time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
-                                          skip_full_check=True)
+        if self.active and self._time_index is not None:
+            self._append_final_time_index_entry()
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.trim_to_valid_size()
@@ -449,6 +452,13 @@ class LogSegment:
             self._touch()
         else:
             self.close_handles()
+
+    def _append_final_time_index_entry(self) -> None:
+        """Make the time index's last entry the segment's largest timestamp (Kafka's
+        ``onBecomeInactiveSegment``), so a reload reads it from there."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                         skip_full_check=True)
 
     def delete(self) -> None:
         self.active = False

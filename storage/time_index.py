@@ -44,10 +44,12 @@ class TimeIndex(AbstractIndex):
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add (timestamp, offset) when ``timestamp`` is above the last entry's."""
-        if self.entries and timestamp <= self.entry(self.entries - 1)[0]:
-            return
-        if self.entries and offset < self.last_entry().offset:
-            raise ValueError(f"{self.path}: offset {offset} is below the last indexed offset")
+        if self.entries:
+            last_timestamp, last_relative = self.entry(self.entries - 1)
+            if timestamp <= last_timestamp:
+                return
+            if offset - self.base_offset < last_relative:
+                raise ValueError(f"{self.path}: offset {offset} is below the last indexed offset")
         if not skip_full_check and self.is_full():
             raise ValueError(f"{self.path}: time index is full ({self.entries} entries)")
         self._append_entry(timestamp, offset - self.base_offset)

@@ -1,0 +1,389 @@
+"""Log: offsets and epochs on append, LogAppendTime, follower appends, reads, timestamps,
+truncation, log start offset, retention, rolling, flushing, and the open-file LRU."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+
+import pytest
+from storage_helpers import START_MS, batch, check_consistent, follower_batch, open_log
+
+from protocol.clock import MockTime
+from protocol.compression import Compression
+from protocol.errors import InvalidRecordError, OffsetOutOfRangeError
+from protocol.records import (CRC_OFFSET, LAST_OFFSET_DELTA_OFFSET, LOG_APPEND_TIME, RECORDS_COUNT_OFFSET, Record,
+                              build_batch, check_batch, compute_crc, iter_batch_headers, iter_records)
+from storage import Log, LogConfig, OffsetsOutOfOrderError, TimestampAndOffset
+from storage import segment as segment_module
+
+
+def test_directory_layout_and_topic_partition(tmp_path):
+    log = open_log(tmp_path / "my-topic-with-dashes-7")
+    assert (log.topic, log.partition) == ("my-topic-with-dashes-7"[:-2], 7)
+    log.append_as_leader(batch(2), leader_epoch=0)
+    assert sorted(p.name for p in log.dir.iterdir()) == [
+        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint"]
+    with pytest.raises(ValueError):
+        open_log(tmp_path / "nodash")
+
+
+def test_append_assigns_offsets_and_epoch_in_place(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    buf = bytearray(batch(3) + batch(2))
+    info = log.append_as_leader(buf, leader_epoch=4)
+    assert (info.first_offset, info.last_offset, info.record_count, info.batch_count) == (0, 4, 5, 2)
+    assert info.valid_bytes == len(buf) and info.log_append_time == -1
+    assert info.max_timestamp == START_MS + 2 and info.offset_of_max_timestamp == 2
+    assert [(h.base_offset, h.partition_leader_epoch) for h in info.batches] == [(0, 4), (3, 4)]
+    assert [h.base_offset for _, h in iter_batch_headers(buf)] == [0, 3]  # patched in place
+    check_batch(buf, 0, len(buf))  # CRC untouched and still valid
+    info = log.append_as_leader(batch(1), leader_epoch=4)  # bytes: copied once, then patched
+    assert info.first_offset == 5 and log.log_end_offset == 6
+    assert log.leader_epoch_cache.entries() == [(4, 0)]
+    log.append_as_leader(memoryview(bytearray(batch(1))), leader_epoch=6)
+    assert log.leader_epoch_cache.entries() == [(4, 0), (6, 6)]
+    assert log.leader_epoch_cache.end_offset_for(4) == (4, 6)
+    assert log.leader_epoch_cache.end_offset_for(6) == (6, 7)
+    check_consistent(log)
+
+
+def test_log_append_time_rewrites_max_timestamp_and_crc(tmp_path):
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time, message_timestamp_type="LogAppendTime")
+    time.sleep(5000)
+    info = log.append_as_leader(batch(3, ts=START_MS - 10_000), leader_epoch=0)
+    assert info.log_append_time == time.milliseconds() == info.max_timestamp
+    data = log.read(0, 10_000).records
+    h = check_batch(data, 0, len(data))
+    assert h.timestamp_type == LOG_APPEND_TIME and h.max_timestamp == time.milliseconds()
+    assert [r.timestamp for r in iter_records(data)] == [time.milliseconds()] * 3
+
+
+def test_empty_append(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(1), 0)
+    info = log.append_as_follower(b"")
+    assert info.record_count == 0 and info.batch_count == 0 and log.log_end_offset == 1
+    assert log.append_as_leader(b"", 3).record_count == 0
+    assert log.leader_epoch_cache.latest_epoch() == 0
+
+
+def test_follower_keeps_offsets_and_rejects_gaps(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    data = follower_batch(0, 3, epoch=2) + follower_batch(3, 2, epoch=5)
+    info = log.append_as_follower(data)
+    assert (info.first_offset, info.last_offset, log.log_end_offset) == (0, 4, 5)
+    assert log.leader_epoch_cache.entries() == [(2, 0), (5, 3)]
+    for bad in (follower_batch(6), follower_batch(4), follower_batch(5) + follower_batch(7)):
+        with pytest.raises(OffsetsOutOfOrderError) as exc:
+            log.append_as_follower(bad)
+        assert isinstance(exc.value, InvalidRecordError) and exc.value.error_code == 87
+    assert log.log_end_offset == 5
+    assert bytes(log.read(0, 1 << 20).records) == data
+    check_consistent(log)
+
+
+def test_read_bounds_and_kip74(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    sizes = []
+    for n in range(1, 6):
+        sizes.append(log.append_as_leader(batch(n, value_size=100), 0).valid_bytes)
+    # offsets: [0] [1,2] [3,4,5] [6..9] [10..14]
+    fetched = log.read(4, 1 << 20)
+    assert fetched.first_batch_offset == 3 and len(fetched.records) == sum(sizes[2:])
+    assert (fetched.log_start_offset, fetched.log_end_offset) == (0, 15)
+    assert len(log.read(0, sizes[0] + sizes[1]).records) == sizes[0] + sizes[1]
+    assert len(log.read(0, sizes[0] + sizes[1] - 1).records) == sizes[0]
+    assert len(log.read(3, 10).records) == sizes[2]  # KIP-74: the first batch whole
+    assert len(log.read(3, 10, min_one_batch=False).records) == 0
+    assert len(log.read(0, 1 << 20, max_offset=6).records) == sum(sizes[:3])
+    assert len(log.read(0, 1 << 20, max_offset=5).records) == sum(sizes[:2])  # batch [3..5] holds 5
+    empty = log.read(6, 1 << 20, max_offset=6)
+    assert len(empty.records) == 0 and empty.first_batch_offset == 6
+    assert len(log.read(15, 100).records) == 0
+    for bad in (-1, 16):
+        with pytest.raises(OffsetOutOfRangeError) as exc:
+            log.read(bad, 100)
+        assert exc.value.error_code == 1
+
+
+def test_read_is_a_view_of_the_mapping_and_one_segment_at_a_time(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=1000)
+    for _ in range(10):
+        log.append_as_leader(batch(2, value_size=150), 0)
+    assert log.num_segments > 1
+    fetched = log.read(0, 1 << 20)
+    assert isinstance(fetched.records, memoryview) and fetched.records.readonly
+    assert len(fetched.records) == log.segments[0].size  # stops at the segment's end
+    second = log.segments[1].base_offset
+    assert log.read(second, 1 << 20).first_batch_offset == second
+
+
+def test_offset_for_timestamp_is_exact_to_the_record(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=2000, index_interval_bytes=100)
+    for i in range(30):  # batch i: 4 records at START + 10*i + (0, 2, 4, 6)
+        records = [Record(timestamp=START_MS + 10 * i + 2 * j, value=b"x" * 40) for j in range(4)]
+        codec = Compression.ZSTD if i % 2 else Compression.NONE
+        log.append_as_leader(build_batch(records, compression=codec), leader_epoch=3)
+    assert log.num_segments > 2
+    assert log.offset_for_timestamp(START_MS - 5) == TimestampAndOffset(START_MS, 0, 3)
+    for i in (0, 7, 13, 29):
+        for j in range(4):
+            ts = START_MS + 10 * i + 2 * j
+            assert log.offset_for_timestamp(ts) == TimestampAndOffset(ts, 4 * i + j, 3)
+            assert log.offset_for_timestamp(ts - 1).offset == 4 * i + j
+    assert log.offset_for_timestamp(START_MS + 10 * 29 + 7) is None
+    assert log.fetch_offset_by_timestamp(-2) == TimestampAndOffset(-1, 0, 3)
+    assert log.fetch_offset_by_timestamp(-1) == TimestampAndOffset(-1, 120, 3)
+    assert log.fetch_offset_by_timestamp(-3) == TimestampAndOffset(START_MS + 296, 119, 3)
+
+
+def test_offset_for_timestamp_with_out_of_order_timestamps(tmp_path):
+    log = open_log(tmp_path / "t-0", index_interval_bytes=0)
+    for stamps in ([50, 10], [20, 30], [100, 5], [60, 70]):
+        log.append_as_leader(build_batch([Record(timestamp=START_MS + t, value=b"v") for t in stamps]), 0)
+    # first record (by offset) with ts >= target
+    assert log.offset_for_timestamp(START_MS + 40).offset == 0
+    assert log.offset_for_timestamp(START_MS + 55).offset == 4
+    assert log.offset_for_timestamp(START_MS + 65).offset == 4
+    assert log.offset_for_timestamp(START_MS + 101) is None
+
+
+def test_offset_for_timestamp_respects_log_start_offset(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(4), 0)
+    log.update_high_watermark(4)
+    log.maybe_increment_log_start_offset(2)
+    assert log.offset_for_timestamp(START_MS) == TimestampAndOffset(START_MS + 2, 2, 0)
+
+
+def test_truncate_to_inside_and_across_segments(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=600)
+    for epoch in (1, 1, 1, 2, 2, 2, 3, 3, 3, 3):
+        log.append_as_leader(batch(2, value_size=100), epoch)
+    log.update_high_watermark(20)
+    log.flush()
+    nseg = log.num_segments
+    assert log.leader_epoch_cache.entries() == [(1, 0), (2, 6), (3, 12)]
+    assert log.truncate_to(13)  # inside batch [12, 13]: the whole batch goes
+    assert log.log_end_offset == 12 and log.high_watermark == 12 and log.recovery_point == 12
+    assert log.leader_epoch_cache.entries() == [(1, 0), (2, 6)]
+    assert log.num_segments < nseg
+    assert not log.truncate_to(12)
+    check_consistent(log)
+    info = log.append_as_leader(batch(1), 4)
+    assert info.first_offset == 12
+    assert log.truncate_to(3) and log.log_end_offset == 2  # batch [2, 3]
+    assert log.num_segments == 1
+    check_consistent(log)
+    assert [h.base_offset for _, h in iter_batch_headers(log.read(0, 1 << 20).records)] == [0]
+
+
+def test_truncate_with_a_live_view_leaves_a_zero_tail_that_reopens_cleanly(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    for _ in range(5):
+        log.append_as_leader(batch(1, value_size=100), 0)
+    view = log.read(0, 1 << 20).records  # a fetch response still being sent
+    size_before = len(view)
+    log.truncate_to(2)
+    assert os.path.getsize(log.active_segment.log_path) == size_before  # not shrunk under the view
+    assert bytes(view[len(view) - 10:]) == bytes(10)  # the dropped bytes read as zeros
+    log.append_as_leader(batch(1, value_size=5), 0)
+    check_consistent(log)
+    del view
+    log.close()
+    assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size  # shrunk on close
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.log_end_offset == 3
+    check_consistent(reopened)
+
+
+def test_truncate_fully_and_start_at(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=500)
+    for _ in range(6):
+        log.append_as_leader(batch(2, value_size=100), 1)
+    log.truncate_fully_and_start_at(100)
+    assert (log.log_start_offset, log.log_end_offset, log.num_segments) == (100, 100, 1)
+    assert log.leader_epoch_cache.entries() == []
+    assert log.append_as_follower(follower_batch(100, epoch=2)).first_offset == 100
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(99, 10)
+    check_consistent(log)
+    assert sorted(p.name for p in log.dir.glob("*.log")) == ["00000000000000000100.log"]
+
+
+def test_log_start_offset_and_high_watermark(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    for epoch in (1, 2, 3):
+        log.append_as_leader(batch(2), epoch)
+    assert log.update_high_watermark(100) == 6
+    assert log.update_high_watermark(4) == 4
+    with pytest.raises(OffsetOutOfRangeError):
+        log.maybe_increment_log_start_offset(5)
+    assert log.maybe_increment_log_start_offset(3)
+    assert not log.maybe_increment_log_start_offset(2)
+    assert log.leader_epoch_cache.entries() == [(2, 3), (3, 4)]
+    assert log.read(3, 1000).first_batch_offset == 2  # the batch holding 3
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(2, 1000)
+    assert log.update_high_watermark(0) == 3
+
+
+def fill(log, batches, **kw):
+    for _ in range(batches):
+        log.append_as_leader(batch(1, value_size=200, **kw), 0)
+
+
+def test_retention_by_bytes_never_the_active_segment_nor_above_the_hw(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=1000, retention_bytes=1500)
+    fill(log, 20)
+    nseg = log.num_segments
+    assert log.delete_old_segments() == 0  # HW still 0
+    log.update_high_watermark(log.log_end_offset)
+    deleted = log.delete_old_segments()
+    # Kafka deletes while what stays is still >= retention.bytes
+    assert 0 < deleted < nseg and log.size_in_bytes() >= 1500
+    assert log.size_in_bytes() - log.segments[0].size < 1500
+    assert log.log_start_offset == log.segments[0].base_offset
+    log.update_config(dataclasses.replace(log.config, retention_bytes=0))
+    log.delete_old_segments()
+    assert log.num_segments == 1  # the active segment stays
+    check_consistent(log)
+
+
+def test_retention_by_time_uses_the_largest_timestamp(tmp_path):
+    time = MockTime(start_ms=START_MS)
+    log = open_log(tmp_path / "t-0", time, segment_bytes=1000, retention_ms=60_000)
+    fill(log, 8, ts=START_MS)  # two segments at START
+    fill(log, 8, ts=START_MS + 50_000)
+    log.update_high_watermark(log.log_end_offset)
+    time.sleep(61_000)
+    deleted = log.delete_old_segments()
+    assert deleted >= 1
+    assert all(s.max_timestamp_so_far >= START_MS + 50_000 for s in log.segments)
+    time.sleep(60_000)
+    log.delete_old_segments()
+    assert log.num_segments == 1
+
+
+def test_retention_below_log_start_offset(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=1000)
+    fill(log, 12)
+    log.update_high_watermark(log.log_end_offset)
+    second = log.segments[1].base_offset
+    log.maybe_increment_log_start_offset(second + 1)
+    assert log.delete_old_segments() == 1 and log.segments[0].base_offset == second
+
+
+def test_roll_on_segment_ms_and_offset_overflow(tmp_path):
+    time = MockTime(start_ms=START_MS)
+    log = open_log(tmp_path / "t-0", time, segment_ms=1000)
+    log.append_as_leader(batch(1, ts=START_MS), 0)
+    log.append_as_leader(batch(1, ts=START_MS + 500), 0)
+    assert log.num_segments == 1
+    log.append_as_leader(batch(1, ts=START_MS + 1001), 0)
+    assert log.num_segments == 2
+    # A batch claiming 2**31 - 1 records (never decoded) leaves the next offset at 2**31
+    # relative to the segment's base: the next append must start a new segment.
+    wide = bytearray(follower_batch(1))
+    struct.pack_into(">i", wide, LAST_OFFSET_DELTA_OFFSET, 2**31 - 2)
+    struct.pack_into(">i", wide, RECORDS_COUNT_OFFSET, 2**31 - 1)
+    struct.pack_into(">I", wide, CRC_OFFSET, compute_crc(wide, 0, len(wide)))
+    follower = open_log(tmp_path / "f-0")
+    follower.append_as_follower(follower_batch(0) + wide)
+    assert follower.log_end_offset == 2**31 and follower.num_segments == 1
+    follower.append_as_follower(follower_batch(2**31))
+    assert [s.base_offset for s in follower.segments] == [0, 2**31]
+    check_consistent(follower)
+
+
+def test_roll_when_the_index_is_full(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_index_bytes=64, index_interval_bytes=0)
+    fill(log, 30)
+    assert log.num_segments > 1
+    for segment in log.segments[:-1]:
+        assert segment.offset_index.entries <= 8
+    check_consistent(log)
+
+
+def test_explicit_roll_and_empty_active_segment(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    assert log.roll() is log.active_segment and log.num_segments == 1
+    log.append_as_leader(batch(1), 0)
+    log.roll()
+    assert log.num_segments == 2 and log.active_segment.base_offset == 1
+    first = log.segments[0]
+    assert os.path.getsize(first.index_path) == 0 and os.path.getsize(first.time_index_path) == 12
+
+
+def test_flush_policy_and_split_flush(tmp_path):
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time, flush_messages=5, flush_ms=10_000)
+    fill(log, 4)
+    assert log.unflushed_messages() == 4 and log.recovery_point == 0 and not log.needs_flush_by_policy()
+    fill(log, 1)  # the fifth message: flush.messages triggers an fsync in append
+    assert log.recovery_point == 5 and log.unflushed_messages() == 0
+    fill(log, 2)
+    time.sleep(10_000)
+    assert log.time_since_last_flush_ms() == 10_000 and log.needs_flush_by_policy()
+    plan = log.begin_flush()
+    fill(log, 1)  # appends may continue while the plan runs elsewhere
+    plan.run()
+    log.complete_flush(plan)
+    assert log.recovery_point == 7 and log.unflushed_messages() == 1
+    plan = log.begin_flush()
+    log.truncate_to(6)
+    plan.run()
+    log.complete_flush(plan)
+    assert log.recovery_point == 6  # a truncation during the flush keeps the recovery point down
+    assert log.begin_flush() is None
+
+
+def test_only_a_bounded_number_of_segments_keep_files_open(tmp_path, monkeypatch):
+    monkeypatch.setattr(segment_module.OPEN_SEGMENTS, "capacity", 4)
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    fill(log, 40)
+    assert log.num_segments > 10
+    for offset in range(0, log.log_end_offset, 3):
+        assert log.read(offset, 1000).records
+    open_count = sum(1 for s in log.segments if s._records is not None and not s.active)
+    assert open_count <= 4
+    check_consistent(log)
+
+
+def test_close_trims_and_reopen_continues(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_index_bytes=4096)
+    fill(log, 30)
+    log.close()
+    active = log.active_segment
+    assert os.path.getsize(active.index_path) % 8 == 0 and os.path.getsize(active.index_path) < 4096
+    reopened = open_log(tmp_path / "t-0", segment_index_bytes=4096)
+    assert reopened.log_end_offset == 30 and not reopened.recovery_report.needed_recovery
+    assert os.path.getsize(reopened.active_segment.index_path) == 4096  # preallocated again
+    fill(reopened, 5)
+    check_consistent(reopened)
+
+
+def test_log_config_properties_round_trip():
+    cfg = LogConfig.from_topic_properties({"segment.bytes": "1024", "message.timestamp.type": "LogAppendTime",
+                                           "cleanup.policy": "delete"})
+    assert cfg.segment_bytes == 1024 and cfg.log_append_time
+    assert LogConfig.from_topic_properties(cfg.to_topic_properties()) == cfg
+    assert LogConfig().max_message_bytes == 1048588 and LogConfig().flush_messages == 2**63 - 1
+    for key, value in (("retention.ms", "soon"), ("segment.bytes", "3"), ("message.timestamp.type", "Now"),
+                       ("min.insync.replicas", "0")):
+        with pytest.raises(ValueError, match=key):
+            LogConfig.from_topic_properties({key: value})
+    base = LogConfig(retention_ms=5)
+    assert LogConfig.from_topic_properties({"flush.messages": "1"}, base).retention_ms == 5
+
+
+def test_delete_removes_the_directory(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    fill(log, 3)
+    log.delete()
+    assert not (tmp_path / "t-0").exists()
+    assert isinstance(Log.open(tmp_path / "t-0", LogConfig(), time=MockTime()), Log)

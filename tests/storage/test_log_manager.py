@@ -1,0 +1,123 @@
+"""LogManager: create/load/delete partition logs across log dirs, checkpoints, the
+clean-shutdown marker, and the retention/flush/checkpoint passes."""
+
+from __future__ import annotations
+
+import logging
+
+from storage_helpers import batch, check_consistent
+
+from protocol.clock import MockTime
+from storage import LogConfig, LogManager, OffsetCheckpointFile
+from storage.log_manager import CLEAN_SHUTDOWN_FILE
+
+CONFIG = LogConfig(segment_bytes=1000, index_interval_bytes=100, segment_index_bytes=1024)
+
+
+def fill(log, n):
+    for _ in range(n):
+        log.append_as_leader(batch(2, value_size=100), 0)
+
+
+def test_create_spreads_partitions_and_shutdown_writes_everything(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, CONFIG, time=MockTime())
+    assert manager.startup() == []
+    logs = [manager.get_or_create_log("orders", p) for p in range(4)]
+    assert manager.get_or_create_log("orders", 0) is logs[0]
+    assert sorted(log.dir.parent.name for log in logs) == ["a", "a", "b", "b"]
+    for log in logs:
+        fill(log, 5)
+        log.update_high_watermark(8)
+    logs[1].maybe_increment_log_start_offset(3)
+    manager.shutdown()
+    for d in dirs:
+        assert (d / CLEAN_SHUTDOWN_FILE).exists()
+        assert (d / "recovery-point-offset-checkpoint").read_text().startswith("0\n2\n")
+    a_dir = logs[0].dir.parent
+    assert OffsetCheckpointFile(a_dir / "recovery-point-offset-checkpoint").read()[("orders", 0)] == 10
+    assert OffsetCheckpointFile(a_dir / "replication-offset-checkpoint").read()[("orders", 0)] == 8
+
+    again = LogManager(dirs, CONFIG, time=MockTime())
+    reports = again.startup()
+    assert len(reports) == 4 and all(r.had_clean_shutdown and not r.needed_recovery for r in reports)
+    assert not any((d / CLEAN_SHUTDOWN_FILE).exists() for d in dirs)
+    assert set(again.all_logs()) == {("orders", p) for p in range(4)}
+    log1 = again.get_log("orders", 1)
+    assert (log1.log_end_offset, log1.high_watermark, log1.log_start_offset, log1.recovery_point) == (10, 8, 3, 10)
+    assert again.get_log("orders", 9) is None
+
+
+def test_unclean_startup_recovers_from_checkpointed_recovery_points(tmp_path, caplog):
+    manager = LogManager([tmp_path], CONFIG, time=MockTime())
+    manager.startup()
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 10)
+    log.flush()
+    manager.checkpoint_recovery_points()
+    fill(log, 3)
+    # no shutdown: as after kill -9
+    caplog.set_level(logging.INFO, logger="kbroker.storage")
+    again = LogManager([tmp_path], CONFIG, time=MockTime())
+    (report,) = again.startup()
+    assert not report.had_clean_shutdown and report.needed_recovery and report.log_end_offset == 26
+    recovered_lines = [r for r in caplog.records if r.getMessage().startswith("recovered t-0")]
+    assert len(recovered_lines) == 1 and recovered_lines[0].levelno == logging.INFO
+    assert again.get_log("t", 0).recovery_point == 20
+    check_consistent(again.get_log("t", 0))
+
+
+def test_topic_config_and_delete_log(tmp_path):
+    configs = {"small": LogConfig(segment_bytes=500)}
+    manager = LogManager([tmp_path], CONFIG, time=MockTime(), topic_config=lambda t: configs.get(t, CONFIG))
+    manager.startup()
+    assert manager.get_or_create_log("small", 0).config.segment_bytes == 500
+    log = manager.get_or_create_log("big", 0)
+    assert log.config is CONFIG
+    fill(log, 3)
+    view = log.read(0, 1000).records  # a read in flight does not stop the deletion
+    manager.delete_log("big", 0)
+    assert manager.get_log("big", 0) is None and not (tmp_path / "big-0").exists()
+    assert not list(tmp_path.glob("*-delete"))
+    assert len(view) > 0
+    (tmp_path / "gone-0.0123abcd-delete").mkdir()  # an interrupted deletion
+    manager.shutdown()
+    assert [r.topic for r in LogManager([tmp_path], CONFIG, time=MockTime()).startup()] == ["small"]
+    assert not (tmp_path / "gone-0.0123abcd-delete").exists()
+
+
+def test_retention_and_flush_passes(tmp_path):
+    time = MockTime()
+    config = LogConfig(segment_bytes=1000, retention_bytes=1000, flush_ms=5000)
+    manager = LogManager([tmp_path], config, time=time)
+    manager.startup()
+    logs = [manager.get_or_create_log("t", p) for p in range(2)]
+    for log in logs:
+        fill(log, 12)
+        log.update_high_watermark(log.log_end_offset)
+    assert manager.cleanup_logs() > 0
+    assert all(log.log_start_offset > 0 for log in logs)
+    assert manager.flush_dirty_logs() == []
+    time.sleep(5000)
+    plans = manager.flush_dirty_logs()
+    assert {plan.log for plan in plans} == set(logs)
+    for plan in plans:
+        plan.run()
+        plan.log.complete_flush(plan)
+    assert all(log.recovery_point == log.log_end_offset for log in logs)
+    manager.checkpoint_log_start_offsets()
+    manager.checkpoint_high_watermarks()
+    starts = OffsetCheckpointFile(tmp_path / "log-start-offset-checkpoint").read()
+    assert starts == {("t", p): logs[p].log_start_offset for p in range(2)}
+
+
+def test_corrupt_checkpoint_is_ignored_with_a_warning(tmp_path, caplog):
+    manager = LogManager([tmp_path], CONFIG, time=MockTime())
+    manager.startup()
+    fill(manager.get_or_create_log("t", 0), 4)
+    manager.shutdown()
+    (tmp_path / "replication-offset-checkpoint").write_text("0\n5\nt 0 3\n")
+    again = LogManager([tmp_path], CONFIG, time=MockTime())
+    again.startup()
+    assert again.get_log("t", 0).high_watermark == 0
+    assert any("replication-offset-checkpoint" in r.getMessage() for r in caplog.records)
