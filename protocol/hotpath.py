@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 
-from .errors import ErrorCode, RemoteProtocolError
+from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -32,6 +32,13 @@ _FETCH_PART_V9 = struct.Struct(">iiqqi")      # + current_leader_epoch
 
 PRODUCE_VERSIONS = (3, 8)
 FETCH_VERSIONS = (4, 11)
+
+
+def _check_version(version: int, supported: tuple[int, int], what: str) -> None:
+    """These layouts are fixed per version range; any other version would be read or written
+    as garbage, so calling with one is a bug on our side (the broker answers UNSUPPORTED_VERSION first)."""
+    if not supported[0] <= version <= supported[1]:
+        raise LocalProtocolError(f"{what} v{version} is not handled here (v{supported[0]}-v{supported[1]})")
 
 
 def _malformed(what: str) -> RemoteProtocolError:
@@ -179,6 +186,7 @@ class ProduceRequest:
 
 def decode_produce_request(version: int, buf, pos: int) -> ProduceRequest:
     """Decode a Produce v3-v8 body starting at ``pos`` of ``buf`` (a memoryview of the frame)."""
+    _check_version(version, PRODUCE_VERSIONS, "Produce request")
     end = len(buf)
     try:
         txn_id, pos = _read_string(buf, pos, end, nullable=True)
@@ -220,6 +228,7 @@ def encode_produce_response(version: int, correlation_id: int, responses, thrott
 
     ``responses``: [(topic, [(partition, error_code, base_offset, log_append_time, log_start_offset)])].
     """
+    _check_version(version, PRODUCE_VERSIONS, "Produce response")
     out = bytearray(8)
     part = _PRODUCE_PART_V5 if version >= 5 else _PRODUCE_PART_V3
     out += _I32.pack(len(responses))
@@ -277,6 +286,7 @@ class FetchRequest:
 
 def decode_fetch_request(version: int, buf, pos: int) -> FetchRequest:
     """Decode a Fetch v4-v11 body starting at ``pos``."""
+    _check_version(version, FETCH_VERSIONS, "Fetch request")
     end = len(buf)
     try:
         replica_id, max_wait_ms, min_bytes, max_bytes, isolation = _FETCH_TOP_V4.unpack_from(buf, pos)
@@ -356,6 +366,7 @@ def encode_fetch_response(version: int, correlation_id: int, responses, *, throt
 
     ``responses``: [(topic, [FetchPartitionData])].
     """
+    _check_version(version, FETCH_VERSIONS, "Fetch response")
     chunks: list = []
     out = bytearray(8)
     out += _I32.pack(throttle_time_ms)
@@ -413,6 +424,7 @@ def encode_fetch_response(version: int, correlation_id: int, responses, *, throt
 def encode_produce_request(version: int, correlation_id: int, client_id: str | None, acks: int, timeout_ms: int,
                            topics, transactional_id: str | None = None) -> list:
     """A whole Produce v3-v8 request frame as buffers; ``topics``: [(topic, [(partition, records)])]."""
+    _check_version(version, PRODUCE_VERSIONS, "Produce request")
     out = bytearray(4)
     out += encode_request_header(0, version, correlation_id, client_id, False)
     if transactional_id is None:
@@ -447,6 +459,7 @@ def encode_produce_request(version: int, correlation_id: int, client_id: str | N
 
 def decode_produce_response(version: int, buf, pos: int = 0) -> list:
     """[(topic, [(partition, error, base_offset, log_append_time, log_start_offset)])] of a Produce v3-v8 body."""
+    _check_version(version, PRODUCE_VERSIONS, "Produce response")
     end = len(buf)
     try:
         ntopics, pos = _read_count(buf, pos, end, 6)
@@ -470,6 +483,7 @@ def decode_produce_response(version: int, buf, pos: int = 0) -> list:
                     _msg, pos = _read_string(buf, pos, end, nullable=True)
                 parts.append(p)
             out.append((name, parts))
+        _I32.unpack_from(buf, pos)  # throttle_time_ms: not returned, but a response without it is truncated
     except struct.error:
         raise RemoteProtocolError("produce response is truncated") from None
     return out
@@ -477,6 +491,7 @@ def decode_produce_response(version: int, buf, pos: int = 0) -> list:
 
 def encode_fetch_request(version: int, correlation_id: int, client_id: str | None, request: FetchRequest) -> bytes:
     """A whole Fetch v4-v11 request frame."""
+    _check_version(version, FETCH_VERSIONS, "Fetch request")
     out = bytearray(4)
     out += encode_request_header(1, version, correlation_id, client_id, False)
     out += _FETCH_TOP_V4.pack(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
@@ -522,6 +537,7 @@ class FetchResponse:
 
 def decode_fetch_response(version: int, buf, pos: int = 0) -> FetchResponse:
     """Decode a Fetch v4-v11 response body; record data stays a memoryview slice of ``buf``."""
+    _check_version(version, FETCH_VERSIONS, "Fetch response")
     end = len(buf)
     try:
         (throttle,) = _I32.unpack_from(buf, pos)

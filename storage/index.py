@@ -6,11 +6,13 @@ index is searched by. The file of the active segment is preallocated (sparse, by
 ftruncate) to ``segment.index.bytes`` and trimmed to ``entries * entry_size`` on roll and
 close; the number of entries of an existing file is its length over the entry size.
 
-Reads go through a read-only ``MAP_SHARED`` mapping. Writes go through ``os.pwrite`` on
-the file descriptor, which the page cache keeps coherent with the mapping: a sparse file
-written through a mapping turns ENOSPC into SIGBUS, a ``pwrite`` into an OSError the log
-can report as KAFKA_STORAGE_ERROR. No memoryview of the mapping ever leaves this class,
-so the mapping can be closed and replaced at any time (``resize``).
+Entries are written through a writable ``MAP_SHARED`` mapping (a ``pack_into``, ~0.2 µs,
+where a ``pwrite`` of 8 bytes costs ~1 µs, and every 16 KiB produce batch adds an entry).
+A store into a page of a sparse file whose block cannot be allocated is a SIGBUS, so blocks
+are reserved ahead of the writes with ``posix_fallocate`` in RESERVE_BYTES chunks: a full
+disk surfaces there, as an OSError the log reports as KAFKA_STORAGE_ERROR. No memoryview
+of the mapping ever leaves this class, so the mapping can be closed and replaced at any
+time (``resize``).
 
 There is no checksum: the log rebuilds an index from its segment after a crash, and
 ``sanity_check`` (cheap: length, and ordering over a sample of entries including the
@@ -25,6 +27,7 @@ import struct
 from pathlib import Path
 
 SANITY_SAMPLES = 16
+RESERVE_BYTES = 64 * 1024  # blocks reserved ahead of index writes (8,192 offset-index entries)
 
 
 class CorruptIndexError(Exception):
@@ -56,6 +59,7 @@ class AbstractIndex:
         self._mmap: mmap.mmap | None = None
         self.length = self.opened_length = os.fstat(self._fd).st_size
         self.entries = self.length // self.entry_size
+        self._reserved = 0  # bytes from the start known to have blocks (re-reserving is a cheap no-op)
         self.max_index_size = max_index_size if max_index_size > 0 else self.length
         if writable:
             self.resize(self.max_index_size)
@@ -83,6 +87,7 @@ class AbstractIndex:
             self._unmap()
             os.ftruncate(self._fd, new_size)
             self.length = new_size
+            self._reserved = min(self._reserved, new_size)
         self._map()
 
     def trim_to_valid_size(self) -> None:
@@ -93,7 +98,7 @@ class AbstractIndex:
 
     def _map(self) -> None:
         if self._mmap is None and self.length > 0:
-            self._mmap = mmap.mmap(self._fd, self.length, access=mmap.ACCESS_READ)
+            self._mmap = mmap.mmap(self._fd, self.length, access=mmap.ACCESS_WRITE)
 
     def _unmap(self) -> None:
         if self._mmap is not None:
@@ -108,24 +113,27 @@ class AbstractIndex:
     def _append_entry(self, *values: int) -> None:
         if self.entries >= self.max_entries:
             raise ValueError(f"{self.path}: index is full ({self.entries} entries)")
-        data = self.ENTRY.pack(*values)
-        written = os.pwrite(self._fd, data, self.entries * self.entry_size)
-        if written != len(data):
-            raise OSError(f"{self.path}: short index write ({written} of {len(data)} bytes)")
+        position = self.entries * self.entry_size
+        if position + self.entry_size > self._reserved:
+            end = min(self.length, max(position + self.entry_size, self._reserved + RESERVE_BYTES))
+            os.posix_fallocate(self._fd, self._reserved, end - self._reserved)  # ENOSPC here, not SIGBUS below
+            self._reserved = end
+        self.ENTRY.pack_into(self._mmap, position, *values)
         self.entries += 1
 
     def truncate_to_entries(self, n: int) -> None:
         """Keep the first ``n`` entries; the dropped ones are zeroed so a later crash cannot
         bring them back."""
         if n < self.entries:
-            os.pwrite(self._fd, bytes((self.entries - n) * self.entry_size), n * self.entry_size)
+            start, end = n * self.entry_size, self.entries * self.entry_size
+            self._mmap[start:end] = bytes(end - start)
             self.entries = n
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild): the file is cut to zero and preallocated again."""
         self._unmap()
         os.ftruncate(self._fd, 0)
-        self.length = self.entries = self.opened_length = 0
+        self.length = self.entries = self.opened_length = self._reserved = 0
         self.resize(self.max_index_size)
 
     def largest_lower_bound_slot_for(self, target: int, column: int = 0) -> int:

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.clock import Time
-from protocol.errors import (CorruptRecordError, InvalidRecordError, KafkaStorageError, MessageTooLargeError,
+from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
                              OffsetOutOfRangeError, RecordListTooLargeError)
-from protocol.records import (BatchHeader, check_batch, compute_crc, read_header, set_base_offset_and_epoch,
-                              set_log_append_time)
+from protocol.records import BatchHeader, check_batch, read_header, set_base_offset_and_epoch, set_log_append_time
 
 from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
@@ -380,14 +379,13 @@ class Log:
                                           f"segment.bytes {self.config.segment_bytes}")
         batches, pos = [], 0
         while pos < size:
-            header = check_batch(buf, pos, size, verify_crc=False)
+            try:
+                header = check_batch(buf, pos, size)
+            except KafkaError as exc:
+                raise type(exc)(f"{self.topic}-{self.partition}: {exc}") from None
             if check_message_size and header.size > self.config.max_message_bytes:
                 raise MessageTooLargeError(f"{self.topic}-{self.partition}: a {header.size}-byte batch exceeds "
                                            f"max.message.bytes {self.config.max_message_bytes}")
-            actual = compute_crc(buf, pos, header.size)
-            if actual != header.crc:
-                raise CorruptRecordError(f"{self.topic}-{self.partition}: batch at byte {pos}: CRC "
-                                         f"{header.crc:#010x} stored, {actual:#010x} computed")
             batches.append((pos, header))
             pos += header.size
         return batches

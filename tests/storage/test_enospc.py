@@ -76,20 +76,34 @@ def test_enospc_on_a_real_small_filesystem(small_disk, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("target", ["data", "index"])
 def test_failed_write_is_undone(tmp_path, monkeypatch, target):
+    if target == "index":
+        monkeypatch.setattr("storage.index.RESERVE_BYTES", 1)  # every index entry reserves its block
     log = open_log(tmp_path / "t-0", index_interval_bytes=0)
     for _ in range(3):
         log.append_as_leader(batch(2), 0)
     before = (log.log_end_offset, log.size_in_bytes(), log.active_segment.offset_index.entries)
-    real, failed = os.pwrite, []
+    if target == "data":
+        real, failed = os.pwrite, []
 
-    def fail_once(fd, data, offset):
-        is_index_entry = len(data) in (8, 12)  # data writes are whole batches (> 61 bytes)
-        if not failed and is_index_entry == (target == "index"):
-            failed.append(offset)
-            real(fd, bytes(data)[: max(1, len(data) // 2)], offset)
-            raise OSError(errno.EIO, "I/O error (injected)")
-        return real(fd, data, offset)
-    monkeypatch.setattr(os, "pwrite", fail_once)  # file_records and index share the os module
+        def fail_once(fd, data, offset):
+            if not failed:
+                failed.append(offset)
+                real(fd, bytes(data)[: max(1, len(data) // 2)], offset)
+                raise OSError(errno.EIO, "I/O error (injected)")
+            return real(fd, data, offset)
+        monkeypatch.setattr(os, "pwrite", fail_once)
+    else:
+        # Index entries go through the mapping; their blocks are reserved first with
+        # posix_fallocate, which is where a full disk shows up: let the second entry's
+        # reservation fail, after the first entry of the same append went in.
+        real_fallocate, calls = os.posix_fallocate, []
+
+        def fail_second(fd, offset, length):
+            calls.append(offset)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            return real_fallocate(fd, offset, length)
+        monkeypatch.setattr(os, "posix_fallocate", fail_second)
     with pytest.raises(KafkaStorageError):
         log.append_as_leader(batch(2) + batch(3), 0)
     monkeypatch.undo()

@@ -1,0 +1,128 @@
+"""The length-prefix Framer, h11-style: whole input, a byte at a time, many frames per chunk,
+trailing partial data kept; oversized and negative sizes refused before any allocation."""
+
+from __future__ import annotations
+
+import struct
+import tracemalloc
+
+import pytest
+from hypothesis import given, strategies as st
+
+from protocol.framing import Framer, FrameTooLarge, NegativeFrameSize, frame
+
+from .kafka_values import FAST
+
+BODIES = [b"", b"a", b"\x00\x00\x00\x04", bytes(range(256)) * 3]
+STREAM = b"".join(frame(b) for b in BODIES)
+
+
+def feed_all(framer: Framer, chunks) -> list[bytes]:
+    return [bytes(f) for chunk in chunks for f in framer.feed(chunk)]
+
+
+def test_frame_helper() -> None:
+    assert frame(b"ab", b"c") == b"\x00\x00\x00\x03abc"
+    assert frame() == b"\x00\x00\x00\x00"
+
+
+def test_whole_input() -> None:
+    framer = Framer(1 << 20)
+    frames = framer.feed(STREAM)
+    assert [bytes(f) for f in frames] == BODIES
+    assert all(type(f) is bytearray for f in frames)  # writable: offsets are stamped in place
+    assert framer.buffered == 0
+
+
+def test_byte_at_a_time() -> None:
+    framer = Framer(1 << 20)
+    out, boundaries, pos = [], set(), 0
+    for b in BODIES:
+        pos += 4 + len(b)
+        boundaries.add(pos)
+    for i in range(len(STREAM)):
+        got = framer.feed(STREAM[i:i + 1])
+        assert len(got) == (1 if i + 1 in boundaries else 0), i  # a frame appears with its last byte, not before
+        out += [bytes(f) for f in got]
+        if i + 1 in boundaries:
+            assert framer.buffered == 0
+    assert out == BODIES
+
+
+def test_many_frames_in_one_chunk_then_a_partial_tail() -> None:
+    framer = Framer(1 << 20)
+    tail = frame(b"tail-frame")
+    got = framer.feed(STREAM + tail[:7])
+    assert [bytes(f) for f in got] == BODIES
+    assert framer.buffered == 7
+    assert framer.feed(b"") == []
+    assert [bytes(f) for f in framer.feed(tail[7:] + tail[:2])] == [b"tail-frame"]
+    assert framer.buffered == 2  # part of the next size prefix is kept, too
+    assert [bytes(f) for f in framer.feed(tail[2:])] == [b"tail-frame"]
+
+
+@given(st.lists(st.binary(max_size=40), max_size=8), st.lists(st.integers(0, 60), max_size=12),
+       st.sampled_from([bytes, bytearray, memoryview]))
+@FAST
+def test_any_chunking_gives_the_same_frames(bodies, cuts, kind) -> None:
+    stream = b"".join(frame(b) for b in bodies)
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    framer = Framer(100)
+    got = feed_all(framer, [kind(stream[a:b]) for a, b in zip(points, points[1:])])
+    assert got == bodies and framer.buffered == 0
+
+
+def test_frames_do_not_alias_the_callers_chunk() -> None:
+    chunk = bytearray(frame(b"abc"))
+    (f,) = Framer(10).feed(chunk)
+    chunk[4:7] = b"xyz"
+    assert f == b"abc"
+
+
+def test_a_large_frame_in_small_chunks_grows_one_buffer() -> None:
+    """The partial frame is appended to in place, not copied anew on every feed (quadratic)."""
+    framer = Framer(1 << 20)
+    data = frame(b"x" * 100_000)
+    chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)]
+    assert framer.feed(chunks[0]) == []
+    held = framer._buf
+    for chunk in chunks[1:-1]:
+        assert framer.feed(chunk) == []
+        assert framer._buf is held
+    assert [bytes(f) for f in framer.feed(chunks[-1])] == [b"x" * 100_000]
+    assert framer.buffered == 0
+
+
+def test_max_size_is_inclusive() -> None:
+    assert [bytes(f) for f in Framer(3).feed(frame(b"abc"))] == [b"abc"]
+    with pytest.raises(FrameTooLarge) as info:
+        Framer(3).feed(frame(b"abcd"))
+    assert (info.value.size, info.value.limit) == (4, 3)
+
+
+def test_oversized_frame_is_refused_from_its_prefix_without_allocating() -> None:
+    framer = Framer(100 * 1024 * 1024)
+    prefix = struct.pack(">i", 2**31 - 1)  # a "2 GiB" frame: the largest size an int32 can say
+    tracemalloc.start()
+    try:
+        with pytest.raises(FrameTooLarge) as info:
+            framer.feed(prefix)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.size == 2**31 - 1
+    assert peak < 64 * 1024
+
+
+def test_oversized_size_split_across_feeds() -> None:
+    framer = Framer(10)
+    prefix = struct.pack(">i", 11)
+    assert framer.feed(prefix[:3]) == []
+    with pytest.raises(FrameTooLarge):
+        framer.feed(prefix[3:])
+
+
+@pytest.mark.parametrize("size", [-1, -(2**31)])
+def test_negative_size_raises(size) -> None:
+    with pytest.raises(NegativeFrameSize):
+        Framer(10).feed(struct.pack(">i", size) + b"rest")

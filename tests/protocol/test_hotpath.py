@@ -1,0 +1,651 @@
+"""The hand-written hot-path codecs (protocol/hotpath.py) against their interpreted construct
+schemas (protocol/messages/), which are the specification and the oracle: the broker side
+(request header, Produce/Fetch request decoders and response encoders) and the client side
+(request encoders, response decoders).
+
+For each version: hypothesis draws a value, construct encodes it, the hand-written decoder
+must return the same value (and the hand-written encoder the same bytes). Malformed input
+(every truncation, negative and overrunning lengths, mutated bytes) must raise
+RemoteProtocolError, and where construct accepts mutated bytes both must agree on the value.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from protocol import hotpath as H
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from protocol.framing import frame
+from protocol.messages import APIS, fetch, header, produce
+from protocol.records import encode_uvarint
+from protocol.schema import SchemaError
+
+from .kafka_values import FAST, complete, first_difference, message_strategy, plain, with_absent
+
+PRODUCE_VERSIONS = list(range(H.PRODUCE_VERSIONS[0], H.PRODUCE_VERSIONS[1] + 1))
+FETCH_VERSIONS = list(range(H.FETCH_VERSIONS[0], H.FETCH_VERSIONS[1] + 1))
+
+
+def test_hotpath_ranges_cover_what_we_advertise() -> None:
+    assert (APIS[ApiKey.PRODUCE].min_version, APIS[ApiKey.PRODUCE].max_version) == (3, 7)
+    assert H.PRODUCE_VERSIONS == (3, 8) and H.FETCH_VERSIONS == (4, 11)
+    assert APIS[ApiKey.FETCH].advertise[0] >= H.FETCH_VERSIONS[0] and APIS[ApiKey.FETCH].max_version <= H.FETCH_VERSIONS[1]
+    assert not any(produce.REQUEST.is_flexible(v) for v in PRODUCE_VERSIONS)
+    assert not any(fetch.REQUEST.is_flexible(v) for v in FETCH_VERSIONS)
+
+
+# ---------------------------------------------------------------------------
+# Hand-written objects as value trees, for comparison with construct
+
+
+def project(fields, tree: dict, v: int) -> dict:
+    """The hand-written object's fields as construct parses them: those the hot path does not
+    carry at all (later versions' fields) at the schema's defaults; the ones it carries, even
+    when the version lacks them, as it fills them (which must then equal the schema's defaults)."""
+    out = {}
+    for f in fields:
+        if f.name not in tree:
+            continue
+        val = tree[f.name]
+        if f.fields and val is not None:
+            val = [project(f.fields, i, v) for i in val] if f.type.startswith("[]") else project(f.fields, val, v)
+        out[f.name] = val
+    return with_absent(fields, out, v)
+
+
+def without(tree, names):
+    """``tree`` minus the fields a hand-written decoder does not return, at any depth."""
+    if isinstance(tree, list):
+        return [without(i, names) for i in tree]
+    if isinstance(tree, dict):
+        return {k: without(x, names) for k, x in tree.items() if k not in names}
+    return tree
+
+
+def _records(r):
+    return None if r is None else bytes(r)
+
+
+def produce_request_tree(req: H.ProduceRequest, v: int) -> dict:
+    return project(produce.REQUEST.fields, {
+        "transactional_id": req.transactional_id, "acks": req.acks, "timeout_ms": req.timeout_ms,
+        "topic_data": [{"name": name, "partition_data": [{"index": i, "records": _records(r)} for i, r in parts]}
+                       for name, parts in req.topics]}, v)
+
+
+def fetch_request_tree(req: H.FetchRequest, v: int) -> dict:
+    return project(fetch.REQUEST.fields, {
+        "replica_id": req.replica_id, "max_wait_ms": req.max_wait_ms, "min_bytes": req.min_bytes,
+        "max_bytes": req.max_bytes, "isolation_level": req.isolation_level, "session_id": req.session_id,
+        "session_epoch": req.session_epoch,
+        "topics": [{"topic": t, "partitions": [
+            {"partition": p.partition, "current_leader_epoch": p.current_leader_epoch, "fetch_offset": p.fetch_offset,
+             "log_start_offset": p.log_start_offset, "partition_max_bytes": p.partition_max_bytes} for p in parts]}
+            for t, parts in req.topics],
+        "forgotten_topics_data": [{"topic": t, "partitions": ps} for t, ps in req.forgotten_topics],
+        "rack_id": req.rack_id}, v)
+
+
+def produce_response_tree(responses, v: int) -> dict:
+    return project(produce.RESPONSE.fields, {"responses": [{"name": t, "partition_responses": [
+        {"index": i, "error_code": e, "base_offset": b, "log_append_time_ms": la, "log_start_offset": ls}
+        for i, e, b, la, ls in parts]} for t, parts in responses]}, v)
+
+
+def fetch_response_tree(resp: H.FetchResponse, v: int) -> dict:
+    return project(fetch.RESPONSE.fields, {
+        "throttle_time_ms": resp.throttle_time_ms, "error_code": resp.error_code, "session_id": resp.session_id,
+        "responses": [{"topic": t, "partitions": [
+            {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
+             "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
+             "aborted_transactions": None if p.aborted_transactions is None else [
+                 {"producer_id": a, "first_offset": b} for a, b in p.aborted_transactions],
+             "preferred_read_replica": p.preferred_read_replica, "records": _records(p.records)} for p in parts]}
+            for t, parts in resp.responses]}, v)
+
+
+class Decoder:
+    """A hand-written decoder, its construct oracle, and what it leaves out of its result."""
+
+    def __init__(self, msg, versions, decode, to_tree, dropped=(), answers=True):
+        self.msg, self.versions, self.decode, self.to_tree = msg, versions, decode, to_tree
+        self.dropped = frozenset(dropped)
+        self.answers = answers  # a request: the header parsed, so errors carry INVALID_REQUEST
+
+    def __call__(self, v, data, pos=0):
+        return without(self.to_tree(self.decode(v, memoryview(data), pos), v), self.dropped)
+
+    def expected(self, tree, v):
+        return without(complete(self.msg.fields, tree, v), self.dropped)
+
+
+DECODERS = {
+    "produce-request": Decoder(produce.REQUEST, PRODUCE_VERSIONS, H.decode_produce_request, produce_request_tree),
+    "fetch-request": Decoder(fetch.REQUEST, FETCH_VERSIONS, H.decode_fetch_request, fetch_request_tree),
+    # client side: throttling and per-record errors are not returned
+    "produce-response": Decoder(produce.RESPONSE, PRODUCE_VERSIONS, H.decode_produce_response, produce_response_tree,
+                                dropped={"throttle_time_ms", "record_errors", "error_message"}, answers=False),
+    "fetch-response": Decoder(fetch.RESPONSE, FETCH_VERSIONS, H.decode_fetch_response, fetch_response_tree,
+                              answers=False),
+}
+DECODER_CASES = [pytest.param(name, v, id=f"{name}-v{v}") for name, d in DECODERS.items() for v in d.versions]
+
+
+def _body_strategy(name, v):
+    msg = DECODERS[name].msg
+    return message_strategy(msg, v).map(lambda tree: (tree, msg.build(v, tree)))
+
+
+# ---------------------------------------------------------------------------
+# Decoders: same values as construct; whole, at an offset, with trailing bytes
+
+
+@pytest.mark.parametrize("name,v", DECODER_CASES)
+def test_decoder_matches_construct(name, v) -> None:
+    dec = DECODERS[name]
+
+    @FAST
+    @given(_body_strategy(name, v), st.binary(max_size=6), st.binary(max_size=6))
+    def run(tree_and_body, prefix, trailing):
+        tree, body = tree_and_body
+        expected = dec.expected(tree, v)
+        assert dec(v, body) == expected
+        # At an offset inside a larger frame, with bytes after it (ignored, as construct does).
+        frame = bytearray(prefix + body + trailing)
+        assert dec(v, frame, len(prefix)) == expected
+        assert without(plain(dec.msg.parse(v, bytes(frame), len(prefix))), dec.dropped) == expected
+
+    run()
+
+
+def test_produce_records_are_views_into_the_frame() -> None:
+    """No copy of record data: a writable view of the request frame, so offsets can be stamped in place."""
+    tree = {"transactional_id": "txn-é", "acks": -1, "timeout_ms": 1500,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"A" * 70},
+                                                            {"index": 1, "records": None}]}]}
+    frame = bytearray(b"\x00" * 3 + produce.REQUEST.build(3, tree))
+    req = H.decode_produce_request(3, memoryview(frame), 3)
+    (_, parts), = req.topics
+    records = parts[0][1]
+    assert isinstance(records, memoryview) and records.obj is frame and not records.readonly
+    records[0:1] = b"B"
+    assert frame.count(b"B") == 1
+    assert parts[1] == (1, None)
+    assert req.partition_count() == 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: H.decode_produce_request(v, memoryview(b""), 0), lambda v: H.decode_produce_response(v, b""),
+    lambda v: H.encode_produce_response(v, 1, []), lambda v: H.encode_produce_request(v, 1, None, 1, 1, []),
+])
+@pytest.mark.parametrize("v", [0, 2, 9, 13])
+def test_produce_codecs_refuse_other_versions(call, v) -> None:
+    with pytest.raises(LocalProtocolError):
+        call(v)
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: H.decode_fetch_request(v, memoryview(b""), 0), lambda v: H.decode_fetch_response(v, b""),
+    lambda v: H.encode_fetch_response(v, 1, []),
+    lambda v: H.encode_fetch_request(v, 1, None, H.FetchRequest(v, -1, 0, 0, 0, 0, 0, -1, [], [], "")),
+])
+@pytest.mark.parametrize("v", [3, 12, 18])
+def test_fetch_codecs_refuse_other_versions(call, v) -> None:
+    with pytest.raises(LocalProtocolError):
+        call(v)
+
+
+# ---------------------------------------------------------------------------
+# Encoders: same bytes as construct (whole frames: size, header, body)
+
+
+def _produce_response_strategy(v):
+    def fix(tree):
+        # The hot path carries no per-record errors: v8+ always sends record_errors [] and error_message null.
+        for topic in tree["responses"]:
+            for p in topic["partition_responses"]:
+                if v >= 8:
+                    p["record_errors"], p["error_message"] = [], None
+        return tree
+    return message_strategy(produce.RESPONSE, v).map(fix)
+
+
+def joined(chunks) -> bytes:
+    return b"".join(bytes(c) for c in chunks)
+
+
+def encode_produce_response(v, tree, correlation_id):
+    responses = [(t["name"], [(p["index"], p["error_code"], p["base_offset"], p["log_append_time_ms"],
+                               p.get("log_start_offset", -1)) for p in t["partition_responses"]])
+                 for t in tree["responses"]]
+    return H.encode_produce_response(v, correlation_id, responses, tree["throttle_time_ms"])
+
+
+def encode_fetch_response(v, tree, correlation_id):
+    responses = [(t["topic"], [H.FetchPartitionData(
+        p["partition_index"], p["error_code"], p["high_watermark"], p["last_stable_offset"],
+        p.get("log_start_offset", -1), p["records"],
+        None if p["aborted_transactions"] is None else [(a["producer_id"], a["first_offset"])
+                                                        for a in p["aborted_transactions"]],
+        p.get("preferred_read_replica", -1)) for p in t["partitions"]]) for t in tree["responses"]]
+    chunks, total = H.encode_fetch_response(v, correlation_id, responses, throttle_time_ms=tree["throttle_time_ms"],
+                                            error_code=tree.get("error_code", 0), session_id=tree.get("session_id", 0))
+    data = joined(chunks)
+    assert total == len(data)
+    return data
+
+
+CLIENT_ID = "kbroker-tëst"
+
+
+def encode_produce_request(v, tree, correlation_id):
+    topics = [(t["name"], [(p["index"], p["records"]) for p in t["partition_data"]]) for t in tree["topic_data"]]
+    return joined(H.encode_produce_request(v, correlation_id, CLIENT_ID, tree["acks"], tree["timeout_ms"], topics,
+                                           tree["transactional_id"]))
+
+
+def encode_fetch_request(v, tree, correlation_id):
+    full = complete(fetch.REQUEST.fields, tree, v)
+    req = H.FetchRequest(v, full["replica_id"], full["max_wait_ms"], full["min_bytes"], full["max_bytes"],
+                         full["isolation_level"], full["session_id"], full["session_epoch"],
+                         [(t["topic"], [H.FetchPartition(p["partition"], p["current_leader_epoch"], p["fetch_offset"],
+                                                         p["log_start_offset"], p["partition_max_bytes"])
+                                        for p in t["partitions"]]) for t in full["topics"]],
+                         [(t["topic"], t["partitions"]) for t in full["forgotten_topics_data"]], full["rack_id"])
+    return H.encode_fetch_request(v, correlation_id, CLIENT_ID, req)
+
+
+def _request_frame(api_key, msg, v, tree, correlation_id) -> bytes:
+    head = header.REQUEST_HEADER.build(1, {"request_api_key": api_key, "request_api_version": v,
+                                           "correlation_id": correlation_id, "client_id": CLIENT_ID})
+    return frame(head + msg.build(v, tree))
+
+
+def _response_frame(msg, v, tree, correlation_id) -> bytes:
+    return frame(header.RESPONSE_HEADER.build(0, {"correlation_id": correlation_id}) + msg.build(v, tree))
+
+
+# name -> (versions, hand-written encoder, strategy, the frame construct builds)
+ENCODERS = {
+    "produce-response": (PRODUCE_VERSIONS, encode_produce_response, _produce_response_strategy,
+                         lambda v, t, c: _response_frame(produce.RESPONSE, v, t, c)),
+    "fetch-response": (FETCH_VERSIONS, encode_fetch_response, lambda v: message_strategy(fetch.RESPONSE, v),
+                       lambda v, t, c: _response_frame(fetch.RESPONSE, v, t, c)),
+    "produce-request": (PRODUCE_VERSIONS, encode_produce_request, lambda v: message_strategy(produce.REQUEST, v),
+                        lambda v, t, c: _request_frame(0, produce.REQUEST, v, t, c)),
+    "fetch-request": (FETCH_VERSIONS, encode_fetch_request, lambda v: message_strategy(fetch.REQUEST, v),
+                      lambda v, t, c: _request_frame(1, fetch.REQUEST, v, t, c)),
+}
+ENCODER_CASES = [pytest.param(name, v, id=f"{name}-v{v}") for name, (vs, _, _, _) in ENCODERS.items() for v in vs]
+
+
+@pytest.mark.parametrize("name,v", ENCODER_CASES)
+def test_encoder_matches_construct(name, v) -> None:
+    _, encode, strategy, oracle = ENCODERS[name]
+
+    @FAST
+    @given(strategy(v), st.integers(-2**31, 2**31 - 1))
+    def run(tree, correlation_id):
+        ours = encode(v, tree, correlation_id)
+        expected = oracle(v, tree, correlation_id)
+        assert ours == expected, first_difference(ours, expected)
+
+    run()
+
+
+def test_fetch_response_passes_large_records_by_reference() -> None:
+    log = bytearray(range(256)) * 4  # 1 KiB: above the inline threshold
+    records = memoryview(log)[10:900]
+    small = b"s" * 20
+    parts = [H.FetchPartitionData(0, 0, 5, 5, 0, records), H.FetchPartitionData(1, 0, 5, 5, 0, small),
+             H.FetchPartitionData(2, 3, -1, -1, -1, None)]
+    chunks, total = H.encode_fetch_response(11, 7, [("topic", parts)])
+    assert any(c is records for c in chunks), "large record data must not be copied"
+    data = joined(chunks)
+    assert total == len(data) and struct.unpack_from(">i", data)[0] == total - 4
+    common = {"aborted_transactions": None, "preferred_read_replica": -1}
+    tree = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": [{"topic": "topic", "partitions": [
+        {"partition_index": 0, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5, "log_start_offset": 0,
+         "records": bytes(records), **common},
+        {"partition_index": 1, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5, "log_start_offset": 0,
+         "records": small, **common},
+        {"partition_index": 2, "error_code": 3, "high_watermark": -1, "last_stable_offset": -1,
+         "log_start_offset": -1, "records": None, **common}]}]}
+    assert data == _response_frame(fetch.RESPONSE, 11, tree, 7)
+    assert fetch_response_tree(H.decode_fetch_response(11, data, 8), 11) == complete(fetch.RESPONSE.fields, tree, 11)
+
+
+def test_produce_request_passes_records_by_reference() -> None:
+    records = memoryview(bytearray(b"r" * 100))
+    chunks = H.encode_produce_request(3, 1, None, -1, 100, [("t", [(0, records), (1, None)])])
+    assert any(c is records for c in chunks)
+
+
+# ---------------------------------------------------------------------------
+# Headers
+
+
+def header_strategy(v):
+    return message_strategy(header.REQUEST_HEADER, v)
+
+
+def tagged_block():
+    """A v2 header's tagged fields: unknown tags in ascending order, each with some bytes."""
+    return st.dictionaries(st.integers(0, 300), st.binary(max_size=4), max_size=3).map(
+        lambda d: encode_uvarint(len(d)) + b"".join(encode_uvarint(t) + encode_uvarint(len(b)) + b for t, b in sorted(d.items())))
+
+
+def parsed_header(h: H.RequestHeader) -> dict:
+    return {"request_api_key": h.api_key, "request_api_version": h.api_version,
+            "correlation_id": h.correlation_id, "client_id": h.client_id}
+
+
+@pytest.mark.parametrize("v", [1, 2])
+def test_request_header_matches_construct(v) -> None:
+    flexible = v == 2
+
+    @FAST
+    @given(header_strategy(v), tagged_block(), st.binary(max_size=8))
+    def run(tree, tags, body):
+        built = header.REQUEST_HEADER.build(v, tree)
+        encoded = H.encode_request_header(tree["request_api_key"], tree["request_api_version"],
+                                          tree["correlation_id"], tree["client_id"], flexible)
+        assert encoded == built
+        if flexible:
+            built = built[:-1] + tags  # replace the empty tagged block with some unknown tags
+        h = H.parse_request_header(memoryview(built + body), flexible)
+        expected, size = header.REQUEST_HEADER.parse_with_size(v, built + body)
+        assert parsed_header(h) == plain(expected)
+        assert h.size == size == len(built)
+        # flexible_for decides per (api key, version) when flexible is not given
+        seen = []
+        h2 = H.parse_request_header(built + body, flexible_for=lambda k, ver: seen.append((k, ver)) or flexible)
+        assert seen == [(tree["request_api_key"], tree["request_api_version"])] and h2.size == h.size
+
+    run()
+
+
+@pytest.mark.parametrize("v", [0, 1])
+def test_response_header_matches_construct(v) -> None:
+    for cid in (0, 1, -1, 2**31 - 1, -2**31, 0x01020304):
+        assert H.response_header(cid, v == 1) == header.RESPONSE_HEADER.build(v, {"correlation_id": cid})
+
+
+def test_response_header_layout() -> None:
+    assert H.response_header(5, False) == b"\x00\x00\x00\x05"
+    assert H.response_header(5, True) == b"\x00\x00\x00\x05\x00"
+
+
+def test_null_client_id() -> None:
+    raw = H.encode_request_header(18, 3, 9, None, True)
+    assert raw == b"\x00\x12\x00\x03\x00\x00\x00\x09\xff\xff\x00"
+    h = H.parse_request_header(raw, True)
+    assert (h.client_id, h.size) == (None, 11)
+
+
+# ---------------------------------------------------------------------------
+# Malformed input
+
+
+def rich_produce(v):
+    return {"transactional_id": "tx", "acks": 1, "timeout_ms": 100,
+            "topic_data": [{"name": "tøpic", "partition_data": [{"index": 0, "records": b"abc"},
+                                                                {"index": 1, "records": None}]},
+                           {"name": "", "partition_data": []}]}
+
+
+def rich_fetch(v):
+    return {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 1,
+            "session_id": 3, "session_epoch": 4,
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": 2, "fetch_offset": 10,
+                                                      "log_start_offset": 0, "partition_max_bytes": 1000}]}],
+            "forgotten_topics_data": [{"topic": "gone", "partitions": [1, 2]}], "rack_id": "r1"}
+
+
+def rich_produce_response(v):
+    return {"responses": [{"name": "tøpic", "partition_responses": [
+        {"index": 0, "error_code": 0, "base_offset": 10, "log_append_time_ms": -1, "log_start_offset": 0,
+         "record_errors": [{"batch_index": 0, "batch_index_error_message": "bad"}], "error_message": "msg"}]},
+        {"name": "", "partition_responses": []}], "throttle_time_ms": 5}
+
+
+def rich_fetch_response(v):
+    return {"throttle_time_ms": 1, "error_code": 0, "session_id": 9, "responses": [{"topic": "t", "partitions": [
+        {"partition_index": 0, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5, "log_start_offset": 0,
+         "aborted_transactions": [{"producer_id": 1, "first_offset": 2}], "preferred_read_replica": -1,
+         "records": b"abc"},
+        {"partition_index": 1, "error_code": 1, "high_watermark": 5, "last_stable_offset": 5, "log_start_offset": 0,
+         "aborted_transactions": None, "preferred_read_replica": -1, "records": None}]}]}
+
+
+RICH = {"produce-request": rich_produce, "fetch-request": rich_fetch,
+        "produce-response": rich_produce_response, "fetch-response": rich_fetch_response}
+
+
+def assert_malformed(name, v, data) -> RemoteProtocolError:
+    with pytest.raises(RemoteProtocolError) as info:
+        DECODERS[name](v, data)
+    if DECODERS[name].answers:
+        assert info.value.error_code is ErrorCode.INVALID_REQUEST  # the header parsed: answer it
+    return info.value
+
+
+@pytest.mark.parametrize("name,v", DECODER_CASES)
+def test_every_truncation_raises(name, v) -> None:
+    dec = DECODERS[name]
+    body = dec.msg.build(v, RICH[name](v))
+    assert dec(v, body) == dec.expected(RICH[name](v), v)
+    for n in range(len(body)):
+        assert_malformed(name, v, body[:n])
+        with pytest.raises(SchemaError):
+            dec.msg.parse(v, body[:n])
+
+
+def _patch(data: bytes, pos: int, fmt: str, value: int) -> bytes:
+    out = bytearray(data)
+    struct.pack_into(fmt, out, pos, value)
+    return bytes(out)
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+_TOPIC = len(_string("tøpic"))
+# (decoder, version, where in the rich example's bytes: an offset, or the end of a string, format, value, what)
+# Produce v3: transactional id "tx" at 0, acks at 4, timeout at 6, topic count at 10, first topic at 14.
+# Fetch v11: the fixed part is 4*4 + 1 + 2*4 = 25 bytes: topic count at 25, first topic ("t") at 29.
+BAD_LENGTHS = [
+    ("produce-request", 3, 0, ">h", -2, "transactional id length -2"),
+    ("produce-request", 3, 0, ">h", 1000, "transactional id runs past the end"),
+    ("produce-request", 3, 10, ">i", -1, "null topic array (not nullable)"),
+    ("produce-request", 3, 10, ">i", -7, "negative topic count"),
+    ("produce-request", 3, 10, ">i", 0x7FFFFFFF, "topic count past the end"),
+    ("produce-request", 3, 14, ">h", -1, "null topic name (not nullable)"),
+    ("produce-request", 3, 14, ">h", 0x7FFF, "topic name runs past the end"),
+    ("produce-request", 3, 14 + _TOPIC, ">i", -1, "null partition array"),
+    ("produce-request", 3, 14 + _TOPIC, ">i", 1 << 30, "partition count past the end"),
+    ("produce-request", 3, 14 + _TOPIC + 8, ">i", -2, "records length -2"),
+    ("produce-request", 3, 14 + _TOPIC + 8, ">i", 1 << 30, "records run past the end"),
+    ("fetch-request", 11, 25, ">i", -1, "null topic array"),
+    ("fetch-request", 11, 25, ">i", -2, "negative topic count"),
+    ("fetch-request", 11, 25, ">i", 1 << 28, "topic count past the end"),
+    ("fetch-request", 11, 29, ">h", -1, "null topic name"),
+    ("fetch-request", 11, 29, ">h", 300, "topic name past the end"),
+    ("fetch-request", 11, 32, ">i", -1, "null partition array"),
+    ("fetch-request", 11, 32, ">i", 1 << 28, "partition count past the end"),
+    ("fetch-request", 11, "gone", ">i", -1, "null forgotten partitions"),
+    ("fetch-request", 11, "gone", ">i", 3, "forgotten partitions past the end"),
+    ("fetch-request", 11, "gone", ">i", 1 << 29, "forgotten partition count past the end"),
+    ("fetch-response", 11, 10, ">i", -1, "null topic array"),
+    ("fetch-response", 11, "t", ">i", 1 << 28, "partition count past the end"),
+    ("fetch-response", 11, "t", ">i", -1, "null partition array"),
+    ("produce-response", 5, 0, ">i", -3, "negative topic count"),
+]
+
+
+def test_bad_length_offsets_point_where_they_say() -> None:
+    produce_body = produce.REQUEST.build(3, rich_produce(3))
+    assert produce_body[:4] == _string("tx") and produce_body[14:14 + _TOPIC] == _string("tøpic")
+    assert fetch.REQUEST.build(11, rich_fetch(11))[29:32] == _string("t")
+
+
+@pytest.mark.parametrize("name,v,where,fmt,value,what", BAD_LENGTHS, ids=[row[-1] for row in BAD_LENGTHS])
+def test_bad_lengths(name, v, where, fmt, value, what) -> None:
+    dec = DECODERS[name]
+    body = dec.msg.build(v, RICH[name](v))
+    pos = where if isinstance(where, int) else body.index(_string(where)) + len(_string(where))
+    bad = _patch(body, pos, fmt, value)
+    assert_malformed(name, v, bad)
+    with pytest.raises(SchemaError):
+        dec.msg.parse(v, bad)
+
+
+def test_produce_bad_utf8() -> None:
+    body = produce.REQUEST.build(3, rich_produce(3))
+    bad = body.replace("tøpic".encode(), b"t\xff\xfepic")
+    err = assert_malformed("produce-request", 3, bad)
+    assert "UTF-8" in str(err)
+
+
+def _mutations(draw_data: bytes):
+    return st.one_of(
+        st.tuples(st.just("set"), st.integers(0, max(0, len(draw_data) - 1)), st.integers(0, 255)),
+        st.tuples(st.just("cut"), st.integers(0, len(draw_data)), st.just(0)),
+        st.tuples(st.just("add"), st.integers(0, len(draw_data)), st.integers(0, 255)),
+        st.tuples(st.just("null"), st.integers(0, len(draw_data)), st.sampled_from([2, 4])),  # a length -> -1
+    )
+
+
+def mutate(data: bytes, op) -> bytes:
+    kind, pos, byte = op
+    if kind == "set" and data:
+        return data[:pos] + bytes([byte]) + data[pos + 1:]
+    if kind == "cut":
+        return data[:pos]
+    if kind == "null":
+        return data[:pos] + b"\xff" * byte + data[pos + byte:]
+    return data[:pos] + bytes([byte]) + data[pos:]
+
+
+def outcome(fn, *args, errors):
+    try:
+        return ("ok", fn(*args))
+    except errors as exc:
+        return ("error", type(exc).__name__)
+
+
+EDGE_CASES = [pytest.param(name, v, id=f"{name}-v{v}") for name, d in DECODERS.items()
+              for v in sorted({d.versions[0], d.versions[len(d.versions) // 2], d.versions[-1]})]
+
+
+@pytest.mark.parametrize("name,v", EDGE_CASES)
+def test_mutated_bytes_agree_with_construct(name, v) -> None:
+    """Mutated bytes: the hand-written decoder raises exactly when construct does, else agrees on the value."""
+    dec = DECODERS[name]
+
+    @settings(FAST, max_examples=40)  # the adversarial ones get more
+    @given(st.data())
+    def run(data):
+        _tree, body = data.draw(_body_strategy(name, v))
+        for op in data.draw(st.lists(_mutations(body), min_size=1, max_size=3)):
+            body = mutate(body, op)
+        theirs = outcome(lambda b: without(plain(dec.msg.parse(v, b)), dec.dropped), body, errors=SchemaError)
+        ours = outcome(dec, v, body, errors=RemoteProtocolError)
+        assert (ours[0], ours[1] if ours[0] == "ok" else None) == (theirs[0], theirs[1] if theirs[0] == "ok" else None)
+
+    run()
+
+
+@pytest.mark.parametrize("name,v", EDGE_CASES)
+def test_garbage_raises_remote_protocol_error_only(name, v) -> None:
+    @settings(FAST, max_examples=40)  # the adversarial ones get more
+    @given(st.binary(max_size=64))
+    def run(junk):
+        try:
+            DECODERS[name](v, junk)
+        except RemoteProtocolError:
+            pass
+
+    run()
+
+
+# Header: errors carry error_code None (no header, nobody to answer).
+
+
+def assert_bad_header(data, flexible) -> None:
+    with pytest.raises(RemoteProtocolError) as info:
+        H.parse_request_header(data, flexible)
+    assert info.value.error_code is None
+
+
+@pytest.mark.parametrize("flexible", [False, True])
+def test_header_truncations(flexible) -> None:
+    raw = H.encode_request_header(0, 7, 1, "cliënt", False)
+    if flexible:
+        raw += b"\x01\x05\x02ab"  # one unknown tag (5) of 2 bytes
+    assert H.parse_request_header(raw, flexible).size == len(raw)
+    for n in range(len(raw)):
+        assert_bad_header(raw[:n], flexible)
+
+
+@pytest.mark.parametrize("raw,flexible", [
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\xff\xfe", False),           # client id length -2
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\x80\x00", False),           # client id length -32768
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\x00\x09abc", False),        # client id past the end
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\x00\x02\xc3\x28", False),   # client id not UTF-8
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x01\x00\x05ab", True),    # tagged field past the end
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x80\x80\x80\x80\x80\x01", True),  # over-long varint
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x02\x00\x00", True),      # two tags announced, one there
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x80\x80\x80\x80\x80\x00", True),  # 0 in 6 bytes (Kafka: max 5)
+])
+def test_bad_headers(raw, flexible) -> None:
+    assert_bad_header(raw, flexible)
+    with pytest.raises(SchemaError):
+        header.REQUEST_HEADER.parse(2 if flexible else 1, raw)
+
+
+def test_header_tags_in_any_order() -> None:
+    """Kafka's generated readers do not check tag order; neither side may reject it."""
+    raw = b"\x00\x12\x00\x03\x00\x00\x00\x01\x00\x01c" + b"\x02\x05\x01x\x02\x00" + b"body"
+    h = H.parse_request_header(raw, True)
+    tree, size = header.REQUEST_HEADER.parse_with_size(2, raw)
+    assert h.size == size == len(raw) - 4
+    assert parsed_header(h) == plain(tree) == {"request_api_key": 18, "request_api_version": 3,
+                                               "correlation_id": 1, "client_id": "c"}
+
+
+@pytest.mark.parametrize("v", [1, 2])
+def test_mutated_headers_agree_with_construct(v) -> None:
+    @settings(FAST, max_examples=40)  # the adversarial ones get more
+    @given(st.data())
+    def run(data):
+        tree = data.draw(header_strategy(v))
+        raw = header.REQUEST_HEADER.build(v, tree)
+        if v == 2:
+            raw = raw[:-1] + data.draw(tagged_block())
+        for op in data.draw(st.lists(_mutations(raw), min_size=1, max_size=3)):
+            raw = mutate(raw, op)
+        theirs = outcome(lambda b: (plain(header.REQUEST_HEADER.parse_with_size(v, b)[0]),
+                                    header.REQUEST_HEADER.parse_with_size(v, b)[1]), raw, errors=SchemaError)
+        ours = outcome(lambda b: (parsed_header(H.parse_request_header(b, v == 2)), H.parse_request_header(b, v == 2).size),
+                       raw, errors=RemoteProtocolError)
+        assert ours[0] == theirs[0] and (ours[0] == "error" or ours[1] == theirs[1])
+
+    run()
+
+
+@given(st.binary(max_size=40), st.booleans())
+@FAST
+def test_header_garbage_raises_remote_protocol_error_only(junk, flexible) -> None:
+    try:
+        h = H.parse_request_header(junk, flexible)
+    except RemoteProtocolError as exc:
+        assert exc.error_code is None
+    else:
+        assert 10 <= h.size <= len(junk)
