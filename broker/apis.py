@@ -21,6 +21,8 @@ from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
+from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
+from .partition import LeaderAndIsrState
 from .replica_manager import FetchParams, is_internal_topic
 
 if TYPE_CHECKING:
@@ -55,15 +57,13 @@ class KafkaApis:
             ApiKey.CREATE_TOPICS: self.handle_create_topics_request,
             ApiKey.DELETE_TOPICS: self.handle_delete_topics_request,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs_request,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch_request,
+            ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr_request,
+            ApiKey.STOP_REPLICA: self.handle_stop_replica_request,
+            ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
         }
-        self.extra_handlers()
         # The advertised table is derived from what is both defined in protocol/ and handled here.
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
-
-    def extra_handlers(self) -> None:
-        """Handlers registered by other modules (replication, idempotence) — see server wiring."""
-        for key, handler in self.server.extra_api_handlers(self).items():
-            self.handlers[key] = handler
 
     # -- dispatch --------------------------------------------------------------------------
     def handle(self, ctx: "RequestContext") -> None:
@@ -314,3 +314,130 @@ class KafkaApis:
         self.send(ctx, api, {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
                              "error_message": "consumer groups are not supported by this broker yet",
                              "node_id": -1, "host": "", "port": -1})
+
+    # -- replication and the control plane -------------------------------------------------
+    def handle_offset_for_leader_epoch_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.OFFSET_FOR_LEADER_EPOCH]
+        req = self.parse(ctx, api)
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                partition = self.replica_manager.get_partition(t.topic, p.partition)
+                if partition is None:
+                    error, epoch, end = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+                else:
+                    # Only the leader answers, except for the debugging replica id -2.
+                    error, epoch, end = partition.last_offset_for_leader_epoch(
+                        p.current_leader_epoch, p.leader_epoch, require_leader=req.replica_id != -2)
+                parts.append({"error_code": error, "partition": p.partition, "leader_epoch": epoch,
+                              "end_offset": end})
+            topics.append({"topic": t.topic, "partitions": parts})
+        self.send(ctx, api, {"topics": topics})
+
+    def _cluster_action_denied(self, ctx: "RequestContext") -> bool:
+        if self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):
+            return False
+        log.warning("%s from %s denied: no ClusterAction permission", APIS[ctx.header.api_key].name, ctx.peer)
+        return True
+
+    def handle_leader_and_isr_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.LEADER_AND_ISR]
+        req = self.parse(ctx, api)
+        version = ctx.api_version
+        if version <= 1:
+            grouped = [(ps.topic_name, None, [ps]) for ps in req.ungrouped_partition_states]
+        else:
+            grouped = [(ts.topic_name, ts.topic_id, ts.partition_states) for ts in req.topic_states]
+        states = [LeaderAndIsrState(topic, ps.partition_index, ps.controller_epoch, ps.leader, ps.leader_epoch,
+                                    list(ps.isr), ps.partition_epoch, list(ps.replicas), ps.is_new)
+                  for topic, _id, parts in grouped for ps in parts]
+        if self._cluster_action_denied(ctx):
+            error, results = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, {
+                (s.topic, s.partition): ErrorCode.CLUSTER_AUTHORIZATION_FAILED for s in states}
+        else:
+            # Leaders the fetchers will need to reach (Kafka's LiveLeaders).
+            listener = self.server.inter_broker_listener
+            for leader in req.live_leaders:
+                if leader.broker_id not in self.metadata_cache.brokers:
+                    self.metadata_cache.brokers[leader.broker_id] = BrokerInfo(
+                        leader.broker_id, {listener: BrokerEndpoint(listener, leader.host_name, leader.port)})
+            error, results = self.replica_manager.become_leader_or_follower(req.controller_id, req.controller_epoch,
+                                                                            states)
+        if version <= 4:
+            body = {"error_code": error, "partition_errors": [
+                {"topic_name": t, "partition_index": p, "error_code": code} for (t, p), code in results.items()]}
+        else:
+            body = {"error_code": error, "topics": [
+                {"topic_id": topic_id, "partition_errors": [
+                    {"partition_index": ps.partition_index, "error_code": results.get((topic, ps.partition_index), 0)}
+                    for ps in parts]} for topic, topic_id, parts in grouped]}
+        self.send(ctx, api, body)
+
+    def handle_update_metadata_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.UPDATE_METADATA]
+        req = self.parse(ctx, api)
+        if self._cluster_action_denied(ctx):
+            return self.send(ctx, api, {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
+        rm = self.replica_manager
+        if req.controller_epoch < rm.controller_epoch:
+            log.warning("ignoring UpdateMetadata from controller %d with stale epoch %d (current %d)",
+                        req.controller_id, req.controller_epoch, rm.controller_epoch)
+            return self.send(ctx, api, {"error_code": ErrorCode.STALE_CONTROLLER_EPOCH})
+        rm.controller_epoch = req.controller_epoch
+        cache = self.metadata_cache
+        cache.controller_id = req.controller_id
+        brokers = {}
+        for b in req.live_brokers:
+            if ctx.api_version == 0:
+                endpoints = {"PLAINTEXT": BrokerEndpoint("PLAINTEXT", b.v0_host, b.v0_port)}
+            else:
+                endpoints = {(e.listener or "PLAINTEXT"): BrokerEndpoint(e.listener or "PLAINTEXT", e.host, e.port)
+                             for e in b.endpoints}
+            brokers[b.id] = BrokerInfo(b.id, endpoints, b.rack)
+        if brokers:
+            cache.brokers = brokers
+        if ctx.api_version <= 4:
+            grouped = [(ps.topic_name, None, [ps]) for ps in req.ungrouped_partition_states]
+        else:
+            grouped = [(ts.topic_name, ts.topic_id, ts.partition_states) for ts in req.topic_states]
+        for topic, topic_id, parts in grouped:
+            for ps in parts:
+                if ps.leader == -2:  # LeaderDuringDelete: the topic is being deleted
+                    cache.remove_partition(topic, ps.partition_index)
+                    continue
+                cache.update_partition(topic, topic_id, PartitionInfo(
+                    ps.partition_index, ps.leader, ps.leader_epoch, list(ps.replicas), list(ps.isr),
+                    list(ps.offline_replicas), ps.zk_version))
+        self.send(ctx, api, {"error_code": ErrorCode.NONE})
+
+    def handle_stop_replica_request(self, ctx: "RequestContext") -> None:
+        api = APIS[ApiKey.STOP_REPLICA]
+        req = self.parse(ctx, api)
+        version = ctx.api_version
+        if version == 0:
+            items = [(p.topic_name, p.partition_index, -1, req.delete_partitions) for p in req.ungrouped_partitions]
+        elif version <= 2:
+            items = [(t.name, p, -1, req.delete_partitions) for t in req.topics for p in t.partition_indexes]
+        else:
+            items = [(t.topic_name, p.partition_index, p.leader_epoch, p.delete_partition)
+                     for t in req.topic_states for p in t.partition_states]
+        rm = self.replica_manager
+        if self._cluster_action_denied(ctx):
+            error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            results = {(t, p): error for t, p, _e, _d in items}
+        elif req.controller_epoch < rm.controller_epoch:
+            error = ErrorCode.STALE_CONTROLLER_EPOCH
+            results = {(t, p): error for t, p, _e, _d in items}
+        else:
+            error, results = ErrorCode.NONE, {}
+            rm.controller_epoch = req.controller_epoch
+            for topic, p, epoch, delete in items:
+                partition = rm.get_partition(topic, p)
+                # A request epoch older than ours is fenced; -2 means "deleting", always allowed.
+                if partition is not None and epoch not in (-1, -2) and epoch < partition.leader_epoch:
+                    results[(topic, p)] = ErrorCode.FENCED_LEADER_EPOCH
+                    continue
+                results.update(rm.stop_replicas([(topic, p)], delete))
+        self.send(ctx, api, {"error_code": error, "partition_errors": [
+            {"topic_name": t, "partition_index": p, "error_code": code} for (t, p), code in results.items()]})

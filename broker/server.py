@@ -22,12 +22,14 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from protocol.client import DEFAULT_NETWORK, Network
 from protocol.clock import SYSTEM_TIME, Time
 from protocol.errors import ErrorCode
 from storage import LogConfig, LogManager
 
 from .apis import KafkaApis
 from .config import ConfigError, Endpoint, KafkaConfig
+from .fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
 from .network import SocketServer
 from .partition import LeaderAndIsrState
@@ -93,9 +95,10 @@ def _read_meta_properties(path: Path) -> dict[str, str]:
 
 
 class KafkaServer:
-    def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME) -> None:
+    def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK) -> None:
         self.config = config
         self.time = time
+        self.network = network
         self.broker_id = config.broker_id
         self.cluster_id: str | None = None
         self.embedded = config["kbroker.controller.mode"] == "embedded"
@@ -111,7 +114,6 @@ class KafkaServer:
         self._flush_inflight = False
         self.started = False
         self.bound_ports: dict[str, int] = {}
-        self._extra_handlers: list[Callable] = []
 
     # -- startup ---------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -131,6 +133,8 @@ class KafkaServer:
             broker_id=self.broker_id, time=self.time, log_manager=self.log_manager,
             metadata_cache=self.metadata_cache, log_config_for=self.log_config_for,
             replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"])
+        self.replica_manager.fetcher_manager = ReplicaFetcherManager(
+            self.replica_manager, cfg, network=self.network, listener_name=self.inter_broker_listener)
         self.apis = KafkaApis(self)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
@@ -181,6 +185,11 @@ class KafkaServer:
             path = d / "meta.properties"
             if not path.exists() or _read_meta_properties(path).get("broker.id") != str(self.broker_id):
                 atomic_write_text(path, text)
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener other brokers (followers' fetchers) connect to: the first one."""
+        return self.config.listeners[0].listener_name
 
     def advertised_endpoints(self) -> list[Endpoint]:
         advertised = self.config.advertised_listeners or self.config.listeners
@@ -259,7 +268,7 @@ class KafkaServer:
     def maybe_auto_create_topic(self, name: str, allow: bool) -> int:
         if validate_topic_name(name) is not None:
             return ErrorCode.INVALID_TOPIC_EXCEPTION
-        if not (allow and self.config["auto.create.topics.enable"]):
+        if not (allow and self.config["auto.create.topics.enable"] and self.embedded):
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         code, message = self.create_topic(name, -1, -1, {}, {})
         if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
@@ -326,12 +335,6 @@ class KafkaServer:
         self.replica_manager.stop_replicas([(name, p) for p in record.assignment], delete=True)
         log.info("deleted topic %s", name)
         return ErrorCode.NONE, None
-
-    def extra_api_handlers(self, apis: KafkaApis) -> dict:
-        handlers = {}
-        for factory in self._extra_handlers:
-            handlers.update(factory(apis))
-        return handlers
 
     # -- background passes -----------------------------------------------------------------
     def _schedule_periodic(self, name: str, interval_ms: int, fn: Callable[[], None]) -> None:
@@ -403,6 +406,7 @@ class KafkaServer:
         if not await self.socket_server.wait_for_inflight(timeout_s):
             log.warning("shutdown: requests still in flight after %.1fs; closing their connections", timeout_s)
         self.socket_server.close_all()
+        await self.replica_manager.fetcher_manager.shutdown()
         while self._flush_inflight:
             await asyncio.sleep(0.01)
         self._executor.shutdown(wait=True)

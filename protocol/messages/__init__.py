@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..api_keys import ApiKey
 from ..schema import Api, Message
-from . import api_versions, coordinator, fetch, leader_epoch, list_offsets, metadata, produce, producer, topics
+from . import api_versions, control, coordinator, fetch, leader_epoch, list_offsets, metadata, produce, producer, topics
 
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
@@ -28,6 +28,11 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", leader_epoch.REQUEST, leader_epoch.RESPONSE, 2, 3),
     Api(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", topics.DESCRIBE_CONFIGS_REQUEST,
         topics.DESCRIBE_CONFIGS_RESPONSE, 1, 3),
+    # The controller-to-broker control plane (Kafka 3.x layouts; see messages/control.py).
+    Api(ApiKey.LEADER_AND_ISR, "LeaderAndIsr", control.LEADER_AND_ISR_REQUEST, control.LEADER_AND_ISR_RESPONSE, 0, 7),
+    Api(ApiKey.STOP_REPLICA, "StopReplica", control.STOP_REPLICA_REQUEST, control.STOP_REPLICA_RESPONSE, 0, 4),
+    Api(ApiKey.UPDATE_METADATA, "UpdateMetadata", control.UPDATE_METADATA_REQUEST, control.UPDATE_METADATA_RESPONSE,
+        0, 8),
 )}
 
 

@@ -1,0 +1,5 @@
+"""``python -m broker``: the ``kbroker`` command."""
+
+from broker.cli import main
+
+raise SystemExit(main())

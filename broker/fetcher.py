@@ -1,0 +1,343 @@
+"""Follower replication: ReplicaFetcherManager and one ReplicaFetcher coroutine per leader.
+
+A fetcher fetches every partition it follows from its source broker in one Fetch request
+(replica_id = this broker's id), appends what comes back with ``append_as_follower`` and
+takes the leader's high watermark. Partitions come and go (``add_partitions`` /
+``remove_partitions``) without restarting the coroutine; a response for a partition whose
+fetch state changed meanwhile (removed, or re-added for a new leader epoch) is ignored.
+
+Truncation on becoming a follower is by leader epoch (KIP-101/KIP-279), not by high
+watermark: the follower asks its leader (OffsetsForLeaderEpoch) for the end offset of its
+own latest epoch, and truncates to the point where the two logs diverge — possibly over
+several rounds, when the leader's answer names an older epoch than the one asked for.
+
+Errors: NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH and the like back
+the partition off for replica.fetch.backoff.ms (a newer LeaderAndIsr will re-add it);
+OFFSET_OUT_OF_RANGE resets the fetch position from the leader's offsets; a lost
+connection backs the whole fetcher off and reconnects. Connections go through
+``protocol.client`` (the one client), on the injected network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from protocol.api_keys import ApiKey
+from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network
+from protocol.errors import ErrorCode, KafkaError
+from protocol.hotpath import FetchPartition, FetchRequest
+from protocol.records import iter_batch_headers
+
+if TYPE_CHECKING:
+    from .config import KafkaConfig
+    from .partition import Partition
+    from .replica_manager import ReplicaManager
+
+log = logging.getLogger("kbroker.fetcher")
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class PartitionFetchState:
+    """Where a followed partition stands: truncating (asking the leader where the logs
+    diverge) or fetching; and until when it is backed off."""
+
+    __slots__ = ("partition", "leader_epoch", "truncating", "delayed_until_ms")
+
+    def __init__(self, partition: "Partition", leader_epoch: int) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.truncating = True
+        self.delayed_until_ms = 0.0
+
+    def __repr__(self) -> str:
+        return (f"PartitionFetchState({self.partition.topic}-{self.partition.partition}, epoch={self.leader_epoch}, "
+                f"{'truncating' if self.truncating else 'fetching'})")
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: "ReplicaFetcherManager", source_id: int, host: str, port: int) -> None:
+        self.manager = manager
+        self.source_id = source_id
+        self.host = host
+        self.port = port
+        self.partitions: dict[tuple[str, int], PartitionFetchState] = {}
+        self._wakeup = asyncio.Event()
+        self._conn: BrokerConnection | None = None
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher(source={self.source_id} at {self.host}:{self.port}, {len(self.partitions)} partitions)"
+
+    # -- membership ------------------------------------------------------------------------
+    def add_partitions(self, states: dict[tuple[str, int], PartitionFetchState]) -> None:
+        self.partitions.update(states)
+        self._wakeup.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
+            self._task.add_done_callback(self._on_done)
+
+    def remove_partitions(self, keys) -> None:
+        for key in keys:
+            self.partitions.pop(key, None)
+
+    def _on_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None and not self._stopping:
+            log.error("replica fetcher for broker %d died: %r; restarting it", self.source_id, task.exception())
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
+            self._task.add_done_callback(self._on_done)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._conn is not None:
+            self._conn.close()
+
+    # -- the loop --------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff_s = self.manager.backoff_ms / 1000
+        while not self._stopping:
+            try:
+                conn = await self._connection()
+                if any(s.truncating for s in self.partitions.values()):
+                    await self._truncate(conn)
+                if not await self._fetch(conn):
+                    await self._idle()
+            except (KafkaConnectionError, OSError, asyncio.TimeoutError) as exc:
+                log.warning("fetcher from broker %d at %s:%d: %s; retrying in %d ms", self.source_id, self.host,
+                            self.port, exc, self.manager.backoff_ms)
+                self._drop_connection()
+                await asyncio.sleep(backoff_s)
+            except KafkaError as exc:
+                log.warning("fetcher from broker %d: %s; retrying in %d ms", self.source_id, exc,
+                            self.manager.backoff_ms)
+                self._drop_connection()
+                await asyncio.sleep(backoff_s)
+
+    async def _idle(self) -> None:
+        """Nothing to fetch now: wait for a partition to be added or a backoff to end."""
+        self._wakeup.clear()
+        now = self.manager.time.monotonic_ms()
+        delays = [s.delayed_until_ms - now for s in self.partitions.values() if s.delayed_until_ms > now]
+        timeout = min(delays) / 1000 if delays else None
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _connection(self) -> BrokerConnection:
+        if self._conn is None or not self._conn.connected:
+            conn = BrokerConnection(self.host, self.port, client_id=f"broker-{self.manager.broker_id}-fetcher",
+                                    network=self.manager.network, time=self.manager.time,
+                                    request_timeout_ms=self.manager.socket_timeout_ms)
+            await conn.connect()
+            self._conn = conn
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _ready(self) -> dict[tuple[str, int], PartitionFetchState]:
+        now = self.manager.time.monotonic_ms()
+        return {k: s for k, s in self.partitions.items() if s.delayed_until_ms <= now}
+
+    def _back_off(self, key: tuple[str, int], state: PartitionFetchState, why: str) -> None:
+        log.info("fetch of %s-%d from broker %d backs off: %s", key[0], key[1], self.source_id, why)
+        state.delayed_until_ms = self.manager.time.monotonic_ms() + self.manager.backoff_ms
+
+    # -- truncation (KIP-101) --------------------------------------------------------------
+    async def _truncate(self, conn: BrokerConnection) -> None:
+        pending = {k: s for k, s in self._ready().items() if s.truncating}
+        if not pending:
+            return
+        asks = {}
+        for key, state in pending.items():
+            epoch = state.partition.log.leader_epoch_cache.latest_epoch()
+            if epoch is None:
+                # No epoch history (an empty log): nothing can have diverged.
+                state.truncating = False
+                continue
+            asks[key] = epoch
+        if not asks:
+            return
+        by_topic: dict[str, list] = {}
+        for (topic, p), epoch in asks.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition": p, "current_leader_epoch": pending[(topic, p)].leader_epoch, "leader_epoch": epoch})
+        response = await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+            "replica_id": self.manager.broker_id,
+            "topics": [{"topic": t, "partitions": parts} for t, parts in by_topic.items()]})
+        for t in response.topics:
+            for r in t.partitions:
+                key = (t.topic, r.partition)
+                state = self.partitions.get(key)
+                if state is None or state is not pending.get(key):
+                    continue  # removed or replaced while we asked
+                if r.error_code:
+                    self._back_off(key, state, f"OffsetsForLeaderEpoch: {ErrorCode(r.error_code).name}")
+                    continue
+                self._apply_truncation(key, state, r.leader_epoch, r.end_offset)
+
+    def _apply_truncation(self, key, state: PartitionFetchState, leader_epoch: int, leader_end_offset: int) -> None:
+        """Kafka's AbstractFetcherThread.getOffsetTruncationState, then truncate."""
+        log_ = state.partition.log
+        leo = log_.log_end_offset
+        if leader_end_offset == UNDEFINED_EPOCH_OFFSET:
+            # The leader knows no epoch at or below ours: fall back to the high watermark.
+            target, done = log_.high_watermark, True
+        elif leader_epoch == UNDEFINED_EPOCH:
+            target, done = min(leader_end_offset, leo), True
+        else:
+            follower_epoch, follower_end = log_.leader_epoch_cache.end_offset_for(leader_epoch, leo)
+            if follower_epoch == UNDEFINED_EPOCH:
+                target, done = min(leader_end_offset, leo), True
+            elif follower_epoch != leader_epoch:
+                target, done = follower_end, False  # another round, from our next-older epoch
+            else:
+                target, done = min(leader_end_offset, follower_end), True
+        if target < leo:
+            log.info("%s-%d: truncating from %d to %d (leader epoch %d ends at %d on broker %d)", key[0], key[1],
+                     leo, target, leader_epoch, leader_end_offset, self.source_id)
+            log_.truncate_to(target)
+        state.truncating = not done
+
+    # -- fetching --------------------------------------------------------------------------
+    async def _fetch(self, conn: BrokerConnection) -> bool:
+        """One Fetch for every ready, non-truncating partition; False if there was none."""
+        ready = {k: s for k, s in self._ready().items() if not s.truncating}
+        if not ready:
+            return False
+        m = self.manager
+        by_topic: dict[str, list[FetchPartition]] = {}
+        for (topic, p), state in ready.items():
+            log_ = state.partition.log
+            by_topic.setdefault(topic, []).append(FetchPartition(p, state.leader_epoch, log_.log_end_offset,
+                                                                 log_.log_start_offset, m.fetch_max_bytes))
+        request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
+                               0, 0, -1, list(by_topic.items()), [], "")
+        response = await conn.fetch(request)
+        if response.error_code:
+            raise KafkaError(f"Fetch from broker {self.source_id}: {ErrorCode(response.error_code).name}")
+        for topic, parts in response.responses:
+            for pd in parts:
+                key = (topic, pd.partition)
+                state = self.partitions.get(key)
+                if state is None or state is not ready.get(key):
+                    continue
+                self._process_partition(key, state, pd)
+        return True
+
+    def _process_partition(self, key, state: PartitionFetchState, pd) -> None:
+        log_ = state.partition.log
+        error = pd.error_code
+        if error == ErrorCode.NONE:
+            if pd.records is not None and len(pd.records):
+                try:
+                    log_.append_as_follower(_whole_batches(pd.records))
+                except KafkaError as exc:
+                    self._back_off(key, state, f"append failed: {exc}")
+                    return
+            if pd.log_start_offset > log_.log_start_offset:
+                log_.maybe_increment_log_start_offset(pd.log_start_offset)
+            log_.update_high_watermark(pd.high_watermark)
+        elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            self._handle_out_of_range(key, state, pd)
+        else:
+            self._back_off(key, state, ErrorCode(error).name)
+
+    def _handle_out_of_range(self, key, state: PartitionFetchState, pd) -> None:
+        """Our LEO is outside the leader's log: start over at the leader's log start if we
+        are behind it, else re-run epoch truncation."""
+        log_ = state.partition.log
+        if 0 <= pd.log_start_offset and log_.log_end_offset < pd.log_start_offset:
+            log.info("%s-%d: our log end %d is below the leader's log start %d; starting over there",
+                     key[0], key[1], log_.log_end_offset, pd.log_start_offset)
+            log_.truncate_fully_and_start_at(pd.log_start_offset)
+        else:
+            state.truncating = True
+
+
+def _whole_batches(records):
+    """The complete batches of a fetched blob: a size-limited response may end in a partial one."""
+    end = 0
+    for pos, header in iter_batch_headers(records):
+        end = pos + header.size
+    return records[:end]
+
+
+class ReplicaFetcherManager:
+    """One ReplicaFetcher per source broker (Kafka's num.replica.fetchers = 1)."""
+
+    def __init__(self, replica_manager: "ReplicaManager", config: "KafkaConfig", *, network: Network = DEFAULT_NETWORK,
+                 listener_name: str = "PLAINTEXT") -> None:
+        self.replica_manager = replica_manager
+        self.broker_id = replica_manager.broker_id
+        self.time = replica_manager.time
+        self.network = network
+        self.listener_name = listener_name
+        self.fetch_wait_max_ms = config["replica.fetch.wait.max.ms"]
+        self.fetch_min_bytes = config["replica.fetch.min.bytes"]
+        self.fetch_max_bytes = config["replica.fetch.max.bytes"]
+        self.fetch_response_max_bytes = config["replica.fetch.response.max.bytes"]
+        self.backoff_ms = config["replica.fetch.backoff.ms"]
+        self.socket_timeout_ms = config["replica.socket.timeout.ms"]
+        self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
+
+    def add_fetcher_for_partitions(self, partitions: list["Partition"]) -> None:
+        grouped: dict[tuple[int, str, int], dict] = {}
+        for p in partitions:
+            broker = self.replica_manager.metadata_cache.brokers.get(p.leader_id)
+            endpoint = None
+            if broker is not None:
+                endpoint = broker.endpoint(self.listener_name) or next(iter(broker.endpoints.values()), None)
+            if endpoint is None:
+                log.warning("%s-%d: no endpoint known for leader %d; not fetching", p.topic, p.partition, p.leader_id)
+                continue
+            source = (p.leader_id, endpoint.host, endpoint.port)
+            grouped.setdefault(source, {})[p.key] = PartitionFetchState(p, p.leader_epoch)
+        for source, states in grouped.items():
+            for other, fetcher in self.fetchers.items():
+                if other != source:
+                    fetcher.remove_partitions(states)
+            fetcher = self.fetchers.get(source)
+            if fetcher is None:
+                fetcher = self.fetchers[source] = ReplicaFetcher(self, *source)
+            fetcher.add_partitions(states)
+            log.info("fetching %s from broker %d", ", ".join(sorted(f"{t}-{p}" for t, p in states)), source[0])
+        self._stop_idle()
+
+    def remove_fetcher_for_partitions(self, keys) -> None:
+        keys = list(keys)
+        for fetcher in self.fetchers.values():
+            fetcher.remove_partitions(keys)
+        self._stop_idle()
+
+    def _stop_idle(self) -> None:
+        """A fetcher left with no partitions holds a connection for nothing: stop it."""
+        for source, fetcher in list(self.fetchers.items()):
+            if not fetcher.partitions:
+                del self.fetchers[source]
+                asyncio.get_running_loop().create_task(fetcher.stop())
+
+    def fetch_state(self, key: tuple[str, int]) -> PartitionFetchState | None:
+        for fetcher in self.fetchers.values():
+            state = fetcher.partitions.get(key)
+            if state is not None:
+                return state
+        return None
+
+    async def shutdown(self) -> None:
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
