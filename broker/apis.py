@@ -58,6 +58,7 @@ class KafkaApis:
             ApiKey.DELETE_TOPICS: self.handle_delete_topics_request,
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs_request,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch_request,
+            ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id_request,
             ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr_request,
             ApiKey.STOP_REPLICA: self.handle_stop_replica_request,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
@@ -306,6 +307,27 @@ class KafkaApis:
             results.append({"error_code": code, "error_message": message, "resource_type": res.resource_type,
                             "resource_name": res.resource_name, "configs": configs})
         self.send(ctx, api, {"results": results})
+
+    def handle_init_producer_id_request(self, ctx: "RequestContext") -> None:
+        """A new producer id (epoch 0) for an idempotent producer. Transactions (a transactional
+        id) need a transaction coordinator, which kbroker does not have yet."""
+        api = APIS[ApiKey.INIT_PRODUCER_ID]
+        req = self.parse(ctx, api)
+        if req.transactional_id is not None:
+            log.warning("InitProducerId with transactional id %r from %s refused: transactions are not supported",
+                        req.transactional_id, ctx.peer)
+            return self.send(ctx, api, {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                        "producer_id": -1, "producer_epoch": -1})
+        if not self.authorize(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, "kafka-cluster"):
+            return self.send(ctx, api, {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                        "producer_id": -1, "producer_epoch": -1})
+        try:
+            producer_id = self.server.producer_ids.generate_producer_id()
+        except (OSError, RuntimeError) as exc:
+            log.error("cannot allocate a producer id: %s", exc)
+            return self.send(ctx, api, {"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "producer_id": -1,
+                                        "producer_epoch": -1})
+        self.send(ctx, api, {"error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0})
 
     def handle_find_coordinator_request(self, ctx: "RequestContext") -> None:
         # Consumer groups are not implemented yet: no coordinator is ever available.

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.replica_manager")
 
 _VALID_ACKS = (-1, 0, 1)
+# Append errors that mean bad input or a broken disk, worth a log line (sequence errors of
+# idempotent producers and leadership changes are the client's business).
+_LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
+                                   ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
 
 
 class FetchParams:
@@ -140,8 +144,7 @@ class ReplicaManager:
             partition = self.get_partition_or_error(topic, partition_index)
             info = partition.append_records_to_leader(records, required_acks)
         except KafkaError as exc:
-            if exc.error_code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
-                                  ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR):
+            if exc.error_code in _LOGGED_APPEND_ERRORS:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
             return [partition_index, exc.error_code, -1, -1, -1], -1
         except Exception:

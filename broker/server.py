@@ -32,6 +32,7 @@ from .config import ConfigError, Endpoint, KafkaConfig
 from .fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
 from .network import SocketServer
+from .producer_ids import FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdManager
 from .partition import LeaderAndIsrState
 from .replica_manager import ReplicaManager
 from .single_node import TOPICS_FILE, TopicRecord, TopicStore, atomic_write_text
@@ -108,6 +109,7 @@ class KafkaServer:
         self.apis: KafkaApis | None = None
         self.socket_server: SocketServer | None = None
         self.topic_store: TopicStore | None = None
+        self.producer_ids: ProducerIdManager | None = None
         self._locks: list[int] = []
         self._timers: dict[str, object] = {}
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbroker-flush")
@@ -127,6 +129,8 @@ class KafkaServer:
         reports = self.log_manager.startup()
         log.info("loaded %d partition logs from %s", len(reports) if reports is not None else 0,
                  ", ".join(str(d) for d in cfg.log_dirs))
+        # The seam for the controller: it will hand out producer id blocks instead.
+        self.producer_ids = ProducerIdManager(LocalBlockSource(cfg.log_dirs[0] / PRODUCER_ID_FILE, self.broker_id))
         self.metadata_cache = MetadataCache(self.broker_id)
         self.metadata_cache.cluster_id = self.cluster_id
         self.replica_manager = ReplicaManager(

@@ -1,112 +1,28 @@
-"""Three broker processes in external-controller mode, and a stand-in controller that sends
-them UpdateMetadata / LeaderAndIsr / StopReplica exactly as the controller process will."""
+"""Three broker processes in external-controller mode, driven by the static controller the
+way the controller process will drive them, plus what the tests observe of them."""
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from dataclasses import dataclass, field
 
+from controller.static import PartitionAssignment, StaticController  # noqa: F401  (re-exported)
 from protocol.api_keys import ApiKey
-from protocol.client import BrokerConnection
 from protocol.hotpath import FetchPartition, FetchRequest
 from protocol.records import iter_batch_headers
 from tests.support import BrokerProcess
 
-CONTROLLER_ID = 3000
 
-
-@dataclass
-class PartitionAssignment:
-    topic: str
-    partition: int
-    leader: int
-    leader_epoch: int
-    isr: list[int]
-    replicas: list[int]
-    partition_epoch: int = 0
-    topic_id: uuid.UUID = field(default_factory=uuid.uuid4)
-
-
-class Cluster:
+class Cluster(StaticController):
     def __init__(self, broker_process, ids=(1, 2, 3), **overrides):
         props = {"kbroker.controller.mode": "external", "replica.fetch.backoff.ms": 200}
         props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
-        self.brokers: dict[int, BrokerProcess] = {i: broker_process(broker_id=i, overrides=props) for i in ids}
-        self.controller_epoch = 1
-        self._conns: dict[int, BrokerConnection] = {}
+        self.processes: dict[int, BrokerProcess] = {i: broker_process(broker_id=i, overrides=props) for i in ids}
+        super().__init__({i: ("127.0.0.1", p.port) for i, p in self.processes.items()})
 
     def start(self) -> "Cluster":
-        for b in self.brokers.values():
+        for b in self.processes.values():
             b.start()
         return self
-
-    async def conn(self, broker_id: int) -> BrokerConnection:
-        c = self._conns.get(broker_id)
-        if c is None or not c.connected:
-            b = self.brokers[broker_id]
-            c = BrokerConnection("127.0.0.1", b.port, client_id="test-controller", request_timeout_ms=15000)
-            await c.connect()
-            self._conns[broker_id] = c
-        return c
-
-    def drop_conn(self, broker_id: int) -> None:
-        c = self._conns.pop(broker_id, None)
-        if c is not None:
-            c.close()
-
-    async def close(self) -> None:
-        for c in self._conns.values():
-            c.close()
-        self._conns.clear()
-
-    # -- control plane ----------------------------------------------------------------------
-    async def update_metadata(self, assignments: list[PartitionAssignment], to=None) -> list[int]:
-        live = [{"id": i, "endpoints": [{"port": b.port, "host": "127.0.0.1", "listener": "PLAINTEXT",
-                                         "security_protocol": 0}], "rack": None}
-                for i, b in self.brokers.items()]
-        body = {"controller_id": CONTROLLER_ID, "controller_epoch": self.controller_epoch, "broker_epoch": -1,
-                "topic_states": _by_topic(assignments, lambda a: {
-                    "partition_index": a.partition, "controller_epoch": self.controller_epoch, "leader": a.leader,
-                    "leader_epoch": a.leader_epoch, "isr": a.isr, "zk_version": a.partition_epoch,
-                    "replicas": a.replicas, "offline_replicas": []}),
-                "live_brokers": live}
-        out = []
-        for i in (to or self.brokers):
-            resp = await (await self.conn(i)).request(ApiKey.UPDATE_METADATA, body, version=8)
-            out.append(resp.error_code)
-        return out
-
-    async def leader_and_isr(self, assignments: list[PartitionAssignment], to=None, controller_epoch=None):
-        """Send LeaderAndIsr (v7) to ``to`` (default: every replica); returns {broker: response}."""
-        epoch = self.controller_epoch if controller_epoch is None else controller_epoch
-        leaders = {a.leader for a in assignments}
-        body = {"controller_id": CONTROLLER_ID, "controller_epoch": epoch, "broker_epoch": -1, "type": 0,
-                "topic_states": _by_topic(assignments, lambda a: {
-                    "partition_index": a.partition, "controller_epoch": epoch, "leader": a.leader,
-                    "leader_epoch": a.leader_epoch, "isr": a.isr, "partition_epoch": a.partition_epoch,
-                    "replicas": a.replicas, "is_new": False}),
-                "live_leaders": [{"broker_id": i, "host_name": "127.0.0.1", "port": self.brokers[i].port}
-                                 for i in leaders if i in self.brokers]}
-        targets = to or sorted({r for a in assignments for r in a.replicas})
-        out = {}
-        for i in targets:
-            out[i] = await (await self.conn(i)).request(ApiKey.LEADER_AND_ISR, body, version=7)
-        return out
-
-    async def stop_replica(self, broker_id: int, topic: str, partition: int, leader_epoch: int, delete=False):
-        body = {"controller_id": CONTROLLER_ID, "controller_epoch": self.controller_epoch, "broker_epoch": -1,
-                "topic_states": [{"topic_name": topic, "partition_states": [
-                    {"partition_index": partition, "leader_epoch": leader_epoch, "delete_partition": delete}]}]}
-        return await (await self.conn(broker_id)).request(ApiKey.STOP_REPLICA, body, version=4)
-
-    async def assign(self, assignments: list[PartitionAssignment]) -> None:
-        await self.update_metadata(assignments)
-        responses = await self.leader_and_isr(assignments)
-        for broker, resp in responses.items():
-            assert resp.error_code == 0, (broker, resp)
-            for t in resp.topics:
-                assert all(p.error_code == 0 for p in t.partition_errors), (broker, resp)
 
     # -- observing ----------------------------------------------------------------------------
     async def log_end_offset(self, broker_id: int, topic: str, partition: int) -> int:
@@ -150,14 +66,6 @@ class Cluster:
                            [(topic, [FetchPartition(partition, -1, offset, -1, 1 << 20)])], [], "")
         resp = await (await self.conn(broker_id)).fetch(req)
         return resp.responses[0][1][0]
-
-
-def _by_topic(assignments, partition_body):
-    topics: dict[str, dict] = {}
-    for a in assignments:
-        t = topics.setdefault(a.topic, {"topic_name": a.topic, "topic_id": a.topic_id, "partition_states": []})
-        t["partition_states"].append(partition_body(a))
-    return list(topics.values())
 
 
 def log_bytes(broker: BrokerProcess, topic: str, partition: int) -> bytes:

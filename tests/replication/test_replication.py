@@ -40,7 +40,7 @@ async def test_rf3_acks_all_100k_records_identical_logs_and_no_read_above_hw(clu
     a = rep()
     await cluster.assign([a])
     n = 100_000
-    bootstrap = cluster.brokers[1].bootstrap
+    bootstrap = cluster.processes[1].bootstrap
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, max_batch_size=16384)
     await producer.start()
     violations: list[tuple[int, int]] = []
@@ -71,9 +71,9 @@ async def test_rf3_acks_all_100k_records_identical_logs_and_no_read_above_hw(clu
     assert violations == []
     assert seen_offsets > 0
     assert await cluster.wait_replicas_caught_up("rep", 0, [1, 2, 3]) == n
-    leader_bytes = log_bytes(cluster.brokers[1], "rep", 0)
-    assert log_bytes(cluster.brokers[2], "rep", 0) == leader_bytes
-    assert log_bytes(cluster.brokers[3], "rep", 0) == leader_bytes
+    leader_bytes = log_bytes(cluster.processes[1], "rep", 0)
+    assert log_bytes(cluster.processes[2], "rep", 0) == leader_bytes
+    assert log_bytes(cluster.processes[3], "rep", 0) == leader_bytes
 
 
 @pytest.mark.parametrize("cluster", [{"replica_lag_time_max_ms": 1500}], indirect=True)
@@ -81,7 +81,7 @@ async def test_isr_shrinks_and_grows_back_around_stopped_followers(cluster):
     await cluster.assign([rep()])
     assert (await produce_raw(cluster, 1, "rep", [b"a"] * 10))[0] == ErrorCode.NONE
     await cluster.wait_replicas_caught_up("rep", 0, [1, 2, 3])
-    b3 = cluster.brokers[3]
+    b3 = cluster.processes[3]
     b3.signal(signal.SIGSTOP)
     try:
         # A stopped follower that has everything is not lagging (Kafka's isCaughtUp); new data
@@ -90,7 +90,7 @@ async def test_isr_shrinks_and_grows_back_around_stopped_followers(cluster):
         await cluster.wait_for(lambda: _isr_is(cluster, [1, 2]), 20, "ISR to drop broker 3")
         error, base = await produce_raw(cluster, 1, "rep", [b"c"] * 10)
         assert (error, base) == (ErrorCode.NONE, 20)  # acks=all goes on with ISR [1, 2]
-        b2 = cluster.brokers[2]
+        b2 = cluster.processes[2]
         b2.signal(signal.SIGSTOP)
         try:
             assert (await produce_raw(cluster, 1, "rep", [b"d"] * 5, acks=1))[0] == ErrorCode.NONE
@@ -130,7 +130,7 @@ async def test_leadership_moves_and_the_old_leader_truncates_its_divergent_tail(
     assert await produce_raw(cluster, 2, "rep", [b"after"] * 20) == (ErrorCode.NONE, 100)
     assert (await cluster.leader_and_isr([new], to=[1]))[1].error_code == 0
     assert await cluster.wait_replicas_caught_up("rep", 0, [1, 2, 3]) == 120
-    logs = [log_bytes(cluster.brokers[b], "rep", 0) for b in (1, 2, 3)]
+    logs = [log_bytes(cluster.processes[b], "rep", 0) for b in (1, 2, 3)]
     assert logs[0] == logs[1] == logs[2]
     values = [h for _p, h in iter_batch_headers(logs[0])]
     assert [(h.base_offset, h.records_count, h.partition_leader_epoch) for h in values] == [(0, 100, 0), (100, 20, 1)]
@@ -162,7 +162,7 @@ async def test_stale_controller_epoch_and_stale_leader_epoch_change_nothing(clus
 async def test_acks_all_times_out_while_the_isr_lists_a_stopped_follower(cluster):
     await cluster.assign([rep()])
     assert (await produce_raw(cluster, 1, "rep", [b"a"]))[0] == ErrorCode.NONE
-    b3 = cluster.brokers[3]
+    b3 = cluster.processes[3]
     b3.signal(signal.SIGSTOP)
     try:
         loop = asyncio.get_running_loop()
@@ -181,7 +181,7 @@ async def test_a_restarted_broker_serves_again_only_after_leader_and_isr(cluster
     await cluster.assign([a])
     assert (await produce_raw(cluster, 1, "rep", [b"a"] * 50))[0] == ErrorCode.NONE
     await cluster.wait_replicas_caught_up("rep", 0, [1, 2, 3])
-    b1 = cluster.brokers[1]
+    b1 = cluster.processes[1]
     assert b1.stop() == 0
     cluster.drop_conn(1)
     b1.start()

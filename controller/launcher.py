@@ -1,0 +1,97 @@
+"""Start brokers as child processes: ``python -m broker serve`` with per-broker overrides.
+
+The process-based mirror of docker-compose.yml that tests and benchmarks use (no Docker
+engine here): each broker gets its own port and data dir on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class BrokerProcess:
+    """One broker process with its own data dir and port; its output goes to a file."""
+
+    def __init__(self, log_dir: Path, port: int | None = None, broker_id: int = 0, overrides: dict | None = None,
+                 python: str = sys.executable) -> None:
+        self.log_dir = Path(log_dir)
+        self.port = port or free_port()
+        self.broker_id = broker_id
+        self.overrides = dict(overrides or {})
+        self.python = python
+        self.proc: subprocess.Popen | None = None
+        self.output = self.log_dir.parent / f"broker-{broker_id}-{self.port}.out"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        props = {"broker.id": str(self.broker_id), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                 "log.dirs": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
+        cmd = [self.python, "-m", "broker", "serve"]
+        for k, v in props.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd
+
+    def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
+        self.log_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        deadline = time.monotonic() + timeout_s
+        while not port_open(self.port):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker {self.broker_id} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(f"broker {self.broker_id} did not listen on {self.port}:\n{self.log_text()[-3000:]}")
+            time.sleep(0.05)
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.output.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait: the graceful path. Returns the exit status."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
