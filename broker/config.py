@@ -144,6 +144,9 @@ IGNORED_KAFKA_KEYS = frozenset({
 })
 
 ENV_PREFIX = "KBROKER_"
+# KBROKER_ variables that belong to the CLI or the tests, not to the broker's configuration.
+_NOT_CONFIG_ENV = frozenset({"KBROKER_BOOTSTRAP_SERVER"})
+_NOT_CONFIG_ENV_PREFIXES = ("KBROKER_TEST_",)
 
 
 def env_name(key: str) -> str:
@@ -202,7 +205,7 @@ class KafkaConfig:
                 raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
         env = os.environ if env is None else env
         for name, value in env.items():
-            if not name.startswith(ENV_PREFIX):
+            if not name.startswith(ENV_PREFIX) or name in _NOT_CONFIG_ENV or name.startswith(_NOT_CONFIG_ENV_PREFIXES):
                 continue
             key = _ENV_TO_KEY.get(name)
             if key is None:

@@ -77,3 +77,11 @@ def test_topic_defaults_use_topic_level_names():
 def test_retention_precedence_ms_over_minutes_over_hours():
     assert KafkaConfig({"log.retention.hours": "2", "log.retention.minutes": "3"}).retention_ms == 180_000
     assert KafkaConfig({"log.retention.minutes": "3", "log.retention.ms": "5"}).retention_ms == 5
+
+
+def test_cli_and_test_variables_are_not_config(caplog):
+    with caplog.at_level(logging.WARNING, logger="kbroker.config"):
+        KafkaConfig.load(None, env={"KBROKER_BOOTSTRAP_SERVER": "h:1", "KBROKER_TEST_BOOTSTRAP": "h:2",
+                                    "KBROKER_NO_SUCH": "x"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "environment variable KBROKER_NO_SUCH names no configuration key; ignored"]
