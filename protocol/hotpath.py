@@ -15,8 +15,10 @@ Versions: Produce 3-8 (non-flexible), Fetch 4-11 (non-flexible).
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from .records import decode_uvarint
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -76,20 +78,13 @@ def _read_count(buf, pos: int, end: int, min_item: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 # Request header (v1: client id; v2: + tagged fields) and response header
 
+@dataclass(slots=True)
 class RequestHeader:
-    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "size")
-
-    def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None, size: int) -> None:
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.client_id = client_id
-        self.size = size
-
-    def __repr__(self) -> str:
-        return (f"RequestHeader(api_key={self.api_key}, api_version={self.api_version}, "
-                f"correlation_id={self.correlation_id}, client_id={self.client_id!r})")
-
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    size: int  # bytes of the header: the body starts here
 
 def parse_request_header(buf, flexible: bool | None = None, *, flexible_for=None) -> RequestHeader:
     """Parse a request header v1/v2 at the start of ``buf``.
@@ -125,24 +120,11 @@ def parse_request_header(buf, flexible: bool | None = None, *, flexible_for=None
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
-def _uvarint(buf, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint too long")
-
-
 def skip_tagged_fields(buf, pos: int) -> int:
-    count, pos = _uvarint(buf, pos)
+    count, pos = decode_uvarint(buf, pos, 5)
     for _ in range(count):
-        _tag, pos = _uvarint(buf, pos)
-        size, pos = _uvarint(buf, pos)
+        _tag, pos = decode_uvarint(buf, pos, 5)
+        size, pos = decode_uvarint(buf, pos, 5)
         pos += size
         if pos > len(buf):
             raise ValueError("tagged field runs past the frame")
@@ -167,22 +149,16 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 # ---------------------------------------------------------------------------
 # Produce
 
+@dataclass(slots=True)
 class ProduceRequest:
     """A decoded Produce request; ``topics`` is [(name, [(partition, records or None)])],
     where records is a memoryview into the request frame (writable if the frame is a bytearray)."""
 
-    __slots__ = ("version", "transactional_id", "acks", "timeout_ms", "topics")
-
-    def __init__(self, version, transactional_id, acks, timeout_ms, topics) -> None:
-        self.version = version
-        self.transactional_id = transactional_id
-        self.acks = acks
-        self.timeout_ms = timeout_ms
-        self.topics = topics
-
-    def partition_count(self) -> int:
-        return sum(len(parts) for _, parts in self.topics)
-
+    version: int
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topics: list
 
 def decode_produce_request(version: int, buf, pos: int) -> ProduceRequest:
     """Decode a Produce v3-v8 body starting at ``pos`` of ``buf`` (a memoryview of the frame)."""
@@ -250,39 +226,27 @@ def encode_produce_response(version: int, correlation_id: int, responses, thrott
 # ---------------------------------------------------------------------------
 # Fetch
 
+@dataclass(slots=True)
 class FetchPartition:
-    __slots__ = ("partition", "current_leader_epoch", "fetch_offset", "log_start_offset", "partition_max_bytes")
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    log_start_offset: int
+    partition_max_bytes: int
 
-    def __init__(self, partition, current_leader_epoch, fetch_offset, log_start_offset, partition_max_bytes) -> None:
-        self.partition = partition
-        self.current_leader_epoch = current_leader_epoch
-        self.fetch_offset = fetch_offset
-        self.log_start_offset = log_start_offset
-        self.partition_max_bytes = partition_max_bytes
-
-    def __repr__(self) -> str:
-        return (f"FetchPartition({self.partition}, epoch={self.current_leader_epoch}, offset={self.fetch_offset}, "
-                f"max_bytes={self.partition_max_bytes})")
-
-
+@dataclass(slots=True)
 class FetchRequest:
-    __slots__ = ("version", "replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level",
-                 "session_id", "session_epoch", "topics", "forgotten_topics", "rack_id")
-
-    def __init__(self, version, replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id,
-                 session_epoch, topics, forgotten_topics, rack_id) -> None:
-        self.version = version
-        self.replica_id = replica_id
-        self.max_wait_ms = max_wait_ms
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        self.isolation_level = isolation_level
-        self.session_id = session_id
-        self.session_epoch = session_epoch
-        self.topics = topics  # [(topic, [FetchPartition])]
-        self.forgotten_topics = forgotten_topics  # [(topic, [partition])]
-        self.rack_id = rack_id
-
+    version: int
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: list  # [(topic, [FetchPartition])]
+    forgotten_topics: list  # [(topic, [partition])]
+    rack_id: str
 
 def decode_fetch_request(version: int, buf, pos: int) -> FetchRequest:
     """Decode a Fetch v4-v11 body starting at ``pos``."""
@@ -336,23 +300,18 @@ def decode_fetch_request(version: int, buf, pos: int) -> FetchRequest:
                         session_epoch, topics, forgotten, rack_id)
 
 
+@dataclass(slots=True)
 class FetchPartitionData:
     """One partition's slot in a Fetch response; ``records`` is a buffer (memoryview of the log) or None."""
 
-    __slots__ = ("partition", "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
-                 "aborted_transactions", "preferred_read_replica", "records")
-
-    def __init__(self, partition, error_code=0, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                 records=None, aborted_transactions=None, preferred_read_replica=-1) -> None:
-        self.partition = partition
-        self.error_code = error_code
-        self.high_watermark = high_watermark
-        self.last_stable_offset = last_stable_offset
-        self.log_start_offset = log_start_offset
-        self.aborted_transactions = aborted_transactions
-        self.preferred_read_replica = preferred_read_replica
-        self.records = records
-
+    partition: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: object = None
+    aborted_transactions: list | None = None
+    preferred_read_replica: int = -1
 
 _FETCH_PD_V4 = struct.Struct(">ihqq")   # partition, error, hw, lso
 _FETCH_PD_V5 = struct.Struct(">ihqqq")  # + log_start_offset
@@ -525,15 +484,12 @@ def encode_fetch_request(version: int, correlation_id: int, client_id: str | Non
     return bytes(out)
 
 
+@dataclass(slots=True)
 class FetchResponse:
-    __slots__ = ("throttle_time_ms", "error_code", "session_id", "responses")
-
-    def __init__(self, throttle_time_ms, error_code, session_id, responses) -> None:
-        self.throttle_time_ms = throttle_time_ms
-        self.error_code = error_code
-        self.session_id = session_id
-        self.responses = responses  # [(topic, [FetchPartitionData])]; records are memoryviews of the frame
-
+    throttle_time_ms: int
+    error_code: int
+    session_id: int
+    responses: list  # [(topic, [FetchPartitionData])]; records are memoryviews of the frame
 
 def decode_fetch_response(version: int, buf, pos: int = 0) -> FetchResponse:
     """Decode a Fetch v4-v11 response body; record data stays a memoryview slice of ``buf``."""

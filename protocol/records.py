@@ -238,8 +238,9 @@ def encode_varint(value: int) -> bytes:
     return encode_uvarint((value << 1) ^ (value >> 63))
 
 
-def decode_uvarint(buf, pos: int) -> tuple[int, int]:
-    """(value, next position); raises ValueError on a truncated or over-long varint."""
+def decode_uvarint(buf, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+    """(value, next position); raises ValueError on a truncated varint or one longer than
+    ``max_bytes`` (10 for a varlong; Kafka's unsigned varints of flexible versions take 5)."""
     if pos >= len(buf):
         raise ValueError("truncated varint")
     b = buf[pos]
@@ -247,6 +248,7 @@ def decode_uvarint(buf, pos: int) -> tuple[int, int]:
         return b, pos + 1
     result = b & 0x7F
     shift = 7
+    limit = 7 * max_bytes
     pos += 1
     while True:
         if pos >= len(buf):
@@ -257,8 +259,8 @@ def decode_uvarint(buf, pos: int) -> tuple[int, int]:
         if b < 0x80:
             return result, pos
         shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
+        if shift >= limit:
+            raise ValueError(f"varint longer than {max_bytes} bytes")
 
 
 def decode_varint(buf, pos: int) -> tuple[int, int]:
