@@ -1,0 +1,173 @@
+"""ReplicaManager, Partition and DelayedProduce on real log files and a MockTime: the acks=-1
+completion cases, the high watermark and the ISR rules, without sockets or sleeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.metadata_cache import MetadataCache
+from broker.partition import LeaderAndIsrState
+from broker.replica_manager import FetchParams, ReplicaManager
+from protocol.clock import MockTime
+from protocol.errors import ErrorCode
+from protocol.hotpath import FetchPartition
+from protocol.records import Record, build_batch
+from storage import LogConfig, LogManager
+
+LAG_MS = 10_000
+
+
+@pytest.fixture
+def time():
+    return MockTime()
+
+
+@pytest.fixture
+def rm(tmp_path, time):
+    config = LogConfig(min_insync_replicas=2)
+    logs = LogManager([tmp_path], config, time=time)
+    logs.startup()
+    manager = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=MetadataCache(1),
+                             log_config_for=lambda topic: config, replica_lag_time_max_ms=LAG_MS)
+    yield manager
+    logs.shutdown()
+
+
+def lead(rm, epoch=0, isr=(1, 2, 3), leader=1):
+    error, results = rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 0, 1, leader, epoch, list(isr), 0,
+                                                                           [1, 2, 3])])
+    assert error == 0 and results[("t", 0)] == 0
+    return rm.get_partition("t", 0)
+
+
+def produce(rm, n=3, acks=-1, timeout_ms=1000):
+    out = []
+    batch = bytearray(build_batch([Record(value=b"v", timestamp=1)] * n))
+    rm.append_records(timeout_ms, acks, False, [("t", [(0, batch)])], out.append)
+    return out
+
+
+def follower_fetch(rm, replica_id, offset):
+    out = []
+    rm.fetch_messages(FetchParams(replica_id, 0, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, offset, 0, 1 << 20)])],
+                      out.append)
+    return out[0][0][1][0]
+
+
+def result(out):
+    [(topic, [row])] = out[0]
+    return row[1], row[2]  # error, base offset
+
+
+def test_acks_all_completes_when_the_isr_reaches_the_offset(rm):
+    p = lead(rm)
+    out = produce(rm, 3)
+    assert out == [] and rm.produce_purgatory.delayed() == 1
+    follower_fetch(rm, 2, 3)
+    assert out == [] and p.high_watermark == 0  # broker 3 has not fetched yet
+    follower_fetch(rm, 3, 3)
+    assert p.high_watermark == 3
+    assert result(out) == (ErrorCode.NONE, 0)
+    assert rm.produce_purgatory.delayed() == 0
+
+
+def test_acks_all_times_out_with_request_timed_out(rm, time):
+    lead(rm)
+    out = produce(rm, timeout_ms=1500)
+    time.sleep(1499)
+    assert out == []
+    time.sleep(1)
+    assert result(out) == (ErrorCode.REQUEST_TIMED_OUT, 0)
+
+
+def test_leadership_lost_while_waiting_answers_not_leader(rm):
+    lead(rm)
+    out = produce(rm)
+    rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 0, 1, 2, 1, [2, 3], 1, [1, 2, 3])])
+    assert result(out) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, 0)
+
+
+def test_partition_removed_while_waiting_answers_unknown(rm):
+    lead(rm)
+    out = produce(rm)
+    rm.stop_replicas([("t", 0)], delete=True)
+    assert result(out) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0)
+
+
+def test_isr_below_min_insync_before_append_is_refused(rm):
+    lead(rm, isr=(1,))
+    out = produce(rm)
+    assert result(out) == (ErrorCode.NOT_ENOUGH_REPLICAS, -1)
+    assert produce(rm, acks=1) and rm.get_partition("t", 0).log_end_offset == 3  # acks=1 is not refused
+
+
+def test_isr_shrinking_while_waiting_gives_not_enough_replicas_after_append(rm, time):
+    p = lead(rm)
+    follower_fetch(rm, 2, 0)
+    follower_fetch(rm, 3, 0)
+    out = produce(rm, timeout_ms=60_000)
+    time.sleep(LAG_MS + 1)
+    rm.maybe_shrink_isr()  # both followers lag: ISR -> [1], HW -> LEO, but 1 < min.insync.replicas
+    assert p.isr == {1}
+    assert result(out) == (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, 0)
+
+
+def test_caught_up_followers_stay_lagging_ones_leave_and_come_back(rm, time):
+    p = lead(rm)
+    produce(rm, acks=1)
+    follower_fetch(rm, 3, 1)  # behind from the start
+    time.sleep(LAG_MS // 2)
+    follower_fetch(rm, 2, 3)  # caught up half the lag time in
+    produce(rm, acks=1)  # leader LEO 6: both followers are behind now
+    time.sleep(LAG_MS // 2 + 1)
+    rm.maybe_shrink_isr()  # broker 2 was caught up 5 s ago, broker 3 not for over 10 s
+    assert p.isr == {1, 2}
+    follower_fetch(rm, 2, 6)
+    follower_fetch(rm, 3, 3)
+    assert p.isr == {1, 2}  # broker 3 is below the HW (6) still
+    follower_fetch(rm, 3, 6)
+    assert p.isr == {1, 2, 3}
+    assert p.high_watermark == 6
+
+
+def test_high_watermark_never_moves_backwards_and_consumers_stop_at_it(rm):
+    p = lead(rm)
+    produce(rm, acks=1)
+    follower_fetch(rm, 2, 3)
+    follower_fetch(rm, 3, 3)
+    assert p.high_watermark == 3
+    produce(rm, acks=1)
+    follower_fetch(rm, 2, 3)  # a stale fetch offset must not pull the HW back
+    assert p.high_watermark == 3
+    consumer = []
+    rm.fetch_messages(FetchParams(-1, 0, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 0, -1, 1 << 20)])],
+                      consumer.append)
+    pd = consumer[0][0][1][0]
+    assert pd.high_watermark == 3 and len(pd.records) == len(build_batch([Record(value=b"v", timestamp=1)] * 3))
+
+
+def test_consumer_long_poll_completes_when_the_high_watermark_moves(rm, time):
+    p = lead(rm)
+    out = []
+    rm.fetch_messages(FetchParams(-1, 5000, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 0, -1, 1 << 20)])],
+                      out.append)
+    assert out == []
+    produce(rm, acks=1)
+    assert out == []  # new data, but not below the HW yet
+    follower_fetch(rm, 2, 3)
+    follower_fetch(rm, 3, 3)
+    assert p.high_watermark == 3 and len(out) == 1
+    assert out[0][0][1][0].high_watermark == 3
+
+
+def test_stale_controller_and_leader_epochs_change_nothing(rm):
+    lead(rm, epoch=4)
+    rm.controller_epoch = 7
+    error, results = rm.become_leader_or_follower(0, 6, [LeaderAndIsrState("t", 0, 6, 2, 9, [2], 0, [1, 2, 3])])
+    assert error == ErrorCode.STALE_CONTROLLER_EPOCH and results[("t", 0)] == ErrorCode.STALE_CONTROLLER_EPOCH
+    error, results = rm.become_leader_or_follower(0, 7, [LeaderAndIsrState("t", 0, 7, 2, 4, [2], 0, [1, 2, 3])])
+    assert error == 0 and results[("t", 0)] == ErrorCode.STALE_CONTROLLER_EPOCH
+    p = rm.get_partition("t", 0)
+    assert (p.leader_id, p.leader_epoch) == (1, 4)
+    error, results = rm.become_leader_or_follower(0, 7, [LeaderAndIsrState("x", 0, 7, 2, 1, [2], 0, [2, 3])])
+    assert results[("x", 0)] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and rm.get_partition("x", 0) is None
