@@ -122,6 +122,7 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("replica.fetch.backoff.ms", "int", 1000, low=0),
     _k("replica.socket.timeout.ms", "int", 30000),
     _k("producer.id.expiration.ms", "int", 86400000, low=1),
+    _k("producer.id.expiration.check.interval.ms", "int", 600000, low=1),
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),
     _k("request.timeout.ms", "int", 30000),
     _k("controlled.shutdown.enable", "bool", True),
@@ -294,6 +295,7 @@ class KafkaConfig:
             "flush.ms": str(self.flush_interval_ms),
             "min.insync.replicas": str(v["min.insync.replicas"]),
             "file.delete.delay.ms": str(v["log.segment.delete.delay.ms"]),
+            "producer.id.expiration.ms": str(v["producer.id.expiration.ms"]),
         }
 
 

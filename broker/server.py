@@ -368,6 +368,8 @@ class KafkaServer:
                                 lm.checkpoint_high_watermarks)
         self._schedule_periodic("isr-expiration", max(1, cfg["replica.lag.time.max.ms"] // 2),
                                 self.replica_manager.maybe_shrink_isr)
+        self._schedule_periodic("producer-id-expiration", cfg["producer.id.expiration.check.interval.ms"],
+                                lm.remove_expired_producers)
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass

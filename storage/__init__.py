@@ -9,10 +9,11 @@ from .epoch_cache import EpochEntry, LeaderEpochFileCache
 from .log import (FetchDataInfo, FlushPlan, Log, LogAppendInfo, OffsetsOutOfOrderError, RecoveryReport,
                   TimestampAndOffset)
 from .log_manager import LogManager
+from .producer_state import BatchMetadata, ProducerStateEntry, ProducerStateManager
 from .segment import LogSegment
 
 __all__ = [
-    "EpochEntry", "FetchDataInfo", "FlushPlan", "LeaderEpochFileCache", "Log", "LogAppendInfo", "LogConfig",
-    "LogManager", "LogSegment", "OffsetCheckpointFile", "OffsetsOutOfOrderError", "RecoveryReport",
-    "TimestampAndOffset",
+    "BatchMetadata", "EpochEntry", "FetchDataInfo", "FlushPlan", "LeaderEpochFileCache", "Log", "LogAppendInfo",
+    "LogConfig", "LogManager", "LogSegment", "OffsetCheckpointFile", "OffsetsOutOfOrderError", "ProducerStateEntry",
+    "ProducerStateManager", "RecoveryReport", "TimestampAndOffset",
 ]

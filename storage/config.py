@@ -29,7 +29,12 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "flush_ms": (0, INT64_MAX),
     "min_insync_replicas": (1, INT32_MAX),
     "file_delete_delay_ms": (0, INT64_MAX),
+    "producer_id_expiration_ms": (1, INT64_MAX),
 }
+# Broker-level settings carried here because the log obeys them: ``from_topic_properties``
+# reads them (the broker passes its value that way) but they are no topic configs in
+# Kafka, so ``to_topic_properties`` leaves them out.
+_BROKER_LEVEL = frozenset({"producer_id_expiration_ms"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,7 @@ class LogConfig:
     flush_ms: int = INT64_MAX
     min_insync_replicas: int = 1
     file_delete_delay_ms: int = 60000
+    producer_id_expiration_ms: int = 86400000  # the broker's producer.id.expiration.ms
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in _INT_RANGES.items():
@@ -85,7 +91,8 @@ class LogConfig:
         return dataclasses.replace(base, **changes)
 
     def to_topic_properties(self) -> dict[str, str]:
-        return {_key(f.name): str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {_key(f.name): str(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if f.name not in _BROKER_LEVEL}
 
 
 def _key(field_name: str) -> str:

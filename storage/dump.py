@@ -4,7 +4,8 @@ For a ``.log``: one line per batch (offsets, count, producer fields, position, t
 size, codec, CRC and whether it is valid), optionally each record, and a note on bytes at
 the end that do not form a batch. For ``.index``/``.timeindex``: one line per entry; the
 zero-filled preallocated tail of an untrimmed index is summarised, and entries that
-disagree with the sibling ``.log`` are flagged.
+disagree with the sibling ``.log`` are flagged. For a producer state ``.snapshot``: one line
+per producer, or why the file does not read back intact.
 
 ``python -m storage dump <file>...`` (later ``kbroker dump-log``) calls ``dump``.
 """
@@ -23,6 +24,7 @@ from protocol.records import (HEADER_SIZE, BatchHeader, batch_body, compute_crc,
                               read_header)
 
 from .offset_index import OffsetIndex
+from .producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, decode_snapshot
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from .time_index import TimeIndex
 
@@ -30,10 +32,11 @@ from .time_index import TimeIndex
 def dump(path: str | Path, out: TextIO = sys.stdout, print_records: bool = False) -> int:
     """Print the contents of one segment file; 0 if all is valid, 1 if not, 2 if unreadable."""
     path = Path(path)
-    dumpers = {LOG_SUFFIX: _dump_log, INDEX_SUFFIX: _dump_offset_index, TIME_INDEX_SUFFIX: _dump_time_index}
+    dumpers = {LOG_SUFFIX: _dump_log, INDEX_SUFFIX: _dump_offset_index, TIME_INDEX_SUFFIX: _dump_time_index,
+               SNAPSHOT_SUFFIX: _dump_snapshot}
     dumper = dumpers.get(path.suffix)
     if dumper is None:
-        print(f"{path}: not a .log, .index or .timeindex file", file=out)
+        print(f"{path}: not a .log, .index, .timeindex or .snapshot file", file=out)
         return 2
     try:
         base_offset = int(path.stem)
@@ -164,3 +167,20 @@ def _dump_time_index(path: Path, buf, base_offset: int, out: TextIO, _print_reco
     _entries, status = _dump_entries(path, buf, TimeIndex.ENTRY,
                                      lambda e: f"timestamp: {e[0]} offset: {base_offset + e[1]}", out)
     return status
+
+
+def _dump_snapshot(path: Path, buf, offset: int, out: TextIO, _print_records: bool) -> int:
+    print(f"Producer state at offset: {offset}", file=out)
+    try:
+        entries = decode_snapshot(buf)
+    except CorruptSnapshotError as exc:
+        print(f"{path.name} is corrupt: {exc}", file=out)
+        return 1
+    for e in entries:
+        line = f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} lastTimestamp: {e.last_timestamp}"
+        if e.batches:
+            b = e.batches[-1]
+            line += (f" firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: {b.last_offset} "
+                     f"offsetDelta: {b.last_offset - b.first_offset} timestamp: {b.timestamp}")
+        print(line, file=out)
+    return 0

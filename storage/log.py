@@ -11,6 +11,11 @@ Reads are zero-copy views of one segment's mapping. Offsets below ``log_start_of
 above the log end offset (LEO) are OFFSET_OUT_OF_RANGE. The high watermark lives here, as
 in Kafka's UnifiedLog, and bounds what retention may delete.
 
+Producer state (idempotent producer): ``producer_state`` (see producer_state.py) is checked
+on client appends, replayed from headers on follower appends and at load (from the newest
+``<offset>.snapshot``, taken at each roll and at ``close``), and follows truncation and the
+log start offset.
+
 Durability: appends land in the page cache; ``flush`` (or ``begin_flush`` / ``FlushPlan.run``
 / ``complete_flush`` to fsync off the event loop) advances ``recovery_point``. After an
 unclean shutdown, ``open`` re-validates only the segments from the one holding the
@@ -31,11 +36,13 @@ from pathlib import Path
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
                              OffsetOutOfRangeError, RecordListTooLargeError)
-from protocol.records import BatchHeader, check_batch, read_header, set_base_offset_and_epoch, set_log_append_time
+from protocol.records import (BatchHeader, check_batch, iter_batch_headers, read_header, set_base_offset_and_epoch,
+                              set_log_append_time)
 
 from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import LeaderEpochFileCache
+from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult
 
 log = logging.getLogger("kbroker.storage.log")
@@ -61,7 +68,11 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
 
 @dataclass
 class LogAppendInfo:
-    """What an append did. ``batches`` are the headers as written (offsets assigned)."""
+    """What an append did. ``batches`` are the headers as written (offsets assigned).
+
+    ``duplicate``: the request repeated an idempotent producer's batch already in the log;
+    nothing was written, and the offsets and timestamp are those it was first given.
+    """
 
     first_offset: int
     last_offset: int
@@ -72,6 +83,7 @@ class LogAppendInfo:
     valid_bytes: int
     batch_count: int
     batches: list[BatchHeader] = field(default_factory=list)
+    duplicate: bool = False
 
 
 @dataclass
@@ -106,6 +118,7 @@ class RecoveryReport:
     segments_deleted: int = 0
     truncation: str | None = None
     duration_ms: float = 0.0
+    producer_batches_replayed: int = 0  # batch headers read to rebuild the producer state
 
     @property
     def needed_recovery(self) -> bool:
@@ -166,6 +179,7 @@ class Log:
         self.recovery_point = 0
         self.high_watermark = 0
         self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE_NAME, lambda: self.log_end_offset)
+        self.producer_state = ProducerStateManager(self.dir, time, config.producer_id_expiration_ms)
         self.recovery_report: RecoveryReport | None = None
         self._last_flush_ms = time.milliseconds()
         self._dir_version = 0  # bumped when segment files are created or deleted
@@ -246,6 +260,9 @@ class Log:
         self.high_watermark = self.log_start_offset
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        report.producer_batches_replayed = self._rebuild_producer_state()
+        if report.producer_batches_replayed:
+            self._take_producer_snapshot()
         report.log_end_offset = self.log_end_offset
         report.duration_ms = self.time.monotonic_ms() - started
 
@@ -313,6 +330,7 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """Takes effect for the next append (and the next segment's index size)."""
         self.config = config
+        self.producer_state.producer_id_expiration_ms = config.producer_id_expiration_ms
         for segment in self._segments:
             segment.index_interval_bytes = config.index_interval_bytes
             segment.max_index_size = config.segment_index_bytes
@@ -332,6 +350,12 @@ class Log:
         InvalidRecordError (INVALID_RECORD), MessageTooLargeError (a batch over
         max.message.bytes), RecordListTooLargeError (the set over segment.bytes). OSError
         while writing leaves the log as it was and raises KafkaStorageError.
+
+        A batch with a producer id must come alone (else INVALID_RECORD) and pass the
+        idempotent producer's checks (producer_state.py: OutOfOrderSequenceNumberError,
+        InvalidProducerEpochError, UnknownProducerIdError). A retry of one of the
+        producer's last batches writes nothing and returns its first append's offsets,
+        with ``duplicate`` set.
         """
         writable = isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly)
         buf = records if writable else bytearray(records)
@@ -339,17 +363,52 @@ class Log:
         log_append_time = self.time.milliseconds() if self.config.log_append_time else -1
         offset = self.log_end_offset
         written = []
+        idempotent = False
         for pos, header in batches:
+            if header.producer_id >= 0:
+                idempotent = True
             if log_append_time >= 0:
                 set_log_append_time(buf, pos, header.size, log_append_time)
             set_base_offset_and_epoch(buf, pos, offset, leader_epoch)
             written.append((pos, read_header(buf, pos)))
             offset += header.last_offset_delta + 1
+        pending = None
+        if idempotent:
+            duplicate, pending = self._analyze_producer_state(written)
+            if duplicate is not None:
+                return self._duplicate_append_info(buf, written[0][1], duplicate, log_append_time)
         info = self._append_info(buf, written, log_append_time)
         self._append(buf, written, info)
         if written:
             self._maybe_assign_epoch(leader_epoch, info.first_offset)
+        if pending is not None:
+            self.producer_state.update((pending,))
         return info
+
+    def _analyze_producer_state(self, written: list[tuple[int, BatchHeader]],
+                                ) -> tuple[BatchMetadata | None, ProducerAppendInfo | None]:
+        """Kafka's analyzeAndValidateProducerState for a client's request holding a batch
+        with a producer id: (the cached batch it duplicates, None) or (None, the pending
+        update). Raises (nothing is written yet) when the batch breaks a rule."""
+        header = written[0][1]
+        if len(written) != 1:
+            raise InvalidRecordError(f"{self.topic}-{self.partition}: Produce requests with idempotent batches must "
+                                     f"carry exactly one batch")
+        if header.is_control:
+            raise InvalidRecordError(f"{self.topic}-{self.partition}: Clients are not allowed to write control records")
+        if header.base_sequence < 0:
+            raise InvalidRecordError(f"{self.topic}-{self.partition}: Invalid sequence number {header.base_sequence} "
+                                     f"in record batch with producerId {header.producer_id}")
+        return self.producer_state.analyze_client_batch(header)
+
+    def _duplicate_append_info(self, buf, header: BatchHeader, duplicate: BatchMetadata,
+                               log_append_time: int) -> LogAppendInfo:
+        log.debug("%s-%d: producer %d epoch %d sequence %d is a duplicate of offsets %d-%d", self.topic,
+                  self.partition, header.producer_id, header.producer_epoch, header.base_sequence,
+                  duplicate.first_offset, duplicate.last_offset)
+        return LogAppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
+                             duplicate.timestamp if log_append_time >= 0 else -1, header.records_count, len(buf), 1,
+                             duplicate=True)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches that carry the leader's offsets and epochs, unchanged.
@@ -368,8 +427,13 @@ class Log:
             expected = header.next_offset
         info = self._append_info(records, batches, -1)
         self._append(records, batches, info)
+        idempotent = False
         for _pos, header in batches:
             self._maybe_assign_epoch(header.partition_leader_epoch, header.base_offset)
+            if header.producer_id >= 0:
+                idempotent = True
+        if idempotent:
+            self.producer_state.replay(h for _pos, h in batches if h.producer_id >= 0)
         return info
 
     def _validate(self, buf, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
@@ -438,7 +502,9 @@ class Log:
         return self.roll()
 
     def roll(self) -> LogSegment:
-        """Start a new active segment at the LEO (no-op when the active one is empty)."""
+        """Start a new active segment at the LEO (no-op when the active one is empty) and
+        take a producer state snapshot there, keeping the last two (and the newest one at or
+        below the recovery point, which a restart after a crash may need)."""
         active = self._segments[-1]
         if active.size == 0:
             return active
@@ -450,6 +516,8 @@ class Log:
             raise
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
+        self._take_producer_snapshot()
+        self.producer_state.retain_snapshots(keep_from=self._bases[-2], recovery_point=self.recovery_point)
         return segment
 
     # -- reading -------------------------------------------------------------------------
@@ -532,6 +600,7 @@ class Log:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state()
         log.info("%s-%d: truncated to offset %d", self.topic, self.partition, self.log_end_offset)
         return True
 
@@ -545,6 +614,7 @@ class Log:
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = self.recovery_point = self.high_watermark = offset
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully()
         log.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
 
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
@@ -557,6 +627,7 @@ class Log:
             return False
         self.log_start_offset = new_start
         self.leader_epoch_cache.truncate_from_start(new_start)
+        self.producer_state.truncate_head(new_start)
         return True
 
     def delete_old_segments(self) -> int:
@@ -597,9 +668,62 @@ class Log:
             if self._bases[0] > self.log_start_offset:
                 self.log_start_offset = self._bases[0]
                 self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+                self.producer_state.truncate_head(self.log_start_offset)
             log.info("%s-%d: deleted %d segments (%s); log start offset %d", self.topic, self.partition, count,
                      reason, self.log_start_offset)
         return count
+
+    # -- producer state ------------------------------------------------------------------
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        """The idempotent producer's state entry (epoch and last batches), if any."""
+        return self.producer_state.last_entry(producer_id)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget the producers with no append for producer.id.expiration.ms; returns how many.
+
+        Idleness is measured by the broker's clock at each append (a snapshot's producers
+        count from when it was loaded), not by the batches' timestamps as Kafka does: a
+        producer that sends old CreateTime timestamps would otherwise expire while active.
+        """
+        return self.producer_state.remove_expired_producers(now_ms)
+
+    def _rebuild_producer_state(self) -> int:
+        """Reset the producer state to the newest snapshot at or below the LEO (snapshots
+        above it are deleted) and replay the batch headers after it; returns how many
+        batch headers were read (none after a clean shutdown: the snapshot is at the LEO)."""
+        start = self.producer_state.truncate_and_reload(self.log_start_offset, self.log_end_offset)
+        if start >= self.log_end_offset:
+            return 0
+        count = 0
+
+        def producer_batches(segment: LogSegment, position: int):
+            nonlocal count
+            records = segment.records
+            for _pos, header in iter_batch_headers(records.buffer(records.size), position, records.size):
+                count += 1
+                if header.producer_id >= 0:
+                    yield header
+
+        i = max(0, bisect.bisect_right(self._bases, start) - 1)
+        for segment in self._segments[i:]:
+            position = 0
+            if segment.base_offset < start:
+                found = segment.translate_offset(start)
+                if found is None:
+                    continue
+                position = found[0]
+            self.producer_state.replay(producer_batches(segment, position))
+        return count
+
+    def _take_producer_snapshot(self) -> None:
+        """A producer state snapshot at the LEO. A failure is logged, not raised: snapshots
+        only save replay time (the state can always be rebuilt from the log)."""
+        try:
+            self.producer_state.take_snapshot(self.log_end_offset)
+        except OSError as exc:
+            log.error("%s-%d: cannot write a producer state snapshot at offset %d: %s", self.topic, self.partition,
+                      self.log_end_offset, exc)
 
     # -- flushing ------------------------------------------------------------------------
 
@@ -655,8 +779,12 @@ class Log:
 
     # -- closing -------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Trim the indexes and the active ``.log`` to their used sizes and close every file."""
+    def close(self, *, snapshot: bool = True) -> None:
+        """Take a producer state snapshot at the LEO (unless ``snapshot`` is False: the log
+        is about to be deleted), trim the indexes and the active ``.log`` to their used
+        sizes and close every file."""
+        if snapshot and self._segments:
+            self._take_producer_snapshot()
         for segment in self._segments:
             segment.close()
 

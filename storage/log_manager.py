@@ -6,7 +6,7 @@ the ``.kafka_cleanshutdown`` marker, written last by a clean shutdown and remove
 next startup. Without the marker, logs are recovered from their checkpointed recovery
 points.
 
-The periodic work (retention, flush policy, checkpoints) is exposed as plain methods; the
+The periodic work (retention, flush policy, checkpoints, producer id expiration) is exposed as plain methods; the
 broker schedules them and runs ``FlushPlan.run`` off the event loop. Not thread-safe.
 """
 
@@ -143,7 +143,7 @@ class LogManager:
         if removed is None:
             return
         log_dir = self._log_dir_of.pop(tp)
-        removed.close()
+        removed.close(snapshot=False)
         doomed = removed.dir.with_name(f"{removed.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         os.rename(removed.dir, doomed)
         fsync_dir(log_dir)
@@ -161,6 +161,13 @@ class LogManager:
             except OSError as exc:
                 log.error("%s-%d: retention failed: %s", topic, partition, exc)
         return deleted
+
+    def remove_expired_producers(self) -> int:
+        """The producer.id.expiration.ms pass (Kafka runs it every
+        producer.id.expiration.check.interval.ms, 10 minutes by default); returns how many
+        producer ids were forgotten."""
+        now = self.time.milliseconds()
+        return sum(each.remove_expired_producers(now) for each in self._logs.values())
 
     def flush_dirty_logs(self) -> list[FlushPlan]:
         """The flush.ms / flush.messages pass: a plan for each log the policy says to flush.

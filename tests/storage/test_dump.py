@@ -60,6 +60,21 @@ def test_dump_flags_bad_crc_trailing_bytes_and_index_mismatch(tmp_path):
     assert code == 1 and "Index mismatch" in text
 
 
+def test_dump_producer_snapshot(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(3, producer_id=7, producer_epoch=1, base_sequence=0), leader_epoch=0)
+    log.close()
+    path = log.dir / "00000000000000000003.snapshot"
+    code, text = run(path)
+    assert code == 0 and text.splitlines()[1:] == [
+        "Producer state at offset: 3",
+        "producerId: 7 producerEpoch: 1 lastTimestamp: 1700000000002 firstSequence: 0 lastSequence: 2 lastOffset: 2 "
+        "offsetDelta: 2 timestamp: 1700000000002"]
+    path.write_bytes(path.read_bytes()[:-1])
+    code, text = run(path)
+    assert code == 1 and "is corrupt" in text
+
+
 def test_dump_unknown_file_and_cli(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     assert run(tmp_path / "notes.txt")[0] == 2

@@ -1,0 +1,470 @@
+"""Per-partition producer state for the idempotent producer (Kafka's ``ProducerStateManager``).
+
+Theory of operation. For each producer id the partition has seen, a ``ProducerStateEntry``
+holds its epoch and the ``BatchMetadata`` of its last ``NUM_BATCHES_TO_RETAIN`` (5) batches:
+first/last sequence, first/last offset, max timestamp. Everything that changes the state
+is in this file, and the Log drives it:
+
+* A client's produce (``Log.append_as_leader``) asks ``analyze_client_batch`` *before*
+  anything is written: a duplicate, or a working copy of the producer's entry
+  (``ProducerAppendInfo``) with the batch checked and added. A failure raises and leaves
+  the live state as it was. Once the batch is written, ``update`` merges the copy in.
+  (``prepare_append(headers, validate=True)`` chains several batches of a producer the
+  same way; the Log accepts one idempotent batch per request, as Kafka does.)
+* Followers (``append_as_follower``) and loading replay batch headers with
+  ``validate=False`` (Kafka's ``AppendOrigin.REPLICATION``): nothing is rejected, and a
+  stale epoch is logged and taken, as the leader wrote it.
+* Snapshots (``<20-digit offset>.snapshot``, Kafka's v1 binary format, see
+  ``encode_snapshot``) hold the state at an offset. ``truncate_and_reload`` loads the newest
+  usable one; the Log then replays the headers after it (at open, and after truncating
+  its end). ``truncate_head`` follows the log start offset: as in Kafka 2.0-2.4, a producer
+  whose last batch is gone is forgotten (Kafka 2.5+ keeps it, KIP-360).
+* ``remove_expired_producers`` forgets a producer with no append for
+  producer.id.expiration.ms, by the broker's clock at its appends (a snapshot's producers
+  count from when it was loaded). Kafka goes by the batches' max timestamps instead, which
+  expires an active producer that sends old CreateTime timestamps; this is deliberate.
+
+The rules for a client's batch, checked in this order (Kafka's
+``ProducerStateEntry.findDuplicateBatch``, ``ProducerAppendInfo.checkProducerEpoch`` and
+``checkSequence``, with the UNKNOWN_PRODUCER_ID rule of Kafka 2.0-2.4)::
+
+    the batch, against the producer's entry                  outcome
+    same epoch, first and last sequence of a cached batch    duplicate: the cached offsets, nothing written
+    older epoch                                              INVALID_PRODUCER_EPOCH
+    newer epoch, first sequence 0                            accepted; the cache starts over
+    newer epoch, any other first sequence                    OUT_OF_ORDER_SEQUENCE_NUMBER
+    same epoch, first sequence = last sequence + 1           accepted (sequences wrap INT32_MAX -> 0)
+    same epoch, any other first sequence                     OUT_OF_ORDER_SEQUENCE_NUMBER
+    no entry, first sequence 0                               accepted; a new entry
+    no entry, any other first sequence                       UNKNOWN_PRODUCER_ID
+
+Only batch headers are read; nothing here decodes records. Not thread-safe: the owning
+Log's thread only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from crc32c import crc32c
+
+from protocol.clock import Time
+from protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError, UnknownProducerIdError
+from protocol.records import CONTROL_MASK, INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, increment_sequence
+
+from .checkpoint import write_atomically
+
+log = logging.getLogger("kbroker.storage.producer_state")
+
+NUM_BATCHES_TO_RETAIN = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+
+# Snapshot v1 (Kafka's PID_SNAPSHOT_MAP_SCHEMA), big-endian. The CRC-32C covers every byte
+# after the CRC field: the entry count and the entries.
+_SNAPSHOT_HEADER = struct.Struct(">hIi")  # version int16, crc uint32, entry count int32
+_SNAPSHOT_ENTRY = struct.Struct(
+    ">q"  # ProducerId
+    "h"   # Epoch
+    "i"   # LastSequence            of the last batch
+    "q"   # LastOffset              of the last batch
+    "i"   # OffsetDelta             last offset - first offset of the last batch
+    "q"   # Timestamp               max timestamp of the last batch
+    "i"   # CoordinatorEpoch        -1 (no transactions)
+    "q"   # CurrentTxnFirstOffset   -1 (no transactions)
+)
+assert (_SNAPSHOT_HEADER.size, _SNAPSHOT_ENTRY.size) == (10, 46)
+_CRC_OFFSET = 2
+_CRC_FROM = 6
+_U32 = struct.Struct(">I")
+
+
+class CorruptSnapshotError(ValueError):
+    """A snapshot file of the wrong length or version, or whose CRC does not match."""
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """The inverse of ``increment_sequence`` (Kafka's DefaultRecordBatch.decrementSequence)."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    """One appended batch of a producer, as the duplicate check needs it."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int  # the batch's max timestamp (the append time for LogAppendTime topics)
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    """One producer id's epoch and last batches (oldest first).
+
+    ``last_append_ms`` is the broker's clock at the producer's last append (the load time
+    for an entry read from a snapshot); expiration goes by it. It takes no part in
+    equality: a leader and its follower hold the same state at different times.
+    """
+
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1
+    last_append_ms: int = field(default=-1, compare=False)
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate_batch(self, header: BatchHeader) -> BatchMetadata | None:
+        """The cached batch with the same epoch and sequence range as ``header``, if any."""
+        if header.producer_epoch != self.producer_epoch:
+            return None
+        first = header.base_sequence
+        for batch in self.batches:
+            if batch.first_seq == first and batch.last_seq == increment_sequence(first, header.last_offset_delta):
+                return batch
+        return None
+
+    def update(self, newer: ProducerAppendInfo, now_ms: int) -> None:
+        """Merge a working copy (Kafka's ProducerStateEntry.update)."""
+        if newer.producer_epoch != self.producer_epoch:
+            _start_epoch(self, newer.producer_epoch)
+        self.batches.extend(newer.batches)  # the deque's maxlen drops the oldest
+        self.last_timestamp = newer.last_timestamp
+        self.last_append_ms = now_ms
+
+
+def _start_epoch(state: ProducerStateEntry | ProducerAppendInfo, epoch: int) -> None:
+    """Kafka's maybeUpdateProducerEpoch: a different epoch starts over, the cached batches
+    belong to the old one."""
+    if epoch != state.producer_epoch:
+        state.batches.clear()
+        state.producer_epoch = epoch
+
+
+class ProducerAppendInfo:
+    """The working copy of one producer's state during one append (Kafka's ProducerAppendInfo).
+
+    It starts with the current epoch and no batches; ``append`` checks each batch against
+    it (falling back to ``current`` for the last sequence) and adds it. With ``validate``
+    False (replication, loading) nothing is rejected and a stale epoch is only logged.
+    """
+
+    __slots__ = ("partition", "producer_id", "current", "validate", "producer_epoch", "batches", "last_timestamp")
+
+    def __init__(self, partition: str, producer_id: int, current: ProducerStateEntry | None, validate: bool) -> None:
+        self.partition = partition
+        self.producer_id = producer_id
+        self.current = current
+        self.validate = validate
+        self.producer_epoch = NO_PRODUCER_EPOCH if current is None else current.producer_epoch
+        self.last_timestamp = -1 if current is None else current.last_timestamp
+        self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+
+    def append(self, header: BatchHeader) -> None:
+        epoch = header.producer_epoch
+        if epoch < self.producer_epoch:
+            self._stale_epoch(epoch, header.base_offset)
+        if header.attributes & CONTROL_MASK:
+            # A transaction marker (only ever replicated: clients may not write one)
+            # moves the epoch on but is no data batch.
+            _start_epoch(self, epoch)
+            self.last_timestamp = header.max_timestamp
+            return
+        first_seq = header.base_sequence
+        last_seq = increment_sequence(first_seq, header.last_offset_delta)
+        if self.validate:
+            self._check_sequence(epoch, first_seq, header.base_offset)
+        if epoch != self.producer_epoch:
+            _start_epoch(self, epoch)
+        base_offset = header.base_offset
+        self.batches.append(BatchMetadata(first_seq, last_seq, base_offset, base_offset + header.last_offset_delta,
+                                          header.max_timestamp))
+        self.last_timestamp = header.max_timestamp
+
+    def _stale_epoch(self, epoch: int, offset: int) -> None:
+        message = (f"{self.partition}: epoch {epoch} of producer {self.producer_id} at offset {offset} is older than "
+                   f"its last seen epoch {self.producer_epoch}")
+        if self.validate:
+            raise InvalidProducerEpochError(message)
+        log.warning("%s", message)
+
+    def _check_sequence(self, epoch: int, first_seq: int, offset: int) -> None:
+        if epoch != self.producer_epoch:
+            if first_seq != 0:
+                if self.producer_epoch != NO_PRODUCER_EPOCH:
+                    raise OutOfOrderSequenceNumberError(
+                        f"{self.partition}: producer {self.producer_id} at offset {offset}: a new epoch {epoch} must "
+                        f"start at sequence 0, not {first_seq} (current epoch {self.producer_epoch})")
+                raise UnknownProducerIdError(
+                    f"{self.partition}: no state for producer {self.producer_id} (at offset {offset}, sequence "
+                    f"{first_seq}); its last batch may have been removed by retention or it expired")
+            return
+        if self.batches:
+            last_seq = self.batches[-1].last_seq
+        elif self.current is not None and epoch == self.current.producer_epoch:
+            last_seq = self.current.last_seq
+        else:
+            last_seq = NO_SEQUENCE
+        if first_seq != increment_sequence(last_seq, 1):
+            raise OutOfOrderSequenceNumberError(
+                f"{self.partition}: producer {self.producer_id} at offset {offset}: sequence {first_seq}, expected "
+                f"{increment_sequence(last_seq, 1)}")
+
+
+# -- snapshot files -------------------------------------------------------------------------
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
+    """The v1 snapshot of ``entries``: version, CRC, count, then one 46-byte entry each.
+
+    Only each producer's last batch is stored (as Kafka does), so after a reload the
+    duplicate check knows that one until new batches arrive.
+    """
+    entries = list(entries)
+    size = _SNAPSHOT_ENTRY.size
+    buf = bytearray(_SNAPSHOT_HEADER.size + size * len(entries))
+    _SNAPSHOT_HEADER.pack_into(buf, 0, SNAPSHOT_VERSION, 0, len(entries))
+    pos = _SNAPSHOT_HEADER.size
+    for entry in entries:
+        if entry.batches:
+            last = entry.batches[-1]
+            last_seq, last_offset, delta = last.last_seq, last.last_offset, last.last_offset - last.first_offset
+        else:
+            last_seq, last_offset, delta = NO_SEQUENCE, -1, 0
+        _SNAPSHOT_ENTRY.pack_into(buf, pos, entry.producer_id, entry.producer_epoch, last_seq, last_offset, delta,
+                                  entry.last_timestamp, -1, -1)
+        pos += size
+    _U32.pack_into(buf, _CRC_OFFSET, crc32c(memoryview(buf)[_CRC_FROM:]))
+    return bytes(buf)
+
+
+def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
+    """The entries of a v1 snapshot; CorruptSnapshotError if it is not one, intact."""
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise CorruptSnapshotError(f"{len(data)} bytes, shorter than the {_SNAPSHOT_HEADER.size}-byte header")
+    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"version {version}, only {SNAPSHOT_VERSION} is known")
+    expected = _SNAPSHOT_HEADER.size + _SNAPSHOT_ENTRY.size * count
+    if count < 0 or len(data) != expected:
+        raise CorruptSnapshotError(f"{len(data)} bytes, but {count} entries take {expected}")
+    actual = crc32c(memoryview(data)[_CRC_FROM:])
+    if actual != crc:
+        raise CorruptSnapshotError(f"CRC {crc:#010x} stored, {actual:#010x} computed")
+    entries = []
+    for pid, epoch, last_seq, last_offset, delta, timestamp, _coordinator_epoch, _txn_first_offset in \
+            _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEADER.size:]):
+        entry = ProducerStateEntry(pid, epoch, last_timestamp=timestamp)
+        if last_offset >= 0:
+            entry.batches.append(BatchMetadata(decrement_sequence(last_seq, delta), last_seq, last_offset - delta,
+                                               last_offset, timestamp))
+        entries.append(entry)
+    return entries
+
+
+def read_snapshot(path: Path) -> list[ProducerStateEntry]:
+    return decode_snapshot(Path(path).read_bytes())
+
+
+# -- the manager ----------------------------------------------------------------------------
+
+class ProducerStateManager:
+    """The producer state of one partition and its snapshot files. Not thread-safe.
+
+    ``producers`` maps producer id to entry. Offsets passed in (snapshot offsets, the log
+    start and end) come from the owning Log, which decides when to snapshot and replay.
+    """
+
+    def __init__(self, dir: Path, time: Time, max_producer_id_expiration_ms: int) -> None:
+        self.dir = Path(dir)
+        self.time = time
+        self.producer_id_expiration_ms = max_producer_id_expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self._name = self.dir.name
+        self._snapshots: list[int] = self._list_snapshots()
+        self._removed_since_snapshot = False  # producers forgotten at an unchanged log end
+
+    def __repr__(self) -> str:
+        return f"ProducerStateManager({self._name}, {len(self.producers)} producers, snapshots {self._snapshots})"
+
+    # -- the state -----------------------------------------------------------------------
+
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    def analyze_client_batch(self, header: BatchHeader) -> tuple[BatchMetadata | None, ProducerAppendInfo | None]:
+        """A client's batch, alone in its request (offsets assigned): (the cached batch it
+        repeats, None) or (None, its pending update); raises the KafkaError of a rule it
+        breaks. One lookup: this is the produce hot path. The live state is not touched."""
+        current = self.producers.get(header.producer_id)
+        if current is not None:
+            duplicate = current.find_duplicate_batch(header)
+            if duplicate is not None:
+                return duplicate, None
+        info = ProducerAppendInfo(self._name, header.producer_id, current, True)
+        info.append(header)
+        return None, info
+
+    def prepare_append(self, headers: Iterable[BatchHeader], *, validate: bool) -> dict[int, ProducerAppendInfo]:
+        """Working copies updated with ``headers`` (each with a producer id, offsets
+        assigned), several batches of a producer chaining; with ``validate``, a batch
+        breaking the rules in the module docstring raises its KafkaError. The live state is
+        not touched: ``update(pending.values())`` applies the result."""
+        pending: dict[int, ProducerAppendInfo] = {}
+        producers = self.producers
+        for header in headers:
+            pid = header.producer_id
+            info = pending.get(pid)
+            if info is None:
+                info = pending[pid] = ProducerAppendInfo(self._name, pid, producers.get(pid), validate)
+            info.append(header)
+        return pending
+
+    def update(self, pending: Iterable[ProducerAppendInfo]) -> None:
+        """Merge the working copies prepared (the batches are in the log now)."""
+        now = self.time.milliseconds()
+        producers = self.producers
+        for info in pending:
+            entry = producers.get(info.producer_id)
+            if entry is None:
+                entry = producers[info.producer_id] = ProducerStateEntry(info.producer_id)
+            entry.update(info, now)
+
+    def replay(self, headers: Iterable[BatchHeader]) -> None:
+        """Take batches already in the log (a follower's copy, or loading) without checks."""
+        self.update(self.prepare_append(headers, validate=False).values())
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers with no append for producer.id.expiration.ms, by the broker's
+        clock (see the module docstring: not by batch timestamps); returns how many."""
+        limit = self.producer_id_expiration_ms
+        expired = [pid for pid, entry in self.producers.items() if now_ms - entry.last_append_ms >= limit]
+        for pid in expired:
+            del self.producers[pid]
+        self._removed_since_snapshot |= bool(expired)
+        return len(expired)
+
+    def truncate_head(self, log_start_offset: int) -> None:
+        """The log now starts at ``log_start_offset``: forget the batches before it, the
+        producers left with none, and the snapshots below it (Kafka 2.x's truncateHead)."""
+        gone = []
+        for pid, entry in self.producers.items():
+            batches = entry.batches
+            while batches and batches[0].last_offset < log_start_offset:
+                batches.popleft()
+            if not batches:
+                gone.append(pid)
+        for pid in gone:
+            del self.producers[pid]
+        self._removed_since_snapshot |= bool(gone)
+        self.delete_snapshots_before(log_start_offset)
+
+    def truncate_fully(self) -> None:
+        """Forget every producer and delete every snapshot."""
+        self.producers.clear()
+        self._removed_since_snapshot = False
+        for offset in list(self._snapshots):
+            self._delete_snapshot(offset)
+
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int:
+        """Reset the state to the newest intact snapshot in [log start, log end]; returns its
+        offset (the log start when there is none), from which the caller replays.
+
+        Snapshots outside the range are deleted; so is one that does not read back intact
+        (one warning each). Producers whose last batch is below the log start are dropped.
+        Loaded entries count as appended now, for expiration.
+        """
+        for offset in [o for o in self._snapshots if o > log_end_offset or o < log_start_offset]:
+            self._delete_snapshot(offset)
+        self.producers.clear()
+        self._removed_since_snapshot = False
+        now = self.time.milliseconds()
+        while self._snapshots:
+            offset = self._snapshots[-1]
+            path = self.dir / snapshot_file_name(offset)
+            try:
+                entries = read_snapshot(path)
+            except (CorruptSnapshotError, OSError) as exc:
+                log.warning("%s: ignoring producer state snapshot %s: %s", self._name, path.name, exc)
+                self._delete_snapshot(offset)
+                continue
+            for entry in entries:
+                if entry.last_offset >= log_start_offset:
+                    entry.last_append_ms = now
+                    self.producers[entry.producer_id] = entry
+            return offset
+        return log_start_offset
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    @property
+    def snapshot_offsets(self) -> list[int]:
+        return list(self._snapshots)
+
+    def take_snapshot(self, offset: int) -> bool:
+        """Write the state as ``<offset>.snapshot`` (``offset`` = the log end offset it
+        reflects) atomically and durably, unless a snapshot at that offset holds it already
+        (only expiration or the log start can change the state without moving the log end).
+        Returns whether it wrote one. OSError propagates."""
+        i = bisect.bisect_left(self._snapshots, offset)
+        exists = i < len(self._snapshots) and self._snapshots[i] == offset
+        if exists and not self._removed_since_snapshot:
+            return False
+        write_atomically(self.dir / snapshot_file_name(offset), encode_snapshot(self.producers.values()))
+        if not exists:
+            self._snapshots.insert(i, offset)
+        self._removed_since_snapshot = False
+        return True
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        for old in self._snapshots[:bisect.bisect_left(self._snapshots, offset)]:
+            self._delete_snapshot(old)
+
+    def retain_snapshots(self, keep_from: int, recovery_point: int) -> None:
+        """Delete the snapshots below ``keep_from`` except the newest one at or below
+        ``recovery_point``: recovery after a crash may cut the log anywhere above the
+        recovery point, and replay then starts from that one."""
+        i = bisect.bisect_right(self._snapshots, recovery_point)
+        floor = self._snapshots[i - 1] if i else None
+        for old in self._snapshots[:bisect.bisect_left(self._snapshots, keep_from)]:
+            if old != floor:
+                self._delete_snapshot(old)
+
+    def _delete_snapshot(self, offset: int) -> None:
+        self._snapshots.remove(offset)
+        try:
+            (self.dir / snapshot_file_name(offset)).unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("%s: cannot delete producer state snapshot at offset %d: %s", self._name, offset, exc)
+
+    def _list_snapshots(self) -> list[int]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        offsets = []
+        for name in names:
+            stem = name[:-len(SNAPSHOT_SUFFIX)]
+            if name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+                offsets.append(int(stem))
+        return sorted(offsets)
