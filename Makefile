@@ -43,5 +43,9 @@ soak: test-deps
 bench: $(TSTAMP)
 	$(PY) bench/storage_bench.py
 
+lint: $(STAMP)
+	$(PIP) install --quiet ruff
+	$(VENV)/bin/ruff check --select E,F,W protocol storage broker controller bench tests
+
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis

@@ -78,6 +78,7 @@ def _read_count(buf, pos: int, end: int, min_item: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 # Request header (v1: client id; v2: + tagged fields) and response header
 
+
 @dataclass(slots=True)
 class RequestHeader:
     api_key: int
@@ -85,6 +86,7 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None
     size: int  # bytes of the header: the body starts here
+
 
 def parse_request_header(buf, flexible: bool | None = None, *, flexible_for=None) -> RequestHeader:
     """Parse a request header v1/v2 at the start of ``buf``.
@@ -149,6 +151,7 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 # ---------------------------------------------------------------------------
 # Produce
 
+
 @dataclass(slots=True)
 class ProduceRequest:
     """A decoded Produce request; ``topics`` is [(name, [(partition, records or None)])],
@@ -159,6 +162,7 @@ class ProduceRequest:
     acks: int
     timeout_ms: int
     topics: list
+
 
 def decode_produce_request(version: int, buf, pos: int) -> ProduceRequest:
     """Decode a Produce v3-v8 body starting at ``pos`` of ``buf`` (a memoryview of the frame)."""
@@ -226,6 +230,7 @@ def encode_produce_response(version: int, correlation_id: int, responses, thrott
 # ---------------------------------------------------------------------------
 # Fetch
 
+
 @dataclass(slots=True)
 class FetchPartition:
     partition: int
@@ -233,6 +238,7 @@ class FetchPartition:
     fetch_offset: int
     log_start_offset: int
     partition_max_bytes: int
+
 
 @dataclass(slots=True)
 class FetchRequest:
@@ -247,6 +253,7 @@ class FetchRequest:
     topics: list  # [(topic, [FetchPartition])]
     forgotten_topics: list  # [(topic, [partition])]
     rack_id: str
+
 
 def decode_fetch_request(version: int, buf, pos: int) -> FetchRequest:
     """Decode a Fetch v4-v11 body starting at ``pos``."""
@@ -380,6 +387,7 @@ def encode_fetch_response(version: int, correlation_id: int, responses, *, throt
 # ---------------------------------------------------------------------------
 # The client side of the same two messages (producers, the replica fetcher, the load generator)
 
+
 def encode_produce_request(version: int, correlation_id: int, client_id: str | None, acks: int, timeout_ms: int,
                            topics, transactional_id: str | None = None) -> list:
     """A whole Produce v3-v8 request frame as buffers; ``topics``: [(topic, [(partition, records)])]."""
@@ -490,6 +498,7 @@ class FetchResponse:
     error_code: int
     session_id: int
     responses: list  # [(topic, [FetchPartitionData])]; records are memoryviews of the frame
+
 
 def decode_fetch_response(version: int, buf, pos: int = 0) -> FetchResponse:
     """Decode a Fetch v4-v11 response body; record data stays a memoryview slice of ``buf``."""

@@ -7,7 +7,7 @@ import signal
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from protocol.records import LOG_OVERHEAD, check_batch, iter_batch_headers
+from protocol.records import check_batch, iter_batch_headers
 
 from .helpers import stored_batches
 

@@ -107,5 +107,6 @@ def test_sigkill_during_appends_recovers_a_valid_prefix(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # each round re-checks the whole (growing) log: minutes, not seconds
 def test_sigkill_soak(tmp_path):
     run_crashes(tmp_path, rounds=200, seed=int.from_bytes(os.urandom(2), "big"))
