@@ -246,7 +246,10 @@ class KafkaServer:
             for key, value in sorted(self.config.values.items()):
                 if value is None:
                     continue
-                text = ",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value)
+                if isinstance(value, list):
+                    text = ",".join(value)
+                else:
+                    text = str(value).lower() if isinstance(value, bool) else str(value)
                 source = _CONFIG_SOURCE_STATIC_BROKER if key in self.config.originals else _CONFIG_SOURCE_DEFAULT
                 entries.append((key, text, True, source))
             return ErrorCode.NONE, None, entries
@@ -301,7 +304,8 @@ class KafkaServer:
                 return ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions must be numbered 0..n-1"
             for p, replicas in assignments.items():
                 if not replicas or len(set(replicas)) != len(replicas) or any(b not in brokers for b in replicas):
-                    return ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {p}: replicas {replicas} are not distinct live brokers"
+                    return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                            f"partition {p}: replicas {replicas} are not distinct live brokers")
             assignment = {p: list(r) for p, r in assignments.items()}
         else:
             n = self.config["num.partitions"] if num_partitions == -1 else num_partitions

@@ -290,7 +290,8 @@ class LogSegment:
 
     # -- rolling and retention -----------------------------------------------------------
 
-    def should_roll(self, *, set_size: int, max_timestamp: int, last_offset: int, now_ms: int, segment_bytes: int, segment_ms: int) -> str | None:
+    def should_roll(self, *, set_size: int, max_timestamp: int, last_offset: int, now_ms: int, segment_bytes: int,
+                    segment_ms: int) -> str | None:
         """Why the next append (of ``set_size`` bytes ending at
         ``last_offset``, largest timestamp ``max_timestamp``) must go to a new segment, or None. An empty segment never rolls."""
         if self.size == 0:

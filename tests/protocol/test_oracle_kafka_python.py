@@ -131,7 +131,8 @@ def _cases():
 def check_against_kafka_python(msg, kp_cls, v, tree):
     ours = msg.build(v, tree)
     theirs = bytes(to_kp(kp_cls._struct, tree, v, cls=kp_cls).encode(version=v))
-    assert ours == theirs, f"{msg.name} v{v} encodes differently from kafka-python for {tree!r}\n" + first_difference(ours, theirs)
+    assert ours == theirs, (f"{msg.name} v{v} encodes differently from kafka-python for {tree!r}\n"
+                            + first_difference(ours, theirs))
     expected = complete(msg.fields, tree, v)
     assert plain(msg.parse(v, theirs)) == expected
     assert from_kp(kp_cls._struct, msg.fields, kp_decode(kp_cls, ours, v), v) == expected
