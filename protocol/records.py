@@ -84,6 +84,7 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 _BASE_OFFSET_AND_EPOCH_AT_0 = struct.Struct(">q")  # base offset (0..8)
 _EPOCH = struct.Struct(">i")  # partition leader epoch (12..16)
+_tuple_new = tuple.__new__  # BatchHeader._make minus its length check: HEADER unpacks exactly its 13 fields
 
 
 class BatchHeader(NamedTuple):
@@ -149,7 +150,7 @@ def increment_sequence(sequence: int, increment: int) -> int:
 
 def read_header(buf, pos: int = 0) -> BatchHeader:
     """Unpack the 61-byte header at ``pos``; the caller has checked it is all there."""
-    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+    return _tuple_new(BatchHeader, HEADER.unpack_from(buf, pos))
 
 
 def compute_crc(buf, pos: int, size: int) -> int:
@@ -167,7 +168,7 @@ def check_batch(buf, pos: int, end: int, *, verify_crc: bool = True) -> BatchHea
     remaining = end - pos
     if remaining < HEADER_SIZE:
         raise CorruptRecordError(f"batch at byte {pos}: {remaining} bytes left, a header needs {HEADER_SIZE}")
-    h = BatchHeader._make(HEADER.unpack_from(buf, pos))
+    h = _tuple_new(BatchHeader, HEADER.unpack_from(buf, pos))
     size = h.batch_length + LOG_OVERHEAD
     if size < HEADER_SIZE:
         raise CorruptRecordError(f"batch at byte {pos}: batchLength {h.batch_length} is shorter than a header")
@@ -195,7 +196,7 @@ def iter_batch_headers(buf, start: int = 0, end: int | None = None) -> Iterator[
     pos = start
     unpack = HEADER.unpack_from
     while end - pos >= HEADER_SIZE:
-        h = BatchHeader._make(unpack(buf, pos))
+        h = _tuple_new(BatchHeader, unpack(buf, pos))
         size = h.batch_length + LOG_OVERHEAD
         if size < HEADER_SIZE or pos + size > end:
             return

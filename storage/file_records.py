@@ -6,8 +6,10 @@ Why pwrite rather than writing through the mapping. Measured with bench/storage_
 ("append": 16 KiB batches, 256 MB per run, medians of 5 interleaved runs, a shared 2-core VM,
 ext4): copying into a mapping of a file pre-extended with ftruncate ran at 1.0x-2.0x a plain
 os.write loop (1.08x in one session, 2.00x in another: the page cache's state decides),
-Log.append_as_leader through pwrite at 0.51-0.55x (the gap is per-batch Python work and the
-CRC check, not the data write: a bare pwrite loop runs at the os.write speed). Whatever the
+Log.append_as_leader through pwrite at 0.51-0.55x, 0.53-0.59x once the per-batch Python work
+was trimmed (7.3 -> 5.5 us a batch with the writes stubbed out; the CRC check, stamping, one
+pwrite and one index store alone reach ~0.80x): the gap is per-batch Python work and the CRC
+check, not the data write (a bare pwrite loop runs at the os.write speed). Whatever the
 mapping gains, it is not worth what it costs: the file must be extended ahead of the data (a
 zero tail to manage on every roll, close and crash), and a store into a page whose block
 cannot be allocated (ENOSPC) is a SIGBUS that kills the broker, where pwrite returns an
@@ -21,6 +23,10 @@ file is never shrunk below the length of a mapping that may still be read (a rea
 EOF through a mapping is SIGBUS). Truncation therefore shrinks the file when it can and
 otherwise overwrites the dropped bytes with zeros, which recovery treats as the end of
 the data, and leaves the shrink for later (``trim``).
+
+A mapping holds a descriptor of its own (CPython's mmap dup()s the one it is given), so a
+segment that only serves reads can close ours (``release_fd``): it then costs one
+descriptor, not two. The next write, truncation or larger mapping reopens the file.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class FileRecords:
     def __init__(self, path: Path, size: int | None = None, retired: list[mmap.mmap] | None = None) -> None:
         self.path = path
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._closed = False
         self.file_size = os.fstat(self._fd).st_size
         self.size = self.file_size if size is None else min(size, self.file_size)
         self._map: mmap.mmap | None = None
@@ -61,18 +68,20 @@ class FileRecords:
         On OSError nothing is appended: what a partial write left is zeroed (or cut off)
         and the error propagates.
         """
-        position = self.size
-        view = memoryview(data)
+        position, n = self.size, len(data)
         done = 0
+        fd = self._fd if self._fd >= 0 else self._file()
         try:
-            while done < len(view):
-                done += os.pwrite(self._fd, view[done:], position + done)
+            done = os.pwrite(fd, data, position)
+            while done < n:  # a short write: go on from where it stopped
+                done += os.pwrite(fd, memoryview(data)[done:], position + done)
         except OSError:
             self.file_size = max(self.file_size, position + done)
             self._drop_tail(position, position + done)
             raise
-        self.size = position + done
-        self.file_size = max(self.file_size, self.size)
+        self.size = position + n
+        if self.size > self.file_size:
+            self.file_size = self.size
         return position
 
     def truncate_to(self, new_size: int) -> int:
@@ -90,13 +99,14 @@ class FileRecords:
         if self._map is not None and len(self._map) > start:
             self._retire_map()
         self._prune_retired()
+        fd = self._file()
         if all(len(m) <= start for m in self._retired):
-            os.ftruncate(self._fd, start)
+            os.ftruncate(fd, start)
             self.file_size = start
             return
         try:
             while start < end:
-                start += os.pwrite(self._fd, bytes(min(end - start, _ZERO_CHUNK)), start)
+                start += os.pwrite(fd, bytes(min(end - start, _ZERO_CHUNK)), start)
         except OSError:
             pass  # best effort: the caller is already handling a failed write
 
@@ -116,7 +126,7 @@ class FileRecords:
             if m is not None:
                 self._retire_map()
             self._prune_retired()
-            m = self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
+            m = self._map = mmap.mmap(self._file(), self.size, access=mmap.ACCESS_READ)
         return m
 
     def slice(self, start: int, end: int) -> memoryview:
@@ -136,16 +146,40 @@ class FileRecords:
 
     # -- files ---------------------------------------------------------------------------
 
+    def _file(self) -> int:
+        """Our descriptor, reopened if ``release_fd`` closed it."""
+        if self._fd < 0:
+            if self._closed:
+                raise ValueError(f"{self.path}: closed")
+            self._fd = os.open(self.path, os.O_RDWR)
+        return self._fd
+
+    def release_fd(self) -> None:
+        """Map all ``size`` bytes, then close our descriptor: reads go on through the mapping
+        (which holds its own). For segments that only serve reads."""
+        self.buffer(self.size)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def held_fds(self) -> int:
+        """Descriptors held: ours (unless released) and the current mapping's."""
+        return (self._fd >= 0) + (self._map is not None)
+
     def dup_fd(self) -> int:
-        return os.dup(self._fd)
+        """A descriptor of the file the caller owns (to fsync elsewhere)."""
+        return os.dup(self._fd) if self._fd >= 0 else os.open(self.path, os.O_RDONLY)
 
     def close(self) -> list[mmap.mmap]:
         """Close the file; returns the mappings still exported (the next FileRecords of this
         file must know them before it shrinks the file)."""
-        if self._fd >= 0:
+        if not self._closed:
+            self._closed = True
             if self._map is not None:
                 self._retire_map()
             self._prune_retired()
-            os.close(self._fd)
-            self._fd = -1
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         return self._retired

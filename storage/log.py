@@ -438,33 +438,38 @@ class Log:
 
     def _validate(self, buf, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
         size = len(buf)
-        if size > self.config.segment_bytes:
+        config = self.config
+        if size > config.segment_bytes:
             raise RecordListTooLargeError(f"{self.topic}-{self.partition}: {size} bytes of batches exceed "
-                                          f"segment.bytes {self.config.segment_bytes}")
+                                          f"segment.bytes {config.segment_bytes}")
+        max_batch_size = config.max_message_bytes if check_message_size else size
         batches, pos = [], 0
         while pos < size:
             try:
                 header = check_batch(buf, pos, size)
             except KafkaError as exc:
                 raise type(exc)(f"{self.topic}-{self.partition}: {exc}") from None
-            if check_message_size and header.size > self.config.max_message_bytes:
-                raise MessageTooLargeError(f"{self.topic}-{self.partition}: a {header.size}-byte batch exceeds "
-                                           f"max.message.bytes {self.config.max_message_bytes}")
+            batch_size = header.size
+            if batch_size > max_batch_size:
+                raise MessageTooLargeError(f"{self.topic}-{self.partition}: a {batch_size}-byte batch exceeds "
+                                           f"max.message.bytes {max_batch_size}")
             batches.append((pos, header))
-            pos += header.size
+            pos += batch_size
         return batches
 
     def _append_info(self, buf, batches: list[tuple[int, BatchHeader]], log_append_time: int) -> LogAppendInfo:
         max_timestamp, offset_of_max = -1, -1
         records = 0
+        headers = []
         for _pos, header in batches:
+            headers.append(header)
             records += header.records_count
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
-        first = batches[0][1].base_offset if batches else self.log_end_offset
-        last = batches[-1][1].last_offset if batches else self.log_end_offset - 1
+        first = headers[0].base_offset if headers else self.log_end_offset
+        last = headers[-1].last_offset if headers else self.log_end_offset - 1
         return LogAppendInfo(first, last, max_timestamp, offset_of_max, log_append_time, records, len(buf),
-                             len(batches), [h for _pos, h in batches])
+                             len(headers), headers)
 
     def _append(self, buf, batches: list[tuple[int, BatchHeader]], info: LogAppendInfo) -> None:
         if not batches:
@@ -477,7 +482,7 @@ class Log:
                       info.first_offset, exc)
             raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
         self.log_end_offset = info.last_offset + 1
-        if self.unflushed_messages() >= self.config.flush_messages:
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:  # unflushed_messages()
             self.flush()
 
     def _maybe_assign_epoch(self, epoch: int, start_offset: int) -> None:

@@ -25,6 +25,7 @@ from protocol.errors import KafkaStorageError
 from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir
 from .config import LogConfig
 from .log import FlushPlan, Log, RecoveryReport, parse_topic_partition
+from .segment import OPEN_SEGMENTS, raise_open_files_limit
 
 log = logging.getLogger("kbroker.storage.manager")
 
@@ -58,8 +59,12 @@ class LogManager:
 
         Finishes interrupted deletions, reads the three checkpoints, recovers logs when the
         clean-shutdown marker is absent (and removes the marker), and logs one INFO line
-        per partition that needed recovery.
+        per partition that needed recovery. First it raises the soft RLIMIT_NOFILE to the
+        hard limit: the cache of non-active segments' files is sized from it (see
+        segment.py), so more segments stay open and random reads in long logs stay cheap.
         """
+        limit = raise_open_files_limit()
+        log.info("open files limit %d; up to %d descriptors for segments", limit, OPEN_SEGMENTS.files.budget)
         reports = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)

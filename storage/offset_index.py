@@ -29,6 +29,7 @@ class OffsetIndex(AbstractIndex):
     ENTRY = struct.Struct(">ii")
     OFFSET, POSITION = 0, 1
     SEARCH_KEYS = {OFFSET: (_I32, 0), POSITION: (_I32, 4)}
+    EMPTY_LAST = (-1, 0)  # below every relative offset
 
     def _to_entry(self, slot: int) -> OffsetPosition:
         relative, position = self.entry(slot)
@@ -42,16 +43,13 @@ class OffsetIndex(AbstractIndex):
     def last_entry(self) -> OffsetPosition:
         return self._to_entry(self.entries - 1) if self.entries else OffsetPosition(self.base_offset, 0)
 
-    def can_append_offset(self, offset: int) -> bool:
-        return 0 <= offset - self.base_offset <= INT32_MAX
-
     def append(self, offset: int, position: int) -> None:
         """Add (offset, position); offsets must grow (Kafka raises InvalidOffsetException)."""
         relative = offset - self.base_offset
-        if self.entries and relative <= self.entry(self.entries - 1)[0]:
-            raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset {self.last_offset}")
         if not 0 <= relative <= INT32_MAX:
             raise ValueError(f"{self.path}: offset {offset} does not fit relative to base {self.base_offset}")
+        if relative <= self.last[0]:
+            raise ValueError(f"{self.path}: offset {offset} is not above the last indexed offset {self.last_offset}")
         self._append_entry(relative, position)
 
     def lookup(self, target_offset: int) -> OffsetPosition:

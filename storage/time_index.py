@@ -30,6 +30,7 @@ class TimeIndex(AbstractIndex):
     ENTRY = struct.Struct(">qi")
     TIMESTAMP, OFFSET = 0, 1
     SEARCH_KEYS = {TIMESTAMP: (struct.Struct(">q"), 0), OFFSET: (struct.Struct(">i"), 8)}
+    EMPTY_LAST = (-1, 0)  # Kafka's: no timestamp yet
 
     def _to_entry(self, slot: int) -> TimestampOffset:
         timestamp, relative = self.entry(slot)
@@ -43,13 +44,12 @@ class TimeIndex(AbstractIndex):
         return self._to_entry(self.entries - 1) if self.entries else TimestampOffset(-1, self.base_offset)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
-        """Add (timestamp, offset) when ``timestamp`` is above the last entry's."""
-        if self.entries:
-            last_timestamp, last_relative = self.entry(self.entries - 1)
-            if timestamp <= last_timestamp:
-                return
-            if offset - self.base_offset < last_relative:
-                raise ValueError(f"{self.path}: offset {offset} is below the last indexed offset")
+        """Add (timestamp, offset) when ``timestamp`` is above the last entry's (-1 when empty)."""
+        last_timestamp, last_relative = self.last
+        if timestamp <= last_timestamp:
+            return
+        if offset - self.base_offset < last_relative:
+            raise ValueError(f"{self.path}: offset {offset} is below the last indexed offset")
         if not skip_full_check and self.is_full():
             raise ValueError(f"{self.path}: time index is full ({self.entries} entries)")
         self._append_entry(timestamp, offset - self.base_offset)

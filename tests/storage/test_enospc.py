@@ -93,19 +93,22 @@ def test_failed_write_is_undone(tmp_path, monkeypatch, target):
             return real(fd, data, offset)
         monkeypatch.setattr(os, "pwrite", fail_once)
     else:
-        # Index entries go through the mapping; their blocks are reserved first with
-        # posix_fallocate, which is where a full disk shows up: let the second entry's
-        # reservation fail, after the first entry of the same append went in.
-        real_fallocate, calls = os.posix_fallocate, []
+        # Index entries go through the mapping; their space is reserved (zeros written with
+        # pwrite) before the data is written, which is where a full disk shows up: let the
+        # time index's reservation fail after the offset index's went through.
+        real, reserved = os.pwrite, []
 
-        def fail_second(fd, offset, length):
-            calls.append(offset)
-            if len(calls) == 2:
+        def fail_time_index(fd, data, offset):
+            name = os.readlink(f"/proc/self/fd/{fd}")
+            if name.endswith(".timeindex"):
                 raise OSError(errno.ENOSPC, "No space left on device (injected)")
-            return real_fallocate(fd, offset, length)
-        monkeypatch.setattr(os, "posix_fallocate", fail_second)
+            reserved.append(name)
+            return real(fd, data, offset)
+        monkeypatch.setattr(os, "pwrite", fail_time_index)
     with pytest.raises(KafkaStorageError):
         log.append_as_leader(batch(2) + batch(3), 0)
+    if target == "index":
+        assert [name.rsplit(".", 1)[1] for name in reserved] == ["index"]  # nothing reached the .log
     monkeypatch.undo()
     assert (log.log_end_offset, log.size_in_bytes(), log.active_segment.offset_index.entries) == before
     assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size

@@ -343,8 +343,9 @@ def test_flush_policy_and_split_flush(tmp_path):
 
 
 def test_only_a_bounded_number_of_segments_keep_files_open(tmp_path, monkeypatch):
-    monkeypatch.setattr(segment_module.OPEN_SEGMENTS, "capacity", 4)
     log = open_log(tmp_path / "t-0", segment_bytes=300)
+    files = segment_module.OPEN_SEGMENTS.files
+    monkeypatch.setattr(files, "budget", files.pinned + 4)  # 4 descriptors beyond the active segments
     fill(log, 40)
     assert log.num_segments > 10
     for offset in range(0, log.log_end_offset, 3):

@@ -1,0 +1,305 @@
+"""What non-active segments keep open: one descriptor (the ``.log`` mapping) and in-memory
+index copies, in two budgeted caches (descriptors sized from RLIMIT_NOFILE, copies by
+bytes), and how those copies stay consistent across roll, truncation, retention, recovery
+and reopening."""
+
+from __future__ import annotations
+
+import os
+import resource
+
+import pytest
+from storage_helpers import batch, check_consistent, open_log
+
+from protocol.clock import MockTime
+from protocol.records import iter_batch_headers
+from storage import Log, LogConfig, LogManager
+from storage import segment as segment_module
+from storage.index import COPY_MAX_BYTES
+from storage.offset_index import OffsetIndex
+
+OPEN = segment_module.OPEN_SEGMENTS
+CONFIG = dict(segment_bytes=600, index_interval_bytes=100)
+
+
+def fill(log, n, **kw):
+    for _ in range(n):
+        log.append_as_leader(batch(2, value_size=100, **kw), 0)
+
+
+def open_paths() -> list[str]:
+    """Files this process has descriptors of (mappings hold theirs)."""
+    paths = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    return paths
+
+
+def read_everything(log):
+    """Every offset read once; returns the base offsets of the batches seen."""
+    seen = []
+    for offset in range(log.log_start_offset, log.log_end_offset):
+        view = log.read(offset, 1).records
+        seen.append(next(iter_batch_headers(view))[1].base_offset)
+    return seen
+
+
+def test_a_non_active_segment_holds_its_log_mapping_and_index_copies_only(tmp_path):
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    fill(log, 20)
+    assert log.num_segments > 3
+    read_everything(log)
+    old = log.segments[1]
+    assert old.held() == (1, old.offset_index.held_bytes + old.time_index.held_bytes)
+    assert old.offset_index.in_memory and old.offset_index.entries > 0
+    paths = open_paths()
+    assert paths.count(str(old.log_path)) == 1  # the mapping's own descriptor, not ours as well
+    assert str(old.index_path) not in paths and str(old.time_index_path) not in paths
+    active = log.active_segment
+    assert str(active.index_path) in paths  # the active segment keeps its files open for appends
+    check_consistent(log)
+    log.close()
+
+
+def test_an_offset_read_does_not_open_the_time_index(tmp_path):
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    fill(log, 20)
+    log.close()
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    old = log.segments[1]
+    old.close_handles()  # as after an eviction: nothing open
+    log.read(old.base_offset, 1)
+    assert old._offset_index is not None and old._time_index is None
+    log.close()
+
+
+def test_the_descriptor_budget_keeps_index_copies_of_evicted_segments(tmp_path, monkeypatch):
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    monkeypatch.setattr(OPEN.files, "budget", OPEN.files.pinned + 3)
+    fill(log, 40)
+    expected = read_everything(log)
+    mapped = [s for s in log.segments if not s.active and s._records is not None]
+    assert len(mapped) <= 3
+    assert OPEN.files.total <= 3
+    copies = [s for s in log.segments if not s.active and s._offset_index is not None]
+    assert len(copies) == log.num_segments - 1  # copies outlive the mappings
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **kw: opened.append(str(path)) or real_open(path, *a, **kw))
+    assert read_everything(log) == expected
+    assert opened and not [p for p in opened if p.endswith(".index")]  # a miss maps the .log only
+    check_consistent(log)
+    log.close()
+
+
+def test_the_copy_budget_drops_the_oldest_copies(tmp_path, monkeypatch):
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    fill(log, 40)
+    read_everything(log)
+    one_copy = log.segments[1].held()[1]
+    monkeypatch.setattr(OPEN.copies, "budget", 3 * one_copy)
+    fill(log, 1)  # a roll hands the copies of the segment it closes to the cache
+    log.roll()
+    assert OPEN.copies.total <= 3 * one_copy
+    assert read_everything(log)[-1] == log.log_end_offset - 2
+    check_consistent(log)
+    log.close()
+
+
+def test_copies_follow_truncation_into_a_cached_segment_then_roll_and_reopen(tmp_path):
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    fill(log, 20)
+    read_everything(log)  # every segment holds index copies
+    middle = log.segments[2]
+    target = middle.base_offset + 2
+    assert middle.offset_index.read_only
+    log.truncate_to(target)
+    assert log.active_segment is middle and not middle.offset_index.read_only
+    assert log.log_end_offset == target
+    fill(log, 12, ts=1_800_000_000_000)
+    expected = read_everything(log)
+    assert expected == sorted(expected) and expected[-1] == log.log_end_offset - 2
+    check_consistent(log)
+    assert middle.offset_index.read_only  # rolled again: back to a copy, of the new entries
+    assert middle.offset_index.entries == OffsetIndex(middle.index_path, middle.base_offset, read_only=True).entries
+    log.close()
+    reopened = open_log(tmp_path / "t-0", **CONFIG)
+    assert not reopened.recovery_report.needed_recovery
+    assert read_everything(reopened) == expected
+    reopened.close()
+
+
+def test_retention_and_delete_leave_nothing_in_the_caches(tmp_path):
+    log = open_log(tmp_path / "t-0", retention_bytes=1000, **CONFIG)
+    fill(log, 30)
+    read_everything(log)
+    old = log.segments[:-1]
+    log.update_high_watermark(log.log_end_offset)
+    assert log.delete_old_segments() > 0
+    deleted = [s for s in old if s not in log.segments]
+    assert deleted and all(s not in OPEN.files._costs and s not in OPEN.copies._costs for s in deleted)
+    assert all(s._records is None and s._offset_index is None for s in deleted)
+    remaining = log.segments[:-1]
+    pinned = OPEN.files.pinned
+    log.delete()
+    assert OPEN.files.pinned == pinned - segment_module.ACTIVE_SEGMENT_FDS
+    assert all(s not in OPEN.files._costs and s not in OPEN.copies._costs for s in remaining)
+
+
+def test_recovery_of_non_active_segments_keeps_only_read_handles(tmp_path):
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    fill(log, 20)
+    del log  # unclean: recover everything from offset 0
+    recovered = Log.open(tmp_path / "t-0", LogConfig(**CONFIG), time=MockTime(), recovery_point=0,
+                         had_clean_shutdown=False)
+    assert recovered.recovery_report.segments_recovered == recovered.num_segments
+    for segment in recovered.segments[:-1]:
+        for index in (segment._offset_index, segment._time_index):
+            assert index is None or index.read_only
+        assert segment.held()[0] <= 1
+        assert os.path.getsize(segment.index_path) == segment.offset_index.entries * 8  # trimmed
+    check_consistent(recovered)
+    recovered.close()
+
+
+def test_active_segments_are_pinned_against_the_descriptor_budget(tmp_path):
+    pinned = OPEN.files.pinned
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    assert OPEN.files.pinned == pinned + segment_module.ACTIVE_SEGMENT_FDS
+    fill(log, 10)  # rolls move the pin to the new active segment
+    assert OPEN.files.pinned == pinned + segment_module.ACTIVE_SEGMENT_FDS
+    log.close()
+    assert OPEN.files.pinned == pinned
+
+
+def test_the_descriptor_budget_comes_from_rlimit_nofile(monkeypatch, tmp_path):
+    maps = tmp_path / "max_map_count"
+    maps.write_text("65530\n")
+    monkeypatch.setattr(segment_module, "_MAX_MAP_COUNT", maps)
+    limits = {"nofile": (20000, 20000)}
+    monkeypatch.setattr(resource, "getrlimit", lambda _what: limits["nofile"])
+    assert segment_module.open_files_budget() == 20000 - 2500  # an eighth stays for sockets and the rest
+    limits["nofile"] = (1024, 4096)
+    assert segment_module.open_files_budget() == 1024 - 256
+    limits["nofile"] = (100, 100)
+    assert segment_module.open_files_budget() == segment_module.MIN_OPEN_FILES_BUDGET
+    limits["nofile"] = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    assert segment_module.open_files_budget() == 65530 // 2  # every cached descriptor is a mapping's
+    maps.write_text("1000\n")
+    limits["nofile"] = (20000, 20000)
+    assert segment_module.open_files_budget() == 500
+
+
+def test_startup_raises_the_soft_limit_to_the_hard_one(monkeypatch, tmp_path):
+    limits = {"nofile": (1024, 8192)}
+    monkeypatch.setattr(resource, "getrlimit", lambda _what: limits["nofile"])
+    monkeypatch.setattr(resource, "setrlimit", lambda _what, value: limits.update(nofile=value))
+    monkeypatch.setattr(OPEN.files, "budget", OPEN.files.budget)  # restored afterwards
+    maps = tmp_path / "max_map_count"
+    maps.write_text("65530\n")
+    monkeypatch.setattr(segment_module, "_MAX_MAP_COUNT", maps)
+    manager = LogManager([tmp_path / "logs"], LogConfig(), time=MockTime())
+    manager.startup()
+    assert limits["nofile"] == (8192, 8192)
+    assert OPEN.files.budget == 8192 - 1024
+    manager.shutdown()
+
+
+def test_a_failed_raise_keeps_the_limit_and_logs(monkeypatch, caplog):
+    monkeypatch.setattr(resource, "getrlimit", lambda _what: (1024, 4096))
+
+    def refuse(_what, _value):
+        raise ValueError("not allowed")
+    monkeypatch.setattr(resource, "setrlimit", refuse)
+    monkeypatch.setattr(OPEN.files, "budget", OPEN.files.budget)
+    assert segment_module.raise_open_files_limit() == 1024
+    assert "cannot raise the open files limit" in caplog.text
+
+
+def test_read_only_indexes(tmp_path):
+    path = tmp_path / "x.index"
+    writable = OffsetIndex(path, 100, 4096, writable=True)
+    for i in range(10):
+        writable.append(100 + 2 * i + 1, 50 * i)
+    writable.trim_to_valid_size()
+    copy = OffsetIndex(path, 100, read_only=True)
+    assert copy.in_memory and copy.held_fds == 0 and copy.held_bytes == 80
+    assert copy.lookup(108) == writable.lookup(108) and copy.last == writable.last
+    with pytest.raises(ValueError):  # full: a copy has no room
+        copy.append(200, 1000)
+    with pytest.raises(ValueError, match="read-only"):
+        copy.truncate_to(105)
+    assert writable.make_read_only() and writable.read_only and writable.lookup(108) == copy.lookup(108)
+    assert OffsetIndex(tmp_path / "missing.index", 0, read_only=True).entries == 0
+    big = tmp_path / "big.index"
+    index = OffsetIndex(big, 0, COPY_MAX_BYTES + 4096, writable=True)
+    for i in range(COPY_MAX_BYTES // 8 + 10):
+        index.append(i + 1, i)
+    index.trim_to_valid_size()
+    mapped = OffsetIndex(big, 0, read_only=True)
+    assert not mapped.in_memory and mapped.held_fds == 1 and mapped.lookup(5000) == (5000, 4999)
+    assert not index.make_read_only()  # too large to copy: stays as it was
+    mapped.close()
+    index.close()
+
+
+def test_released_log_descriptor_reopens_for_writes(tmp_path):
+    log = open_log(tmp_path / "t-0", **CONFIG)
+    fill(log, 3)
+    segment = log.active_segment
+    records = segment.records
+    records.release_fd()
+    assert records.held_fds == 1  # the mapping's
+    fill(log, 1)  # the append reopens the file
+    assert records.held_fds == 2
+    fds = segment.dup_fds()
+    try:
+        assert all(os.fstat(fd).st_size >= 0 for fd in fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    check_consistent(log)
+    log.close()
+
+
+def test_truncating_a_non_active_segment_leaves_trimmed_read_only_indexes(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=1500, index_interval_bytes=100)
+    for i in range(20):
+        log.append_as_leader(batch(2, value_size=100, ts=1_700_000_000_000 + 10 * i), 0)
+    segment = log.segments[1]
+    read_everything(log)
+    assert segment.time_index.entries >= 2
+    cut = segment.base_offset + 4  # keeps two batches: the entries of the later ones go
+    assert segment.truncate_to(cut) > 0
+    assert segment.read_next_offset() == cut
+    assert not segment.active and segment.offset_index.read_only and segment.time_index.read_only
+    for index, size in ((segment.offset_index, 8), (segment.time_index, 12)):
+        assert os.path.getsize(index.path) == index.entries * size
+    # the time index ends on the largest timestamp kept, so a reload finds it there
+    assert segment.time_index.last_entry() == (segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far)
+    assert segment.load_indexes(cut) is None
+    log.close()
+
+
+def test_budget_cache_releases_the_oldest_unused_first():
+    class Seg:
+        used = 0
+
+    released = []
+    cache = segment_module._BudgetCache(3, 1, released.append)
+    a, b, c, d = Seg(), Seg(), Seg(), Seg()
+    for seg in (a, b, c):
+        cache.set(seg, 1)
+    a.used = b.used = c.used = 0
+    b.used = 1  # a read of b: it gets a second chance
+    cache.set(d, 1)
+    assert released == [a] and cache.total == 3
+    cache.set(a, 1)  # b still has its chance (the bit goes, b goes last), c has none
+    assert released == [a, c] and list(cache._costs) == [d, a, b]
+    cache.pinned = 2  # the active segments' descriptors count against the budget
+    cache.set(d, 2)
+    assert released == [a, c, b, a] and list(cache._costs) == [d]  # the one just set always stays
+    assert cache.total == 2
