@@ -330,13 +330,6 @@ class ReplicaFetcherManager:
                 del self.fetchers[source]
                 asyncio.get_running_loop().create_task(fetcher.stop())
 
-    def fetch_state(self, key: tuple[str, int]) -> PartitionFetchState | None:
-        for fetcher in self.fetchers.values():
-            state = fetcher.partitions.get(key)
-            if state is not None:
-                return state
-        return None
-
     async def shutdown(self) -> None:
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 from protocol.clock import Time
 from protocol.errors import (ErrorCode, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
-                             NotLeaderOrFollowerError, UnknownLeaderEpochError, error_for)
+                             NotLeaderOrFollowerError, UnknownLeaderEpochError)
 
 if TYPE_CHECKING:
     from storage import Log, LogAppendInfo
@@ -275,11 +275,3 @@ class Partition:
             return exc.error_code, -1, -1
         epoch, end = local.leader_epoch_cache.end_offset_for(leader_epoch, local.log_end_offset)
         return ErrorCode.NONE, epoch, end
-
-
-def error_code_of(exc: BaseException) -> int:
-    return exc.error_code if isinstance(exc, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
-
-
-__all__ = ["Partition", "Replica", "LeaderAndIsrState", "FETCH_LOG_END", "FETCH_HIGH_WATERMARK",
-           "FETCH_TXN_COMMITTED", "error_code_of", "error_for"]

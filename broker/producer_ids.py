@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from .single_node import atomic_write_text
+from storage.checkpoint import write_atomically
 
 log = logging.getLogger("kbroker.producer_ids")
 
@@ -46,7 +46,7 @@ class LocalBlockSource:
             start = max(start, int(text[1]))
         if start + self.block_size > self.base + (1 << 32):
             raise RuntimeError("this broker's producer id space is exhausted")
-        atomic_write_text(self.path, f"v1 {start + self.block_size}\n")
+        write_atomically(self.path, f"v1 {start + self.block_size}\n".encode())
         log.info("allocated producer id block [%d, %d)", start, start + self.block_size)
         return start, self.block_size
 

@@ -348,9 +348,6 @@ class ReplicaManager:
             if partition.is_leader and partition.maybe_shrink_isr(self.replica_lag_time_max_ms):
                 self.try_complete_delayed_requests(partition.key)
 
-    def leader_partitions(self) -> list[Partition]:
-        return [p for p in self.partitions.values() if p.is_leader]
-
     def shutdown(self) -> None:
         """Answer every waiting request with what it has (used on broker shutdown)."""
         self.produce_purgatory.complete_all()

@@ -19,23 +19,23 @@ import logging
 import os
 import re
 import uuid
-from pathlib import Path
 from typing import Callable
 
 from protocol.client import DEFAULT_NETWORK, Network
 from protocol.clock import SYSTEM_TIME, Time
 from protocol.errors import ErrorCode
 from storage import LogConfig, LogManager
+from storage.checkpoint import write_atomically
 
 from .apis import KafkaApis
-from .config import ConfigError, Endpoint, KafkaConfig
+from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .fetcher import ReplicaFetcherManager
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
 from .network import SocketServer
 from .producer_ids import FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdManager
 from .partition import LeaderAndIsrState
 from .replica_manager import ReplicaManager
-from .single_node import TOPICS_FILE, TopicRecord, TopicStore, atomic_write_text
+from .single_node import TOPICS_FILE, TopicRecord, TopicStore
 
 log = logging.getLogger("kbroker.server")
 
@@ -83,16 +83,6 @@ def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) ->
     except ValueError as exc:
         return str(exc)
     return None
-
-
-def _read_meta_properties(path: Path) -> dict[str, str]:
-    props = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            k, v = line.split("=", 1)
-            props[k.strip()] = v.strip()
-    return props
 
 
 class KafkaServer:
@@ -171,7 +161,7 @@ class KafkaServer:
         for d in self.config.log_dirs:
             path = d / "meta.properties"
             if path.exists():
-                props = _read_meta_properties(path)
+                props = read_properties(path)
                 for key in ("broker.id", "cluster.id"):
                     if key in props and key in found and found[key] != props[key]:
                         raise ConfigError(f"log.dirs: {path} has {key}={props[key]}, another dir has {found[key]}")
@@ -187,8 +177,8 @@ class KafkaServer:
         text = f"#kbroker meta.properties\nversion=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
         for d in self.config.log_dirs:
             path = d / "meta.properties"
-            if not path.exists() or _read_meta_properties(path).get("broker.id") != str(self.broker_id):
-                atomic_write_text(path, text)
+            if not path.exists() or read_properties(path).get("broker.id") != str(self.broker_id):
+                write_atomically(path, text.encode())
 
     @property
     def inter_broker_listener(self) -> str:

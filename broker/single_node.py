@@ -11,29 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.checkpoint import write_atomically
+
 log = logging.getLogger("kbroker.single_node")
 
 TOPICS_FILE = "kbroker-topics.json"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Temp file, fsync, rename, fsync the directory: the file is either old or new, never torn."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @dataclass
@@ -71,7 +57,7 @@ class TopicStore:
 
     def save(self) -> None:
         body = {"version": 1, "topics": {n: t.to_json() for n, t in sorted(self.topics.items())}}
-        atomic_write_text(self.path, json.dumps(body, indent=1, sort_keys=True))
+        write_atomically(self.path, json.dumps(body, indent=1, sort_keys=True).encode())
 
     def put(self, record: TopicRecord) -> None:
         self.topics[record.name] = record
