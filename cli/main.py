@@ -12,7 +12,7 @@ module (``cli.serve``, ``cli.topics``, ...). A command names its function as a s
 ``"module:function"``, imported only when that command runs, so that the client commands
 (which use ``protocol.client`` and nothing but standard protocol behaviour) never load the
 broker, and ``serve`` does not pay for the client commands. Adding a command group is one
-module plus a ``_add_<group>`` function here.
+module plus an ``_add_<group>`` function here, listed in ``COMMAND_GROUPS``.
 
 Data goes to stdout as raw bytes; progress, summaries and errors go to stderr.
 """

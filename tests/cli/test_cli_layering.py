@@ -56,6 +56,7 @@ def imports_of(name: str) -> set[str]:
     in its source (functions included), ``importlib.import_module("literal")`` calls, and the
     packages an import of ``a.b.c`` runs on the way (``a``, ``a.b``)."""
     path = module_file(name)
+    assert path is not None, name
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -66,7 +67,7 @@ def imports_of(name: str) -> set[str]:
                 base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
-                stem = node.module
+                stem = node.module or ""
             # ``from X import Y`` loads X, and X.Y too when Y is a submodule.
             targets += [stem] + [f"{stem}.{alias.name}" for alias in node.names]
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
