@@ -45,7 +45,7 @@ bench: $(TSTAMP)
 
 lint: $(STAMP)
 	$(PIP) install --quiet ruff
-	$(VENV)/bin/ruff check --select E,F,W protocol storage broker controller bench tests
+	$(VENV)/bin/ruff check --select E,F,W protocol storage broker controller cli bench tests
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis

@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import uuid
 
 import pytest
 
 from tests.support import BrokerProcess, ThreadedBroker
+
+
+BOOTSTRAP_ENV = "KBROKER_TEST_BOOTSTRAP"
+
+
+@pytest.fixture(scope="session")
+def bootstrap(tmp_path_factory) -> str:
+    """The broker the client and CLI suites talk to: kbroker's own ``KafkaServer`` on a background
+    event loop of this process (``ThreadedBroker``), shared by the whole session.
+
+    ``KBROKER_TEST_BOOTSTRAP=host:port`` points the suites at another broker instead (tansu, or
+    an Apache Kafka), to check the client against a second implementation.
+    """
+    external = os.environ.get(BOOTSTRAP_ENV)
+    if external:
+        yield external
+        return
+    try:
+        broker = ThreadedBroker(tmp_path_factory.mktemp("kbroker") / "data",
+                                overrides={"listeners": "PLAINTEXT://127.0.0.1:0"}).start()
+    except Exception as exc:
+        pytest.fail(f"kbroker's broker did not start ({exc!r}); set {BOOTSTRAP_ENV}=host:port to test the "
+                    f"client against another broker")
+    yield broker.bootstrap
+    broker.stop()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A topic name no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The ``kbroker`` console script, run as a subprocess against the test broker."""
+"""The ``kbroker`` console script, run as a subprocess against the test broker (``bootstrap``,
+in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -123,3 +124,14 @@ def test_serve_rejects_a_bad_configuration_in_one_line():
                             env=serve_env(), timeout=60)
     assert result.returncode == 2
     assert re.fullmatch(rb"kbroker: [^\n]*num\.partitions[^\n]*\n", result.stderr), result.stderr
+
+
+def test_python_dash_m_cli_and_broker_are_the_kbroker_command():
+    """``python -m cli`` and the ``python -m broker`` alias (which scripts and the launcher use to
+    run ``serve``) are the same command as the console script."""
+    expected = subprocess.run([KBROKER, "--help"], capture_output=True, timeout=60, env=serve_env())
+    assert expected.returncode == 0 and b"dump-log" in expected.stdout, expected
+    for module in ("cli", "broker"):
+        result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, timeout=60,
+                                env=serve_env())
+        assert (result.returncode, result.stdout) == (0, expected.stdout), (module, result)

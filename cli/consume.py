@@ -1,0 +1,95 @@
+"""``kbroker consume``: print records through ``protocol.client.Consumer``, formatted with kcat's tokens."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from cli.common import UsageError
+from protocol.client import Consumer, ConsumerRecord, KafkaClient, TopicPartition
+
+_FORMAT_FIELDS: dict[str, Callable[[ConsumerRecord], bytes]] = {
+    "t": lambda r: r.topic.encode(),
+    "p": lambda r: b"%d" % r.partition,
+    "o": lambda r: b"%d" % r.offset,
+    "k": lambda r: r.key or b"",
+    "K": lambda r: b"%d" % (-1 if r.key is None else len(r.key)),
+    "v": lambda r: r.value or b"",
+    "s": lambda r: r.value or b"",
+    "S": lambda r: b"%d" % (-1 if r.value is None else len(r.value)),
+    "T": lambda r: b"%d" % r.timestamp,
+    "h": lambda r: b",".join(k.encode() + b"=" + (v or b"") for k, v in r.headers),
+}
+_ESCAPES = {"n": b"\n", "t": b"\t"}
+
+
+def compile_format(fmt: str) -> Callable[[ConsumerRecord], bytes]:
+    """kcat's -f tokens: %t %p %o %k %K %v %s %S %T %h, and \\n \\t %%."""
+    parts: list[bytes | Callable[[ConsumerRecord], bytes]] = []
+    i = 0
+    while i < len(fmt):
+        c, nxt = fmt[i], fmt[i + 1:i + 2]
+        if c == "%" and nxt == "%":
+            parts.append(b"%")
+        elif c == "%" and nxt in _FORMAT_FIELDS:
+            parts.append(_FORMAT_FIELDS[nxt])
+        elif c == "\\" and nxt in _ESCAPES:
+            parts.append(_ESCAPES[nxt])
+        elif c in "%\\":
+            raise UsageError(f"--format: unknown token {fmt[i:i + 2]!r}")
+        else:
+            parts.append(c.encode())
+            i -= 1
+        i += 2
+    return lambda r: b"".join(p if isinstance(p, bytes) else p(r) for p in parts)
+
+
+async def run(client: KafkaClient, args: argparse.Namespace) -> int:
+    partitions = await client.partitions_for(args.topic)
+    if args.partition is not None:
+        if args.partition not in partitions:
+            raise UsageError(f"{args.topic} has no partition {args.partition}")
+        partitions = [args.partition]
+    tps = [TopicPartition(args.topic, p) for p in partitions]
+    render = compile_format(args.format)
+    consumer = Consumer(client, isolation_level=args.isolation_level, auto_offset_reset="latest")
+    consumer.assign(tps)
+    if args.from_beginning:
+        consumer.seek_to_beginning()
+    elif args.offset is not None:
+        if args.offset < 0:
+            raise UsageError(f"--offset must be >= 0, not {args.offset}")
+        for tp in tps:
+            consumer.seek(tp, args.offset)
+    elif args.timestamp is not None:
+        for tp in tps:
+            consumer.seek_to_timestamp(tp, args.timestamp)
+    else:
+        consumer.seek_to_end()
+    end_offsets = None
+    if args.exit_at_end:
+        found = await client.offsets_for_times(dict.fromkeys(tps, -1), args.isolation_level)
+        end_offsets = {tp: offset for tp, (offset, _ts) in found.items()}
+    out = sys.stdout.buffer
+    count = 0
+    idle_since = client.time.monotonic_ms()
+    while args.max_messages is None or count < args.max_messages:
+        if end_offsets is not None and all([await consumer.position(tp) >= end for tp, end in end_offsets.items()]):
+            break
+        wait_ms = 1000
+        if args.timeout_ms is not None:
+            wait_ms = idle_since + args.timeout_ms - client.time.monotonic_ms()
+            if wait_ms <= 0:
+                break
+        batch = await consumer.getmany(int(wait_ms))
+        records = [r for rs in batch.values() for r in rs]
+        if args.max_messages is not None:
+            records = records[:args.max_messages - count]
+        if records:
+            out.write(b"".join(render(r) for r in records))
+            out.flush()
+            count += len(records)
+            idle_since = client.time.monotonic_ms()
+    print(f"consumed {count} messages", file=sys.stderr)
+    return 0

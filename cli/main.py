@@ -1,0 +1,199 @@
+"""``kbroker``: run a broker, and talk to any Kafka-protocol broker (kbroker or Apache Kafka).
+
+    kbroker serve [-c server.properties] [--override key=value ...]
+    kbroker topics create|list|describe|delete ...
+    kbroker produce -t TOPIC [-f FILE] ...
+    kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end] ...
+    kbroker metadata [-t TOPIC ...]
+    kbroker dump-log FILE [--print-records]
+
+This module holds the argument parser and the dispatch; each command group lives in its own
+module (``cli.serve``, ``cli.topics``, ...). A command names its function as a string,
+``"module:function"``, imported only when that command runs, so that the client commands
+(which use ``protocol.client`` and nothing but standard protocol behaviour) never load the
+broker, and ``serve`` does not pay for the client commands. Adding a command group is one
+module plus an ``_add_<group>`` function here, listed in ``COMMAND_GROUPS``.
+
+Data goes to stdout as raw bytes; progress, summaries and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from typing import Callable, TypeAlias
+
+import uvloop
+
+from cli.common import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, UsageError
+from protocol.client import KafkaClient
+from protocol.errors import KafkaError
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+# ---------------------------------------------------------------------------------------------
+# argument types
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key, value
+
+
+def _acks(text: str) -> int:
+    if text == "all":
+        return -1
+    if text not in ("0", "1", "-1"):
+        raise argparse.ArgumentTypeError("acks must be 0, 1, -1 or all")
+    return int(text)
+
+
+def _isolation_level(text: str) -> int:
+    levels = {"0": 0, "read_uncommitted": 0, "1": 1, "read_committed": 1}
+    if text not in levels:
+        raise argparse.ArgumentTypeError("expected read_uncommitted (0) or read_committed (1)")
+    return levels[text]
+
+
+# ---------------------------------------------------------------------------------------------
+# the commands: one _add_<group> per command module
+
+def local_command(commands: Subcommands, name: str, run: str, help: str) -> argparse.ArgumentParser:
+    """A command that runs without a broker connection: ``run`` ("module:function") gets the args."""
+    sub = commands.add_parser(name, help=help)
+    sub.set_defaults(run=run, client=False)
+    return sub
+
+
+def client_command(commands: Subcommands, name: str, run: str, help: str) -> argparse.ArgumentParser:
+    """A Kafka client command: takes -b/--bootstrap-server, and ``run`` ("module:function", a
+    coroutine function) gets a connected ``KafkaClient`` and the args."""
+    sub = commands.add_parser(name, help=help)
+    sub.add_argument("-b", "--bootstrap-server", default=os.environ.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
+                     help="host:port[,host:port...] (default $KBROKER_BOOTSTRAP_SERVER or %(default)s)")
+    sub.set_defaults(run=run, client=True)
+    return sub
+
+
+def _add_serve(commands: Subcommands) -> None:
+    serve = local_command(commands, "serve", "cli.serve:run", "run a broker")
+    serve.add_argument("-c", "--config", help="server.properties file")
+    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a configuration key (repeatable)")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                       help="stderr logging level (default INFO)")
+
+
+def _add_topics(commands: Subcommands) -> None:
+    topics = commands.add_parser("topics", help="create, list, describe or delete topics")
+    actions = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    create = client_command(actions, "create", "cli.topics:create", "create a topic")
+    create.add_argument("-t", "--topic", required=True)
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=1)
+    create.add_argument("--config", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    create.add_argument("--if-not-exists", action="store_true", help="succeed if the topic exists")
+    client_command(actions, "list", "cli.topics:list_names", "list topic names")
+    describe = client_command(actions, "describe", "cli.topics:describe", "show partitions and configs")
+    describe.add_argument("-t", "--topic", required=True)
+    delete = client_command(actions, "delete", "cli.topics:delete", "delete a topic")
+    delete.add_argument("-t", "--topic", required=True)
+
+
+def _add_produce(commands: Subcommands) -> None:
+    produce = client_command(commands, "produce", "cli.produce:run", "produce one record per input line")
+    produce.add_argument("-t", "--topic", required=True)
+    produce.add_argument("-f", "--file", help="read lines from FILE instead of stdin")
+    produce.add_argument("-K", "--key-separator", metavar="SEP", help="key = the text before the first SEP")
+    produce.add_argument("-H", "--header", type=_key_value, action="append", default=[], metavar="KEY=VALUE")
+    produce.add_argument("--acks", type=_acks, default=-1, help="0, 1, -1 or all (default all)")
+    produce.add_argument("-p", "--partition", type=int)
+    produce.add_argument("-z", "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    produce.add_argument("--linger-ms", type=float, default=5)
+    produce.add_argument("--batch-size", type=int, default=16384)
+    produce.add_argument("--idempotent", action="store_true", help="enable the idempotent producer (needs acks all)")
+
+
+def _add_consume(commands: Subcommands) -> None:
+    consume = client_command(commands, "consume", "cli.consume:run", "print records")
+    consume.add_argument("-t", "--topic", required=True)
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true")
+    start.add_argument("--offset", type=int, help="start at this offset")
+    start.add_argument("--timestamp", type=int, metavar="T", help="start at the first record at or after T (ms)")
+    start.add_argument("--end", action="store_true", help="start at the end (the default)")
+    consume.add_argument("-p", "--partition", type=int, help="only this partition (default: all)")
+    consume.add_argument("-n", "--max-messages", type=int)
+    consume.add_argument("-f", "--format", default="%s\\n", metavar="FMT",
+                         help="kcat-style: %%t %%p %%o %%k %%K %%v/%%s %%S %%T %%h \\n \\t %%%% (default %%s\\n)")
+    consume.add_argument("--timeout-ms", type=int, help="stop when no record arrived for this long")
+    consume.add_argument("-e", "--exit-at-end", action="store_true",
+                         help="stop once every partition reached the end offset it had at start")
+    consume.add_argument("--isolation-level", type=_isolation_level, default=0,
+                         help="read_uncommitted (0, default) or read_committed (1)")
+
+
+def _add_metadata(commands: Subcommands) -> None:
+    metadata = client_command(commands, "metadata", "cli.metadata:run", "show brokers, controller, topics and partitions")
+    metadata.add_argument("-t", "--topic", action="append", help="only these topics (repeatable)")
+
+
+def _add_dump_log(commands: Subcommands) -> None:
+    dump_log = local_command(commands, "dump-log", "cli.dump_log:run", "print the batches of a .log segment file")
+    dump_log.add_argument("file")
+    dump_log.add_argument("--print-records", action="store_true")
+
+
+# In the order `kbroker --help` lists them.
+COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
+    _add_serve, _add_topics, _add_produce, _add_consume, _add_metadata, _add_dump_log]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kbroker", description="An asyncio broker for the Kafka wire protocol.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMAND_GROUPS:
+        add(commands)
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatch
+
+def resolve(target: str) -> Callable:
+    """The function a ``"module:function"`` string names, importing its module now."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+async def _run_client(run: Callable, args: argparse.Namespace) -> int:
+    async with KafkaClient(args.bootstrap_server, client_id="kbroker-cli") as client:
+        return await run(client, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run = resolve(args.run)
+        if args.client:
+            logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="kbroker: %(message)s")
+            return uvloop.run(_run_client(run, args))
+        return run(args)
+    except UsageError as exc:
+        print(f"kbroker: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # Whoever read our stdout went away (``| head``): not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (KafkaError, ValueError, OSError) as exc:
+        print(f"kbroker: {exc}", file=sys.stderr)
+        return 1
