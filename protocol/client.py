@@ -10,7 +10,7 @@ Layers, bottom up:
   (correlation id, future); a mismatch means the stream is out of sync and the connection
   is closed. It negotiates versions with ApiVersions on connect (KIP-511 fallback
   included). Long-tail APIs go through the construct schemas (``request``); Produce and
-  Fetch go through the hand-written codecs of ``protocol.hotpath``.
+  Fetch go through the hand-written codecs of ``protocol.fast_codecs``.
 * ``KafkaClient`` keeps the cluster view from Metadata, pools one connection per broker,
   retries retriable errors with backoff, and offers the admin helpers.
 * ``Producer`` batches records per partition (RecordBatch v2) and sends one Produce request
@@ -33,7 +33,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Mapping, NamedTuple, Sequence, TypeVar
 
-from . import hotpath
+from . import fast_codecs
 from .api_keys import ApiKey
 from .clock import SYSTEM_TIME, Time
 from .compression import Compression
@@ -211,7 +211,7 @@ class BrokerConnection(asyncio.Protocol):
             version = self.version_for(api_key)
         frame = await self._send(self._encoder(api_key, version, api.request.build(version, body)), True,
                                  self.request_timeout_ms)
-        pos = hotpath.skip_tagged_fields(frame, 4) if response_is_flexible(api_key, version) else 4
+        pos = fast_codecs.skip_tagged_fields(frame, 4) if response_is_flexible(api_key, version) else 4
         return api.response.parse(version, frame, pos)
 
     async def produce(self, acks: int, timeout_ms: int, topics, version: int | None = None):
@@ -221,19 +221,19 @@ class BrokerConnection(asyncio.Protocol):
         or None with acks=0, which the broker never answers: it returns once written.
         """
         if version is None:
-            version = self.version_for(ApiKey.PRODUCE, max_v=hotpath.PRODUCE_VERSIONS[1])
+            version = self.version_for(ApiKey.PRODUCE, max_v=fast_codecs.PRODUCE_VERSIONS[1])
         frame = await self._send(
-            lambda cid: hotpath.encode_produce_request(version, cid, self.client_id, acks, timeout_ms, topics),
+            lambda cid: fast_codecs.encode_produce_request(version, cid, self.client_id, acks, timeout_ms, topics),
             acks != 0, self.request_timeout_ms + timeout_ms)
-        return None if frame is None else hotpath.decode_produce_response(version, frame, 4)
+        return None if frame is None else fast_codecs.decode_produce_response(version, frame, 4)
 
-    async def fetch(self, request: hotpath.FetchRequest, version: int | None = None) -> hotpath.FetchResponse:
+    async def fetch(self, request: fast_codecs.FetchRequest, version: int | None = None) -> fast_codecs.FetchResponse:
         """Send a Fetch request; the records of the response are memoryviews of its frame."""
         if version is None:
-            version = self.version_for(ApiKey.FETCH, max_v=hotpath.FETCH_VERSIONS[1])
-        frame = await self._send(lambda cid: (hotpath.encode_fetch_request(version, cid, self.client_id, request),),
+            version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+        frame = await self._send(lambda cid: (fast_codecs.encode_fetch_request(version, cid, self.client_id, request),),
                                  True, self.request_timeout_ms + request.max_wait_ms)
-        return hotpath.decode_fetch_response(version, memoryview(frame), 4)
+        return fast_codecs.decode_fetch_response(version, memoryview(frame), 4)
 
     def close(self, error: KafkaConnectionError | None = None) -> None:
         """Close the connection; pending requests fail with ``error`` (default: "closed")."""
@@ -247,7 +247,7 @@ class BrokerConnection(asyncio.Protocol):
         flexible = request_is_flexible(api_key, version)
 
         def encode(correlation_id: int) -> tuple:
-            header = hotpath.encode_request_header(api_key, version, correlation_id, self.client_id, flexible)
+            header = fast_codecs.encode_request_header(api_key, version, correlation_id, self.client_id, flexible)
             return _I32.pack(len(header) + len(body)), header, body
         return encode
 
@@ -1247,15 +1247,15 @@ class Consumer:
 
     async def _fetch_from(self, node: int, offsets: dict[TopicPartition, int], max_wait_ms: int
                           ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        by_topic: dict[str, list[hotpath.FetchPartition]] = collections.defaultdict(list)
+        by_topic: dict[str, list[fast_codecs.FetchPartition]] = collections.defaultdict(list)
         for tp, offset in offsets.items():
             epoch = self._client.cluster.partition(*tp).leader_epoch
-            by_topic[tp.topic].append(hotpath.FetchPartition(
+            by_topic[tp.topic].append(fast_codecs.FetchPartition(
                 tp.partition, epoch, offset, -1, self._max_partition_fetch_bytes))
         try:
             conn = await self._client.connection(node)
-            version = conn.version_for(ApiKey.FETCH, max_v=hotpath.FETCH_VERSIONS[1])
-            request = hotpath.FetchRequest(version, -1, max_wait_ms, self._min_bytes, self._max_bytes,
+            version = conn.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+            request = fast_codecs.FetchRequest(version, -1, max_wait_ms, self._min_bytes, self._max_bytes,
                                            self._isolation_level, 0, -1, list(by_topic.items()), [], "")
             response = await conn.fetch(request, version)
         except KafkaError as exc:
@@ -1277,7 +1277,7 @@ class Consumer:
                     out[tp] = records
         return out
 
-    def _partition_records(self, tp: TopicPartition, data: hotpath.FetchPartitionData,
+    def _partition_records(self, tp: TopicPartition, data: fast_codecs.FetchPartitionData,
                            offset: int) -> list[ConsumerRecord]:
         error = data.error_code
         if error == ErrorCode.OFFSET_OUT_OF_RANGE and self._auto_offset_reset != "none":

@@ -3,8 +3,9 @@
 construct has fixed-width integers and an unsigned LEB128 ``VarInt``; Kafka adds
 nullable strings and bytes (length -1), compact variants (unsigned varint of length+1,
 0 meaning null) and tagged-field blocks. These classes are interpreted construct only:
-each read goes through ``stream_read``, which checks that the bytes are really there
-(``.compile()`` would skip that, see STYLE.md).
+each read goes through ``stream_read``, which checks that the bytes are really there, so a
+truncated message fails instead of parsing short (construct's ``.compile()`` generates
+readers without that check, so these are never compiled).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Two audiences:
 * clients (CLI, tests, load generator): ``build_batch`` and ``decode_batch`` encode and
   decode records, varints, headers and compression.
 
-Layout (big-endian; see shared/kafka-protocol/RECORD_BATCH.md)::
+Layout (big-endian, as Kafka's ``DefaultRecordBatch`` defines it)::
 
     0  baseOffset            int64   broker-assigned
     8  batchLength           int32   bytes after this field

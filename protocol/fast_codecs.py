@@ -1,13 +1,14 @@
 """Hand-written codecs for the messages on the data path: the request header, Produce
 requests/responses and Fetch requests/responses.
 
-Interpreted construct costs ~30 µs for a request header alone (STYLE.md); these use
-module-level ``struct.Struct`` objects and ``unpack_from`` over a memoryview instead, and
-never copy record data: produce records come out as memoryview slices of the request
-frame, and fetch responses go out as a list of buffers with the log's memoryviews in it.
+They run for every request on the data path, where construct's interpreted, field-by-field
+parsing is too slow; so they use module-level ``struct.Struct`` objects and ``unpack_from``
+over a memoryview instead, and never copy record data: produce records come out as
+memoryview slices of the request frame, and fetch responses go out as a list of buffers
+with the log's memoryviews in it.
 Every length read from the wire is checked against what remains (``struct.unpack_from``
 checks fixed-width fields itself). The construct schemas in ``protocol/messages/`` are
-the specification; ``tests/protocol/test_hotpath.py`` checks these codecs against them.
+the specification; ``tests/protocol/test_fast_codecs.py`` checks these codecs against them.
 
 Versions: Produce 3-8 (non-flexible), Fetch 4-11 (non-flexible).
 """
