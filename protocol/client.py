@@ -66,6 +66,8 @@ class KafkaConnectionError(KafkaError):
     metadata refresh), like Kafka's NETWORK_EXCEPTION whose code it carries."""
 
     error_code = ErrorCode.NETWORK_EXCEPTION
+    retriable = True
+    invalid_metadata = True
 
 
 class TopicPartition(NamedTuple):
