@@ -58,7 +58,7 @@ class MockTime(Time):
     during ``sleep``/``advance``."""
 
     def __init__(self, start_ms: int = 1_700_000_000_000, monotonic_start_ms: float = 1_000_000.0) -> None:
-        self._wall_ms = start_ms
+        self._wall_ms: float = start_ms
         self._mono_ms = monotonic_start_ms
         self._timers: list[_MockTimer] = []
         self._seq = itertools.count()

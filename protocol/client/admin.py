@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 from ..api_keys import ApiKey
 from ..errors import ErrorCode, KafkaError
@@ -18,6 +18,7 @@ from .connection import BrokerConnection, wire_error
 from .metadata import TopicPartition
 
 T = TypeVar("T")
+TP = TypeVar("TP", bound=tuple[str, int])  # a TopicPartition or a plain (topic, partition)
 
 
 class ConfigEntry(NamedTuple):
@@ -55,10 +56,10 @@ class AdminMixin:
         await self._topics_admin(ApiKey.DELETE_TOPICS, "responses", {"topic_names": list(names),
                                                                      "timeout_ms": timeout_ms})
 
-    async def _topics_admin(self, api_key: int, results_field: str, body: Mapping) -> None:
+    async def _topics_admin(self, api_key: int, results_field: str, body: Mapping[str, Any]) -> None:
         """Send CreateTopics/DeleteTopics to the controller, again if it moved (NOT_CONTROLLER);
         other per-topic errors are final, as in Kafka's AdminClient."""
-        async def attempt() -> list:
+        async def attempt() -> list[tuple[str, int, str | None]]:
             conn = await self._controller_connection()
             response = await conn.request(api_key, body)
             results = [(r.name, r.error_code, r.get("error_message")) for r in response[results_field]]
@@ -71,7 +72,7 @@ class AdminMixin:
 
     async def describe_configs(self, topic: str) -> list[ConfigEntry]:
         """The topic's configuration, every key with its value and where it comes from."""
-        async def attempt():
+        async def attempt() -> Any:  # the DescribeConfigs response
             conn = await self.any_connection()
             return await conn.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
                 {"resource_type": 2, "resource_name": topic, "configuration_keys": None}]})
@@ -84,7 +85,7 @@ class AdminMixin:
 
     async def init_producer_id(self, transaction_timeout_ms: int = 60000) -> tuple[int, int]:
         """A new (producer id, epoch) for an idempotent producer, from any broker."""
-        async def attempt():
+        async def attempt() -> tuple[int, int]:
             conn = await self.any_connection()
             response = await conn.request(ApiKey.INIT_PRODUCER_ID, {
                 "transactional_id": None, "transaction_timeout_ms": transaction_timeout_ms})
@@ -101,7 +102,7 @@ class AdminMixin:
         found = await self.offsets_for_times({(topic, partition): timestamp}, isolation_level)
         return found[TopicPartition(topic, partition)] or (-1, -1)
 
-    async def offsets_for_times(self, timestamps: Mapping[tuple[str, int], int], isolation_level: int = 0
+    async def offsets_for_times(self, timestamps: Mapping[TP, int], isolation_level: int = 0
                                 ) -> dict[TopicPartition, tuple[int, int] | None]:
         """``list_offsets`` for many partitions at once, one request per leader; a partition
         with no record at or after its timestamp maps to None."""
@@ -110,7 +111,7 @@ class AdminMixin:
 
         async def ask(node: int, tps: list[TopicPartition]) -> list[KafkaError]:
             conn = await self.connection(node)
-            by_topic: dict[str, list] = collections.defaultdict(list)
+            by_topic: dict[str, list[dict[str, int]]] = collections.defaultdict(list)
             for tp in tps:
                 by_topic[tp.topic].append({"partition_index": tp.partition, "timestamp": pending[tp]})
             version = conn.version_for(ApiKey.LIST_OFFSETS, min_v=2 if isolation_level else None)

@@ -33,8 +33,13 @@ SYSTEM_TIME = SystemTime()
 
 async def sleep(time: Time, ms: float) -> None:
     """Sleep through the injected clock (``MockTime`` fires it when a test advances time)."""
-    future = asyncio.get_running_loop().create_future()
-    handle = time.schedule(ms, lambda: future.done() or future.set_result(None))
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    handle = time.schedule(ms, wake)
     try:
         await future
     finally:

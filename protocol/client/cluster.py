@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Awaitable, Callable, Iterable, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 from ..api_keys import ApiKey
 from ..clock import Time
@@ -55,13 +55,13 @@ class KafkaClient(AdminMixin):
         self.cluster = ClusterMetadata()
         self._metadata_refreshed_ms: float | None = None
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
-        self._connecting: dict[tuple[str, int], asyncio.Task] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Task[BrokerConnection]] = {}
 
     async def __aenter__(self) -> "KafkaClient":
         await self.refresh_metadata()
         return self
 
-    async def __aexit__(self, *exc_info) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -139,6 +139,7 @@ class KafkaClient(AdminMixin):
             try:
                 conn = await self._connect(address)
                 version = conn.version_for(ApiKey.METADATA)
+                wanted: list[dict[str, str]] | None
                 if names is None:
                     wanted = [] if version == 0 else None  # v0 has no null: an empty list means all
                 else:
@@ -152,7 +153,7 @@ class KafkaClient(AdminMixin):
             return self.cluster
         raise last_error or KafkaConnectionError("no broker to ask for metadata")
 
-    def _update_cluster(self, response, replace_topics: bool) -> None:
+    def _update_cluster(self, response: Any, replace_topics: bool) -> None:  # response: a Metadata Container
         cluster = self.cluster
         cluster.brokers = {b.node_id: BrokerMetadata(b.node_id, b.host, b.port, b.get("rack"))
                            for b in response.brokers}

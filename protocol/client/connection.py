@@ -20,15 +20,18 @@ import importlib.metadata
 import itertools
 import socket
 import struct
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Sequence, cast, overload
 
 from .. import fast_codecs
 from ..api_keys import ApiKey
-from ..clock import Time
+from ..clock import Time, TimerHandle
 from ..errors import ErrorCode, KafkaError, RequestTimedOutError, UnsupportedVersionError, error_for
 from ..framing import Framer, FrameTooLarge, NegativeFrameSize
 from ..messages import APIS, request_is_flexible, response_is_flexible
 from .clock import SYSTEM_TIME
+
+if TYPE_CHECKING:
+    from ..fast_codecs import ProduceResults, Records
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -78,8 +81,8 @@ DEFAULT_NETWORK = Network()
 
 class _InFlight(NamedTuple):
     correlation_id: int
-    future: asyncio.Future
-    timer: object  # the clock's timer handle
+    future: asyncio.Future[bytearray]  # resolves to the response frame
+    timer: TimerHandle
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -168,9 +171,9 @@ class BrokerConnection(asyncio.Protocol):
                 f"the broker at {self.host}:{self.port} {theirs[0]}-{theirs[1]}")
         return hi
 
-    async def request(self, api_key: int, body: Mapping, version: int | None = None):
+    async def request(self, api_key: int, body: Mapping[str, Any], version: int | None = None) -> Any:
         """Send a long-tail request built from its construct schema; returns the parsed
-        response body (a construct ``Container``)."""
+        response body (a construct ``Container``, hence ``Any``)."""
         api = APIS[api_key]
         if version is None:
             version = self.version_for(api_key)
@@ -179,7 +182,8 @@ class BrokerConnection(asyncio.Protocol):
         pos = fast_codecs.skip_tagged_fields(frame, 4) if response_is_flexible(api_key, version) else 4
         return api.response.parse(version, frame, pos)
 
-    async def produce(self, acks: int, timeout_ms: int, topics, version: int | None = None):
+    async def produce(self, acks: int, timeout_ms: int, topics: Sequence[tuple[str, Sequence[tuple[int, Records | None]]]],
+                      version: int | None = None) -> ProduceResults | None:
         """Send a Produce request; ``topics`` is [(topic, [(partition, record batch bytes)])].
 
         Returns [(topic, [(partition, error, base_offset, log_append_time, log_start_offset)])],
@@ -208,15 +212,23 @@ class BrokerConnection(asyncio.Protocol):
 
     # -- request plumbing ------------------------------------------------------------------
 
-    def _encoder(self, api_key: int, version: int, body: bytes) -> Callable[[int], tuple]:
+    def _encoder(self, api_key: int, version: int, body: bytes) -> Callable[[int], tuple[bytes, bytes, bytes]]:
         flexible = request_is_flexible(api_key, version)
 
-        def encode(correlation_id: int) -> tuple:
+        def encode(correlation_id: int) -> tuple[bytes, bytes, bytes]:
             header = fast_codecs.encode_request_header(api_key, version, correlation_id, self.client_id, flexible)
             return _I32.pack(len(header) + len(body)), header, body
         return encode
 
-    async def _send(self, encode: Callable[[int], Sequence], expect_response: bool, timeout_ms: float):
+    @overload
+    async def _send(self, encode: Callable[[int], Sequence[Records]], expect_response: Literal[True],
+                    timeout_ms: float) -> bytearray: ...
+    @overload
+    async def _send(self, encode: Callable[[int], Sequence[Records]], expect_response: bool,
+                    timeout_ms: float) -> bytearray | None: ...
+
+    async def _send(self, encode: Callable[[int], Sequence[Records]], expect_response: bool,
+                    timeout_ms: float) -> bytearray | None:
         """Write the frame ``encode(correlation_id)`` gives; return the response frame (or
         None without one). Waits first while the transport's buffer is full."""
         if not self._writable.is_set():
@@ -227,12 +239,12 @@ class BrokerConnection(asyncio.Protocol):
         self._transport.writelines(encode(correlation_id))
         if not expect_response:
             return None
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bytearray] = asyncio.get_running_loop().create_future()
         timer = self._time.schedule(timeout_ms, lambda: self._on_timeout(future, timeout_ms))
         self._inflight.append(_InFlight(correlation_id, future, timer))
         return await future
 
-    def _on_timeout(self, future: asyncio.Future, timeout_ms: float) -> None:
+    def _on_timeout(self, future: asyncio.Future[bytearray], timeout_ms: float) -> None:
         if not future.done():
             future.set_exception(RequestTimedOutError(f"{self.host}:{self.port} sent no response within {timeout_ms:g} ms"))
             self.close(KafkaConnectionError(f"connection to {self.host}:{self.port} closed after a request timed out"))
@@ -249,8 +261,9 @@ class BrokerConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # create_connection (the only way this protocol is used) always gives a stream transport.
+        self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, NamedTuple, cast
 
 from .. import fast_codecs
 from ..api_keys import ApiKey
@@ -14,7 +14,10 @@ from ..records import batch_body, compute_crc, decode_records, iter_batch_header
 from .clock import sleep
 from .cluster import KafkaClient
 from .connection import KafkaConnectionError, wire_error
-from .metadata import TopicPartition
+from .metadata import PartitionMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from ..fast_codecs import Records
 
 log = logging.getLogger("kbroker.client")
 
@@ -110,7 +113,7 @@ class Consumer:
         """The offset of the next record to be returned for ``tp``."""
         tp = self._assigned(tp)
         await self._update_positions()
-        return self._positions[tp]
+        return cast(int, self._positions[tp])  # _update_positions resolved every missing position
 
     def _assigned(self, tp: tuple[str, int]) -> TopicPartition:
         tp = TopicPartition(*tp)
@@ -137,7 +140,8 @@ class Consumer:
         for tp, timestamp in resets.items():
             if self._resets.get(tp) == timestamp:  # not seeked elsewhere meanwhile
                 del self._resets[tp]
-                self._positions[tp] = found[tp][0]
+                # Only the first query answers None (no record that late); the second asked for the end.
+                self._positions[tp] = cast(tuple[int, int], found[tp])[0]
 
     async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
         """The records fetched within ``timeout_ms`` (at most one round once any arrive)."""
@@ -191,7 +195,8 @@ class Consumer:
                           ) -> dict[TopicPartition, list[ConsumerRecord]]:
         by_topic: dict[str, list[fast_codecs.FetchPartition]] = collections.defaultdict(list)
         for tp, offset in offsets.items():
-            epoch = self._client.cluster.partition(*tp).leader_epoch
+            # Known: _fetch found the partition's leader in the cluster metadata.
+            epoch = cast(PartitionMetadata, self._client.cluster.partition(*tp)).leader_epoch
             by_topic[tp.topic].append(fast_codecs.FetchPartition(
                 tp.partition, epoch, offset, -1, self._max_partition_fetch_bytes))
         try:
@@ -234,20 +239,23 @@ class Consumer:
             raise wire_error(error, f"fetch {tp.topic}-{tp.partition} at offset {offset}")
         return self._decode(tp, data.records, offset, data.aborted_transactions)
 
-    def _decode(self, tp: TopicPartition, buf, offset: int, aborted) -> list[ConsumerRecord]:
-        out = []
+    def _decode(self, tp: TopicPartition, buf: Records | None, offset: int,
+                aborted: list[tuple[int, int]] | None) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
         position = offset
         # read_committed: a transactional batch of a producer whose aborted transaction has
         # begun (first_offset <= the batch) is skipped, until that producer's abort marker.
         aborted = sorted(aborted or (), key=lambda a: a[1])
-        next_aborted, aborting = 0, set()
-        for pos, header in iter_batch_headers(buf or b""):  # stops before a truncated trailing batch
+        next_aborted = 0
+        aborting: set[int] = set()
+        data = buf or b""
+        for pos, header in iter_batch_headers(data):  # stops before a truncated trailing batch
             if header.next_offset <= position:
                 continue
             if header.magic != 2:
                 raise CorruptRecordError(f"{tp.topic}-{tp.partition}: a magic {header.magic} batch at offset "
                                          f"{header.base_offset}; only magic 2 is supported")
-            if self._check_crcs and compute_crc(buf, pos, header.size) != header.crc:
+            if self._check_crcs and compute_crc(data, pos, header.size) != header.crc:
                 raise CorruptRecordError(f"{tp.topic}-{tp.partition}: CRC mismatch in the batch at offset "
                                          f"{header.base_offset}")
             position = header.next_offset
@@ -259,7 +267,7 @@ class Consumer:
                 continue
             if header.is_transactional and header.producer_id in aborting:
                 continue
-            for r in decode_records(header, batch_body(buf, pos, header)):
+            for r in decode_records(header, batch_body(data, pos, header)):
                 if r.offset >= offset:
                     out.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, header.timestamp_type,
                                               r.key, r.value, r.headers))

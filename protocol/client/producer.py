@@ -79,7 +79,7 @@ class _Batch:
     def __init__(self, tp: TopicPartition, created_ms: float) -> None:
         self.tp = tp
         self.records: list[Record] = []
-        self.futures: list[asyncio.Future] = []
+        self.futures: list[asyncio.Future[RecordMetadata]] = []
         self.size = _BATCH_OVERHEAD
         self.created_ms = created_ms
         self.attempts = 0
@@ -87,7 +87,7 @@ class _Batch:
         self.payload: bytes | None = None  # built at the first send, kept for retries
         self.producer_id = -1
         self.base_sequence = -1
-        self.done = asyncio.get_running_loop().create_future()  # resolves (to None) when settled
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # resolves when settled
 
     def succeed(self, base_offset: int, log_append_time: int) -> None:
         for i, (record, future) in enumerate(zip(self.records, self.futures)):
@@ -168,12 +168,12 @@ class Producer:
         self._closed = False
         self._wakeup = asyncio.Event()
         self._space = asyncio.Event()
-        self._sender: asyncio.Task | None = None
-        self._requests: set[asyncio.Task] = set()
+        self._sender: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
 
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
                    headers: Iterable[tuple[str, bytes | None]] = (), partition: int | None = None,
-                   timestamp_ms: int | None = None) -> asyncio.Future:
+                   timestamp_ms: int | None = None) -> asyncio.Future[RecordMetadata]:
         """Queue one record; returns the future of its RecordMetadata. Waits while more than
         ``buffer_memory`` bytes are queued."""
         self._ensure_running()
@@ -236,7 +236,7 @@ class Producer:
         sticky[1] += size
         return sticky[0]
 
-    def _append(self, tp: TopicPartition, record: Record, size: int, future: asyncio.Future) -> None:
+    def _append(self, tp: TopicPartition, record: Record, size: int, future: asyncio.Future[RecordMetadata]) -> None:
         queue = self._queues.setdefault(tp, collections.deque())
         if queue and queue[-1].payload is None and queue[-1].size + size <= self._batch_size:
             batch = queue[-1]
@@ -346,7 +346,7 @@ class Producer:
 
     async def _send_request(self, node: int, batches: list[_Batch]) -> None:
         try:
-            by_topic: dict[str, list] = collections.defaultdict(list)
+            by_topic: dict[str, list[tuple[int, bytes | None]]] = collections.defaultdict(list)
             for batch in batches:
                 by_topic[batch.tp.topic].append((batch.tp.partition, batch.payload))
             conn = await self._client.connection(node)
@@ -356,6 +356,7 @@ class Producer:
                 self._retry_or_fail(batch, exc)
         else:
             results = {} if response is None else {(topic, p[0]): p[1:4] for topic, parts in response for p in parts}
+            error: int
             for batch in batches:
                 if response is None:  # acks=0: written is all we will ever know
                     error, base_offset, log_append_time = ErrorCode.NONE, -1, -1
