@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat bench soak clean lint
+.PHONY: run test venv test-deps kcat bench soak clean lint typecheck
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ test-deps: $(TSTAMP) kcat
 run: $(STAMP)
 	$(VENV)/bin/kbroker serve -c config/server.properties
 
-test: test-deps
+test: test-deps typecheck
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # Long soaks / crash loops (not in CI).
@@ -43,9 +43,13 @@ soak: test-deps
 bench: $(TSTAMP)
 	$(PY) bench/storage_bench.py
 
-lint: $(STAMP)
+# mypy --strict over the packages listed in pyproject.toml's [tool.mypy].
+typecheck: $(TSTAMP)
+	$(VENV)/bin/mypy
+
+lint: $(STAMP) typecheck
 	$(PIP) install --quiet ruff
 	$(VENV)/bin/ruff check --select E,F,W protocol storage broker controller cli bench tests
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis
+	rm -rf $(VENV) data .pytest_cache .hypothesis .mypy_cache

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol.clock import SYSTEM_TIME  # noqa: E402
+from protocol.client import SYSTEM_TIME  # noqa: E402
 from protocol.records import Record, build_batch, iter_batch_headers  # noqa: E402
 from storage import Log, LogConfig  # noqa: E402
 

@@ -1,6 +1,6 @@
 """KafkaApis: dispatch by API key, decode, call ReplicaManager / the controller side, encode.
 
-Produce and Fetch use the hand-written codecs of protocol/hotpath.py; every other API is
+Produce and Fetch use the hand-written codecs of protocol/fast_codecs.py; every other API is
 decoded and encoded with its construct schema (protocol/messages). A handler answers
 through ``ctx.send_response`` now or later (delayed operations), or ``send_no_response``
 (acks=0). An error for one partition goes into that partition's slot; a body that does not
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError, RemoteProtocolError
-from protocol.hotpath import (decode_fetch_request, decode_produce_request, encode_fetch_response,
+from protocol.fast_codecs import (decode_fetch_request, decode_produce_request, encode_fetch_response,
                               encode_produce_response, response_header)
 from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from protocol.api_keys import ApiKey
 from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network
 from protocol.errors import ErrorCode, KafkaError
-from protocol.hotpath import FetchPartition, FetchRequest
+from protocol.fast_codecs import FetchPartition, FetchRequest
 from protocol.records import iter_batch_headers
 
 if TYPE_CHECKING:

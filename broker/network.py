@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
-from protocol.hotpath import RequestHeader, parse_request_header
+from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import request_is_flexible
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
-from protocol.hotpath import FetchPartitionData
+from protocol.fast_codecs import FetchPartitionData
 
 from .delayed_fetch import DelayedFetch
 from .delayed_produce import DelayedProduce, ProducePartitionStatus

@@ -21,8 +21,8 @@ import re
 import uuid
 from typing import Callable
 
-from protocol.client import DEFAULT_NETWORK, Network
-from protocol.clock import SYSTEM_TIME, Time
+from protocol.client import DEFAULT_NETWORK, SYSTEM_TIME, Network
+from protocol.clock import Time
 from protocol.errors import ErrorCode
 from storage import LogConfig, LogManager
 from storage.checkpoint import write_atomically

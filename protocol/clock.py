@@ -4,17 +4,16 @@ Everything that decides by time (purgatory expiry, ISR lag, segment.ms, retentio
 LogAppendTime, flush.ms, session timeouts) reads a ``Time`` object and never calls
 ``time.time()`` itself, so tests drive time by hand and need no sleeps.
 
-``schedule(delay_ms, callback)`` is the one way to ask for a callback later. ``SystemTime``
-puts it on the running event loop (``loop.call_later``); ``MockTime`` keeps a heap and
-fires due callbacks when a test calls ``sleep``/``advance``.
+``schedule(delay_ms, callback)`` is the one way to ask for a callback later. ``MockTime``
+keeps a heap and fires due callbacks when a test calls ``sleep``/``advance``; the real
+clock, ``protocol.client.SystemTime``, puts them on the running event loop
+(``loop.call_later``) and lives with the client, since this module needs no event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
-import time as _time
 from typing import Callable, Protocol
 
 
@@ -38,23 +37,6 @@ class Time:
         raise NotImplementedError
 
 
-class SystemTime(Time):
-    def milliseconds(self) -> int:
-        return _time.time_ns() // 1_000_000
-
-    def monotonic_ms(self) -> float:
-        return _time.monotonic() * 1000.0
-
-    def nanoseconds(self) -> int:
-        return _time.monotonic_ns()
-
-    def schedule(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
-        return asyncio.get_running_loop().call_later(max(0.0, delay_ms) / 1000.0, callback)
-
-
-SYSTEM_TIME = SystemTime()
-
-
 class _MockTimer:
     __slots__ = ("deadline", "seq", "callback", "cancelled")
 
@@ -76,7 +58,7 @@ class MockTime(Time):
     during ``sleep``/``advance``."""
 
     def __init__(self, start_ms: int = 1_700_000_000_000, monotonic_start_ms: float = 1_000_000.0) -> None:
-        self._wall_ms = start_ms
+        self._wall_ms: float = start_ms
         self._mono_ms = monotonic_start_ms
         self._timers: list[_MockTimer] = []
         self._seq = itertools.count()

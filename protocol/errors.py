@@ -9,6 +9,7 @@ Only errors that travel in responses belong here. Layers below the broker raise 
 from __future__ import annotations
 
 import enum
+from typing import ClassVar
 
 
 class ErrorCode(enum.IntEnum):
@@ -124,70 +125,504 @@ class ErrorCode(enum.IntEnum):
     NEW_LEADER_ELECTED = 108
 
 
-# Codes the Java client treats as retriable (its exception extends RetriableException).
-_RETRIABLE = frozenset({
-    ErrorCode.CORRUPT_MESSAGE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REPLICA_NOT_AVAILABLE,
-    ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.NOT_CONTROLLER,
-    ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
-    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.OFFSET_NOT_AVAILABLE,
-    ErrorCode.UNSTABLE_OFFSET_COMMIT, ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-    ErrorCode.UNKNOWN_TOPIC_ID,
-})
-
-# Codes after which a client should refresh its metadata.
-_INVALID_METADATA = frozenset({
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_TOPIC_ID,
-})
-
-
 class KafkaError(Exception):
-    """Base of every error that maps to a wire code."""
+    """Base of every error that maps to a wire code.
 
-    error_code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+    ``retriable``: Kafka's Java client retries the error (its exception extends
+    ``RetriableException``). ``invalid_metadata``: a client refreshes its metadata before it
+    retries (kafka-python's and aiokafka's flag of the same name).
+    """
+
+    error_code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN_SERVER_ERROR
+    retriable: ClassVar[bool] = False
+    invalid_metadata: ClassVar[bool] = False
 
     def __init__(self, message: str = "") -> None:
         super().__init__(message or self.error_code.name)
-
-    @property
-    def retriable(self) -> bool:
-        return self.error_code in _RETRIABLE
-
-    @property
-    def invalid_metadata(self) -> bool:
-        return self.error_code in _INVALID_METADATA
 
     @property
     def message(self) -> str:
         return str(self)
 
 
-_BY_CODE: dict[int, type[KafkaError]] = {}
+# One class per ErrorCode except NONE, in code order. Names are the code's in CamelCase with
+# an "Error" suffix (a trailing EXCEPTION becomes Error).
+
+class UnknownServerError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-def _camel(name: str) -> str:
-    return "".join(part.capitalize() for part in name.lower().split("_"))
+class OffsetOutOfRangeError(KafkaError):
+    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-def _make_classes() -> None:
-    for code in ErrorCode:
-        if code is ErrorCode.NONE:
-            continue
-        cls_name = _camel(code.name) + ("" if code.name.endswith(("ERROR", "EXCEPTION")) else "Error")
-        cls_name = cls_name.replace("Exception", "Error")
-        cls = type(cls_name, (KafkaError,), {"error_code": code, "__module__": __name__})
-        globals()[cls_name] = cls
-        _BY_CODE[int(code)] = cls
+class CorruptMessageError(KafkaError):
+    error_code = ErrorCode.CORRUPT_MESSAGE
+    retriable = True
 
 
-_make_classes()
-UnknownServerError: type[KafkaError] = _BY_CODE[-1]
+class UnknownTopicOrPartitionError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True
+    invalid_metadata = True
+
+
+class InvalidFetchSizeError(KafkaError):
+    error_code = ErrorCode.INVALID_FETCH_SIZE
+
+
+class LeaderNotAvailableError(KafkaError):
+    error_code = ErrorCode.LEADER_NOT_AVAILABLE
+    retriable = True
+    invalid_metadata = True
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    retriable = True
+    invalid_metadata = True
+
+
+class RequestTimedOutError(KafkaError):
+    error_code = ErrorCode.REQUEST_TIMED_OUT
+    retriable = True
+
+
+class BrokerNotAvailableError(KafkaError):
+    error_code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class ReplicaNotAvailableError(KafkaError):
+    error_code = ErrorCode.REPLICA_NOT_AVAILABLE
+    retriable = True
+    invalid_metadata = True
+
+
+class MessageTooLargeError(KafkaError):
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class StaleControllerEpochError(KafkaError):
+    error_code = ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+class OffsetMetadataTooLargeError(KafkaError):
+    error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+
+
+class NetworkError(KafkaError):
+    error_code = ErrorCode.NETWORK_EXCEPTION
+    retriable = True
+    invalid_metadata = True
+
+
+class CoordinatorLoadInProgressError(KafkaError):
+    error_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    retriable = True
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    retriable = True
+
+
+class NotCoordinatorError(KafkaError):
+    error_code = ErrorCode.NOT_COORDINATOR
+    retriable = True
+
+
+class InvalidTopicError(KafkaError):
+    error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class RecordListTooLargeError(KafkaError):
+    error_code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+class NotEnoughReplicasError(KafkaError):
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(KafkaError):
+    error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    retriable = True
+
+
+class InvalidRequiredAcksError(KafkaError):
+    error_code = ErrorCode.INVALID_REQUIRED_ACKS
+
+
+class IllegalGenerationError(KafkaError):
+    error_code = ErrorCode.ILLEGAL_GENERATION
+
+
+class InconsistentGroupProtocolError(KafkaError):
+    error_code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+class InvalidGroupIdError(KafkaError):
+    error_code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberIdError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeoutError(KafkaError):
+    error_code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class RebalanceInProgressError(KafkaError):
+    error_code = ErrorCode.REBALANCE_IN_PROGRESS
+
+
+class InvalidCommitOffsetSizeError(KafkaError):
+    error_code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+
+
+class TopicAuthorizationFailedError(KafkaError):
+    error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    error_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class InvalidTimestampError(KafkaError):
+    error_code = ErrorCode.INVALID_TIMESTAMP
+
+
+class UnsupportedSaslMechanismError(KafkaError):
+    error_code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+class IllegalSaslStateError(KafkaError):
+    error_code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class UnsupportedVersionError(KafkaError):
+    error_code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExistsError(KafkaError):
+    error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitionsError(KafkaError):
+    error_code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(KafkaError):
+    error_code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidReplicaAssignmentError(KafkaError):
+    error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
+class InvalidConfigError(KafkaError):
+    error_code = ErrorCode.INVALID_CONFIG
+
+
+class NotControllerError(KafkaError):
+    error_code = ErrorCode.NOT_CONTROLLER
+    retriable = True
+
+
+class InvalidRequestError(KafkaError):
+    error_code = ErrorCode.INVALID_REQUEST
+
+
+class UnsupportedForMessageFormatError(KafkaError):
+    error_code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+class PolicyViolationError(KafkaError):
+    error_code = ErrorCode.POLICY_VIOLATION
+
+
+class OutOfOrderSequenceNumberError(KafkaError):
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceNumberError(KafkaError):
+    error_code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(KafkaError):
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(KafkaError):
+    error_code = ErrorCode.INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    error_code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(KafkaError):
+    error_code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+
+
+class ConcurrentTransactionsError(KafkaError):
+    error_code = ErrorCode.CONCURRENT_TRANSACTIONS
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+class SecurityDisabledError(KafkaError):
+    error_code = ErrorCode.SECURITY_DISABLED
+
+
+class OperationNotAttemptedError(KafkaError):
+    error_code = ErrorCode.OPERATION_NOT_ATTEMPTED
+
+
+class KafkaStorageError(KafkaError):
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
+    retriable = True
+    invalid_metadata = True
+
+
+class LogDirNotFoundError(KafkaError):
+    error_code = ErrorCode.LOG_DIR_NOT_FOUND
+
+
+class SaslAuthenticationFailedError(KafkaError):
+    error_code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class UnknownProducerIdError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class ReassignmentInProgressError(KafkaError):
+    error_code = ErrorCode.REASSIGNMENT_IN_PROGRESS
+
+
+class DelegationTokenAuthDisabledError(KafkaError):
+    error_code = ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED
+
+
+class DelegationTokenNotFoundError(KafkaError):
+    error_code = ErrorCode.DELEGATION_TOKEN_NOT_FOUND
+
+
+class DelegationTokenOwnerMismatchError(KafkaError):
+    error_code = ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH
+
+
+class DelegationTokenRequestNotAllowedError(KafkaError):
+    error_code = ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+
+
+class DelegationTokenAuthorizationFailedError(KafkaError):
+    error_code = ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED
+
+
+class DelegationTokenExpiredError(KafkaError):
+    error_code = ErrorCode.DELEGATION_TOKEN_EXPIRED
+
+
+class InvalidPrincipalTypeError(KafkaError):
+    error_code = ErrorCode.INVALID_PRINCIPAL_TYPE
+
+
+class NonEmptyGroupError(KafkaError):
+    error_code = ErrorCode.NON_EMPTY_GROUP
+
+
+class GroupIdNotFoundError(KafkaError):
+    error_code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class FetchSessionIdNotFoundError(KafkaError):
+    error_code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    retriable = True
+
+
+class InvalidFetchSessionEpochError(KafkaError):
+    error_code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    retriable = True
+
+
+class ListenerNotFoundError(KafkaError):
+    error_code = ErrorCode.LISTENER_NOT_FOUND
+
+
+class TopicDeletionDisabledError(KafkaError):
+    error_code = ErrorCode.TOPIC_DELETION_DISABLED
+
+
+class FencedLeaderEpochError(KafkaError):
+    error_code = ErrorCode.FENCED_LEADER_EPOCH
+    retriable = True
+    invalid_metadata = True
+
+
+class UnknownLeaderEpochError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+    retriable = True
+    invalid_metadata = True
+
+
+class UnsupportedCompressionTypeError(KafkaError):
+    error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class StaleBrokerEpochError(KafkaError):
+    error_code = ErrorCode.STALE_BROKER_EPOCH
+
+
+class OffsetNotAvailableError(KafkaError):
+    error_code = ErrorCode.OFFSET_NOT_AVAILABLE
+    retriable = True
+
+
+class MemberIdRequiredError(KafkaError):
+    error_code = ErrorCode.MEMBER_ID_REQUIRED
+
+
+class PreferredLeaderNotAvailableError(KafkaError):
+    error_code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+
+
+class GroupMaxSizeReachedError(KafkaError):
+    error_code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class FencedInstanceIdError(KafkaError):
+    error_code = ErrorCode.FENCED_INSTANCE_ID
+
+
+class EligibleLeadersNotAvailableError(KafkaError):
+    error_code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+class ElectionNotNeededError(KafkaError):
+    error_code = ErrorCode.ELECTION_NOT_NEEDED
+
+
+class NoReassignmentInProgressError(KafkaError):
+    error_code = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+
+
+class GroupSubscribedToTopicError(KafkaError):
+    error_code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+
+
+class InvalidRecordError(KafkaError):
+    error_code = ErrorCode.INVALID_RECORD
+
+
+class UnstableOffsetCommitError(KafkaError):
+    error_code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+
+
+class ThrottlingQuotaExceededError(KafkaError):
+    error_code = ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    retriable = True
+
+
+class ProducerFencedError(KafkaError):
+    error_code = ErrorCode.PRODUCER_FENCED
+
+
+class ResourceNotFoundError(KafkaError):
+    error_code = ErrorCode.RESOURCE_NOT_FOUND
+
+
+class DuplicateResourceError(KafkaError):
+    error_code = ErrorCode.DUPLICATE_RESOURCE
+
+
+class UnacceptableCredentialError(KafkaError):
+    error_code = ErrorCode.UNACCEPTABLE_CREDENTIAL
+
+
+class InconsistentVoterSetError(KafkaError):
+    error_code = ErrorCode.INCONSISTENT_VOTER_SET
+
+
+class InvalidUpdateVersionError(KafkaError):
+    error_code = ErrorCode.INVALID_UPDATE_VERSION
+
+
+class FeatureUpdateFailedError(KafkaError):
+    error_code = ErrorCode.FEATURE_UPDATE_FAILED
+
+
+class PrincipalDeserializationFailureError(KafkaError):
+    error_code = ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE
+
+
+class SnapshotNotFoundError(KafkaError):
+    error_code = ErrorCode.SNAPSHOT_NOT_FOUND
+
+
+class PositionOutOfRangeError(KafkaError):
+    error_code = ErrorCode.POSITION_OUT_OF_RANGE
+
+
+class UnknownTopicIdError(KafkaError):
+    error_code = ErrorCode.UNKNOWN_TOPIC_ID
+    retriable = True
+    invalid_metadata = True
+
+
+class DuplicateBrokerRegistrationError(KafkaError):
+    error_code = ErrorCode.DUPLICATE_BROKER_REGISTRATION
+
+
+class BrokerIdNotRegisteredError(KafkaError):
+    error_code = ErrorCode.BROKER_ID_NOT_REGISTERED
+
+
+class InconsistentTopicIdError(KafkaError):
+    error_code = ErrorCode.INCONSISTENT_TOPIC_ID
+
+
+class InconsistentClusterIdError(KafkaError):
+    error_code = ErrorCode.INCONSISTENT_CLUSTER_ID
+
+
+class TransactionalIdNotFoundError(KafkaError):
+    error_code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+class FetchSessionTopicIdError(KafkaError):
+    error_code = ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+
+
+class IneligibleReplicaError(KafkaError):
+    error_code = ErrorCode.INELIGIBLE_REPLICA
+
+
+class NewLeaderElectedError(KafkaError):
+    error_code = ErrorCode.NEW_LEADER_ELECTED
+
+
+# A record-level name for CORRUPT_MESSAGE, as storage and the record codecs use it.
+CorruptRecordError = CorruptMessageError
+
+# Every class above, by code. Built from KafkaError's direct subclasses defined in this module,
+# so subclasses elsewhere (a client's connection error, a storage refinement) never shadow them.
+_BY_CODE: dict[int, type[KafkaError]] = {
+    int(cls.error_code): cls for cls in KafkaError.__subclasses__() if cls.__module__ == __name__}
 
 
 def for_code(code: int) -> type[KafkaError]:
@@ -197,32 +632,6 @@ def for_code(code: int) -> type[KafkaError]:
 
 def error_for(code: int, message: str = "") -> KafkaError:
     return for_code(code)(message)
-
-
-# Explicit names for the classes other modules import (also reachable via for_code).
-CorruptMessageError = _BY_CODE[ErrorCode.CORRUPT_MESSAGE]
-CorruptRecordError = CorruptMessageError
-OffsetOutOfRangeError = _BY_CODE[ErrorCode.OFFSET_OUT_OF_RANGE]
-MessageTooLargeError = _BY_CODE[ErrorCode.MESSAGE_TOO_LARGE]
-RecordListTooLargeError = _BY_CODE[ErrorCode.RECORD_LIST_TOO_LARGE]
-InvalidRecordError = _BY_CODE[ErrorCode.INVALID_RECORD]
-KafkaStorageError = _BY_CODE[ErrorCode.KAFKA_STORAGE_ERROR]
-UnknownTopicOrPartitionError = _BY_CODE[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-NotLeaderOrFollowerError = _BY_CODE[ErrorCode.NOT_LEADER_OR_FOLLOWER]
-UnsupportedVersionError = _BY_CODE[ErrorCode.UNSUPPORTED_VERSION]
-InvalidRequestError = _BY_CODE[ErrorCode.INVALID_REQUEST]
-InvalidTimestampError = _BY_CODE[ErrorCode.INVALID_TIMESTAMP]
-OutOfOrderSequenceNumberError = _BY_CODE[ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
-InvalidProducerEpochError = _BY_CODE[ErrorCode.INVALID_PRODUCER_EPOCH]
-UnknownProducerIdError = _BY_CODE[ErrorCode.UNKNOWN_PRODUCER_ID]
-FencedLeaderEpochError = _BY_CODE[ErrorCode.FENCED_LEADER_EPOCH]
-UnknownLeaderEpochError = _BY_CODE[ErrorCode.UNKNOWN_LEADER_EPOCH]
-NotEnoughReplicasError = _BY_CODE[ErrorCode.NOT_ENOUGH_REPLICAS]
-NotEnoughReplicasAfterAppendError = _BY_CODE[ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND]
-RequestTimedOutError = _BY_CODE[ErrorCode.REQUEST_TIMED_OUT]
-InvalidTopicError = _BY_CODE[ErrorCode.INVALID_TOPIC_EXCEPTION]
-TopicAlreadyExistsError = _BY_CODE[ErrorCode.TOPIC_ALREADY_EXISTS]
-StaleControllerEpochError = _BY_CODE[ErrorCode.STALE_CONTROLLER_EPOCH]
 
 
 class RemoteProtocolError(Exception):

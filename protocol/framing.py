@@ -38,7 +38,7 @@ class Framer:
         if size > self.max_size:
             raise FrameTooLarge(size, self.max_size)
 
-    def feed(self, data) -> list[bytearray]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         frames: list[bytearray] = []
         buf = self._buf
         owned = bool(buf)

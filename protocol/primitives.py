@@ -3,13 +3,15 @@
 construct has fixed-width integers and an unsigned LEB128 ``VarInt``; Kafka adds
 nullable strings and bytes (length -1), compact variants (unsigned varint of length+1,
 0 meaning null) and tagged-field blocks. These classes are interpreted construct only:
-each read goes through ``stream_read``, which checks that the bytes are really there
-(``.compile()`` would skip that, see STYLE.md).
+each read goes through ``stream_read``, which checks that the bytes are really there, so a
+truncated message fails instead of parsing short (construct's ``.compile()`` generates
+readers without that check, so these are never compiled).
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import IO, Any, Callable, Iterable
 
 from construct import (Adapter, Construct, Container, Flag, Float64b, Int8sb, Int16sb, Int16ub, Int32sb,
                        Int64sb, StreamError, VarInt)
@@ -29,10 +31,10 @@ class _UVarInt(Construct):
     ``VarInt``, but at most 5 bytes, as ``ByteUtils.readUnsignedVarint`` enforces (construct
     would read any number of continuation bytes)."""
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: IO[bytes], context: Any, path: str) -> int:
         result = shift = 0
         while True:
-            b = stream_read(stream, 1, path)[0]
+            b: int = stream_read(stream, 1, path)[0]
             result |= (b & 0x7F) << shift
             if b < 0x80:
                 return result
@@ -40,8 +42,9 @@ class _UVarInt(Construct):
             if shift > 28:
                 raise StreamError("unsigned varint longer than 5 bytes", path=path)
 
-    def _build(self, obj, stream, context, path):
-        return VarInt._build(obj, stream, context, path)
+    def _build(self, obj: int, stream: IO[bytes], context: Any, path: str) -> int:
+        built: int = VarInt._build(obj, stream, context, path)
+        return built
 
 
 UVarInt = _UVarInt()
@@ -59,7 +62,8 @@ class _Sized(Construct):
         self.nullable = nullable
         self.prefix = _INT32 if wide else _INT16
 
-    def _read_length(self, stream, context, path) -> int:
+    def _read_length(self, stream: IO[bytes], context: Any, path: str) -> int:
+        n: int
         if self.compact:
             n = UVarInt._parsereport(stream, context, path) - 1
         else:
@@ -70,7 +74,7 @@ class _Sized(Construct):
             raise StreamError("null where the field is not nullable", path=path)
         return n
 
-    def _write_length(self, n: int, stream, context, path) -> None:
+    def _write_length(self, n: int, stream: IO[bytes], context: Any, path: str) -> None:
         if n == -1 and not self.nullable:
             raise StreamError("None given for a non-nullable field", path=path)
         if self.compact:
@@ -85,16 +89,17 @@ class KString(_Sized):
     def __init__(self, *, compact: bool = False, nullable: bool = False) -> None:
         super().__init__(compact=compact, nullable=nullable, wide=False)
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: IO[bytes], context: Any, path: str) -> str | None:
         n = self._read_length(stream, context, path)
         if n == -1:
             return None
+        raw: bytes = stream_read(stream, n, path)
         try:
-            return stream_read(stream, n, path).decode("utf-8")
+            return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise StreamError(f"string is not UTF-8: {exc}", path=path) from None
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: str | None, stream: IO[bytes], context: Any, path: str) -> str | None:
         if obj is None:
             self._write_length(-1, stream, context, path)
             return obj
@@ -112,13 +117,15 @@ class KBytes(_Sized):
     def __init__(self, *, compact: bool = False, nullable: bool = False) -> None:
         super().__init__(compact=compact, nullable=nullable, wide=True)
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: IO[bytes], context: Any, path: str) -> bytes | None:
         n = self._read_length(stream, context, path)
         if n == -1:
             return None
-        return stream_read(stream, n, path)
+        data: bytes = stream_read(stream, n, path)
+        return data
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: bytes | bytearray | memoryview | None, stream: IO[bytes], context: Any, path: str
+               ) -> bytes | bytearray | memoryview | None:
         if obj is None:
             self._write_length(-1, stream, context, path)
             return obj
@@ -135,14 +142,14 @@ class KArray(_Sized):
         super().__init__(compact=compact, nullable=nullable, wide=True)
         self.subcon = subcon
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: IO[bytes], context: Any, path: str) -> list[Any] | None:
         n = self._read_length(stream, context, path)
         if n == -1:
             return None
         sub = self.subcon
         return [sub._parsereport(stream, context, path) for _ in range(n)]
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: Iterable[Any] | None, stream: IO[bytes], context: Any, path: str) -> Iterable[Any] | None:
         if obj is None:
             self._write_length(-1, stream, context, path)
             return obj
@@ -154,10 +161,10 @@ class KArray(_Sized):
 
 
 class _UUID(Adapter):
-    def _decode(self, obj, context, path):
+    def _decode(self, obj: bytes, context: Any, path: str) -> uuid.UUID:
         return uuid.UUID(bytes=bytes(obj))
 
-    def _encode(self, obj, context, path):
+    def _encode(self, obj: uuid.UUID | bytes | bytearray | None, context: Any, path: str) -> bytes:
         if obj is None:
             return bytes(16)
         if isinstance(obj, (bytes, bytearray)):
@@ -166,19 +173,24 @@ class _UUID(Adapter):
 
 
 class _Bytes16(Construct):
-    def _parse(self, stream, context, path):
-        return stream_read(stream, 16, path)
+    def _parse(self, stream: IO[bytes], context: Any, path: str) -> bytes:
+        data: bytes = stream_read(stream, 16, path)
+        return data
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: bytes, stream: IO[bytes], context: Any, path: str) -> bytes:
         stream_write(stream, obj, 16, path)
         return obj
 
-    def _sizeof(self, context, path):
+    def _sizeof(self, context: Any, path: str) -> int:
         return 16
 
 
 UUIDType = _UUID(_Bytes16())
 ZERO_UUID = uuid.UUID(int=0)
+
+
+# (name, construct, default) of one field of a TaggedStruct. Constructs are untyped (Any).
+FieldSpec = tuple[str, Any, Any]
 
 
 class TaggedStruct(Construct):
@@ -193,7 +205,8 @@ class TaggedStruct(Construct):
     the same way whatever the version.
     """
 
-    def __init__(self, name: str, fields, tagged, flexible: bool, absent=()) -> None:
+    def __init__(self, name: str, fields: list[FieldSpec], tagged: dict[int, FieldSpec], flexible: bool,
+                 absent: Iterable[tuple[str, Any]] = ()) -> None:
         super().__init__()
         self.struct_name = name
         self.fields = fields
@@ -201,7 +214,7 @@ class TaggedStruct(Construct):
         self.flexible = flexible
         self.absent = tuple(absent)
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: IO[bytes], context: Any, path: str) -> Any:  # a construct Container
         obj = Container()
         for name, default in self.absent:
             obj[name] = _copy_default(default)
@@ -223,8 +236,8 @@ class TaggedStruct(Construct):
                     obj[name] = con.parse(data)
         return obj
 
-    def _build(self, obj, stream, context, path):
-        get = obj.get if hasattr(obj, "get") else (lambda k, d=None: getattr(obj, k, d))
+    def _build(self, obj: Any, stream: IO[bytes], context: Any, path: str) -> Any:
+        get: Callable[[str, Any], Any] = obj.get if hasattr(obj, "get") else (lambda k, d: getattr(obj, k, d))
         for name, con, default in self.fields:
             value = get(name, _MISSING)
             if value is _MISSING:
@@ -249,7 +262,7 @@ class TaggedStruct(Construct):
 _MISSING = object()
 
 
-def _copy_default(default):
+def _copy_default(default: Any) -> Any:
     """Defaults are shared by every parse and build: hand out copies of the mutable ones."""
     if isinstance(default, list):
         return [_copy_default(x) for x in default]

@@ -13,7 +13,7 @@ Two audiences:
 * clients (CLI, tests, load generator): ``build_batch`` and ``decode_batch`` encode and
   decode records, varints, headers and compression.
 
-Layout (big-endian; see shared/kafka-protocol/RECORD_BATCH.md)::
+Layout (big-endian, as Kafka's ``DefaultRecordBatch`` defines it)::
 
     0  baseOffset            int64   broker-assigned
     8  batchLength           int32   bytes after this field
@@ -35,12 +35,21 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
 from .compression import Compression, compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError
+
+if TYPE_CHECKING:
+    import mmap
+    from typing import TypeAlias
+
+    # What batches are read from: request frames, memoryviews of them, the log's mappings.
+    Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+    # What the broker stamps offsets and timestamps into, in place.
+    WritableBuffer: TypeAlias = bytearray | memoryview | mmap.mmap
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -148,17 +157,17 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
-def read_header(buf, pos: int = 0) -> BatchHeader:
+def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     """Unpack the 61-byte header at ``pos``; the caller has checked it is all there."""
     return _tuple_new(BatchHeader, HEADER.unpack_from(buf, pos))
 
 
-def compute_crc(buf, pos: int, size: int) -> int:
+def compute_crc(buf: Buffer, pos: int, size: int) -> int:
     """CRC-32C of the CRC-covered part of the batch at ``pos`` of total ``size`` bytes."""
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size])
 
 
-def check_batch(buf, pos: int, end: int, *, verify_crc: bool = True) -> BatchHeader:
+def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True) -> BatchHeader:
     """Validate the framing and checksum of the batch at ``pos`` (records stay undecoded).
 
     Raises ``CorruptRecordError`` (CORRUPT_MESSAGE) for a short or overlong batch, a magic
@@ -186,7 +195,7 @@ def check_batch(buf, pos: int, end: int, *, verify_crc: bool = True) -> BatchHea
     return h
 
 
-def iter_batch_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batch_headers(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of each complete batch in ``buf[start:end]``; stops at a partial tail.
 
     No validation beyond framing: for reading back what the log already accepted.
@@ -204,13 +213,13 @@ def iter_batch_headers(buf, start: int = 0, end: int | None = None) -> Iterator[
         pos += size
 
 
-def set_base_offset_and_epoch(buf, pos: int, base_offset: int, leader_epoch: int) -> None:
+def set_base_offset_and_epoch(buf: WritableBuffer, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Stamp the broker-assigned fields; both are outside the CRC, so it stays valid."""
     _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
     _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
 
 
-def set_log_append_time(buf, pos: int, size: int, timestamp: int) -> None:
+def set_log_append_time(buf: WritableBuffer, pos: int, size: int, timestamp: int) -> None:
     """LogAppendTime: set attribute bit 3, maxTimestamp := timestamp, recompute the CRC."""
     (attrs,) = _I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
     _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)
@@ -239,7 +248,7 @@ def encode_varint(value: int) -> bytes:
     return encode_uvarint((value << 1) ^ (value >> 63))
 
 
-def decode_uvarint(buf, pos: int, max_bytes: int = 10) -> tuple[int, int]:
+def decode_uvarint(buf: Buffer, pos: int, max_bytes: int = 10) -> tuple[int, int]:
     """(value, next position); raises ValueError on a truncated varint or one longer than
     ``max_bytes`` (10 for a varlong; Kafka's unsigned varints of flexible versions take 5)."""
     if pos >= len(buf):
@@ -264,7 +273,7 @@ def decode_uvarint(buf, pos: int, max_bytes: int = 10) -> tuple[int, int]:
             raise ValueError(f"varint longer than {max_bytes} bytes")
 
 
-def decode_varint(buf, pos: int) -> tuple[int, int]:
+def decode_varint(buf: Buffer, pos: int) -> tuple[int, int]:
     raw, pos = decode_uvarint(buf, pos)
     return (raw >> 1) ^ -(raw & 1), pos
 
@@ -337,7 +346,7 @@ def build_batch(records: Sequence[Record], *, base_offset: int = 0, compression:
     return bytes(buf)
 
 
-def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+def _read_bytes(buf: Buffer, pos: int) -> tuple[bytes | None, int]:
     n, pos = decode_varint(buf, pos)
     if n < 0:
         return None, pos
@@ -382,7 +391,7 @@ def decode_records(header: BatchHeader, body: bytes | memoryview) -> list[Record
     return out
 
 
-def batch_body(buf, pos: int, header: BatchHeader) -> bytes | memoryview:
+def batch_body(buf: Buffer, pos: int, header: BatchHeader) -> bytes | memoryview:
     """The batch's records, decompressed."""
     raw = memoryview(buf)[pos + RECORDS_OFFSET:pos + header.size]
     if header.compression == Compression.NONE:
@@ -390,13 +399,13 @@ def batch_body(buf, pos: int, header: BatchHeader) -> bytes | memoryview:
     return decompress(header.compression, raw)
 
 
-def decode_batch(buf, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
+def decode_batch(buf: Buffer, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
     """Check and decode the batch at ``pos``: header and records (control batches included)."""
     h = check_batch(buf, pos, len(buf))
     return h, decode_records(h, batch_body(buf, pos, h))
 
 
-def iter_records(buf, *, skip_control: bool = True, verify_crc: bool = True) -> Iterator[Record]:
+def iter_records(buf: Buffer, *, skip_control: bool = True, verify_crc: bool = True) -> Iterator[Record]:
     """Every record of every complete batch in a fetched blob (a partial trailing batch is ignored)."""
     for pos, h in iter_batch_headers(buf):
         if verify_crc:

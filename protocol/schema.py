@@ -20,6 +20,7 @@ from construct import Construct, ConstructError, Container
 from . import primitives as P
 
 MAX_VERSION = 0x7FFF
+Buffer = bytes | bytearray | memoryview
 
 
 def version_range(spec: str | None) -> tuple[int, int]:
@@ -73,7 +74,7 @@ class Field:
     def is_tagged(self, v: int) -> bool:
         return self.tag is not None and _in(self._tagged, v)
 
-    def default_value(self, v: int):
+    def default_value(self, v: int) -> Any:
         nullable = _in(self._nullable, v)
         if self.default is not None:
             if self.default == "null":
@@ -119,16 +120,19 @@ class Field:
 
 
 def build_struct(name: str, fields: Sequence[Field], v: int, flexible: bool) -> P.TaggedStruct:
-    regular, tagged, absent = [], {}, []
+    regular: list[P.FieldSpec] = []
+    tagged: dict[int, P.FieldSpec] = {}
+    absent: list[tuple[str, Any]] = []
     for f in fields:
         if not f.active(v):
             if not any(g.name == f.name and g.active(v) for g in fields):
                 absent.append((f.name, f.default_value(v)))
             continue
         entry = (f.name, f.construct_for(v, flexible), f.default_value(v))
-        if flexible and f.is_tagged(v):
-            tagged[f.tag] = entry
-        elif f.is_tagged(v):
+        tag = f.tag if f.is_tagged(v) else None
+        if flexible and tag is not None:
+            tagged[tag] = entry
+        elif tag is not None:
             continue  # tagged-only fields do not exist in non-flexible versions
         else:
             regular.append(entry)
@@ -170,7 +174,7 @@ class Message:
             self._schemas[version] = s
         return s
 
-    def parse(self, version: int, data, offset: int = 0) -> Container:
+    def parse(self, version: int, data: Buffer, offset: int = 0) -> Container:
         """Decode ``data[offset:]``; trailing bytes are ignored, as Kafka does."""
         stream = io.BytesIO(data if offset == 0 else memoryview(data)[offset:])
         try:
@@ -178,7 +182,7 @@ class Message:
         except ConstructError as exc:
             raise SchemaError(f"{self.name} v{version}: {exc}") from None
 
-    def parse_with_size(self, version: int, data, offset: int = 0) -> tuple[Container, int]:
+    def parse_with_size(self, version: int, data: Buffer, offset: int = 0) -> tuple[Container, int]:
         stream = io.BytesIO(memoryview(data)[offset:])
         try:
             obj = self.schema(version)._parsereport(stream, {}, self.name)

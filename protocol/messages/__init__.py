@@ -1,7 +1,8 @@
 """The APIs kbroker speaks, with the version ranges it supports and advertises.
 
-The ranges follow shared/kafka-protocol/CLIENTS.md §5b (one table that serves kcat /
-librdkafka 2.0.2, confluent-kafka, kafka-python and aiokafka). ``APIS`` is the single list:
+The ranges are one table that serves every client we test against (kcat / librdkafka
+2.0.2, confluent-kafka, kafka-python and aiokafka): each of them finds the versions it
+negotiates in it. ``APIS`` is the single list:
 ApiVersions responses and the client's version negotiation are both derived from it.
 """
 

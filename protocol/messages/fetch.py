@@ -1,4 +1,4 @@
-"""Fetch (1): the construct definition (specification and test oracle of protocol/hotpath.py)."""
+"""Fetch (1): the construct definition (specification and test oracle of protocol/fast_codecs.py)."""
 
 from ..schema import Field as F, Message
 

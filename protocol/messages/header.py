@@ -1,6 +1,6 @@
 """Request header (v1, v2) and response header (v0, v1): the construct definitions.
 
-The broker parses and writes headers with the hand-written codecs in ``protocol/hotpath.py``
+The broker parses and writes headers with the hand-written codecs in ``protocol/fast_codecs.py``
 (``parse_request_header``, ``encode_request_header``, ``response_header``); these schemas are
 their specification and test oracle. Not API messages, so they are not in ``APIS``.
 

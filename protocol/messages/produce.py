@@ -1,7 +1,7 @@
 """Produce (0): the construct definition, which is the specification and the test oracle.
 
 The broker decodes requests and encodes responses with the hand-written codecs in
-``protocol/hotpath.py``; tests check those against these schemas. Versions 0-2 (message
+``protocol/fast_codecs.py``; tests check those against these schemas. Versions 0-2 (message
 format 0/1) are advertised for librdkafka 2.0.2's sake and answered UNSUPPORTED_VERSION;
 their layout is v3's without the transactional id.
 """

@@ -7,7 +7,7 @@ import struct
 
 from broker.network import KafkaConnection, SocketServer
 from protocol.errors import RemoteProtocolError
-from protocol.hotpath import encode_request_header
+from protocol.fast_codecs import encode_request_header
 
 
 class MockTransport:

@@ -10,7 +10,7 @@ from broker.partition import LeaderAndIsrState
 from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.clock import MockTime
 from protocol.errors import ErrorCode
-from protocol.hotpath import FetchPartition
+from protocol.fast_codecs import FetchPartition
 from protocol.records import Record, build_batch
 from storage import LogConfig, LogManager
 

@@ -20,7 +20,7 @@ from protocol.compression import Compression
 from protocol.errors import (ErrorCode, InvalidPartitionsError, OutOfOrderSequenceNumberError, RequestTimedOutError,
                              TopicAlreadyExistsError, UnknownTopicOrPartitionError, UnsupportedVersionError)
 from protocol.framing import Framer
-from protocol.hotpath import (FetchPartition, FetchRequest, decode_produce_request, encode_produce_response,
+from protocol.fast_codecs import (FetchPartition, FetchRequest, decode_produce_request, encode_produce_response,
                               parse_request_header)
 from protocol.messages import APIS, request_is_flexible
 from protocol.records import decode_batch, iter_batch_headers

@@ -12,7 +12,7 @@ import threading
 import pytest
 from confluent_kafka import Producer
 
-from protocol.hotpath import encode_request_header
+from protocol.fast_codecs import encode_request_header
 from protocol.messages import APIS
 from protocol.records import Record, build_batch
 

@@ -7,6 +7,8 @@ fresh clone can run it; invalid_metadata against the same file's kafka-python "+
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from protocol import errors as E
@@ -111,3 +113,33 @@ def test_remote_protocol_error() -> None:
     assert RemoteProtocolError("bad").error_code is None
     assert RemoteProtocolError("bad", ErrorCode.INVALID_REQUEST).error_code is ErrorCode.INVALID_REQUEST
     assert not issubclass(RemoteProtocolError, KafkaError)
+
+
+def _defined_error_classes() -> list[type[KafkaError]]:
+    """The KafkaError subclasses protocol/errors.py defines (aliases counted once)."""
+    classes = {id(v): v for v in vars(E).values()
+               if isinstance(v, type) and issubclass(v, KafkaError) and v is not KafkaError and v.__module__ == E.__name__}
+    return list(classes.values())
+
+
+def test_one_explicit_class_per_code() -> None:
+    by_code: dict[int, list[str]] = {}
+    for cls in _defined_error_classes():
+        by_code.setdefault(int(cls.error_code), []).append(cls.__name__)
+    assert sorted(by_code) == sorted(int(c) for c in REAL_CODES)
+    assert {code: names for code, names in by_code.items() if len(names) != 1} == {}
+    for code in REAL_CODES:
+        assert for_code(code).error_code == code
+        assert E.__dict__[for_code(code).__name__] is for_code(code)  # a module-level name, not only the table
+    for code in (109, -2, 5000):
+        assert for_code(code) is UnknownServerError
+
+
+def test_error_classes_are_written_out_not_generated() -> None:
+    """Classes written into globals() at import time are invisible to grep, IDEs and type checkers."""
+    root = Path(E.__file__).resolve().parent
+    offenders = [str(p.relative_to(root.parent)) for p in sorted(root.rglob("*.py")) if "globals()[" in p.read_text()]
+    assert offenders == []
+    source = Path(E.__file__).read_text()
+    for cls in _defined_error_classes():
+        assert f"\nclass {cls.__name__}(KafkaError):\n    error_code = ErrorCode.{cls.error_code.name}\n" in source

@@ -1,7 +1,7 @@
 """RecordBatch v2 (protocol/records.py): golden bytes against kafka-python's and aiokafka's
 builders, cross-decoding of compressed batches, round trips, varints, validation errors and
 the in-place rewrites the broker does. The 61-byte header's construct schema below is the
-oracle for the hand-written ``HEADER`` struct (STYLE.md)."""
+oracle for the hand-written ``HEADER`` struct."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import asyncio
 
 from controller.static import PartitionAssignment, StaticController  # noqa: F401  (re-exported)
 from protocol.api_keys import ApiKey
-from protocol.hotpath import FetchPartition, FetchRequest
+from protocol.fast_codecs import FetchPartition, FetchRequest
 from protocol.records import iter_batch_headers
 from tests.support import BrokerProcess
 

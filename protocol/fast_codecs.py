@@ -1,13 +1,14 @@
 """Hand-written codecs for the messages on the data path: the request header, Produce
 requests/responses and Fetch requests/responses.
 
-Interpreted construct costs ~30 µs for a request header alone (STYLE.md); these use
-module-level ``struct.Struct`` objects and ``unpack_from`` over a memoryview instead, and
-never copy record data: produce records come out as memoryview slices of the request
-frame, and fetch responses go out as a list of buffers with the log's memoryviews in it.
+They run for every request on the data path, where construct's interpreted, field-by-field
+parsing is too slow; so they use module-level ``struct.Struct`` objects and ``unpack_from``
+over a memoryview instead, and never copy record data: produce records come out as
+memoryview slices of the request frame, and fetch responses go out as a list of buffers
+with the log's memoryviews in it.
 Every length read from the wire is checked against what remains (``struct.unpack_from``
 checks fixed-width fields itself). The construct schemas in ``protocol/messages/`` are
-the specification; ``tests/protocol/test_hotpath.py`` checks these codecs against them.
+the specification; ``tests/protocol/test_fast_codecs.py`` checks these codecs against them.
 
 Versions: Produce 3-8 (non-flexible), Fetch 4-11 (non-flexible).
 """
@@ -16,9 +17,22 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Literal, Sequence, overload
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from .records import decode_uvarint
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from .records import Buffer
+
+    # The record data of one partition: a slice of the request frame, or the log's memoryview.
+    Records: TypeAlias = bytes | bytearray | memoryview
+    # [(topic, [(partition, records or None)])]: the data of a Produce request.
+    ProduceTopics: TypeAlias = list[tuple[str, list[tuple[int, Records | None]]]]
+    # [(topic, [(partition, error_code, base_offset, log_append_time, log_start_offset)])]
+    ProduceResults: TypeAlias = list[tuple[str, list[tuple[int, int, int, int, int]]]]
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -47,7 +61,13 @@ def _malformed(what: str) -> RemoteProtocolError:
     return RemoteProtocolError(what, ErrorCode.INVALID_REQUEST)
 
 
-def _read_string(buf, pos: int, end: int, nullable: bool = False) -> tuple[str | None, int]:
+@overload
+def _read_string(buf: Buffer, pos: int, end: int, nullable: Literal[False] = False) -> tuple[str, int]: ...
+@overload
+def _read_string(buf: Buffer, pos: int, end: int, nullable: bool) -> tuple[str | None, int]: ...
+
+
+def _read_string(buf: Buffer, pos: int, end: int, nullable: bool = False) -> tuple[str | None, int]:
     (n,) = _I16.unpack_from(buf, pos)
     pos += 2
     if n < 0:
@@ -63,7 +83,7 @@ def _read_string(buf, pos: int, end: int, nullable: bool = False) -> tuple[str |
         raise _malformed("string is not UTF-8") from None
 
 
-def _read_count(buf, pos: int, end: int, min_item: int) -> tuple[int, int]:
+def _read_count(buf: Buffer, pos: int, end: int, min_item: int) -> tuple[int, int]:
     """An array count; no array these codecs read is nullable, so -1 is as malformed as -2
     (Kafka: "non-nullable field ... was serialized as null")."""
     (n,) = _I32.unpack_from(buf, pos)
@@ -88,7 +108,8 @@ class RequestHeader:
     size: int  # bytes of the header: the body starts here
 
 
-def parse_request_header(buf, flexible: bool | None = None, *, flexible_for=None) -> RequestHeader:
+def parse_request_header(buf: Buffer, flexible: bool | None = None, *,
+                         flexible_for: Callable[[int, int], bool] | None = None) -> RequestHeader:
     """Parse a request header v1/v2 at the start of ``buf``.
 
     Whether the tagged-field block (v2) follows depends on the API and version, so pass
@@ -122,7 +143,7 @@ def parse_request_header(buf, flexible: bool | None = None, *, flexible_for=None
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
-def skip_tagged_fields(buf, pos: int) -> int:
+def skip_tagged_fields(buf: Buffer, pos: int) -> int:
     count, pos = decode_uvarint(buf, pos, 5)
     for _ in range(count):
         _tag, pos = decode_uvarint(buf, pos, 5)
@@ -161,10 +182,10 @@ class ProduceRequest:
     transactional_id: str | None
     acks: int
     timeout_ms: int
-    topics: list
+    topics: ProduceTopics
 
 
-def decode_produce_request(version: int, buf, pos: int) -> ProduceRequest:
+def decode_produce_request(version: int, buf: Buffer, pos: int) -> ProduceRequest:
     """Decode a Produce v3-v8 body starting at ``pos`` of ``buf`` (a memoryview of the frame)."""
     _check_version(version, PRODUCE_VERSIONS, "Produce request")
     end = len(buf)
@@ -173,11 +194,11 @@ def decode_produce_request(version: int, buf, pos: int) -> ProduceRequest:
         acks, timeout_ms = _HH.unpack_from(buf, pos)
         pos += 6
         ntopics, pos = _read_count(buf, pos, end, 6)
-        topics = []
+        topics: ProduceTopics = []
         for _ in range(ntopics):
             name, pos = _read_string(buf, pos, end)
             nparts, pos = _read_count(buf, pos, end, 8)
-            parts = []
+            parts: list[tuple[int, Records | None]] = []
             for _ in range(nparts):
                 partition, size = _HEADER_PART.unpack_from(buf, pos)
                 pos += 8
@@ -203,7 +224,8 @@ _PRODUCE_PART_V5 = struct.Struct(">ihqqq")    # + log_start_offset
 _EMPTY_V8 = b"\x00\x00\x00\x00\xff\xff"       # record_errors = [], error_message = null
 
 
-def encode_produce_response(version: int, correlation_id: int, responses, throttle_time_ms: int = 0) -> bytes:
+def encode_produce_response(version: int, correlation_id: int, responses: Sequence[tuple[str, Sequence[Sequence[int]]]],
+                            throttle_time_ms: int = 0) -> bytes:
     """A whole Produce v3-v8 response frame (size prefix included).
 
     ``responses``: [(topic, [(partition, error_code, base_offset, log_append_time, log_start_offset)])].
@@ -250,12 +272,12 @@ class FetchRequest:
     isolation_level: int
     session_id: int
     session_epoch: int
-    topics: list  # [(topic, [FetchPartition])]
-    forgotten_topics: list  # [(topic, [partition])]
+    topics: list[tuple[str, list[FetchPartition]]]
+    forgotten_topics: list[tuple[str, list[int]]]
     rack_id: str
 
 
-def decode_fetch_request(version: int, buf, pos: int) -> FetchRequest:
+def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
     """Decode a Fetch v4-v11 body starting at ``pos``."""
     _check_version(version, FETCH_VERSIONS, "Fetch request")
     end = len(buf)
@@ -316,8 +338,8 @@ class FetchPartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: object = None
-    aborted_transactions: list | None = None
+    records: Records | None = None
+    aborted_transactions: list[tuple[int, int]] | None = None
     preferred_read_replica: int = -1
 
 _FETCH_PD_V4 = struct.Struct(">ihqq")   # partition, error, hw, lso
@@ -325,15 +347,16 @@ _FETCH_PD_V5 = struct.Struct(">ihqqq")  # + log_start_offset
 _ABORTED = struct.Struct(">qq")
 
 
-def encode_fetch_response(version: int, correlation_id: int, responses, *, throttle_time_ms: int = 0,
-                          error_code: int = 0, session_id: int = 0) -> tuple[list, int]:
+def encode_fetch_response(version: int, correlation_id: int, responses: Sequence[tuple[str, Sequence[FetchPartitionData]]],
+                          *, throttle_time_ms: int = 0, error_code: int = 0, session_id: int = 0
+                          ) -> tuple[list[Records], int]:
     """A Fetch v4-v11 response frame as a list of buffers for ``writelines`` (record data
     is not copied), and its total length in bytes.
 
     ``responses``: [(topic, [FetchPartitionData])].
     """
     _check_version(version, FETCH_VERSIONS, "Fetch response")
-    chunks: list = []
+    chunks: list[Records] = []
     out = bytearray(8)
     out += _I32.pack(throttle_time_ms)
     if version >= 7:
@@ -389,7 +412,8 @@ def encode_fetch_response(version: int, correlation_id: int, responses, *, throt
 
 
 def encode_produce_request(version: int, correlation_id: int, client_id: str | None, acks: int, timeout_ms: int,
-                           topics, transactional_id: str | None = None) -> list:
+                           topics: Sequence[tuple[str, Sequence[tuple[int, Records | None]]]],
+                           transactional_id: str | None = None) -> list[Records]:
     """A whole Produce v3-v8 request frame as buffers; ``topics``: [(topic, [(partition, records)])]."""
     _check_version(version, PRODUCE_VERSIONS, "Produce request")
     out = bytearray(4)
@@ -401,7 +425,7 @@ def encode_produce_request(version: int, correlation_id: int, client_id: str | N
         out += _I16.pack(len(raw)) + raw
     out += _HH.pack(acks, timeout_ms)
     out += _I32.pack(len(topics))
-    chunks: list = []
+    chunks: list[Records] = []
     total = 0
     for topic, parts in topics:
         raw = topic.encode()
@@ -424,7 +448,7 @@ def encode_produce_request(version: int, correlation_id: int, client_id: str | N
     return chunks
 
 
-def decode_produce_response(version: int, buf, pos: int = 0) -> list:
+def decode_produce_response(version: int, buf: Buffer, pos: int = 0) -> ProduceResults:
     """[(topic, [(partition, error, base_offset, log_append_time, log_start_offset)])] of a Produce v3-v8 body."""
     _check_version(version, PRODUCE_VERSIONS, "Produce response")
     end = len(buf)
@@ -497,10 +521,10 @@ class FetchResponse:
     throttle_time_ms: int
     error_code: int
     session_id: int
-    responses: list  # [(topic, [FetchPartitionData])]; records are memoryviews of the frame
+    responses: list[tuple[str, list[FetchPartitionData]]]  # records are memoryviews of the frame
 
 
-def decode_fetch_response(version: int, buf, pos: int = 0) -> FetchResponse:
+def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchResponse:
     """Decode a Fetch v4-v11 response body; record data stays a memoryview slice of ``buf``."""
     _check_version(version, FETCH_VERSIONS, "Fetch response")
     end = len(buf)

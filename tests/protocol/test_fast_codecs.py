@@ -1,4 +1,4 @@
-"""The hand-written hot-path codecs (protocol/hotpath.py) against their interpreted construct
+"""The hand-written fast codecs (protocol/fast_codecs.py) against their interpreted construct
 schemas (protocol/messages/), which are the specification and the oracle: the broker side
 (request header, Produce/Fetch request decoders and response encoders) and the client side
 (request encoders, response decoders).
@@ -16,7 +16,7 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from protocol import hotpath as H
+from protocol import fast_codecs as H
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from protocol.framing import frame
@@ -30,7 +30,7 @@ PRODUCE_VERSIONS = list(range(H.PRODUCE_VERSIONS[0], H.PRODUCE_VERSIONS[1] + 1))
 FETCH_VERSIONS = list(range(H.FETCH_VERSIONS[0], H.FETCH_VERSIONS[1] + 1))
 
 
-def test_hotpath_ranges_cover_what_we_advertise() -> None:
+def test_fast_codec_ranges_cover_what_we_advertise() -> None:
     assert (APIS[ApiKey.PRODUCE].min_version, APIS[ApiKey.PRODUCE].max_version) == (3, 7)
     assert H.PRODUCE_VERSIONS == (3, 8) and H.FETCH_VERSIONS == (4, 11)
     assert APIS[ApiKey.FETCH].advertise[0] >= H.FETCH_VERSIONS[0] and APIS[ApiKey.FETCH].max_version <= H.FETCH_VERSIONS[1]

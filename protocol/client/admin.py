@@ -1,0 +1,141 @@
+"""The admin helpers of ``KafkaClient``: create and delete topics, describe configs, get a
+producer id, list offsets (by timestamp, earliest or latest).
+
+``AdminMixin`` is mixed into ``KafkaClient``; it uses the client's connections, metadata and
+retries, and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
+
+from ..api_keys import ApiKey
+from ..errors import ErrorCode, KafkaError
+from ..messages import APIS
+from .connection import BrokerConnection, wire_error
+from .metadata import TopicPartition
+
+T = TypeVar("T")
+TP = TypeVar("TP", bound=tuple[str, int])  # a TopicPartition or a plain (topic, partition)
+
+
+class ConfigEntry(NamedTuple):
+    """One configuration key of a DescribeConfigs answer."""
+
+    name: str
+    value: str | None
+    source: int  # DescribeConfigs ConfigSource: 1 topic, 4 static broker, 5 default, ...
+    read_only: bool
+    sensitive: bool
+
+
+class AdminMixin:
+    """The admin helpers, written against the calls of ``KafkaClient`` declared below."""
+
+    if TYPE_CHECKING:  # provided by KafkaClient
+        async def with_retries(self, attempt: Callable[[], Awaitable[T]], topics: Iterable[str] = ()) -> T: ...
+        async def connection(self, node_id: int) -> BrokerConnection: ...
+        async def any_connection(self) -> BrokerConnection: ...
+        async def leader_for(self, topic: str, partition: int) -> int: ...
+        async def _controller_connection(self) -> BrokerConnection: ...
+
+    async def create_topics(self, topics: Iterable[tuple[str, int, int, Mapping[str, str] | None]],
+                            timeout_ms: int = 30000, validate_only: bool = False) -> None:
+        """Create topics given as (name, partitions, replication_factor, configs); raises the
+        first topic's error (TopicAlreadyExistsError, InvalidPartitionsError, ...)."""
+        await self._topics_admin(ApiKey.CREATE_TOPICS, "topics", {
+            "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                        "assignments": [], "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}
+                       for name, partitions, replication_factor, configs in topics],
+            "timeout_ms": timeout_ms, "validate_only": validate_only})
+
+    async def delete_topics(self, names: Iterable[str], timeout_ms: int = 30000) -> None:
+        """Delete topics; raises the first topic's error (UnknownTopicOrPartitionError, ...)."""
+        await self._topics_admin(ApiKey.DELETE_TOPICS, "responses", {"topic_names": list(names),
+                                                                     "timeout_ms": timeout_ms})
+
+    async def _topics_admin(self, api_key: int, results_field: str, body: Mapping[str, Any]) -> None:
+        """Send CreateTopics/DeleteTopics to the controller, again if it moved (NOT_CONTROLLER);
+        other per-topic errors are final, as in Kafka's AdminClient."""
+        async def attempt() -> list[tuple[str, int, str | None]]:
+            conn = await self._controller_connection()
+            response = await conn.request(api_key, body)
+            results = [(r.name, r.error_code, r.get("error_message")) for r in response[results_field]]
+            if any(code == ErrorCode.NOT_CONTROLLER for _name, code, _message in results):
+                raise wire_error(ErrorCode.NOT_CONTROLLER, APIS[api_key].name)
+            return results
+        for name, code, message in await self.with_retries(attempt):
+            if code:
+                raise wire_error(code, name, message)
+
+    async def describe_configs(self, topic: str) -> list[ConfigEntry]:
+        """The topic's configuration, every key with its value and where it comes from."""
+        async def attempt() -> Any:  # the DescribeConfigs response
+            conn = await self.any_connection()
+            return await conn.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": 2, "resource_name": topic, "configuration_keys": None}]})
+        response = await self.with_retries(attempt)
+        result = response.results[0]
+        if result.error_code:
+            raise wire_error(result.error_code, topic, result.error_message)
+        return [ConfigEntry(c.name, c.value, c.get("config_source", -1), c.read_only, c.is_sensitive)
+                for c in result.configs]
+
+    async def init_producer_id(self, transaction_timeout_ms: int = 60000) -> tuple[int, int]:
+        """A new (producer id, epoch) for an idempotent producer, from any broker."""
+        async def attempt() -> tuple[int, int]:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.INIT_PRODUCER_ID, {
+                "transactional_id": None, "transaction_timeout_ms": transaction_timeout_ms})
+            if response.error_code:
+                raise wire_error(response.error_code, "InitProducerId")
+            return response.producer_id, response.producer_epoch
+        return await self.with_retries(attempt)
+
+    async def list_offsets(self, topic: str, partition: int, timestamp: int,
+                           isolation_level: int = 0) -> tuple[int, int]:
+        """(offset, timestamp) for ``timestamp``: -2 the earliest offset, -1 the latest (the
+        high watermark, or the last stable offset with isolation_level 1), else the first
+        record at or after that time ((-1, -1) when there is none)."""
+        found = await self.offsets_for_times({(topic, partition): timestamp}, isolation_level)
+        return found[TopicPartition(topic, partition)] or (-1, -1)
+
+    async def offsets_for_times(self, timestamps: Mapping[TP, int], isolation_level: int = 0
+                                ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """``list_offsets`` for many partitions at once, one request per leader; a partition
+        with no record at or after its timestamp maps to None."""
+        pending = {TopicPartition(*tp): ts for tp, ts in timestamps.items()}
+        found: dict[TopicPartition, tuple[int, int] | None] = {}
+
+        async def ask(node: int, tps: list[TopicPartition]) -> list[KafkaError]:
+            conn = await self.connection(node)
+            by_topic: dict[str, list[dict[str, int]]] = collections.defaultdict(list)
+            for tp in tps:
+                by_topic[tp.topic].append({"partition_index": tp.partition, "timestamp": pending[tp]})
+            version = conn.version_for(ApiKey.LIST_OFFSETS, min_v=2 if isolation_level else None)
+            response = await conn.request(ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": isolation_level,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}, version)
+            errors = []
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if p.error_code:
+                        errors.append(wire_error(p.error_code, f"ListOffsets {t.name}-{p.partition_index}"))
+                    elif tp in pending:
+                        del pending[tp]
+                        found[tp] = None if p.offset < 0 else (p.offset, p.timestamp)
+            return errors
+
+        async def attempt() -> None:
+            by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+            for tp in pending:
+                by_leader[await self.leader_for(*tp)].append(tp)
+            results = await asyncio.gather(*(ask(n, tps) for n, tps in by_leader.items()), return_exceptions=True)
+            errors = [e for r in results for e in (r if isinstance(r, list) else [r])]
+            if errors:  # a retriable one first, so that the partitions still pending are retried
+                raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
+        await self.with_retries(attempt, {tp.topic for tp in pending})
+        return found

@@ -1,0 +1,46 @@
+"""The asyncio-backed clock, and sleeping on any clock.
+
+``protocol.clock`` holds the ``Time`` interface and ``MockTime``, which need no event loop;
+``SystemTime`` schedules its callbacks on the running asyncio loop, so it lives here with the
+rest of the I/O side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time as _time
+from typing import Callable
+
+from ..clock import Time, TimerHandle
+
+
+class SystemTime(Time):
+    def milliseconds(self) -> int:
+        return _time.time_ns() // 1_000_000
+
+    def monotonic_ms(self) -> float:
+        return _time.monotonic() * 1000.0
+
+    def nanoseconds(self) -> int:
+        return _time.monotonic_ns()
+
+    def schedule(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
+        return asyncio.get_running_loop().call_later(max(0.0, delay_ms) / 1000.0, callback)
+
+
+SYSTEM_TIME = SystemTime()
+
+
+async def sleep(time: Time, ms: float) -> None:
+    """Sleep through the injected clock (``MockTime`` fires it when a test advances time)."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    handle = time.schedule(ms, wake)
+    try:
+        await future
+    finally:
+        handle.cancel()
