@@ -150,6 +150,12 @@ def test_group_metadata_value_round_trips(tree) -> None:
         complete(CO.GROUP_METADATA_VALUE.fields, tree, 3), version=3)
 
 
+@pytest.mark.parametrize("version", [5, -1])
+def test_unknown_group_metadata_value_versions_raise(version) -> None:
+    with pytest.raises(SchemaError):
+        CO.read_group_metadata_value(i16(version) + CO.group_metadata_value(GROUP)[2:])
+
+
 def test_every_truncation_of_a_group_value_raises() -> None:
     data = CO.group_metadata_value(GROUP)
     for n in range(len(data)):
