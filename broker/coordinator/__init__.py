@@ -9,9 +9,9 @@ kept in ``__consumer_offsets``.
 * ``delayed``: the DelayedHeartbeat / DelayedJoin / InitialDelayedJoin / DelayedSync operations.
 """
 
-from .adapter import GroupCoordinatorAdapter
+from .adapter import GroupCoordinatorAdapter, error_response
 from .config import CONFIG_KEYS, GroupCoordinatorConfig
 from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, java_string_hashcode, partition_for
 
 __all__ = ["CONFIG_KEYS", "GROUP_METADATA_TOPIC_NAME", "GroupCoordinatorAdapter", "GroupCoordinatorConfig",
-           "java_string_hashcode", "partition_for"]
+           "error_response", "java_string_hashcode", "partition_for"]

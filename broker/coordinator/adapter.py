@@ -21,6 +21,16 @@ What the broker injects:
   COORDINATOR_LOAD_IN_PROGRESS;
 * ``partition_exists(topic, partition) -> bool`` (optional): OffsetCommit and OffsetDelete answer
   UNKNOWN_TOPIC_OR_PARTITION for partitions that do not exist, as KafkaApis does.
+
+A KafkaApis handler is then a parse and a call, e.g. for JoinGroup::
+
+    api = APIS[ApiKey.JOIN_GROUP]
+    request = self.parse(ctx, api)
+    self.group_coordinator.join_group(request, ctx.api_version, ctx.client_id, "/" + client_ip,
+                                      lambda body: self.send(ctx, api, body))
+
+and a request refused before the coordinator (authorization) is answered with
+``error_response(api.key, request, ctx.api_version, error)``.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
+from protocol.api_keys import ApiKey
 from protocol.clock import Time
 from protocol.errors import ErrorCode
 
@@ -75,6 +86,13 @@ class GroupCoordinatorAdapter:
     def on_resigned(self, partition: int, epoch: int | None = None) -> None:
         """This broker no longer leads ``partition``: its groups are dropped; parked requests answer NOT_COORDINATOR."""
         self.coordinator.on_resignation(partition, epoch)
+
+    def offsets_topic_configs(self) -> dict[str, str]:
+        """The topic configuration ``__consumer_offsets`` is created with (compacted: only the
+        newest value of each key matters); with ``offsets.topic.num.partitions`` partitions and
+        ``offsets.topic.replication.factor`` replicas, capped by the live brokers."""
+        return {"cleanup.policy": "compact", "segment.bytes": str(self.coordinator.config.offsets_topic_segment_bytes),
+                "compression.type": "producer"}
 
     def on_partitions_deleted(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Topic partitions were deleted: their committed offsets go too."""
@@ -276,6 +294,40 @@ class GroupCoordinatorAdapter:
         names = list(dict.fromkeys(request.groups_names))
         errors = self.coordinator.handle_delete_groups(names)
         respond({"results": [{"group_id": g, "error_code": errors[g]} for g in names]})
+
+
+def error_response(api_key: int, request, version: int, error: int) -> dict:
+    """The body answering a whole group API request with one error (Kafka's getErrorResponse),
+    for what KafkaApis refuses before the coordinator sees it (GROUP_AUTHORIZATION_FAILED, ...):
+    every partition, group or key of the request carries ``error``."""
+    e = int(error)
+    if api_key == ApiKey.FIND_COORDINATOR:
+        if version < 4:
+            return {"error_code": e, "error_message": _error_name(e), "node_id": -1, "host": "", "port": -1}
+        return {"coordinators": [{"key": k, "node_id": -1, "host": "", "port": -1, "error_code": e,
+                                  "error_message": _error_name(e)} for k in request.coordinator_keys]}
+    if api_key == ApiKey.JOIN_GROUP:
+        return {"error_code": e, "generation_id": -1, "protocol_name": "" if version < 7 else None, "leader": "",
+                "member_id": "", "members": []}
+    if api_key in (ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.LIST_GROUPS, ApiKey.OFFSET_DELETE):
+        return {"error_code": e}
+    if api_key == ApiKey.OFFSET_COMMIT:
+        return {"topics": [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": e}
+                                                           for p in t.partitions]} for t in request.topics]}
+    if api_key == ApiKey.OFFSET_FETCH:
+        if version >= 8:
+            return {"groups": [{"group_id": g.group_id, "error_code": e, "topics": []} for g in request.groups]}
+        if version >= 2:
+            return {"error_code": e, "topics": []}
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "", "error_code": e}
+            for p in t.partition_indexes]} for t in request.topics or ()]}
+    if api_key == ApiKey.DESCRIBE_GROUPS:
+        return {"groups": [{"error_code": e, "group_id": g, "group_state": "", "protocol_type": "", "protocol_data": "",
+                            "members": []} for g in request.groups]}
+    if api_key == ApiKey.DELETE_GROUPS:
+        return {"results": [{"group_id": g, "error_code": e} for g in dict.fromkeys(request.groups_names)]}
+    raise ValueError(f"not a group API: {api_key}")
 
 
 def _error_name(error: int) -> str:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from broker.coordinator import error_response
 from protocol.api_keys import ApiKey
 from protocol.messages import APIS, consumer_offsets as co
+
+from tests.protocol.kafka_values import plain
 
 from .harness import Cluster, E, Reply
 
@@ -127,3 +130,66 @@ def test_find_coordinator_v4_batches_keys() -> None:
     reply = find(c, 4, {"key_type": 0, "coordinator_keys": ["a", "b"]}, lambda p: leaders[p])
     assert [(x["key"], x["node_id"], x["host"], x["port"], x["error_code"]) for x in reply["coordinators"]] == [
         ("a", 1, "h1", 1, 0), ("b", 2, "h2", 2, 0)]
+
+
+GROUP_APIS = [ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+              ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS, ApiKey.DELETE_GROUPS,
+              ApiKey.OFFSET_DELETE]
+SAMPLE = {
+    "group_id": "g", "groups": ["a", "b"], "groups_names": ["a", "a", "b"], "key": "g", "coordinator_keys": ["a", "b"],
+    "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1},
+                                            {"partition_index": 1, "committed_offset": 1}],
+                "partition_indexes": [0, 1]}],
+}
+
+
+def all_errors(body) -> list:
+    """Every error code in a response body, wherever it sits."""
+    found = []
+    if isinstance(body, dict):
+        for k, v in body.items():
+            if k == "error_code":
+                found.append(v)
+            else:
+                found += all_errors(v)
+    elif isinstance(body, list):
+        for x in body:
+            found += all_errors(x)
+    return found
+
+
+@pytest.mark.parametrize("key", GROUP_APIS, ids=lambda k: ApiKey(k).name)
+def test_error_response_of_every_group_api_and_version(key) -> None:
+    api = APIS[key]
+    for version in range(api.request.min_version, api.request.max_version + 1):
+        sample = dict(SAMPLE)
+        if key == ApiKey.OFFSET_FETCH and version >= 8:
+            sample["groups"] = [{"group_id": "a", "topics": None}, {"group_id": "b", "topics": []}]
+        request = api.request.parse(version, api.request.build(version, sample))
+        body = error_response(key, request, version, E.GROUP_AUTHORIZATION_FAILED)
+        parsed = plain(api.response.parse(version, api.response.build(version, body)))
+        errors = all_errors(body)
+        assert errors and set(errors) == {E.GROUP_AUTHORIZATION_FAILED}, (key, version, body)
+        assert E.GROUP_AUTHORIZATION_FAILED in all_errors(parsed)
+
+
+def test_error_response_shapes() -> None:
+    def body(key, version, request):
+        api = APIS[key]
+        return error_response(key, api.request.parse(version, api.request.build(version, request)), version,
+                              E.GROUP_AUTHORIZATION_FAILED)
+
+    commit = body(ApiKey.OFFSET_COMMIT, 7, {"group_id": "g", "topics": SAMPLE["topics"]})
+    assert [p["partition_index"] for p in commit["topics"][0]["partitions"]] == [0, 1]
+    assert len(body(ApiKey.OFFSET_FETCH, 1, {"group_id": "g", "topics": SAMPLE["topics"]})["topics"][0]["partitions"]) == 2
+    assert body(ApiKey.OFFSET_FETCH, 5, {"group_id": "g", "topics": None}) == {"error_code": 30, "topics": []}
+    assert [g["group_id"] for g in body(ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["a", "b"]})["groups"]] == ["a", "b"]
+    assert body(ApiKey.JOIN_GROUP, 7, {"group_id": "g"})["protocol_name"] is None
+    with pytest.raises(ValueError):
+        error_response(ApiKey.PRODUCE, None, 7, 30)
+
+
+def test_offsets_topic_configs() -> None:
+    c = Cluster(start=False)
+    assert c.coordinator.offsets_topic_configs() == {"cleanup.policy": "compact", "segment.bytes": "104857600",
+                                                     "compression.type": "producer"}
