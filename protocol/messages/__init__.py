@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from ..api_keys import ApiKey
 from ..schema import Api, Message
-from . import api_versions, control, coordinator, fetch, leader_epoch, list_offsets, metadata, produce, producer, topics
+from . import (api_versions, control, coordinator, fetch, groups, leader_epoch, list_offsets, metadata, offset_commit, produce,
+               producer, topics)
 
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
@@ -29,6 +30,17 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", leader_epoch.REQUEST, leader_epoch.RESPONSE, 2, 3),
     Api(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", topics.DESCRIBE_CONFIGS_REQUEST,
         topics.DESCRIBE_CONFIGS_RESPONSE, 1, 3),
+    # Consumer groups (the classic protocol). Registered here, advertised only once KafkaApis handles them.
+    Api(ApiKey.OFFSET_COMMIT, "OffsetCommit", offset_commit.OFFSET_COMMIT_REQUEST, offset_commit.OFFSET_COMMIT_RESPONSE, 2, 7),
+    Api(ApiKey.OFFSET_FETCH, "OffsetFetch", offset_commit.OFFSET_FETCH_REQUEST, offset_commit.OFFSET_FETCH_RESPONSE, 1, 5),
+    Api(ApiKey.JOIN_GROUP, "JoinGroup", groups.JOIN_GROUP_REQUEST, groups.JOIN_GROUP_RESPONSE, 0, 5),
+    Api(ApiKey.HEARTBEAT, "Heartbeat", groups.HEARTBEAT_REQUEST, groups.HEARTBEAT_RESPONSE, 0, 3),
+    Api(ApiKey.LEAVE_GROUP, "LeaveGroup", groups.LEAVE_GROUP_REQUEST, groups.LEAVE_GROUP_RESPONSE, 0, 3),
+    Api(ApiKey.SYNC_GROUP, "SyncGroup", groups.SYNC_GROUP_REQUEST, groups.SYNC_GROUP_RESPONSE, 0, 3),
+    Api(ApiKey.DESCRIBE_GROUPS, "DescribeGroups", groups.DESCRIBE_GROUPS_REQUEST, groups.DESCRIBE_GROUPS_RESPONSE, 0, 5),
+    Api(ApiKey.LIST_GROUPS, "ListGroups", groups.LIST_GROUPS_REQUEST, groups.LIST_GROUPS_RESPONSE, 0, 4),
+    Api(ApiKey.DELETE_GROUPS, "DeleteGroups", groups.DELETE_GROUPS_REQUEST, groups.DELETE_GROUPS_RESPONSE, 0, 2),
+    Api(ApiKey.OFFSET_DELETE, "OffsetDelete", offset_commit.OFFSET_DELETE_REQUEST, offset_commit.OFFSET_DELETE_RESPONSE, 0, 0),
     # The controller-to-broker control plane (Kafka 3.x layouts; see messages/control.py).
     Api(ApiKey.LEADER_AND_ISR, "LeaderAndIsr", control.LEADER_AND_ISR_REQUEST, control.LEADER_AND_ISR_RESPONSE, 0, 7),
     Api(ApiKey.STOP_REPLICA, "StopReplica", control.STOP_REPLICA_REQUEST, control.STOP_REPLICA_RESPONSE, 0, 4),

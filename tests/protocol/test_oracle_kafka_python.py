@@ -1,6 +1,8 @@
 """Byte for byte against kafka-python 3.0.12, whose ``kafka.protocol`` is generated from the
 same Kafka JSON: for every API in APIS and every version of its Message, hypothesis draws a
 value, both sides encode it, the bytes must be identical, and each side decodes the other's.
+The consumer protocol's Subscription and Assignment (version-prefixed data, not API
+messages) are checked the same way, through our codecs.
 
 Versions we advertise (plus Produce 0-2, which kafka-python can still encode) get more
 examples; the versions above them, which our Messages define but the broker does not speak
@@ -15,9 +17,16 @@ import pytest
 from hypothesis import given, settings
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+                                         DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
 from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+                                           LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse,
+                                           OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse,
+                                           SyncGroupRequest, SyncGroupResponse)
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.protocol.consumer.offsets import (ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
                                              OffsetForLeaderEpochResponse)
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -30,7 +39,7 @@ from kafka.protocol.schemas.fields.struct import StructField
 from kafka.protocol.schemas.fields.struct_array import StructArrayField
 
 from protocol.api_keys import ApiKey
-from protocol.messages import APIS, produce
+from protocol.messages import APIS, consumer_protocol, produce
 from protocol.schema import Field as F, Message
 
 from .kafka_values import FAST, complete, first_difference, message_strategy, plain, with_absent
@@ -47,6 +56,16 @@ KP = {
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
     ApiKey.DESCRIBE_CONFIGS: (DescribeConfigsRequest, DescribeConfigsResponse),
+    ApiKey.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse),
+    ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse),
+    ApiKey.JOIN_GROUP: (JoinGroupRequest, JoinGroupResponse),
+    ApiKey.HEARTBEAT: (HeartbeatRequest, HeartbeatResponse),
+    ApiKey.LEAVE_GROUP: (LeaveGroupRequest, LeaveGroupResponse),
+    ApiKey.SYNC_GROUP: (SyncGroupRequest, SyncGroupResponse),
+    ApiKey.DESCRIBE_GROUPS: (DescribeGroupsRequest, DescribeGroupsResponse),
+    ApiKey.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse),
+    ApiKey.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse),
+    ApiKey.OFFSET_DELETE: (OffsetDeleteRequest, OffsetDeleteResponse),
 }
 
 # kafka-python patches MetadataResponse: both *_authorized_operations become a 'bitfield'
@@ -178,3 +197,32 @@ def test_the_oracle_notices_a_wrong_field() -> None:
                     [F("acks", "int32") if f.name == "acks" else f for f in produce.REQUEST.fields])
     with pytest.raises(AssertionError, match="encodes differently"):
         check_against_kafka_python(wrong, ProduceRequest, 3, tree)
+
+
+# ---------------------------------------------------------------------------
+# The consumer protocol (version-prefixed data, through protocol/messages/consumer_protocol.py)
+
+CONSUMER_PROTOCOL = [
+    pytest.param(consumer_protocol.SUBSCRIPTION, ConsumerProtocolSubscription, consumer_protocol.encode_subscription,
+                 consumer_protocol.decode_subscription, id="Subscription"),
+    pytest.param(consumer_protocol.ASSIGNMENT, ConsumerProtocolAssignment, consumer_protocol.encode_assignment,
+                 consumer_protocol.decode_assignment, id="Assignment"),
+]
+
+
+@pytest.mark.parametrize("msg,kp_cls,encode,decode", CONSUMER_PROTOCOL)
+@pytest.mark.parametrize("v", range(4))
+def test_consumer_protocol_same_bytes_as_kafka_python(msg, kp_cls, encode, decode, v) -> None:
+    @settings(FAST)
+    @given(message_strategy(msg, v))
+    def run(tree):
+        ours = encode(tree, v)
+        theirs = bytes(to_kp(kp_cls._struct, tree, v, cls=kp_cls).encode(version=v))
+        assert ours == theirs, first_difference(ours, theirs)
+        expected = complete(msg.fields, tree, v)
+        decoded = plain(decode(theirs))
+        assert decoded.pop("version") == v
+        assert decoded == expected
+        assert from_kp(kp_cls._struct, msg.fields, kp_cls.decode(ours), v) == expected
+
+    run()
