@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 from construct import Container
 
-from ..schema import Field as F, Message, SchemaError
+from ..schema import Buffer, Field as F, Message, SchemaError
 
 OFFSET_COMMIT_KEY = Message("OffsetCommitKey", None, "0-1", "none", [
     F("group", "string", "0-1"),
@@ -86,14 +86,15 @@ class UnknownKey:
 BaseKey = Union[OffsetKey, GroupMetadataKey, UnknownKey]
 
 
-def _prefixed(msg: Message, version: int, value) -> bytes:
+def _prefixed(msg: Message, version: int, value: Any) -> bytes:
     return _VERSION.pack(version) + msg.build(version, value)
 
 
-def _read_version(data, what: str) -> int:
+def _read_version(data: Buffer, what: str) -> int:
     if len(data) < 2:
         raise SchemaError(f"{what}: {len(data)} bytes, too short for a version")
-    return _VERSION.unpack_from(data, 0)[0]
+    version: int = _VERSION.unpack_from(data, 0)[0]
+    return version
 
 
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
@@ -105,7 +106,7 @@ def group_metadata_key(group: str) -> bytes:
     return _prefixed(GROUP_METADATA_KEY, GROUP_METADATA_KEY_VERSION, {"group": group})
 
 
-def read_message_key(data) -> BaseKey:
+def read_message_key(data: Buffer) -> BaseKey:
     version = _read_version(data, "__consumer_offsets key")
     if OFFSET_COMMIT_KEY.min_version <= version <= OFFSET_COMMIT_KEY.max_version:
         key = OFFSET_COMMIT_KEY.parse(version, data, 2)
@@ -124,7 +125,7 @@ def offset_commit_value(offset: int, leader_epoch: int, metadata: str, commit_ti
     return _prefixed(OFFSET_COMMIT_VALUE, version, value)
 
 
-def read_offset_commit_value(data) -> Container:
+def read_offset_commit_value(data: Buffer) -> Container:
     """The value as a Container (offset, leader_epoch, metadata, commit_timestamp,
     expire_timestamp; fields a version lacks at Kafka's defaults) plus ``version``."""
     version = _read_version(data, "OffsetCommitValue")
@@ -135,14 +136,14 @@ def read_offset_commit_value(data) -> Container:
     return value
 
 
-def group_metadata_value(value, version: int = GROUP_METADATA_VALUE_VERSION) -> bytes:
+def group_metadata_value(value: Any, version: int = GROUP_METADATA_VALUE_VERSION) -> bytes:
     """``value`` holds protocol_type, generation, protocol, leader, current_state_timestamp and
     members (member_id, group_instance_id, client_id, client_host, rebalance_timeout,
     session_timeout, subscription, assignment)."""
     return _prefixed(GROUP_METADATA_VALUE, version, value)
 
 
-def read_group_metadata_value(data) -> Container:
+def read_group_metadata_value(data: Buffer) -> Container:
     version = _read_version(data, "GroupMetadataValue")
     if not GROUP_METADATA_VALUE.min_version <= version <= GROUP_METADATA_VALUE.max_version:
         raise SchemaError(f"unknown group metadata value version {version}")

@@ -11,10 +11,11 @@ subscribed topics (OffsetDelete, offset expiry) and to describe groups.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from construct import Container
 
-from ..schema import Field as F, Message, SchemaError
+from ..schema import Buffer, Field as F, Message, SchemaError
 
 PROTOCOL_TYPE = "consumer"
 
@@ -40,7 +41,7 @@ ASSIGNMENT = Message("ConsumerProtocolAssignment", None, "0-3", "none", [
 _VERSION = struct.Struct(">h")
 
 
-def _read(msg: Message, data) -> Container:
+def _read(msg: Message, data: Buffer) -> Container:
     if len(data) < 2:
         raise SchemaError(f"{msg.name}: {len(data)} bytes, too short for a version")
     version = _VERSION.unpack_from(data, 0)[0]
@@ -51,27 +52,28 @@ def _read(msg: Message, data) -> Container:
     return value
 
 
-def encode_subscription(value, version: int = SUBSCRIPTION.max_version) -> bytes:
+def encode_subscription(value: Any, version: int = SUBSCRIPTION.max_version) -> bytes:
     return _VERSION.pack(version) + SUBSCRIPTION.build(version, value)
 
 
-def decode_subscription(data) -> Container:
+def decode_subscription(data: Buffer) -> Container:
     """topics, user_data, owned_partitions, generation_id, rack_id and the ``version`` read."""
     return _read(SUBSCRIPTION, data)
 
 
-def subscribed_topics(data) -> list[str]:
+def subscribed_topics(data: Buffer) -> list[str]:
     """Only the topics, read with the v0 layout every version starts with (what Kafka's
     coordinator does, so it depends on no particular newer version)."""
     if len(data) < 2 or _VERSION.unpack_from(data, 0)[0] < 0:
         raise SchemaError("ConsumerProtocolSubscription: bad version")
-    return SUBSCRIPTION.parse(0, data, 2).topics
+    topics: list[str] = SUBSCRIPTION.parse(0, data, 2).topics
+    return topics
 
 
-def encode_assignment(value, version: int = ASSIGNMENT.max_version) -> bytes:
+def encode_assignment(value: Any, version: int = ASSIGNMENT.max_version) -> bytes:
     return _VERSION.pack(version) + ASSIGNMENT.build(version, value)
 
 
-def decode_assignment(data) -> Container:
+def decode_assignment(data: Buffer) -> Container:
     """assigned_partitions, user_data and the ``version`` read."""
     return _read(ASSIGNMENT, data)
