@@ -207,6 +207,15 @@ def _plain(x):
     return x
 
 
+def _containers(value):
+    """Nested dicts as construct Containers, so a record made here reads like a decoded one."""
+    if isinstance(value, dict):
+        return Container((k, _containers(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_containers(v) for v in value]
+    return value
+
+
 def make_record(record_type: int, version: int | None = None, **fields) -> ApiMessageAndVersion:
     """A record of ``record_type`` with ``fields`` set and every other field at its default.
     Unknown field names raise TypeError (a typo must not silently become a default)."""
@@ -217,7 +226,7 @@ def make_record(record_type: int, version: int | None = None, **fields) -> ApiMe
     for f in message.fields:
         if f.active(v):
             known.add(f.name)
-            data[f.name] = fields[f.name] if f.name in fields else f.default_value(v)
+            data[f.name] = _containers(fields[f.name]) if f.name in fields else f.default_value(v)
     for f in message.fields:  # fields of other versions at their defaults, as decoding gives them
         if f.name not in data:
             data[f.name] = f.default_value(v)
