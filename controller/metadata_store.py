@@ -52,6 +52,9 @@ log = logging.getLogger("kbroker.controller.store")
 METADATA_TOPIC = "__cluster_metadata"
 LOG_DIR_NAME = f"{METADATA_TOPIC}-0"
 SNAPSHOT_SUFFIX = ".snapshot"
+# The directory's lock file: not the broker's ``.lock``, so that one process running both a
+# broker and a controller can lock the same directory twice (flock locks conflict per open file).
+LOCK_FILE = ".metadata.lock"
 SNAPSHOTS_KEPT = 2
 # Records per batch in a snapshot file (a snapshot is not one atomic batch: the file is).
 SNAPSHOT_BATCH_RECORDS = 2000
@@ -130,14 +133,14 @@ class LocalMetadataStore:
     """The metadata log on local disk (see the module docstring)."""
 
     def __init__(self, directory: Path, time: Time, *, segment_bytes: int = 1 << 30, segment_ms: int = 7 * 86_400_000,
-                 lock: bool = True) -> None:
+                 lock_name: str | None = LOCK_FILE) -> None:
         self.directory = Path(directory)
         self.log_dir = self.directory / LOG_DIR_NAME
         self.time = time
         self._log_config = LogConfig(segment_bytes=segment_bytes, segment_ms=segment_ms, retention_bytes=-1,
                                      retention_ms=-1, max_message_bytes=min(segment_bytes, INT32_MAX))
         self._lock_fd: int | None = None
-        self._lock = lock
+        self._lock_name = lock_name
         self._log: Log | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbroker-metadata-fsync")
         self._durable_end = 0
@@ -148,14 +151,17 @@ class LocalMetadataStore:
 
     # -- opening -------------------------------------------------------------------------
 
-    def _acquire_lock(self) -> None:
+    def acquire_lock(self) -> None:
+        """Lock the directory for this process (flock; released when the process dies)."""
+        if self._lock_fd is not None or self._lock_name is None:
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fd = os.open(self.directory / self._lock_name, os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise MetadataStoreError(f"{self.directory} is in use by another process (.lock is held)") from None
+            raise MetadataStoreError(f"{self.directory} is in use by another process ({self._lock_name} is held)") from None
         self._lock_fd = fd
 
     def snapshot_offsets(self) -> list[int]:
@@ -178,8 +184,7 @@ class LocalMetadataStore:
 
     async def load(self) -> LoadedMetadata:
         """Open the log (recovering a torn tail), read the newest valid snapshot and the log after it."""
-        if self._lock and self._lock_fd is None:
-            self._acquire_lock()
+        self.acquire_lock()
         self.directory.mkdir(parents=True, exist_ok=True)
         for stray in self.directory.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
             stray.unlink(missing_ok=True)
