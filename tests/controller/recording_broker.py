@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from broker.network import SocketServer
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import APIS, response_is_flexible
 
 _I32 = struct.Struct(">i")
@@ -41,6 +41,7 @@ class RecordingBroker:
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.controller: BrokerConnection | None = None
+        self.controller_address: tuple[str, int] | None = None
         self.heartbeats: asyncio.Task | None = None
         self.last_heartbeat = None
         self.changed = asyncio.Event()
@@ -87,6 +88,10 @@ class RecordingBroker:
     def requests(self, api_key: int | None = None) -> list[Received]:
         return [r for r in self.received if api_key is None or r.api_key == api_key]
 
+    def mentioning(self, topic: str) -> list[Received]:
+        """The LeaderAndIsr, UpdateMetadata and StopReplica requests that name ``topic``, in order."""
+        return [r for r in self.received if any(t.topic_name == topic for t in r.body.topic_states)]
+
     def leader_and_isr_states(self) -> dict[tuple[str, int], object]:
         """The newest partition state this broker was sent, per partition."""
         out = {}
@@ -111,14 +116,24 @@ class RecordingBroker:
 
     # -- the client side: registration and heartbeats -------------------------------------
 
-    async def connect(self, host: str, port: int) -> None:
-        self.controller = BrokerConnection(host, port, client_id=f"broker-{self.broker_id}")
+    async def connect(self, host: str | None = None, port: int | None = None) -> None:
+        if host is not None:
+            self.controller_address = (host, port)
+        if self.controller is not None:
+            self.controller.close()
+        self.controller = BrokerConnection(*self.controller_address, client_id=f"broker-{self.broker_id}")
         await self.controller.connect()
+
+    async def _to_controller(self, api_key: int, body: dict):
+        """One request to the controller, reconnecting first if the connection was lost."""
+        if self.controller is None or not self.controller.connected:
+            await self.connect()
+        return await self.controller.request(api_key, body)
 
     async def register(self, cluster_id: str, incarnation_id: uuid.UUID | None = None) -> object:
         if incarnation_id is not None:
             self.incarnation_id = incarnation_id
-        resp = await self.controller.request(ApiKey.BROKER_REGISTRATION, {
+        resp = await self._to_controller(ApiKey.BROKER_REGISTRATION, {
             "broker_id": self.broker_id, "cluster_id": cluster_id, "incarnation_id": self.incarnation_id,
             "listeners": [{"name": "PLAINTEXT", "host": "127.0.0.1", "port": self.port, "security_protocol": 0}],
             "rack": None})
@@ -127,7 +142,7 @@ class RecordingBroker:
         return resp
 
     async def heartbeat(self, want_shut_down: bool = False):
-        resp = await self.controller.request(ApiKey.BROKER_HEARTBEAT, {
+        resp = await self._to_controller(ApiKey.BROKER_HEARTBEAT, {
             "broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "current_metadata_offset": 0,
             "want_fence": False, "want_shut_down": want_shut_down})
         self.last_heartbeat = resp
@@ -147,9 +162,12 @@ class RecordingBroker:
     async def wait_unfenced(self, timeout_s: float = 20.0) -> None:
         async with asyncio.timeout(timeout_s):
             while True:
-                resp = await self.heartbeat()
-                if resp.error_code == 0 and not resp.is_fenced:
-                    return
+                try:
+                    resp = await self.heartbeat()
+                    if resp.error_code == 0 and not resp.is_fenced:
+                        return
+                except (OSError, KafkaError):
+                    pass  # the controller is restarting
                 await asyncio.sleep(0.05)
 
     async def close(self) -> None:
