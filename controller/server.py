@@ -174,6 +174,8 @@ async def serve(config: KafkaConfig) -> int:
             log.info("signal received, shutting down")
     finally:
         await server.shutdown()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
     return 0 if server.failure is None else 1
 
 

@@ -365,3 +365,82 @@ async def test_a_failed_fsync_is_fatal(h, monkeypatch):
         await h.controller.create_topics(create_topics(("t", 1, 1)), 7)
     assert h.fatal and not h.controller.active
     monkeypatch.undo()
+
+
+async def test_a_snapshot_is_written_after_enough_log_bytes(tmp_path):
+    h = await Harness(tmp_path, snapshot_max_bytes=800).start()
+    try:
+        await h.start_brokers(1)
+        assert h.store.snapshot_offsets() == []
+        for i in range(8):
+            await h.create((f"topic-{i}", 4, 1))
+        await h.settle()
+        for task in list(h.controller._background):
+            await task
+        offsets = h.store.snapshot_offsets()
+        assert offsets, "no snapshot after the byte threshold"
+        assert offsets[-1] <= h.store.end_offset
+    finally:
+        await h.stop()
+    h = await Harness(tmp_path).start()
+    try:
+        assert h.controller.loaded_snapshot_offset == offsets[-1]
+        assert {f"topic-{i}" for i in range(8)} <= set(h.controller.replication.topics_by_name)
+    finally:
+        await h.stop()
+
+
+async def test_a_snapshot_is_written_after_the_interval_when_something_changed(tmp_path):
+    h = await Harness(tmp_path, snapshot_max_interval_ms=60_000).start()
+    try:
+        await h.start_brokers(1)
+        await h.create(("t", 1, 1))
+        await h.advance(59_000)
+        assert h.store.snapshot_offsets() == []
+        for _ in range(6):  # heartbeats keep the broker alive meanwhile
+            await h.heartbeat_all(1)
+            await h.advance(200)
+        for task in list(h.controller._background):
+            await task
+        assert h.store.snapshot_offsets() == [h.store.end_offset]
+        first = h.store.snapshot_offsets()
+        for _ in range(4):   # nothing changed since: no new snapshot
+            await h.heartbeat_all(1)
+            await h.advance(20_000)
+        assert h.store.snapshot_offsets() == first
+    finally:
+        await h.stop()
+
+
+async def test_describe_configs_and_metadata_reads(h):
+    await h.start_brokers(1, 2)
+    await h.create(("t", 2, 2, {"retention.ms": "1000"}))
+    resp = await h.controller.describe_configs(request(ApiKey.DESCRIBE_CONFIGS, 4, resources=[
+        {"resource_type": 2, "resource_name": "t", "configuration_keys": None},
+        {"resource_type": 2, "resource_name": "nope", "configuration_keys": None}]))
+    first, missing = resp["results"]
+    values = {c["name"]: (c["value"], c["config_source"]) for c in first["configs"]}
+    assert values["retention.ms"] == ("1000", 1) and values["segment.bytes"] == ("1073741824", 5)
+    assert missing["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    md = await h.controller.metadata(None)
+    assert md["controller_id"] == 3000 and [b["node_id"] for b in md["brokers"]] == [1, 2]
+    [topic] = md["topics"]
+    assert topic["name"] == "t" and len(topic["partitions"]) == 2
+    md = await h.controller.metadata(["nope"])
+    assert md["topics"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_config_changes_reach_every_broker_with_the_topic(h):
+    await h.start_brokers(1, 2, 3)
+    await h.create(("t", 1, 1))
+    h.channel.clear()
+    resp = await h.controller.incremental_alter_configs(request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=[
+        {"resource_type": 2, "resource_name": "t", "configs": [
+            {"name": "retention.ms", "config_operation": 0, "value": "42"}]},
+        {"resource_type": 2, "resource_name": "nope", "configs": []},
+        {"resource_type": 4, "resource_name": "1", "configs": []}]))
+    assert [r["error_code"] for r in resp["responses"]] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                            ErrorCode.INVALID_REQUEST]
+    for b in (1, 2, 3):
+        [um] = h.channel.items(b, UpdateMetadataItem)
+        assert um.topic_configs == {"t": {"retention.ms": "42"}} and set(um.partitions) == {("t", 0)}
