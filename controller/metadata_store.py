@@ -13,6 +13,8 @@
   fsync fails it with the error; the controller must then stop (its state is ahead of disk).
 * ``snapshot(records, offset, epoch)``: store records that recreate the whole state as of
   ``offset`` (every record below it), so that loading need not replay the log before it.
+* ``bytes_written``: bytes of log after the loaded snapshot plus every batch appended since
+  (the controller snapshots after metadata.log.max.record.bytes.between.snapshots of them).
 
 ``LocalMetadataStore`` keeps the log as a ``storage.Log`` in
 ``<metadata.log.dir>/__cluster_metadata-0`` (segments, indexes, recovery that cuts a torn
@@ -92,6 +94,9 @@ class MetadataStore(Protocol):
 
     async def snapshot(self, records: Sequence[ApiMessageAndVersion], offset: int, epoch: int) -> None: ...
 
+    @property
+    def bytes_written(self) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -148,6 +153,7 @@ class LocalMetadataStore:
         self._flushing = False
         self._failure: BaseException | None = None
         self._last_epoch = -1
+        self._bytes_written = 0
 
     # -- opening -------------------------------------------------------------------------
 
@@ -224,6 +230,7 @@ class LocalMetadataStore:
                                          f"(log end {mlog.log_end_offset})")
             for pos, header in iter_batch_headers(data):
                 batch = bytes(data[pos:pos + header.size])
+                self._bytes_written += header.size
                 items, _ = decode_batches(batch, what=f"metadata log batch at offset {header.base_offset}")
                 for offset, epoch, record in items:
                     if offset >= position:
@@ -254,6 +261,10 @@ class LocalMetadataStore:
     def last_epoch(self) -> int:
         return self._last_epoch
 
+    @property
+    def bytes_written(self) -> int:
+        return self._bytes_written
+
     async def claim_epoch(self) -> int:
         epoch = self._last_epoch + 1
         offset = self.append([make_record(MetadataRecordType.NO_OP)], epoch)
@@ -275,6 +286,7 @@ class LocalMetadataStore:
             self._failure = exc
             raise MetadataStoreError(f"metadata log append failed: {exc}") from exc
         self._last_epoch = epoch
+        self._bytes_written += len(batch)
         return info.last_offset
 
     def wait_durable(self, offset: int) -> asyncio.Future:

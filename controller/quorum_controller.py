@@ -35,8 +35,7 @@ from typing import Callable
 
 from protocol.clock import Time, TimerHandle
 from protocol.errors import ErrorCode
-from protocol.messages.metadata_records import (ApiMessageAndVersion, MetadataRecordType as T, encode_record,
-                                                make_record)
+from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
 
 from .broker_heartbeat import BrokerHeartbeatManager
 from .channel_manager import (LEADER_DURING_DELETE, LeaderAndIsrItem, LiveBroker, PartitionState, StopReplicaItem,
@@ -141,7 +140,7 @@ class QuorumController:
         self._timers: dict[str, TimerHandle] = {}
         self._fence_deadline: float | None = None
         self._fence_queued = False
-        self._bytes_since_snapshot = 0
+        self._snapshot_bytes_mark = 0  # store.bytes_written when the last snapshot was taken
         self._last_snapshot_offset = 0
         self.loaded_snapshot_offset = 0
         self._snapshot_task: asyncio.Task | None = None
@@ -158,7 +157,6 @@ class QuorumController:
             self.replay(record)
         for _offset, record in loaded.log_records:
             self.replay(record)
-            self._bytes_since_snapshot += len(encode_record(record))
         self._last_snapshot_offset = self.loaded_snapshot_offset = loaded.snapshot_offset
         log.info("loaded the metadata: snapshot at %d (%d records) + %d log records; %d brokers, %d topics, "
                  "%d partitions", loaded.snapshot_offset, len(loaded.snapshot_records), len(loaded.log_records),
@@ -272,7 +270,6 @@ class QuorumController:
                     if info is not None:
                         removed[info.name] = (info.topic_id, dict(info.parts))
                 self.replay(record, first + i)
-                self._bytes_since_snapshot += len(encode_record(record))
             self._last_written = last
         effects = self._effects(records, removed)
         response, future = result.response, event.future
@@ -306,7 +303,7 @@ class QuorumController:
 
     def _after_event(self) -> None:
         self._reschedule_fence_timer()
-        if self._bytes_since_snapshot >= self.config.snapshot_max_bytes:
+        if self.store.bytes_written - self._snapshot_bytes_mark >= self.config.snapshot_max_bytes:
             self._start_snapshot()
 
     # ==================================================================================
@@ -571,7 +568,7 @@ class QuorumController:
             return
         records = self.snapshot_records()
         epoch = self.epoch
-        self._bytes_since_snapshot = 0
+        self._snapshot_bytes_mark = self.store.bytes_written
 
         async def write() -> None:
             try:
