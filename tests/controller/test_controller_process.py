@@ -245,3 +245,24 @@ async def test_sigterm_stops_cleanly_and_a_second_controller_cannot_use_the_same
         other.start(timeout_s=20)
     assert proc.stop() == 0
     assert "shut down" in proc.log_text()
+
+
+async def test_controlled_shutdown_through_heartbeats_over_the_wire(controller_process):
+    proc = controller_process().start()
+    cluster_id = (await metadata(proc)).cluster_id
+    brokers = await start_brokers(proc, cluster_id, (1, 2, 3))
+    try:
+        await create_topic(proc, "t", 6, 3)
+        await brokers[2].wait_for(lambda: len(brokers[2].leader_and_isr_states()) == 6, what="LISR")
+        brokers[2].paused = True   # its own loop stops; it now asks to shut down
+        async with asyncio.timeout(20):
+            while not (await brokers[2].heartbeat(want_shut_down=True)).should_shut_down:
+                await asyncio.sleep(HEARTBEAT_MS / 1000)
+        # By then it has been told it leads nothing and is in no ISR.
+        states = brokers[2].leader_and_isr_states()
+        assert all(s.leader != 2 and 2 not in s.isr for s in states.values())
+        md = await metadata(proc)
+        assert [b.node_id for b in md.brokers] == [1, 3]
+        assert {p.leader_id for p in md.topics[0].partitions} <= {1, 3}
+    finally:
+        await close_all(brokers)
