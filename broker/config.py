@@ -126,9 +126,27 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),
     _k("request.timeout.ms", "int", 30000),
     _k("controlled.shutdown.enable", "bool", True),
-    _k("kbroker.controller.mode", "string", "embedded", "embedded: this broker is a single-node cluster and "
-       "keeps topic metadata itself; external: partitions come from LeaderAndIsr/UpdateMetadata",
-       choices=("embedded", "external")),
+    _k("kbroker.controller.mode", "string", "embedded", "deprecated, use process.roles (embedded = broker,controller; "
+       "external = broker)", choices=("embedded", "external")),
+    # KRaft-style roles and the controller (Kafka's keys and defaults).
+    _k("process.roles", "list", None, "broker, controller, or broker,controller (default: from kbroker.controller.mode)"),
+    _k("controller.listener.names", "list", None, "the listeners (names in `listeners`) a controller serves on"),
+    _k("controller.quorum.bootstrap.servers", "list", None, "host:port of the controllers, tried in order"),
+    _k("controller.socket.timeout.ms", "int", 30000, "the controller's request timeout towards brokers", low=1),
+    _k("broker.heartbeat.interval.ms", "int", 2000, "how often a broker heartbeats to the controller", low=1),
+    _k("broker.session.timeout.ms", "int", 9000, "a broker without a heartbeat for this long is fenced", low=1),
+    _k("auto.leader.rebalance.enable", "bool", True, "move leadership back to preferred replicas periodically"),
+    _k("leader.imbalance.check.interval.seconds", "long", 300, "how often the controller checks leader balance", low=1),
+    _k("leader.imbalance.per.broker.percentage", "int", 10, "the imbalance a broker may have before a rebalance",
+       low=0),
+    _k("metadata.log.dir", "string", None, "the controller's metadata log directory (default: the first log dir)"),
+    _k("metadata.log.segment.bytes", "int", 1073741824, "segment size of the metadata log", low=14),
+    _k("metadata.log.segment.ms", "long", 604800000, "age at which the metadata log rolls", low=1),
+    _k("metadata.log.max.record.bytes.between.snapshots", "long", 20971520,
+       "metadata log bytes after which the controller writes a snapshot", low=1),
+    _k("metadata.log.max.snapshot.interval.ms", "long", 3600000,
+       "time after which the controller writes a snapshot of a changed state (0: never by time)", low=0),
+    _k("offsets.topic.replication.factor", "int", 3, "replication factor of __consumer_offsets", low=1),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
 )}
 
@@ -136,11 +154,10 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "num.replica.fetchers",
     "background.threads", "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
-    "group.initial.rebalance.delay.ms", "offsets.topic.replication.factor", "offsets.topic.num.partitions",
+    "group.initial.rebalance.delay.ms", "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
-    "inter.broker.listener.name", "process.roles", "controller.quorum.voters", "controller.listener.names",
-    "log.cleaner.enable", "log.cleanup.policy", "compression.type", "auto.leader.rebalance.enable",
-    "leader.imbalance.check.interval.seconds", "socket.listen.backlog.size", "max.connections",
+    "inter.broker.listener.name", "controller.quorum.voters",
+    "log.cleaner.enable", "log.cleanup.policy", "compression.type", "socket.listen.backlog.size", "max.connections",
     "log.preallocate", "log.cleaner.threads", "confluent.support.metrics.enable",
 })
 
@@ -193,6 +210,7 @@ class KafkaConfig:
                 log.warning("unknown configuration key %r ignored", name)
         if self.values["node.id"] is not None and "broker.id" not in props:
             self.values["broker.id"] = self.values["node.id"]
+        self._resolve_roles(props)
         self._check()
 
     @classmethod
@@ -226,6 +244,29 @@ class KafkaConfig:
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
 
+    def _resolve_roles(self, props: Mapping[str, Any]) -> None:
+        """process.roles, with kbroker.controller.mode as its deprecated alias: embedded is
+        broker,controller, external is broker. The two keys are kept consistent, so code
+        reading either sees the same answer."""
+        roles = self.values["process.roles"]
+        if "kbroker.controller.mode" in props:
+            mode = self.values["kbroker.controller.mode"]
+            implied = ["broker", "controller"] if mode == "embedded" else ["broker"]
+            log.warning("kbroker.controller.mode is deprecated; use process.roles=%s", ",".join(implied))
+            if roles is None:
+                roles = implied
+            elif sorted(roles) != implied:
+                raise ConfigError(f"process.roles={','.join(roles)} contradicts kbroker.controller.mode={mode}")
+        if roles is None:
+            roles = ["broker", "controller"] if self.values["kbroker.controller.mode"] == "embedded" else ["broker"]
+        bad = [r for r in roles if r not in ("broker", "controller")]
+        if bad or not roles or len(set(roles)) != len(roles):
+            raise ConfigError(f"process.roles: {','.join(roles) or '(empty)'} is not broker, controller or "
+                              f"broker,controller")
+        self.values["process.roles"] = sorted(roles)
+        if "broker" in roles:
+            self.values["kbroker.controller.mode"] = "embedded" if "controller" in roles else "external"
+
     def _check(self) -> None:
         if self.values["message.max.bytes"] > self.values["socket.request.max.bytes"]:
             log.warning("message.max.bytes (%d) is larger than socket.request.max.bytes (%d)",
@@ -237,6 +278,28 @@ class KafkaConfig:
     @property
     def broker_id(self) -> int:
         return self.values["broker.id"]
+
+    @property
+    def node_id(self) -> int:
+        """KRaft's node.id, which broker.id aliases."""
+        return self.values["broker.id"]
+
+    @property
+    def process_roles(self) -> list[str]:
+        """The roles of this process, sorted: ["broker"], ["controller"] or ["broker", "controller"]."""
+        return list(self.values["process.roles"])
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        """Where a controller keeps its metadata log: metadata.log.dir, else the first log dir."""
+        d = self.values["metadata.log.dir"]
+        return Path(d) if d else self.log_dirs[0]
+
+    @property
+    def controller_listeners(self) -> list["Endpoint"]:
+        """The entries of ``listeners`` named by controller.listener.names, in that order."""
+        by_name = {ep.listener_name: ep for ep in self.listeners}
+        return [by_name[n.upper()] for n in (self.values["controller.listener.names"] or []) if n.upper() in by_name]
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -297,6 +360,59 @@ class KafkaConfig:
             "file.delete.delay.ms": str(v["log.segment.delete.delay.ms"]),
             "producer.id.expiration.ms": str(v["producer.id.expiration.ms"]),
         }
+
+
+# -- topics: the rules both the broker and the controller apply --------------------------------
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+# Kafka topic configs kbroker accepts without acting on them (so tools that set them keep working).
+PASSIVE_TOPIC_CONFIGS = frozenset({
+    "cleanup.policy", "delete.retention.ms", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
+    "max.compaction.lag.ms", "preallocate", "unclean.leader.election.enable", "message.downconversion.enable",
+    "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+    "message.format.version", "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
+    "local.retention.ms", "local.retention.bytes", "remote.storage.enable",
+})
+# List-typed topic configs (IncrementalAlterConfigs APPEND/SUBTRACT apply only to these).
+LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
+                                "leader.replication.throttled.replicas"})
+
+
+def validate_topic_name(name: str) -> str | None:
+    """Kafka's Topic.validate: the reason a name is illegal, or None."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"topic name is longer than {MAX_TOPIC_NAME} characters"
+    if not _LEGAL_TOPIC.match(name):
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+    return None
+
+
+def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) -> str | None:
+    """The reason a topic's config overrides are invalid (Kafka's INVALID_CONFIG), or None:
+    names kbroker neither acts on nor accepts passively, compression.type other than
+    'producer', or values storage.LogConfig rejects."""
+    from storage import LogConfig
+
+    known = set(LogConfig().to_topic_properties())
+    for key, value in configs.items():
+        if key == "compression.type":
+            if value != "producer":
+                return "compression.type: kbroker stores batches as produced; only 'producer' is supported"
+        elif key not in known and key not in PASSIVE_TOPIC_CONFIGS:
+            return f"Unknown topic config name: {key}"
+    if configs.get("unclean.leader.election.enable", "false").strip().lower() not in ("true", "false"):
+        return "unclean.leader.election.enable: expected true or false"
+    try:
+        LogConfig.from_topic_properties({**defaults, **configs})
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)

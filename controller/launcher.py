@@ -1,7 +1,8 @@
-"""Start brokers as child processes: ``python -m broker serve`` with per-broker overrides.
+"""Start brokers and controllers as child processes: ``python -m broker serve`` and
+``python -m controller``, with per-process overrides.
 
 The process-based mirror of docker-compose.yml that tests and benchmarks use (no Docker
-engine here): each broker gets its own port and data dir on 127.0.0.1.
+engine here): each process gets its own port and data dir on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class BrokerProcess:
         deadline = time.monotonic() + timeout_s
         while not port_open(self.port):
             if self.proc.poll() is not None:
-                raise RuntimeError(f"broker {self.broker_id} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+                raise RuntimeError(f"{self.command()[2]} {self.broker_id} exited with {self.proc.returncode}:\n"
+                                   f"{self.log_text()[-3000:]}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise TimeoutError(f"broker {self.broker_id} did not listen on {self.port}:\n{self.log_text()[-3000:]}")
@@ -95,3 +97,26 @@ class BrokerProcess:
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
+
+
+class ControllerProcess(BrokerProcess):
+    """One controller process (``python -m controller``) with its own metadata dir and port."""
+
+    def __init__(self, metadata_dir: Path, port: int | None = None, node_id: int = 3000, overrides: dict | None = None,
+                 python: str = sys.executable) -> None:
+        super().__init__(metadata_dir, port, node_id, overrides, python)
+        self.node_id = node_id
+        self.output = self.log_dir.parent / f"controller-{node_id}-{self.port}.out"
+
+    @property
+    def metadata_dir(self) -> Path:
+        return self.log_dir
+
+    def command(self) -> list[str]:
+        props = {"process.roles": "controller", "node.id": str(self.node_id),
+                 "listeners": f"CONTROLLER://127.0.0.1:{self.port}", "controller.listener.names": "CONTROLLER",
+                 "metadata.log.dir": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
+        cmd = [self.python, "-m", "controller"]
+        for k, v in props.items():
+            cmd += ["--override", f"{k}={v}"]
+        return cmd

@@ -3,15 +3,17 @@
 The ranges are one table that serves every client we test against (kcat / librdkafka
 2.0.2, confluent-kafka, kafka-python and aiokafka): each of them finds the versions it
 negotiates in it. ``APIS`` is the single list:
-ApiVersions responses and the client's version negotiation are both derived from it.
+ApiVersions responses and the client's version negotiation are both derived from it (a server
+advertises the APIs of this list that it handles: the broker and the controller handle different
+ones).
 """
 
 from __future__ import annotations
 
 from ..api_keys import ApiKey
 from ..schema import Api, Message
-from . import (api_versions, control, coordinator, fetch, groups, leader_epoch, list_offsets, metadata, offset_commit, produce,
-               producer, topics)
+from . import (alter_partition, api_versions, configs, control, coordinator, fetch, groups, leader_epoch, lifecycle,
+               list_offsets, metadata, offset_commit, produce, producer, topics)
 
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
@@ -46,6 +48,23 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.STOP_REPLICA, "StopReplica", control.STOP_REPLICA_REQUEST, control.STOP_REPLICA_RESPONSE, 0, 4),
     Api(ApiKey.UPDATE_METADATA, "UpdateMetadata", control.UPDATE_METADATA_REQUEST, control.UPDATE_METADATA_RESPONSE,
         0, 8),
+    # Brokers to the controller (Kafka 3.9 layouts; see messages/lifecycle.py, alter_partition.py).
+    Api(ApiKey.CONTROLLED_SHUTDOWN, "ControlledShutdown", lifecycle.CONTROLLED_SHUTDOWN_REQUEST,
+        lifecycle.CONTROLLED_SHUTDOWN_RESPONSE, 1, 3),
+    Api(ApiKey.ALTER_PARTITION, "AlterPartition", alter_partition.REQUEST, alter_partition.RESPONSE, 0, 3),
+    Api(ApiKey.BROKER_REGISTRATION, "BrokerRegistration", lifecycle.BROKER_REGISTRATION_REQUEST,
+        lifecycle.BROKER_REGISTRATION_RESPONSE, 0, 4),
+    Api(ApiKey.BROKER_HEARTBEAT, "BrokerHeartbeat", lifecycle.BROKER_HEARTBEAT_REQUEST,
+        lifecycle.BROKER_HEARTBEAT_RESPONSE, 0, 1),
+    Api(ApiKey.ALLOCATE_PRODUCER_IDS, "AllocateProducerIds", producer.ALLOCATE_PRODUCER_IDS_REQUEST,
+        producer.ALLOCATE_PRODUCER_IDS_RESPONSE, 0, 0),
+    # Admin requests a broker forwards to the controller.
+    Api(ApiKey.ALTER_CONFIGS, "AlterConfigs", configs.ALTER_CONFIGS_REQUEST, configs.ALTER_CONFIGS_RESPONSE, 0, 2),
+    Api(ApiKey.CREATE_PARTITIONS, "CreatePartitions", topics.CREATE_PARTITIONS_REQUEST,
+        topics.CREATE_PARTITIONS_RESPONSE, 0, 3),
+    Api(ApiKey.ELECT_LEADERS, "ElectLeaders", topics.ELECT_LEADERS_REQUEST, topics.ELECT_LEADERS_RESPONSE, 0, 2),
+    Api(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", configs.INCREMENTAL_ALTER_CONFIGS_REQUEST,
+        configs.INCREMENTAL_ALTER_CONFIGS_RESPONSE, 0, 1),
 )}
 
 

@@ -1,9 +1,19 @@
 """Controller-to-broker APIs in their Kafka 3.x layouts (ZooKeeper-mode control plane, which
 kbroker's controller speaks): LeaderAndIsr (4) v0-7, StopReplica (5) v0-4, UpdateMetadata (6)
-v0-8. No client sends these; the shared reference JSON holds pre-2.4 development states of
-them, so these follow the released 3.x schemas (3.4+: isKRaftController, KIP-866)."""
+v0-8, field for field as Kafka 3.9's JSON (3.4+: isKRaftController, KIP-866).
+
+One extension of kbroker's own, in the protocol's own extension mechanism (a tagged field, so
+Kafka's fields stay byte-exact and other parsers skip it): UpdateMetadata's TopicState carries
+``topic_configs`` (tag 10000, flexible versions 6+), the topic's complete set of config
+overrides as [{name, value}]. The controller always sends the whole set with every topic
+state, so a broker replaces what it had: an absent tag means the topic has no overrides.
+Tags from 10000 up are kbroker's; Kafka numbers its own tags from 0.
+"""
 
 from ..schema import Field as F, Message
+
+# The first tag number kbroker uses for its own tagged fields (Kafka numbers its tags from 0).
+KBROKER_TOPIC_CONFIGS_TAG = 10000
 
 _LEADER_AND_ISR_PARTITION = [
     F("topic_name", "string", "0-1"),
@@ -110,6 +120,11 @@ UPDATE_METADATA_REQUEST = Message("UpdateMetadataRequest", 6, "0-8", "6+", [
         F("topic_name", "string", "5+"),
         F("topic_id", "uuid", "7+"),
         F("partition_states", "[]UpdateMetadataPartitionState", "5+", fields=_UPDATE_METADATA_PARTITION),
+        # kbroker's extension (see the module docstring): the topic's config overrides.
+        F("topic_configs", "[]UpdateMetadataTopicConfig", "6+", tag=KBROKER_TOPIC_CONFIGS_TAG, tagged="6+", fields=[
+            F("name", "string", "6+"),
+            F("value", "string", "6+"),
+        ]),
     ]),
     F("live_brokers", "[]UpdateMetadataBroker", fields=[
         F("id", "int32"),

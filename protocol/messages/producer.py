@@ -1,4 +1,5 @@
-"""InitProducerId (22)."""
+"""InitProducerId (22), and AllocateProducerIds (67): a broker asks the controller for a block of
+producer ids."""
 
 from ..schema import Field as F, Message
 
@@ -18,4 +19,16 @@ INIT_PRODUCER_ID_RESPONSE = Message("InitProducerIdResponse", 22, "0-6", "2+", [
     F("producer_epoch", "int16"),
     F("ongoing_txn_producer_id", "int64", "6+", default=-1),
     F("ongoing_txn_producer_epoch", "int16", "6+", default=-1),
+])
+
+ALLOCATE_PRODUCER_IDS_REQUEST = Message("AllocateProducerIdsRequest", 67, "0", "0+", [
+    F("broker_id", "int32"),
+    F("broker_epoch", "int64", default=-1),
+])
+
+ALLOCATE_PRODUCER_IDS_RESPONSE = Message("AllocateProducerIdsResponse", 67, "0", "0+", [
+    F("throttle_time_ms", "int32"),
+    F("error_code", "int16"),
+    F("producer_id_start", "int64"),
+    F("producer_id_len", "int32"),
 ])

@@ -1,4 +1,5 @@
-"""CreateTopics (19), DeleteTopics (20), DescribeConfigs (32)."""
+"""CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), CreatePartitions (37) and
+ElectLeaders (43: election type 0 = preferred, 1 = unclean)."""
 
 from ..schema import Field as F, Message
 
@@ -90,6 +91,49 @@ DESCRIBE_CONFIGS_RESPONSE = Message("DescribeConfigsResponse", 32, "1-4", "4+", 
             ]),
             F("config_type", "int8", "3+", default=0),
             F("documentation", "string", "3+", nullable="0+"),
+        ]),
+    ]),
+])
+
+CREATE_PARTITIONS_REQUEST = Message("CreatePartitionsRequest", 37, "0-3", "2+", [
+    F("topics", "[]CreatePartitionsTopic", fields=[
+        F("name", "string"),
+        F("count", "int32"),
+        F("assignments", "[]CreatePartitionsAssignment", nullable="0+", fields=[
+            F("broker_ids", "[]int32"),
+        ]),
+    ]),
+    F("timeout_ms", "int32"),
+    F("validate_only", "bool"),
+])
+
+CREATE_PARTITIONS_RESPONSE = Message("CreatePartitionsResponse", 37, "0-3", "2+", [
+    F("throttle_time_ms", "int32"),
+    F("results", "[]CreatePartitionsTopicResult", fields=[
+        F("name", "string"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default="null"),
+    ]),
+])
+
+ELECT_LEADERS_REQUEST = Message("ElectLeadersRequest", 43, "0-2", "2+", [
+    F("election_type", "int8", "1+"),
+    F("topic_partitions", "[]TopicPartitions", nullable="0+", fields=[
+        F("topic", "string"),
+        F("partitions", "[]int32"),
+    ]),
+    F("timeout_ms", "int32", default=60000),
+])
+
+ELECT_LEADERS_RESPONSE = Message("ElectLeadersResponse", 43, "0-2", "2+", [
+    F("throttle_time_ms", "int32"),
+    F("error_code", "int16", "1+"),
+    F("replica_election_results", "[]ReplicaElectionResult", fields=[
+        F("topic", "string"),
+        F("partition_result", "[]PartitionResult", fields=[
+            F("partition_id", "int32"),
+            F("error_code", "int16"),
+            F("error_message", "string", nullable="0+"),
         ]),
     ]),
 ])

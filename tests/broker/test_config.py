@@ -85,3 +85,59 @@ def test_cli_and_test_variables_are_not_config(caplog):
                                     "KBROKER_NO_SUCH": "x"})
     assert [r.getMessage() for r in caplog.records] == [
         "environment variable KBROKER_NO_SUCH names no configuration key; ignored"]
+
+
+def test_controller_keys_have_kafkas_defaults():
+    c = KafkaConfig()
+    assert c["broker.heartbeat.interval.ms"] == 2000
+    assert c["broker.session.timeout.ms"] == 9000
+    assert c["unclean.leader.election.enable"] is False
+    assert c["auto.leader.rebalance.enable"] is True
+    assert c["leader.imbalance.check.interval.seconds"] == 300
+    assert c["leader.imbalance.per.broker.percentage"] == 10
+    assert c["metadata.log.max.record.bytes.between.snapshots"] == 20971520
+    assert c["metadata.log.max.snapshot.interval.ms"] == 3600000
+    assert c["offsets.topic.replication.factor"] == 3
+    assert str(c.metadata_log_dir) == "/tmp/kafka-logs"
+    assert str(KafkaConfig({"log.dirs": "/a,/b"}).metadata_log_dir) == "/a"
+    assert str(KafkaConfig({"metadata.log.dir": "/m"}).metadata_log_dir) == "/m"
+
+
+def test_process_roles_and_the_deprecated_controller_mode(caplog):
+    assert KafkaConfig().process_roles == ["broker", "controller"]
+    c = KafkaConfig({"process.roles": "controller", "node.id": "3000"})
+    assert c.process_roles == ["controller"] and c.node_id == 3000
+    c = KafkaConfig({"process.roles": "controller,broker"})
+    assert c.process_roles == ["broker", "controller"] and c["kbroker.controller.mode"] == "embedded"
+    assert KafkaConfig({"process.roles": "broker"})["kbroker.controller.mode"] == "external"
+    with caplog.at_level(logging.WARNING, logger="kbroker.config"):
+        c = KafkaConfig({"kbroker.controller.mode": "external"})
+    assert c.process_roles == ["broker"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "kbroker.controller.mode is deprecated; use process.roles=broker"]
+    for bad in ("", "zookeeper", "broker,broker"):
+        with pytest.raises(ConfigError, match="process.roles"):
+            KafkaConfig({"process.roles": bad})
+    with pytest.raises(ConfigError, match="contradicts"):
+        KafkaConfig({"process.roles": "broker", "kbroker.controller.mode": "embedded"})
+
+
+def test_controller_listeners_are_picked_from_listeners():
+    c = KafkaConfig({"listeners": "PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER"})
+    assert [str(e) for e in c.controller_listeners] == ["CONTROLLER://127.0.0.1:9093"]
+    assert KafkaConfig().controller_listeners == []
+
+
+def test_topic_validation_shared_by_broker_and_controller():
+    from broker.config import validate_topic_configs, validate_topic_name
+
+    assert validate_topic_name("ok.name-1_x") is None
+    for bad in ("", ".", "..", "a" * 250, "sp ace", "é"):
+        assert validate_topic_name(bad) is not None
+    defaults = KafkaConfig().topic_defaults()
+    assert validate_topic_configs({"retention.ms": "1000", "cleanup.policy": "delete"}, defaults) is None
+    assert validate_topic_configs({"no.such": "1"}, defaults) == "Unknown topic config name: no.such"
+    assert "segment.bytes" in validate_topic_configs({"segment.bytes": "1"}, defaults)
+    assert "compression.type" in validate_topic_configs({"compression.type": "gzip"}, defaults)
+    assert validate_topic_configs({"compression.type": "producer"}, defaults) is None
+    assert "unclean" in validate_topic_configs({"unclean.leader.election.enable": "maybe"}, defaults)

@@ -1,0 +1,5 @@
+"""``python -m controller -c controller.properties [--override key=value ...]``: run a controller."""
+
+from controller.server import main
+
+raise SystemExit(main())

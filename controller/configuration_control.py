@@ -1,0 +1,132 @@
+"""ConfigurationControlManager (Kafka's): topic config overrides.
+
+State: {topic name: {key: value}}, changed only by replaying ConfigRecords (a null value
+deletes the key; removing a topic drops its configs). Changes are validated by the rules
+the broker applies (broker.config.validate_topic_configs: known or passively accepted
+keys, values storage.LogConfig accepts) against the full set of overrides they would
+leave, over the broker-level defaults.
+
+Only topic resources are kept; broker resources are refused with INVALID_REQUEST (dynamic
+broker configs are not supported).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from broker.config import LIST_TOPIC_CONFIGS, validate_topic_configs
+from protocol.errors import ErrorCode
+from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
+
+TOPIC = 2
+BROKER = 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+CONFIG_SOURCE_TOPIC = 1
+CONFIG_SOURCE_DEFAULT = 5
+
+
+def config_record(topic: str, name: str, value: str | None) -> ApiMessageAndVersion:
+    return make_record(T.CONFIG, resource_type=TOPIC, resource_name=topic, name=name, value=value)
+
+
+class ConfigurationControlManager:
+    def __init__(self, topic_defaults: Mapping[str, str], unclean_leader_election_default: bool = False) -> None:
+        self.topic_defaults = dict(topic_defaults)
+        self.unclean_leader_election_default = unclean_leader_election_default
+        self.configs: dict[str, dict[str, str]] = {}
+
+    # -- replay ----------------------------------------------------------------------------
+
+    def replay(self, record: ApiMessageAndVersion) -> None:
+        if record.resource_type != TOPIC:
+            return
+        configs = self.configs.setdefault(record.resource_name, {})
+        if record.value is None:
+            configs.pop(record.name, None)
+            if not configs:
+                del self.configs[record.resource_name]
+        else:
+            configs[record.name] = record.value
+
+    def delete_topic_configs(self, topic: str) -> None:
+        self.configs.pop(topic, None)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        return dict(self.configs.get(topic, {}))
+
+    def unclean_leader_election_enabled(self, topic: str) -> bool:
+        value = self.configs.get(topic, {}).get("unclean.leader.election.enable")
+        if value is None:
+            return self.unclean_leader_election_default
+        return value.strip().lower() == "true"
+
+    def validate(self, overrides: Mapping[str, str]) -> str | None:
+        return validate_topic_configs(dict(overrides), self.topic_defaults)
+
+    def describe(self, topic: str, keys=None) -> list[dict]:
+        """DescribeConfigs entries of a topic: every default, overridden where the topic says so."""
+        return self.describe_entries(self.configs.get(topic, {}), keys)
+
+    def describe_entries(self, overrides: Mapping[str, str], keys=None) -> list[dict]:
+        entries = [(k, overrides.get(k, v), CONFIG_SOURCE_TOPIC if k in overrides else CONFIG_SOURCE_DEFAULT)
+                   for k, v in sorted(self.topic_defaults.items())]
+        entries += [(k, v, CONFIG_SOURCE_TOPIC) for k, v in sorted(overrides.items()) if k not in self.topic_defaults]
+        if keys is not None:
+            entries = [e for e in entries if e[0] in set(keys)]
+        return [{"name": k, "value": v, "read_only": False, "config_source": source, "is_default": source != 1,
+                 "is_sensitive": False, "synonyms": []} for k, v, source in entries]
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def creation_records(self, topic: str, configs: Mapping[str, str | None]) -> tuple[int, str | None, list]:
+        """(error, message, records) for a new topic's configs (null values are ignored, as Kafka does)."""
+        clean = {k: v for k, v in configs.items() if v is not None}
+        problem = self.validate(clean)
+        if problem is not None:
+            return ErrorCode.INVALID_CONFIG, problem, []
+        return ErrorCode.NONE, None, [config_record(topic, k, v) for k, v in sorted(clean.items())]
+
+    def incremental_alter(self, topic: str, ops) -> tuple[int, str | None, list]:
+        """IncrementalAlterConfigs on one topic: ``ops`` are (name, operation, value)."""
+        current = dict(self.configs.get(topic, {}))
+        new = dict(current)
+        for name, operation, value in ops:
+            if operation == SET:
+                if value is None:
+                    return ErrorCode.INVALID_CONFIG, f"Null value not supported for: {name}", []
+                new[name] = value
+            elif operation == DELETE:
+                new.pop(name, None)
+            elif operation in (APPEND, SUBTRACT):
+                if name not in LIST_TOPIC_CONFIGS:
+                    return ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {name}", []
+                base = new.get(name, self.topic_defaults.get(name, ""))
+                items = [x for x in base.split(",") if x.strip()]
+                given = [x for x in (value or "").split(",") if x.strip()]
+                if operation == APPEND:
+                    items += [x for x in given if x not in items]
+                else:
+                    items = [x for x in items if x not in given]
+                new[name] = ",".join(items)
+            else:
+                return ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation} for {name}", []
+        return self._records_for(topic, current, new)
+
+    def legacy_alter(self, topic: str, configs: Mapping[str, str | None]) -> tuple[int, str | None, list]:
+        """AlterConfigs: the topic's overrides become exactly ``configs``."""
+        current = dict(self.configs.get(topic, {}))
+        new = {k: v for k, v in configs.items() if v is not None}
+        return self._records_for(topic, current, new)
+
+    def _records_for(self, topic: str, current: dict, new: dict) -> tuple[int, str | None, list]:
+        problem = self.validate(new)
+        if problem is not None:
+            return ErrorCode.INVALID_CONFIG, problem, []
+        records = [config_record(topic, k, v) for k, v in sorted(new.items()) if current.get(k) != v]
+        records += [config_record(topic, k, None) for k in sorted(current) if k not in new]
+        return ErrorCode.NONE, None, records
+
+    def snapshot_records(self) -> list[ApiMessageAndVersion]:
+        return [config_record(topic, k, v) for topic in sorted(self.configs) for k, v in sorted(self.configs[topic].items())]

@@ -1,0 +1,175 @@
+"""Partition state and every change to it: PartitionRegistration and PartitionChangeBuilder.
+
+``PartitionRegistration`` is a partition as the controller knows it (Kafka's
+org.apache.kafka.metadata.PartitionRegistration); ``merge`` applies a PartitionChangeRecord
+the way replay does: a record that names a leader (even the same one) bumps the leader
+epoch, and every record bumps the partition epoch.
+
+``PartitionChangeBuilder`` (Kafka's) is the one place leaders and ISRs are decided. It is
+pure: the current partition, a target ISR, an election type and a predicate saying which
+brokers may lead (registered, unfenced, not shutting down) go in; one PartitionChangeRecord,
+or None when nothing changes, comes out. The rules:
+
+* The current leader stays while it is in the target ISR and may lead.
+* Otherwise the new leader is the first replica (in replica order) that is in the target
+  ISR and may lead (ONLINE). PREFERRED first tries replicas[0], then the current leader,
+  then the other replicas, all from the target ISR.
+* With no such replica the partition goes offline (leader -1) and nothing is elected,
+  unless the election is UNCLEAN: then the first replica that may lead, ISR or not,
+  becomes leader with ISR [it] and leader recovery state RECOVERING (records written
+  before it may be lost; the caller logs that).
+* The ISR never becomes empty: a target ISR that is empty (the last member fenced or
+  shutting down) leaves the ISR as it is, and the partition leaderless.
+
+``initial_registration`` is creation: ISR = the replicas that may lead, leader = the first
+of them.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType, make_record
+
+NO_LEADER = -1
+NO_LEADER_CHANGE = -2
+RECOVERED = 0
+RECOVERING = 1
+NO_RECOVERY_STATE_CHANGE = -1
+
+
+class Election(enum.Enum):
+    PREFERRED = "preferred"
+    ONLINE = "online"
+    UNCLEAN = "unclean"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    leader_recovery_state: int = RECOVERED
+
+    @classmethod
+    def from_record(cls, record: ApiMessageAndVersion) -> "PartitionRegistration":
+        return cls(tuple(record.replicas), tuple(record.isr), record.leader, record.leader_epoch, record.partition_epoch,
+                   record.leader_recovery_state)
+
+    def to_record(self, topic_id: uuid.UUID, partition_id: int) -> ApiMessageAndVersion:
+        return make_record(MetadataRecordType.PARTITION, partition_id=partition_id, topic_id=topic_id,
+                           replicas=list(self.replicas), isr=list(self.isr), leader=self.leader,
+                           leader_recovery_state=self.leader_recovery_state, leader_epoch=self.leader_epoch,
+                           partition_epoch=self.partition_epoch)
+
+    def merge(self, record: ApiMessageAndVersion) -> "PartitionRegistration":
+        """This partition after a PartitionChangeRecord (replay)."""
+        changes: dict = {"partition_epoch": self.partition_epoch + 1}
+        if record.isr is not None:
+            changes["isr"] = tuple(record.isr)
+        if record.replicas is not None:
+            changes["replicas"] = tuple(record.replicas)
+        if record.leader != NO_LEADER_CHANGE:
+            changes["leader"] = record.leader
+            changes["leader_epoch"] = self.leader_epoch + 1
+        if record.leader_recovery_state != NO_RECOVERY_STATE_CHANGE:
+            changes["leader_recovery_state"] = record.leader_recovery_state
+        return replace(self, **changes)
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader >= 0
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    def has_preferred_leader(self) -> bool:
+        return self.leader == self.preferred_leader
+
+
+def initial_registration(replicas: Sequence[int], may_lead: Callable[[int], bool]) -> PartitionRegistration | None:
+    """A new partition on ``replicas``: ISR = the replicas that may lead (in replica order),
+    leader = the first of them. None when no replica may lead."""
+    isr = tuple(r for r in replicas if may_lead(r))
+    if not isr:
+        return None
+    return PartitionRegistration(tuple(replicas), isr, isr[0], 0, 0, RECOVERED)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionResult:
+    leader: int
+    unclean: bool
+
+
+class PartitionChangeBuilder:
+    def __init__(self, partition: PartitionRegistration, topic_id: uuid.UUID, partition_id: int,
+                 may_lead: Callable[[int], bool], election: Election = Election.ONLINE) -> None:
+        self.partition = partition
+        self.topic_id = topic_id
+        self.partition_id = partition_id
+        self.may_lead = may_lead
+        self.election = election
+        self.target_isr: list[int] = list(partition.isr)
+        self.target_leader_recovery_state = partition.leader_recovery_state
+        self.unclean = False  # whether build() elected a leader from outside the ISR
+
+    def set_target_isr(self, isr: Sequence[int]) -> "PartitionChangeBuilder":
+        self.target_isr = list(isr)
+        return self
+
+    def set_election(self, election: Election) -> "PartitionChangeBuilder":
+        self.election = election
+        return self
+
+    def set_target_leader_recovery_state(self, state: int) -> "PartitionChangeBuilder":
+        self.target_leader_recovery_state = state
+        return self
+
+    def _valid_new_leader(self, replica: int) -> bool:
+        return replica in self.target_isr and self.may_lead(replica)
+
+    def elect_leader(self) -> ElectionResult:
+        replicas = self.partition.replicas
+        current = self.partition.leader
+        if self.election is Election.PREFERRED:
+            candidates = [replicas[0], current, *replicas[1:]] if replicas else [current]
+        else:
+            candidates = [current, *replicas]
+        for candidate in candidates:
+            if candidate >= 0 and self._valid_new_leader(candidate):
+                return ElectionResult(candidate, False)
+        if self.election is Election.UNCLEAN:
+            for candidate in replicas:
+                if self.may_lead(candidate):
+                    return ElectionResult(candidate, True)
+        return ElectionResult(NO_LEADER, False)
+
+    def build(self) -> ApiMessageAndVersion | None:
+        partition = self.partition
+        fields: dict = {}
+        result = self.elect_leader()
+        if result.leader != partition.leader:
+            fields["leader"] = result.leader
+            if result.unclean:
+                # Unclean: the ISR is forced to the new leader alone; records only the old ISR had
+                # may be lost, and the leader recovers before the ISR may grow again.
+                fields["isr"] = [result.leader]
+                if partition.leader_recovery_state != RECOVERING:
+                    fields["leader_recovery_state"] = RECOVERING
+        self.unclean = result.unclean
+        if "isr" not in fields and self.target_isr and self.target_isr != list(partition.isr):
+            fields["isr"] = list(self.target_isr)
+        if ("leader_recovery_state" not in fields and not result.unclean
+                and self.target_leader_recovery_state != partition.leader_recovery_state):
+            fields["leader_recovery_state"] = self.target_leader_recovery_state
+        if not fields:
+            return None
+        return make_record(MetadataRecordType.PARTITION_CHANGE, partition_id=self.partition_id, topic_id=self.topic_id,
+                           **fields)

@@ -1,0 +1,204 @@
+"""ControllerServer: the controller process (``python -m controller -c controller.properties``).
+
+Configuration is the broker's machinery and Kafka's keys: ``process.roles`` must include
+``controller``; ``node.id`` names it; it listens on the ``listeners`` named by
+``controller.listener.names`` (e.g. ``CONTROLLER://127.0.0.1:9093``); its metadata log lives
+in ``metadata.log.dir`` (default: the first of ``log.dirs``), a directory it locks
+(``.metadata.lock``, a name of its own so that a combined broker,controller process can
+hold the broker's ``.lock`` in the same directory too) and identifies by
+``meta.properties`` (node.id, and the cluster.id generated on first start).
+
+Startup: lock, load the metadata (snapshot + log), claim an epoch, send every registered
+broker its full state, then listen. Shutdown (SIGTERM/SIGINT): stop listening, let
+in-flight requests finish (bounded by kbroker.shutdown.timeout.ms), stop the controller,
+close the channels and the log. A failed fsync stops the process with exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import logging
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+from broker.config import ConfigError, KafkaConfig, read_properties
+from broker.network import SocketServer
+from protocol.client import DEFAULT_NETWORK, Network
+from protocol.client import SYSTEM_TIME
+from protocol.clock import Time
+from storage.checkpoint import write_atomically
+
+from .channel_manager import ControllerChannelManager
+from .controller_apis import ControllerApis
+from .metadata_store import LocalMetadataStore, MetadataStoreError
+from .quorum_controller import QuorumController, QuorumControllerConfig
+
+log = logging.getLogger("kbroker.controller.server")
+
+META_PROPERTIES = "meta.properties"
+
+
+def new_cluster_id() -> str:
+    """Kafka's format: a random UUID in URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def check_controller_config(config: KafkaConfig) -> None:
+    if "controller" not in config.process_roles:
+        raise ConfigError(f"process.roles={','.join(config.process_roles)} does not include controller")
+    if config.node_id is None or config.node_id < 0:
+        raise ConfigError("node.id: a controller needs a node id (0 or more)")
+    names = config["controller.listener.names"]
+    if not names:
+        raise ConfigError("controller.listener.names: a controller needs at least one listener name")
+    known = {ep.listener_name for ep in config.listeners}
+    missing = [n for n in names if n.upper() not in known]
+    if missing:
+        raise ConfigError(f"controller.listener.names: {', '.join(missing)} not in listeners "
+                          f"({', '.join(str(e) for e in config.listeners)})")
+
+
+class ControllerServer:
+    def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK) -> None:
+        check_controller_config(config)
+        self.config = config
+        self.time = time
+        self.network = network
+        self.node_id = config.node_id
+        self.cluster_id: str | None = None
+        self.store: LocalMetadataStore | None = None
+        self.channel: ControllerChannelManager | None = None
+        self.controller: QuorumController | None = None
+        self.apis: ControllerApis | None = None
+        self.socket_server: SocketServer | None = None
+        self.bound_ports: dict[str, int] = {}
+        self.failure: BaseException | None = None
+        self.stopped = asyncio.Event()
+        self.started = False
+
+    async def startup(self) -> None:
+        cfg = self.config
+        directory = cfg.metadata_log_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        self.store = LocalMetadataStore(directory, self.time, segment_bytes=cfg["metadata.log.segment.bytes"],
+                                        segment_ms=cfg["metadata.log.segment.ms"], lock_name=".metadata.lock")
+        try:
+            self.store.acquire_lock()
+            self.cluster_id = self._load_meta_properties(directory)
+            self.channel = ControllerChannelManager(self.node_id, time=self.time, network=self.network,
+                                                    request_timeout_ms=cfg["controller.socket.timeout.ms"])
+            self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
+                                               self.store, time=self.time, channel=self.channel,
+                                               on_fatal=self._on_fatal)
+            await self.controller.start()
+            self.apis = ControllerApis(self.controller)
+            self.socket_server = SocketServer(
+                self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
+                send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"])
+            for ep in cfg.controller_listeners:
+                port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
+                self.bound_ports[ep.listener_name] = port
+                log.info("listening on %s://%s:%d", ep.listener_name, ep.host or "0.0.0.0", port)
+        except BaseException:
+            await self._close()
+            raise
+        self.started = True
+        log.info("controller %d started (cluster %s, epoch %d, metadata in %s)", self.node_id, self.cluster_id,
+                 self.controller.epoch, directory)
+
+    def _load_meta_properties(self, directory: Path) -> str:
+        """The cluster id from meta.properties (written on first start). A node.id (or the
+        broker.id a combined broker writes there) other than ours means the directory is
+        another node's: refuse it."""
+        path = directory / META_PROPERTIES
+        props = read_properties(path) if path.exists() else {}
+        stored = props.get("node.id", props.get("broker.id"))
+        if stored is not None and int(stored) != self.node_id:
+            raise ConfigError(f"node.id: configured {self.node_id} but {path} belongs to node {stored}")
+        cluster_id = props.get("cluster.id") or new_cluster_id()
+        if props.get("cluster.id") != cluster_id or stored is None:
+            text = f"#kbroker meta.properties\nversion=1\nnode.id={self.node_id}\ncluster.id={cluster_id}\n"
+            write_atomically(path, text.encode())
+        return cluster_id
+
+    def _on_fatal(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.stopped.set()
+
+    def bound_port(self, listener_name: str | None = None) -> int:
+        if listener_name is None:
+            return next(iter(self.bound_ports.values()))
+        return self.bound_ports[listener_name]
+
+    async def shutdown(self) -> None:
+        if self.started:
+            log.info("controller %d shutting down", self.node_id)
+        self.started = False
+        if self.socket_server is not None:
+            self.socket_server.stop_accepting()
+            timeout_s = self.config["kbroker.shutdown.timeout.ms"] / 1000
+            if not await self.socket_server.wait_for_inflight(timeout_s):
+                log.warning("shutdown: requests still in flight after %.1fs; closing their connections", timeout_s)
+        await self._close()
+        log.info("controller %d shut down%s", self.node_id, "" if self.failure is None else " after a failure")
+
+    async def _close(self) -> None:
+        if self.socket_server is not None:
+            self.socket_server.close_all()
+            self.socket_server = None
+        if self.controller is not None:
+            await self.controller.stop()
+        if self.channel is not None:
+            await self.channel.close()
+        if self.store is not None:
+            try:
+                self.store.close()
+            except (OSError, MetadataStoreError) as exc:
+                log.error("closing the metadata log failed: %s", exc)
+            self.store = None
+
+
+async def serve(config: KafkaConfig) -> int:
+    """Run a controller until SIGTERM or SIGINT (exit 0) or a fatal error (exit 1)."""
+    server = ControllerServer(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.stopped.set)
+    try:
+        await server.startup()
+        await server.stopped.wait()
+        if server.failure is None:
+            log.info("signal received, shutting down")
+    finally:
+        await server.shutdown()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 0 if server.failure is None else 1
+
+
+def run(config_path: str | None, overrides=(), log_level: str = "INFO") -> int:
+    """What ``kbroker controller`` calls: load the configuration, log like the broker, run on uvloop."""
+    import uvloop
+
+    logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = KafkaConfig.load(config_path, overrides)
+        check_controller_config(config)
+        return uvloop.run(serve(config))
+    except (ConfigError, MetadataStoreError) as exc:
+        print(f"kbroker controller: {exc}", file=sys.stderr)
+        return 2
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controller", description="Run a kbroker controller.")
+    parser.add_argument("-c", "--config", help="a controller.properties file (Kafka's keys)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a configuration key (repeatable; wins over the file and the environment)")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    args = parser.parse_args(argv)
+    return run(args.config, args.override, args.log_level)

@@ -1,0 +1,274 @@
+"""LocalMetadataStore: the metadata log on a storage.Log, snapshots, torn tails, group commit,
+and a kill -9 of a process writing records."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from controller.metadata_store import (LOG_DIR_NAME, LocalMetadataStore, MetadataStoreError, encode_batches,
+                                       snapshot_file_name)
+from protocol.clock import MockTime
+from protocol.messages.metadata_records import MetadataRecordType as T, make_record
+from protocol.records import iter_batch_headers
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def topic(name: str):
+    return make_record(T.TOPIC, name=name, topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, name))
+
+
+def config(i: int):
+    return make_record(T.CONFIG, resource_type=2, resource_name="t", name="retention.ms", value=str(i))
+
+
+async def open_store(path, **kw):
+    store = LocalMetadataStore(path, MockTime(), **kw)
+    loaded = await store.load()
+    return store, loaded
+
+
+def log_files(path: Path) -> list[Path]:
+    return sorted((path / LOG_DIR_NAME).glob("*.log"))
+
+
+async def test_empty_store_then_append_and_reload(tmp_path):
+    store, loaded = await open_store(tmp_path)
+    assert (loaded.snapshot_records, loaded.log_records, loaded.last_epoch, loaded.end_offset) == ([], [], -1, 0)
+    epoch = await store.claim_epoch()
+    assert epoch == 0
+    first = store.append([topic("a"), topic("b")], epoch)
+    second = store.append([config(1)], epoch)
+    assert (first, second) == (2, 3)  # offset 0 is the epoch's NoOpRecord
+    assert await store.wait_durable(second) == second
+    store.close()
+
+    store, loaded = await open_store(tmp_path)
+    assert [o for o, _ in loaded.log_records] == [0, 1, 2, 3]
+    assert [r for _, r in loaded.log_records] == [make_record(T.NO_OP), topic("a"), topic("b"), config(1)]
+    assert loaded.last_epoch == 0 and loaded.end_offset == 4
+    assert await store.claim_epoch() == 1
+    store.close()
+    # Each batch's partition leader epoch is the controller epoch that wrote it.
+    data = log_files(tmp_path)[0].read_bytes()
+    assert [h.partition_leader_epoch for _p, h in iter_batch_headers(data)] == [0, 0, 0, 1]
+
+
+async def test_epochs_only_grow(tmp_path):
+    store, _ = await open_store(tmp_path)
+    epoch = await store.claim_epoch()
+    store.append([config(1)], epoch + 3)
+    with pytest.raises(ValueError, match="older"):
+        store.append([config(2)], epoch)
+    store.close()
+    store, loaded = await open_store(tmp_path)
+    assert loaded.last_epoch == 3
+    assert await store.claim_epoch() == 4
+    store.close()
+
+
+async def test_torn_tail_is_cut_and_appends_continue(tmp_path):
+    store, _ = await open_store(tmp_path)
+    epoch = await store.claim_epoch()
+    for i in range(5):
+        last = store.append([config(i)], epoch)
+    await store.wait_durable(last)
+    store.close()
+    path = log_files(tmp_path)[-1]
+    data = path.read_bytes()
+    ends = [pos + h.size for pos, h in iter_batch_headers(data)]
+    # Half of the last batch made it to disk, then garbage.
+    torn = ends[-2] + (ends[-1] - ends[-2]) // 2
+    path.write_bytes(data[:torn] + b"\x07" * 9)
+
+    store, loaded = await open_store(tmp_path)
+    assert [r for _, r in loaded.log_records][1:] == [config(i) for i in range(4)]
+    assert loaded.end_offset == 5
+    assert store.append([config(99)], epoch) == 5
+    store.close()
+    store, loaded = await open_store(tmp_path)
+    assert loaded.log_records[-1] == (5, config(99))
+    store.close()
+
+
+async def test_a_last_batch_with_a_bad_crc_is_cut(tmp_path):
+    store, _ = await open_store(tmp_path)
+    epoch = await store.claim_epoch()
+    for i in range(3):
+        last = store.append([config(i)], epoch)
+    await store.wait_durable(last)
+    store.close()
+    path = log_files(tmp_path)[-1]
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0x01  # inside the last record's value: the batch CRC no longer matches
+    path.write_bytes(bytes(data))
+    store, loaded = await open_store(tmp_path)
+    assert [r for _, r in loaded.log_records][1:] == [config(0), config(1)]
+    assert loaded.end_offset == 3
+    store.close()
+
+
+async def test_snapshot_plus_tail_and_old_segments_deleted(tmp_path):
+    store, _ = await open_store(tmp_path, segment_bytes=300)
+    epoch = await store.claim_epoch()
+    for i in range(10):
+        last = store.append([config(i)], epoch)
+    await store.wait_durable(last)
+    segments_before = len(log_files(tmp_path))
+    assert segments_before > 3
+    await store.snapshot([topic("snap-1")], store.end_offset, epoch)
+    for i in range(10, 15):
+        last = store.append([config(i)], epoch)
+    await store.wait_durable(last)
+    second = store.end_offset
+    await store.snapshot([topic("snap-2")], second, epoch)
+    assert store.snapshot_offsets() == [11, second]
+    # Segments wholly below the older snapshot kept are gone; the rest stay.
+    remaining = [int(p.stem) for p in log_files(tmp_path)]
+    assert len(remaining) < segments_before and remaining[0] <= 11
+    last = store.append([config(15)], epoch)
+    await store.wait_durable(last)
+    store.close()
+
+    store, loaded = await open_store(tmp_path)
+    assert loaded.snapshot_offset == second and loaded.snapshot_records == [topic("snap-2")]
+    assert loaded.log_records == [(second, config(15))]
+    store.close()
+
+
+async def test_a_damaged_newest_snapshot_falls_back_to_the_older_one(tmp_path):
+    store, _ = await open_store(tmp_path, segment_bytes=300)
+    epoch = await store.claim_epoch()
+    store.append([config(0)], epoch)
+    await store.wait_durable(store.end_offset - 1)
+    older = store.end_offset
+    await store.snapshot([topic("older")], older, epoch)
+    for i in range(1, 6):
+        store.append([config(i)], epoch)
+    await store.wait_durable(store.end_offset - 1)
+    newest = store.end_offset
+    await store.snapshot([topic("newest")], newest, epoch)
+    store.close()
+    path = tmp_path / snapshot_file_name(newest)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+    store, loaded = await open_store(tmp_path)
+    assert loaded.snapshot_offset == older and loaded.snapshot_records == [topic("older")]
+    assert [r for _, r in loaded.log_records] == [config(i) for i in range(1, 6)]
+    store.close()
+
+
+async def test_a_snapshot_newer_than_the_log_restarts_the_log_there(tmp_path):
+    store, _ = await open_store(tmp_path)
+    epoch = await store.claim_epoch()
+    store.append([config(0)], epoch)
+    await store.wait_durable(1)
+    await store.snapshot([topic("s")], 2, epoch)
+    store.close()
+    for p in (tmp_path / LOG_DIR_NAME).iterdir():
+        p.unlink()
+    store, loaded = await open_store(tmp_path)
+    assert (loaded.snapshot_offset, loaded.end_offset, loaded.last_epoch) == (2, 2, 0)
+    assert store.append([config(1)], 1) == 2
+    store.close()
+
+
+async def test_group_commit_resolves_after_the_fsync_and_a_failed_fsync_is_fatal(tmp_path, monkeypatch):
+    store, _ = await open_store(tmp_path)
+    epoch = await store.claim_epoch()
+    offsets = [store.append([config(i)], epoch) for i in range(20)]
+    assert store.durable_end_offset == 1
+    futures = [store.wait_durable(o) for o in offsets]
+    assert not any(f.done() for f in futures)
+    assert [await f for f in futures] == offsets
+    assert store.durable_end_offset == 21
+
+    def broken_fsync(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    offset = store.append([config(99)], epoch)
+    with pytest.raises(MetadataStoreError, match="fsync failed"):
+        await store.wait_durable(offset)
+    with pytest.raises(MetadataStoreError):
+        store.append([config(100)], epoch)
+    monkeypatch.undo()
+    store.close()
+
+
+async def test_the_directory_is_locked(tmp_path):
+    store, _ = await open_store(tmp_path)
+    with pytest.raises(MetadataStoreError, match="in use"):
+        await LocalMetadataStore(tmp_path, MockTime()).load()
+    store.close()
+    other, _ = await open_store(tmp_path)
+    other.close()
+
+
+def test_snapshot_batches_round_trip():
+    from controller.metadata_store import decode_batches
+
+    records = [config(i) for i in range(5)]
+    data = encode_batches(records, 7, 0, per_batch=2)
+    items, used = decode_batches(data, what="x")
+    assert used == len(data) and [r for _o, _e, r in items] == records
+    assert {e for _o, e, _r in items} == {7} and [o for o, _e, _r in items] == list(range(5))
+    with pytest.raises(MetadataStoreError, match="bad batch"):
+        decode_batches(data[:-1], what="x")
+
+
+WRITER = textwrap.dedent("""
+    import asyncio, sys
+    from controller.metadata_store import LocalMetadataStore
+    from protocol.client import SystemTime
+    from protocol.messages.metadata_records import MetadataRecordType as T, make_record
+
+    async def main(path):
+        store = LocalMetadataStore(path, SystemTime(), segment_bytes=4096)
+        await store.load()
+        epoch = await store.claim_epoch()
+        i = 0
+        while True:
+            offsets = []
+            for _ in range(7):  # several appends share one fsync
+                rec = make_record(T.CONFIG, resource_type=2, resource_name="t", name="n", value=str(i))
+                offsets.append((store.append([rec], epoch), i))
+                i += 1
+            for offset, value in offsets:
+                await store.wait_durable(offset)
+                print(offset, value, flush=True)
+
+    asyncio.run(main(sys.argv[1]))
+""")
+
+
+async def test_kill_9_keeps_every_record_whose_append_was_acknowledged(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, cwd=REPO,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), text=True)
+    acknowledged = []
+    try:
+        for line in proc.stdout:
+            acknowledged.append(tuple(int(x) for x in line.split()))
+            if len(acknowledged) >= 400:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert len(acknowledged) >= 400, "the writer died early"
+    store, loaded = await open_store(tmp_path)
+    on_disk = {offset: record for offset, record in loaded.log_records}
+    for offset, value in acknowledged:
+        assert on_disk[offset].value == str(value), offset
+    # Everything after the acknowledged prefix that survived is whole records too, in order.
+    assert sorted(on_disk) == list(range(len(on_disk)))
+    store.close()
