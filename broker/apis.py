@@ -21,9 +21,10 @@ from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
+from .fetch_params import FetchParams
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .partition import LeaderAndIsrState
-from .replica_manager import FetchParams, is_internal_topic
+from .replica_manager import is_internal_topic
 
 if TYPE_CHECKING:
     from .network import RequestContext

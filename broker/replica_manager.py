@@ -21,7 +21,8 @@ from protocol.hotpath import FetchPartitionData
 
 from .delayed_fetch import DelayedFetch
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
-from .partition import (FETCH_HIGH_WATERMARK, FETCH_LOG_END, FETCH_TXN_COMMITTED, LeaderAndIsrState, Partition)
+from .fetch_params import FetchParams
+from .partition import FETCH_LOG_END, FETCH_TXN_COMMITTED, LeaderAndIsrState, Partition
 from .purgatory import DelayedOperationPurgatory
 
 if TYPE_CHECKING:
@@ -36,27 +37,6 @@ _VALID_ACKS = (-1, 0, 1)
 # idempotent producers and leadership changes are the client's business).
 _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
                                    ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
-
-
-class FetchParams:
-    __slots__ = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation", "require_leader")
-
-    def __init__(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int) -> None:
-        self.replica_id = replica_id
-        self.max_wait_ms = max_wait_ms
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        if replica_id >= 0:
-            self.isolation = FETCH_LOG_END
-        elif isolation_level == 1:
-            self.isolation = FETCH_TXN_COMMITTED
-        else:
-            self.isolation = FETCH_HIGH_WATERMARK
-        self.require_leader = True  # no fetch-from-follower (KIP-392) yet
-
-    @property
-    def is_follower(self) -> bool:
-        return self.replica_id >= 0
 
 
 def is_internal_topic(topic: str) -> bool:
