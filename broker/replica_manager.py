@@ -28,6 +28,7 @@ from .purgatory import DelayedOperationPurgatory
 if TYPE_CHECKING:
     from storage import LogConfig, LogManager
 
+    from .fetcher import ReplicaFetcherManager
     from .metadata_cache import MetadataCache
 
 log = logging.getLogger("kbroker.replica_manager")
@@ -45,7 +46,8 @@ def is_internal_topic(topic: str) -> bool:
 
 class ReplicaManager:
     def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
-                 log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000) -> None:
+                 log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000,
+                 fetcher_manager: "ReplicaFetcherManager | None" = None) -> None:
         self.broker_id = broker_id
         self.time = time
         self.log_manager = log_manager
@@ -56,7 +58,7 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", time)
         self.controller_epoch = 0
-        self.fetcher_manager = None  # ReplicaFetcherManager, set by the server when replication runs
+        self.fetcher_manager = fetcher_manager  # None: nothing is followed (unit tests)
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
 
     # -- partitions ------------------------------------------------------------------------
