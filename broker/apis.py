@@ -6,10 +6,10 @@ plane's LeaderAndIsr / StopReplica), the metadata cache (Metadata, UpdateMetadat
 ``ConfigRepository`` (DescribeConfigs), the producer id manager (InitProducerId) and the
 name of the listener other brokers connect to.
 
-Produce and Fetch use the hand-written codecs of protocol/hotpath.py; every other API is
-decoded and encoded with its construct schema (protocol/messages). A handler answers
-through ``ctx.send_response`` now or later (delayed operations), or ``send_no_response``
-(acks=0). An error for one partition goes into that partition's slot; a body that does not
+Produce and Fetch, the busiest APIs, use protocol's hand-written codecs for them; every
+other API is decoded and encoded with its construct schema (protocol/messages). A handler
+answers through ``ctx.send_response`` now or later (delayed operations), or
+``send_no_response`` (acks=0). An error for one partition goes into that partition's slot; a body that does not
 decode closes the connection with one log line (there is no response to put an error in).
 """
 

@@ -5,9 +5,9 @@ Per connection:
 * ``data_received`` feeds the ``Framer``; a size over socket.request.max.bytes closes the
   connection before anything is allocated for it.
 * Each frame's header is parsed (hand-written codec) and the request handed to the
-  dispatcher (``KafkaApis`` in the broker) with a ``RequestContext``. Requests are processed as they arrive —
-  so appends to a partition happen in request order — and may finish later (a Fetch
-  long-poll, an acks=-1 Produce).
+  dispatcher (``KafkaApis`` in the broker) with a ``RequestContext``. Requests are
+  processed as they arrive — so appends to a partition happen in request order — and may
+  finish later (a Fetch long-poll, an acks=-1 Produce).
 * Responses go out strictly in request order: each request takes a slot in a deque, and
   the head of the deque is written as soon as its response is ready. A request that needs
   no response (acks=0 Produce) frees its slot without writing.

@@ -1,6 +1,6 @@
 """ReplicaManager: the partitions this broker hosts, and the produce / fetch paths over them.
 
-append_records (the seeds' appendRecords): check acks, append to each partition's leader
+append_records (Kafka's appendRecords): check acks, append to each partition's leader
 log, and either answer now or park a DelayedProduce until the high watermark passes the
 writes (acks=-1). fetch_messages: read each partition (consumers up to the HW, followers up
 to the LEO, followers' fetches moving the HW), answer now when there is enough, or park a
