@@ -1,9 +1,15 @@
 """KafkaApis: dispatch by API key, decode, call ReplicaManager / the controller side, encode.
 
-Produce and Fetch use the hand-written codecs of protocol/fast_codecs.py; every other API is
-decoded and encoded with its construct schema (protocol/messages). A handler answers
-through ``ctx.send_response`` now or later (delayed operations), or ``send_no_response``
-(acks=0). An error for one partition goes into that partition's slot; a body that does not
+Its collaborators are handed to it: the ReplicaManager (produce, fetch, offsets, the control
+plane's LeaderAndIsr / StopReplica), the metadata cache (Metadata, UpdateMetadata), a
+``TopicAdmin`` (CreateTopics, DeleteTopics, auto-creation: the controller's business), the
+``ConfigRepository`` (DescribeConfigs), the producer id manager (InitProducerId) and the
+name of the listener other brokers connect to.
+
+Produce and Fetch, the busiest APIs, use the hand-written codecs of protocol/fast_codecs.py; every
+other API is decoded and encoded with its construct schema (protocol/messages). A handler
+answers through ``ctx.send_response`` now or later (delayed operations), or
+``send_no_response`` (acks=0). An error for one partition goes into that partition's slot; a body that does not
 decode closes the connection with one log line (there is no response to put an error in).
 """
 
@@ -21,13 +27,20 @@ from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
+from .fetch_params import FetchParams
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .partition import LeaderAndIsrState
-from .replica_manager import FetchParams, is_internal_topic
+from .replica_manager import is_internal_topic
+
+from .topic_admin import NewTopic
 
 if TYPE_CHECKING:
+    from .config_repository import ConfigRepository
+    from .metadata_cache import MetadataCache
     from .network import RequestContext
-    from .server import KafkaServer
+    from .producer_ids import ProducerIdManager
+    from .replica_manager import ReplicaManager
+    from .topic_admin import TopicAdmin, TopicResult
 
 log = logging.getLogger("kbroker.apis")
 
@@ -41,11 +54,15 @@ def frame_response(api_key: int, version: int, correlation_id: int, body: bytes)
 
 
 class KafkaApis:
-    def __init__(self, server: "KafkaServer") -> None:
-        self.server = server
-        self.config = server.config
-        self.replica_manager = server.replica_manager
-        self.metadata_cache = server.metadata_cache
+    def __init__(self, *, replica_manager: "ReplicaManager", metadata_cache: "MetadataCache", topic_admin: "TopicAdmin",
+                 config_repository: "ConfigRepository", producer_ids: "ProducerIdManager",
+                 inter_broker_listener: str) -> None:
+        self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
+        self.topic_admin = topic_admin
+        self.config_repository = config_repository
+        self.producer_ids = producer_ids
+        self.inter_broker_listener = inter_broker_listener
         self.authorizer = AllowAllAuthorizer()
         self.handlers: dict[int, Callable[["RequestContext"], None]] = {
             ApiKey.PRODUCE: self.handle_produce_request,
@@ -198,7 +215,7 @@ class KafkaApis:
             if name is None:
                 continue
             if explicit and not cache.contains_topic(name):
-                code = self.server.maybe_auto_create_topic(name, allow_auto)
+                code = self.topic_admin.maybe_auto_create_topic(name, allow_auto)
                 if code != ErrorCode.NONE:
                     topics.append({"error_code": code, "name": name, "is_internal": False, "partitions": []})
                     continue
@@ -264,7 +281,8 @@ class KafkaApis:
     def handle_create_topics_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.CREATE_TOPICS]
         req = self.parse(ctx, api)
-        results = []
+        results: list[dict | None] = []
+        to_create: list[tuple[int, NewTopic]] = []  # (slot in results, topic) for the topic admin
         seen: set[str] = set()
         for t in req.topics:
             if t.name in seen:
@@ -277,22 +295,35 @@ class KafkaApis:
                 continue
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             configs = {c.name: c.value for c in t.configs}
-            code, message = self.server.create_topic(t.name, t.num_partitions, t.replication_factor, assignments,
-                                                     configs, validate_only=req.validate_only)
-            results.append({"name": t.name, "error_code": code, "error_message": message})
-        self.send(ctx, api, {"topics": results})
+            to_create.append((len(results), NewTopic(t.name, t.num_partitions, t.replication_factor, assignments,
+                                                     configs)))
+            results.append(None)
+
+        def respond(outcomes: list["TopicResult"]) -> None:
+            for (slot, topic), (code, message) in zip(to_create, outcomes):
+                results[slot] = {"name": topic.name, "error_code": code, "error_message": message}
+            self.send(ctx, api, {"topics": results})
+
+        self.topic_admin.create_topics([topic for _, topic in to_create], req.validate_only, respond)
 
     def handle_delete_topics_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.DELETE_TOPICS]
         req = self.parse(ctx, api)
-        results = []
+        results: list[dict | None] = []
+        to_delete: list[tuple[int, str]] = []  # (slot in results, name) for the topic admin
         for name in req.topic_names:
             if not self.authorize(ctx, Operation.DELETE, ResourceType.TOPIC, name):
-                code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
-            else:
-                code, message = self.server.delete_topic(name)
-            results.append({"name": name, "error_code": code, "error_message": message})
-        self.send(ctx, api, {"responses": results})
+                results.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "error_message": None})
+                continue
+            to_delete.append((len(results), name))
+            results.append(None)
+
+        def respond(outcomes: list["TopicResult"]) -> None:
+            for (slot, name), (code, message) in zip(to_delete, outcomes):
+                results[slot] = {"name": name, "error_code": code, "error_message": message}
+            self.send(ctx, api, {"responses": results})
+
+        self.topic_admin.delete_topics([name for _, name in to_delete], respond)
 
     def handle_describe_configs_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.DESCRIBE_CONFIGS]
@@ -300,7 +331,7 @@ class KafkaApis:
         results = []
         for res in req.resources:
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
-            code, message, entries = self.server.describe_configs(res.resource_type, res.resource_name)
+            code, message, entries = self.config_repository.describe_configs(res.resource_type, res.resource_name)
             configs = [{"name": name, "value": value, "read_only": read_only, "config_source": source,
                         "is_default": source == 5, "is_sensitive": False, "synonyms": []}
                        for name, value, read_only, source in entries if keys is None or name in keys]
@@ -322,7 +353,7 @@ class KafkaApis:
             return self.send(ctx, api, {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                         "producer_id": -1, "producer_epoch": -1})
         try:
-            producer_id = self.server.producer_ids.generate_producer_id()
+            producer_id = self.producer_ids.generate_producer_id()
         except (OSError, RuntimeError) as exc:
             log.error("cannot allocate a producer id: %s", exc)
             return self.send(ctx, api, {"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "producer_id": -1,
@@ -379,7 +410,7 @@ class KafkaApis:
                 (s.topic, s.partition): ErrorCode.CLUSTER_AUTHORIZATION_FAILED for s in states}
         else:
             # Leaders the fetchers will need to reach (Kafka's LiveLeaders).
-            listener = self.server.inter_broker_listener
+            listener = self.inter_broker_listener
             for leader in req.live_leaders:
                 if leader.broker_id not in self.metadata_cache.brokers:
                     self.metadata_cache.brokers[leader.broker_id] = BrokerInfo(

@@ -8,19 +8,25 @@ On completion it reads again and answers with whatever is there then.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
-from .partition import FETCH_LOG_END
+from .fetch_params import FetchParams
+from .partition import FETCH_LOG_END, Partition
 from .purgatory import DelayedOperation
 
-if TYPE_CHECKING:
-    from .replica_manager import FetchParams, ReplicaManager
+
+class FetchSource(Protocol):
+    """The two calls a DelayedFetch makes (the ReplicaManager provides them)."""
+
+    def get_partition(self, topic: str, partition: int) -> Partition | None: ...
+
+    def read_from_local_log(self, params: FetchParams, topics) -> list: ...
 
 
 class DelayedFetch(DelayedOperation):
     __slots__ = ("params", "topics", "replica_manager", "callback")
 
-    def __init__(self, delay_ms: float, params: "FetchParams", topics, replica_manager: "ReplicaManager",
+    def __init__(self, delay_ms: float, params: FetchParams, topics, replica_manager: FetchSource,
                  callback: Callable[[list], None]) -> None:
         super().__init__(delay_ms)
         self.params = params

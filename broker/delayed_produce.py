@@ -10,14 +10,18 @@ Each pending partition starts at REQUEST_TIMED_OUT, so expiring is just completi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from protocol.errors import ErrorCode
 
+from .partition import Partition
 from .purgatory import DelayedOperation
 
-if TYPE_CHECKING:
-    from .replica_manager import ReplicaManager
+
+class PartitionSource(Protocol):
+    """The one call a DelayedProduce makes (the ReplicaManager provides it)."""
+
+    def get_partition(self, topic: str, partition: int) -> Partition | None: ...
 
 
 class ProducePartitionStatus:
@@ -35,7 +39,7 @@ class ProducePartitionStatus:
 class DelayedProduce(DelayedOperation):
     __slots__ = ("statuses", "replica_manager", "callback")
 
-    def __init__(self, delay_ms: float, statuses: list[ProducePartitionStatus], replica_manager: "ReplicaManager",
+    def __init__(self, delay_ms: float, statuses: list[ProducePartitionStatus], replica_manager: PartitionSource,
                  callback: Callable[[], None]) -> None:
         super().__init__(delay_ms)
         self.statuses = statuses

@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING
 
 from protocol.api_keys import ApiKey
 from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network
+from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError
 from protocol.fast_codecs import FetchPartition, FetchRequest
 from protocol.records import iter_batch_headers
 
 if TYPE_CHECKING:
     from .config import KafkaConfig
+    from .metadata_cache import MetadataCache
     from .partition import Partition
-    from .replica_manager import ReplicaManager
 
 log = logging.getLogger("kbroker.fetcher")
 
@@ -277,13 +278,17 @@ def _whole_batches(records):
 
 
 class ReplicaFetcherManager:
-    """One ReplicaFetcher per source broker (Kafka's num.replica.fetchers = 1)."""
+    """One ReplicaFetcher per source broker (Kafka's num.replica.fetchers = 1).
 
-    def __init__(self, replica_manager: "ReplicaManager", config: "KafkaConfig", *, network: Network = DEFAULT_NETWORK,
-                 listener_name: str = "PLAINTEXT") -> None:
-        self.replica_manager = replica_manager
-        self.broker_id = replica_manager.broker_id
-        self.time = replica_manager.time
+    Built before the ReplicaManager (which is handed it): it needs only this broker's id,
+    the clock, the metadata cache (to find a leader's endpoint on ``listener_name``), the
+    replica.fetch.* / replica.socket.timeout.ms settings and the network to connect over."""
+
+    def __init__(self, *, broker_id: int, time: Time, metadata_cache: "MetadataCache", config: "KafkaConfig",
+                 network: Network = DEFAULT_NETWORK, listener_name: str = "PLAINTEXT") -> None:
+        self.broker_id = broker_id
+        self.time = time
+        self.metadata_cache = metadata_cache
         self.network = network
         self.listener_name = listener_name
         self.fetch_wait_max_ms = config["replica.fetch.wait.max.ms"]
@@ -297,10 +302,7 @@ class ReplicaFetcherManager:
     def add_fetcher_for_partitions(self, partitions: list["Partition"]) -> None:
         grouped: dict[tuple[int, str, int], dict] = {}
         for p in partitions:
-            broker = self.replica_manager.metadata_cache.brokers.get(p.leader_id)
-            endpoint = None
-            if broker is not None:
-                endpoint = broker.endpoint(self.listener_name) or next(iter(broker.endpoints.values()), None)
+            endpoint = self.metadata_cache.broker_endpoint(p.leader_id, self.listener_name)
             if endpoint is None:
                 log.warning("%s-%d: no endpoint known for leader %d; not fetching", p.topic, p.partition, p.leader_id)
                 continue

@@ -63,6 +63,13 @@ class MetadataCache:
         info = self.topics.get(topic)
         return None if info is None else info.partitions.get(partition)
 
+    def broker_endpoint(self, broker_id: int, listener_name: str) -> BrokerEndpoint | None:
+        """Where to reach a broker: its endpoint on the listener, else its first one; None if unknown."""
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            return None
+        return broker.endpoint(listener_name) or next(iter(broker.endpoints.values()), None)
+
     def alive_brokers(self) -> list[BrokerInfo]:
         return sorted(self.brokers.values(), key=lambda b: b.broker_id)
 

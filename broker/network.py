@@ -4,16 +4,16 @@ Per connection:
 
 * ``data_received`` feeds the ``Framer``; a size over socket.request.max.bytes closes the
   connection before anything is allocated for it.
-* Each frame's header is parsed (hand-written codec) and the request handed to
-  ``KafkaApis.handle`` with a ``RequestContext``. Requests are processed as they arrive —
-  so appends to a partition happen in request order — and may finish later (a Fetch
-  long-poll, an acks=-1 Produce).
+* Each frame's header is parsed (hand-written codec) and the request handed to the
+  dispatcher (``KafkaApis`` in the broker) with a ``RequestContext``. Requests are
+  processed as they arrive — so appends to a partition happen in request order — and may
+  finish later (a Fetch long-poll, an acks=-1 Produce).
 * Responses go out strictly in request order: each request takes a slot in a deque, and
   the head of the deque is written as soon as its response is ready. A request that needs
   no response (acks=0 Produce) frees its slot without writing.
-* Flow control (uvicorn's FlowControl): reading pauses while too many requests are in
-  flight (queued.max.requests) or the transport's write buffer is over its high-water
-  mark, and resumes when both clear.
+* Flow control (``FlowControl``, after uvicorn's): reading pauses while too many requests
+  are in flight (queued.max.requests) or the transport's write buffer is over its
+  high-water mark, and resumes when both clear.
 * Bad input never reaches other connections: a frame that cannot be parsed closes only
   this connection, with one log line.
 """
@@ -24,17 +24,64 @@ import asyncio
 import collections
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import request_is_flexible
 
-if TYPE_CHECKING:
-    from .apis import KafkaApis
-
 log = logging.getLogger("kbroker.network")
+
+
+class RequestDispatcher(Protocol):
+    """Whoever answers requests (KafkaApis). ``handle`` answers through the context now or
+    later; raising RemoteProtocolError closes the connection (the request was unanswerable)."""
+
+    def handle(self, ctx: "RequestContext") -> None: ...
+
+
+class FlowControl:
+    """One connection's flow control (uvicorn's FlowControl).
+
+    Reading: ``pause_reading`` / ``resume_reading`` are idempotent, so every reason to pause
+    can call them without tracking who paused first. Writing: the transport's
+    ``pause_writing`` / ``resume_writing`` callbacks land here as ``write_paused`` and an
+    event a writer can await (``drain``) until the write buffer is below its low-water mark.
+    """
+
+    __slots__ = ("_transport", "read_paused", "write_paused", "_writable")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.read_paused = False
+        self.write_paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    def pause_reading(self) -> None:
+        if not self.read_paused:
+            self.read_paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            self._transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        if not self.write_paused:
+            self.write_paused = True
+            self._writable.clear()
+
+    def resume_writing(self) -> None:
+        if self.write_paused:
+            self.write_paused = False
+            self._writable.set()
+
+    async def drain(self) -> None:
+        """Return once the transport accepts writes again (at once if it does now)."""
+        await self._writable.wait()
 
 
 class _Slot:
@@ -101,15 +148,14 @@ class RequestContext:
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: "SocketServer", listener_name: str) -> None:
         self.server = server
-        self.apis = server.apis
+        self.dispatcher = server.dispatcher
         self.listener_name = listener_name
         self.framer = Framer(server.max_request_size)
         self.transport: asyncio.Transport | None = None
+        self.flow: FlowControl | None = None
         self.peer = "?"
         self._pending: collections.deque[_Slot] = collections.deque()
         self._max_inflight = server.max_inflight
-        self._read_paused = False
-        self._write_paused = False
         self._eof = False
         self._out: list | None = None
         self.closed = False
@@ -118,6 +164,7 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.flow = FlowControl(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -142,6 +189,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self.server.connections.discard(self)
         self._pending.clear()
+        self.server.connection_idle()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -170,11 +218,11 @@ class KafkaConnection(asyncio.Protocol):
         return False
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self.flow.pause_writing()
         self._update_reading()
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self.flow.resume_writing()
         self._update_reading()
 
     # -- requests ------------------------------------------------------------------------
@@ -189,7 +237,7 @@ class KafkaConnection(asyncio.Protocol):
         self._pending.append(slot)
         ctx = RequestContext(header, frame, self, slot)
         try:
-            self.apis.handle(ctx)
+            self.dispatcher.handle(ctx)
         except RemoteProtocolError as exc:
             self.close(f"api_key={header.api_key} v{header.api_version} correlation_id={header.correlation_id}: {exc}")
             return
@@ -220,21 +268,21 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 self.transport.write(response)
                 wrote = True
-        if self._read_paused or wrote:
+        if wrote or (self.flow is not None and self.flow.read_paused):
             self._update_reading()
-        if self._eof and not pending and not self.closed:
-            self.close()
+        if not pending:
+            if self._eof and not self.closed:
+                self.close()
+            self.server.connection_idle()
 
     def _update_reading(self) -> None:
-        if self.closed or self.transport is None:
+        flow = self.flow
+        if self.closed or flow is None:
             return
-        should_pause = self._write_paused or len(self._pending) >= self._max_inflight
-        if should_pause and not self._read_paused:
-            self._read_paused = True
-            self.transport.pause_reading()
-        elif not should_pause and self._read_paused:
-            self._read_paused = False
-            self.transport.resume_reading()
+        if flow.write_paused or len(self._pending) >= self._max_inflight:
+            flow.pause_reading()
+        else:
+            flow.resume_reading()
 
     def close(self, reason: str | None = None) -> None:
         if self.closed:
@@ -245,6 +293,7 @@ class KafkaConnection(asyncio.Protocol):
         self._pending.clear()
         if self.transport is not None:
             self.transport.close()
+        self.server.connection_idle()
 
     @property
     def inflight(self) -> int:
@@ -254,15 +303,16 @@ class KafkaConnection(asyncio.Protocol):
 class SocketServer:
     """The listeners. Knows every connection it accepted (for shutdown and metrics)."""
 
-    def __init__(self, apis: "KafkaApis", *, max_request_size: int, max_inflight: int,
+    def __init__(self, dispatcher: RequestDispatcher, *, max_request_size: int, max_inflight: int,
                  send_buffer: int = -1, receive_buffer: int = -1) -> None:
-        self.apis = apis
+        self.dispatcher = dispatcher
         self.max_request_size = max_request_size
         self.max_inflight = max_inflight
         self.send_buffer = send_buffer
         self.receive_buffer = receive_buffer
         self.connections: set[KafkaConnection] = set()
         self.servers: list[tuple[str, asyncio.AbstractServer]] = []
+        self._drained: asyncio.Event | None = None  # set while someone waits for in-flight requests
 
     async def start(self, listener_name: str, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
@@ -282,14 +332,26 @@ class SocketServer:
             server.close()
 
     async def wait_for_inflight(self, timeout_s: float) -> bool:
-        """Wait until no connection has a request in flight (True), or the timeout passes."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while any(c.inflight for c in self.connections):
-            if loop.time() >= deadline:
-                return False
-            await asyncio.sleep(0.01)
-        return True
+        """Wait until no connection has a request in flight (True), or the timeout passes.
+
+        Connections report when their last request in flight is answered (or they close);
+        the wait ends on the report that leaves none busy."""
+        if not any(c.inflight for c in self.connections):
+            return True
+        self._drained = drained = asyncio.Event()
+        try:
+            await asyncio.wait_for(drained.wait(), timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._drained = None
+
+    def connection_idle(self) -> None:
+        """A connection has no request in flight any more (answered, or closed)."""
+        drained = self._drained
+        if drained is not None and not any(c.inflight for c in self.connections):
+            drained.set()
 
     def close_all(self) -> None:
         for conn in list(self.connections):

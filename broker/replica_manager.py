@@ -1,6 +1,6 @@
 """ReplicaManager: the partitions this broker hosts, and the produce / fetch paths over them.
 
-append_records (the seeds' appendRecords): check acks, append to each partition's leader
+append_records (Kafka's appendRecords): check acks, append to each partition's leader
 log, and either answer now or park a DelayedProduce until the high watermark passes the
 writes (acks=-1). fetch_messages: read each partition (consumers up to the HW, followers up
 to the LEO, followers' fetches moving the HW), answer now when there is enough, or park a
@@ -21,12 +21,14 @@ from protocol.fast_codecs import FetchPartitionData
 
 from .delayed_fetch import DelayedFetch
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
-from .partition import (FETCH_HIGH_WATERMARK, FETCH_LOG_END, FETCH_TXN_COMMITTED, LeaderAndIsrState, Partition)
+from .fetch_params import FetchParams
+from .partition import FETCH_LOG_END, FETCH_TXN_COMMITTED, LeaderAndIsrState, Partition
 from .purgatory import DelayedOperationPurgatory
 
 if TYPE_CHECKING:
     from storage import LogConfig, LogManager
 
+    from .fetcher import ReplicaFetcherManager
     from .metadata_cache import MetadataCache
 
 log = logging.getLogger("kbroker.replica_manager")
@@ -38,34 +40,14 @@ _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_
                                    ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
 
 
-class FetchParams:
-    __slots__ = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation", "require_leader")
-
-    def __init__(self, replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int) -> None:
-        self.replica_id = replica_id
-        self.max_wait_ms = max_wait_ms
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        if replica_id >= 0:
-            self.isolation = FETCH_LOG_END
-        elif isolation_level == 1:
-            self.isolation = FETCH_TXN_COMMITTED
-        else:
-            self.isolation = FETCH_HIGH_WATERMARK
-        self.require_leader = True  # no fetch-from-follower (KIP-392) yet
-
-    @property
-    def is_follower(self) -> bool:
-        return self.replica_id >= 0
-
-
 def is_internal_topic(topic: str) -> bool:
     return topic.startswith("__")
 
 
 class ReplicaManager:
     def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
-                 log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000) -> None:
+                 log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000,
+                 fetcher_manager: "ReplicaFetcherManager | None" = None) -> None:
         self.broker_id = broker_id
         self.time = time
         self.log_manager = log_manager
@@ -76,7 +58,7 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", time)
         self.controller_epoch = 0
-        self.fetcher_manager = None  # ReplicaFetcherManager, set by the server when replication runs
+        self.fetcher_manager = fetcher_manager  # None: nothing is followed (unit tests)
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
 
     # -- partitions ------------------------------------------------------------------------

@@ -16,17 +16,34 @@ Each defers the decision to the GroupCoordinator, as Kafka's do.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
-    from .group_coordinator import GroupCoordinator
     from .group_metadata import GroupMetadata
 
 
 def member_key(group_id: str, member_id: str) -> tuple:
     return ("member", group_id, member_id)
+
+
+class GroupCoordinator(Protocol):
+    """What the delayed operations call back into (the group coordinator implements it)."""
+
+    def try_complete_heartbeat(self, group: "GroupMetadata", member_id: str, is_pending: bool,
+                               force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_expire_heartbeat(self, group: "GroupMetadata", member_id: str, is_pending: bool) -> None: ...
+
+    def try_complete_join(self, group: "GroupMetadata", force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_complete_join(self, group: "GroupMetadata") -> None: ...
+
+    def try_complete_pending_sync(self, group: "GroupMetadata", generation_id: int,
+                                  force_complete: Callable[[], bool]) -> bool: ...
+
+    def on_expire_pending_sync(self, group: "GroupMetadata", generation_id: int) -> None: ...
 
 
 def join_key(group_id: str) -> tuple:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import struct
 
-from broker.network import KafkaConnection, SocketServer
+import asyncio
+
+from broker.network import FlowControl, KafkaConnection, SocketServer
 from protocol.errors import RemoteProtocolError
 from protocol.fast_codecs import encode_request_header
 
@@ -29,9 +31,11 @@ class MockTransport:
         return self.closed
 
     def pause_reading(self):
+        assert not self.paused, "pause_reading on a paused transport"
         self.paused = True
 
     def resume_reading(self):
+        assert self.paused, "resume_reading on a reading transport"
         self.paused = False
 
     def get_extra_info(self, name, default=None):
@@ -58,9 +62,10 @@ def request(api_key, correlation_id, body=b""):
     return struct.pack(">i", len(raw)) + raw
 
 
-def make(max_inflight=10, max_request_size=1 << 20):
-    apis = FakeApis()
-    server = SocketServer(apis, max_request_size=max_request_size, max_inflight=max_inflight)
+def make(max_inflight=10, max_request_size=1 << 20, server=None):
+    apis = FakeApis() if server is None else server.dispatcher
+    if server is None:
+        server = SocketServer(apis, max_request_size=max_request_size, max_inflight=max_inflight)
     conn = KafkaConnection(server, "PLAINTEXT")
     transport = MockTransport()
     conn.connection_made(transport)
@@ -149,3 +154,82 @@ def test_late_response_after_close_is_dropped():
     conn.connection_lost(None)
     ctx.send_response(b"late")
     assert transport.written == []
+
+
+def test_write_backpressure_and_the_inflight_limit_pause_reading_once():
+    conn, apis, transport = make(max_inflight=1)
+    conn.data_received(request(3, 1))
+    assert transport.paused
+    conn.pause_writing()  # a second reason to pause: the transport is not paused twice
+    apis.contexts[0].send_response(b"a")
+    assert transport.paused  # still paused: the write buffer is full
+    conn.resume_writing()
+    assert not transport.paused
+
+
+def test_flow_control_is_idempotent():
+    transport = MockTransport()
+    flow = FlowControl(transport)
+    flow.pause_reading()
+    flow.pause_reading()
+    assert transport.paused and flow.read_paused
+    flow.resume_reading()
+    flow.resume_reading()
+    assert not transport.paused and not flow.read_paused
+
+
+async def test_drain_waits_for_resume_writing():
+    flow = FlowControl(MockTransport())
+    await asyncio.wait_for(flow.drain(), 1)  # writable: returns at once
+    flow.pause_writing()
+    flow.pause_writing()
+    waiter = asyncio.ensure_future(flow.drain())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not waiter.done()
+    flow.resume_writing()
+    await asyncio.wait_for(waiter, 1)
+    assert not flow.write_paused
+
+
+async def _spin(task, rounds=5):
+    """A few loop iterations, no wall-clock time: a woken waiter finishes within them."""
+    for _ in range(rounds):
+        if task.done():
+            return
+        await asyncio.sleep(0)
+
+
+async def test_wait_for_inflight_ends_when_the_last_response_is_sent():
+    conn, apis, transport = make()
+    server = conn.server
+    other, _, other_transport = make(server=server)
+    assert await server.wait_for_inflight(60)  # nothing in flight
+    conn.data_received(request(3, 1))
+    other.data_received(request(3, 2))
+    waiter = asyncio.ensure_future(server.wait_for_inflight(60))
+    await _spin(waiter)
+    assert not waiter.done()
+    apis.contexts[0].send_response(b"one")
+    await _spin(waiter)
+    assert not waiter.done()  # the other connection still has one in flight
+    apis.contexts[1].send_no_response()
+    await _spin(waiter)
+    assert waiter.done() and waiter.result() is True
+
+
+async def test_wait_for_inflight_ends_when_a_busy_connection_closes():
+    conn, apis, transport = make()
+    conn.data_received(request(3, 1))
+    waiter = asyncio.ensure_future(conn.server.wait_for_inflight(60))
+    await _spin(waiter)
+    assert not waiter.done()
+    conn.close("test")
+    await _spin(waiter)
+    assert waiter.done() and waiter.result() is True
+
+
+async def test_wait_for_inflight_times_out():
+    conn, apis, transport = make()
+    conn.data_received(request(3, 1))
+    assert await conn.server.wait_for_inflight(0.01) is False

@@ -19,8 +19,8 @@ def stored_batches(log_dir: Path, topic: str, partition: int) -> list[BatchHeade
 
 
 def create_topic(broker, name: str, partitions: int = 1, configs: dict | None = None) -> None:
-    """Create a topic on a ThreadedBroker through the broker's own admin path."""
-    code, message = broker.call(broker.server.create_topic, name, partitions, -1, {}, configs or {})
+    """Create a topic on a ThreadedBroker through its embedded controller's admin path."""
+    code, message = broker.call(broker.server.embedded_controller.create_topic, name, partitions, -1, {}, configs or {})
     assert code == 0, message
 
 N_RECORDS = 10_000
