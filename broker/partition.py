@@ -1,11 +1,26 @@
 """Partition: one partition replica on this broker, leader or follower (Kafka's Partition).
 
 The leader keeps a ``Replica`` per follower (its log end offset and when it was last caught
-up), moves the high watermark to the smallest LEO in the ISR (never backwards), shrinks
-the ISR when a follower lags more than replica.lag.time.max.ms and grows it when the
-follower catches up. Every ISR change goes through ``_alter_isr`` (the one place that will
-send AlterPartition to the controller). ``check_enough_replicas_reach_offset`` is what a
-DelayedProduce asks.
+up) and moves the high watermark to the smallest LEO over the *maximal* ISR.
+
+ISR changes follow KIP-497/KIP-841 (AlterPartition): the leader never changes its ISR on its
+own. It proposes a change — add one follower that caught up (``PendingExpandIsr``), or drop
+followers that fell behind (``PendingShrinkIsr``) — through an ``AlterPartitionSender`` (the
+controller, or the local commit of a controller-less cluster), and the change takes effect
+only when the answer comes back. While a proposal is in flight:
+
+* the committed ISR (``isr``) still decides min.insync.replicas;
+* the high watermark is computed over the maximal ISR — the committed ISR plus a follower
+  being added — so it never runs ahead of a replica that might yet be in the ISR the
+  controller commits; a shrink does not let the HW move until the controller agrees;
+* nothing else is proposed.
+
+Errors from the controller are handled as Kafka's ``handleAlterPartitionError``: the two
+that prove the proposal was not applied (OPERATION_NOT_ATTEMPTED, INELIGIBLE_REPLICA) return
+to the last committed state; FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION and
+UNKNOWN_TOPIC_OR_PARTITION leave the proposal pending until a LeaderAndIsr brings the new
+state; anything else is retried by the sender. ``check_enough_replicas_reach_offset`` is what
+a DelayedProduce asks.
 
 Not thread-safe: everything runs on the event loop.
 """
@@ -14,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from protocol.clock import Time
 from protocol.errors import (ErrorCode, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
@@ -24,6 +39,13 @@ if TYPE_CHECKING:
     from storage import Log, LogAppendInfo
 
 log = logging.getLogger("kbroker.partition")
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
 
 FETCH_LOG_END = 0          # followers read up to the log end offset
 FETCH_HIGH_WATERMARK = 1   # consumers (read_uncommitted) read up to the high watermark
@@ -80,9 +102,133 @@ class Replica:
         self.last_caught_up_time_ms = now_ms if in_sync else 0
 
 
+class CommittedPartitionState:
+    """The ISR the controller committed; nothing in flight."""
+
+    __slots__ = ("isr",)
+    is_inflight = False
+
+    def __init__(self, isr: frozenset[int]) -> None:
+        self.isr = isr
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.isr
+
+    def __repr__(self) -> str:
+        return f"Committed(isr={sorted(self.isr)})"
+
+
+class PendingExpandIsr:
+    """A follower that caught up is proposed for the ISR; until the answer, the HW counts it."""
+
+    __slots__ = ("new_in_sync", "proposed_isr", "last_committed")
+    is_inflight = True
+
+    def __init__(self, new_in_sync: int, last_committed: CommittedPartitionState) -> None:
+        self.new_in_sync = new_in_sync
+        self.last_committed = last_committed
+        self.proposed_isr = last_committed.isr | {new_in_sync}
+
+    @property
+    def isr(self) -> frozenset[int]:
+        return self.last_committed.isr
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.proposed_isr
+
+    def __repr__(self) -> str:
+        return f"PendingExpandIsr(+{self.new_in_sync}, committed={sorted(self.isr)})"
+
+
+class PendingShrinkIsr:
+    """Followers that fell behind are proposed for removal; until the answer, they still count."""
+
+    __slots__ = ("out_of_sync", "proposed_isr", "last_committed")
+    is_inflight = True
+
+    def __init__(self, out_of_sync: frozenset[int], last_committed: CommittedPartitionState) -> None:
+        self.out_of_sync = out_of_sync
+        self.last_committed = last_committed
+        self.proposed_isr = last_committed.isr - out_of_sync
+
+    @property
+    def isr(self) -> frozenset[int]:
+        return self.last_committed.isr
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        return self.last_committed.isr
+
+    def __repr__(self) -> str:
+        return f"PendingShrinkIsr(-{sorted(self.out_of_sync)}, committed={sorted(self.isr)})"
+
+
+PartitionState = CommittedPartitionState | PendingExpandIsr | PendingShrinkIsr
+
+
+class AlterPartitionResult:
+    """The controller's answer to one proposal: an error code, or the partition's new state."""
+
+    __slots__ = ("error", "leader", "leader_epoch", "isr", "partition_epoch")
+
+    def __init__(self, error: int, leader: int = -1, leader_epoch: int = -1, isr: list[int] | None = None,
+                 partition_epoch: int = -1) -> None:
+        self.error = error
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = list(isr or [])
+        self.partition_epoch = partition_epoch
+
+    def __repr__(self) -> str:
+        if self.error:
+            return f"AlterPartitionResult({ErrorCode(self.error).name})"
+        return (f"AlterPartitionResult(leader={self.leader}, epoch={self.leader_epoch}, isr={self.isr}, "
+                f"partition_epoch={self.partition_epoch})")
+
+
+class AlterPartitionSender(Protocol):
+    """Where ISR proposals go (Kafka's AlterPartitionManager). ``submit`` calls
+    ``on_result(result)`` once the proposal is answered; if ``on_result`` returns True the
+    sender retries the same proposal later (an error that proves nothing about the outcome)."""
+
+    def submit(self, partition: "Partition", new_isr: list[int],
+               on_result: Callable[[AlterPartitionResult], bool]) -> None: ...
+
+
+class LocalAlterPartition:
+    """For a broker with no controller to ask (a cluster driven by a static controller): every
+    proposal commits at once, with the next partition epoch. Unsafe across leader changes —
+    exactly why clusters with a controller send AlterPartition instead."""
+
+    def submit(self, partition: "Partition", new_isr: list[int],
+               on_result: Callable[[AlterPartitionResult], bool]) -> None:
+        on_result(AlterPartitionResult(ErrorCode.NONE, partition.leader_id, partition.leader_epoch, new_isr,
+                                       partition.partition_epoch + 1))
+
+
+LOCAL_ALTER_PARTITION = LocalAlterPartition()
+
+# The errors after which a proposal stays pending until a LeaderAndIsr brings the partition's
+# new state; and those that prove it was not applied, so the last committed state holds again.
+_WAIT_FOR_LEADER_AND_ISR = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION,
+                                      ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                                      ErrorCode.NEW_LEADER_ELECTED, ErrorCode.INVALID_REQUEST,
+                                      ErrorCode.NOT_LEADER_OR_FOLLOWER})
+_NOT_APPLIED = frozenset({ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA})
+
+
+def _always_eligible(_broker_id: int) -> bool:
+    return True
+
+
 class Partition:
     def __init__(self, topic: str, partition: int, *, local_broker_id: int, time: Time,
-                 on_isr_change: Callable[["Partition", list[int]], None] | None = None) -> None:
+                 on_isr_change: Callable[["Partition", list[int]], None] | None = None,
+                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION,
+                 is_replica_isr_eligible: Callable[[int], bool] = _always_eligible,
+                 replica_lag_time_max_ms: int = 30000) -> None:
         self.topic = topic
         self.partition = partition
         self.key = (topic, partition)
@@ -95,9 +241,12 @@ class Partition:
         self.partition_epoch = 0
         self.controller_epoch = -1
         self.replicas: list[int] = []
-        self.isr: frozenset[int] = frozenset()
+        self.partition_state: PartitionState = CommittedPartitionState(frozenset())
         self.remote_replicas: dict[int, Replica] = {}
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._on_isr_change = on_isr_change
+        self._alter_partition = alter_partition
+        self._is_replica_isr_eligible = is_replica_isr_eligible
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id}, epoch={self.leader_epoch})"
@@ -105,6 +254,16 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_broker_id
+
+    @property
+    def isr(self) -> frozenset[int]:
+        """The committed ISR: what min.insync.replicas counts."""
+        return self.partition_state.isr
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """The committed ISR plus a follower being added: what the high watermark waits for."""
+        return self.partition_state.maximal_isr
 
     @property
     def min_insync_replicas(self) -> int:
@@ -119,10 +278,19 @@ class Partition:
         return self.log.log_end_offset if self.log is not None else -1
 
     # -- leadership ------------------------------------------------------------------------
+    def is_stale(self, state: LeaderAndIsrState) -> bool:
+        """A LeaderAndIsr older than what this replica knows: a lower leader epoch, or the same
+        leader epoch with a lower partition epoch (an ISR change it has already seen)."""
+        if state.leader_epoch != self.leader_epoch:
+            return state.leader_epoch < self.leader_epoch
+        return state.partition_epoch < self.partition_epoch
+
     def _update_assignment(self, state: LeaderAndIsrState) -> None:
         self.controller_epoch = state.controller_epoch
         self.replicas = list(state.replicas)
-        self.isr = frozenset(state.isr)
+        # Whatever was proposed, the controller's state now stands (a pending proposal's answer
+        # will find the state replaced and be ignored).
+        self.partition_state = CommittedPartitionState(frozenset(state.isr))
         self.partition_epoch = state.partition_epoch
 
     def make_leader(self, state: LeaderAndIsrState) -> bool:
@@ -130,6 +298,7 @@ class Partition:
         assert self.log is not None, "create the log before making a replica leader"
         now = self.time.milliseconds()
         is_new_epoch = state.leader_epoch > self.leader_epoch
+        was_leader = self.is_leader
         self._update_assignment(state)
         leo = self.log.log_end_offset
         if is_new_epoch:
@@ -140,12 +309,16 @@ class Partition:
                      state.leader_epoch, leo, sorted(self.isr))
         self.leader_epoch = state.leader_epoch
         self.leader_id = self.local_broker_id
-        self.remote_replicas = {}
+        if is_new_epoch or not was_leader:
+            self.remote_replicas = {}
         for rid in self.replicas:
-            if rid != self.local_broker_id:
+            if rid != self.local_broker_id and rid not in self.remote_replicas:
                 replica = Replica(rid)
                 replica.reset(now, leo, rid in self.isr)
                 self.remote_replicas[rid] = replica
+        for rid in list(self.remote_replicas):
+            if rid not in self.replicas:
+                del self.remote_replicas[rid]
         self.maybe_increment_high_watermark()
         return is_new_epoch
 
@@ -175,21 +348,26 @@ class Partition:
         return leader_log.append_as_leader(records, self.leader_epoch)
 
     def maybe_increment_high_watermark(self) -> bool:
-        """HW := min LEO over the ISR (the leader's own LEO included); never moves backwards."""
+        """HW := the smallest LEO over the maximal ISR (the leader's own included) and over any
+        follower that is caught up and eligible, hence about to join; never moves backwards."""
         leader_log = self.log
         if leader_log is None or not self.is_leader:
             return False
-        new_hw = leader_log.log_end_offset
-        for rid in self.isr:
-            if rid == self.local_broker_id:
+        leo = leader_log.log_end_offset
+        new_hw = leo
+        maximal = self.partition_state.maximal_isr
+        now = self.time.milliseconds()
+        for rid, replica in self.remote_replicas.items():
+            if replica.log_end_offset >= new_hw:
                 continue
-            replica = self.remote_replicas.get(rid)
-            if replica is None or replica.log_end_offset < 0:
+            if rid in maximal or (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
+                                  and self._is_replica_isr_eligible(rid)):
+                # A follower whose LEO is unknown (-1, just became leader) holds the HW where it is.
+                new_hw = replica.log_end_offset if replica.log_end_offset >= 0 else leader_log.high_watermark
+        for rid in maximal:
+            if rid != self.local_broker_id and rid not in self.remote_replicas:
                 new_hw = min(new_hw, leader_log.high_watermark)
-            elif replica.log_end_offset < new_hw:
-                new_hw = replica.log_end_offset
-        old_hw = leader_log.high_watermark
-        if new_hw > old_hw:
+        if new_hw > leader_log.high_watermark:
             leader_log.update_high_watermark(new_hw)
             return True
         return False
@@ -205,41 +383,83 @@ class Partition:
         return self.maybe_increment_high_watermark()
 
     def _is_caught_up(self, replica: Replica, now_ms: int, max_lag_ms: int) -> bool:
-        if self.log is None:
+        if self.log is None or replica.log_end_offset < 0:
             return False
         if replica.log_end_offset >= self.log.log_end_offset:
             return True
         return now_ms - replica.last_caught_up_time_ms <= max_lag_ms
 
     def maybe_expand_isr(self, replica: Replica) -> None:
-        """Add a follower that has reached the HW and this leader epoch's start (Kafka's rule)."""
-        if replica.broker_id in self.isr or self.log is None or not self.is_leader:
+        """Propose a follower that has reached the HW and this leader epoch's start (Kafka's
+        isFollowerInSync), if it is eligible and no other change is in flight."""
+        state = self.partition_state
+        if state.is_inflight or replica.broker_id in state.isr or self.log is None or not self.is_leader:
             return
-        if replica.log_end_offset >= self.log.high_watermark and replica.log_end_offset >= self.leader_epoch_start_offset:
-            self._alter_isr(sorted(self.isr | {replica.broker_id}), f"replica {replica.broker_id} caught up")
+        if replica.log_end_offset < self.log.high_watermark or replica.log_end_offset < self.leader_epoch_start_offset:
+            return
+        if not self._is_replica_isr_eligible(replica.broker_id):
+            return
+        assert isinstance(state, CommittedPartitionState)
+        self._propose(PendingExpandIsr(replica.broker_id, state), f"replica {replica.broker_id} caught up")
 
-    def maybe_shrink_isr(self, max_lag_ms: int) -> bool:
-        """Drop followers that have not caught up within ``max_lag_ms``; True if the ISR changed."""
-        if not self.is_leader or self.log is None:
+    def maybe_shrink_isr(self, max_lag_ms: int | None = None) -> bool:
+        """Propose dropping followers that have not caught up within the lag time; True if a
+        change was proposed."""
+        state = self.partition_state
+        if not self.is_leader or self.log is None or state.is_inflight:
             return False
+        lag = self.replica_lag_time_max_ms if max_lag_ms is None else max_lag_ms
         now = self.time.milliseconds()
-        out = [rid for rid in self.isr if rid != self.local_broker_id
-               and rid in self.remote_replicas and not self._is_caught_up(self.remote_replicas[rid], now, max_lag_ms)]
+        out = frozenset(rid for rid in state.isr if rid != self.local_broker_id
+                        and rid in self.remote_replicas and not self._is_caught_up(self.remote_replicas[rid], now, lag))
         if not out:
             return False
-        lags = {rid: now - self.remote_replicas[rid].last_caught_up_time_ms for rid in out}
-        self._alter_isr(sorted(self.isr - set(out)), f"replicas {sorted(out)} lagging (ms since caught up: {lags})")
+        lags = {rid: now - self.remote_replicas[rid].last_caught_up_time_ms for rid in sorted(out)}
+        assert isinstance(state, CommittedPartitionState)
+        self._propose(PendingShrinkIsr(out, state), f"replicas {sorted(out)} lagging (ms since caught up: {lags})")
         return True
 
-    def _alter_isr(self, new_isr: list[int], reason: str) -> None:
-        """The one place the ISR changes on a leader (AlterPartition goes to the controller from here)."""
-        log.info("%s-%d: ISR %s -> %s (%s)", self.topic, self.partition, sorted(self.isr), new_isr, reason)
-        self.isr = frozenset(new_isr)
-        self.partition_epoch += 1
-        if self._on_isr_change is not None:
-            self._on_isr_change(self, new_isr)
-        # A smaller ISR may let the HW move forward.
+    def _propose(self, proposal: PendingExpandIsr | PendingShrinkIsr, reason: str) -> None:
+        """The one place an ISR change starts: it takes effect when the answer commits it."""
+        log.info("%s-%d: proposing ISR %s -> %s at partition epoch %d (%s)", self.topic, self.partition,
+                 sorted(proposal.isr), sorted(proposal.proposed_isr), self.partition_epoch, reason)
+        self.partition_state = proposal
+        self._alter_partition.submit(self, sorted(proposal.proposed_isr),
+                                     lambda result: self._on_alter_partition_result(proposal, result))
+
+    def _on_alter_partition_result(self, proposal: PendingExpandIsr | PendingShrinkIsr,
+                                   result: AlterPartitionResult) -> bool:
+        """Apply the controller's answer to ``proposal``; True asks the sender to retry it."""
+        if self.partition_state is not proposal:
+            return False  # a LeaderAndIsr (or another answer) replaced it meanwhile
+        error = result.error
+        if error:
+            if error in _NOT_APPLIED:
+                log.info("%s-%d: ISR change to %s refused (%s); keeping ISR %s", self.topic, self.partition,
+                         sorted(proposal.proposed_isr), ErrorCode(error).name, sorted(proposal.isr))
+                self.partition_state = proposal.last_committed
+                return False
+            if error in _WAIT_FOR_LEADER_AND_ISR:
+                log.info("%s-%d: ISR change to %s refused (%s); waiting for the controller's new state",
+                         self.topic, self.partition, sorted(proposal.proposed_isr), ErrorCode(error).name)
+                return False
+            log.warning("%s-%d: ISR change to %s failed (%s); retrying", self.topic, self.partition,
+                        sorted(proposal.proposed_isr), _error_name(error))
+            return True
+        if result.leader_epoch != self.leader_epoch or result.partition_epoch < self.partition_epoch:
+            log.info("%s-%d: ignoring a stale AlterPartition answer %r (leader epoch %d, partition epoch %d)",
+                     self.topic, self.partition, result, self.leader_epoch, self.partition_epoch)
+            return False
+        new_isr = frozenset(result.isr)
+        log.info("%s-%d: ISR %s -> %s committed at partition epoch %d", self.topic, self.partition,
+                 sorted(proposal.isr), sorted(new_isr), result.partition_epoch)
+        self.partition_state = CommittedPartitionState(new_isr)
+        self.partition_epoch = result.partition_epoch
+        # A smaller ISR may let the HW move forward; whoever waits on this partition is told.
         self.maybe_increment_high_watermark()
+        if self._on_isr_change is not None:
+            self._on_isr_change(self, sorted(new_isr))
+        return False
 
     def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, int]:
         """(done, error code) for an acks=-1 append that needs the HW to reach ``required_offset``."""

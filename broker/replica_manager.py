@@ -22,7 +22,8 @@ from protocol.fast_codecs import FetchPartitionData
 from .delayed_fetch import DelayedFetch
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
 from .fetch_params import FetchParams
-from .partition import FETCH_LOG_END, FETCH_TXN_COMMITTED, LeaderAndIsrState, Partition
+from .partition import (FETCH_LOG_END, FETCH_TXN_COMMITTED, LOCAL_ALTER_PARTITION, AlterPartitionSender,
+                        LeaderAndIsrState, Partition)
 from .purgatory import DelayedOperationPurgatory
 
 if TYPE_CHECKING:
@@ -47,13 +48,15 @@ def is_internal_topic(topic: str) -> bool:
 class ReplicaManager:
     def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
                  log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000,
-                 fetcher_manager: "ReplicaFetcherManager | None" = None) -> None:
+                 fetcher_manager: "ReplicaFetcherManager | None" = None,
+                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION) -> None:
         self.broker_id = broker_id
         self.time = time
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
         self.log_config_for = log_config_for
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.alter_partition = alter_partition
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch", time)
@@ -78,18 +81,30 @@ class ReplicaManager:
         p = self.partitions.get(key)
         if p is None:
             p = Partition(topic, partition, local_broker_id=self.broker_id, time=self.time,
-                          on_isr_change=self._isr_changed)
+                          on_isr_change=self._isr_changed, alter_partition=self.alter_partition,
+                          is_replica_isr_eligible=self._is_replica_isr_eligible,
+                          replica_lag_time_max_ms=self.replica_lag_time_max_ms)
             self.partitions[key] = p
         if p.log is None:
             p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic))
         return p
 
     def _isr_changed(self, partition: Partition, new_isr: list[int]) -> None:
+        """A committed ISR change: the metadata this broker serves follows, and requests waiting
+        on the partition are re-checked (a smaller ISR may have moved the HW)."""
         info = self.metadata_cache.partition_info(partition.topic, partition.partition)
         if info is not None:
             info.isr = list(new_isr)
+            info.partition_epoch = partition.partition_epoch
+        self.try_complete_delayed_requests(partition.key)
         if self.on_isr_change is not None:
             self.on_isr_change(partition, new_isr)
+
+    def _is_replica_isr_eligible(self, broker_id: int) -> bool:
+        """KIP-841: only a live broker (unfenced, not shutting down: the controller lists only
+        those in UpdateMetadata) may join an ISR. Before any metadata arrived, anyone may."""
+        brokers = self.metadata_cache.brokers
+        return not brokers or broker_id in brokers
 
     # -- produce ---------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, internal_topics_allowed: bool, topics,
@@ -268,12 +283,18 @@ class ReplicaManager:
                 responses[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             existing = self.partitions.get(key)
-            current_epoch = existing.leader_epoch if existing is not None else -1
-            if st.leader_epoch <= current_epoch:
-                log.info("ignoring LeaderAndIsr for %s-%d: leader epoch %d is not newer than %d",
-                         st.topic, st.partition, st.leader_epoch, current_epoch)
-                responses[key] = ErrorCode.STALE_CONTROLLER_EPOCH
-                continue
+            if existing is not None and existing.log is not None:
+                same = (st.leader_epoch, st.partition_epoch) == (existing.leader_epoch, existing.partition_epoch)
+                if same and st.leader == existing.leader_id:
+                    responses[key] = ErrorCode.NONE  # already applied (a controller re-sending its full state)
+                    continue
+                if same or existing.is_stale(st):
+                    log.info("ignoring LeaderAndIsr for %s-%d: leader %d at leader epoch %d / partition epoch %d "
+                             "is not newer than leader %d at %d / %d", st.topic, st.partition, st.leader,
+                             st.leader_epoch, st.partition_epoch, existing.leader_id, existing.leader_epoch,
+                             existing.partition_epoch)
+                    responses[key] = ErrorCode.STALE_CONTROLLER_EPOCH
+                    continue
             try:
                 partition = self._get_or_create_partition(st.topic, st.partition)
             except KafkaError as exc:
@@ -326,9 +347,11 @@ class ReplicaManager:
         return out
 
     def maybe_shrink_isr(self) -> None:
+        """Propose dropping lagging followers from the ISRs this broker leads (the change, and
+        any HW move it allows, happens when the proposal is committed)."""
         for partition in list(self.partitions.values()):
-            if partition.is_leader and partition.maybe_shrink_isr(self.replica_lag_time_max_ms):
-                self.try_complete_delayed_requests(partition.key)
+            if partition.is_leader:
+                partition.maybe_shrink_isr(self.replica_lag_time_max_ms)
 
     def shutdown(self) -> None:
         """Answer every waiting request with what it has (used on broker shutdown)."""
