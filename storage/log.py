@@ -44,6 +44,7 @@ from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import LeaderEpochFileCache
 from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult
+from .segment_budget import OpenSegmentBudget
 
 log = logging.getLogger("kbroker.storage.log")
 
@@ -167,11 +168,12 @@ class FlushPlan:
 class Log:
     """One partition replica's log. Not thread-safe (see the module docstring)."""
 
-    def __init__(self, dir: Path, config: LogConfig, time: Time) -> None:
+    def __init__(self, dir: Path, config: LogConfig, time: Time, budget: OpenSegmentBudget) -> None:
         self.dir = Path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
         self.time = time
+        self.segment_budget = budget
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self.log_start_offset = 0
@@ -189,23 +191,28 @@ class Log:
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, dir: Path, config: LogConfig, *, time: Time, recovery_point: int = 0, log_start_offset: int = 0,
-             had_clean_shutdown: bool = True) -> Log:
+    def open(cls, dir: Path, config: LogConfig, *, time: Time, budget: OpenSegmentBudget | None = None,
+             recovery_point: int = 0, log_start_offset: int = 0, had_clean_shutdown: bool = True) -> Log:
         """Open (creating if needed) the log in ``dir``, recovering it if need be.
 
         After an unclean shutdown the segments from the one containing
         ``recovery_point`` on are re-validated batch by batch (CRC included) and cut at
         the first bad batch; earlier segments only have their indexes sanity-checked.
         ``log.recovery_report`` says what was done.
+
+        ``budget`` bounds what the non-active segments keep open; the ``LogManager`` shares
+        its own among its logs. Without one, the log gets a budget of its own, sized from
+        the open files limit.
         """
         dir = Path(dir)
         dir.mkdir(parents=True, exist_ok=True)
-        self = cls(dir, config, time)
+        self = cls(dir, config, time, budget if budget is not None else OpenSegmentBudget.from_open_files_limit())
         self._load(recovery_point, log_start_offset, had_clean_shutdown)
         return self
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        segment = LogSegment.create(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+        segment = LogSegment.create(self.dir, base_offset, budget=self.segment_budget,
+                                    index_interval_bytes=self.config.index_interval_bytes,
                                     max_index_size=self.config.segment_index_bytes,
                                     segment_jitter_ms=self.config.segment_jitter_ms, now_ms=self.time.milliseconds())
         self._dir_version += 1
@@ -216,7 +223,8 @@ class Log:
         report = self.recovery_report = RecoveryReport(self.topic, self.partition, had_clean_shutdown)
         bases = self._scan_dir()
         cfg = self.config
-        self._segments = [LogSegment(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
+        self._segments = [LogSegment(self.dir, base, budget=self.segment_budget,
+                                     index_interval_bytes=cfg.index_interval_bytes,
                                      max_index_size=cfg.segment_index_bytes, created_ms=self.time.milliseconds())
                           for base in bases]
         if not self._segments:
