@@ -24,7 +24,8 @@ from protocol.errors import KafkaStorageError
 
 from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir
 from .config import LogConfig
-from .log import FlushPlan, Log, RecoveryReport, parse_topic_partition
+from .log import FlushPlan, Log, parse_topic_partition
+from .log_loader import RecoveryReport
 from .segment_budget import OpenSegmentBudget, raise_open_files_limit
 
 log = logging.getLogger("kbroker.storage.manager")
@@ -95,7 +96,6 @@ class LogManager:
                 self._logs[tp] = loaded
                 self._log_dir_of[tp] = log_dir
                 report = loaded.recovery_report
-                assert report is not None
                 if report.needed_recovery:
                     log.info("recovered %s", report.summary())
                 reports.append(report)

@@ -436,6 +436,15 @@ class ProducerStateManager:
         self._removed_since_snapshot = False
         return True
 
+    def try_take_snapshot(self, offset: int) -> bool:
+        """``take_snapshot``, a failure logged instead of raised: snapshots only save replay
+        time (the state can always be rebuilt from the log)."""
+        try:
+            return self.take_snapshot(offset)
+        except OSError as exc:
+            log.error("%s: cannot write a producer state snapshot at offset %d: %s", self._name, offset, exc)
+            return False
+
     def delete_snapshots_before(self, offset: int) -> None:
         for old in self._snapshots[:bisect.bisect_left(self._snapshots, offset)]:
             self._delete_snapshot(old)
