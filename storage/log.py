@@ -33,6 +33,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
@@ -46,6 +47,9 @@ from .log_loader import LoadedLog, LogLoader, rebuild_producer_state
 from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
 from .segment import LogSegment
 from .segment_budget import OpenSegmentBudget
+
+if TYPE_CHECKING:
+    from protocol.records import Buffer
 
 log = logging.getLogger("kbroker.storage.log")
 
@@ -242,8 +246,11 @@ class Log:
         producer's last batches writes nothing and returns its first append's offsets,
         with ``duplicate`` set.
         """
-        writable = isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly)
-        buf = records if writable else bytearray(records)
+        buf: bytearray | memoryview
+        if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
+            buf = records
+        else:
+            buf = bytearray(records)
         batches = self._validate(buf, check_message_size=True)
         log_append_time = self.time.milliseconds() if self.config.log_append_time else -1
         offset = self.log_end_offset
@@ -286,7 +293,7 @@ class Log:
                                      f"in record batch with producerId {header.producer_id}")
         return self.producer_state.analyze_client_batch(header)
 
-    def _duplicate_append_info(self, buf, header: BatchHeader, duplicate: BatchMetadata,
+    def _duplicate_append_info(self, buf: Buffer, header: BatchHeader, duplicate: BatchMetadata,
                                log_append_time: int) -> LogAppendInfo:
         log.debug("%s-%d: producer %d epoch %d sequence %d is a duplicate of offsets %d-%d", self.topic,
                   self.partition, header.producer_id, header.producer_epoch, header.base_sequence,
@@ -321,7 +328,7 @@ class Log:
             self.producer_state.replay(h for _pos, h in batches if h.producer_id >= 0)
         return info
 
-    def _validate(self, buf, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
+    def _validate(self, buf: Buffer, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
         size = len(buf)
         config = self.config
         if size > config.segment_bytes:
@@ -342,7 +349,7 @@ class Log:
             pos += batch_size
         return batches
 
-    def _append_info(self, buf, batches: list[tuple[int, BatchHeader]], log_append_time: int) -> LogAppendInfo:
+    def _append_info(self, buf: Buffer, batches: list[tuple[int, BatchHeader]], log_append_time: int) -> LogAppendInfo:
         max_timestamp, offset_of_max = -1, -1
         records = 0
         headers = []
@@ -356,7 +363,7 @@ class Log:
         return LogAppendInfo(first, last, max_timestamp, offset_of_max, log_append_time, records, len(buf),
                              len(headers), headers)
 
-    def _append(self, buf, batches: list[tuple[int, BatchHeader]], info: LogAppendInfo) -> None:
+    def _append(self, buf: Buffer, batches: list[tuple[int, BatchHeader]], info: LogAppendInfo) -> None:
         if not batches:
             return
         try:
@@ -545,7 +552,7 @@ class Log:
                                              "log start offset")
         return deleted
 
-    def _delete_oldest_while(self, predicate, reason: str) -> int:
+    def _delete_oldest_while(self, predicate: Callable[[LogSegment, LogSegment], bool], reason: str) -> int:
         count = 0
         while len(self._segments) > 1:
             segment, following = self._segments[0], self._segments[1]

@@ -29,7 +29,7 @@ import mmap
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from protocol.errors import KafkaError
 from protocol.records import BatchHeader, batch_body, check_batch, decode_records, iter_batch_headers
@@ -39,6 +39,9 @@ from .index import CorruptIndexError
 from .offset_index import INT32_MAX, OffsetIndex
 from .segment_budget import USED, OpenSegmentBudget
 from .time_index import TimeIndex
+
+if TYPE_CHECKING:
+    from protocol.records import Buffer
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 
@@ -255,7 +258,7 @@ class LogSegment:
 
     # -- appending -----------------------------------------------------------------------
 
-    def append(self, buf, batches: list[tuple[int, BatchHeader]]) -> None:
+    def append(self, buf: Buffer, batches: list[tuple[int, BatchHeader]]) -> None:
         """Append ``buf`` (batches back to back; ``batches`` = (position in buf, header)).
 
         All or nothing: the space of the index entries is reserved first, then the data is
@@ -540,7 +543,7 @@ class LogSegment:
         return f"LogSegment({self.log_path}, size={self.size})"
 
 
-def _is_zeros(buf, start: int, end: int) -> bool:
+def _is_zeros(buf: Buffer, start: int, end: int) -> bool:
     """Whether buf[start:end] is all zero bytes (what preallocation or a truncation leaves)."""
     while start < end:
         stop = min(end, start + (1 << 20))
