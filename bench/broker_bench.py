@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""kbroker against tansu (the peer broker), same load, alternating runs: A B A B ...
+"""kbroker against a peer, same load, alternating runs: A B A B ...
+
+The peer is tansu (the peer broker), or with ``--before PATH`` kbroker itself as another
+checkout has it (``git worktree add /tmp/before <commit>``): then "before" is that tree and
+"after" this one, both started by this venv's Python, and tansu is not run.
 
 Drives both brokers with the neutral load generator shared/bench/kafka_load.py — 100-byte
 records, 148 per batch (~16 KiB), acks=1, 4 partitions, 4 connections, depth 8 — first a
-produce run, then a consume run of what was produced, with ``--server-pid`` so the tool
-reports the broker's CPU µs per request. Each round starts both brokers fresh (kbroker on a
-new data dir; tansu keeps everything in memory). Prints medians over the rounds and the
-kbroker / tansu ratios; never asserts.
+produce run, then a consume run of what was produced (unless ``--no-consume``), with
+``--server-pid`` so the tool reports the broker's CPU µs per request. Each round starts both
+brokers fresh (kbroker on a new data dir; tansu keeps everything in memory). Prints, per
+metric, each side's median and range over the rounds, the ratio of the medians, and the
+range of the per-round ratios (each round's B over the same round's A); never asserts.
 
-    python bench/broker_bench.py [--rounds 5] [--duration 8]
+    python bench/broker_bench.py [--rounds 5] [--duration 8] [--no-tansu | --before PATH] [--no-consume]
 """
 
 from __future__ import annotations
@@ -50,13 +55,16 @@ def load(mode: str, bootstrap: str, pid: int, args, extra=()) -> dict:
     return json.loads(lines[-1])
 
 
-def run_kbroker(args) -> dict:
+def run_kbroker(args, repo: Path = REPO) -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-bench-"))
-    broker = BrokerProcess(root / "data", port=free_port(), overrides={"log.retention.check.interval.ms": 3600000})
+    broker = BrokerProcess(root / "data", port=free_port(), overrides={"log.retention.check.interval.ms": 3600000},
+                           repo=repo)
     try:
         broker.start()
-        return {"produce": load("produce", broker.bootstrap, broker.pid, args),
-                "consume": load("consume", broker.bootstrap, broker.pid, args)}
+        result = {"produce": load("produce", broker.bootstrap, broker.pid, args)}
+        if not args.no_consume:
+            result["consume"] = load("consume", broker.bootstrap, broker.pid, args)
+        return result
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -69,10 +77,28 @@ def run_tansu(args) -> dict:
         deadline = time.monotonic() + 10
         while not port_open(port) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return {"produce": load("produce", f"127.0.0.1:{port}", pid, args),
-                "consume": load("consume", f"127.0.0.1:{port}", pid, args)}
+        result = {"produce": load("produce", f"127.0.0.1:{port}", pid, args)}
+        if not args.no_consume:
+            result["consume"] = load("consume", f"127.0.0.1:{port}", pid, args)
+        return result
     finally:
         subprocess.run([str(TANSU), "stop", str(pid)], capture_output=True)
+
+
+def tree(repo: Path) -> str:
+    """``repo`` and the commit it has checked out (with ``+`` when it has local changes)."""
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True)
+    return f"{repo} at {head.stdout.strip() or '?'}{'+' if dirty.stdout.strip() else ''}"
+
+
+def fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.1f}"
+
+
+def spread(values: list[float]) -> str:
+    return f"[{fmt(min(values))}-{fmt(max(values))}]"
 
 
 def main() -> int:
@@ -81,33 +107,57 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of produce load per run")
     ap.add_argument("--acks", default="1")
     ap.add_argument("--no-tansu", action="store_true", help="measure kbroker only")
+    ap.add_argument("--before", type=Path, metavar="PATH",
+                    help="compare with the kbroker of this checkout (before) instead of tansu")
+    ap.add_argument("--no-consume", action="store_true", help="produce runs only")
     args = ap.parse_args()
     if not LOAD.exists():
         print(f"the load generator is not at {LOAD}", file=sys.stderr)
         return 2
-    runners = {"kbroker": run_kbroker}
-    if not args.no_tansu:
-        runners["tansu"] = run_tansu
+    if args.before is not None:
+        before = args.before.resolve()
+        if not (before / "broker" / "__main__.py").exists():
+            print(f"{before} is not a kbroker checkout", file=sys.stderr)
+            return 2
+        runners = {"before": lambda a: run_kbroker(a, before), "after": run_kbroker}
+        print(f"before: {tree(before)}\nafter:  {tree(REPO)}", flush=True)
+    else:
+        runners = {"kbroker": run_kbroker}
+        if not args.no_tansu:
+            runners["tansu"] = run_tansu
+    names = list(runners)
     results: dict[str, list[dict]] = {name: [] for name in runners}
     for r in range(args.rounds):
         for name, fn in runners.items():
             res = fn(args)
             results[name].append(res)
-            p, c = res["produce"], res["consume"]
-            print(f"round {r + 1} {name:8s} produce {p['records_per_s']:>10,.0f} rec/s  p50 {p['p50_ms']:6.2f} ms  "
-                  f"p99 {p['p99_ms']:6.2f} ms  cpu {p['server_cpu_us_per_request']:7.1f} µs/req  errors {p['errors']} | "
-                  f"consume {c['records_per_s']:>12,.0f} rec/s  cpu {c['server_cpu_us_per_request']:8.1f} µs/req",
-                  flush=True)
+            p = res["produce"]
+            line = (f"round {r + 1} {name:8s} produce {p['records_per_s']:>10,.0f} rec/s  p50 {p['p50_ms']:6.2f} ms  "
+                    f"p99 {p['p99_ms']:6.2f} ms  cpu {p['server_cpu_us_per_request']:7.1f} µs/req  errors {p['errors']}")
+            if "consume" in res:
+                c = res["consume"]
+                line += f" | consume {c['records_per_s']:>12,.0f} rec/s  cpu {c['server_cpu_us_per_request']:8.1f} µs/req"
+            print(line, flush=True)
     print()
-    print(f"medians over {args.rounds} rounds (100-byte records, 148/batch, acks={args.acks}, 4 partitions, "
+    print(f"medians [min-max] over {args.rounds} rounds (100-byte records, 148/batch, acks={args.acks}, 4 partitions, "
           f"4 connections, depth 8)")
-    header = f"{'':38s}" + "".join(f"{name:>14s}" for name in runners) + ("   kbroker/tansu" if "tansu" in runners else "")
+    pair = names if len(names) == 2 else []
+    if pair and pair[0] == "kbroker":  # the ratio is kbroker over its peer
+        pair = pair[::-1]
+    header = f"{'':38s}" + "".join(f"{name:>32s}" for name in names)
+    if pair:
+        header += f"   {pair[1] + '/' + pair[0]:>14s}  per-round ratios"
     print(header)
     for mode, key in METRICS:
-        meds = {name: statistics.median(x[mode][key] for x in res) for name, res in results.items()}
-        row = f"{mode + ' ' + key:38s}" + "".join(f"{meds[n]:>14,.1f}" for n in runners)
-        if "tansu" in meds and meds["tansu"]:
-            row += f"   {meds['kbroker'] / meds['tansu']:12.2f}"
+        if mode == "consume" and args.no_consume:
+            continue
+        values = {name: [x[mode][key] for x in res] for name, res in results.items()}
+        meds = {name: statistics.median(v) for name, v in values.items()}
+        row = f"{mode + ' ' + key:38s}" + "".join(f"{fmt(meds[n]):>11s} {spread(values[n]):>20s}" for n in names)
+        if pair and meds[pair[0]]:
+            base, other = pair
+            ratios = [b / a for a, b in zip(values[base], values[other]) if a]
+            row += f"   {meds[other] / meds[base]:14.3f}  [{min(ratios):.3f}-{max(ratios):.3f}]"
         print(row)
     return 0
 

@@ -36,8 +36,10 @@ class BrokerProcess:
     """One broker process with its own data dir and port; its output goes to a file."""
 
     def __init__(self, log_dir: Path, port: int | None = None, broker_id: int = 0, overrides: dict | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, repo: Path = REPO) -> None:
+        """``repo``: the checkout whose code runs (another one lets a benchmark compare two trees)."""
         self.log_dir = Path(log_dir)
+        self.repo = Path(repo)
         self.port = port or free_port()
         self.broker_id = broker_id
         self.overrides = dict(overrides or {})
@@ -64,8 +66,10 @@ class BrokerProcess:
     def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.output, "ab") as out:
-            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            if self.repo != REPO:  # its packages first, ahead of the editable install of this one
+                env["PYTHONPATH"] = str(self.repo)
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.repo, env=env)
         deadline = time.monotonic() + timeout_s
         while not port_open(self.port):
             if self.proc.poll() is not None:

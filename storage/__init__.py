@@ -6,14 +6,15 @@ Plain synchronous file code (never asyncio, never broker/); see log.py for the m
 from .checkpoint import OffsetCheckpointFile
 from .config import LogConfig
 from .epoch_cache import EpochEntry, LeaderEpochFileCache
-from .log import (FetchDataInfo, FlushPlan, Log, LogAppendInfo, OffsetsOutOfOrderError, RecoveryReport,
-                  TimestampAndOffset)
+from .log import FetchDataInfo, FlushPlan, Log, LogAppendInfo, OffsetsOutOfOrderError, TimestampAndOffset
+from .log_loader import LogLoader, RecoveryReport
 from .log_manager import LogManager
 from .producer_state import BatchMetadata, ProducerStateEntry, ProducerStateManager
 from .segment import LogSegment
+from .segment_budget import OpenSegmentBudget
 
 __all__ = [
     "BatchMetadata", "EpochEntry", "FetchDataInfo", "FlushPlan", "LeaderEpochFileCache", "Log", "LogAppendInfo",
-    "LogConfig", "LogManager", "LogSegment", "OffsetCheckpointFile", "OffsetsOutOfOrderError", "ProducerStateEntry",
-    "ProducerStateManager", "RecoveryReport", "TimestampAndOffset",
+    "LogConfig", "LogLoader", "LogManager", "LogSegment", "OffsetCheckpointFile", "OffsetsOutOfOrderError",
+    "OpenSegmentBudget", "ProducerStateEntry", "ProducerStateManager", "RecoveryReport", "TimestampAndOffset",
 ]

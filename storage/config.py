@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -78,7 +79,7 @@ class LogConfig:
         ValueError naming the key.
         """
         base = base or cls()
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}  # field name -> value: fields chosen by name at run time
         for key, raw in props.items():
             name = key.replace(".", "_")
             if name == "message_timestamp_type":

@@ -17,7 +17,7 @@ import struct
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 from protocol.compression import Compression
 from protocol.records import (HEADER_SIZE, BatchHeader, batch_body, compute_crc, decode_records,
@@ -27,6 +27,8 @@ from .offset_index import OffsetIndex
 from .producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, decode_snapshot
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from .time_index import TimeIndex
+
+_Mapped = bytes | mmap.mmap  # a file's contents: mapped, or b"" when it is empty
 
 
 def dump(path: str | Path, out: TextIO = sys.stdout, print_records: bool = False) -> int:
@@ -53,7 +55,7 @@ def dump(path: str | Path, out: TextIO = sys.stdout, print_records: bool = False
 
 
 @contextmanager
-def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
+def _mapped(path: Path) -> Iterator[_Mapped]:
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         if size == 0:
@@ -67,7 +69,7 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _batches(buf) -> Iterator[tuple[int, BatchHeader]]:
+def _batches(buf: _Mapped) -> Iterator[tuple[int, BatchHeader]]:
     """Framed batches (magic 2, sane length) until the data stops making sense."""
     pos, end = 0, len(buf)
     while end - pos >= HEADER_SIZE:
@@ -78,7 +80,7 @@ def _batches(buf) -> Iterator[tuple[int, BatchHeader]]:
         pos += header.size
 
 
-def _dump_log(path: Path, buf, base_offset: int, out: TextIO, print_records: bool) -> int:
+def _dump_log(path: Path, buf: _Mapped, base_offset: int, out: TextIO, print_records: bool) -> int:
     print(f"Log starting offset: {base_offset}", file=out)
     status, end = 0, 0
     for pos, h in _batches(buf):
@@ -103,7 +105,7 @@ def _dump_log(path: Path, buf, base_offset: int, out: TextIO, print_records: boo
     return status
 
 
-def _dump_records(buf, pos: int, h: BatchHeader, ts_type: str, out: TextIO) -> int:
+def _dump_records(buf: _Mapped, pos: int, h: BatchHeader, ts_type: str, out: TextIO) -> int:
     try:
         records = decode_records(h, batch_body(buf, pos, h))
     except ValueError as exc:
@@ -123,10 +125,11 @@ def _text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", "backslashreplace")
 
 
-def _dump_entries(path: Path, buf, entry: struct.Struct, format_entry, out: TextIO) -> tuple[list[tuple], int]:
+def _dump_entries(path: Path, buf: _Mapped, entry: struct.Struct, format_entry: Callable[[tuple[int, int]], str],
+                  out: TextIO) -> tuple[list[tuple[int, int]], int]:
     """Print each entry up to the preallocated zero tail; returns (entries, status)."""
     count = len(buf) // entry.size
-    entries = []
+    entries: list[tuple[int, int]] = []
     for i in range(count):
         values = entry.unpack_from(buf, i * entry.size)
         if i > 0 and not any(values):
@@ -149,11 +152,13 @@ def _log_batches_by_position(path: Path) -> dict[int, BatchHeader] | None:
         return {pos: h for pos, h in _batches(buf)}
 
 
-def _dump_offset_index(path: Path, buf, base_offset: int, out: TextIO, _print_records: bool) -> int:
+def _dump_offset_index(path: Path, buf: _Mapped, base_offset: int, out: TextIO, _print_records: bool) -> int:
     entries, status = _dump_entries(path, buf, OffsetIndex.ENTRY,
                                     lambda e: f"offset: {base_offset + e[0]} position: {e[1]}", out)
     batches = _log_batches_by_position(path)
-    for relative, position in entries if batches is not None else ():
+    if batches is None:
+        return status
+    for relative, position in entries:
         batch = batches.get(position)
         if batch is None or batch.last_offset != base_offset + relative:
             found = "no batch" if batch is None else f"last offset {batch.last_offset}"
@@ -163,13 +168,13 @@ def _dump_offset_index(path: Path, buf, base_offset: int, out: TextIO, _print_re
     return status
 
 
-def _dump_time_index(path: Path, buf, base_offset: int, out: TextIO, _print_records: bool) -> int:
+def _dump_time_index(path: Path, buf: _Mapped, base_offset: int, out: TextIO, _print_records: bool) -> int:
     _entries, status = _dump_entries(path, buf, TimeIndex.ENTRY,
                                      lambda e: f"timestamp: {e[0]} offset: {base_offset + e[1]}", out)
     return status
 
 
-def _dump_snapshot(path: Path, buf, offset: int, out: TextIO, _print_records: bool) -> int:
+def _dump_snapshot(path: Path, buf: _Mapped, offset: int, out: TextIO, _print_records: bool) -> int:
     print(f"Producer state at offset: {offset}", file=out)
     try:
         entries = decode_snapshot(buf)

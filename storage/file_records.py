@@ -34,6 +34,10 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from protocol.records import Buffer
 
 _ZERO_CHUNK = 1 << 20
 _EMPTY = memoryview(b"")
@@ -62,7 +66,7 @@ class FileRecords:
 
     # -- writing -------------------------------------------------------------------------
 
-    def append(self, data) -> int:
+    def append(self, data: Buffer) -> int:
         """Write ``data`` at the end; returns the position it starts at.
 
         On OSError nothing is appended: what a partial write left is zeroed (or cut off)
@@ -97,7 +101,7 @@ class FileRecords:
         """Make [start, end) unreadable to recovery: shrink the file to ``start`` when no
         live mapping reaches past it, else overwrite the range with zeros."""
         if self._map is not None and len(self._map) > start:
-            self._retire_map()
+            self._retire_map(self._map)
         self._prune_retired()
         fd = self._file()
         if all(len(m) <= start for m in self._retired):
@@ -117,14 +121,14 @@ class FileRecords:
 
     # -- reading -------------------------------------------------------------------------
 
-    def buffer(self, end: int):
+    def buffer(self, end: int) -> mmap.mmap | memoryview:
         """A read-only buffer (the mapping) valid for [0, ``end``), ``end`` <= ``size``."""
         if end <= 0:
             return _EMPTY
         m = self._map
         if m is None or len(m) < end:
             if m is not None:
-                self._retire_map()
+                self._retire_map(m)
             self._prune_retired()
             m = self._map = mmap.mmap(self._file(), self.size, access=mmap.ACCESS_READ)
         return m
@@ -135,8 +139,9 @@ class FileRecords:
             return _EMPTY
         return memoryview(self.buffer(end))[start:end]
 
-    def _retire_map(self) -> None:
-        m, self._map = self._map, None
+    def _retire_map(self, m: mmap.mmap) -> None:
+        """``m``, the current mapping, is replaced: closed, or kept until its views are gone."""
+        self._map = None
         if not try_close(m):
             self._retired.append(m)
 
@@ -177,7 +182,7 @@ class FileRecords:
         if not self._closed:
             self._closed = True
             if self._map is not None:
-                self._retire_map()
+                self._retire_map(self._map)
             self._prune_retired()
             if self._fd >= 0:
                 os.close(self._fd)

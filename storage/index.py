@@ -76,7 +76,7 @@ class AbstractIndex:
 
     ENTRY: struct.Struct
     SEARCH_KEYS: dict[int, tuple[struct.Struct, int]]
-    EMPTY_LAST: tuple  # ``last`` of an empty index
+    EMPTY_LAST: tuple[int, int]  # ``last`` of an empty index
 
     # Kafka's warm section: the last 8 KiB of entries, i.e. the last two 4 KiB pages at
     # most. Lookups from followers and tailing consumers land there; searching it first
@@ -194,8 +194,10 @@ class AbstractIndex:
 
     # -- entries -------------------------------------------------------------------------
 
-    def entry(self, slot: int) -> tuple:
-        return self.ENTRY.unpack_from(self._buf, slot * self.entry_size)
+    def entry(self, slot: int) -> tuple[int, int]:
+        buf = self._buf
+        assert buf is not None  # there are entries only while mapped or copied
+        return self.ENTRY.unpack_from(buf, slot * self.entry_size)
 
     def reserve(self, n: int) -> None:
         """Make sure the space of the next ``n`` entries is allocated, by writing zeros past
@@ -212,15 +214,17 @@ class AbstractIndex:
                 done += os.pwrite(self._fd, zeros[done:], start + done)
             self._reserved = end
 
-    def _append_entry(self, *values: int) -> None:
+    def _append_entry(self, key: int, value: int) -> None:
         if self.entries >= self.max_entries:
             raise ValueError(f"{self.path}: index is full ({self.entries} entries)")
         position = self.entries * self.entry_size
         if position + self.entry_size > self._reserved:  # the segment reserves ahead of its appends
             self.reserve(1)
-        self.ENTRY.pack_into(self._buf, position, *values)
+        buf = self._buf
+        assert isinstance(buf, mmap.mmap)  # appends go to a writable index: mapped once reserved
+        self.ENTRY.pack_into(buf, position, key, value)
         self.entries += 1
-        self.last = values
+        self.last = (key, value)
 
     def _refresh_last(self) -> None:
         self.last = self.entry(self.entries - 1) if self.entries else self.EMPTY_LAST
@@ -231,7 +235,9 @@ class AbstractIndex:
         self._check_writable()
         if n < self.entries:
             start, end = n * self.entry_size, self.entries * self.entry_size
-            self._buf[start:end] = bytes(end - start)
+            buf = self._buf
+            assert isinstance(buf, mmap.mmap)  # writable and holding entries: mapped
+            buf[start:end] = bytes(end - start)
             self.entries = n
             self._refresh_last()
 
@@ -254,6 +260,7 @@ class AbstractIndex:
             return -1
         key_struct, key_offset = self.SEARCH_KEYS[column]
         unpack, buf, size = key_struct.unpack_from, self._buf, self.entry_size
+        assert buf is not None  # there are entries: mapped or copied
         first_hot = max(0, n - 1 - self._warm_entries)
         if unpack(buf, first_hot * size + key_offset)[0] < target:
             lo, hi = first_hot, n - 1
@@ -295,7 +302,7 @@ class AbstractIndex:
                 raise CorruptIndexError(f"{self.path}: entry {slot} {current}: {problem}")
             previous = current
 
-    def _check_entry(self, entry: tuple, previous: tuple | None, log_size: int,
+    def _check_entry(self, entry: tuple[int, int], previous: tuple[int, int] | None, log_size: int,
                      next_offset_bound: int | None) -> str | None:
         raise NotImplementedError
 

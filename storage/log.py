@@ -17,9 +17,10 @@ on client appends, replayed from headers on follower appends and at load (from t
 log start offset.
 
 Durability: appends land in the page cache; ``flush`` (or ``begin_flush`` / ``FlushPlan.run``
-/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``. After an
-unclean shutdown, ``open`` re-validates only the segments from the one holding the
-recovery point, so recovery time follows the unflushed tail, not the log size.
+/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``. ``open``
+builds the log from what ``LogLoader`` (log_loader.py) loads: after an unclean shutdown it
+re-validates only the segments from the one holding the recovery point, so recovery time
+follows the unflushed tail, not the log size.
 
 Every method is for the owning thread only (not thread-safe), except ``FlushPlan.run``.
 """
@@ -32,25 +33,29 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
                              OffsetOutOfRangeError, RecordListTooLargeError)
-from protocol.records import (BatchHeader, check_batch, iter_batch_headers, read_header, set_base_offset_and_epoch,
-                              set_log_append_time)
+from protocol.records import BatchHeader, check_batch, read_header, set_base_offset_and_epoch, set_log_append_time
 
 from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import LeaderEpochFileCache
+from .log_loader import LoadedLog, LogLoader, rebuild_producer_state
 from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult
+from .segment import LogSegment
+from .segment_budget import OpenSegmentBudget
+
+if TYPE_CHECKING:
+    from protocol.records import Buffer
 
 log = logging.getLogger("kbroker.storage.log")
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
-_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 _EMPTY = memoryview(b"")
 
 
@@ -103,39 +108,6 @@ class TimestampAndOffset:
     leader_epoch: int | None
 
 
-@dataclass
-class RecoveryReport:
-    """What ``Log.open`` had to do to make the partition consistent."""
-
-    topic: str
-    partition: int
-    had_clean_shutdown: bool
-    log_end_offset: int = 0
-    segments: int = 0
-    segments_recovered: int = 0
-    indexes_rebuilt: list[str] = field(default_factory=list)
-    bytes_truncated: int = 0
-    segments_deleted: int = 0
-    truncation: str | None = None
-    duration_ms: float = 0.0
-    producer_batches_replayed: int = 0  # batch headers read to rebuild the producer state
-
-    @property
-    def needed_recovery(self) -> bool:
-        return bool(self.segments_recovered or self.indexes_rebuilt or self.bytes_truncated)
-
-    def summary(self) -> str:
-        parts = [f"{self.topic}-{self.partition}: {self.segments} segments, LEO {self.log_end_offset}"]
-        if self.segments_recovered:
-            parts.append(f"{self.segments_recovered} re-validated")
-        if self.indexes_rebuilt:
-            parts.append(f"{len(self.indexes_rebuilt)} indexes rebuilt")
-        if self.bytes_truncated or self.segments_deleted:
-            parts.append(f"{self.bytes_truncated} bytes and {self.segments_deleted} segments dropped")
-        parts.append(f"{self.duration_ms:.1f} ms")
-        return ", ".join(parts)
-
-
 class FlushPlan:
     """fsync work prepared by ``Log.begin_flush`` on the log's thread.
 
@@ -167,148 +139,65 @@ class FlushPlan:
 class Log:
     """One partition replica's log. Not thread-safe (see the module docstring)."""
 
-    def __init__(self, dir: Path, config: LogConfig, time: Time) -> None:
+    def __init__(self, dir: Path, config: LogConfig, time: Time, budget: OpenSegmentBudget, loaded: LoadedLog,
+                 leader_epoch_cache: LeaderEpochFileCache, producer_state: ProducerStateManager) -> None:
+        """A log built from what ``LogLoader`` loaded; ``open`` is the way to get one."""
         self.dir = Path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
         self.time = time
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
-        self.log_start_offset = 0
-        self.log_end_offset = 0
-        self.recovery_point = 0
-        self.high_watermark = 0
-        self.leader_epoch_cache = LeaderEpochFileCache(self.dir / EPOCH_FILE_NAME, lambda: self.log_end_offset)
-        self.producer_state = ProducerStateManager(self.dir, time, config.producer_id_expiration_ms)
-        self.recovery_report: RecoveryReport | None = None
+        self.segment_budget = budget
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in loaded.segments]
+        self.log_start_offset = loaded.log_start_offset
+        self.log_end_offset = loaded.log_end_offset
+        self.recovery_point = loaded.recovery_point
+        self.high_watermark = loaded.log_start_offset
+        self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state = producer_state
+        self.recovery_report = loaded.report
         self._last_flush_ms = time.milliseconds()
-        self._dir_version = 0  # bumped when segment files are created or deleted
+        self._dir_version = 1 if loaded.dir_changed else 0  # bumped when segment files are created or deleted
         self._dir_synced_version = 0
         self._truncations = 0
 
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, dir: Path, config: LogConfig, *, time: Time, recovery_point: int = 0, log_start_offset: int = 0,
-             had_clean_shutdown: bool = True) -> Log:
+    def open(cls, dir: Path, config: LogConfig, *, time: Time, budget: OpenSegmentBudget | None = None,
+             recovery_point: int = 0, log_start_offset: int = 0, had_clean_shutdown: bool = True) -> Log:
         """Open (creating if needed) the log in ``dir``, recovering it if need be.
 
         After an unclean shutdown the segments from the one containing
         ``recovery_point`` on are re-validated batch by batch (CRC included) and cut at
-        the first bad batch; earlier segments only have their indexes sanity-checked.
-        ``log.recovery_report`` says what was done.
+        the first bad batch; earlier segments only have their indexes sanity-checked
+        (log_loader.py). ``log.recovery_report`` says what was done.
+
+        ``budget`` bounds what the non-active segments keep open; the ``LogManager`` shares
+        its own among its logs. Without one, the log gets a budget of its own, sized from
+        the open files limit.
         """
         dir = Path(dir)
         dir.mkdir(parents=True, exist_ok=True)
-        self = cls(dir, config, time)
-        self._load(recovery_point, log_start_offset, had_clean_shutdown)
-        return self
+        topic, partition = parse_topic_partition(dir.name)
+        if budget is None:
+            budget = OpenSegmentBudget.from_open_files_limit()
+        opened: Log  # bound below; the cache asks the log for its LEO only once it exists
+        leader_epoch_cache = LeaderEpochFileCache(dir / EPOCH_FILE_NAME, lambda: opened.log_end_offset)
+        producer_state = ProducerStateManager(dir, time, config.producer_id_expiration_ms)
+        loaded = LogLoader(dir, topic, partition, config, time, budget, had_clean_shutdown=had_clean_shutdown,
+                           log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
+                           leader_epoch_cache=leader_epoch_cache, producer_state=producer_state).load()
+        opened = cls(dir, config, time, budget, loaded, leader_epoch_cache, producer_state)
+        return opened
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        segment = LogSegment.create(self.dir, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+        segment = LogSegment.create(self.dir, base_offset, budget=self.segment_budget,
+                                    index_interval_bytes=self.config.index_interval_bytes,
                                     max_index_size=self.config.segment_index_bytes,
                                     segment_jitter_ms=self.config.segment_jitter_ms, now_ms=self.time.milliseconds())
         self._dir_version += 1
         return segment
-
-    def _load(self, recovery_point: int, log_start_offset: int, had_clean_shutdown: bool) -> None:
-        started = self.time.monotonic_ms()
-        report = self.recovery_report = RecoveryReport(self.topic, self.partition, had_clean_shutdown)
-        bases = self._scan_dir()
-        cfg = self.config
-        self._segments = [LogSegment(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
-                                     max_index_size=cfg.segment_index_bytes, created_ms=self.time.milliseconds())
-                          for base in bases]
-        if not self._segments:
-            self._segments = [self._new_segment(log_start_offset)]
-        self._bases = [s.base_offset for s in self._segments]
-        self._segments[-1].activate()
-        if had_clean_shutdown:
-            first_to_recover = len(self._segments)
-        else:
-            first_to_recover = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
-
-        def on_batch(header: BatchHeader) -> None:
-            self._maybe_assign_epoch(header.partition_leader_epoch, header.base_offset)
-
-        for i, segment in enumerate(self._segments):
-            next_base = self._bases[i + 1] if i + 1 < len(self._bases) else None
-            if i >= first_to_recover:
-                result = segment.recover(on_batch=on_batch)
-                report.segments_recovered += 1
-            else:
-                problem = segment.load_indexes(next_base)
-                if problem is not None:
-                    log.warning("%s-%d: rebuilding the indexes of %s: %s", self.topic, self.partition,
-                                segment.log_path.name, problem)
-                    report.indexes_rebuilt.append(segment.log_path.name)
-                    result = segment.recover(verify_crc=False)
-                elif segment.active:
-                    result = segment.recover(start_position=segment.offset_index.last_entry().position,
-                                             verify_crc=False)
-                else:
-                    continue
-            report.bytes_truncated += result.truncated_bytes
-            gap = next_base is not None and result.next_offset != next_base
-            if gap or (result.error is not None and next_base is None):
-                self._drop_segments_after(i, result)
-                break
-        report.segments = len(self._segments)
-        self.log_end_offset = self._segments[-1].read_next_offset()
-        self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
-        self.recovery_point = self.log_end_offset if had_clean_shutdown else min(recovery_point, self.log_end_offset)
-        self.high_watermark = self.log_start_offset
-        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        report.producer_batches_replayed = self._rebuild_producer_state()
-        if report.producer_batches_replayed:
-            self._take_producer_snapshot()
-        report.log_end_offset = self.log_end_offset
-        report.duration_ms = self.time.monotonic_ms() - started
-
-    def _scan_dir(self) -> list[int]:
-        """Base offsets of the segments on disk; stray files of interrupted operations and
-        indexes without a ``.log`` are removed."""
-        bases, index_files = set(), []
-        for path in self.dir.iterdir():
-            name = path.name
-            if name.endswith(_STRAY_SUFFIXES):
-                path.unlink(missing_ok=True)
-                continue
-            stem, dot, suffix = name.partition(".")
-            if len(stem) != 20 or not stem.isdigit():
-                continue
-            if "." + suffix == LOG_SUFFIX:
-                bases.add(int(stem))
-            elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                index_files.append((int(stem), path))
-        for base, path in index_files:
-            if base not in bases:
-                path.unlink(missing_ok=True)
-        return sorted(bases)
-
-    def _drop_segments_after(self, i: int, result: RecoverResult) -> None:
-        """Recovery cut segment ``i`` (or found the next one does not follow it): delete
-        every later segment and log the one line for this truncation (a warning, or INFO
-        when only a zero tail was cut from the last segment: no data was lost)."""
-        segment, later = self._segments[i], self._segments[i + 1:]
-        dropped = result.truncated_bytes + sum(s.size for s in later)
-        reason = result.error or f"the next segment starts at {later[0].base_offset}, not {result.next_offset}"
-        level = logging.INFO if result.zero_tail and not later else logging.WARNING
-        log.log(level, "%s-%d: recovery truncated %s at byte %d (offset %d): %s; dropped %d bytes%s",
-                self.topic, self.partition, segment.log_path.name, result.valid_bytes, result.next_offset,
-                reason, dropped, f" including {len(later)} later segments" if later else "")
-        for s in later:
-            s.delete()
-        del self._segments[i + 1:]
-        del self._bases[i + 1:]
-        if later:
-            self._dir_version += 1
-        assert self.recovery_report is not None
-        self.recovery_report.segments_deleted += len(later)
-        self.recovery_report.bytes_truncated += sum(s.size for s in later)
-        self.recovery_report.truncation = reason
-        segment.activate()
 
     # -- properties ----------------------------------------------------------------------
 
@@ -357,8 +246,11 @@ class Log:
         producer's last batches writes nothing and returns its first append's offsets,
         with ``duplicate`` set.
         """
-        writable = isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly)
-        buf = records if writable else bytearray(records)
+        buf: bytearray | memoryview
+        if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
+            buf = records
+        else:
+            buf = bytearray(records)
         batches = self._validate(buf, check_message_size=True)
         log_append_time = self.time.milliseconds() if self.config.log_append_time else -1
         offset = self.log_end_offset
@@ -401,7 +293,7 @@ class Log:
                                      f"in record batch with producerId {header.producer_id}")
         return self.producer_state.analyze_client_batch(header)
 
-    def _duplicate_append_info(self, buf, header: BatchHeader, duplicate: BatchMetadata,
+    def _duplicate_append_info(self, buf: Buffer, header: BatchHeader, duplicate: BatchMetadata,
                                log_append_time: int) -> LogAppendInfo:
         log.debug("%s-%d: producer %d epoch %d sequence %d is a duplicate of offsets %d-%d", self.topic,
                   self.partition, header.producer_id, header.producer_epoch, header.base_sequence,
@@ -436,7 +328,7 @@ class Log:
             self.producer_state.replay(h for _pos, h in batches if h.producer_id >= 0)
         return info
 
-    def _validate(self, buf, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
+    def _validate(self, buf: Buffer, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
         size = len(buf)
         config = self.config
         if size > config.segment_bytes:
@@ -457,7 +349,7 @@ class Log:
             pos += batch_size
         return batches
 
-    def _append_info(self, buf, batches: list[tuple[int, BatchHeader]], log_append_time: int) -> LogAppendInfo:
+    def _append_info(self, buf: Buffer, batches: list[tuple[int, BatchHeader]], log_append_time: int) -> LogAppendInfo:
         max_timestamp, offset_of_max = -1, -1
         records = 0
         headers = []
@@ -471,7 +363,7 @@ class Log:
         return LogAppendInfo(first, last, max_timestamp, offset_of_max, log_append_time, records, len(buf),
                              len(headers), headers)
 
-    def _append(self, buf, batches: list[tuple[int, BatchHeader]], info: LogAppendInfo) -> None:
+    def _append(self, buf: Buffer, batches: list[tuple[int, BatchHeader]], info: LogAppendInfo) -> None:
         if not batches:
             return
         try:
@@ -605,7 +497,8 @@ class Log:
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
-        self._rebuild_producer_state()
+        rebuild_producer_state(self.producer_state, self._segments, self._bases, self.log_start_offset,
+                               self.log_end_offset)
         log.info("%s-%d: truncated to offset %d", self.topic, self.partition, self.log_end_offset)
         return True
 
@@ -659,7 +552,7 @@ class Log:
                                              "log start offset")
         return deleted
 
-    def _delete_oldest_while(self, predicate, reason: str) -> int:
+    def _delete_oldest_while(self, predicate: Callable[[LogSegment, LogSegment], bool], reason: str) -> int:
         count = 0
         while len(self._segments) > 1:
             segment, following = self._segments[0], self._segments[1]
@@ -693,42 +586,9 @@ class Log:
         """
         return self.producer_state.remove_expired_producers(now_ms)
 
-    def _rebuild_producer_state(self) -> int:
-        """Reset the producer state to the newest snapshot at or below the LEO (snapshots
-        above it are deleted) and replay the batch headers after it; returns how many
-        batch headers were read (none after a clean shutdown: the snapshot is at the LEO)."""
-        start = self.producer_state.truncate_and_reload(self.log_start_offset, self.log_end_offset)
-        if start >= self.log_end_offset:
-            return 0
-        count = 0
-
-        def producer_batches(segment: LogSegment, position: int):
-            nonlocal count
-            records = segment.records
-            for _pos, header in iter_batch_headers(records.buffer(records.size), position, records.size):
-                count += 1
-                if header.producer_id >= 0:
-                    yield header
-
-        i = max(0, bisect.bisect_right(self._bases, start) - 1)
-        for segment in self._segments[i:]:
-            position = 0
-            if segment.base_offset < start:
-                found = segment.translate_offset(start)
-                if found is None:
-                    continue
-                position = found[0]
-            self.producer_state.replay(producer_batches(segment, position))
-        return count
-
     def _take_producer_snapshot(self) -> None:
-        """A producer state snapshot at the LEO. A failure is logged, not raised: snapshots
-        only save replay time (the state can always be rebuilt from the log)."""
-        try:
-            self.producer_state.take_snapshot(self.log_end_offset)
-        except OSError as exc:
-            log.error("%s-%d: cannot write a producer state snapshot at offset %d: %s", self.topic, self.partition,
-                      self.log_end_offset, exc)
+        """A producer state snapshot at the LEO (a failure is logged, not raised)."""
+        self.producer_state.try_take_snapshot(self.log_end_offset)
 
     # -- flushing ------------------------------------------------------------------------
 

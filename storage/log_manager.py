@@ -24,8 +24,9 @@ from protocol.errors import KafkaStorageError
 
 from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir
 from .config import LogConfig
-from .log import FlushPlan, Log, RecoveryReport, parse_topic_partition
-from .segment import OPEN_SEGMENTS, raise_open_files_limit
+from .log import FlushPlan, Log, parse_topic_partition
+from .log_loader import RecoveryReport
+from .segment_budget import OpenSegmentBudget, raise_open_files_limit
 
 log = logging.getLogger("kbroker.storage.manager")
 
@@ -51,6 +52,8 @@ class LogManager:
         self._topic_config = topic_config
         self._logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        # Shared by every log here: what their non-active segments may keep open.
+        self.segment_budget = OpenSegmentBudget.from_open_files_limit()
 
     # -- startup -------------------------------------------------------------------------
 
@@ -61,10 +64,11 @@ class LogManager:
         clean-shutdown marker is absent (and removes the marker), and logs one INFO line
         per partition that needed recovery. First it raises the soft RLIMIT_NOFILE to the
         hard limit: the cache of non-active segments' files is sized from it (see
-        segment.py), so more segments stay open and random reads in long logs stay cheap.
+        segment_budget.py), so more segments stay open and random reads in long logs stay cheap.
         """
         limit = raise_open_files_limit()
-        log.info("open files limit %d; up to %d descriptors for segments", limit, OPEN_SEGMENTS.files.budget)
+        self.segment_budget.resize_to_open_files_limit()
+        log.info("open files limit %d; up to %d descriptors for segments", limit, self.segment_budget.files.budget)
         reports = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -85,14 +89,13 @@ class LogManager:
                     continue
                 if tp in self._logs:
                     raise KafkaStorageError(f"{child.name} exists in both {self._log_dir_of[tp]} and {log_dir}")
-                loaded = Log.open(child, self._config_for(tp[0]), time=self.time,
+                loaded = Log.open(child, self._config_for(tp[0]), time=self.time, budget=self.segment_budget,
                                   recovery_point=recovery_points.get(tp, 0),
                                   log_start_offset=start_offsets.get(tp, 0), had_clean_shutdown=clean)
                 loaded.update_high_watermark(high_watermarks.get(tp, 0))
                 self._logs[tp] = loaded
                 self._log_dir_of[tp] = log_dir
                 report = loaded.recovery_report
-                assert report is not None
                 if report.needed_recovery:
                     log.info("recovered %s", report.summary())
                 reports.append(report)
@@ -133,7 +136,8 @@ class LogManager:
             counts[d] += 1
         log_dir = min(self.log_dirs, key=lambda d: counts[d])
         partition_dir = log_dir / f"{topic}-{partition}"
-        created = Log.open(partition_dir, config or self._config_for(topic), time=self.time)
+        created = Log.open(partition_dir, config or self._config_for(topic), time=self.time,
+                           budget=self.segment_budget)
         fsync_dir(log_dir)
         self._logs[tp] = created
         self._log_dir_of[tp] = log_dir

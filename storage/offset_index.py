@@ -69,7 +69,8 @@ class OffsetIndex(AbstractIndex):
             slot -= 1
         self.truncate_to_entries(slot + 1)
 
-    def _check_entry(self, entry, previous, log_size, next_offset_bound):
+    def _check_entry(self, entry: tuple[int, int], previous: tuple[int, int] | None, log_size: int,
+                     next_offset_bound: int | None) -> str | None:
         relative, position = entry
         if previous is not None and (relative <= previous[0] or position <= previous[1]):
             return f"not above the earlier entry {previous}"

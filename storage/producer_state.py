@@ -51,7 +51,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from crc32c import crc32c
 
@@ -60,6 +60,9 @@ from protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberE
 from protocol.records import CONTROL_MASK, INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, increment_sequence
 
 from .checkpoint import write_atomically
+
+if TYPE_CHECKING:
+    from protocol.records import Buffer
 
 log = logging.getLogger("kbroker.storage.producer_state")
 
@@ -258,7 +261,7 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
     return bytes(buf)
 
 
-def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
+def decode_snapshot(data: Buffer) -> list[ProducerStateEntry]:
     """The entries of a v1 snapshot; CorruptSnapshotError if it is not one, intact."""
     if len(data) < _SNAPSHOT_HEADER.size:
         raise CorruptSnapshotError(f"{len(data)} bytes, shorter than the {_SNAPSHOT_HEADER.size}-byte header")
@@ -435,6 +438,15 @@ class ProducerStateManager:
             self._snapshots.insert(i, offset)
         self._removed_since_snapshot = False
         return True
+
+    def try_take_snapshot(self, offset: int) -> bool:
+        """``take_snapshot``, a failure logged instead of raised: snapshots only save replay
+        time (the state can always be rebuilt from the log)."""
+        try:
+            return self.take_snapshot(offset)
+        except OSError as exc:
+            log.error("%s: cannot write a producer state snapshot at offset %d: %s", self._name, offset, exc)
+            return False
 
     def delete_snapshots_before(self, offset: int) -> None:
         for old in self._snapshots[:bisect.bisect_left(self._snapshots, offset)]:

@@ -16,25 +16,20 @@ non-active segment opens only what its reads use, on first use: the ``.log`` map
 descriptor closed at once, the mapping keeps its own) and each index read-only, as an
 in-memory copy when small (no descriptor; see index.py). The time index is not opened by
 offset reads. Recovery and truncation reopen the files writable and drop those handles
-again when done. What non-active segments hold is budgeted process-wide (``OPEN_SEGMENTS``):
-their descriptors against a share of RLIMIT_NOFILE (``open_files_budget``; ``LogManager``
-raises the soft limit to the hard one at startup, ``raise_open_files_limit``), their index
-copies against ``INDEX_COPY_BYTES``; the least recently used give theirs up first, the
-copies independently of the mappings. A cached segment usually holds one descriptor, so a
+again when done. What non-active segments hold is counted against the ``OpenSegmentBudget``
+the segment is given (segment_budget.py: one per LogManager), which makes the least
+recently used give theirs up first. A cached segment usually holds one descriptor, so a
 log of as many segments as the budget has descriptors is read without opening a file.
 What a closed segment must still answer (size, largest timestamp) is kept in memory.
 """
 
 from __future__ import annotations
 
-import logging
 import mmap
 import random
-import resource
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from protocol.errors import KafkaError
 from protocol.records import BatchHeader, batch_body, check_batch, decode_records, iter_batch_headers
@@ -42,134 +37,17 @@ from protocol.records import BatchHeader, batch_body, check_batch, decode_record
 from .file_records import FileRecords
 from .index import CorruptIndexError
 from .offset_index import INT32_MAX, OffsetIndex
+from .segment_budget import USED, OpenSegmentBudget
 from .time_index import TimeIndex
 
-log = logging.getLogger("kbroker.storage.segment")
+if TYPE_CHECKING:
+    from protocol.records import Buffer
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
-INDEX_COPY_BYTES = 64 << 20  # in-memory index copies non-active segments may hold in all
-ACTIVE_SEGMENT_FDS = 6  # what an active segment may hold: its three files and their mappings
-MIN_OPEN_FILES_BUDGET = 64
-_MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
-_NR_OPEN = Path("/proc/sys/fs/nr_open")
 
 
 def file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
-
-
-def open_files_budget() -> int:
-    """Descriptors the segments may hold in all: the soft RLIMIT_NOFILE less an eighth (at
-    least 256) kept for sockets and every other file, and at most half of
-    vm.max_map_count (a cached segment's descriptors are its mappings'); never below
-    MIN_OPEN_FILES_BUDGET. Active segments count ACTIVE_SEGMENT_FDS each against it (see
-    ``_OpenSegments``), so the cache of non-active ones shrinks as partitions are added."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    budget = 1 << 20 if soft == resource.RLIM_INFINITY else soft - max(256, soft // 8)
-    try:
-        budget = min(budget, int(_MAX_MAP_COUNT.read_text()) // 2)
-    except (OSError, ValueError):
-        pass
-    return max(MIN_OPEN_FILES_BUDGET, budget)
-
-
-def raise_open_files_limit() -> int:
-    """Raise the soft RLIMIT_NOFILE to the hard limit and size ``OPEN_SEGMENTS`` from it;
-    returns the soft limit now in force. Process-wide: the broker's ``LogManager`` calls it
-    once at startup (Kafka asks operators for a large ``ulimit -n`` instead)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard
-    if hard == resource.RLIM_INFINITY:  # the kernel caps RLIMIT_NOFILE at fs.nr_open
-        try:
-            target = int(_NR_OPEN.read_text())
-        except (OSError, ValueError):
-            target = 1 << 20
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError) as exc:
-            log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
-    OPEN_SEGMENTS.files.budget = open_files_budget()
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-class _BudgetCache:
-    """Segments holding a cost each; ``release(segment)`` frees the oldest while the costs
-    (plus ``pinned``) exceed ``budget``.
-
-    The order is CLOCK (second chance), an LRU approximation: a read only sets this cache's
-    bit in the segment's ``used`` (its handle properties) instead of reordering a structure
-    shared by every segment, which costs cache misses per lookup in a big log (random reads
-    in 10,189 cached segments, bench/storage_bench.py: p50 9.5 -> 7 us, p99 17-20 -> 10-16
-    us). The oldest segment is released unless its bit is set; then the bit is cleared and
-    it goes to the back.
-    """
-
-    def __init__(self, budget: int, bit: int, release: Callable[[LogSegment], None]) -> None:
-        self.budget = budget
-        self.pinned = 0  # cost held outside the cache (the active segments' descriptors)
-        self.total = 0
-        self._bit = bit
-        self._release = release
-        self._costs: OrderedDict[LogSegment, int] = OrderedDict()  # oldest first
-
-    def __len__(self) -> int:
-        return len(self._costs)
-
-    def set(self, segment: LogSegment, cost: int) -> None:
-        """``segment`` holds ``cost`` now (it leaves the cache at 0); others are released,
-        oldest first, while over budget. ``segment`` goes last and counts as used."""
-        self.discard(segment)
-        if cost:
-            self._costs[segment] = cost
-            self.total += cost
-            segment.used |= self._bit
-        costs = self._costs
-        while self.total + self.pinned > self.budget and len(costs) > 1:
-            oldest = next(iter(costs))
-            if oldest.used & self._bit:
-                oldest.used &= ~self._bit
-                costs.move_to_end(oldest)
-                continue
-            self.discard(oldest)
-            self._release(oldest)
-
-    def discard(self, segment: LogSegment) -> None:
-        self.total -= self._costs.pop(segment, 0)
-
-
-_FILES, _COPIES = 1, 2  # bits of LogSegment.used
-
-
-class _OpenSegments:
-    """What non-active segments hold, process-wide, in two caches: ``files``, the descriptors
-    (the ``.log`` mapping, mapped indexes), budgeted from RLIMIT_NOFILE with the active
-    segments' descriptors pinned; and ``copies``, the bytes of in-memory index copies, so
-    an index copy outlives its segment's mapping (a lookup that misses maps the ``.log``
-    only). Not thread-safe."""
-
-    USED = _FILES | _COPIES
-
-    def __init__(self, max_fds: int, max_bytes: int) -> None:
-        self.files = _BudgetCache(max_fds, _FILES, lambda segment: segment.close_files())
-        self.copies = _BudgetCache(max_bytes, _COPIES, lambda segment: segment.drop_index_copies())
-
-    def update(self, segment: LogSegment) -> None:
-        """``segment`` opened or closed handles: count what it holds now."""
-        fds, nbytes = segment.held()
-        self.files.set(segment, fds)
-        self.copies.set(segment, nbytes)
-
-    def discard(self, segment: LogSegment) -> None:
-        self.files.discard(segment)
-        self.copies.discard(segment)
-
-    def set_active(self, active: bool) -> None:
-        """A segment became active (or stopped being): its descriptors are pinned."""
-        self.files.pinned += ACTIVE_SEGMENT_FDS if active else -ACTIVE_SEGMENT_FDS
-
-
-OPEN_SEGMENTS = _OpenSegments(open_files_budget(), INDEX_COPY_BYTES)
 
 
 @dataclass
@@ -186,10 +64,11 @@ class RecoverResult:
 class LogSegment:
     """Not thread-safe: every method runs on the owning Log's thread."""
 
-    def __init__(self, dir: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
-                 roll_jitter_ms: int = 0, created_ms: int = 0) -> None:
+    def __init__(self, dir: Path, base_offset: int, *, budget: OpenSegmentBudget, index_interval_bytes: int,
+                 max_index_size: int, roll_jitter_ms: int = 0, created_ms: int = 0) -> None:
         self.dir = Path(dir)
         self.base_offset = base_offset
+        self.budget = budget  # what it holds while not active counts against this (its log's)
         self.log_path = self.dir / file_name(base_offset, LOG_SUFFIX)
         self.index_path = self.dir / file_name(base_offset, INDEX_SUFFIX)
         self.time_index_path = self.dir / file_name(base_offset, TIME_INDEX_SUFFIX)
@@ -198,7 +77,7 @@ class LogSegment:
         self.roll_jitter_ms = roll_jitter_ms
         self.created_ms = created_ms
         self.active = False
-        self.used = 0  # bits of the caches of OPEN_SEGMENTS that saw it used (see _BudgetCache)
+        self.used = 0  # bits of the budget's caches that saw it used (see BudgetCache)
         try:
             self.size = self.log_path.stat().st_size
         except FileNotFoundError:
@@ -213,12 +92,13 @@ class LogSegment:
         self._retired_maps: list[mmap.mmap] = []
 
     @classmethod
-    def create(cls, dir: Path, base_offset: int, *, index_interval_bytes: int, max_index_size: int,
-               segment_jitter_ms: int, now_ms: int) -> LogSegment:
+    def create(cls, dir: Path, base_offset: int, *, budget: OpenSegmentBudget, index_interval_bytes: int,
+               max_index_size: int, segment_jitter_ms: int, now_ms: int) -> LogSegment:
         """A new, empty, active segment (its files are created)."""
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             (Path(dir) / file_name(base_offset, suffix)).unlink(missing_ok=True)
-        segment = cls(dir, base_offset, index_interval_bytes=index_interval_bytes, max_index_size=max_index_size,
+        segment = cls(dir, base_offset, budget=budget, index_interval_bytes=index_interval_bytes,
+                      max_index_size=max_index_size,
                       roll_jitter_ms=random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0,
                       created_ms=now_ms)
         segment.activate()
@@ -235,7 +115,7 @@ class LogSegment:
                 self._records.release_fd()
             self._opened()
         elif not self.active:
-            self.used = OPEN_SEGMENTS.USED
+            self.used = USED
         return self._records
 
     @property
@@ -247,7 +127,7 @@ class LogSegment:
                                              read_only=not self.active)
             self._opened()
         elif not self.active:
-            self.used = OPEN_SEGMENTS.USED
+            self.used = USED
         return self._offset_index
 
     @property
@@ -258,18 +138,18 @@ class LogSegment:
                                          read_only=not self.active)
             self._opened()
         elif not self.active:
-            self.used = OPEN_SEGMENTS.USED
+            self.used = USED
         return self._time_index
 
     def _opened(self) -> None:
-        """A handle was opened: a non-active segment's new cost goes to ``OPEN_SEGMENTS``."""
+        """A handle was opened: a non-active segment's new cost goes to the budget."""
         if not self.active:
-            OPEN_SEGMENTS.update(self)
+            self.budget.update(self)
 
     def _set_active(self, active: bool) -> None:
         if active != self.active:
             self.active = active
-            OPEN_SEGMENTS.set_active(active)
+            self.budget.set_active(active)
 
     def held(self) -> tuple[int, int]:
         """(descriptors, bytes of in-memory index copies) that the open handles hold."""
@@ -321,7 +201,7 @@ class LogSegment:
         self._drop_indexes(read_only=False)
         if self._records is not None:
             self._records.release_fd()
-        OPEN_SEGMENTS.update(self)
+        self.budget.update(self)
 
     def _settle_inactive(self) -> None:
         """After recovery or truncation of a non-active segment: the final time-index entry,
@@ -343,7 +223,7 @@ class LogSegment:
         segment; in-memory index copies stay."""
         if self.active:
             return
-        OPEN_SEGMENTS.files.discard(self)
+        self.budget.files.discard(self)
         if self._records is not None:
             self._retired_maps = self._records.close()
             self._records = None
@@ -356,7 +236,7 @@ class LogSegment:
 
     def drop_index_copies(self) -> None:
         """Drop a non-active segment's in-memory index copies (reread on next use)."""
-        OPEN_SEGMENTS.copies.discard(self)
+        self.budget.copies.discard(self)
         if self._offset_index is not None and self._offset_index.in_memory:
             self._offset_index = None
         if self._time_index is not None and self._time_index.in_memory:
@@ -365,7 +245,7 @@ class LogSegment:
     def activate(self) -> None:
         """Become the log's active segment: stay open, indexes preallocated for appends."""
         self._set_active(True)
-        OPEN_SEGMENTS.discard(self)
+        self.budget.discard(self)
         self._drop_indexes(read_only=True)
         for index in (self._offset_index, self._time_index):
             if index is not None:
@@ -378,7 +258,7 @@ class LogSegment:
 
     # -- appending -----------------------------------------------------------------------
 
-    def append(self, buf, batches: list[tuple[int, BatchHeader]]) -> None:
+    def append(self, buf: Buffer, batches: list[tuple[int, BatchHeader]]) -> None:
         """Append ``buf`` (batches back to back; ``batches`` = (position in buf, header)).
 
         All or nothing: the space of the index entries is reserved first, then the data is
@@ -663,7 +543,7 @@ class LogSegment:
         return f"LogSegment({self.log_path}, size={self.size})"
 
 
-def _is_zeros(buf, start: int, end: int) -> bool:
+def _is_zeros(buf: Buffer, start: int, end: int) -> bool:
     """Whether buf[start:end] is all zero bytes (what preallocation or a truncation leaves)."""
     while start < end:
         stop = min(end, start + (1 << 20))

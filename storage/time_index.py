@@ -67,7 +67,8 @@ class TimeIndex(AbstractIndex):
             slot -= 1  # offsets may repeat; drop all equal to ``offset``
         self.truncate_to_entries(slot + 1)
 
-    def _check_entry(self, entry, previous, log_size, next_offset_bound):
+    def _check_entry(self, entry: tuple[int, int], previous: tuple[int, int] | None, log_size: int,
+                     next_offset_bound: int | None) -> str | None:
         timestamp, relative = entry
         if previous is not None and (timestamp <= previous[0] or relative < previous[1]):
             return f"not above the earlier entry {previous}"

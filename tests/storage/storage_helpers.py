@@ -7,6 +7,7 @@ from pathlib import Path
 from protocol.clock import MockTime
 from protocol.records import Record, build_batch, check_batch
 from storage import Log, LogConfig
+from storage.segment_budget import OpenSegmentBudget
 
 START_MS = 1_700_000_000_000
 
@@ -21,8 +22,8 @@ def follower_batch(base_offset: int, n: int = 1, epoch: int = 0, **kw) -> bytes:
     return batch(n, base_offset=base_offset, partition_leader_epoch=epoch, **kw)
 
 
-def open_log(path: Path, time: MockTime | None = None, **config) -> Log:
-    return Log.open(path, LogConfig(**config), time=time or MockTime())
+def open_log(path: Path, time: MockTime | None = None, budget: OpenSegmentBudget | None = None, **config) -> Log:
+    return Log.open(path, LogConfig(**config), time=time or MockTime(), budget=budget)
 
 
 def check_consistent(log: Log) -> list:

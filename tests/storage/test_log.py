@@ -16,7 +16,7 @@ from protocol.errors import InvalidRecordError, OffsetOutOfRangeError
 from protocol.records import (CRC_OFFSET, LAST_OFFSET_DELTA_OFFSET, LOG_APPEND_TIME, RECORDS_COUNT_OFFSET, Record,
                               build_batch, check_batch, compute_crc, iter_batch_headers, iter_records)
 from storage import Log, LogConfig, OffsetsOutOfOrderError, TimestampAndOffset
-from storage import segment as segment_module
+from storage.segment_budget import ACTIVE_SEGMENT_FDS, OpenSegmentBudget
 
 
 def test_directory_layout_and_topic_partition(tmp_path):
@@ -342,10 +342,9 @@ def test_flush_policy_and_split_flush(tmp_path):
     assert log.begin_flush() is None
 
 
-def test_only_a_bounded_number_of_segments_keep_files_open(tmp_path, monkeypatch):
-    log = open_log(tmp_path / "t-0", segment_bytes=300)
-    files = segment_module.OPEN_SEGMENTS.files
-    monkeypatch.setattr(files, "budget", files.pinned + 4)  # 4 descriptors beyond the active segments
+def test_only_a_bounded_number_of_segments_keep_files_open(tmp_path):
+    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS + 4)  # 4 descriptors beyond the active segment's
+    log = open_log(tmp_path / "t-0", budget=budget, segment_bytes=300)
     fill(log, 40)
     assert log.num_segments > 10
     for offset in range(0, log.log_end_offset, 3):

@@ -14,11 +14,11 @@ from storage_helpers import batch, check_consistent, open_log
 from protocol.clock import MockTime
 from protocol.records import iter_batch_headers
 from storage import Log, LogConfig, LogManager
-from storage import segment as segment_module
+from storage import segment_budget as budget_module
 from storage.index import COPY_MAX_BYTES
 from storage.offset_index import OffsetIndex
+from storage.segment_budget import ACTIVE_SEGMENT_FDS, BudgetCache, OpenSegmentBudget
 
-OPEN = segment_module.OPEN_SEGMENTS
 CONFIG = dict(segment_bytes=600, index_interval_bytes=100)
 
 
@@ -77,13 +77,13 @@ def test_an_offset_read_does_not_open_the_time_index(tmp_path):
 
 
 def test_the_descriptor_budget_keeps_index_copies_of_evicted_segments(tmp_path, monkeypatch):
-    log = open_log(tmp_path / "t-0", **CONFIG)
-    monkeypatch.setattr(OPEN.files, "budget", OPEN.files.pinned + 3)
+    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS + 3)  # the active segment's pinned, 3 for the rest
+    log = open_log(tmp_path / "t-0", budget=budget, **CONFIG)
     fill(log, 40)
     expected = read_everything(log)
     mapped = [s for s in log.segments if not s.active and s._records is not None]
     assert len(mapped) <= 3
-    assert OPEN.files.total <= 3
+    assert budget.files.total <= 3
     copies = [s for s in log.segments if not s.active and s._offset_index is not None]
     assert len(copies) == log.num_segments - 1  # copies outlive the mappings
     opened = []
@@ -95,15 +95,18 @@ def test_the_descriptor_budget_keeps_index_copies_of_evicted_segments(tmp_path, 
     log.close()
 
 
-def test_the_copy_budget_drops_the_oldest_copies(tmp_path, monkeypatch):
-    log = open_log(tmp_path / "t-0", **CONFIG)
+def test_the_copy_budget_drops_the_oldest_copies(tmp_path):
+    budget = OpenSegmentBudget(1000)
+    log = open_log(tmp_path / "t-0", budget=budget, **CONFIG)
     fill(log, 40)
     read_everything(log)
     one_copy = log.segments[1].held()[1]
-    monkeypatch.setattr(OPEN.copies, "budget", 3 * one_copy)
+    budget.copies.budget = 3 * one_copy
     fill(log, 1)  # a roll hands the copies of the segment it closes to the cache
     log.roll()
-    assert OPEN.copies.total <= 3 * one_copy
+    assert 0 < budget.copies.total <= 3 * one_copy
+    copies = [s for s in log.segments if not s.active and s._offset_index is not None and s._offset_index.in_memory]
+    assert 0 < len(copies) <= 3
     assert read_everything(log)[-1] == log.log_end_offset - 2
     check_consistent(log)
     log.close()
@@ -133,20 +136,22 @@ def test_copies_follow_truncation_into_a_cached_segment_then_roll_and_reopen(tmp
 
 
 def test_retention_and_delete_leave_nothing_in_the_caches(tmp_path):
-    log = open_log(tmp_path / "t-0", retention_bytes=1000, **CONFIG)
+    budget = OpenSegmentBudget(1000)
+    log = open_log(tmp_path / "t-0", budget=budget, retention_bytes=1000, **CONFIG)
     fill(log, 30)
     read_everything(log)
     old = log.segments[:-1]
     log.update_high_watermark(log.log_end_offset)
     assert log.delete_old_segments() > 0
     deleted = [s for s in old if s not in log.segments]
-    assert deleted and all(s not in OPEN.files._costs and s not in OPEN.copies._costs for s in deleted)
+    assert deleted and all(s not in budget.files._costs and s not in budget.copies._costs for s in deleted)
     assert all(s._records is None and s._offset_index is None for s in deleted)
     remaining = log.segments[:-1]
-    pinned = OPEN.files.pinned
+    assert budget.files.pinned == ACTIVE_SEGMENT_FDS
     log.delete()
-    assert OPEN.files.pinned == pinned - segment_module.ACTIVE_SEGMENT_FDS
-    assert all(s not in OPEN.files._costs and s not in OPEN.copies._costs for s in remaining)
+    assert budget.files.pinned == 0
+    assert all(s not in budget.files._costs and s not in budget.copies._costs for s in remaining)
+    assert budget.files.total == 0 and budget.copies.total == 0
 
 
 def test_recovery_of_non_active_segments_keeps_only_read_handles(tmp_path):
@@ -166,45 +171,64 @@ def test_recovery_of_non_active_segments_keeps_only_read_handles(tmp_path):
 
 
 def test_active_segments_are_pinned_against_the_descriptor_budget(tmp_path):
-    pinned = OPEN.files.pinned
-    log = open_log(tmp_path / "t-0", **CONFIG)
-    assert OPEN.files.pinned == pinned + segment_module.ACTIVE_SEGMENT_FDS
+    budget = OpenSegmentBudget(1000)
+    log = open_log(tmp_path / "t-0", budget=budget, **CONFIG)
+    assert budget.files.pinned == ACTIVE_SEGMENT_FDS
     fill(log, 10)  # rolls move the pin to the new active segment
-    assert OPEN.files.pinned == pinned + segment_module.ACTIVE_SEGMENT_FDS
+    assert log.num_segments > 2 and budget.files.pinned == ACTIVE_SEGMENT_FDS
     log.close()
-    assert OPEN.files.pinned == pinned
+    assert budget.files.pinned == 0
 
 
 def test_the_descriptor_budget_comes_from_rlimit_nofile(monkeypatch, tmp_path):
     maps = tmp_path / "max_map_count"
     maps.write_text("65530\n")
-    monkeypatch.setattr(segment_module, "_MAX_MAP_COUNT", maps)
+    monkeypatch.setattr(budget_module, "_MAX_MAP_COUNT", maps)
     limits = {"nofile": (20000, 20000)}
     monkeypatch.setattr(resource, "getrlimit", lambda _what: limits["nofile"])
-    assert segment_module.open_files_budget() == 20000 - 2500  # an eighth stays for sockets and the rest
+    assert budget_module.open_files_budget() == 20000 - 2500  # an eighth stays for sockets and the rest
     limits["nofile"] = (1024, 4096)
-    assert segment_module.open_files_budget() == 1024 - 256
+    assert budget_module.open_files_budget() == 1024 - 256
     limits["nofile"] = (100, 100)
-    assert segment_module.open_files_budget() == segment_module.MIN_OPEN_FILES_BUDGET
+    assert budget_module.open_files_budget() == budget_module.MIN_OPEN_FILES_BUDGET
     limits["nofile"] = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
-    assert segment_module.open_files_budget() == 65530 // 2  # every cached descriptor is a mapping's
+    assert budget_module.open_files_budget() == 65530 // 2  # every cached descriptor is a mapping's
     maps.write_text("1000\n")
     limits["nofile"] = (20000, 20000)
-    assert segment_module.open_files_budget() == 500
+    assert budget_module.open_files_budget() == 500
 
 
 def test_startup_raises_the_soft_limit_to_the_hard_one(monkeypatch, tmp_path):
     limits = {"nofile": (1024, 8192)}
     monkeypatch.setattr(resource, "getrlimit", lambda _what: limits["nofile"])
     monkeypatch.setattr(resource, "setrlimit", lambda _what, value: limits.update(nofile=value))
-    monkeypatch.setattr(OPEN.files, "budget", OPEN.files.budget)  # restored afterwards
     maps = tmp_path / "max_map_count"
     maps.write_text("65530\n")
-    monkeypatch.setattr(segment_module, "_MAX_MAP_COUNT", maps)
+    monkeypatch.setattr(budget_module, "_MAX_MAP_COUNT", maps)
     manager = LogManager([tmp_path / "logs"], LogConfig(), time=MockTime())
+    assert manager.segment_budget.files.budget == 1024 - 256  # sized from the limit when created
     manager.startup()
     assert limits["nofile"] == (8192, 8192)
-    assert OPEN.files.budget == 8192 - 1024
+    assert manager.segment_budget.files.budget == 8192 - 1024
+    manager.shutdown()
+
+
+def test_the_log_manager_shares_its_budget_among_its_logs(tmp_path):
+    manager = LogManager([tmp_path / "logs"], LogConfig(**CONFIG), time=MockTime())
+    manager.startup()
+    budget = manager.segment_budget
+    logs = [manager.get_or_create_log("t", p) for p in range(2)]
+    assert budget.files.pinned == 2 * ACTIVE_SEGMENT_FDS
+    budget.files.budget = budget.files.pinned + 3  # 3 descriptors for both logs' older segments
+    for log in logs:
+        fill(log, 20)
+    expected = [read_everything(log) for log in logs]
+    assert all(s.budget is budget for log in logs for s in log.segments)
+    mapped = [s for log in logs for s in log.segments if not s.active and s._records is not None]
+    assert len(mapped) <= 3 and budget.files.total <= 3
+    assert [read_everything(log) for log in logs] == expected
+    other = LogManager([tmp_path / "other"], LogConfig(**CONFIG), time=MockTime())
+    assert other.segment_budget is not budget  # one budget per owner, nothing process-wide
     manager.shutdown()
 
 
@@ -214,8 +238,7 @@ def test_a_failed_raise_keeps_the_limit_and_logs(monkeypatch, caplog):
     def refuse(_what, _value):
         raise ValueError("not allowed")
     monkeypatch.setattr(resource, "setrlimit", refuse)
-    monkeypatch.setattr(OPEN.files, "budget", OPEN.files.budget)
-    assert segment_module.raise_open_files_limit() == 1024
+    assert budget_module.raise_open_files_limit() == 1024
     assert "cannot raise the open files limit" in caplog.text
 
 
@@ -289,7 +312,7 @@ def test_budget_cache_releases_the_oldest_unused_first():
         used = 0
 
     released = []
-    cache = segment_module._BudgetCache(3, 1, released.append)
+    cache = BudgetCache(3, 1, released.append)
     a, b, c, d = Seg(), Seg(), Seg(), Seg()
     for seg in (a, b, c):
         cache.set(seg, 1)

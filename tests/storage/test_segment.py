@@ -7,11 +7,12 @@ from storage_helpers import START_MS, batch
 
 from protocol.records import iter_batch_headers
 from storage import LogSegment
+from storage.segment_budget import OpenSegmentBudget
 
 
 def new_segment(tmp_path, base=100, interval=500):
-    return LogSegment.create(tmp_path, base, index_interval_bytes=interval, max_index_size=4096,
-                             segment_jitter_ms=0, now_ms=START_MS)
+    return LogSegment.create(tmp_path, base, budget=OpenSegmentBudget(1000), index_interval_bytes=interval,
+                             max_index_size=4096, segment_jitter_ms=0, now_ms=START_MS)
 
 
 def append(segment, base_offset, n=2, **kw):

@@ -1,0 +1,273 @@
+"""LogLoader: from a partition directory's files to the state a Log is built from (Kafka's ``LogLoader``).
+
+``load`` runs once, when the log is opened:
+
+1. stray files of interrupted operations (``.deleted``, ``.cleaned``, ``.swap``, ``.tmp``)
+   and indexes without a ``.log`` are removed;
+2. one LogSegment per ``.log``, or a new empty one at the log start offset when there is
+   none; the last is the active segment;
+3. after an unclean shutdown the segments from the one holding the recovery point on are
+   re-validated batch by batch (CRC included), their indexes rebuilt and their leader
+   epochs put back in the epoch cache. Earlier segments, and all of them after a clean
+   shutdown, only have their indexes sanity-checked (rebuilt when missing or corrupt),
+   and the active one has the batches after its last index entry re-read;
+4. the first invalid batch, or a segment that does not start where the previous one
+   ended, cuts the log there: the later segments are deleted and one line says what
+   went (a WARNING; INFO when only a zero tail of the last segment was cut: no data lost);
+5. the log end offset (LEO), log start offset and recovery point follow; the leader epoch
+   cache is cut to [log start, LEO];
+6. the producer state is reloaded from the newest snapshot at or below the LEO and the
+   batch headers after it replayed (then a snapshot is taken at the LEO).
+
+The leader epoch cache and producer state are the Log's own, updated in place; the rest
+comes back as a ``LoadedLog``. Recovery time follows the unflushed tail, not the log size.
+Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from protocol.clock import Time
+from protocol.errors import KafkaStorageError
+from protocol.records import BatchHeader, iter_batch_headers
+
+from .config import LogConfig
+from .epoch_cache import LeaderEpochFileCache
+from .producer_state import ProducerStateManager
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult
+from .segment_budget import OpenSegmentBudget
+
+log = logging.getLogger("kbroker.storage.loader")
+
+_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+
+
+@dataclass
+class RecoveryReport:
+    """What ``Log.open`` had to do to make the partition consistent."""
+
+    topic: str
+    partition: int
+    had_clean_shutdown: bool
+    log_end_offset: int = 0
+    segments: int = 0
+    segments_recovered: int = 0
+    indexes_rebuilt: list[str] = field(default_factory=list)
+    bytes_truncated: int = 0
+    segments_deleted: int = 0
+    truncation: str | None = None
+    duration_ms: float = 0.0
+    producer_batches_replayed: int = 0  # batch headers read to rebuild the producer state
+
+    @property
+    def needed_recovery(self) -> bool:
+        return bool(self.segments_recovered or self.indexes_rebuilt or self.bytes_truncated)
+
+    def summary(self) -> str:
+        parts = [f"{self.topic}-{self.partition}: {self.segments} segments, LEO {self.log_end_offset}"]
+        if self.segments_recovered:
+            parts.append(f"{self.segments_recovered} re-validated")
+        if self.indexes_rebuilt:
+            parts.append(f"{len(self.indexes_rebuilt)} indexes rebuilt")
+        if self.bytes_truncated or self.segments_deleted:
+            parts.append(f"{self.bytes_truncated} bytes and {self.segments_deleted} segments dropped")
+        parts.append(f"{self.duration_ms:.1f} ms")
+        return ", ".join(parts)
+
+
+@dataclass
+class LoadedLog:
+    """What ``LogLoader.load`` found (Kafka's ``LoadedLogOffsets``, with the segments)."""
+
+    segments: list[LogSegment]  # in offset order, the last one active
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+    report: RecoveryReport
+    dir_changed: bool  # segment files were created or deleted: the directory needs an fsync
+
+
+class LogLoader:
+    """Loads one partition directory; ``load`` once. The leader epoch cache and producer
+    state given are updated in place (Kafka's constructor takes them the same way)."""
+
+    def __init__(self, dir: Path, topic: str, partition: int, config: LogConfig, time: Time,
+                 budget: OpenSegmentBudget, *, had_clean_shutdown: bool, log_start_offset_checkpoint: int,
+                 recovery_point_checkpoint: int, leader_epoch_cache: LeaderEpochFileCache,
+                 producer_state: ProducerStateManager) -> None:
+        self.dir = dir
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.time = time
+        self.budget = budget
+        self.had_clean_shutdown = had_clean_shutdown
+        self.log_start_offset_checkpoint = log_start_offset_checkpoint
+        self.recovery_point_checkpoint = recovery_point_checkpoint
+        self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state = producer_state
+        self.report = RecoveryReport(topic, partition, had_clean_shutdown)
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._dir_changed = False
+
+    def load(self) -> LoadedLog:
+        """Steps 1-6 of the module docstring."""
+        started = self.time.monotonic_ms()
+        report = self.report
+        cfg = self.config
+        self._segments = [LogSegment(self.dir, base, budget=self.budget, index_interval_bytes=cfg.index_interval_bytes,
+                                     max_index_size=cfg.segment_index_bytes, created_ms=self.time.milliseconds())
+                          for base in self._remove_stray_files_and_find_segments()]
+        if not self._segments:
+            self._segments = [self._new_segment(self.log_start_offset_checkpoint)]
+        self._bases = [s.base_offset for s in self._segments]
+        self._segments[-1].activate()
+        self._recover_segments()
+        segments, bases = self._segments, self._bases
+        report.segments = len(segments)
+        log_end_offset = segments[-1].read_next_offset()
+        log_start_offset = min(max(self.log_start_offset_checkpoint, bases[0]), log_end_offset)
+        if self.had_clean_shutdown:
+            recovery_point = log_end_offset
+        else:
+            recovery_point = min(self.recovery_point_checkpoint, log_end_offset)
+        self.leader_epoch_cache.truncate_from_end(log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(log_start_offset)
+        report.producer_batches_replayed = rebuild_producer_state(self.producer_state, segments, bases,
+                                                                  log_start_offset, log_end_offset)
+        if report.producer_batches_replayed:
+            self.producer_state.try_take_snapshot(log_end_offset)
+        report.log_end_offset = log_end_offset
+        report.duration_ms = self.time.monotonic_ms() - started
+        return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, report, self._dir_changed)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        cfg = self.config
+        segment = LogSegment.create(self.dir, base_offset, budget=self.budget,
+                                    index_interval_bytes=cfg.index_interval_bytes,
+                                    max_index_size=cfg.segment_index_bytes, segment_jitter_ms=cfg.segment_jitter_ms,
+                                    now_ms=self.time.milliseconds())
+        self._dir_changed = True
+        return segment
+
+    def _remove_stray_files_and_find_segments(self) -> list[int]:
+        """Base offsets of the segments on disk; stray files of interrupted operations and
+        indexes without a ``.log`` are removed."""
+        bases, index_files = set(), []
+        for path in self.dir.iterdir():
+            name = path.name
+            if name.endswith(_STRAY_SUFFIXES):
+                path.unlink(missing_ok=True)
+                continue
+            stem, _dot, suffix = name.partition(".")
+            if len(stem) != 20 or not stem.isdigit():
+                continue
+            if "." + suffix == LOG_SUFFIX:
+                bases.add(int(stem))
+            elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                index_files.append((int(stem), path))
+        for base, path in index_files:
+            if base not in bases:
+                path.unlink(missing_ok=True)
+        return sorted(bases)
+
+    def _recover_segments(self) -> None:
+        """Step 3 and 4: re-validate or sanity-check each segment, cutting at the first damage."""
+        report, segments, bases = self.report, self._segments, self._bases
+        if self.had_clean_shutdown:
+            first_to_recover = len(segments)
+        else:
+            first_to_recover = max(0, bisect.bisect_right(bases, self.recovery_point_checkpoint) - 1)
+        for i, segment in enumerate(segments):
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            if i >= first_to_recover:
+                result = segment.recover(on_batch=self._assign_epoch)
+                report.segments_recovered += 1
+            else:
+                problem = segment.load_indexes(next_base)
+                if problem is not None:
+                    log.warning("%s-%d: rebuilding the indexes of %s: %s", self.topic, self.partition,
+                                segment.log_path.name, problem)
+                    report.indexes_rebuilt.append(segment.log_path.name)
+                    result = segment.recover(verify_crc=False)
+                elif segment.active:
+                    result = segment.recover(start_position=segment.offset_index.last_entry().position,
+                                             verify_crc=False)
+                else:
+                    continue
+            report.bytes_truncated += result.truncated_bytes
+            gap = next_base is not None and result.next_offset != next_base
+            if gap or (result.error is not None and next_base is None):
+                self._drop_segments_after(i, result)
+                break
+
+    def _assign_epoch(self, header: BatchHeader) -> None:
+        """A re-validated batch's leader epoch goes to the cache when newer than its latest."""
+        cache, epoch = self.leader_epoch_cache, header.partition_leader_epoch
+        latest = cache.latest_epoch()
+        if epoch >= 0 and (latest is None or epoch > latest):
+            try:
+                cache.assign(epoch, header.base_offset)
+            except OSError as exc:
+                log.error("%s-%d: cannot write %s: %s", self.topic, self.partition, cache.path, exc)
+                raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
+
+    def _drop_segments_after(self, i: int, result: RecoverResult) -> None:
+        """Recovery cut segment ``i`` (or found the next one does not follow it): delete
+        every later segment and log the one line for this truncation (a warning, or INFO
+        when only a zero tail was cut from the last segment: no data was lost)."""
+        segment, later = self._segments[i], self._segments[i + 1:]
+        dropped = result.truncated_bytes + sum(s.size for s in later)
+        reason = result.error or f"the next segment starts at {later[0].base_offset}, not {result.next_offset}"
+        level = logging.INFO if result.zero_tail and not later else logging.WARNING
+        log.log(level, "%s-%d: recovery truncated %s at byte %d (offset %d): %s; dropped %d bytes%s",
+                self.topic, self.partition, segment.log_path.name, result.valid_bytes, result.next_offset,
+                reason, dropped, f" including {len(later)} later segments" if later else "")
+        for s in later:
+            s.delete()
+        del self._segments[i + 1:]
+        del self._bases[i + 1:]
+        if later:
+            self._dir_changed = True
+        self.report.segments_deleted += len(later)
+        self.report.bytes_truncated += sum(s.size for s in later)
+        self.report.truncation = reason
+        segment.activate()
+
+
+def rebuild_producer_state(producer_state: ProducerStateManager, segments: list[LogSegment], bases: list[int],
+                           log_start_offset: int, log_end_offset: int) -> int:
+    """Reset the producer state to the newest snapshot at or below the LEO (snapshots
+    above it are deleted) and replay the batch headers after it; returns how many batch
+    headers were read (none after a clean shutdown: the snapshot is at the LEO). Kafka's
+    ``UnifiedLog.rebuildProducerState``: loading and truncation both use it."""
+    start = producer_state.truncate_and_reload(log_start_offset, log_end_offset)
+    if start >= log_end_offset:
+        return 0
+    count = 0
+
+    def producer_batches(segment: LogSegment, position: int) -> Iterator[BatchHeader]:
+        nonlocal count
+        records = segment.records
+        for _pos, header in iter_batch_headers(records.buffer(records.size), position, records.size):
+            count += 1
+            if header.producer_id >= 0:
+                yield header
+
+    i = max(0, bisect.bisect_right(bases, start) - 1)
+    for segment in segments[i:]:
+        position = 0
+        if segment.base_offset < start:
+            found = segment.translate_offset(start)
+            if found is None:
+                continue
+            position = found[0]
+        producer_state.replay(producer_batches(segment, position))
+    return count
+

@@ -1,0 +1,162 @@
+"""OpenSegmentBudget: what the non-active segments of a set of logs may hold open.
+
+One budget per owner: the broker's ``LogManager`` creates one and hands it to every Log it
+opens, which hands it to every LogSegment; a Log opened on its own (the controller's
+metadata log, tools, tests) gets one of its own. Nothing here is process-wide except the
+OS limit itself (``raise_open_files_limit``).
+
+A non-active segment opens what its reads use, lazily (see segment.py), and reports what
+it holds with ``update``. Two caches keep the totals bounded:
+
+* ``files``: descriptors (the ``.log`` mapping, mapped indexes), sized from RLIMIT_NOFILE
+  (``open_files_budget``); each active segment pins ``ACTIVE_SEGMENT_FDS`` against it, so
+  the room for non-active ones shrinks as partitions are added;
+* ``copies``: bytes of in-memory index copies (``INDEX_COPY_BYTES``), released
+  independently of the mappings, so an index copy outlives its segment's mapping (a
+  lookup that misses maps the ``.log`` only).
+
+The least recently used segments give theirs up first. Not thread-safe: the owner's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Protocol
+
+log = logging.getLogger("kbroker.storage.segment")
+
+INDEX_COPY_BYTES = 64 << 20  # in-memory index copies non-active segments may hold in all
+ACTIVE_SEGMENT_FDS = 6  # what an active segment may hold: its three files and their mappings
+MIN_OPEN_FILES_BUDGET = 64
+_MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
+_NR_OPEN = Path("/proc/sys/fs/nr_open")
+
+FILES, COPIES = 1, 2  # bits of a segment's ``used``, one per cache
+USED = FILES | COPIES  # what a read sets: the segment was used, for both caches
+
+
+class BudgetedSegment(Protocol):
+    """What the budget needs of a segment (LogSegment is one)."""
+
+    used: int  # the caches' bits, set on use, cleared by the cache (second chance)
+
+    def held(self) -> tuple[int, int]: ...  # (descriptors, bytes of index copies)
+
+    def close_files(self) -> None: ...
+
+    def drop_index_copies(self) -> None: ...
+
+
+def open_files_budget() -> int:
+    """Descriptors the segments may hold in all: the soft RLIMIT_NOFILE less an eighth (at
+    least 256) kept for sockets and every other file, and at most half of
+    vm.max_map_count (a cached segment's descriptors are its mappings'); never below
+    MIN_OPEN_FILES_BUDGET."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    budget = 1 << 20 if soft == resource.RLIM_INFINITY else soft - max(256, soft // 8)
+    try:
+        budget = min(budget, int(_MAX_MAP_COUNT.read_text()) // 2)
+    except (OSError, ValueError):
+        pass
+    return max(MIN_OPEN_FILES_BUDGET, budget)
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force.
+    The limit is the process's: the broker's ``LogManager`` calls this once at startup (Kafka
+    asks operators for a large ``ulimit -n`` instead), then sizes its budget from it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # the kernel caps RLIMIT_NOFILE at fs.nr_open
+        try:
+            target = int(_NR_OPEN.read_text())
+        except (OSError, ValueError):
+            target = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class BudgetCache:
+    """Segments holding a cost each; ``release(segment)`` frees the oldest while the costs
+    (plus ``pinned``) exceed ``budget``.
+
+    The order is CLOCK (second chance), an LRU approximation: a read only sets this cache's
+    bit in the segment's ``used`` instead of reordering a structure shared by every
+    segment, which would cost cache misses per lookup in a big log. The oldest segment is
+    released unless its bit is set; then the bit is cleared and it goes to the back.
+    """
+
+    def __init__(self, budget: int, bit: int, release: Callable[[BudgetedSegment], None]) -> None:
+        self.budget = budget
+        self.pinned = 0  # cost held outside the cache (the active segments' descriptors)
+        self.total = 0
+        self._bit = bit
+        self._release = release
+        self._costs: OrderedDict[BudgetedSegment, int] = OrderedDict()  # oldest first
+
+    def __len__(self) -> int:
+        return len(self._costs)
+
+    def set(self, segment: BudgetedSegment, cost: int) -> None:
+        """``segment`` holds ``cost`` now (it leaves the cache at 0); others are released,
+        oldest first, while over budget. ``segment`` goes last and counts as used."""
+        self.discard(segment)
+        if cost:
+            self._costs[segment] = cost
+            self.total += cost
+            segment.used |= self._bit
+        costs = self._costs
+        while self.total + self.pinned > self.budget and len(costs) > 1:
+            oldest = next(iter(costs))
+            if oldest.used & self._bit:
+                oldest.used &= ~self._bit
+                costs.move_to_end(oldest)
+                continue
+            self.discard(oldest)
+            self._release(oldest)
+
+    def discard(self, segment: BudgetedSegment) -> None:
+        self.total -= self._costs.pop(segment, 0)
+
+
+class OpenSegmentBudget:
+    """The two caches of the module docstring: ``files`` (descriptors, with the active
+    segments' pinned) and ``copies`` (bytes of in-memory index copies)."""
+
+    def __init__(self, max_fds: int, max_copy_bytes: int = INDEX_COPY_BYTES) -> None:
+        self.files = BudgetCache(max_fds, FILES, lambda segment: segment.close_files())
+        self.copies = BudgetCache(max_copy_bytes, COPIES, lambda segment: segment.drop_index_copies())
+
+    @classmethod
+    def from_open_files_limit(cls) -> OpenSegmentBudget:
+        """Descriptors sized from the soft RLIMIT_NOFILE in force (``open_files_budget``)."""
+        return cls(open_files_budget())
+
+    def resize_to_open_files_limit(self) -> None:
+        """Resize the descriptor budget after the limit changed (``raise_open_files_limit``)."""
+        self.files.budget = open_files_budget()
+
+    def update(self, segment: BudgetedSegment) -> None:
+        """``segment`` opened or closed handles: count what it holds now."""
+        fds, nbytes = segment.held()
+        self.files.set(segment, fds)
+        self.copies.set(segment, nbytes)
+
+    def discard(self, segment: BudgetedSegment) -> None:
+        self.files.discard(segment)
+        self.copies.discard(segment)
+
+    def set_active(self, active: bool) -> None:
+        """A segment became active (or stopped being): its descriptors are pinned."""
+        self.files.pinned += ACTIVE_SEGMENT_FDS if active else -ACTIVE_SEGMENT_FDS
+
+    def __repr__(self) -> str:
+        return (f"OpenSegmentBudget(files {self.files.total}+{self.files.pinned} pinned of {self.files.budget}, "
+                f"copies {self.copies.total} of {self.copies.budget} bytes)")
