@@ -2,18 +2,14 @@
 
 Appends go through ``os.pwrite``, reads are slices of a read-only ``MAP_SHARED`` mapping.
 
-Why pwrite rather than writing through the mapping. Measured with bench/storage_bench.py
-("append": 16 KiB batches, 256 MB per run, medians of 5 interleaved runs, a shared 2-core VM,
-ext4): copying into a mapping of a file pre-extended with ftruncate ran at 1.0x-2.0x a plain
-os.write loop (1.08x in one session, 2.00x in another: the page cache's state decides),
-Log.append_as_leader through pwrite at 0.51-0.55x, 0.53-0.59x once the per-batch Python work
-was trimmed (7.3 -> 5.5 us a batch with the writes stubbed out; the CRC check, stamping, one
-pwrite and one index store alone reach ~0.80x): the gap is per-batch Python work and the CRC
-check, not the data write (a bare pwrite loop runs at the os.write speed). Whatever the
-mapping gains, it is not worth what it costs: the file must be extended ahead of the data (a
-zero tail to manage on every roll, close and crash), and a store into a page whose block
-cannot be allocated (ENOSPC) is a SIGBUS that kills the broker, where pwrite returns an
-OSError that becomes KAFKA_STORAGE_ERROR for one partition.
+Why pwrite rather than writing through the mapping. Copying into a mapping of a file
+pre-extended with ftruncate is not reliably faster than a plain write (the page cache's
+state decides, run to run; bench/storage_bench.py "append" measures both), and the time of
+an append is dominated by the per-batch Python work and the CRC check, not by the data
+write. Whatever the mapping might gain is not worth what it costs: the file must be
+extended ahead of the data (a zero tail to manage on every roll, close and crash), and a
+store into a page whose block cannot be allocated (ENOSPC) is a SIGBUS that kills the
+broker, where pwrite returns an OSError that becomes KAFKA_STORAGE_ERROR for one partition.
 
 The file keeps its real size: no preallocation. A mapping covers the file as it was when
 mapped; a read past it maps the current size again. Mappings handed out as memoryviews

@@ -6,16 +6,15 @@ index is searched by. The file of the active segment is preallocated (sparse, by
 ftruncate) to ``segment.index.bytes`` and trimmed to ``entries * entry_size`` on roll and
 close; the number of entries of an existing file is its length over the entry size.
 
-Entries are written through a writable ``MAP_SHARED`` mapping (a ``pack_into``, ~0.2 µs,
-where a ``pwrite`` of 8 bytes costs ~1 µs, and every 16 KiB produce batch adds an entry).
-A store into a page of a sparse file whose block cannot be allocated is a SIGBUS, so the
-space is reserved ahead of the writes by writing zeros with ``pwrite`` in RESERVE_BYTES
-chunks (``reserve``): a full disk surfaces there, as an OSError the log reports as
-KAFKA_STORAGE_ERROR. Not ``posix_fallocate``: it leaves unwritten extents, and the first
-store into one of those took 2.2-2.5 ms on the ext4 of the bench VM (as into a hole;
-~3.5 µs for each later page), against ~4 µs after 64 KiB of zeros written in ~17 µs (and
-~0.1 µs per later page). Every new segment pays that first store in both indexes: it was
-most of the time of a roll. No memoryview of the mapping ever leaves this class, so the mapping
+Entries are written through a writable ``MAP_SHARED`` mapping: a ``pack_into`` is much
+cheaper than a small ``pwrite``, and every produce batch may add an entry. A store into a
+page of a sparse file whose block cannot be allocated is a SIGBUS, so the space is reserved
+ahead of the writes by writing zeros with ``pwrite`` in RESERVE_BYTES chunks (``reserve``): a
+full disk surfaces there, as an OSError the log reports as KAFKA_STORAGE_ERROR. Not
+``posix_fallocate``: it leaves unwritten extents, and the first store into one of those
+costs as much as a page fault into a hole (milliseconds on ext4), which every new segment
+would pay in both indexes on roll; zeros written ahead make later stores plain memory writes.
+No memoryview of the mapping ever leaves this class, so the mapping
 can be closed and replaced at any time (``resize``).
 
 A non-active segment's index is immutable, so reads do not need any of that: opened
@@ -39,9 +38,9 @@ from pathlib import Path
 
 SANITY_SAMPLES = 16
 RESERVE_BYTES = 64 * 1024  # space reserved ahead of index writes (8,192 offset-index entries)
-# A read-only index up to this size is copied into memory, a larger one mapped: one pread of
-# 64 KiB costs ~9 us against ~20 us to map it and fault in a binary search's pages (the two
-# meet around 512 KiB on the 2-core VM of bench/storage_bench.py).
+# A read-only index up to this size is copied into memory with one pread, a larger one mapped:
+# for small files the pread is cheaper than mapping and faulting in a binary search's pages,
+# and the copy needs no descriptor and cannot be evicted; for large files the mapping wins.
 COPY_MAX_BYTES = 64 * 1024
 
 
