@@ -240,9 +240,19 @@ class KafkaApis:
             if ep is not None:
                 brokers.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
         self.send(ctx, api, {
-            "brokers": brokers, "cluster_id": cache.cluster_id, "controller_id": cache.controller_id,
+            "brokers": brokers, "cluster_id": cache.cluster_id, "controller_id": self._client_controller_id(),
             "topics": topics,
         })
+
+    def _client_controller_id(self) -> int:
+        """The controller id clients see: the active controller when it is also a live broker
+        (a combined node); otherwise, as Kafka's KRaft brokers answer, a live broker — this
+        one — since clients send controller-bound admin requests (CreateTopics, ...) to the
+        node named here and only brokers are reachable to them; the broker forwards them."""
+        cache = self.metadata_cache
+        if cache.controller_id in cache.brokers or not cache.brokers:
+            return cache.controller_id
+        return cache.broker_id if cache.broker_id in cache.brokers else min(cache.brokers)
 
     def _topic_metadata(self, info, version: int, listener_name: str) -> dict:
         alive = self.metadata_cache.brokers

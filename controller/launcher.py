@@ -105,10 +105,18 @@ class BrokerProcess:
         return cmd
 
     def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
+        self.launch()
+        return self.wait_ready(timeout_s)
+
+    def launch(self) -> "BrokerProcess":
+        """Start the process; ``wait_ready`` waits for it (several can start at once)."""
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
                                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> "BrokerProcess":
         deadline = time.monotonic() + timeout_s
         self._wait(lambda: port_open(self.port), deadline, f"to listen on {self.port}")
         self._wait(self.ready, deadline, "to be live")
@@ -224,7 +232,9 @@ class LocalCluster:
     def start(self, timeout_s: float = 60.0) -> "LocalCluster":
         self.controller.start(timeout_s)
         for b in self.brokers.values():
-            b.start(timeout_s)
+            b.launch()
+        for b in self.brokers.values():
+            b.wait_ready(timeout_s)
         self.wait_live(list(self.brokers), timeout_s)
         return self
 

@@ -215,10 +215,16 @@ def metadata(b: Broker, *topics: str, auto_create: bool = False, version: int = 
 def test_metadata_lists_the_live_brokers_and_the_controller_update_metadata_names(broker):
     assert broker.update_metadata(brokers=(1, 2, 3)) == ErrorCode.NONE
     response = metadata(broker)
-    assert (sorted(b.node_id for b in response.brokers), response.controller_id) == ([1, 2, 3], 3000)
+    # The controller (3000) is no broker a client can reach: this broker names itself, as Kafka's
+    # KRaft brokers name a live broker, so that admin requests come here and are forwarded.
+    assert (sorted(b.node_id for b in response.brokers), response.controller_id) == ([1, 2, 3], BROKER_ID)
+    assert broker.cache.controller_id == 3000
     # Broker 2 fenced: the controller lists only the others, and so does this broker.
     assert broker.update_metadata(brokers=(1, 3)) == ErrorCode.NONE
     assert sorted(b.node_id for b in metadata(broker).brokers) == [1, 3]
+    # A combined node: the active controller is a live broker, named as it is.
+    assert broker.update_metadata(brokers=(1, 3000)) == ErrorCode.NONE
+    assert metadata(broker).controller_id == 3000
 
 
 def test_metadata_auto_creation_answers_leader_not_available_while_the_controller_creates(broker):
