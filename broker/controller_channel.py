@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network
 from protocol.clock import Time
@@ -25,13 +25,6 @@ from protocol.errors import ErrorCode, KafkaError, NotControllerError, RequestTi
 from protocol.messages import APIS
 
 log = logging.getLogger("kbroker.controller_channel")
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"{text!r} is not host:port")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def mentions_not_controller(value: Any) -> bool:
@@ -109,6 +102,31 @@ class ControllerChannel:
         highest both sides speak up to ``max_version``); raises the last failure
         (KafkaConnectionError, RequestTimedOutError, NotControllerError) once every known
         controller was tried."""
+        async def exchange(conn: BrokerConnection) -> tuple[Any, Any]:
+            v = version if version is not None else conn.version_for(api_key, max_v=max_version)
+            response = await conn.request(api_key, body, v)
+            return response, response
+        return await self._with_active_controller(api_key, exchange)
+
+    async def send_raw(self, api_key: int, version: int, body: bytes | memoryview) -> memoryview:
+        """Relay an encoded request body; returns the encoded response body. Failures and
+        NOT_CONTROLLER move on to the next controller as ``send`` does."""
+        api = APIS[api_key]
+
+        async def exchange(conn: BrokerConnection) -> tuple[Any, Any]:
+            lo, hi = conn.api_versions.get(api_key, (0, -1))
+            if not lo <= version <= hi:
+                raise UnsupportedVersionError(f"the controller does not speak {api.name} v{version} ({lo}-{hi})")
+            data = await conn.request_raw(api_key, version, body)
+            return data, api.response.parse(version, data)
+        result: memoryview = await self._with_active_controller(api_key, exchange)
+        return result
+
+    async def _with_active_controller(self, api_key: int,
+                                      exchange: Callable[[BrokerConnection], Awaitable[tuple[Any, Any]]]) -> Any:
+        """``exchange(conn)`` -> (result, decoded response) with each address at most once,
+        from the current one: a failed connection or a NOT_CONTROLLER anywhere in the decoded
+        response moves on to the next."""
         last: Exception | None = None
         for _ in range(len(self.servers)):
             try:
@@ -117,47 +135,17 @@ class ControllerChannel:
                 last = exc
                 continue
             try:
-                v = version if version is not None else conn.version_for(api_key, max_v=max_version)
-                response = await conn.request(api_key, body, v)
+                result, decoded = await exchange(conn)
             except (KafkaConnectionError, RequestTimedOutError) as exc:
                 last = exc
                 self.rotate(index, str(exc))
                 continue
-            if mentions_not_controller(response):
-                last = NotControllerError(f"{APIS[api_key].name}: {self.servers[index][0]}:{self.servers[index][1]} "
-                                          f"is not the active controller")
+            if mentions_not_controller(decoded):
+                host, port = self.servers[index]
+                last = NotControllerError(f"{APIS[api_key].name}: {host}:{port} is not the active controller")
                 self.rotate(index, "NOT_CONTROLLER")
                 continue
-            return response
-        assert last is not None
-        raise last
-
-    async def send_raw(self, api_key: int, version: int, body: bytes | memoryview) -> memoryview:
-        """Relay an encoded request body; returns the encoded response body. Failures and
-        NOT_CONTROLLER move on to the next controller as ``send`` does."""
-        api = APIS[api_key]
-        last: Exception | None = None
-        for _ in range(len(self.servers)):
-            try:
-                index, conn = await self._connection()
-                lo, hi = conn.api_versions.get(api_key, (0, -1))
-                if not lo <= version <= hi:
-                    raise UnsupportedVersionError(f"the controller does not speak {api.name} v{version} ({lo}-{hi})")
-            except KafkaConnectionError as exc:
-                last = exc
-                continue
-            try:
-                data = await conn.request_raw(api_key, version, body)
-            except (KafkaConnectionError, RequestTimedOutError) as exc:
-                last = exc
-                self.rotate(index, str(exc))
-                continue
-            if mentions_not_controller(api.response.parse(version, data)):
-                last = NotControllerError(f"{api.name}: {self.servers[index][0]}:{self.servers[index][1]} "
-                                          f"is not the active controller")
-                self.rotate(index, "NOT_CONTROLLER")
-                continue
-            return data
+            return result
         assert last is not None
         raise last
 

@@ -158,7 +158,7 @@ class ForwardingManager:
         self.applied = applied
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -182,7 +182,7 @@ class ForwardingManager:
 
     # -- relaying --------------------------------------------------------------------------
     def forward(self, api_key: int, version: int, body: bytes, request: Any, respond: Respond) -> None:
-        self._spawn(self._forward(api_key, version, body, request, respond), f"forward-{APIS[api_key].name}")
+        self.spawn(self._forward(api_key, version, body, request, respond), f"forward-{APIS[api_key].name}")
 
     async def _forward(self, api_key: int, version: int, body: bytes, request: Any, respond: Respond) -> None:
         api = APIS[api_key]
@@ -244,13 +244,25 @@ class ControllerTopicAdmin:
         self.waiters = forwarding.waiters
         self._auto_creating: set[str] = set()
 
+    async def _ask(self, api_key: int, body: dict, count: int, callback: TopicResultsCallback) -> Any:
+        """The controller's response, or None after answering all ``count`` topics
+        REQUEST_TIMED_OUT (no active controller answered in time)."""
+        try:
+            return await self.forwarding.call(lambda: self.channel.send(api_key, body))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s not answered by the controller: %s", APIS[api_key].name, exc)
+            callback([(ErrorCode.REQUEST_TIMED_OUT, "no active controller answered") for _ in range(count)])
+            return None
+
     # -- CreateTopics ----------------------------------------------------------------------
     def create_topics(self, topics: list[NewTopic], validate_only: bool, callback: TopicResultsCallback,
                       timeout_ms: int = 30000) -> None:
         if not topics:
             callback([])
             return
-        self.forwarding._spawn(self._create(topics, validate_only, callback, timeout_ms), "create-topics")
+        self.forwarding.spawn(self._create(topics, validate_only, callback, timeout_ms), "create-topics")
 
     async def _create(self, topics: list[NewTopic], validate_only: bool, callback: TopicResultsCallback,
                       timeout_ms: int) -> None:
@@ -259,13 +271,8 @@ class ControllerTopicAdmin:
                             "assignments": [{"partition_index": p, "broker_ids": r} for p, r in sorted(t.assignments.items())],
                             "configs": [{"name": k, "value": v} for k, v in t.configs.items()]} for t in topics],
                 "timeout_ms": timeout_ms, "validate_only": validate_only}
-        try:
-            response = await self.forwarding.call(lambda: self.channel.send(ApiKey.CREATE_TOPICS, body))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("CreateTopics not answered by the controller: %s", exc)
-            callback([(ErrorCode.REQUEST_TIMED_OUT, "no active controller answered") for _ in topics])
+        response = await self._ask(ApiKey.CREATE_TOPICS, body, len(topics), callback)
+        if response is None:
             return
         by_name = {r.name: (r.error_code, r.get("error_message")) for r in response.topics}
         results: list[TopicResult] = [by_name.get(t.name, (ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for the topic"))
@@ -299,17 +306,12 @@ class ControllerTopicAdmin:
         if not names:
             callback([])
             return
-        self.forwarding._spawn(self._delete(names, callback, timeout_ms), "delete-topics")
+        self.forwarding.spawn(self._delete(names, callback, timeout_ms), "delete-topics")
 
     async def _delete(self, names: list[str], callback: TopicResultsCallback, timeout_ms: int) -> None:
         body = {"topic_names": list(names), "timeout_ms": timeout_ms}
-        try:
-            response = await self.forwarding.call(lambda: self.channel.send(ApiKey.DELETE_TOPICS, body, max_version=5))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("DeleteTopics not answered by the controller: %s", exc)
-            callback([(ErrorCode.REQUEST_TIMED_OUT, "no active controller answered") for _ in names])
+        response = await self._ask(ApiKey.DELETE_TOPICS, body, len(names), callback)
+        if response is None:
             return
         by_name = {r.name: (r.error_code, r.get("error_message")) for r in response.responses}
         results: list[TopicResult] = [by_name.get(n, (ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for the topic"))
