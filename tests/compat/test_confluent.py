@@ -91,3 +91,43 @@ def test_offsets_for_times_agree_with_the_broker(threaded_broker):
         assert (low, high) == (0, 500)
     finally:
         consumer.close()
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_admin_client_against_a_single_node(threaded_broker):
+    """confluent-kafka's AdminClient: every request goes to the node Metadata names as controller
+    (the combined node itself), which hands it to its controller, over its listener."""
+    from confluent_kafka import ElectionType, KafkaException
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+                                       NewTopic, ResourceType)
+
+    admin = AdminClient({"bootstrap.servers": threaded_broker.bootstrap})
+
+    def wait(futures):
+        return {k: f.result(timeout=30) for k, f in futures.items()}
+
+    wait(admin.create_topics([NewTopic("adm", 1, 1, config={"retention.ms": "3600000"})]))
+    wait(admin.create_partitions([NewPartitions("adm", 3)]))
+    assert sorted(admin.list_topics("adm", timeout=10).topics["adm"].partitions) == [0, 1, 2]
+    with pytest.raises(KafkaException) as shrink:
+        wait(admin.create_partitions([NewPartitions("adm", 2)]))
+    assert shrink.value.args[0].name() == "INVALID_PARTITIONS"
+    topic = ConfigResource(ResourceType.TOPIC, "adm")
+    wait(admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "adm", incremental_configs=[
+        ConfigEntry("max.message.bytes", "5000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])]))
+    [configs] = wait(admin.describe_configs([topic])).values()
+    assert configs["max.message.bytes"].value == "5000" and configs["retention.ms"].is_default
+    log = threaded_broker.call(lambda: threaded_broker.server.replica_manager.get_partition("adm", 2).log)
+    assert log.config.max_message_bytes == 5000
+    wait(admin.alter_configs([ConfigResource(ResourceType.TOPIC, "adm", set_config={"segment.ms": "600000"})]))
+    [configs] = wait(admin.describe_configs([topic])).values()
+    assert configs["segment.ms"].value == "600000" and configs["max.message.bytes"].is_default
+    assert log.config.segment_ms == 600000 and log.config.max_message_bytes != 5000
+    # Preferred leaders lead already: ElectLeaders answers ELECTION_NOT_NEEDED, through the controller.
+    from confluent_kafka import TopicPartition as TP
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TP("adm", 0)]).result(timeout=30)
+    assert [(tp.topic, tp.partition, err.name() if err else None) for tp, err in result.items()] == [
+        ("adm", 0, "ELECTION_NOT_NEEDED")]
+    wait(admin.delete_topics(["adm"]))
+    assert "adm" not in admin.list_topics(timeout=10).topics
