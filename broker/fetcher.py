@@ -319,6 +319,9 @@ class ReplicaFetcherManager:
     def add_fetcher_for_partitions(self, partitions: list["Partition"]) -> None:
         grouped: dict[tuple[int, str, int], dict] = {}
         for p in partitions:
+            if p.leader_id < 0:
+                log.info("%s-%d has no leader (offline); nothing to fetch until one is elected", p.topic, p.partition)
+                continue
             endpoint = self.metadata_cache.broker_endpoint(p.leader_id, self.listener_name)
             if endpoint is None:
                 log.warning("%s-%d: no endpoint known for leader %d; not fetching", p.topic, p.partition, p.leader_id)

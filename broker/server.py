@@ -57,6 +57,8 @@ from .topic_admin import NotController, TopicAdmin
 
 log = logging.getLogger("kbroker.server")
 
+LEGACY_TOPICS_FILE = "kbroker-topics.json"  # the embedded controller's topic store (before process.roles)
+
 
 class KafkaServer:
     def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK,
@@ -128,6 +130,11 @@ class KafkaServer:
         reports = self.log_manager.startup()
         log.info("loaded %d partition logs from %s", len(reports) if reports is not None else 0,
                  ", ".join(str(d) for d in cfg.log_dirs))
+        for d in cfg.log_dirs:
+            if (d / LEGACY_TOPICS_FILE).exists():
+                log.warning("%s is the topic list of the removed embedded controller: the controller does not know "
+                            "these topics; create them again (their logs in %s are kept and reused)",
+                            d / LEGACY_TOPICS_FILE, d)
         alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION
         if self.has_controller:
             self.lifecycle = self._lifecycle_manager()

@@ -4,10 +4,12 @@ the third, and relays encoded bodies as they are."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
 import pytest
 
+from broker.broker_lifecycle import BrokerLifecycleManager, BrokerState, Listener
 from broker.controller_channel import ControllerChannel
 from broker.network import SocketServer
 from tests.support import free_port
@@ -17,7 +19,7 @@ from protocol.clock import MockTime
 from protocol.errors import ErrorCode, NotControllerError
 from protocol.messages import APIS, response_is_flexible
 
-SERVED = (ApiKey.API_VERSIONS, ApiKey.BROKER_HEARTBEAT, ApiKey.CREATE_PARTITIONS)
+SERVED = (ApiKey.API_VERSIONS, ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.CREATE_PARTITIONS)
 
 
 class FakeController:
@@ -46,6 +48,8 @@ class FakeController:
             request = api.request.parse(version, raw)
             if key == ApiKey.BROKER_HEARTBEAT:
                 body = {"error_code": error, "is_caught_up": True, "is_fenced": False, "should_shut_down": False}
+            elif key == ApiKey.BROKER_REGISTRATION:
+                body = {"error_code": error, "broker_epoch": 77}
             else:  # CreatePartitions: the error goes in each topic's slot
                 body = {"results": [{"name": t.name, "error_code": error, "error_message": None} for t in request.topics]}
         data = api.response.build(version, body)
@@ -118,4 +122,25 @@ async def test_relays_encoded_bodies_and_sees_not_controller_in_per_resource_err
         assert len(standby.received) == 1  # asked first, answered NOT_CONTROLLER for topic t
         assert [(r.name, r.error_code) for r in api.response.parse(2, answer).results] == [("t", 0)]
     finally:
+        ch.close()
+
+
+async def test_the_lifecycle_manager_registers_and_runs_with_the_active_controller_past_a_standby(controllers):
+    standby, active = await controllers(False), await controllers(True)
+    time = MockTime()
+    ch = ControllerChannel([("127.0.0.1", standby.port), ("127.0.0.1", active.port)], broker_id=1, purpose="heartbeat",
+                           time=time, request_timeout_ms=5000)
+    m = BrokerLifecycleManager(broker_id=1, time=time, channel=ch, listeners=[Listener("PLAINTEXT", "h", 1)],
+                               cluster_id="c", heartbeat_interval_ms=2000)
+    try:
+        m.start()
+        async with asyncio.timeout(20):
+            while m.state != BrokerState.RUNNING:  # the exchanges are real I/O; the timers are on MockTime
+                time.sleep(10)
+                await asyncio.sleep(0.01)
+        assert m.broker_epoch == 77
+        assert [k for k, _v, _b in standby.received] == [ApiKey.BROKER_REGISTRATION]  # asked once, then left
+        assert [k for k, _v, _b in active.received][:2] == [ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT]
+    finally:
+        m.close()
         ch.close()
