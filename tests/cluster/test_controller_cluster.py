@@ -171,6 +171,49 @@ async def _async(value):
     return value
 
 
+async def test_sigterm_moves_the_leaderships_away_before_the_broker_exits(cluster):
+    client = admin(cluster)
+    wait_futures(client.create_topics([NewTopic("cs", 3, 3, config={"min.insync.replicas": "2"})]))
+    _md, t = await topic_metadata(cluster.brokers[1].port, "cs")
+    led_by_2 = [p.partition_index for p in t.partitions if p.leader_id == 2]
+    assert led_by_2  # the placement gives every broker a leadership
+    delivered: list[int] = []
+    errors: list = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": cluster.brokers[1].bootstrap, "enable.idempotence": True,
+                             "acks": "all", "linger.ms": 5})
+
+        def on_delivery(err, msg):
+            (errors.append(err) if err is not None else delivered.append(msg.partition()))
+        i = 0
+        while not stop.is_set() and i < 100_000:
+            producer.produce("cs", value=b"%d" % i, partition=i % 3, on_delivery=on_delivery)
+            producer.poll(0.002)
+            i += 1
+        assert producer.flush(60) == 0
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        await wait_for(lambda: _async(len(delivered) > 300), 30, "records to flow")
+        b2 = cluster.brokers[2]
+        b2.signal(signal.SIGTERM)
+        assert b2.proc.wait(30) == 0
+        # Before it exited, the controller had moved its leaderships (nobody waited for a session to lapse).
+        assert "controlled shutdown complete (the controller lets it shut down)" in b2.log_text()
+        _md, t = await topic_metadata(cluster.brokers[1].port, "cs")
+        assert all(p.leader_id in (1, 3) for p in t.partitions), [p.leader_id for p in t.partitions]
+        count = len(delivered)
+        await wait_for(lambda: _async(len(delivered) > count + 300), 30, "the producer to go on")
+    finally:
+        stop.set()
+        thread.join(90)
+    assert errors == []
+    assert {p for p in delivered} == {0, 1, 2}
+
+
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 async def test_topic_config_changes_reach_every_broker_and_its_logs(cluster):
     client = admin(cluster)
