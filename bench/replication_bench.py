@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Replicated produce: three brokers on this machine, RF=3, acks=all, min.insync.replicas=2.
 
-Three broker processes in external-controller mode get a 4-partition topic from the static
-controller (leaders spread over the brokers), then shared/bench/kafka_load.py produces
+Three broker processes without a controller of their own (process.roles=broker) get a
+4-partition topic from the static controller (leaders spread over the brokers), then shared/bench/kafka_load.py produces
 100-byte records in ~16 KiB batches with acks=-1:
 
 1. at full load (4 connections, depth 8): records/s, p50/p99, each broker's CPU µs per
@@ -104,7 +104,7 @@ class LagSampler:
 def one_round(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rbench-"))
     procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, overrides={
-        "kbroker.controller.mode": "external", "min.insync.replicas": 2,
+        "process.roles": "broker", "min.insync.replicas": 2,
         "log.retention.check.interval.ms": 3600000}) for i in (1, 2, 3)}
     try:
         for p in procs.values():

@@ -2,9 +2,11 @@
 
 Its collaborators are handed to it: the ReplicaManager (produce, fetch, offsets, the control
 plane's LeaderAndIsr / StopReplica), the metadata cache (Metadata, UpdateMetadata), a
-``TopicAdmin`` (CreateTopics, DeleteTopics, auto-creation: the controller's business), the
-``ConfigRepository`` (DescribeConfigs), the producer id manager (InitProducerId) and the
-name of the listener other brokers connect to.
+``TopicAdmin`` (CreateTopics, DeleteTopics, auto-creation: the controller's business), a
+``Forwarding`` (CreatePartitions, IncrementalAlterConfigs, AlterConfigs, ElectLeaders: relayed
+to the active controller), the ``ConfigRepository`` (DescribeConfigs), the producer id
+generator (InitProducerId), the name of the listener other brokers connect to and this
+broker's epoch (control requests for an older registration are refused).
 
 Produce and Fetch, the busiest APIs, use the hand-written codecs of protocol/fast_codecs.py; every
 other API is decoded and encoded with its construct schema (protocol/messages). A handler
@@ -28,6 +30,7 @@ from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
 from .fetch_params import FetchParams
+from .forwarding import FORWARDED_APIS, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .partition import LeaderAndIsrState
 from .replica_manager import is_internal_topic
@@ -36,13 +39,16 @@ from .topic_admin import NewTopic
 
 if TYPE_CHECKING:
     from .config_repository import ConfigRepository
+    from .forwarding import Forwarding
     from .metadata_cache import MetadataCache
     from .network import RequestContext
-    from .producer_ids import ProducerIdManager
+    from .producer_ids import ProducerIdGenerator
     from .replica_manager import ReplicaManager
     from .topic_admin import TopicAdmin, TopicResult
 
 log = logging.getLogger("kbroker.apis")
+
+REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
@@ -55,14 +61,17 @@ def frame_response(api_key: int, version: int, correlation_id: int, body: bytes)
 
 class KafkaApis:
     def __init__(self, *, replica_manager: "ReplicaManager", metadata_cache: "MetadataCache", topic_admin: "TopicAdmin",
-                 config_repository: "ConfigRepository", producer_ids: "ProducerIdManager",
-                 inter_broker_listener: str) -> None:
+                 config_repository: "ConfigRepository", producer_ids: "ProducerIdGenerator",
+                 inter_broker_listener: str, forwarding: "Forwarding | None" = None,
+                 broker_epoch: Callable[[], int] = lambda: -1) -> None:
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
+        self.forwarding = forwarding or NoControllerForwarding()
         self.config_repository = config_repository
         self.producer_ids = producer_ids
         self.inter_broker_listener = inter_broker_listener
+        self.broker_epoch = broker_epoch
         self.authorizer = AllowAllAuthorizer()
         self.handlers: dict[int, Callable[["RequestContext"], None]] = {
             ApiKey.PRODUCE: self.handle_produce_request,
@@ -79,6 +88,7 @@ class KafkaApis:
             ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr_request,
             ApiKey.STOP_REPLICA: self.handle_stop_replica_request,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
+            **{key: self.handle_forwarded_request for key in FORWARDED_APIS},
         }
         # The advertised table is derived from what is both defined in protocol/ and handled here.
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
@@ -230,9 +240,19 @@ class KafkaApis:
             if ep is not None:
                 brokers.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
         self.send(ctx, api, {
-            "brokers": brokers, "cluster_id": cache.cluster_id, "controller_id": cache.controller_id,
+            "brokers": brokers, "cluster_id": cache.cluster_id, "controller_id": self._client_controller_id(),
             "topics": topics,
         })
+
+    def _client_controller_id(self) -> int:
+        """The controller id clients see: the active controller when it is also a live broker
+        (a combined node); otherwise, as Kafka's KRaft brokers answer, a live broker — this
+        one — since clients send controller-bound admin requests (CreateTopics, ...) to the
+        node named here and only brokers are reachable to them; the broker forwards them."""
+        cache = self.metadata_cache
+        if cache.controller_id in cache.brokers or not cache.brokers:
+            return cache.controller_id
+        return cache.broker_id if cache.broker_id in cache.brokers else min(cache.brokers)
 
     def _topic_metadata(self, info, version: int, listener_name: str) -> dict:
         alive = self.metadata_cache.brokers
@@ -304,7 +324,8 @@ class KafkaApis:
                 results[slot] = {"name": topic.name, "error_code": code, "error_message": message}
             self.send(ctx, api, {"topics": results})
 
-        self.topic_admin.create_topics([topic for _, topic in to_create], req.validate_only, respond)
+        self.topic_admin.create_topics([topic for _, topic in to_create], req.validate_only, respond,
+                                       timeout_ms=req.timeout_ms)
 
     def handle_delete_topics_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.DELETE_TOPICS]
@@ -323,7 +344,19 @@ class KafkaApis:
                 results[slot] = {"name": name, "error_code": code, "error_message": message}
             self.send(ctx, api, {"responses": results})
 
-        self.topic_admin.delete_topics([name for _, name in to_delete], respond)
+        self.topic_admin.delete_topics([name for _, name in to_delete], respond, timeout_ms=req.timeout_ms)
+
+    def handle_forwarded_request(self, ctx: "RequestContext") -> None:
+        """CreatePartitions, IncrementalAlterConfigs, AlterConfigs, ElectLeaders: the active
+        controller decides; the request goes there as it came and its answer comes back."""
+        api = APIS[ctx.header.api_key]
+        req = self.parse(ctx, api)
+        version, correlation_id = ctx.api_version, ctx.header.correlation_id
+
+        def respond(body: bytes) -> None:
+            ctx.send_response(frame_response(api.key, version, correlation_id, body))
+
+        self.forwarding.forward(api.key, version, bytes(memoryview(ctx.frame)[ctx.body_offset:]), req, respond)
 
     def handle_describe_configs_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.DESCRIBE_CONFIGS]
@@ -352,13 +385,12 @@ class KafkaApis:
         if not self.authorize(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, "kafka-cluster"):
             return self.send(ctx, api, {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                         "producer_id": -1, "producer_epoch": -1})
-        try:
-            producer_id = self.producer_ids.generate_producer_id()
-        except (OSError, RuntimeError) as exc:
-            log.error("cannot allocate a producer id: %s", exc)
-            return self.send(ctx, api, {"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "producer_id": -1,
-                                        "producer_epoch": -1})
-        self.send(ctx, api, {"error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0})
+
+        def respond(error: int, producer_id: int) -> None:
+            self.send(ctx, api, {"error_code": error, "producer_id": producer_id if not error else -1,
+                                 "producer_epoch": 0 if not error else -1})
+
+        self.producer_ids.generate(respond)
 
     def handle_find_coordinator_request(self, ctx: "RequestContext") -> None:
         # Consumer groups are not implemented yet: no coordinator is ever available.
@@ -408,6 +440,9 @@ class KafkaApis:
         if self._cluster_action_denied(ctx):
             error, results = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, {
                 (s.topic, s.partition): ErrorCode.CLUSTER_AUTHORIZATION_FAILED for s in states}
+        elif self._broker_epoch_stale(ctx, req.broker_epoch):
+            error, results = ErrorCode.STALE_BROKER_EPOCH, {
+                (s.topic, s.partition): ErrorCode.STALE_BROKER_EPOCH for s in states}
         else:
             # Leaders the fetchers will need to reach (Kafka's LiveLeaders).
             listener = self.inter_broker_listener
@@ -426,8 +461,23 @@ class KafkaApis:
                     {"partition_index": ps.partition_index, "error_code": results.get((topic, ps.partition_index), 0)}
                     for ps in parts]} for topic, topic_id, parts in grouped]}
         self.send(ctx, api, body)
+        self.metadata_cache.updated()  # whoever waits for this broker to act on new metadata
+
+    def _broker_epoch_stale(self, ctx: "RequestContext", request_epoch: int) -> bool:
+        """Kafka's isBrokerEpochStale: a control request sent to an earlier registration of
+        this broker (-1: the sender does not say) is refused with STALE_BROKER_EPOCH."""
+        current = self.broker_epoch()
+        if request_epoch == -1 or request_epoch >= current:
+            return False
+        log.info("%s from %s refused: it was sent to broker epoch %d, this broker is at %d",
+                 APIS[ctx.header.api_key].name, ctx.peer, request_epoch, current)
+        return True
 
     def handle_update_metadata_request(self, ctx: "RequestContext") -> None:
+        """The controller's view: the live (unfenced) brokers, the partitions' states and each
+        topic's config overrides (kbroker's tag 10000: the whole set with every topic state).
+        A FULL request (sent on registration and to every broker by a new controller)
+        replaces what this broker knew."""
         api = APIS[ApiKey.UPDATE_METADATA]
         req = self.parse(ctx, api)
         if self._cluster_action_denied(ctx):
@@ -437,24 +487,35 @@ class KafkaApis:
             log.warning("ignoring UpdateMetadata from controller %d with stale epoch %d (current %d)",
                         req.controller_id, req.controller_epoch, rm.controller_epoch)
             return self.send(ctx, api, {"error_code": ErrorCode.STALE_CONTROLLER_EPOCH})
+        if self._broker_epoch_stale(ctx, req.broker_epoch):
+            return self.send(ctx, api, {"error_code": ErrorCode.STALE_BROKER_EPOCH})
+        version = ctx.api_version
         rm.controller_epoch = req.controller_epoch
         cache = self.metadata_cache
         cache.controller_id = req.controller_id
         brokers = {}
         for b in req.live_brokers:
-            if ctx.api_version == 0:
+            if version == 0:
                 endpoints = {"PLAINTEXT": BrokerEndpoint("PLAINTEXT", b.v0_host, b.v0_port)}
             else:
                 endpoints = {(e.listener or "PLAINTEXT"): BrokerEndpoint(e.listener or "PLAINTEXT", e.host, e.port)
                              for e in b.endpoints}
             brokers[b.id] = BrokerInfo(b.id, endpoints, b.rack)
-        if brokers:
-            cache.brokers = brokers
-        if ctx.api_version <= 4:
-            grouped = [(ps.topic_name, None, [ps]) for ps in req.ungrouped_partition_states]
+        if set(brokers) != set(cache.brokers):
+            rm.live_brokers_changed()
+        cache.brokers = brokers
+        if version <= 4:
+            grouped = [(ps.topic_name, None, [ps], None) for ps in req.ungrouped_partition_states]
         else:
-            grouped = [(ts.topic_name, ts.topic_id, ts.partition_states) for ts in req.topic_states]
-        for topic, topic_id, parts in grouped:
+            grouped = [(ts.topic_name, ts.topic_id, ts.partition_states,
+                        {c.name: c.value for c in ts.topic_configs} if version >= 6 else None)
+                       for ts in req.topic_states]
+        if req.get("type") == REQUEST_TYPE_FULL:
+            named = {topic for topic, _id, _parts, _configs in grouped}
+            for name in [t for t in cache.topics if t not in named]:
+                cache.remove_topic(name)
+        changed_configs = []
+        for topic, topic_id, parts, configs in grouped:
             for ps in parts:
                 if ps.leader == -2:  # LeaderDuringDelete: the topic is being deleted
                     cache.remove_partition(topic, ps.partition_index)
@@ -462,7 +523,16 @@ class KafkaApis:
                 cache.update_partition(topic, topic_id, PartitionInfo(
                     ps.partition_index, ps.leader, ps.leader_epoch, list(ps.replicas), list(ps.isr),
                     list(ps.offline_replicas), ps.zk_version))
+            info = cache.topics.get(topic)
+            if info is not None and configs is not None and configs != info.configs:
+                info.configs = configs
+                changed_configs.append(topic)
+        if changed_configs:
+            log.info("topic config overrides changed: %s", ", ".join(
+                f"{t} {cache.topics[t].configs or '{}'}" for t in changed_configs))
+            rm.topic_configs_changed(changed_configs)
         self.send(ctx, api, {"error_code": ErrorCode.NONE})
+        cache.updated()
 
     def handle_stop_replica_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.STOP_REPLICA]
@@ -480,7 +550,12 @@ class KafkaApis:
             error = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             results = {(t, p): error for t, p, _e, _d in items}
         elif req.controller_epoch < rm.controller_epoch:
+            log.warning("ignoring StopReplica from controller %d with stale epoch %d (current %d)",
+                        req.controller_id, req.controller_epoch, rm.controller_epoch)
             error = ErrorCode.STALE_CONTROLLER_EPOCH
+            results = {(t, p): error for t, p, _e, _d in items}
+        elif self._broker_epoch_stale(ctx, req.broker_epoch):
+            error = ErrorCode.STALE_BROKER_EPOCH
             results = {(t, p): error for t, p, _e, _d in items}
         else:
             error, results = ErrorCode.NONE, {}

@@ -126,12 +126,15 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),
     _k("request.timeout.ms", "int", 30000),
     _k("controlled.shutdown.enable", "bool", True),
-    _k("kbroker.controller.mode", "string", "embedded", "deprecated, use process.roles (embedded = broker,controller; "
-       "external = broker)", choices=("embedded", "external")),
+    _k("kbroker.controller.mode", "string", "embedded", "deprecated alias of process.roles (embedded = "
+       "broker,controller; external = broker)", choices=("embedded", "external")),
     # KRaft-style roles and the controller (Kafka's keys and defaults).
-    _k("process.roles", "list", None, "broker, controller, or broker,controller (default: from kbroker.controller.mode)"),
-    _k("controller.listener.names", "list", None, "the listeners (names in `listeners`) a controller serves on"),
-    _k("controller.quorum.bootstrap.servers", "list", None, "host:port of the controllers, tried in order"),
+    _k("process.roles", "list", None, "broker, controller, or broker,controller (combined; the default)"),
+    _k("controller.listener.names", "list", None, "the listeners (names in `listeners`) a controller serves on "
+       "(combined: CONTROLLER, added on an ephemeral port if `listeners` has none)"),
+    _k("controller.quorum.bootstrap.servers", "list", None, "host:port of the controllers, tried in order "
+       "(combined: the process's own controller listener when unset)"),
+    _k("broker.rack", "string", None, "this broker's rack, sent to the controller on registration"),
     _k("controller.socket.timeout.ms", "int", 30000, "the controller's request timeout towards brokers", low=1),
     _k("broker.heartbeat.interval.ms", "int", 2000, "how often a broker heartbeats to the controller", low=1),
     _k("broker.session.timeout.ms", "int", 9000, "a broker without a heartbeat for this long is fenced", low=1),
@@ -202,6 +205,7 @@ class KafkaConfig:
     def __init__(self, props: Mapping[str, Any] | None = None) -> None:
         props = dict(props or {})
         self.originals = props
+        self._implicit_controller_listener: Endpoint | None = None
         self.values: dict[str, Any] = {}
         for name, key in KEYS.items():
             self.values[name] = key.parse(props[name]) if name in props else key.default
@@ -266,13 +270,29 @@ class KafkaConfig:
         self.values["process.roles"] = sorted(roles)
         if "broker" in roles:
             self.values["kbroker.controller.mode"] = "embedded" if "controller" in roles else "external"
+        if "controller" in roles and "broker" in roles:
+            self._default_controller_listener()
+
+    def _default_controller_listener(self) -> None:
+        """A combined process needs a controller listener for its broker (and any other) to
+        register on: without controller.listener.names it is CONTROLLER, and when `listeners`
+        names none it listens on an ephemeral port of the first listener's host, so a
+        server.properties written for the old embedded mode keeps working."""
+        names = self.values["controller.listener.names"]
+        if not names:
+            names = self.values["controller.listener.names"] = ["CONTROLLER"]
+        listeners = list(self.values["listeners"] or [])
+        declared = {spec.split("://", 1)[0].strip().upper() for spec in listeners}
+        if not any(n.upper() in declared for n in names):
+            first = Endpoint.parse(listeners[0], "listeners") if listeners else Endpoint("PLAINTEXT", "", 9092)
+            self._implicit_controller_listener = Endpoint(names[0].upper(), first.host, 0)
 
     def _check(self) -> None:
         if self.values["message.max.bytes"] > self.values["socket.request.max.bytes"]:
             log.warning("message.max.bytes (%d) is larger than socket.request.max.bytes (%d)",
                         self.values["message.max.bytes"], self.values["socket.request.max.bytes"])
         # Parse the endpoints now, so a bad listener fails at startup naming its key.
-        _ = (self.listeners, self.advertised_listeners)
+        _ = (self.listeners, self.advertised_listeners, self.controller_quorum_bootstrap_servers)
 
     # -- derived values, resolved as Kafka resolves them ---------------------------------
     @property
@@ -297,9 +317,30 @@ class KafkaConfig:
 
     @property
     def controller_listeners(self) -> list["Endpoint"]:
-        """The entries of ``listeners`` named by controller.listener.names, in that order."""
+        """The entries of ``listeners`` named by controller.listener.names, in that order (a
+        combined process without one: CONTROLLER on an ephemeral port)."""
         by_name = {ep.listener_name: ep for ep in self.listeners}
-        return [by_name[n.upper()] for n in (self.values["controller.listener.names"] or []) if n.upper() in by_name]
+        named = [by_name[n.upper()] for n in (self.values["controller.listener.names"] or []) if n.upper() in by_name]
+        if not named and self._implicit_controller_listener is not None:
+            return [self._implicit_controller_listener]
+        return named
+
+    @property
+    def broker_listeners(self) -> list["Endpoint"]:
+        """The listeners a broker serves on: ``listeners`` without the controller's."""
+        names = {n.upper() for n in (self.values["controller.listener.names"] or [])}
+        return [ep for ep in self.listeners if ep.listener_name not in names]
+
+    @property
+    def controller_quorum_bootstrap_servers(self) -> list[tuple[str, int]]:
+        """controller.quorum.bootstrap.servers as (host, port) pairs, in order."""
+        out = []
+        for spec in self.values["controller.quorum.bootstrap.servers"] or []:
+            host, sep, port = spec.strip().rpartition(":")
+            if not sep or not port.isdigit() or int(port) > 65535:
+                raise ConfigError(f"controller.quorum.bootstrap.servers: {spec!r} is not host:port")
+            out.append((host.strip("[]") or "127.0.0.1", int(port)))
+        return out
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -390,6 +431,8 @@ def validate_topic_name(name: str) -> str | None:
         return f"topic name is longer than {MAX_TOPIC_NAME} characters"
     if not _LEGAL_TOPIC.match(name):
         return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+    if name == "__cluster_metadata":
+        return "__cluster_metadata is the controller's metadata log, not a topic"
     return None
 
 

@@ -1,9 +1,9 @@
 """The configs this broker answers for: its own (server.properties over Kafka's defaults)
 and each topic's (the broker's topic defaults overlaid with the topic's overrides).
 
-Topic overrides are read from the metadata cache, where the controller puts them with the
-topic (the embedded controller when it brings a topic online), so the lookup is the same in
-embedded and external mode. The storage layer gets ``log_config_for`` to open each
+Topic overrides are read from the metadata cache, where UpdateMetadata puts them with the
+topic (the controller's whole set of overrides, kbroker's tag 10000), so DescribeConfigs
+answers what the controller stored. The storage layer gets ``log_config_for`` to open each
 partition's log with its topic's settings; DescribeConfigs is answered from here.
 """
 

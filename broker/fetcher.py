@@ -11,11 +11,14 @@ watermark: the follower asks its leader (OffsetsForLeaderEpoch) for the end offs
 own latest epoch, and truncates to the point where the two logs diverge — possibly over
 several rounds, when the leader's answer names an older epoch than the one asked for.
 
+A follower without any leader epoch (an empty log, or a lost or damaged leader-epoch
+checkpoint) truncates to its high watermark instead, as Kafka does.
+
 Errors: NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH and the like back
 the partition off for replica.fetch.backoff.ms (a newer LeaderAndIsr will re-add it);
 OFFSET_OUT_OF_RANGE resets the fetch position from the leader's offsets; a lost
-connection backs the whole fetcher off and reconnects. Connections go through
-``protocol.client`` (the one client), on the injected network.
+connection backs the whole fetcher off and reconnects. Backoffs are timers on the injected
+clock. Connections go through ``protocol.client`` (the one client), on the injected network.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from protocol.api_keys import ApiKey
-from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network
+from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network, sleep
 from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError
 from protocol.fast_codecs import FetchPartition, FetchRequest
@@ -105,7 +108,8 @@ class ReplicaFetcher:
 
     # -- the loop --------------------------------------------------------------------------
     async def _run(self) -> None:
-        backoff_s = self.manager.backoff_ms / 1000
+        backoff_ms = self.manager.backoff_ms
+        time = self.manager.time
         while not self._stopping:
             try:
                 conn = await self._connection()
@@ -117,23 +121,25 @@ class ReplicaFetcher:
                 log.warning("fetcher from broker %d at %s:%d: %s; retrying in %d ms", self.source_id, self.host,
                             self.port, exc, self.manager.backoff_ms)
                 self._drop_connection()
-                await asyncio.sleep(backoff_s)
+                await sleep(time, backoff_ms)
             except KafkaError as exc:
                 log.warning("fetcher from broker %d: %s; retrying in %d ms", self.source_id, exc,
                             self.manager.backoff_ms)
                 self._drop_connection()
-                await asyncio.sleep(backoff_s)
+                await sleep(time, backoff_ms)
 
     async def _idle(self) -> None:
-        """Nothing to fetch now: wait for a partition to be added or a backoff to end."""
+        """Nothing to fetch now: wait for a partition to be added or a backoff to end (a timer
+        on the injected clock)."""
         self._wakeup.clear()
         now = self.manager.time.monotonic_ms()
         delays = [s.delayed_until_ms - now for s in self.partitions.values() if s.delayed_until_ms > now]
-        timeout = min(delays) / 1000 if delays else None
+        timer = self.manager.time.schedule(min(delays), self._wakeup.set) if delays else None
         try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+            await self._wakeup.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def _connection(self) -> BrokerConnection:
         if self._conn is None or not self._conn.connected:
@@ -166,8 +172,10 @@ class ReplicaFetcher:
         for key, state in pending.items():
             epoch = state.partition.log.leader_epoch_cache.latest_epoch()
             if epoch is None:
-                # No epoch history (an empty log): nothing can have diverged.
-                state.truncating = False
+                # No epoch history (an empty log, or a leader-epoch checkpoint lost or damaged):
+                # nothing tells where the logs diverge, so keep only what is known committed, the
+                # high watermark (Kafka's truncateToHighWatermark for partitions without epochs).
+                self._truncate_to_high_watermark(key, state)
                 continue
             asks[key] = epoch
         if not asks:
@@ -189,6 +197,15 @@ class ReplicaFetcher:
                     self._back_off(key, state, f"OffsetsForLeaderEpoch: {ErrorCode(r.error_code).name}")
                     continue
                 self._apply_truncation(key, state, r.leader_epoch, r.end_offset)
+
+    def _truncate_to_high_watermark(self, key, state: PartitionFetchState) -> None:
+        log_ = state.partition.log
+        hw = log_.high_watermark
+        if hw < log_.log_end_offset:
+            log.info("%s-%d: no leader epochs known; truncating from %d to the high watermark %d", key[0], key[1],
+                     log_.log_end_offset, hw)
+            log_.truncate_to(hw)
+        state.truncating = False
 
     def _apply_truncation(self, key, state: PartitionFetchState, leader_epoch: int, leader_end_offset: int) -> None:
         """Kafka's AbstractFetcherThread.getOffsetTruncationState, then truncate."""
@@ -302,6 +319,9 @@ class ReplicaFetcherManager:
     def add_fetcher_for_partitions(self, partitions: list["Partition"]) -> None:
         grouped: dict[tuple[int, str, int], dict] = {}
         for p in partitions:
+            if p.leader_id < 0:
+                log.info("%s-%d has no leader (offline); nothing to fetch until one is elected", p.topic, p.partition)
+                continue
             endpoint = self.metadata_cache.broker_endpoint(p.leader_id, self.listener_name)
             if endpoint is None:
                 log.warning("%s-%d: no endpoint known for leader %d; not fetching", p.topic, p.partition, p.leader_id)

@@ -1,11 +1,14 @@
-"""What this broker knows of the cluster: brokers and their endpoints, topics, and each
-partition's leader, leader epoch, replicas and ISR — filled by UpdateMetadata from the
-controller (or by the embedded single-node controller) and read by Metadata requests."""
+"""What this broker knows of the cluster: the live (unfenced) brokers and their endpoints,
+the active controller, topics with their config overrides, and each partition's leader,
+leader epoch, replicas and ISR — filled by UpdateMetadata from the controller and read by
+Metadata requests. Whoever waits for the metadata to show something registers a listener;
+``updated()`` (called after each UpdateMetadata) runs them."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -51,6 +54,12 @@ class MetadataCache:
         self.topics: dict[str, TopicInfo] = {}
         self.controller_id = -1
         self.cluster_id: str | None = None
+        self.listeners: list[Callable[[], None]] = []
+
+    def updated(self) -> None:
+        """The metadata changed: tell the listeners."""
+        for listener in list(self.listeners):
+            listener()
 
     def contains_topic(self, topic: str) -> bool:
         return topic in self.topics

@@ -54,7 +54,7 @@ FETCH_TXN_COMMITTED = 2    # read_committed: the last stable offset (= HW withou
 
 @dataclass
 class LeaderAndIsrState:
-    """One partition's state as the controller sends it (LeaderAndIsr / embedded controller)."""
+    """One partition's state as the controller sends it (LeaderAndIsr)."""
 
     topic: str
     partition: int
@@ -228,7 +228,8 @@ class Partition:
                  on_isr_change: Callable[["Partition", list[int]], None] | None = None,
                  alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION,
                  is_replica_isr_eligible: Callable[[int], bool] = _always_eligible,
-                 replica_lag_time_max_ms: int = 30000) -> None:
+                 replica_lag_time_max_ms: int = 30000,
+                 on_ineligible_replica: Callable[[int], None] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.key = (topic, partition)
@@ -247,6 +248,7 @@ class Partition:
         self._on_isr_change = on_isr_change
         self._alter_partition = alter_partition
         self._is_replica_isr_eligible = is_replica_isr_eligible
+        self._on_ineligible_replica = on_ineligible_replica
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id}, epoch={self.leader_epoch})"
@@ -438,6 +440,11 @@ class Partition:
                 log.info("%s-%d: ISR change to %s refused (%s); keeping ISR %s", self.topic, self.partition,
                          sorted(proposal.proposed_isr), ErrorCode(error).name, sorted(proposal.isr))
                 self.partition_state = proposal.last_committed
+                if (error == ErrorCode.INELIGIBLE_REPLICA and isinstance(proposal, PendingExpandIsr)
+                        and self._on_ineligible_replica is not None):
+                    # Fenced or shutting down as the controller sees it, though not yet in our
+                    # metadata: not proposed again until the live brokers change.
+                    self._on_ineligible_replica(proposal.new_in_sync)
                 return False
             if error in _WAIT_FOR_LEADER_AND_ISR:
                 log.info("%s-%d: ISR change to %s refused (%s); waiting for the controller's new state",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from storage import LogConfig, LogManager
 
     from .fetcher import ReplicaFetcherManager
-    from .metadata_cache import MetadataCache
+    from .metadata_cache import MetadataCache, PartitionInfo
 
 log = logging.getLogger("kbroker.replica_manager")
 
@@ -63,6 +63,8 @@ class ReplicaManager:
         self.controller_epoch = 0
         self.fetcher_manager = fetcher_manager  # None: nothing is followed (unit tests)
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
+        # Brokers the controller called ineligible for an ISR (INELIGIBLE_REPLICA), until the live brokers change.
+        self.ineligible_replicas: set[int] = set()
 
     # -- partitions ------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -83,7 +85,8 @@ class ReplicaManager:
             p = Partition(topic, partition, local_broker_id=self.broker_id, time=self.time,
                           on_isr_change=self._isr_changed, alter_partition=self.alter_partition,
                           is_replica_isr_eligible=self._is_replica_isr_eligible,
-                          replica_lag_time_max_ms=self.replica_lag_time_max_ms)
+                          replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                          on_ineligible_replica=self._replica_ineligible)
             self.partitions[key] = p
         if p.log is None:
             p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic))
@@ -101,10 +104,22 @@ class ReplicaManager:
             self.on_isr_change(partition, new_isr)
 
     def _is_replica_isr_eligible(self, broker_id: int) -> bool:
-        """KIP-841: only a live broker (unfenced, not shutting down: the controller lists only
-        those in UpdateMetadata) may join an ISR. Before any metadata arrived, anyone may."""
+        """KIP-841: only a live broker (unfenced: the controller lists only those in
+        UpdateMetadata; and not shutting down, which UpdateMetadata does not say, so a broker
+        the controller answered INELIGIBLE_REPLICA for waits for the next change of the live
+        brokers) may join an ISR. Before any metadata arrived, anyone may."""
+        if broker_id in self.ineligible_replicas:
+            return False
         brokers = self.metadata_cache.brokers
         return not brokers or broker_id in brokers
+
+    def _replica_ineligible(self, broker_id: int) -> None:
+        if broker_id not in self.ineligible_replicas:
+            log.info("broker %d may not join an ISR (INELIGIBLE_REPLICA) until the live brokers change", broker_id)
+            self.ineligible_replicas.add(broker_id)
+
+    def live_brokers_changed(self) -> None:
+        self.ineligible_replicas.clear()
 
     # -- produce ---------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, internal_topics_allowed: bool, topics,
@@ -325,6 +340,24 @@ class ReplicaManager:
         if self.fetcher_manager is not None and changed:
             self.fetcher_manager.remove_fetcher_for_partitions([p.key for p in changed])
             self.fetcher_manager.add_fetcher_for_partitions(changed)
+
+    def has_applied(self, topic: str, info: "PartitionInfo") -> bool:
+        """Whether this broker acts on the partition state its metadata shows: true where it
+        is not a replica, else once the LeaderAndIsr of that leader epoch is applied (the
+        controller sends UpdateMetadata first, so metadata can run ahead for a moment)."""
+        if self.broker_id not in info.replicas:
+            return True
+        partition = self.partitions.get((topic, info.partition))
+        return partition is not None and partition.log is not None and partition.leader_epoch >= info.leader_epoch
+
+    def topic_configs_changed(self, topics: Iterable[str]) -> None:
+        """The controller changed these topics' config overrides: every local log of them
+        takes its topic's new LogConfig at once (retention, max.message.bytes,
+        min.insync.replicas, segment settings, ...)."""
+        wanted = set(topics)
+        for (topic, _p), log_ in self.log_manager.all_logs().items():
+            if topic in wanted:
+                log_.update_config(self.log_config_for(topic))
 
     def stop_replicas(self, keys: Iterable[tuple[str, int]], delete: bool) -> dict[tuple[str, int], int]:
         """StopReplica: stop fetching; with ``delete``, drop the partition and its log."""

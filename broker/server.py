@@ -1,13 +1,26 @@
-"""KafkaServer: builds the broker from its config, starts it and shuts it down gracefully.
+"""KafkaServer: the broker role of a process (Kafka's BrokerServer): builds the broker from
+its config, starts it and shuts it down gracefully.
 
 Startup: lock and identify the log dirs (meta.properties), load every log (recovery),
 build the metadata cache, the fetcher manager, the ReplicaManager and KafkaApis with their
-collaborators, start the listeners, bring the embedded controller's topics online (embedded
-mode) or wait for LeaderAndIsr (external mode), schedule the background passes (retention,
-flush, checkpoints, ISR shrink) on the injected clock.
+collaborators, start the listeners (those not named by controller.listener.names) and
+schedule the background passes (retention, flush, checkpoints, ISR shrink) on the injected
+clock. Then, with a controller (``controller.quorum.bootstrap.servers``, or the process's own
+controller in combined mode, reached over its listener like any other), the
+BrokerLifecycleManager registers and heartbeats, and startup returns once the controller has
+unfenced this broker and its metadata lists it live; ISR changes go to the controller
+(AlterPartitionManager), producer id blocks come from it (RPCProducerIdManager) and admin
+requests are forwarded to it (ForwardingManager, ControllerTopicAdmin).
 
-Shutdown (SIGTERM/SIGINT in ``kbroker serve``): stop accepting, answer waiting requests,
-let in-flight requests finish, then flush, checkpoint and write the clean-shutdown marker.
+A broker with ``process.roles=broker`` and no controller.quorum.bootstrap.servers has no
+controller: it only applies the LeaderAndIsr / UpdateMetadata / StopReplica it is sent (by a
+static controller: tests and benchmarks), commits ISR changes locally and hands out producer
+ids from a local counter file. It says so in a WARNING at startup.
+
+Shutdown (SIGTERM/SIGINT in ``kbroker serve``): a controlled shutdown first (the controller
+moves this broker's leaderships away, bounded by broker.session.timeout.ms), then stop
+accepting, answer waiting requests, let in-flight requests finish, then flush, checkpoint
+and write the clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -26,38 +39,58 @@ from protocol.clock import Time
 from storage import LogManager
 from storage.checkpoint import write_atomically
 
+from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
+from .broker_lifecycle import BrokerLifecycleManager, Listener
 from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
-from .embedded_controller import EmbeddedController
+from .controller_channel import ControllerChannel
 from .fetcher import ReplicaFetcherManager
+from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from .network import SocketServer
-from .producer_ids import FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdManager
+from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
+from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
+                           RPCProducerIdManager)
 from .replica_manager import ReplicaManager
 from .topic_admin import NotController, TopicAdmin
 
 log = logging.getLogger("kbroker.server")
 
+LEGACY_TOPICS_FILE = "kbroker-topics.json"  # the embedded controller's topic store (before process.roles)
+
 
 class KafkaServer:
-    def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK) -> None:
+    def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK,
+                 controller_servers: list[tuple[str, int]] | None = None) -> None:
+        """``controller_servers``: where the controllers are, when not (only) in
+        controller.quorum.bootstrap.servers — a combined process passes its own controller's
+        bound address."""
+        if "broker" not in config.process_roles:
+            raise ConfigError(f"process.roles={','.join(config.process_roles)} does not include broker")
+        if not config.broker_listeners:
+            raise ConfigError("listeners: a broker needs a listener that is not a controller listener "
+                              f"({', '.join(config['controller.listener.names'] or [])})")
         self.config = config
         self.time = time
         self.network = network
         self.broker_id = config.broker_id
         self.cluster_id: str | None = None
-        self.embedded = config["kbroker.controller.mode"] == "embedded"
+        self.controller_servers = list(controller_servers or config.controller_quorum_bootstrap_servers)
         self.log_manager: LogManager | None = None
         self.metadata_cache: MetadataCache | None = None
         self.config_repository: ConfigRepository | None = None
         self.fetcher_manager: ReplicaFetcherManager | None = None
         self.replica_manager: ReplicaManager | None = None
-        self.embedded_controller: EmbeddedController | None = None
         self.topic_admin: TopicAdmin | None = None
+        self.forwarding: Forwarding | None = None
         self.apis: KafkaApis | None = None
         self.socket_server: SocketServer | None = None
-        self.producer_ids: ProducerIdManager | None = None
+        self.producer_ids: ProducerIdGenerator | None = None
+        self.lifecycle: BrokerLifecycleManager | None = None
+        self.alter_partition_manager: AlterPartitionManager | None = None
+        self.metadata_waiters = MetadataWaiters(time)
+        self._channels: list[ControllerChannel] = []
         self._locks: list[int] = []
         self._timers: dict[str, object] = {}
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbroker-flush")
@@ -66,52 +99,143 @@ class KafkaServer:
         self.started = False
         self.bound_ports: dict[str, int] = {}
 
+    @property
+    def has_controller(self) -> bool:
+        return bool(self.controller_servers)
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+
     # -- startup ---------------------------------------------------------------------------
     async def startup(self) -> None:
+        """Start everything, then (with a controller) wait until the controller has unfenced
+        this broker and the metadata it sent lists it live."""
+        await self.start_services()
+        if self.lifecycle is not None:
+            await self.wait_until_live()
+
+    async def start_services(self) -> None:
         cfg = self.config
         for d in cfg.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         self._lock_log_dirs()
         self._load_meta_properties()
-        self.metadata_cache = MetadataCache(self.broker_id)
-        self.metadata_cache.cluster_id = self.cluster_id
-        self.config_repository = configs = ConfigRepository(cfg, self.broker_id, self.metadata_cache)
+        self.metadata_cache = cache = MetadataCache(self.broker_id)
+        cache.cluster_id = self.cluster_id
+        cache.listeners.append(self.metadata_waiters.metadata_updated)
+        self.config_repository = configs = ConfigRepository(cfg, self.broker_id, cache)
         self.log_manager = LogManager(cfg.log_dirs, configs.default_log_config(), time=self.time,
                                       topic_config=configs.log_config_for)
         reports = self.log_manager.startup()
         log.info("loaded %d partition logs from %s", len(reports) if reports is not None else 0,
                  ", ".join(str(d) for d in cfg.log_dirs))
-        # The seam for the controller: it will hand out producer id blocks instead.
-        self.producer_ids = ProducerIdManager(LocalBlockSource(cfg.log_dirs[0] / PRODUCER_ID_FILE, self.broker_id))
+        for d in cfg.log_dirs:
+            if (d / LEGACY_TOPICS_FILE).exists():
+                log.warning("%s is the topic list of the removed embedded controller: the controller does not know "
+                            "these topics; create them again (their logs in %s are kept and reused)",
+                            d / LEGACY_TOPICS_FILE, d)
+        alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION
+        if self.has_controller:
+            self.lifecycle = self._lifecycle_manager()
+            self.alter_partition_manager = alter_partition = AlterPartitionManager(
+                broker_id=self.broker_id, time=self.time, channel=self._channel("alter-partition"),
+                broker_epoch=lambda: self.broker_epoch, topic_id_of=self._topic_id_of)
+            self.producer_ids = RPCProducerIdManager(broker_id=self.broker_id, time=self.time,
+                                                     channel=self._channel("producer-ids"),
+                                                     broker_epoch=lambda: self.broker_epoch)
+            forwarding = ForwardingManager(self._channel("forwarding"), time=self.time, metadata_cache=cache,
+                                           waiters=self.metadata_waiters,
+                                           timeout_ms=cfg["controller.socket.timeout.ms"],
+                                           applied=lambda topic, info: self.replica_manager.has_applied(topic, info))
+            self.forwarding = forwarding
+            self.topic_admin = ControllerTopicAdmin(forwarding, cfg, cache)
+        else:
+            log.warning("broker %d has no controller (process.roles=broker without controller.quorum.bootstrap."
+                        "servers): it applies only the LeaderAndIsr/UpdateMetadata it is sent, commits ISR changes "
+                        "itself and allocates producer ids locally", self.broker_id)
+            self.producer_ids = ProducerIdManager(LocalBlockSource(cfg.log_dirs[0] / PRODUCER_ID_FILE, self.broker_id))
+            self.forwarding = NoControllerForwarding()
+            self.topic_admin = NotController()
         self.fetcher_manager = ReplicaFetcherManager(
-            broker_id=self.broker_id, time=self.time, metadata_cache=self.metadata_cache, config=cfg,
+            broker_id=self.broker_id, time=self.time, metadata_cache=cache, config=cfg,
             network=self.network, listener_name=self.inter_broker_listener)
         self.replica_manager = ReplicaManager(
             broker_id=self.broker_id, time=self.time, log_manager=self.log_manager,
-            metadata_cache=self.metadata_cache, log_config_for=configs.log_config_for,
-            replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"], fetcher_manager=self.fetcher_manager)
-        if self.embedded:
-            self.embedded_controller = EmbeddedController(cfg, self.broker_id, self.metadata_cache, self.replica_manager)
-            self.topic_admin = self.embedded_controller
-        else:
-            self.topic_admin = NotController()
+            metadata_cache=cache, log_config_for=configs.log_config_for,
+            replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"], fetcher_manager=self.fetcher_manager,
+            alter_partition=alter_partition)
         self.apis = KafkaApis(
-            replica_manager=self.replica_manager, metadata_cache=self.metadata_cache, topic_admin=self.topic_admin,
-            config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener)
+            replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
+            config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
+            forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"])
-        for ep in cfg.listeners:
+        for ep in cfg.broker_listeners:
             port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
             log.info("listening on %s://%s:%d", ep.listener_name, ep.host or "0.0.0.0", port)
-        self._register_self()
-        if self.embedded_controller is not None:
-            self.embedded_controller.start()
         self._schedule_background_tasks()
         self.started = True
-        log.info("broker %d started (cluster %s, %s controller)", self.broker_id, self.cluster_id,
-                 "embedded" if self.embedded else "external")
+        if self.lifecycle is not None:
+            self.lifecycle.listeners = self._registration_listeners()
+            self.lifecycle.start()
+            log.info("broker %d started; registering with the controller at %s", self.broker_id,
+                     ", ".join(f"{h}:{p}" for h, p in self.controller_servers))
+        else:
+            self._register_self()
+            log.info("broker %d started (cluster %s, no controller)", self.broker_id, self.cluster_id)
+
+    async def wait_until_live(self) -> None:
+        """Until the controller has unfenced this broker and its UpdateMetadata lists it live
+        (so a client asking right away finds it); then prefetch a producer id block."""
+        assert self.lifecycle is not None and self.metadata_cache is not None
+        await asyncio.shield(self.lifecycle.initial_unfence)
+        live: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        cache = self.metadata_cache
+        self.metadata_waiters.wait(lambda: self.broker_id in cache.brokers, 2**31,
+                                   lambda ok: live.done() or live.set_result(ok))
+        await live
+        if isinstance(self.producer_ids, RPCProducerIdManager):
+            self.producer_ids.maybe_request_next_block()
+        log.info("broker %d is live (cluster %s, broker epoch %d, controller %d)", self.broker_id, self.cluster_id,
+                 self.broker_epoch, cache.controller_id)
+
+    def _channel(self, purpose: str, timeout_ms: int | None = None) -> ControllerChannel:
+        channel = ControllerChannel(self.controller_servers, broker_id=self.broker_id, purpose=purpose, time=self.time,
+                                    network=self.network,
+                                    request_timeout_ms=timeout_ms or self.config["controller.socket.timeout.ms"])
+        self._channels.append(channel)
+        return channel
+
+    def _lifecycle_manager(self) -> BrokerLifecycleManager:
+        cfg = self.config
+        # A heartbeat that gets no answer for half a session is abandoned (and the next
+        # controller tried) while this broker's session can still be saved.
+        timeout = max(1, min(cfg["controller.socket.timeout.ms"], cfg["broker.session.timeout.ms"] // 2))
+        return BrokerLifecycleManager(
+            broker_id=self.broker_id, time=self.time, channel=self._channel("heartbeat", timeout), listeners=[],
+            rack=cfg["broker.rack"], cluster_id=self.cluster_id, heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
+            on_cluster_id=self._on_cluster_id)
+
+    def _registration_listeners(self) -> list[Listener]:
+        """The advertised broker endpoints, the inter-broker listener first (the one the
+        controller and other brokers connect to)."""
+        eps = self.advertised_endpoints()
+        eps.sort(key=lambda ep: ep.listener_name != self.inter_broker_listener)
+        return [Listener(ep.listener_name, ep.host, ep.port) for ep in eps]
+
+    def _on_cluster_id(self, cluster_id: str) -> None:
+        """First contact with the controller told the cluster id: it is this data's from now on."""
+        self.cluster_id = cluster_id
+        if self.metadata_cache is not None:
+            self.metadata_cache.cluster_id = cluster_id
+        self._write_meta_properties()
+
+    def _topic_id_of(self, topic: str):
+        info = self.metadata_cache.topics.get(topic) if self.metadata_cache is not None else None
+        return info.topic_id if info is not None else None
 
     def _lock_log_dirs(self) -> None:
         for d in self.config.log_dirs:
@@ -124,12 +248,16 @@ class KafkaServer:
             self._locks.append(fd)
 
     def _load_meta_properties(self) -> None:
-        """Kafka's meta.properties: the broker id and cluster id this data belongs to."""
+        """Kafka's meta.properties: the broker id and cluster id this data belongs to. With a
+        controller and no cluster id yet, the cluster id comes from the controller on first
+        contact (and is written then); without one, it is generated here."""
         found: dict[str, str] = {}
         for d in self.config.log_dirs:
             path = d / "meta.properties"
             if path.exists():
                 props = read_properties(path)
+                if "broker.id" not in props and "node.id" in props:
+                    props["broker.id"] = props["node.id"]  # written by a controller sharing the directory
                 for key in ("broker.id", "cluster.id"):
                     if key in props and key in found and found[key] != props[key]:
                         raise ConfigError(f"log.dirs: {path} has {key}={props[key]}, another dir has {found[key]}")
@@ -141,20 +269,32 @@ class KafkaServer:
         elif stored_id is not None and stored_id != self.broker_id:
             raise ConfigError(f"broker.id: configured {self.broker_id} but the data in log.dirs belongs to "
                               f"broker {stored_id} (meta.properties)")
-        self.cluster_id = found.get("cluster.id") or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        text = f"#kbroker meta.properties\nversion=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
+        self.cluster_id = found.get("cluster.id")
+        if self.cluster_id is None and not self.has_controller:
+            self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if self.cluster_id is not None:
+            self._write_meta_properties()
+
+    def _write_meta_properties(self) -> None:
         for d in self.config.log_dirs:
             path = d / "meta.properties"
-            if not path.exists() or read_properties(path).get("broker.id") != str(self.broker_id):
-                write_atomically(path, text.encode())
+            props = read_properties(path) if path.exists() else {}
+            if props.get("broker.id") == str(self.broker_id) and props.get("cluster.id") == self.cluster_id:
+                continue
+            props.pop("version", None)
+            props.update({"broker.id": str(self.broker_id), "cluster.id": str(self.cluster_id)})
+            text = "#kbroker meta.properties\nversion=0\n" + "".join(f"{k}={v}\n" for k, v in props.items())
+            write_atomically(path, text.encode())
 
     @property
     def inter_broker_listener(self) -> str:
-        """The listener other brokers (followers' fetchers) connect to: the first one."""
-        return self.config.listeners[0].listener_name
+        """The listener other brokers (followers' fetchers) connect to: the first broker listener."""
+        return self.config.broker_listeners[0].listener_name
 
     def advertised_endpoints(self) -> list[Endpoint]:
-        advertised = self.config.advertised_listeners or self.config.listeners
+        controller_names = {n.upper() for n in (self.config["controller.listener.names"] or [])}
+        advertised = [ep for ep in (self.config.advertised_listeners or self.config.listeners)
+                      if ep.listener_name not in controller_names]
         out = []
         for ep in advertised:
             port = ep.port or self.bound_ports.get(ep.listener_name, 0)
@@ -230,10 +370,17 @@ class KafkaServer:
             self._release_locks()
             return
         log.info("broker %d shutting down", self.broker_id)
+        if self.lifecycle is not None:
+            await self._controlled_shutdown()
         self.started = False
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for closing in (self.lifecycle, self.alter_partition_manager, self.producer_ids, self.forwarding):
+            close = getattr(closing, "close", None)
+            if close is not None:
+                close()
+        self.metadata_waiters.close()
         self.socket_server.stop_accepting()
         self.replica_manager.shutdown()
         timeout_s = self.config["kbroker.shutdown.timeout.ms"] / 1000
@@ -244,8 +391,32 @@ class KafkaServer:
         await self._flush_idle.wait()  # a background flush still running finishes (and is recorded) first
         self._executor.shutdown(wait=True)
         self.log_manager.shutdown()
+        for channel in self._channels:
+            channel.close()
         self._release_locks()
         log.info("broker %d shut down cleanly", self.broker_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Kafka's controlled shutdown: heartbeats with want_shut_down until the controller has
+        moved every leadership of this broker away (so producers see only the retriable
+        NOT_LEADER_OR_FOLLOWER) and says should_shut_down; bounded by broker.session.timeout.ms
+        (after which the controller would fence this broker anyway). Listeners stay open
+        meanwhile: the controller's LeaderAndIsr must reach this broker."""
+        assert self.lifecycle is not None
+        if not self.config["controlled.shutdown.enable"] or not self.lifecycle.registered:
+            return
+        timeout_ms = self.config["broker.session.timeout.ms"]
+        done = self.lifecycle.begin_controlled_shutdown()
+        timer = self.time.schedule(timeout_ms, lambda: done.done() or done.cancel())
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            if not done.cancelled():
+                raise
+            log.warning("broker %d: the controller did not allow the shutdown within %d ms; shutting down anyway",
+                        self.broker_id, timeout_ms)
+        finally:
+            timer.cancel()
 
     def _release_locks(self) -> None:
         for fd in self._locks:

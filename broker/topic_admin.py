@@ -1,12 +1,13 @@
 """Topic administration as KafkaApis sees it: the ``TopicAdmin`` protocol.
 
 Creating and deleting topics (CreateTopics, DeleteTopics, a Metadata request's
-auto-creation) changes the cluster's metadata, which is the controller's business, not the
-broker's. KafkaApis hands these requests to a ``TopicAdmin``: in embedded mode the
-single-node controller inside this process (``broker.embedded_controller``); in external
-mode, where a controller process drives the broker with LeaderAndIsr and UpdateMetadata,
-``NotController``, which refuses them. Results go to a callback because a controller in
-another process answers later; the embedded one calls back before it returns.
+auto-creation, the group coordinator's __consumer_offsets) changes the cluster's metadata,
+which is the controller's business, not the broker's. KafkaApis hands these requests to a
+``TopicAdmin``: ``broker.forwarding.ControllerTopicAdmin``, which asks the active controller
+(a remote one, or the one of a combined broker,controller process, over its listener all
+the same); or, on a broker without a controller (driven by a static controller),
+``NotController``, which refuses them. Results go to a callback because the controller
+answers later.
 """
 
 from __future__ import annotations
@@ -35,24 +36,27 @@ class NewTopic:
 
 
 class TopicAdmin(Protocol):
-    def create_topics(self, topics: list[NewTopic], validate_only: bool, callback: TopicResultsCallback) -> None:
-        """Create the topics, each on its own; ``callback`` gets one result per topic, in order."""
+    def create_topics(self, topics: list[NewTopic], validate_only: bool, callback: TopicResultsCallback,
+                      timeout_ms: int = 30000) -> None:
+        """Create the topics, each on its own; ``callback`` gets one result per topic, in order,
+        once this broker's metadata shows them (up to ``timeout_ms``; 0: as soon as decided)."""
 
-    def delete_topics(self, names: list[str], callback: TopicResultsCallback) -> None:
+    def delete_topics(self, names: list[str], callback: TopicResultsCallback, timeout_ms: int = 30000) -> None:
         """Delete the topics, each on its own; ``callback`` gets one result per name, in order."""
 
     def maybe_auto_create_topic(self, name: str, allow: bool) -> int:
-        """A Metadata request names a topic this broker does not know: NONE if it exists now
-        (created), else the error code for the topic's slot in the response."""
+        """A Metadata request names a topic this broker does not know: the error code for the
+        topic's slot in the response (LEADER_NOT_AVAILABLE while it is being created)."""
 
 
 class NotController:
-    """External mode: topics are created and deleted by the controller process."""
+    """A broker without a controller to ask: topics are whatever its static controller sends."""
 
-    def create_topics(self, topics: list[NewTopic], validate_only: bool, callback: TopicResultsCallback) -> None:
+    def create_topics(self, topics: list[NewTopic], validate_only: bool, callback: TopicResultsCallback,
+                      timeout_ms: int = 30000) -> None:
         callback([(ErrorCode.NOT_CONTROLLER, "topics are created by the controller") for _ in topics])
 
-    def delete_topics(self, names: list[str], callback: TopicResultsCallback) -> None:
+    def delete_topics(self, names: list[str], callback: TopicResultsCallback, timeout_ms: int = 30000) -> None:
         callback([(ErrorCode.NOT_CONTROLLER, "topics are deleted by the controller") for _ in names])
 
     def maybe_auto_create_topic(self, name: str, allow: bool) -> int:

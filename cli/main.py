@@ -1,6 +1,7 @@
 """``kbroker``: run a broker, and talk to any Kafka-protocol broker (kbroker or Apache Kafka).
 
     kbroker serve [-c server.properties] [--override key=value ...]
+    kbroker controller [-c controller.properties] [--override key=value ...]
     kbroker topics create|list|describe|delete ...
     kbroker produce -t TOPIC [-f FILE] ...
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end] ...
@@ -81,12 +82,22 @@ def client_command(commands: Subcommands, name: str, run: str, help: str) -> arg
 
 
 def _add_serve(commands: Subcommands) -> None:
-    serve = local_command(commands, "serve", "cli.serve:run", "run a broker")
+    serve = local_command(commands, "serve", "cli.serve:run",
+                          "run a broker, a controller or both, as process.roles says (default: both)")
     serve.add_argument("-c", "--config", help="server.properties file")
     serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="set a configuration key (repeatable)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                        help="stderr logging level (default INFO)")
+
+
+def _add_controller(commands: Subcommands) -> None:
+    controller = local_command(commands, "controller", "cli.controller:run", "run a controller")
+    controller.add_argument("-c", "--config", help="controller.properties file")
+    controller.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                            help="set a configuration key (repeatable)")
+    controller.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                            help="stderr logging level (default INFO)")
 
 
 def _add_topics(commands: Subcommands) -> None:
@@ -151,7 +162,7 @@ def _add_dump_log(commands: Subcommands) -> None:
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_topics, _add_produce, _add_consume, _add_metadata, _add_dump_log]
+    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_metadata, _add_dump_log]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,14 @@
 """Start brokers and controllers as child processes: ``python -m broker serve`` and
-``python -m controller``, with per-process overrides.
+``python -m controller``, with per-process overrides; and ``LocalCluster``, a controller
+plus N brokers wired to it.
 
 The process-based mirror of docker-compose.yml that tests and benchmarks use (no Docker
-engine here): each process gets its own port and data dir on 127.0.0.1.
+engine here): each process gets its own port and data dir on 127.0.0.1, and its output in
+a file next to its data dir. ``BrokerProcess.start`` returns once the broker is live: its
+own Metadata lists it, which happens when the controller has unfenced it (a combined
+single node, the default, in a fraction of a second); ``ControllerProcess.start`` once it
+listens. Readiness is read over the Kafka protocol (a blocking Metadata request), so these
+synchronous helpers work from inside an event loop too.
 """
 
 from __future__ import annotations
@@ -10,12 +16,19 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from protocol.api_keys import ApiKey
+from protocol.fast_codecs import encode_request_header
+from protocol.messages import APIS
 
 REPO = Path(__file__).resolve().parent.parent
+CONTROLLER_LISTENER = "CONTROLLER"
 
 
 def free_port() -> int:
@@ -30,6 +43,36 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
             return True
     except OSError:
         return False
+
+
+def metadata(port: int, host: str = "127.0.0.1", timeout_s: float = 5.0) -> Any:
+    """A blocking Metadata v1 request (no topics) to a broker or controller; the parsed response."""
+    api = APIS[ApiKey.METADATA]
+    body = encode_request_header(ApiKey.METADATA, 1, 1, "kbroker-launcher", False) + api.request.build(1, {"topics": []})
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.settimeout(timeout_s)
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _read_exactly(sock, 4))[0]
+        frame = _read_exactly(sock, size)
+    return api.response.parse(1, frame, 4)
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return bytes(data)
+
+
+def live_brokers(port: int, host: str = "127.0.0.1") -> set[int]:
+    """The broker ids a node's Metadata lists (a controller lists the unfenced brokers); empty if it does not answer."""
+    try:
+        return {b.node_id for b in metadata(port, host).brokers}
+    except (OSError, ValueError):
+        return set()
 
 
 class BrokerProcess:
@@ -64,22 +107,39 @@ class BrokerProcess:
         return cmd
 
     def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
+        self.launch()
+        return self.wait_ready(timeout_s)
+
+    def launch(self) -> "BrokerProcess":
+        """Start the process; ``wait_ready`` waits for it (several can start at once)."""
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.output, "ab") as out:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             if self.repo != REPO:  # its packages first, ahead of the editable install of this one
                 env["PYTHONPATH"] = str(self.repo)
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.repo, env=env)
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> "BrokerProcess":
         deadline = time.monotonic() + timeout_s
-        while not port_open(self.port):
+        self._wait(lambda: port_open(self.port), deadline, f"to listen on {self.port}")
+        self._wait(self.ready, deadline, "to be live")
+        return self
+
+    def ready(self) -> bool:
+        """Live: its own Metadata lists it (the controller unfenced it and told it so)."""
+        return self.broker_id in live_brokers(self.port)
+
+    def _wait(self, condition, deadline: float, what: str) -> None:
+        while not condition():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.command()[2]} {self.broker_id} exited with {self.proc.returncode}:\n"
                                    f"{self.log_text()[-3000:]}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise TimeoutError(f"broker {self.broker_id} did not listen on {self.port}:\n{self.log_text()[-3000:]}")
-            time.sleep(0.05)
-        return self
+                raise TimeoutError(f"{self.command()[2]} {self.broker_id} did not come {what}:\n"
+                                   f"{self.log_text()[-3000:]}")
+            time.sleep(0.02)
 
     def log_text(self) -> str:
         try:
@@ -102,6 +162,10 @@ class BrokerProcess:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
 
 class ControllerProcess(BrokerProcess):
     """One controller process (``python -m controller``) with its own metadata dir and port."""
@@ -116,6 +180,17 @@ class ControllerProcess(BrokerProcess):
     def metadata_dir(self) -> Path:
         return self.log_dir
 
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        return True  # listening is ready
+
+    def live_brokers(self) -> set[int]:
+        """The brokers this controller has unfenced (its Metadata)."""
+        return live_brokers(self.port)
+
     def command(self) -> list[str]:
         props = {"process.roles": "controller", "node.id": str(self.node_id),
                  "listeners": f"CONTROLLER://127.0.0.1:{self.port}", "controller.listener.names": "CONTROLLER",
@@ -124,3 +199,69 @@ class ControllerProcess(BrokerProcess):
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
+
+
+class LocalCluster:
+    """A controller process and broker processes (``process.roles=broker``) registered with it,
+    each with its own data dir under ``directory`` (``controller-<id>``, ``broker-<id>``) and
+    its output in ``directory/<role>-<id>-<port>.out``. ``base_port`` numbers the ports from
+    there (controller first, then brokers in id order); otherwise free ports are picked.
+
+    ``start()`` starts the controller, then the brokers, and returns once the controller lists
+    every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
+    ``broker.session.timeout.ms`` for quicker failover in tests)."""
+
+    def __init__(self, directory: Path, brokers: int = 3, *, broker_ids: list[int] | None = None,
+                 controller_id: int = 3000, base_port: int | None = None, broker_props: dict | None = None,
+                 controller_props: dict | None = None, python: str = sys.executable) -> None:
+        self.directory = Path(directory)
+        ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
+        ports = iter(range(base_port, base_port + 1 + len(ids))) if base_port else None
+        self.controller = ControllerProcess(self.directory / f"controller-{controller_id}",
+                                            next(ports) if ports else None, controller_id,
+                                            dict(controller_props or {}), python)
+        self.broker_props = dict(broker_props or {})
+        self.brokers: dict[int, BrokerProcess] = {}
+        for i in ids:
+            props = {"process.roles": "broker", "node.id": i,
+                     "controller.quorum.bootstrap.servers": self.controller.address,
+                     "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
+            self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", next(ports) if ports else None, i, props,
+                                            python)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def start(self, timeout_s: float = 60.0) -> "LocalCluster":
+        self.controller.start(timeout_s)
+        for b in self.brokers.values():
+            b.launch()
+        for b in self.brokers.values():
+            b.wait_ready(timeout_s)
+        self.wait_live(list(self.brokers), timeout_s)
+        return self
+
+    def wait_live(self, ids: list[int] | None = None, timeout_s: float = 60.0) -> None:
+        """Until the controller lists these brokers (all, by default) as unfenced."""
+        wanted = set(self.brokers if ids is None else ids)
+        deadline = time.monotonic() + timeout_s
+        while not wanted <= self.controller.live_brokers():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"brokers {sorted(wanted - self.controller.live_brokers())} are not live after "
+                                   f"{timeout_s}s")
+            time.sleep(0.02)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM the brokers (controlled shutdown: the controller must still run), then the controller."""
+        for b in self.brokers.values():
+            if b.running:
+                b.signal(signal.SIGTERM)
+        for b in self.brokers.values():
+            b.stop(timeout_s)
+        self.controller.stop(timeout_s)
+
+    def kill(self) -> None:
+        for b in self.brokers.values():
+            b.kill()
+        self.controller.kill()

@@ -55,7 +55,7 @@ def check_controller_config(config: KafkaConfig) -> None:
     names = config["controller.listener.names"]
     if not names:
         raise ConfigError("controller.listener.names: a controller needs at least one listener name")
-    known = {ep.listener_name for ep in config.listeners}
+    known = {ep.listener_name for ep in config.listeners} | {ep.listener_name for ep in config.controller_listeners}
     missing = [n for n in names if n.upper() not in known]
     if missing:
         raise ConfigError(f"controller.listener.names: {', '.join(missing)} not in listeners "

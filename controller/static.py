@@ -1,7 +1,9 @@
 """A static controller: sends brokers UpdateMetadata, LeaderAndIsr and StopReplica for an
-assignment it is given, exactly as the controller process will — without elections or
-durable state. Tests and benchmarks use it to drive brokers in external-controller mode;
-the controller process builds on it.
+assignment it is given, as the controller process does — without elections, registration or
+durable state. It drives brokers that have no controller of their own (``process.roles=broker``
+without controller.quorum.bootstrap.servers), where the test must dictate every leader epoch,
+ISR and stale request (tests/replication/test_replication.py), and gives
+bench/replication_bench.py its static-assignment figure.
 """
 
 from __future__ import annotations

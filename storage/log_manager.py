@@ -35,6 +35,8 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
+# The controller's metadata log (``<metadata.log.dir>/__cluster_metadata-0``): not a partition of this broker's.
+METADATA_TOPIC = "__cluster_metadata"
 
 TopicPartition = tuple[str, int]
 
@@ -87,6 +89,8 @@ class LogManager:
                     tp = parse_topic_partition(child.name)
                 except ValueError:
                     continue
+                if tp[0] == METADATA_TOPIC:
+                    continue  # a controller's metadata log sharing the directory (Kafka's LogManager skips it too)
                 if tp in self._logs:
                     raise KafkaStorageError(f"{child.name} exists in both {self._log_dir_of[tp]} and {log_dir}")
                 loaded = Log.open(child, self._config_for(tp[0]), time=self.time, budget=self.segment_budget,

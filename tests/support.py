@@ -1,7 +1,8 @@
 """Test support: real brokers on 127.0.0.1 — as a child process (``BrokerProcess``, the way
 operators run it: ``python -m broker serve``) or on a background thread's event loop in this
-process (``ThreadedBroker``, for blocking clients such as kafka-python). Both listen on real
-sockets; nothing here mocks the network, the disk or the clients."""
+process (``ThreadedBroker``, for blocking clients such as kafka-python). Both are combined
+broker,controller nodes by default (a single-node cluster, as ``make run`` starts) and listen
+on real sockets; nothing here mocks the network, the disk or the clients."""
 
 from __future__ import annotations
 
@@ -30,15 +31,17 @@ def broker_overrides(log_dir: Path, port: int, broker_id: int = 0) -> dict[str, 
 
 
 class ThreadedBroker:
-    """A KafkaServer on its own event loop in a daemon thread of this process."""
+    """A node (KafkaRaftServer: by default combined broker,controller, the controller on an
+    ephemeral port) on its own event loop in a daemon thread of this process. ``server`` is
+    its broker (KafkaServer) once started."""
 
     def __init__(self, log_dir: Path, port: int = 0, broker_id: int = 0, overrides: dict | None = None):
         from broker.config import KafkaConfig
-        from broker.server import KafkaServer
+        from controller.kafka_raft_server import KafkaRaftServer
 
         props = broker_overrides(log_dir, port, broker_id)
         props.update(overrides or {})
-        self.server = KafkaServer(KafkaConfig(props))
+        self.node = KafkaRaftServer(KafkaConfig(props))
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -50,7 +53,7 @@ class ThreadedBroker:
         self.loop = uvloop.new_event_loop()
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_until_complete(self.server.startup())
+            self.loop.run_until_complete(self.node.startup())
         except BaseException as exc:  # reported to start()
             self._error = exc
             self._ready.set()
@@ -62,14 +65,19 @@ class ThreadedBroker:
     def start(self) -> "ThreadedBroker":
         self.thread = threading.Thread(target=self._run, name="kbroker", daemon=True)
         self.thread.start()
-        self._ready.wait(30)
+        if not self._ready.wait(30):
+            raise TimeoutError("the node did not start within 30 s")
         if self._error is not None:
             raise self._error
         return self
 
     @property
+    def server(self):
+        return self.node.broker
+
+    @property
     def port(self) -> int:
-        return self.server.bound_port()
+        return self.node.bound_port()
 
     @property
     def bootstrap(self) -> str:
@@ -81,9 +89,13 @@ class ThreadedBroker:
             return fn(*args)
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
 
+    def run(self, coro, timeout_s: float = 60):
+        """Run a coroutine (a client session, say) on the broker's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
     def stop(self) -> None:
         if self.loop is None or not self.loop.is_running():
             return
-        asyncio.run_coroutine_threadsafe(self.server.shutdown(), self.loop).result(60)
+        asyncio.run_coroutine_threadsafe(self.node.shutdown(), self.loop).result(60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)

@@ -182,6 +182,15 @@ class BrokerConnection(asyncio.Protocol):
         pos = fast_codecs.skip_tagged_fields(frame, 4) if response_is_flexible(api_key, version) else 4
         return api.response.parse(version, frame, pos)
 
+    async def request_raw(self, api_key: int, version: int, body: bytes | bytearray | memoryview,
+                          timeout_ms: float | None = None) -> memoryview:
+        """Send a request whose body is already encoded (a broker relaying a client's request
+        to the controller); returns the response body, after the response header."""
+        frame = await self._send(self._encoder(api_key, version, bytes(body)), True,
+                                 self.request_timeout_ms if timeout_ms is None else timeout_ms)
+        pos = fast_codecs.skip_tagged_fields(frame, 4) if response_is_flexible(api_key, version) else 4
+        return memoryview(frame)[pos:]
+
     async def produce(self, acks: int, timeout_ms: int, topics: Sequence[tuple[str, Sequence[tuple[int, Records | None]]]],
                       version: int | None = None) -> ProduceResults | None:
         """Send a Produce request; ``topics`` is [(topic, [(partition, record batch bytes)])].

@@ -1,27 +1,27 @@
 """KafkaApis on its collaborators, without a KafkaServer: requests go in through a
 KafkaConnection on a mock transport, the replica manager runs on real log files and a
-MockTime, topic administration is either a deferred fake (a controller that answers
-later) or the embedded controller."""
+MockTime; topic administration, forwarding and producer ids are deferred fakes (a controller
+that answers later); the control plane (UpdateMetadata, LeaderAndIsr, StopReplica) is driven
+by requests, as the controller sends them."""
 
 from __future__ import annotations
 
 import struct
+import uuid
 
 import pytest
 
 from broker.apis import KafkaApis
 from broker.config import KafkaConfig
 from broker.config_repository import ConfigRepository
-from broker.embedded_controller import TOPICS_FILE, EmbeddedController
 from broker.metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from broker.network import KafkaConnection, SocketServer
-from broker.producer_ids import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from protocol.api_keys import ApiKey
 from protocol.clock import MockTime
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import encode_request_header
-from protocol.messages import APIS
+from protocol.messages import APIS, request_is_flexible, response_is_flexible
 from storage import LogManager
 
 from .test_network import MockTransport
@@ -36,25 +36,43 @@ class DeferredTopicAdmin:
         self.created: list = []
         self.deleted: list = []
 
-    def create_topics(self, topics, validate_only, callback):
+        self.auto_created: list = []
+
+    def create_topics(self, topics, validate_only, callback, timeout_ms=30000):
         self.created.append((topics, validate_only, callback))
 
-    def delete_topics(self, names, callback):
+    def delete_topics(self, names, callback, timeout_ms=30000):
         self.deleted.append((names, callback))
 
     def maybe_auto_create_topic(self, name, allow):
+        if allow:
+            self.auto_created.append(name)
+            return ErrorCode.LEADER_NOT_AVAILABLE
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-class FixedBlocks:
-    def next_block(self):
-        return 5000, 10
+class DeferredForwarding:
+    """A Forwarding that keeps what it is asked to relay; the test answers for the controller."""
+
+    def __init__(self):
+        self.forwarded: list = []
+
+    def forward(self, api_key, version, body, request, respond):
+        self.forwarded.append((api_key, version, body, request, respond))
+
+
+class DeferredProducerIds:
+    def __init__(self):
+        self.waiting: list = []
+
+    def generate(self, callback):
+        self.waiting.append(callback)
 
 
 class Broker:
     """The collaborators KafkaApis gets, wired by hand, and one client connection to it."""
 
-    def __init__(self, tmp_path, topic_admin=None):
+    def __init__(self, tmp_path, topic_admin=None, forwarding=None, broker_epoch=5):
         self.config = KafkaConfig({"broker.id": str(BROKER_ID), "log.dirs": str(tmp_path / "data"),
                                    "listeners": "PLAINTEXT://127.0.0.1:9092"})
         self.config.log_dirs[0].mkdir(parents=True, exist_ok=True)
@@ -67,13 +85,14 @@ class Broker:
         self.logs.startup()
         self.rm = ReplicaManager(broker_id=BROKER_ID, time=self.time, log_manager=self.logs, metadata_cache=self.cache,
                                  log_config_for=self.configs.log_config_for)
-        self.controller = None
-        if topic_admin is None:
-            topic_admin = self.controller = EmbeddedController(self.config, BROKER_ID, self.cache, self.rm)
-            self.controller.start()
-        self.apis = KafkaApis(replica_manager=self.rm, metadata_cache=self.cache, topic_admin=topic_admin,
-                              config_repository=self.configs, producer_ids=ProducerIdManager(FixedBlocks()),
-                              inter_broker_listener="PLAINTEXT")
+        self.topic_admin = topic_admin or DeferredTopicAdmin()
+        self.forwarding = forwarding or DeferredForwarding()
+        self.producer_ids = DeferredProducerIds()
+        self.broker_epoch = broker_epoch
+        self.apis = KafkaApis(replica_manager=self.rm, metadata_cache=self.cache, topic_admin=self.topic_admin,
+                              config_repository=self.configs, producer_ids=self.producer_ids,
+                              inter_broker_listener="PLAINTEXT", forwarding=self.forwarding,
+                              broker_epoch=lambda: self.broker_epoch)
         server = SocketServer(self.apis, max_request_size=1 << 20, max_inflight=10)
         self.conn = KafkaConnection(server, "PLAINTEXT")
         self.transport = MockTransport()
@@ -82,19 +101,59 @@ class Broker:
 
     def send(self, api_key: int, version: int, body: dict) -> int:
         self.correlation_id += 1
-        raw = encode_request_header(api_key, version, self.correlation_id, "t", False)
+        raw = encode_request_header(api_key, version, self.correlation_id, "t", request_is_flexible(api_key, version))
         raw += APIS[api_key].request.build(version, body)
         self.conn.data_received(struct.pack(">i", len(raw)) + raw)
         return self.correlation_id
 
     def responses(self, api_key: int, version: int) -> list:
         out = []
+        flexible = response_is_flexible(api_key, version)
         for frame in self.transport.written:
             size, _correlation_id = struct.unpack_from(">ii", frame)
             assert size == len(frame) - 4
-            out.append(APIS[api_key].response.parse(version, frame, 8))
+            out.append(APIS[api_key].response.parse(version, frame, 9 if flexible else 8))
         self.transport.written.clear()
         return out
+
+    # -- the controller's side ---------------------------------------------------------------
+    def update_metadata(self, topics=(), brokers=(BROKER_ID,), controller_epoch=1, broker_epoch=5, full=False,
+                        version=8) -> int:
+        """UpdateMetadata: ``topics`` is [(name, topic_id, [(partition, leader, epoch, replicas)], configs)]."""
+        self.send(ApiKey.UPDATE_METADATA, version, {
+            "controller_id": 3000, "controller_epoch": controller_epoch, "broker_epoch": broker_epoch,
+            "type": 2 if full else 1,
+            "topic_states": [{"topic_name": name, "topic_id": topic_id, "partition_states": [
+                {"partition_index": p, "controller_epoch": controller_epoch, "leader": leader, "leader_epoch": epoch,
+                 "isr": list(replicas), "zk_version": 0, "replicas": list(replicas), "offline_replicas": []}
+                for p, leader, epoch, replicas in parts],
+                "topic_configs": [{"name": k, "value": v} for k, v in sorted(configs.items())]}
+                for name, topic_id, parts, configs in topics],
+            "live_brokers": [{"id": b, "rack": None, "endpoints": [
+                {"port": 9092, "host": f"h{b}", "listener": "PLAINTEXT", "security_protocol": 0}]} for b in brokers]})
+        [response] = self.responses(ApiKey.UPDATE_METADATA, version)
+        return response.error_code
+
+    def leader_and_isr(self, topic, topic_id, parts, controller_epoch=1, broker_epoch=5):
+        """LeaderAndIsr v7: ``parts`` is [(partition, leader, epoch, replicas)]."""
+        self.send(ApiKey.LEADER_AND_ISR, 7, {
+            "controller_id": 3000, "controller_epoch": controller_epoch, "broker_epoch": broker_epoch, "type": 1,
+            "topic_states": [{"topic_name": topic, "topic_id": topic_id, "partition_states": [
+                {"partition_index": p, "controller_epoch": controller_epoch, "leader": leader, "leader_epoch": epoch,
+                 "isr": list(replicas), "partition_epoch": 0, "replicas": list(replicas), "is_new": True}
+                for p, leader, epoch, replicas in parts]}],
+            "live_leaders": []})
+        [response] = self.responses(ApiKey.LEADER_AND_ISR, 7)
+        return response
+
+    def create_online(self, topic, partitions=1, configs=None) -> uuid.UUID:
+        """What the controller sends for a new topic this broker leads: UpdateMetadata, then LeaderAndIsr."""
+        topic_id = uuid.uuid4()
+        parts = [(p, BROKER_ID, 0, [BROKER_ID]) for p in range(partitions)]
+        assert self.update_metadata([(topic, topic_id, parts, configs or {})]) == ErrorCode.NONE
+        response = self.leader_and_isr(topic, topic_id, parts)
+        assert response.error_code == ErrorCode.NONE
+        return topic_id
 
     def close(self):
         self.logs.shutdown()
@@ -145,42 +204,129 @@ def test_delete_topics_answers_when_the_topic_admin_does(tmp_path):
         b.close()
 
 
-def test_embedded_controller_brings_topics_online_through_the_controller_entry_points(tmp_path):
-    broker = Broker(tmp_path)
-    try:
-        broker.send(ApiKey.CREATE_TOPICS, 4, create_body("orders", partitions=2))
-        [response] = broker.responses(ApiKey.CREATE_TOPICS, 4)
-        assert [(t.name, t.error_code) for t in response.topics] == [("orders", ErrorCode.NONE)]
-        assert broker.cache.controller_id == BROKER_ID
-        for p in (0, 1):
-            assert broker.cache.partition_info("orders", p).leader == BROKER_ID
-            assert broker.rm.get_partition("orders", p).is_leader
-        assert (broker.config.log_dirs[0] / TOPICS_FILE).exists()
-    finally:
-        broker.close()
-    # The same data again: the stored topic comes back online when the controller starts.
-    again = Broker(tmp_path)
-    try:
-        assert sorted(again.cache.topics["orders"].partitions) == [0, 1]
-        assert again.rm.get_partition("orders", 1).is_leader
-    finally:
-        again.close()
+
+def metadata(b: Broker, *topics: str, auto_create: bool = False, version: int = 8):
+    b.send(ApiKey.METADATA, version, {"topics": [{"name": t} for t in topics] if topics else None,
+                                      "allow_auto_topic_creation": auto_create})
+    [response] = b.responses(ApiKey.METADATA, version)
+    return response
 
 
-def test_metadata_auto_creates_through_the_topic_admin(broker):
-    broker.send(ApiKey.METADATA, 4, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True})
-    [response] = broker.responses(ApiKey.METADATA, 4)
-    [topic] = response.topics
-    assert (topic.name, topic.error_code, len(topic.partitions)) == ("auto", ErrorCode.NONE, 1)
-    assert broker.rm.get_partition("auto", 0).is_leader
+def test_metadata_lists_the_live_brokers_and_the_controller_update_metadata_names(broker):
+    assert broker.update_metadata(brokers=(1, 2, 3)) == ErrorCode.NONE
+    response = metadata(broker)
+    # The controller (3000) is no broker a client can reach: this broker names itself, as Kafka's
+    # KRaft brokers name a live broker, so that admin requests come here and are forwarded.
+    assert (sorted(b.node_id for b in response.brokers), response.controller_id) == ([1, 2, 3], BROKER_ID)
+    assert broker.cache.controller_id == 3000
+    # Broker 2 fenced: the controller lists only the others, and so does this broker.
+    assert broker.update_metadata(brokers=(1, 3)) == ErrorCode.NONE
+    assert sorted(b.node_id for b in metadata(broker).brokers) == [1, 3]
+    # A combined node: the active controller is a live broker, named as it is.
+    assert broker.update_metadata(brokers=(1, 3000)) == ErrorCode.NONE
+    assert metadata(broker).controller_id == 3000
 
 
-def test_delete_topics_through_the_embedded_controller(broker):
-    broker.send(ApiKey.CREATE_TOPICS, 4, create_body("gone"))
-    broker.responses(ApiKey.CREATE_TOPICS, 4)
-    broker.send(ApiKey.DELETE_TOPICS, 3, {"topic_names": ["gone", "never"], "timeout_ms": 1000})
-    [response] = broker.responses(ApiKey.DELETE_TOPICS, 3)
-    assert [(r.name, r.error_code) for r in response.responses] == [
-        ("gone", ErrorCode.NONE), ("never", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
-    assert broker.rm.get_partition("gone", 0) is None
-    assert not broker.cache.contains_topic("gone")
+def test_metadata_auto_creation_answers_leader_not_available_while_the_controller_creates(broker):
+    response = metadata(broker, "auto", auto_create=True)
+    assert [(t.name, t.error_code) for t in response.topics] == [("auto", ErrorCode.LEADER_NOT_AVAILABLE)]
+    assert broker.topic_admin.auto_created == ["auto"]
+    response = metadata(broker, "other", auto_create=False)
+    assert [(t.name, t.error_code) for t in response.topics] == [("other", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+
+
+def test_topic_configs_from_update_metadata_reach_describe_configs_and_the_live_logs(broker):
+    topic_id = broker.create_online("cfg", 2, {"retention.ms": "60000"})
+    logs = [broker.rm.get_partition("cfg", p).log for p in (0, 1)]
+    assert all(log.config.retention_ms == 60000 for log in logs)
+    default_max = logs[0].config.max_message_bytes
+    # The controller changes the overrides: the whole set comes with the topic's partition states.
+    parts = [(p, BROKER_ID, 0, [BROKER_ID]) for p in (0, 1)]
+    assert broker.update_metadata([("cfg", topic_id, parts, {"max.message.bytes": "2000",
+                                                             "min.insync.replicas": "2"})]) == ErrorCode.NONE
+    for log in logs:
+        assert (log.config.max_message_bytes, log.config.min_insync_replicas) == (2000, 2)
+        assert log.config.retention_ms != 60000  # the override was removed: back to the default
+    broker.send(ApiKey.DESCRIBE_CONFIGS, 1, {"resources": [
+        {"resource_type": 2, "resource_name": "cfg", "configuration_keys": ["max.message.bytes", "retention.ms"]}]})
+    [response] = broker.responses(ApiKey.DESCRIBE_CONFIGS, 1)
+    entries = {c.name: (c.value, c.config_source) for c in response.results[0].configs}
+    assert entries == {"max.message.bytes": ("2000", 1), "retention.ms": (str(broker.config.retention_ms), 5)}
+    # A batch over the new max.message.bytes is refused by the live log.
+    from protocol.records import Record, build_batch
+    big = build_batch([Record(value=b"x" * 3000, timestamp=1)])
+    results = []
+    broker.rm.append_records(1000, 1, False, [("cfg", [(0, big)])], results.append)
+    assert results[0][0][1][0][1] == ErrorCode.MESSAGE_TOO_LARGE
+    assert default_max > 3000
+
+
+def test_a_full_update_metadata_forgets_topics_it_does_not_name(broker):
+    broker.create_online("kept")
+    broker.create_online("gone")
+    kept_id = broker.cache.topics["kept"].topic_id
+    assert broker.update_metadata([("kept", kept_id, [(0, BROKER_ID, 0, [BROKER_ID])], {})], full=True) == 0
+    assert sorted(broker.cache.topics) == ["kept"]
+
+
+def test_control_requests_from_an_older_controller_epoch_change_nothing(broker):
+    topic_id = broker.create_online("fenced")
+    assert broker.update_metadata(controller_epoch=5) == ErrorCode.NONE
+    # A zombie controller (epoch 4) tries to change the brokers, lead elsewhere and delete the partition.
+    assert broker.update_metadata(brokers=(7,), controller_epoch=4) == ErrorCode.STALE_CONTROLLER_EPOCH
+    response = broker.leader_and_isr("fenced", topic_id, [(0, 2, 9, [BROKER_ID, 2])], controller_epoch=4)
+    assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    broker.send(ApiKey.STOP_REPLICA, 4, {
+        "controller_id": 3000, "controller_epoch": 4, "broker_epoch": 5, "topic_states": [
+            {"topic_name": "fenced", "partition_states": [
+                {"partition_index": 0, "leader_epoch": 9, "delete_partition": True}]}]})
+    [stop] = broker.responses(ApiKey.STOP_REPLICA, 4)
+    assert stop.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert [b.node_id for b in metadata(broker).brokers] == [BROKER_ID]
+    partition = broker.rm.get_partition("fenced", 0)
+    assert partition.is_leader and partition.leader_epoch == 0 and partition.log is not None
+
+
+def test_control_requests_for_an_earlier_registration_of_this_broker_are_refused(broker):
+    broker.broker_epoch = 10
+    topic_id = uuid.uuid4()
+    parts = [(0, BROKER_ID, 0, [BROKER_ID])]
+    assert broker.update_metadata([("old", topic_id, parts, {})], broker_epoch=9) == ErrorCode.STALE_BROKER_EPOCH
+    assert not broker.cache.contains_topic("old")
+    assert broker.leader_and_isr("old", topic_id, parts, broker_epoch=9).error_code == ErrorCode.STALE_BROKER_EPOCH
+    assert broker.rm.get_partition("old", 0) is None
+    # The current epoch, and -1 (a sender that does not say), are accepted.
+    assert broker.update_metadata([("old", topic_id, parts, {})], broker_epoch=10) == ErrorCode.NONE
+    assert broker.leader_and_isr("old", topic_id, parts, broker_epoch=-1).error_code == ErrorCode.NONE
+
+
+def test_admin_requests_for_the_controller_are_relayed_as_they_came(broker):
+    broker.send(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    [versions] = broker.responses(ApiKey.API_VERSIONS, 3)
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+    for key in (ApiKey.CREATE_PARTITIONS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS):
+        assert advertised[key] == (APIS[key].min_version, APIS[key].max_version)
+    body = {"topics": [{"name": "grow", "count": 4, "assignments": None}], "timeout_ms": 500, "validate_only": False}
+    correlation_id = broker.send(ApiKey.CREATE_PARTITIONS, 1, body)
+    [(api_key, version, raw, request, respond)] = broker.forwarding.forwarded
+    assert (api_key, version, raw) == (ApiKey.CREATE_PARTITIONS, 1, APIS[ApiKey.CREATE_PARTITIONS].request.build(1, body))
+    assert request.topics[0].name == "grow"
+    assert broker.transport.written == []  # answered when the controller answers
+    answer = APIS[ApiKey.CREATE_PARTITIONS].response.build(1, {"throttle_time_ms": 0, "results": [
+        {"name": "grow", "error_code": ErrorCode.INVALID_PARTITIONS, "error_message": "shrink"}]})
+    respond(answer)
+    [frame] = broker.transport.written
+    assert struct.unpack_from(">i", frame, 4)[0] == correlation_id and frame[8:] == answer
+
+
+def test_init_producer_id_answers_when_an_id_is_there(broker):
+    broker.send(ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 1000})
+    assert broker.transport.written == []
+    [first] = broker.producer_ids.waiting
+    broker.send(ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout_ms": 1000})
+    _, second = broker.producer_ids.waiting
+    second(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1)  # the responses still go in request order
+    assert broker.transport.written == []
+    first(ErrorCode.NONE, 4000)
+    assert [(r.error_code, r.producer_id, r.producer_epoch) for r in broker.responses(ApiKey.INIT_PRODUCER_ID, 1)] == [
+        (ErrorCode.NONE, 4000, 0), (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, -1)]

@@ -125,7 +125,23 @@ def test_process_roles_and_the_deprecated_controller_mode(caplog):
 def test_controller_listeners_are_picked_from_listeners():
     c = KafkaConfig({"listeners": "PLAINTEXT://:9092,CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER"})
     assert [str(e) for e in c.controller_listeners] == ["CONTROLLER://127.0.0.1:9093"]
-    assert KafkaConfig().controller_listeners == []
+    assert [str(e) for e in c.broker_listeners] == ["PLAINTEXT://:9092"]
+    assert KafkaConfig({"process.roles": "broker"}).controller_listeners == []
+    # A combined node whose listeners name no controller listener gets one on an ephemeral port
+    # of its first listener's host (server.properties of the old embedded mode keep working).
+    c = KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:9092"})
+    assert (c.process_roles, c["controller.listener.names"]) == (["broker", "controller"], ["CONTROLLER"])
+    assert [str(e) for e in c.controller_listeners] == ["CONTROLLER://127.0.0.1:0"]
+    assert [str(e) for e in c.listeners] == [str(e) for e in c.broker_listeners] == ["PLAINTEXT://127.0.0.1:9092"]
+
+
+def test_controller_quorum_bootstrap_servers_are_host_port_pairs():
+    c = KafkaConfig({"process.roles": "broker", "controller.quorum.bootstrap.servers": "a:1, 127.0.0.1:9093,[::1]:3"})
+    assert c.controller_quorum_bootstrap_servers == [("a", 1), ("127.0.0.1", 9093), ("::1", 3)]
+    assert KafkaConfig({"process.roles": "broker"}).controller_quorum_bootstrap_servers == []
+    for bad in ("nohost", "h:port", "h:70000"):
+        with pytest.raises(ConfigError, match="controller.quorum.bootstrap.servers"):
+            KafkaConfig({"controller.quorum.bootstrap.servers": bad})
 
 
 def test_topic_validation_shared_by_broker_and_controller():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from protocol.client import KafkaClient
 from protocol.records import BatchHeader, check_batch, iter_batch_headers
 
 
@@ -19,9 +20,12 @@ def stored_batches(log_dir: Path, topic: str, partition: int) -> list[BatchHeade
 
 
 def create_topic(broker, name: str, partitions: int = 1, configs: dict | None = None) -> None:
-    """Create a topic on a ThreadedBroker through its embedded controller's admin path."""
-    code, message = broker.call(broker.server.embedded_controller.create_topic, name, partitions, -1, {}, configs or {})
-    assert code == 0, message
+    """Create a topic on a ThreadedBroker the way an admin client does: CreateTopics to the
+    broker, which forwards it to its controller and answers once its metadata shows the topic."""
+    async def create() -> None:
+        async with KafkaClient(broker.bootstrap, client_id="test-admin") as client:
+            await client.create_topics([(name, partitions, -1, configs)])
+    broker.run(create())
 
 N_RECORDS = 10_000
 BASE_TS = 1_700_000_000_000

@@ -1,5 +1,7 @@
-"""Three broker processes in external-controller mode, driven by the static controller the
-way the controller process will drive them, plus what the tests observe of them."""
+"""Three broker processes without a controller of their own (``process.roles=broker``, no
+controller.quorum.bootstrap.servers), driven by the static controller — the test decides every
+leader, epoch and ISR the way a controller would — plus what the tests observe of them. (The
+same brokers under the real controller: test_replication_with_controller.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from tests.support import BrokerProcess
 
 class Cluster(StaticController):
     def __init__(self, broker_process, ids=(1, 2, 3), **overrides):
-        props = {"kbroker.controller.mode": "external", "replica.fetch.backoff.ms": 200}
+        props = {"process.roles": "broker", "replica.fetch.backoff.ms": 200}
         props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
         self.processes: dict[int, BrokerProcess] = {i: broker_process(broker_id=i, overrides=props) for i in ids}
         super().__init__({i: ("127.0.0.1", p.port) for i, p in self.processes.items()})

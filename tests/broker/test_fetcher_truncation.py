@@ -1,0 +1,110 @@
+"""The follower's truncation (KIP-101/KIP-279) on real log files and a MockTime, the leader
+played by a scripted connection: several OffsetsForLeaderEpoch rounds until the logs agree,
+and a follower that lost its leader-epoch checkpoint, which truncates to its high watermark
+(Kafka's behaviour) instead of keeping a tail nobody vouches for."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from broker.fetcher import PartitionFetchState, ReplicaFetcher
+from broker.partition import Partition
+from protocol.api_keys import ApiKey
+from protocol.clock import MockTime
+from protocol.records import Record, build_batch
+from storage import Log, LogConfig
+from storage.epoch_cache import FILE_NAME as EPOCH_FILE
+
+from .controller_fakes import response
+
+
+class ScriptedLeader:
+    """A connection to the leader that answers OffsetsForLeaderEpoch from a table: epoch asked ->
+    (largest epoch <= it, end offset)."""
+
+    def __init__(self, answers: dict[int, tuple[int, int]]) -> None:
+        self.answers = answers
+        self.asked: list[int] = []
+
+    async def request(self, api_key, body, version=None):
+        assert api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH
+        topics = []
+        for t in body["topics"]:
+            parts = []
+            for p in t["partitions"]:
+                self.asked.append(p["leader_epoch"])
+                epoch, end = self.answers[p["leader_epoch"]]
+                parts.append({"error_code": 0, "partition": p["partition"], "leader_epoch": epoch, "end_offset": end})
+            topics.append({"topic": t["topic"], "partitions": parts})
+        return response(ApiKey.OFFSET_FOR_LEADER_EPOCH, {"topics": topics}, 3)
+
+
+def follower_log(path, time, epochs: list[tuple[int, int]]) -> Log:
+    """A follower's log: ``epochs`` is [(leader epoch, records)] written in that order."""
+    log = Log.open(path, LogConfig(), time=time)
+    offset = 0
+    for epoch, n in epochs:
+        log.append_as_follower(build_batch([Record(value=b"v", timestamp=1)] * n, base_offset=offset,
+                                           partition_leader_epoch=epoch))
+        offset += n
+    return log
+
+
+def fetcher_for(partition: Partition, time) -> tuple[ReplicaFetcher, PartitionFetchState]:
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000)
+    fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)
+    state = PartitionFetchState(partition, leader_epoch=4)
+    fetcher.partitions[partition.key] = state
+    return fetcher, state
+
+
+@pytest.fixture
+def time():
+    return MockTime()
+
+
+def follower(log: Log, time) -> Partition:
+    p = Partition("t", 0, local_broker_id=2, time=time)
+    p.log = log
+    return p
+
+
+async def test_truncation_takes_as_many_rounds_as_the_epochs_need(tmp_path, time):
+    # Follower: epoch 0 at 0-4, epoch 1 at 5-7, epoch 3 at 8-9. The leader never had epochs 1 and 3.
+    log = follower_log(tmp_path / "t-0", time, [(0, 5), (1, 3), (3, 2)])
+    fetcher, state = fetcher_for(follower(log, time), time)
+    leader = ScriptedLeader({3: (2, 9), 1: (0, 6)})
+    await fetcher._truncate(leader)
+    # Round 1: the leader's epoch 2 ends at 9; ours before it (1) ends at 8: cut there, ask again.
+    assert (leader.asked, log.log_end_offset, state.truncating) == ([3], 8, True)
+    await fetcher._truncate(leader)
+    # Round 2: both have epoch 0; it ends at 5 here, 6 there: cut at 5, done.
+    assert (leader.asked, log.log_end_offset, state.truncating) == ([3, 1], 5, False)
+    assert log.leader_epoch_cache.latest_epoch() == 0
+    log.close()
+
+
+async def test_a_follower_without_leader_epochs_truncates_to_its_high_watermark(tmp_path, time):
+    log = follower_log(tmp_path / "t-0", time, [(0, 5), (1, 2), (1, 3)])
+    log.update_high_watermark(7)
+    log.close()
+    (tmp_path / "t-0" / EPOCH_FILE).unlink()  # the leader-epoch checkpoint is lost
+    log = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=10, had_clean_shutdown=True)
+    log.update_high_watermark(7)
+    assert log.leader_epoch_cache.latest_epoch() is None and log.log_end_offset == 10
+    fetcher, state = fetcher_for(follower(log, time), time)
+    leader = ScriptedLeader({})
+    await fetcher._truncate(leader)
+    assert leader.asked == []  # nothing to ask about
+    assert (log.log_end_offset, state.truncating) == (7, False)  # the unvouched tail is gone
+    log.close()
+
+
+async def test_an_empty_follower_has_nothing_to_truncate(tmp_path, time):
+    log = Log.open(tmp_path / "t-0", LogConfig(), time=time)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    await fetcher._truncate(ScriptedLeader({}))
+    assert (log.log_end_offset, state.truncating) == (0, False)
+    log.close()
