@@ -16,7 +16,8 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as ConsumerTP
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                    NewTopic, ResourceType)
 
@@ -108,63 +109,135 @@ async def test_three_brokers_and_a_controller(cluster, kcat_path):
         assert all(sorted(p.replica_nodes) == [1, 2, 3] for p in t.partitions)
 
 
-async def test_a_killed_leader_is_replaced_and_the_idempotent_producer_goes_on(cluster):
-    client = admin(cluster)
-    wait_futures(client.create_topics([NewTopic("failover", 1, 3, config={"min.insync.replicas": "2"})]))
-    first = cluster.brokers[1]
-    _md, t = await topic_metadata(first.port, "failover")
-    old_leader = t.partitions[0].leader_id
-    assert old_leader in (1, 2, 3)
+class NumberedProducer:
+    """confluent-kafka's idempotent producer (acks=all) on a thread, writing numbered records
+    round-robin to the partitions of ``topic``; what was acknowledged, per partition, in the
+    order the acknowledgements came."""
 
-    delivered: list[int] = []
-    errors: list = []
-    stop = threading.Event()
-    killed = threading.Event()
+    def __init__(self, bootstrap: str, topic: str, partitions: int, limit: int = 2_000_000) -> None:
+        self.bootstrap, self.topic, self.partitions, self.limit = bootstrap, topic, partitions, limit
+        self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.errors: list = []
+        self.stop = threading.Event()
+        self.unflushed = -1
+        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def produce() -> None:
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 60000})
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 5, "message.timeout.ms": 300000})
 
         def on_delivery(err, msg):
             if err is not None:
-                errors.append(err)
+                self.errors.append(err)
             else:
-                delivered.append(int(msg.value()))
+                self.acked[msg.partition()].append(int(msg.value()))
 
         i = 0
-        while not stop.is_set() and i < 200_000:
-            producer.produce("failover", value=str(i).encode(), on_delivery=on_delivery)
-            producer.poll(0.001)
+        while not self.stop.is_set() and i < self.limit:
+            producer.produce(self.topic, value=str(i).encode(), partition=i % self.partitions, on_delivery=on_delivery)
+            producer.poll(0)
             i += 1
-            if i % 200 == 0:
-                time.sleep(0.01)
-        assert producer.flush(60) == 0
+            if i % 100 == 0:
+                producer.poll(0.01)  # bounded rate: a few thousand records a second
+        self.unflushed = producer.flush(120)
 
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
+    def __enter__(self) -> "NumberedProducer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop.set()
+        self.thread.join(180)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[int]]:
+    """Every record of every partition, from the beginning to the high watermark, with
+    confluent-kafka's Consumer (assigned partitions, no group)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
     try:
-        await wait_for(lambda: _async(len(delivered) > 500), 30, "records to flow")
-        cluster.brokers[old_leader].signal(signal.SIGKILL)
-        killed_at = time.monotonic()
-        killed.set()
-        survivor = next(b for i, b in cluster.brokers.items() if i != old_leader)
-
-        async def new_leader():
-            _md, t = await topic_metadata(survivor.port, "failover")
-            p = t.partitions[0]
-            return p.leader_id not in (-1, old_leader) and p.leader_id
-        leader = await wait_for(new_leader, (SESSION_MS + 2000) / 1000 + 5, "a new leader")
-        elected_after = time.monotonic() - killed_at
-        print(f"new leader {leader} {elected_after:.2f}s after the kill")
-        assert elected_after <= (SESSION_MS + 2000) / 1000, elected_after
-        count = len(delivered)
-        await wait_for(lambda: _async(len(delivered) > count + 500), 30, "the producer to go on")
+        ends = {p: consumer.get_watermark_offsets(ConsumerTP(topic, p), timeout=30)[1] for p in range(partitions)}
+        consumer.assign([ConsumerTP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        read: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        positions = {p: 0 for p in range(partitions)}
+        deadline = time.monotonic() + 120
+        while any(positions[p] < ends[p] for p in range(partitions)):
+            assert time.monotonic() < deadline, (positions, ends)
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            read[msg.partition()].append(int(msg.value()))
+            positions[msg.partition()] = msg.offset() + 1
+        return read
     finally:
-        stop.set()
-        thread.join(90)
-    assert errors == []
-    assert delivered == sorted(delivered) and len(set(delivered)) == len(delivered)  # in order, no duplicates
-    assert leader != old_leader
+        consumer.close()
+
+
+async def partitions_of(port: int, topic: str):
+    _md, t = await topic_metadata(port, topic)
+    return {p.partition_index: p for p in t.partitions}
+
+
+async def failover_under_load(cluster, kills: int) -> None:
+    """The Kafka promise (RF=3, min.insync.replicas=2, acks=all, no unclean election): the
+    leader of one partition after another is kill -9'd while an idempotent producer writes;
+    a new leader is elected within broker.session.timeout.ms + 2 s, the producer goes on,
+    the old broker restarts and rejoins every ISR; at the end a consumer reads every
+    acknowledged record exactly once and in order, on every partition."""
+    partitions = 3
+    client = admin(cluster)
+    wait_futures(client.create_topics([NewTopic("failover", partitions, 3, config={"min.insync.replicas": "2"})]))
+    elections = []
+    with NumberedProducer(cluster.bootstrap, "failover", partitions) as producer:
+        await wait_for(lambda: _async(producer.count > 500), 30, "records to flow")
+        for k in range(kills):
+            target = k % partitions
+            any_live = next(b for b in cluster.brokers.values() if b.running)
+            old_leader = (await partitions_of(any_live.port, "failover"))[target].leader_id
+            assert old_leader in cluster.brokers
+            victim = cluster.brokers[old_leader]
+            victim.signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            victim.proc.wait(10)
+            survivor = next(b for i, b in cluster.brokers.items() if i != old_leader)
+
+            async def new_leader():
+                p = (await partitions_of(survivor.port, "failover"))[target]
+                return p.leader_id not in (-1, old_leader) and p.leader_id
+            await wait_for(new_leader, (SESSION_MS + 2000) / 1000 + 10, "a new leader")
+            elections.append(time.monotonic() - killed_at)
+            assert elections[-1] <= (SESSION_MS + 2000) / 1000, elections
+            count = producer.count
+            await wait_for(lambda: _async(producer.count > count + 300), 60, "the producer to go on")
+            victim.start(60)
+
+            async def rejoined():
+                parts = await partitions_of(survivor.port, "failover")
+                return all(sorted(p.isr_nodes) == [1, 2, 3] for p in parts.values())
+            await wait_for(rejoined, 60, f"broker {old_leader} back in every ISR")
+            assert not producer.errors, producer.errors
+    assert producer.unflushed == 0 and producer.errors == []
+    print(f"{kills} kills; new leader after {sorted(round(e, 2) for e in elections)} s; {producer.count} acked")
+    read = read_all(cluster.bootstrap, "failover", partitions)
+    for p in range(partitions):
+        acked = producer.acked[p]
+        assert acked == sorted(acked), f"partition {p}: acknowledged out of order"
+        assert read[p] == acked, (f"partition {p}: {len(read[p])} read, {len(acked)} acked; lost "
+                                  f"{sorted(set(acked) - set(read[p]))[:10]}, extra {sorted(set(read[p]) - set(acked))[:10]}")
+
+
+async def test_failover_under_load_loses_no_acknowledged_record(cluster):
+    await failover_under_load(cluster, kills=5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+async def test_failover_soak_100_kills(cluster):
+    await failover_under_load(cluster, kills=100)
 
 
 async def _async(value):
