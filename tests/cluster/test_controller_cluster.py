@@ -7,7 +7,6 @@ leader is replaced within seconds; the Kafka defaults (9000 / 2000) would only m
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
@@ -16,14 +15,15 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
-from confluent_kafka import TopicPartition as ConsumerTP
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions,
                                    NewTopic, ResourceType)
 
 from controller.launcher import LocalCluster, metadata
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection, KafkaClient
+
+from .helpers import NumberedProducer, resolved, admin, partitions_of, read_all, topic_metadata, wait_for, wait_futures
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -43,38 +43,6 @@ def cluster(tmp_path):
         yield c
     finally:
         c.kill()
-
-
-def admin(cluster) -> AdminClient:
-    return AdminClient({"bootstrap.servers": cluster.bootstrap})
-
-
-def wait_futures(futures: dict, timeout_s: float = 30) -> None:
-    for f in futures.values():
-        f.result(timeout=timeout_s)
-
-
-async def topic_metadata(port: int, topic: str):
-    conn = BrokerConnection("127.0.0.1", port, client_id="test")
-    await conn.connect()
-    try:
-        md = await conn.request(ApiKey.METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
-                                version=8)
-    finally:
-        conn.close()
-    [t] = md.topics
-    return md, t
-
-
-async def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def kcat_metadata(kcat_path: str, bootstrap: str) -> dict:
@@ -109,79 +77,6 @@ async def test_three_brokers_and_a_controller(cluster, kcat_path):
         assert all(sorted(p.replica_nodes) == [1, 2, 3] for p in t.partitions)
 
 
-class NumberedProducer:
-    """confluent-kafka's idempotent producer (acks=all) on a thread, writing numbered records
-    round-robin to the partitions of ``topic``; what was acknowledged, per partition, in the
-    order the acknowledgements came."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, limit: int = 2_000_000) -> None:
-        self.bootstrap, self.topic, self.partitions, self.limit = bootstrap, topic, partitions, limit
-        self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
-        self.errors: list = []
-        self.stop = threading.Event()
-        self.unflushed = -1
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    @property
-    def count(self) -> int:
-        return sum(len(v) for v in self.acked.values())
-
-    def _run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 300000})
-
-        def on_delivery(err, msg):
-            if err is not None:
-                self.errors.append(err)
-            else:
-                self.acked[msg.partition()].append(int(msg.value()))
-
-        i = 0
-        while not self.stop.is_set() and i < self.limit:
-            producer.produce(self.topic, value=str(i).encode(), partition=i % self.partitions, on_delivery=on_delivery)
-            producer.poll(0)
-            i += 1
-            if i % 100 == 0:
-                producer.poll(0.01)  # bounded rate: a few thousand records a second
-        self.unflushed = producer.flush(120)
-
-    def __enter__(self) -> "NumberedProducer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop.set()
-        self.thread.join(180)
-
-
-def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[int]]:
-    """Every record of every partition, from the beginning to the high watermark, with
-    confluent-kafka's Consumer (assigned partitions, no group)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        ends = {p: consumer.get_watermark_offsets(ConsumerTP(topic, p), timeout=30)[1] for p in range(partitions)}
-        consumer.assign([ConsumerTP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        read: dict[int, list[int]] = {p: [] for p in range(partitions)}
-        positions = {p: 0 for p in range(partitions)}
-        deadline = time.monotonic() + 120
-        while any(positions[p] < ends[p] for p in range(partitions)):
-            assert time.monotonic() < deadline, (positions, ends)
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            read[msg.partition()].append(int(msg.value()))
-            positions[msg.partition()] = msg.offset() + 1
-        return read
-    finally:
-        consumer.close()
-
-
-async def partitions_of(port: int, topic: str):
-    _md, t = await topic_metadata(port, topic)
-    return {p.partition_index: p for p in t.partitions}
-
-
 async def failover_under_load(cluster, kills: int) -> None:
     """The Kafka promise (RF=3, min.insync.replicas=2, acks=all, no unclean election): the
     leader of one partition after another is kill -9'd while an idempotent producer writes;
@@ -193,7 +88,7 @@ async def failover_under_load(cluster, kills: int) -> None:
     wait_futures(client.create_topics([NewTopic("failover", partitions, 3, config={"min.insync.replicas": "2"})]))
     elections = []
     with NumberedProducer(cluster.bootstrap, "failover", partitions) as producer:
-        await wait_for(lambda: _async(producer.count > 500), 30, "records to flow")
+        await wait_for(lambda: resolved(producer.count > 500), 30, "records to flow")
         for k in range(kills):
             target = k % partitions
             any_live = next(b for b in cluster.brokers.values() if b.running)
@@ -212,7 +107,7 @@ async def failover_under_load(cluster, kills: int) -> None:
             elections.append(time.monotonic() - killed_at)
             assert elections[-1] <= (SESSION_MS + 2000) / 1000, elections
             count = producer.count
-            await wait_for(lambda: _async(producer.count > count + 300), 60, "the producer to go on")
+            await wait_for(lambda: resolved(producer.count > count + 300), 60, "the producer to go on")
             victim.start(60)
 
             async def rejoined():
@@ -238,10 +133,6 @@ async def test_failover_under_load_loses_no_acknowledged_record(cluster):
 @pytest.mark.timeout(3600)
 async def test_failover_soak_100_kills(cluster):
     await failover_under_load(cluster, kills=100)
-
-
-async def _async(value):
-    return value
 
 
 async def test_sigterm_moves_the_leaderships_away_before_the_broker_exits(cluster):
@@ -270,7 +161,7 @@ async def test_sigterm_moves_the_leaderships_away_before_the_broker_exits(cluste
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
     try:
-        await wait_for(lambda: _async(len(delivered) > 300), 30, "records to flow")
+        await wait_for(lambda: resolved(len(delivered) > 300), 30, "records to flow")
         b2 = cluster.brokers[2]
         b2.signal(signal.SIGTERM)
         assert b2.proc.wait(30) == 0
@@ -279,7 +170,7 @@ async def test_sigterm_moves_the_leaderships_away_before_the_broker_exits(cluste
         _md, t = await topic_metadata(cluster.brokers[1].port, "cs")
         assert all(p.leader_id in (1, 3) for p in t.partitions), [p.leader_id for p in t.partitions]
         count = len(delivered)
-        await wait_for(lambda: _async(len(delivered) > count + 300), 30, "the producer to go on")
+        await wait_for(lambda: resolved(len(delivered) > count + 300), 30, "the producer to go on")
     finally:
         stop.set()
         thread.join(90)
