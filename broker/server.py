@@ -48,6 +48,7 @@ from .controller_channel import ControllerChannel
 from .fetcher import ReplicaFetcherManager
 from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
+from .metrics_endpoint import ProcessMetrics
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
@@ -62,10 +63,11 @@ LEGACY_TOPICS_FILE = "kbroker-topics.json"  # the embedded controller's topic st
 
 class KafkaServer:
     def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK,
-                 controller_servers: list[tuple[str, int]] | None = None) -> None:
+                 controller_servers: list[tuple[str, int]] | None = None, metrics: "ProcessMetrics | None" = None) -> None:
         """``controller_servers``: where the controllers are, when not (only) in
         controller.quorum.bootstrap.servers — a combined process passes its own controller's
-        bound address."""
+        bound address. ``metrics``: the process's registry and endpoint (one of its own,
+        not served, when not given)."""
         if "broker" not in config.process_roles:
             raise ConfigError(f"process.roles={','.join(config.process_roles)} does not include broker")
         if not config.broker_listeners:
@@ -98,6 +100,7 @@ class KafkaServer:
         self._flush_idle.set()
         self.started = False
         self.bound_ports: dict[str, int] = {}
+        self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
 
     @property
     def has_controller(self) -> bool:

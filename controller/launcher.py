@@ -95,6 +95,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def metrics_port(self) -> int | None:
+        """The port of its metrics endpoint, when ``metrics.listener`` names one."""
+        listener = str(self.overrides.get("metrics.listener") or "")
+        port = listener.rsplit(":", 1)[-1].split("/", 1)[0] if listener else ""
+        return int(port) if port.isdigit() and int(port) else None
+
+    @property
     def pid(self) -> int:
         return self.proc.pid
 
@@ -209,12 +216,15 @@ class LocalCluster:
 
     ``start()`` starts the controller, then the brokers, and returns once the controller lists
     every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
-    ``broker.session.timeout.ms`` for quicker failover in tests)."""
+    ``broker.session.timeout.ms`` for quicker failover in tests). ``metrics=True`` gives every
+    process a metrics endpoint on a free port (``metrics_port`` of each; ``metrics_targets``)."""
 
     def __init__(self, directory: Path, brokers: int = 3, *, broker_ids: list[int] | None = None,
                  controller_id: int = 3000, base_port: int | None = None, broker_props: dict | None = None,
-                 controller_props: dict | None = None, python: str = sys.executable) -> None:
+                 controller_props: dict | None = None, python: str = sys.executable, metrics: bool = False) -> None:
         self.directory = Path(directory)
+        if metrics:
+            controller_props = {"metrics.listener": f"http://127.0.0.1:{free_port()}", **(controller_props or {})}
         ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
         ports = iter(range(base_port, base_port + 1 + len(ids))) if base_port else None
         self.controller = ControllerProcess(self.directory / f"controller-{controller_id}",
@@ -226,12 +236,20 @@ class LocalCluster:
             props = {"process.roles": "broker", "node.id": i,
                      "controller.quorum.bootstrap.servers": self.controller.address,
                      "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
+            if metrics and "metrics.listener" not in self.broker_props:
+                props["metrics.listener"] = f"http://127.0.0.1:{free_port()}"
             self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", next(ports) if ports else None, i, props,
                                             python)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
+
+    @property
+    def metrics_targets(self) -> list[str]:
+        """host:port of every process's metrics endpoint (a Prometheus scrape config's targets)."""
+        procs = [self.controller, *self.brokers.values()]
+        return [f"127.0.0.1:{p.metrics_port}" for p in procs if p.metrics_port]
 
     def start(self, timeout_s: float = 60.0) -> "LocalCluster":
         self.controller.start(timeout_s)

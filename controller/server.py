@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from broker.config import ConfigError, KafkaConfig, read_properties
+from broker.metrics_endpoint import ProcessMetrics
 from broker.network import SocketServer
 from protocol.client import DEFAULT_NETWORK, Network
 from protocol.client import SYSTEM_TIME
@@ -79,6 +80,7 @@ class ControllerServer:
         self.failure: BaseException | None = None
         self.stopped = asyncio.Event()
         self.started = False
+        self.metrics: ProcessMetrics | None = None  # the process's (serve() or KafkaRaftServer sets it)
 
     async def startup(self) -> None:
         cfg = self.config
@@ -165,16 +167,21 @@ class ControllerServer:
 async def serve(config: KafkaConfig) -> int:
     """Run a controller until SIGTERM or SIGINT (exit 0) or a fatal error (exit 1)."""
     server = ControllerServer(config)
+    server.metrics = metrics = ProcessMetrics(config, server.time)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stopped.set)
     try:
+        await metrics.start()
         await server.startup()
+        metrics.serving()
         await server.stopped.wait()
         if server.failure is None:
             log.info("signal received, shutting down")
     finally:
+        metrics.stopping()
         await server.shutdown()
+        await metrics.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     return 0 if server.failure is None else 1
