@@ -36,6 +36,7 @@ from storage.checkpoint import write_atomically
 from .channel_manager import ControllerChannelManager
 from .controller_apis import ControllerApis
 from .metadata_store import LocalMetadataStore, MetadataStoreError
+from .metrics import ControllerCollector
 from .quorum_controller import QuorumController, QuorumControllerConfig
 
 log = logging.getLogger("kbroker.controller.server")
@@ -97,6 +98,8 @@ class ControllerServer:
                                                self.store, time=self.time, channel=self.channel,
                                                on_fatal=self._on_fatal)
             await self.controller.start()
+            if self.metrics is not None and self.metrics.enabled:
+                self.metrics.registry.register(ControllerCollector(lambda: self.controller))
             self.apis = ControllerApis(self.controller)
             self.socket_server = SocketServer(
                 self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],

@@ -150,3 +150,94 @@ def test_broker_and_controller_processes_serve_metrics_and_health(tmp_path):
         if broker is not None:
             broker.stop()
         controller.stop()
+
+
+async def test_a_served_node_counts_requests_by_api_and_times_a_long_poll(tmp_path):
+    """Real clients against a combined node: kcat produces (messages in, Produce requests,
+    bytes on the listener), a Fetch long-poll on an empty partition spends its max wait in
+    the purgatory (remote time), and promtool accepts the page."""
+    import shutil
+    import subprocess
+
+    from protocol.client import KafkaClient
+    from protocol.fast_codecs import FetchPartition, FetchRequest
+
+    node = KafkaRaftServer(KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path),
+                                        "metrics.listener": "http://127.0.0.1:0"}))
+    await node.startup()
+    try:
+        bootstrap = f"127.0.0.1:{node.bound_port()}"
+        async with KafkaClient(bootstrap) as client:
+            await client.create_topics([("m", 1, 1, None)])
+            lines = "".join(f"record-{i}\n" for i in range(10)).encode()
+            proc = await asyncio.create_subprocess_exec("kcat", "-b", bootstrap, "-P", "-t", "m", "-p", "0",
+                                                        stdin=subprocess.PIPE)
+            await proc.communicate(lines)
+            assert proc.returncode == 0
+            conn = await client.leader_connection("m", 0)
+            request = FetchRequest(11, -1, 300, 1, 1 << 20, 0, 0, -1, [("m", [FetchPartition(0, -1, 10, -1, 1 << 20)])],
+                                   [], "")
+            await conn.fetch(request)
+        status, _ctype, body = await aget(node.metrics.port, "/metrics")
+        assert status == 200
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+
+        def v(name, **labels):
+            return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+        assert v("kafka_server_brokertopicmetrics_messagesin_total", topic="m") == 10
+        assert v("kafka_server_brokertopicmetrics_bytesin_total", topic="m") > 10 * len("record-0")
+        produces = sum(val for (name, labels), val in samples.items()
+                       if name == "kafka_network_requestmetrics_requests_total" and ("request", "Produce") in labels)
+        assert produces >= 1
+        assert v("kafka_network_requestmetrics_requests_total", request="Fetch", version="11") >= 1
+        assert v("kafka_network_requestmetrics_remotetime_seconds_sum", request="Fetch") >= 0.25
+        assert v("kafka_network_requestmetrics_totaltime_seconds_count", request="Metadata") >= 1
+        assert v("kafka_server_socket_server_metrics_incoming_byte_total", listener="PLAINTEXT") > 0
+        assert v("kafka_server_socket_server_metrics_connection_creation_total", listener="PLAINTEXT") >= 2
+        assert v("kafka_log_log_logendoffset", topic="m", partition="0") == 10
+        assert v("kafka_server_replicamanager_leadercount") >= 1
+        if shutil.which("promtool"):
+            check = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True)
+            assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        await node.shutdown()
+
+
+def test_the_controller_process_reports_brokers_partitions_and_its_event_queue(tmp_path):
+    """A controller process and two brokers: the controller's page counts them, the topic's
+    partitions and its events; a broker killed -9 becomes fenced once its session expires."""
+    from controller.launcher import LocalCluster
+    from tests.support import wait_until
+
+    cluster = LocalCluster(tmp_path, brokers=2, metrics=True, broker_props={"broker.session.timeout.ms": 2000,
+                                                                             "broker.heartbeat.interval.ms": 200})
+    cluster.start()
+    try:
+        import subprocess
+        assert subprocess.run(["kcat", "-b", cluster.bootstrap, "-L"], capture_output=True).returncode == 0
+        port = cluster.controller.metrics_port
+
+        def sample(name, **labels):
+            for f in text_string_to_metric_families(http_get(port, "/metrics")[2].decode()):
+                for s in f.samples:
+                    if s.name == name and s.labels == labels:
+                        return s.value
+            return None
+
+        assert sample("kafka_controller_kafkacontroller_activecontrollercount") == 1
+        assert sample("kafka_controller_kafkacontroller_activebrokercount") == 2
+        assert sample("kafka_controller_kafkacontroller_fencedbrokercount") == 0
+        assert sample("kafka_controller_controllereventmanager_eventqueuetime_seconds_count") > 0
+        assert sample("kafka_controller_kafkacontroller_metadatalogsize_bytes") > 0
+        cluster.brokers[2].kill()
+        wait_until(lambda: sample("kafka_controller_kafkacontroller_fencedbrokercount") == 1, 20,
+                   what="broker 2 fenced")
+        assert sample("kafka_controller_kafkacontroller_activebrokercount") == 1
+        for target in cluster.metrics_targets[:2]:
+            body = http_get(int(target.rsplit(":", 1)[1]), "/metrics")[2]
+            check = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True)
+            assert check.returncode == 0, check.stderr
+    finally:
+        cluster.kill()
