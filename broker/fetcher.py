@@ -49,7 +49,7 @@ class PartitionFetchState:
     """Where a followed partition stands: truncating (asking the leader where the logs
     diverge) or fetching; and until when it is backed off."""
 
-    __slots__ = ("partition", "leader_epoch", "truncating", "delayed_until_ms")
+    __slots__ = ("partition", "leader_epoch", "truncating", "delayed_until_ms", "lag")
 
     def __init__(self, partition: "Partition", leader_epoch: int) -> None:
         self.partition = partition
