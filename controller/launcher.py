@@ -217,14 +217,24 @@ class LocalCluster:
     ``start()`` starts the controller, then the brokers, and returns once the controller lists
     every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
     ``broker.session.timeout.ms`` for quicker failover in tests). ``metrics=True`` gives every
-    process a metrics endpoint on a free port (``metrics_port`` of each; ``metrics_targets``)."""
+    process a metrics endpoint on a free port (``metrics_port`` of each; ``metrics_targets``);
+    ``metrics_base_port`` numbers them from there instead (controller first: deploy/prometheus.yml
+    expects 9404)."""
 
     def __init__(self, directory: Path, brokers: int = 3, *, broker_ids: list[int] | None = None,
                  controller_id: int = 3000, base_port: int | None = None, broker_props: dict | None = None,
-                 controller_props: dict | None = None, python: str = sys.executable, metrics: bool = False) -> None:
+                 controller_props: dict | None = None, python: str = sys.executable, metrics: bool = False,
+                 metrics_base_port: int | None = None) -> None:
         self.directory = Path(directory)
+        metrics = metrics or metrics_base_port is not None
+        metrics_ports = iter(range(metrics_base_port, metrics_base_port + 1 + len(broker_ids or range(brokers)))
+                             ) if metrics_base_port else None
+
+        def metrics_listener() -> str:
+            return f"http://127.0.0.1:{next(metrics_ports) if metrics_ports else free_port()}"
+
         if metrics:
-            controller_props = {"metrics.listener": f"http://127.0.0.1:{free_port()}", **(controller_props or {})}
+            controller_props = {"metrics.listener": metrics_listener(), **(controller_props or {})}
         ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
         ports = iter(range(base_port, base_port + 1 + len(ids))) if base_port else None
         self.controller = ControllerProcess(self.directory / f"controller-{controller_id}",
@@ -237,7 +247,7 @@ class LocalCluster:
                      "controller.quorum.bootstrap.servers": self.controller.address,
                      "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
             if metrics and "metrics.listener" not in self.broker_props:
-                props["metrics.listener"] = f"http://127.0.0.1:{free_port()}"
+                props["metrics.listener"] = metrics_listener()
             self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", next(ports) if ports else None, i, props,
                                             python)
 

@@ -134,6 +134,10 @@ def test_prometheus_scrapes_a_three_broker_cluster(tmp_path):
         stopped = None
         wait_until(lambda: prometheus.value(under) == 0, 30, 0.2, what="back to no under-replicated partition")
         assert (prometheus.value("sum(kafka_server_replicamanager_isrexpands_total)") or 0) >= 1
+        # Every query of the Grafana dashboard is one Prometheus evaluates.
+        from tests.metrics.test_dashboard import dashboard_queries
+        for title, expr in dashboard_queries():
+            prometheus.query(expr.replace("$__rate_interval", "5s"))
     finally:
         if stopped is not None:
             os.kill(stopped.pid, signal.SIGCONT)
