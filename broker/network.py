@@ -35,7 +35,7 @@ from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import request_is_flexible
 
-from .metrics import ListenerStats, RequestMetrics
+from .metrics import MAX_VERSION, ListenerStats, RequestMetrics
 
 log = logging.getLogger("kbroker.network")
 
@@ -144,6 +144,8 @@ class RequestContext:
             slot.t_ready = t = self.connection._now()
             if not slot.t_local:
                 slot.t_local = t  # answered while its handler ran: no remote time
+            self.connection._flush(t)
+            return
         self.connection._flush()
 
     def send_no_response(self) -> None:
@@ -155,6 +157,8 @@ class RequestContext:
             slot.t_ready = t = self.connection._now()
             if not slot.t_local:
                 slot.t_local = t
+            self.connection._flush(t)
+            return
         self.connection._flush()
 
     def close_connection(self, reason: str) -> None:
@@ -180,6 +184,7 @@ class KafkaConnection(asyncio.Protocol):
         self.metrics: RequestMetrics | None = server.metrics
         self._now = server.now
         self._t_read = 0
+        self._t_cursor = 0
         self.lstats: ListenerStats | None = server.listener_stats.get(listener_name)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -218,7 +223,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.metrics is not None:
-            self._t_read = self._now()
+            self._t_read = self._t_cursor = self._now()
             self.lstats.bytes_in += len(data)
         try:
             frames = self.framer.feed(data)
@@ -265,9 +270,9 @@ class KafkaConnection(asyncio.Protocol):
         metrics = self.metrics
         if metrics is not None:
             stats = slot.stats = metrics.api(header.api_key)
-            stats.versions[header.api_version] = stats.versions.get(header.api_version, 0) + 1
+            stats.versions[min(header.api_version, MAX_VERSION - 1)] += 1
             slot.t_read = self._t_read
-            slot.t_start = self._now()
+            slot.t_start = self._t_cursor  # when the request before it in this read was done with
             slot.size = len(frame) + 4
         self._pending.append(slot)
         ctx = RequestContext(header, frame, self, slot)
@@ -281,12 +286,15 @@ class KafkaConnection(asyncio.Protocol):
                           header.api_key, header.api_version, self.peer)
             self.close("internal error")
             return
-        if metrics is not None and not slot.t_local:
-            slot.t_local = self._now()  # parked (a purgatory) or answered later
+        if metrics is not None:
+            self._t_cursor = t = self._now()
+            if not slot.t_local:
+                slot.t_local = t  # parked (a purgatory) or answered later
         if not slot.done:
             self._update_reading()
 
-    def _flush(self) -> None:
+    def _flush(self, now: int = 0) -> None:
+        """``now``: the clock reading of the response that triggered the flush (metrics)."""
         pending = self._pending
         out = self._out
         wrote = False
@@ -294,7 +302,7 @@ class KafkaConnection(asyncio.Protocol):
             slot = pending.popleft()
             response = slot.response
             if slot.stats is not None:
-                self._record(slot, response)
+                self._record(slot, response, now or self._now())
             if response is None or self.closed:
                 continue
             if out is not None:  # inside data_received: written once the whole read is processed
@@ -315,14 +323,14 @@ class KafkaConnection(asyncio.Protocol):
                 self.close()
             self.server.connection_idle()
 
-    def _record(self, slot: _Slot, response) -> None:
+    def _record(self, slot: _Slot, response, now: int) -> None:
         if response is None:
             size = 0
         elif isinstance(response, list):
             size = sum(map(len, response))
         else:
             size = len(response)
-        slot.stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready, self._now(), slot.size, size)
+        slot.stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready, now, slot.size, size)
         self.lstats.bytes_out += size
 
     def _update_reading(self) -> None:

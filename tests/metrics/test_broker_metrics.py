@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from broker.metadata_cache import MetadataCache
-from broker.metrics import BrokerCollector, BrokerTopicStats, FastHistogram, RequestMetrics
+from broker.metrics import BrokerCollector, BrokerTopicStats, FastHistogram, Log2Histogram, RequestMetrics
 from broker.partition import LeaderAndIsrState
 from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.clock import MockTime
@@ -175,7 +175,7 @@ def test_request_phases_and_sizes_land_in_their_api_histograms():
     registry.register(metrics)
     produce = metrics.api(0)
     assert metrics.api(0) is produce  # bound once
-    produce.versions[9] = 1
+    produce.versions[9] += 1
     # read at 0, started at 1 ms, handler returned at 3 ms, ready at 503 ms (a purgatory), sent at 504 ms
     produce.done(0, 1_000_000, 3_000_000, 503_000_000, 504_000_000, 100, 60)
     produce.error(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -189,11 +189,21 @@ def test_request_phases_and_sizes_land_in_their_api_histograms():
     assert v("kafka_network_requestmetrics_requestqueuetime_seconds_sum", request="Produce") == pytest.approx(0.001)
     assert v("kafka_network_requestmetrics_localtime_seconds_sum", request="Produce") == pytest.approx(0.002)
     assert v("kafka_network_requestmetrics_remotetime_seconds_sum", request="Produce") == pytest.approx(0.5)
-    assert v("kafka_network_requestmetrics_remotetime_seconds_bucket", request="Produce", le="0.25") == 0
-    assert v("kafka_network_requestmetrics_remotetime_seconds_bucket", request="Produce", le="0.5") == 1
+    # power-of-two buckets: 0.5 s lies between 2**28 ns and 2**29 ns
+    assert v("kafka_network_requestmetrics_remotetime_seconds_bucket", request="Produce", le=repr(2**28 * 1e-9)) == 0
+    assert v("kafka_network_requestmetrics_remotetime_seconds_bucket", request="Produce", le=repr(2**29 * 1e-9)) == 1
+    assert v("kafka_network_requestmetrics_remotetime_seconds_count", request="Produce") == 1
     assert v("kafka_network_requestmetrics_responsesendtime_seconds_sum", request="Produce") == pytest.approx(0.001)
     assert v("kafka_network_requestmetrics_requestbytes_bucket", request="Produce", le="256.0") == 1
     assert v("kafka_network_requestmetrics_responsebytes_total", request="Produce") == 60
+
+
+def test_log2_histogram_buckets_hold_values_below_their_bound():
+    h = Log2Histogram(range(1, 4))  # le 2, 4, 8
+    for x in (0, 1, 2, 3, 4, 7, 8, 100):
+        h.observe(x)
+    assert h.cumulative() == [("2.0", 2), ("4.0", 4), ("8.0", 6), ("+Inf", 8)]
+    assert h.sum == 125
 
 
 def test_fast_histogram_buckets_are_upper_bounds_inclusive():
