@@ -185,6 +185,7 @@ class KafkaConnection(asyncio.Protocol):
         self._now = server.now
         self._t_read = 0
         self._t_cursor = 0
+        self._paused_at = 0  # when reading paused (flow control), for the paused-time metric
         self.lstats: ListenerStats | None = server.listener_stats.get(listener_name)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -219,6 +220,8 @@ class KafkaConnection(asyncio.Protocol):
         self._pending.clear()
         if self.lstats is not None:
             self.lstats.closed += 1
+            if self.flow is not None and self.flow.read_paused:
+                self.lstats.read_paused_ns += self._now() - self._paused_at
         self.server.connection_idle()
 
     def data_received(self, data: bytes) -> None:
@@ -338,8 +341,12 @@ class KafkaConnection(asyncio.Protocol):
         if self.closed or flow is None:
             return
         if flow.write_paused or len(self._pending) >= self._max_inflight:
+            if not flow.read_paused and self.metrics is not None:
+                self._paused_at = self._now()
             flow.pause_reading()
         else:
+            if flow.read_paused and self.metrics is not None:
+                self.lstats.read_paused_ns += self._now() - self._paused_at
             flow.resume_reading()
 
     def close(self, reason: str | None = None) -> None:
@@ -433,13 +440,18 @@ class SocketServer:
                                           ("connection_close", "closed", "Connections closed"),
                                           ("incoming_byte", "bytes_in", "Bytes read from clients"),
                                           ("outgoing_byte", "bytes_out", "Bytes of responses written"))]
+        paused = CounterMetricFamily("kbroker_network_read_paused_seconds", "Time connections spent with reading "
+                                     "paused by flow control (requests in flight at queued.max.requests, or a full "
+                                     "write buffer), summed over connections", labels=["listener"])
         for name, stats in sorted(self.listener_stats.items()):
             count.add_metric([name], open_by.get(name, 0))
             for family, field in families:
                 family.add_metric([name], getattr(stats, field))
+            paused.add_metric([name], stats.read_paused_ns / 1e9)
         yield count
         for family, _field in families:
             yield family
+        yield paused
 
     def close_all(self) -> None:
         for conn in list(self.connections):
