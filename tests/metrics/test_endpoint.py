@@ -241,3 +241,15 @@ def test_the_controller_process_reports_brokers_partitions_and_its_event_queue(t
             assert check.returncode == 0, check.stderr
     finally:
         cluster.kill()
+
+
+async def test_the_page_rendered_a_family_at_a_time_is_generate_latests_page():
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    from broker.metrics_endpoint import render
+
+    registry = CollectorRegistry()
+    Counter("c", "a counter", ["a"], registry=registry).labels("x").inc(3)
+    Gauge("g", "a gauge", registry=registry).set(2)
+    Histogram("h", "a histogram", registry=registry).observe(0.3)
+    assert await render(registry) == generate_latest(registry)
