@@ -253,3 +253,37 @@ async def test_the_page_rendered_a_family_at_a_time_is_generate_latests_page():
     Gauge("g", "a gauge", registry=registry).set(2)
     Histogram("h", "a histogram", registry=registry).observe(0.3)
     assert await render(registry) == generate_latest(registry)
+
+
+async def test_kbroker_metadata_shows_each_endpoints_health(tmp_path):
+    """The client side (protocol.client.metrics) reads a live node's endpoint, and ``kbroker
+    metadata --metrics`` shows it next to an endpoint nobody listens on."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from protocol.client.metrics import read_endpoint, summary
+
+    node = KafkaRaftServer(KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path),
+                                        "metrics.listener": "http://127.0.0.1:0"}))
+    await node.startup()
+    try:
+        address = f"127.0.0.1:{node.metrics.port}"
+        status = await read_endpoint(address)
+        assert status.serving and status.health == "serving"
+        s = summary(status)
+        assert s["active_controller"] == 1 and s["fenced_brokers"] == 0 and s["under_replicated"] == 0
+        assert s["partitions"] == 0 and s["event_loop_lag_p99_s"] is not None
+        dead = f"127.0.0.1:{free_port()}"
+        assert not (await read_endpoint(dead)).serving
+        kbroker = str(Path(sys.executable).with_name("kbroker"))
+        proc = await asyncio.create_subprocess_exec(
+            kbroker, "metadata", "-b", f"127.0.0.1:{node.bound_port()}", "--metrics", address, "--metrics", dead,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=dict(os.environ, COLUMNS="250"))
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err
+        text = out.decode()
+        assert re.search(rf"│ {address}\s+│ serving\s+│ 0\s+│ 0\s+│ 0\s+│ 0\s+│ 1\s+│ 0\s+│ 0\s+│ ≤ [\d.]+ ms", text), text
+        assert re.search(rf"│ {dead}\s+│ unreachable", text), text
+    finally:
+        await node.shutdown()
