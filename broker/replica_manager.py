@@ -363,7 +363,16 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions([p.key for p, _ in items])
         for partition, st in items:
+            # The same leader told a new ISR: a change it proposed, committed, whose
+            # LeaderAndIsr arrived before the AlterPartition answer (which is then ignored).
+            same_leader = partition.is_leader and partition.leader_epoch == st.leader_epoch
+            old_isr = len(partition.isr)
             partition.make_leader(st)
+            if same_leader:
+                if len(st.isr) < old_isr:
+                    self.isr_shrinks += 1
+                elif len(st.isr) > old_isr:
+                    self.isr_expands += 1
             self.try_complete_delayed_requests(partition.key)
 
     def _make_followers(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:

@@ -212,3 +212,20 @@ def test_fast_histogram_buckets_are_upper_bounds_inclusive():
         h.observe(x)
     assert h.cumulative() == [("1.0", 2), ("2.0", 4), ("+Inf", 5)]
     assert h.sum == 8.0
+
+
+def test_an_isr_change_told_by_leader_and_isr_first_is_counted_once(broker, time):
+    """The controller's LeaderAndIsr with the committed ISR can overtake the AlterPartition
+    answer: the shrink is counted then, and the answer that follows changes nothing."""
+    p = lead(broker.rm)
+    broker.rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 0, 1, 1, 0, [1, 2], 1, [1, 2, 3])])
+    assert p.isr == {1, 2}
+    assert value(broker, "kafka_server_replicamanager_isrshrinks_total") == 1
+    assert value(broker, "kafka_server_replicamanager_underreplicatedpartitions") == 1
+    broker.rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 0, 1, 1, 0, [1, 2], 1, [1, 2, 3])])
+    assert value(broker, "kafka_server_replicamanager_isrshrinks_total") == 1  # the same state again
+    broker.rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 0, 1, 1, 0, [1, 2, 3], 2, [1, 2, 3])])
+    assert value(broker, "kafka_server_replicamanager_isrexpands_total") == 1
+    # A new leader epoch is no ISR change of this leader's.
+    broker.rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 0, 1, 1, 1, [1], 3, [1, 2, 3])])
+    assert value(broker, "kafka_server_replicamanager_isrshrinks_total") == 1
