@@ -58,7 +58,7 @@ def spread(values: list[float], unit: str = "", fmt: str = ".2f") -> str:
 
 
 async def request(host_port: tuple[str, int], api_key: int, body: dict, version: int | None = None):
-    conn = BrokerConnection(*host_port, client_id="controller-bench", request_timeout_ms=30000)
+    conn = BrokerConnection(*host_port, client_id="controller-bench", request_timeout_ms=180000)
     await conn.connect()
     try:
         return await conn.request(api_key, body, version)
@@ -75,7 +75,7 @@ async def partitions(port: int, topics: list[str]) -> dict[tuple[str, int], obje
 async def create_topic(port: int, name: str, count: int, rf: int = 3, configs: dict | None = None) -> None:
     resp = await request(("127.0.0.1", port), ApiKey.CREATE_TOPICS, {"topics": [{
         "name": name, "num_partitions": count, "replication_factor": rf, "assignments": [],
-        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}], "timeout_ms": 60000})
+        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}], "timeout_ms": 170000})
     if resp.topics[0].error_code:
         raise RuntimeError(f"CreateTopics {name}: {resp.topics[0]}")
 
@@ -220,15 +220,19 @@ def bench_restart(args) -> None:
         cluster.start()
         t0 = time.monotonic()
         per_topic = 1000
-        for i in range(0, total, per_topic):
-            n = min(per_topic, total - i)
-            asyncio.run(create_topic(cluster.brokers[1].port, f"big-{i // per_topic}", n))
-        topics = [f"big-{i // per_topic}" for i in range(0, total, per_topic)]
+        topics: list[str] = []
 
         async def all_led() -> bool:
             parts = await partitions(cluster.brokers[1].port, topics)
-            return len(parts) == total and all(p.leader_id >= 0 for p in parts.values())
-        asyncio.run(wait_until(all_led, 900))
+            want = min(total, len(topics) * per_topic)
+            return len(parts) == want and all(p.leader_id >= 0 for p in parts.values())
+        for i in range(0, total, per_topic):
+            # One topic of 1,000 at a time, each led and every broker live before the next
+            # (a broker busy creating logs may miss heartbeats and be fenced for a while).
+            cluster.wait_live(timeout_s=300)
+            topics.append(f"big-{i // per_topic}")
+            asyncio.run(create_topic(cluster.brokers[1].port, topics[-1], min(per_topic, total - i)))
+            asyncio.run(wait_until(all_led, 900))
         print(f"    {total:,} partitions RF=3 created and led after {time.monotonic() - t0:.1f} s", flush=True)
         logs, snaps = metadata_log_bytes(cluster.controller.metadata_dir)
         print(f"  => metadata log: {logs:,} bytes of log + {snaps:,} bytes of snapshot for {total:,} partitions "
