@@ -10,6 +10,11 @@ metrics-on broker every N s during its load (its CPU then includes rendering the
 Prints, per metric, each side's median and range over the rounds, the ratio of the medians
 and the range of per-round ratios; never asserts.
 
+First, the request path alone in this process (``--micro-rounds``): a KafkaConnection over a
+mock transport answering 10 requests per read at once, with and without RequestMetrics,
+alternating, timed in process CPU time (so other processes on a busy machine do not count) —
+the socket layer's metrics cost per request without the noise of a whole broker.
+
     python bench/metrics_bench.py [--rounds 5] [--duration 5] [--records-per-batch 10] [--partitions 1000]
 """
 
@@ -105,6 +110,65 @@ def scrape_cost(args, per_partition: bool) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
+    """µs of process CPU per request through KafkaConnection, metrics on and off, alternating."""
+    import struct
+
+    from broker.metrics import ListenerStats, RequestMetrics
+    from broker.network import KafkaConnection, SocketServer
+    from protocol.client import SYSTEM_TIME
+    from protocol.fast_codecs import encode_request_header
+
+    class Answer:
+        def handle(self, ctx) -> None:
+            ctx.send_response(b"\x00\x00\x00\x04abcd")
+
+    class Transport:
+        def write(self, data) -> None:
+            pass
+
+        def writelines(self, chunks) -> None:
+            pass
+
+        def get_extra_info(self, name, default=None):
+            return default
+
+        def set_write_buffer_limits(self, high=None, low=None) -> None:
+            pass
+
+        def pause_reading(self) -> None:
+            pass
+
+        def resume_reading(self) -> None:
+            pass
+
+    def frame(correlation_id: int) -> bytes:
+        raw = encode_request_header(0, 9, correlation_id, "bench", True) + b"x" * 100
+        return struct.pack(">i", len(raw)) + raw
+
+    data = b"".join(frame(i) for i in range(10))
+
+    def run(metrics_on: bool) -> float:
+        metrics = RequestMetrics() if metrics_on else None
+        server = SocketServer(Answer(), max_request_size=1 << 20, max_inflight=100, metrics=metrics,
+                              now=SYSTEM_TIME.nanoseconds)
+        if metrics_on:
+            server.listener_stats["PLAINTEXT"] = ListenerStats("PLAINTEXT")
+        conn = KafkaConnection(server, "PLAINTEXT")
+        conn.connection_made(Transport())
+        t0 = time.process_time()
+        for _ in range(n // 10):
+            conn.data_received(data)
+        return (time.process_time() - t0) / n * 1e6
+
+    on: list[float] = []
+    off: list[float] = []
+    for i in range(rounds):
+        for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
+            (on if side == "on" else off).append(run(side == "on"))
+    return on, off
+
+
 def spread(values: list[float]) -> str:
     return f"{min(values):.4g}..{max(values):.4g}"
 
@@ -118,9 +182,19 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--scrapes", type=int, default=20)
     parser.add_argument("--no-scrape-cost", action="store_true")
+    parser.add_argument("--micro-rounds", type=int, default=11, help="in-process request-path rounds (0: skip)")
     parser.add_argument("--scrape-interval", type=float, default=0.0,
                         help="scrape the metrics-on broker every N s during the load (0: never: the hot path alone)")
     args = parser.parse_args()
+
+    if args.micro_rounds:
+        on, off = micro(args.micro_rounds)
+        diffs = [a - b for a, b in zip(on, off)]
+        print(f"request path in process (KafkaConnection, mock transport, 10 requests per read), process CPU "
+              f"µs per request, {args.micro_rounds} alternating rounds:")
+        print(f"  metrics on  median {statistics.median(on):.2f} (range {spread(on)})")
+        print(f"  metrics off median {statistics.median(off):.2f} (range {spread(off)})")
+        print(f"  on minus off: median {statistics.median(diffs):+.2f} µs, per-round {spread(diffs)}\n", flush=True)
 
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     for i in range(args.rounds):
