@@ -124,7 +124,7 @@ def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
     """µs of process CPU per request through KafkaConnection, metrics on and off, alternating."""
     import struct
 
-    from broker.metrics import ListenerStats, RequestMetrics
+    from broker.metrics import RequestMetrics
     from broker.network import KafkaConnection, SocketServer
     from protocol.client import SYSTEM_TIME
     from protocol.fast_codecs import encode_request_header
@@ -162,8 +162,6 @@ def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
         metrics = RequestMetrics() if metrics_on else None
         server = SocketServer(Answer(), max_request_size=1 << 20, max_inflight=100, metrics=metrics,
                               now=SYSTEM_TIME.nanoseconds)
-        if metrics_on:
-            server.listener_stats["PLAINTEXT"] = ListenerStats("PLAINTEXT")
         conn = KafkaConnection(server, "PLAINTEXT")
         conn.connection_made(Transport())
         t0 = time.process_time()

@@ -186,7 +186,10 @@ class KafkaConnection(asyncio.Protocol):
         self._t_read = 0
         self._t_cursor = 0
         self._paused_at = 0  # when reading paused (flow control), for the paused-time metric
-        self.lstats: ListenerStats | None = server.listener_stats.get(listener_name)
+        lstats = server.listener_stats.get(listener_name)
+        if lstats is None and server.metrics is not None:  # a listener start() did not open (tests)
+            lstats = server.listener_stats[listener_name] = ListenerStats(listener_name)
+        self.lstats: ListenerStats | None = lstats
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport) -> None:
