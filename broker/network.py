@@ -293,9 +293,12 @@ class KafkaConnection(asyncio.Protocol):
             self.close("internal error")
             return
         if metrics is not None:
-            self._t_cursor = t = self._now()
-            if not slot.t_local:
-                slot.t_local = t  # parked (a purgatory) or answered later
+            if slot.t_ready:  # answered while its handler ran: that reading is when it was done
+                self._t_cursor = slot.t_ready
+            else:
+                self._t_cursor = t = self._now()
+                if not slot.t_local:
+                    slot.t_local = t  # parked (a purgatory) or answered later
         if not slot.done:
             self._update_reading()
 
