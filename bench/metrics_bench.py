@@ -222,8 +222,10 @@ def micro_produce(rounds: int, n: int = 5000) -> tuple[list[float], list[float]]
         nodes = {}
         try:
             for side in ("on", "off"):
+                # The timed rounds hold the loop: no session may expire meanwhile.
                 node = KafkaRaftServer(KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(root / side),
-                                                    "metrics.enabled": str(side == "on").lower()}))
+                                                    "metrics.enabled": str(side == "on").lower(),
+                                                    "broker.session.timeout.ms": 3_600_000}))
                 await node.startup()
                 nodes[side] = node
                 async with KafkaClient(f"127.0.0.1:{node.bound_port()}") as client:
@@ -242,6 +244,10 @@ def micro_produce(rounds: int, n: int = 5000) -> tuple[list[float], list[float]]
             for i in range(rounds):
                 for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
                     (on if side == "on" else off).append(run(side))
+                    await asyncio.sleep(0.05)  # heartbeats and timers between rounds
+            for side, node in nodes.items():
+                log_ = node.broker.replica_manager.get_partition("bench", 0).log
+                assert log_.log_end_offset >= rounds * n * 10 // 10, (side, log_.log_end_offset)  # every produce landed
             return on, off
         finally:
             for node in nodes.values():
