@@ -6,7 +6,7 @@
     kbroker produce -t TOPIC [-f FILE] ...
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end | -g GROUP] ...
     kbroker groups list | describe -g G | delete -g G | reset-offsets -g G -t T --to-... [--execute]
-    kbroker metadata [-t TOPIC ...]
+    kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker dump-log FILE [--print-records]
 
@@ -179,6 +179,8 @@ def _add_groups(commands: Subcommands) -> None:
 def _add_metadata(commands: Subcommands) -> None:
     metadata = client_command(commands, "metadata", "cli.metadata:run", "show brokers, controller, topics and partitions")
     metadata.add_argument("-t", "--topic", action="append", help="only these topics (repeatable)")
+    metadata.add_argument("--metrics", action="append", metavar="HOST:PORT",
+                          help="also read this metrics endpoint (metrics.listener) and show its health (repeatable)")
 
 
 def _add_cluster(commands: Subcommands) -> None:
