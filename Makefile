@@ -9,7 +9,8 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test venv test-deps kcat bench soak clean lint typecheck
 
-$(STAMP): pyproject.toml
+# setup.py builds the one C helper (storage/_record_walk.c, the produce path's record walk) in place.
+$(STAMP): pyproject.toml setup.py storage/_record_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e .

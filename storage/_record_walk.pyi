@@ -1,0 +1,3 @@
+from protocol.records import Buffer
+
+def walk(buf: Buffer, start: int, end: int, count: int, /) -> tuple[int, int, int]: ...
