@@ -258,9 +258,10 @@ class Log:
         if len(buf) > config.segment_bytes:
             raise RecordListTooLargeError(f"{self.topic}-{self.partition}: {len(buf)} bytes of batches exceed "
                                           f"segment.bytes {config.segment_bytes}")
-        batches = validate_client_batches(buf, max_message_bytes=config.max_message_bytes,
-                                          log_append_time=config.log_append_time,
-                                          where=f"{self.topic}-{self.partition}")
+        buf, batches = validate_client_batches(buf, max_message_bytes=config.max_message_bytes,
+                                               log_append_time=config.log_append_time,
+                                               target_codec=config.target_codec,
+                                               where=f"{self.topic}-{self.partition}")
         log_append_time = self.time.milliseconds() if config.log_append_time else -1
         offset = self.log_end_offset
         written = []

