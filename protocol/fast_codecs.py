@@ -386,9 +386,7 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Sequence
                 out += _I32.pack(p.preferred_read_replica)
             records = p.records
             if records is None:
-                # Kafka never answers null records (a partition error gets MemoryRecords.EMPTY);
-                # librdkafka rejects the whole response on a -1 MessageSetSize.
-                out += b"\x00\x00\x00\x00"
+                out += b"\xff\xff\xff\xff"
             else:
                 n = len(records)
                 out += _I32.pack(n)
