@@ -3,7 +3,7 @@
  * storage/log_validator.py, which holds the same walk in Python (used when this module is
  * not built) and the rules (Kafka's DefaultRecord.readFrom plus the record offsets).
  *
- * walk(buf, start, end, count) -> (status, index, detail)
+ * walk(buf, start, end, count, require_key=False) -> (status, index, detail)
  *   status 0: all `count` records are well formed, consume exactly [start, end); `detail` is
  *             the largest timestamp delta (the batch's max timestamp minus its base).
  *   status >0: one of the WALK_* codes below for record `index`; `detail` is the offending
@@ -27,6 +27,7 @@ enum {
     WALK_BAD_HEADER_VALUE = 10,/* header value length < -1 */
     WALK_SIZE_MISMATCH = 11,   /* the fields end before the record's length says */
     WALK_TRAILING = 12,        /* bytes left after the declared records */
+    WALK_NULL_KEY = 13,        /* a record without a key where keys are required (compacted topic) */
 };
 
 /* Unsigned varint of at most `maxbytes` bytes from [*p, end). */
@@ -82,7 +83,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, stop;
     long long count;
-    if (!PyArg_ParseTuple(args, "y*nnL", &view, &start, &stop, &count)) return NULL;
+    int require_key = 0;
+    if (!PyArg_ParseTuple(args, "y*nnL|p", &view, &start, &stop, &count, &require_key)) return NULL;
     if (start < 0 || stop > view.len || start > stop) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "walk: [start, end) is not inside the buffer");
@@ -107,6 +109,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         if (v != index) FAIL(WALK_OFFSET_DELTA, v);
         CHECK(read_varint32(&p, rend, &n));  /* key */
         if (n < -1) FAIL(WALK_BAD_KEY_LENGTH, n);
+        if (n < 0 && require_key) FAIL(WALK_NULL_KEY, n);
         if (n > rend - p) FAIL(WALK_TRUNCATED, n);
         if (n > 0) p += n;
         CHECK(read_varint32(&p, rend, &n));  /* value */
@@ -141,7 +144,7 @@ fail:
 }
 
 static PyMethodDef methods[] = {
-    {"walk", walk, METH_VARARGS, "walk(buf, start, end, count) -> (status, index, detail)"},
+    {"walk", walk, METH_VARARGS, "walk(buf, start, end, count, require_key=False) -> (status, index, detail)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,7 +20,8 @@ requests and other partitions are not affected). Checks, in Kafka's order and wi
   two places no real client notices: offset deltas must be 0, 1, 2, ... (Kafka rewrites a
   compressed batch whose deltas are not, and stores an uncompressed one as it is, which
   readers then mis-number), and a key, value or header value length below -1 is refused
-  (Kafka reads any negative length as null). -> INVALID_RECORD with the record's index.
+  (Kafka reads any negative length as null). On a compacted topic every record needs a key.
+  -> INVALID_RECORD with the record's index.
 * ``compression.type`` (the topic's, else the broker's): a batch in another codec than the
   topic's is rebuilt in it (Kafka re-compresses too; "producer", the default, keeps each
   batch as it came). The re-compression is CPU the producer would otherwise have paid.
@@ -69,6 +70,7 @@ WALK_BAD_HEADER_KEY = 9
 WALK_BAD_HEADER_VALUE = 10
 WALK_SIZE_MISMATCH = 11
 WALK_TRAILING = 12
+WALK_NULL_KEY = 13
 
 _WALK_MESSAGES = {
     WALK_TRUNCATED: "a field runs past the end of the record (or the batch)",
@@ -83,6 +85,7 @@ _WALK_MESSAGES = {
     WALK_BAD_HEADER_VALUE: "invalid header value length {detail}",
     WALK_SIZE_MISMATCH: "record length disagrees with its fields ({detail} bytes left over)",
     WALK_TRAILING: "{detail} bytes follow the declared records (incorrect declared batch size)",
+    WALK_NULL_KEY: "compacted topic cannot accept message without key",
 }
 
 _I16 = struct.Struct(">h")
@@ -123,7 +126,7 @@ def _varint64(buf: Buffer, pos: int, end: int) -> tuple[int, int, int]:
     return status, value, pos
 
 
-def walk_records_py(buf: Buffer, start: int, end: int, count: int) -> tuple[int, int, int]:
+def walk_records_py(buf: Buffer, start: int, end: int, count: int, require_key: bool = False) -> tuple[int, int, int]:
     """The records walk in Python: (WALK_OK, count, largest timestamp delta) or (status,
     record index, offending value). Same contract as ``_record_walk.walk``."""
     if start < 0 or end > len(buf) or start > end:
@@ -159,6 +162,8 @@ def walk_records_py(buf: Buffer, start: int, end: int, count: int) -> tuple[int,
                 return st, index, 0
             if n < -1:
                 return bad, index, n
+            if n < 0 and require_key and bad == WALK_BAD_KEY_LENGTH:
+                return WALK_NULL_KEY, index, n
             if n > rend - pos:
                 return WALK_TRUNCATED, index, n
             if n > 0:
@@ -194,7 +199,7 @@ def walk_records_py(buf: Buffer, start: int, end: int, count: int) -> tuple[int,
     return WALK_OK, count, max_ts_delta if count > 0 else 0
 
 
-walk_records: Callable[[Buffer, int, int, int], tuple[int, int, int]]
+walk_records: Callable[[Buffer, int, int, int, bool], tuple[int, int, int]]
 try:
     # By name: the extension has no .py source, and an ``import`` of it would read (to the
     # import-graph check, tests/test_architecture.py) as an import of the storage package.
@@ -212,12 +217,14 @@ def walk_error_message(status: int, index: int, detail: int) -> str:
 
 
 def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: int, log_append_time: bool,
-                            target_codec: int | None = None, where: str = "",
+                            target_codec: int | None = None, require_keys: bool = False, where: str = "",
                             ) -> tuple[bytearray | memoryview, list[tuple[int, BatchHeader]]]:
     """Check every batch of ``buf`` (a client's records for one partition) and every record
     in it; return the buffer to append (``buf`` itself, or a new one when a batch was
     re-compressed) and [(position, header)] of its batches, headers as corrected.
 
+    ``require_keys``: the topic is compacted (cleanup.policy has compact): a record without a
+    key is INVALID_RECORD, as in Kafka.
     ``target_codec``: the topic's compression.type as a codec id, None for "producer". A
     batch in another codec is rebuilt in the target one (same records, producer fields and
     timestamps; Kafka's buildRecordsAndAssignOffsets; offsets are stamped by the caller).
@@ -253,7 +260,7 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
         body: Buffer
         if codec == 0:
             body = buf
-            status, index, detail = walk_records(buf, pos + RECORDS_OFFSET, pos + batch_size, count)
+            status, index, detail = walk_records(buf, pos + RECORDS_OFFSET, pos + batch_size, count, require_keys)
         else:
             if codec > _MAX_CODEC:
                 raise InvalidRecordError(f"{prefix}batch at byte {pos}: unknown compression codec id {codec}")
@@ -261,7 +268,7 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
                 body = decompress(codec, memoryview(buf)[pos + RECORDS_OFFSET:pos + batch_size])
             except ValueError as exc:
                 raise InvalidRecordError(f"{prefix}batch at byte {pos}: {exc}") from None
-            status, index, detail = walk_records(body, 0, len(body), count)
+            status, index, detail = walk_records(body, 0, len(body), count, require_keys)
         if status:
             raise InvalidRecordError(f"{prefix}batch at byte {pos} ({count} records declared): "
                                      f"{walk_error_message(status, index, detail)}")

@@ -188,3 +188,13 @@ def test_a_real_consumer_reads_the_topic_after_every_case(broker, raw):
         consumer.close()
     assert got == list(range(expected))
     assert read_header(good_batch(1), 0).records_count == 1
+
+
+def test_compacted_topic_refuses_a_record_without_a_key(broker, raw):
+    create_topic(broker, "validated-compact", configs={"cleanup.policy": "compact"})
+    from protocol.records import Record, build_batch
+    keyless = build_batch([Record(key=b"k", value=b"a", timestamp=1), Record(key=None, value=b"b", timestamp=1)])
+    assert raw.produce({("validated-compact", 0): keyless}) == {("validated-compact", 0): INVALID_RECORD}
+    keyed = build_batch([Record(key=b"k", value=b"a", timestamp=1)])
+    assert raw.produce({("validated-compact", 0): keyed}) == {("validated-compact", 0): 0}
+    assert [len(r) for _, r in read_log(log_dir(broker), "validated-compact", 0)] == [1]

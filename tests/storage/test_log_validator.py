@@ -34,8 +34,8 @@ def test_the_extension_is_built():
 @settings(max_examples=400, deadline=None)
 @given(n=st.integers(0, 20), seed=st.integers(0, 2**32), flips=st.lists(st.tuples(st.integers(0, 10**6),
                                                                                st.integers(0, 255)), max_size=4),
-       cut=st.integers(-3, 3), count_skew=st.integers(-2, 2))
-def test_compiled_and_python_walks_agree(n, seed, flips, cut, count_skew):
+       cut=st.integers(-3, 3), count_skew=st.integers(-2, 2), require_key=st.booleans())
+def test_compiled_and_python_walks_agree(n, seed, flips, cut, count_skew, require_key):
     body = bytearray(body_of(n, seed))
     for where, value in flips:
         if body:
@@ -45,9 +45,9 @@ def test_compiled_and_python_walks_agree(n, seed, flips, cut, count_skew):
     else:
         body += bytes(cut)
     count = max(0, n + count_skew)
-    py = walk_records_py(body, 0, len(body), count)
-    assert log_validator.walk_records(body, 0, len(body), count) == py
-    if not flips and cut == 0 and count_skew == 0:
+    py = walk_records_py(body, 0, len(body), count, require_key)
+    assert log_validator.walk_records(body, 0, len(body), count, require_key) == py
+    if not flips and cut == 0 and count_skew == 0 and not require_key:
         assert py[0] == WALK_OK and py[1] == n
 
 
@@ -88,3 +88,14 @@ def test_record_count_over_what_is_present_is_refused_without_a_long_loop():
     with pytest.raises(KafkaError) as exc:
         validate_client_batches(batch, max_message_bytes=10**6, log_append_time=False)
     assert exc.value.error_code == ErrorCode.INVALID_RECORD and "record 3" in str(exc.value)
+
+
+def test_compacted_topics_need_keys():
+    keyed = bytearray(build_batch([Record(key=b"k", value=b"v", timestamp=1)] * 2))
+    validate_client_batches(keyed, max_message_bytes=10**6, log_append_time=False, require_keys=True)
+    keyless = bytearray(build_batch([Record(key=b"k", value=b"v", timestamp=1), Record(value=b"v", timestamp=1)]))
+    validate_client_batches(bytearray(keyless), max_message_bytes=10**6, log_append_time=False)
+    with pytest.raises(KafkaError) as exc:
+        validate_client_batches(keyless, max_message_bytes=10**6, log_append_time=False, require_keys=True)
+    assert exc.value.error_code == ErrorCode.INVALID_RECORD and "record 1" in str(exc.value)
+    assert "without key" in str(exc.value)
