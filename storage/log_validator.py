@@ -12,7 +12,8 @@ requests and other partitions are not affected). Checks, in Kafka's order and wi
 * a batch over ``max.message.bytes`` -> MESSAGE_TOO_LARGE;
 * control batches come only from the broker itself; a producer id needs a base sequence;
   a codec id other than 0-4 -> INVALID_RECORD;
-* every record, decompressed first when the batch is compressed (as Kafka does): the
+* every record, decompressed first when the batch is compressed (as Kafka does; at most
+  ``MAX_DECOMPRESSED_BATCH_BYTES``, a decompression bomb is INVALID_RECORD): the
   record length, attributes, timestamp delta, offset delta, key, value and headers are
   read with a bound on every length and count against the bytes of that record; the
   fields must fill the record exactly, the records the batch exactly (Kafka's
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING, Callable
 
 from crc32c import crc32c
 
-from protocol.compression import Compression, compress, decompress
+from protocol.compression import Compression, compress, decompress_bounded
 from protocol.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
 from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CONTROL_MASK, CRC_OFFSET, HEADER, HEADER_SIZE,
                               LOG_OVERHEAD, MAGIC_OFFSET, MAX_TIMESTAMP_OFFSET, NO_PARTITION_LEADER_EPOCH,
@@ -94,6 +95,9 @@ _U32 = struct.Struct(">I")
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _MAX_CODEC = 4  # zstd
+# What one compressed batch may decompress to (Kafka streams and has no limit; holding the
+# whole batch, this broker bounds it so a few KiB of zstd cannot expand to gigabytes).
+MAX_DECOMPRESSED_BATCH_BYTES = 128 * 1024 * 1024
 
 
 def _uvarint(buf: Buffer, pos: int, end: int, max_bytes: int) -> tuple[int, int, int]:
@@ -265,7 +269,8 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
             if codec > _MAX_CODEC:
                 raise InvalidRecordError(f"{prefix}batch at byte {pos}: unknown compression codec id {codec}")
             try:
-                body = decompress(codec, memoryview(buf)[pos + RECORDS_OFFSET:pos + batch_size])
+                body = decompress_bounded(codec, memoryview(buf)[pos + RECORDS_OFFSET:pos + batch_size],
+                                          MAX_DECOMPRESSED_BATCH_BYTES)
             except ValueError as exc:
                 raise InvalidRecordError(f"{prefix}batch at byte {pos}: {exc}") from None
             status, index, detail = walk_records(body, 0, len(body), count, require_keys)

@@ -198,3 +198,21 @@ def test_compacted_topic_refuses_a_record_without_a_key(broker, raw):
     keyed = build_batch([Record(key=b"k", value=b"a", timestamp=1)])
     assert raw.produce({("validated-compact", 0): keyed}) == {("validated-compact", 0): 0}
     assert [len(r) for _, r in read_log(log_dir(broker), "validated-compact", 0)] == [1]
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD])
+def test_decompression_bomb_is_refused_without_expanding_it(broker, raw, monkeypatch, codec):
+    """A few KiB that decompress to far more than a batch may (the limit is lowered to 1 MiB
+    here: 128 MiB in the broker) are INVALID_RECORD; the broker never holds the expansion."""
+    from storage import log_validator
+
+    monkeypatch.setattr(log_validator, "MAX_DECOMPRESSED_BATCH_BYTES", 1 << 20)
+    body = encode_record(0, 0, None, bytes(4 << 20), ())
+    bomb = rebuilt(BASE, attributes=int(codec), body=compress(codec, body), records_count=1, last_offset_delta=0)
+    assert len(bomb) < 1 << 20
+    before = read_log(log_dir(broker), TOPIC, 0)
+    assert raw.produce({(TOPIC, 0): bomb}) == {(TOPIC, 0): INVALID_RECORD}
+    assert read_log(log_dir(broker), TOPIC, 0) == before
+    small = rebuilt(BASE, attributes=int(codec), body=compress(codec, encode_record(0, 0, None, bytes(1000), ())),
+                    records_count=1, last_offset_delta=0)
+    assert raw.produce({(TOPIC, 0): small}) == {(TOPIC, 0): 0}
