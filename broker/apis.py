@@ -34,6 +34,7 @@ from .coordinator.adapter import error_response
 from .fetch_params import FetchParams
 from .forwarding import FORWARDED_APIS, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
+from .metrics import count_errors
 from .partition import LeaderAndIsrState
 from .replica_manager import is_internal_topic
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from .coordinator import GroupCoordinatorAdapter
     from .coordinator.offsets_topic import OffsetsTopic
     from .forwarding import Forwarding
+    from .metrics import RequestMetrics
     from .metadata_cache import MetadataCache
     from .network import RequestContext
     from .producer_ids import ProducerIdGenerator
@@ -87,8 +89,9 @@ class KafkaApis:
                  inter_broker_listener: str, forwarding: "Forwarding | None" = None,
                  broker_epoch: Callable[[], int] = lambda: -1,
                  group_coordinator: "GroupCoordinatorAdapter | None" = None,
-                 offsets_topic: "OffsetsTopic | None" = None) -> None:
+                 offsets_topic: "OffsetsTopic | None" = None, request_metrics: "RequestMetrics | None" = None) -> None:
         self.replica_manager = replica_manager
+        self.request_metrics = request_metrics  # error codes answered, per API (None: metrics off)
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
         self.forwarding = forwarding or NoControllerForwarding()
@@ -157,6 +160,8 @@ class KafkaApis:
 
     def send(self, ctx: "RequestContext", api: Api, body: dict) -> None:
         version = ctx.api_version
+        if self.request_metrics is not None:
+            count_errors(body, self.request_metrics.api(api.key))
         ctx.send_response(frame_response(api.key, version, ctx.header.correlation_id, api.response.build(version, body)))
 
     # -- Produce ---------------------------------------------------------------------------
@@ -166,6 +171,7 @@ class KafkaApis:
         acks = request.acks
         correlation_id = ctx.header.correlation_id
         topics = request.topics
+        metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
         # Kafka's ProduceRequest.validateRecords, per partition, before the log's validator.
         invalid: dict[tuple[str, int], int] = {}
         transactional = False
@@ -186,6 +192,10 @@ class KafkaApis:
                         ctx.peer, request.transactional_id, "transactions are not supported")
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             results = [(t, [[p, code, -1, -1, -1] for p, _ in parts]) for t, parts in topics]
+            if metrics is not None:
+                for _t, parts in topics:
+                    for _p in parts:
+                        metrics.error(code)
             if acks == 0:
                 ctx.close_connection(f"acks=0 produce failed: {code.name}")
             else:
@@ -198,6 +208,11 @@ class KafkaApis:
         def respond(results: list) -> None:
             if denied or invalid:
                 results = _in_request_order(request.topics, results, denied, invalid)
+            if metrics is not None:
+                for _t, rs in results:
+                    for r in rs:
+                        if r[1]:
+                            metrics.error(r[1])
             if acks == 0:
                 # Kafka closes the connection when an acks=0 produce fails, so the client notices.
                 errors = [(t, r[0], r[1]) for t, rs in results for r in rs if r[1]]
@@ -243,10 +258,38 @@ class KafkaApis:
                              request.isolation_level)
 
         def respond(results: list) -> None:
+            if topic_stats is not None:
+                self._fetch_stats(results, topic_stats, request.replica_id >= 0)
             chunks, _ = encode_fetch_response(version, correlation_id, results)
             ctx.send_response(chunks)
 
+        topic_stats = self.replica_manager.topic_stats
+
         self.replica_manager.fetch_messages(params, request.topics, respond)
+
+    def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
+        """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out
+        (to followers: replication bytes out, as Kafka counts them)."""
+        api = self.request_metrics.api(ApiKey.FETCH) if self.request_metrics is not None else None
+        everything = topic_stats.all
+        for topic, parts in results:
+            stats = topic_stats.topic(topic)
+            for pd in parts:
+                stats.fetch_requests += 1
+                everything.fetch_requests += 1
+                if pd.error_code:
+                    stats.failed_fetch += 1
+                    everything.failed_fetch += 1
+                    if api is not None:
+                        api.error(pd.error_code)
+                elif pd.records is not None:
+                    n = len(pd.records)
+                    if replication:
+                        stats.replication_bytes_out += n
+                        everything.replication_bytes_out += n
+                    else:
+                        stats.bytes_out += n
+                        everything.bytes_out += n
 
     # -- ListOffsets -----------------------------------------------------------------------
     def handle_list_offsets_request(self, ctx: "RequestContext") -> None:
