@@ -371,7 +371,11 @@ def run_fuzz(tmp_path: Path, seed: int, seconds: float) -> None:
 
         def settled() -> bool:
             other, data = split(fd_targets(broker.pid))
-            return len(other) <= len(base_other) and len(data) <= ACTIVE_SEGMENT_FDS * partitions
+            # A connection closed while a request of it is parked (a mutated Fetch max_wait_ms can
+            # be days) keeps its socket until the request completes: issue 12 §2 (closing a
+            # connection cancels its parked requests) is another change; until it lands, each
+            # such connection may hold one socket.
+            return len(other) <= len(base_other) + stuck and len(data) <= ACTIVE_SEGMENT_FDS * partitions
 
         try:
             wait_until(settled, 30, what="descriptors back to the baseline")
