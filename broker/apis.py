@@ -681,14 +681,18 @@ class KafkaApis:
             grouped = [(ts.topic_name, ts.topic_id, ts.partition_states,
                         {c.name: c.value for c in ts.topic_configs} if version >= 6 else None)
                        for ts in req.topic_states]
+        deleted: list[tuple[str, int]] = []  # partitions of deleted topics: their committed offsets go too
         if req.get("type") == REQUEST_TYPE_FULL:
             named = {topic for topic, _id, _parts, _configs in grouped}
             for name in [t for t in cache.topics if t not in named]:
+                deleted += [(name, p) for p in cache.topics[name].partitions]
                 cache.remove_topic(name)
         changed_configs = []
         for topic, topic_id, parts, configs in grouped:
             for ps in parts:
                 if ps.leader == -2:  # LeaderDuringDelete: the topic is being deleted
+                    if cache.contains_partition(topic, ps.partition_index):
+                        deleted.append((topic, ps.partition_index))
                     cache.remove_partition(topic, ps.partition_index)
                     continue
                 cache.update_partition(topic, topic_id, PartitionInfo(
@@ -698,6 +702,8 @@ class KafkaApis:
             if info is not None and configs is not None and configs != info.configs:
                 info.configs = configs
                 changed_configs.append(topic)
+        if deleted and self.group_coordinator is not None:
+            self.group_coordinator.on_partitions_deleted(deleted)
         if changed_configs:
             log.info("topic config overrides changed: %s", ", ".join(
                 f"{t} {cache.topics[t].configs or '{}'}" for t in changed_configs))
