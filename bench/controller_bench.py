@@ -185,7 +185,9 @@ def bench_create(args) -> None:
     cluster = LocalCluster(root, 3)
     try:
         cluster.start()
-        times = []
+        times: list[float] = []
+        fences: list[int] = []
+        fences_before = cluster.controller.log_text().count("fencing it")
         for r in range(args.rounds):
             topic = f"create-{r}"
 
@@ -195,12 +197,19 @@ def bench_create(args) -> None:
                 await wait_until(lambda: leaders_serve(cluster, topic, 1000), 300)
                 return time.monotonic() - t0
             times.append(asyncio.run(run()))
-            print(f"    round {r + 1}: 1,000 partitions RF=3 served after {times[-1]:.2f} s", flush=True)
-        print(f"  => create 1,000 partitions RF=3 until every leader serves: {spread(times, ' s')} (goal <= 5 s)",
-              flush=True)
+            fenced = cluster.controller.log_text().count("fencing it") - fences_before
+            fences_before += fenced
+            fences.append(fenced)
+            print(f"    round {r + 1}: 1,000 partitions RF=3 served after {times[-1]:.2f} s; "
+                  f"brokers fenced for a lapsed session meanwhile: {fenced}", flush=True)
+        print(f"  => create 1,000 partitions RF=3 until every leader serves: {spread(times, ' s')} (goal <= 5 s); "
+              f"session fences per round: {fences} (goal: none)", flush=True)
     finally:
         cluster.kill()
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("KBROKER_BENCH_KEEP"):
+            print(f"  (kept {root}: processes' logs)")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
