@@ -1,5 +1,10 @@
 """A broker that heartbeats is not fenced because the controller's loop was busy.
 
+uvloop (libuv) runs the timers that came due before it polls the sockets: after a long I/O
+callback the session-expiry timer fired ahead of a heartbeat already in the socket, and the
+live broker was fenced. The expiry check now waits one loop turn (the sockets are read
+first) and a heartbeat counts when received.
+
 Real event loops (asyncio's and uvloop) on the system clock: the controller's own work
 holds the loop past a broker's session deadline while that broker's heartbeat already
 sits in a socket buffer. The heartbeat counts (it was sent in time); a broker that really
@@ -70,6 +75,7 @@ async def _scenario(tmp_path, where: str) -> tuple[bool, bool]:
         loop.remove_reader(busy_r.fileno())
         for sock in (rsock, wsock, busy_r, busy_w):
             sock.close()
+        await h.settle()  # the fencing's records durable before the store closes
         await h.stop()
 
 
