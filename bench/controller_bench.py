@@ -188,7 +188,7 @@ def bench_create(args) -> None:
     cluster = LocalCluster(root, 3)
     try:
         cluster.start()
-        times = []
+        times: list[float] = []
         for r in range(args.rounds):
             topic = f"create-{r}"
             cluster.wait_live(timeout_s=300)  # a broker fenced by the round before is back
@@ -207,7 +207,10 @@ def bench_create(args) -> None:
               flush=True)
     finally:
         cluster.kill()
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("KBROKER_BENCH_KEEP"):
+            print(f"  (kept {root}: processes' logs)")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------

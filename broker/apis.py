@@ -17,6 +17,8 @@ decode closes the connection with one log line (there is no response to put an e
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import logging
 import re
 from typing import TYPE_CHECKING, Callable
@@ -53,6 +55,9 @@ if TYPE_CHECKING:
     from .topic_admin import TopicAdmin, TopicResult
 
 log = logging.getLogger("kbroker.apis")
+
+# A LeaderAndIsr of more partitions is applied in slices of this many, the loop turning between.
+LEADER_AND_ISR_SLICE = 50
 
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
 
@@ -102,6 +107,8 @@ class KafkaApis:
         self.authorizer = AllowAllAuthorizer()
         self.group_coordinator = group_coordinator
         self.offsets_topic = offsets_topic
+        # LeaderAndIsr requests being applied in slices, the one applying first.
+        self._leader_and_isr_waiting: collections.deque[Callable[[], None]] = collections.deque()
         group_handlers: dict[int, Callable[["RequestContext"], None]] = {} if group_coordinator is None else {
             ApiKey.JOIN_GROUP: self.handle_join_group_request,
             ApiKey.SYNC_GROUP: self.handle_sync_group_request,
@@ -621,8 +628,63 @@ class KafkaApis:
                 if leader.broker_id not in self.metadata_cache.brokers:
                     self.metadata_cache.brokers[leader.broker_id] = BrokerInfo(
                         leader.broker_id, {listener: BrokerEndpoint(listener, leader.host_name, leader.port)})
+            if len(states) > LEADER_AND_ISR_SLICE or self._leader_and_isr_waiting:
+                self._apply_leader_and_isr_in_slices(ctx, api, req, grouped, states)
+                return
             error, results = self.replica_manager.become_leader_or_follower(req.controller_id, req.controller_epoch,
                                                                             states)
+        self._answer_leader_and_isr(ctx, api, grouped, error, results)
+
+    def _apply_leader_and_isr_in_slices(self, ctx: "RequestContext", api: Api, req, grouped, states) -> None:
+        """A big LeaderAndIsr (a topic of thousands of partitions, a controller's full state)
+        is applied LEADER_AND_ISR_SLICE partitions at a time, the loop turning between slices:
+        creating a log costs milliseconds, and a loop held for seconds sends no heartbeat (the
+        controller would fence this live broker, as Kafka's does not: its heartbeats leave from
+        their own thread) and serves no client. LeaderAndIsr requests are applied one after
+        another, in arrival order; the answer goes once every slice was applied."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # driven without a loop (synchronous unit tests): all at once
+            loop = None
+        results: dict[tuple[str, int], int] = {}
+        errors: list[int] = []
+        position = 0
+
+        def step() -> None:
+            nonlocal position
+            try:
+                part = states[position:position + LEADER_AND_ISR_SLICE]
+                position += len(part)
+                error, res = self.replica_manager.become_leader_or_follower(req.controller_id, req.controller_epoch,
+                                                                            part)
+                results.update(res)
+                errors.append(error)
+            except Exception:
+                log.exception("applying LeaderAndIsr from controller %d failed", req.controller_id)
+                ctx.close_connection("LeaderAndIsr failed")
+                position = len(states)
+                errors.append(-1)
+            if position < len(states):
+                if loop is None:
+                    return step()
+                loop.call_soon(step)
+                return
+            self._leader_and_isr_waiting.popleft()
+            if -1 not in errors:  # (a failure closed the connection: the controller sends it again)
+                error = next((e for e in errors if e != ErrorCode.NONE), ErrorCode.NONE)
+                self._answer_leader_and_isr(ctx, api, grouped, error, results)
+            if self._leader_and_isr_waiting:
+                if loop is None:
+                    return self._leader_and_isr_waiting[0]()
+                loop.call_soon(self._leader_and_isr_waiting[0])
+
+        self._leader_and_isr_waiting.append(step)
+        if len(self._leader_and_isr_waiting) == 1:
+            step()
+
+    def _answer_leader_and_isr(self, ctx: "RequestContext", api: Api, grouped, error: int,
+                               results: dict[tuple[str, int], int]) -> None:
+        version = ctx.api_version
         if version <= 4:
             body = {"error_code": error, "partition_errors": [
                 {"topic_name": t, "partition_index": p, "error_code": code} for (t, p), code in results.items()]}

@@ -57,6 +57,9 @@ METADATA_VERSION_FEATURE = "metadata.version"
 # protocol/messages/metadata_records.py WRITE_VERSIONS).
 METADATA_VERSION = 7
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# The session expiry check waits this long after its deadline: one turn of the loop, so the
+# sockets are read first (a timer, unlike a ready callback, never runs before the next poll).
+FENCE_CHECK_DEFER_MS = 1
 
 
 @dataclass(frozen=True)
@@ -532,8 +535,18 @@ class QuorumController:
         self._timers["fence"] = self.time.schedule(delay, self._on_fence_timer)
 
     def _on_fence_timer(self) -> None:
+        """A session may have expired. The check runs as an event queued after one more turn
+        of the loop that reads the sockets: a heartbeat that arrived while the loop was held
+        (a long callback) is read and counted first, instead of losing the race to a timer
+        that came due meanwhile (libuv runs due timers before it polls). Kafka's fencing, too,
+        is a deferred event that runs behind the requests already received."""
         self._timers.pop("fence", None)
         self._fence_deadline = None
+        if self.active and not self._fence_queued and "fence-check" not in self._timers:
+            self._timers["fence-check"] = self.time.schedule(FENCE_CHECK_DEFER_MS, self._queue_fence_check)
+
+    def _queue_fence_check(self) -> None:
+        self._timers.pop("fence-check", None)
         if self.active and not self._fence_queued:
             self._fence_queued = True
             self._submit("fence stale brokers", self._fence_stale_broker)
@@ -638,6 +651,12 @@ class QuorumController:
         return self._submit("broker registration", op)
 
     def broker_heartbeat(self, request) -> asyncio.Future:
+        # Counted when received, not only when its event runs (as Kafka's controller updates
+        # the contact time before queueing the heartbeat): a heartbeat waiting in the queue
+        # behind long work keeps its broker's session.
+        reg = self.cluster.registration(request.broker_id)
+        if reg is not None and reg.epoch == request.broker_epoch and self.heartbeats.tracked(request.broker_id):
+            self.heartbeats.touch(request.broker_id)
         return self._submit("broker heartbeat", lambda: self._heartbeat(request))
 
     def _heartbeat(self, request) -> ControllerResult:

@@ -6,12 +6,13 @@ by requests, as the controller sends them."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 
 import pytest
 
-from broker.apis import KafkaApis
+from broker.apis import LEADER_AND_ISR_SLICE, KafkaApis
 from broker.config import KafkaConfig
 from broker.config_repository import ConfigRepository
 from broker.metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
@@ -145,6 +146,15 @@ class Broker:
             "live_leaders": []})
         [response] = self.responses(ApiKey.LEADER_AND_ISR, 7)
         return response
+
+    def send_leader_and_isr(self, topic, topic_id, parts, controller_epoch=1, broker_epoch=5) -> None:
+        self.send(ApiKey.LEADER_AND_ISR, 7, {
+            "controller_id": 3000, "controller_epoch": controller_epoch, "broker_epoch": broker_epoch, "type": 1,
+            "topic_states": [{"topic_name": topic, "topic_id": topic_id, "partition_states": [
+                {"partition_index": p, "controller_epoch": controller_epoch, "leader": leader, "leader_epoch": epoch,
+                 "isr": list(replicas), "partition_epoch": epoch, "replicas": list(replicas), "is_new": True}
+                for p, leader, epoch, replicas in parts]}],
+            "live_leaders": []})
 
     def create_online(self, topic, partitions=1, configs=None) -> uuid.UUID:
         """What the controller sends for a new topic this broker leads: UpdateMetadata, then LeaderAndIsr."""
@@ -330,3 +340,32 @@ def test_init_producer_id_answers_when_an_id_is_there(broker):
     first(ErrorCode.NONE, 4000)
     assert [(r.error_code, r.producer_id, r.producer_epoch) for r in broker.responses(ApiKey.INIT_PRODUCER_ID, 1)] == [
         (ErrorCode.NONE, 4000, 0), (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, -1)]
+
+
+async def test_a_big_leader_and_isr_is_applied_in_slices_the_loop_turning_between(broker):
+    """Creating a log costs milliseconds: a LeaderAndIsr of a thousand partitions applied in
+    one go held the loop for seconds (no heartbeat left, the controller fenced the broker).
+    It is applied in slices with the loop turning between them; the answer comes once all
+    are applied, and a LeaderAndIsr sent meanwhile is applied after it, in order."""
+    topic_id = uuid.uuid4()
+    n = 2 * LEADER_AND_ISR_SLICE + 10
+    parts = [(p, BROKER_ID, 0, [BROKER_ID]) for p in range(n)]
+    assert broker.update_metadata([("big", topic_id, parts, {})]) == ErrorCode.NONE
+    seen_by_other_work = []
+    asyncio.get_running_loop().call_soon(lambda: seen_by_other_work.append(len(broker.rm.partitions)))
+    broker.send_leader_and_isr("big", topic_id, parts)
+    broker.send_leader_and_isr("big", topic_id, [(n - 1, BROKER_ID, 1, [BROKER_ID])])  # then a new leader epoch
+    assert broker.transport.written == [] and len(broker.rm.partitions) == LEADER_AND_ISR_SLICE
+    for _ in range(100):
+        if len(broker.transport.written) == 2:
+            break
+        await asyncio.sleep(0)
+    first, second = broker.responses(ApiKey.LEADER_AND_ISR, 7)
+    assert seen_by_other_work == [LEADER_AND_ISR_SLICE]  # other callbacks ran after the first slice
+    assert first.error_code == ErrorCode.NONE
+    assert [(e.partition_index, e.error_code) for e in first.topics[0].partition_errors] == [
+        (p, ErrorCode.NONE) for p in range(n)]
+    assert second.error_code == ErrorCode.NONE and second.topics[0].partition_errors[0].error_code == ErrorCode.NONE
+    assert len(broker.rm.partitions) == n and len(broker.logs.all_logs()) == n
+    assert broker.rm.partitions[("big", n - 1)].leader_epoch == 1
+    assert all(broker.rm.partitions[("big", p)].leader_epoch == 0 for p in range(n - 1))

@@ -9,6 +9,7 @@ import pytest
 
 from controller.channel_manager import LEADER_DURING_DELETE, LeaderAndIsrItem, StopReplicaItem, UpdateMetadataItem
 from controller.partition_change import NO_LEADER, RECOVERING
+from controller.quorum_controller import FENCE_CHECK_DEFER_MS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -89,7 +90,8 @@ async def test_session_expiry_fences_and_moves_leaderships(h):
     assert not h.broker(3).fenced
     await h.advance(999)  # 8999 ms
     assert not h.broker(3).fenced
-    await h.advance(1)   # 9000 ms: broker.session.timeout.ms
+    await h.advance(1)   # 9000 ms: broker.session.timeout.ms; checked one loop turn later
+    await h.advance(FENCE_CHECK_DEFER_MS)
     assert h.broker(3).fenced
     assert not h.broker(1).fenced and not h.broker(2).fenced
     for p in led[3]:
@@ -102,7 +104,7 @@ async def test_session_expiry_fences_and_moves_leaderships(h):
 async def test_every_broker_silent_fences_them_one_by_one_and_partitions_go_offline(h):
     await h.start_brokers(1, 2)
     await h.create(("t", 2, 2))
-    await h.advance(9000)
+    await h.advance(9000 + FENCE_CHECK_DEFER_MS)
     assert h.broker(1).fenced and h.broker(2).fenced
     for p in (0, 1):
         part = h.partition("t", p)
@@ -112,7 +114,7 @@ async def test_every_broker_silent_fences_them_one_by_one_and_partitions_go_offl
 async def test_a_fenced_broker_that_comes_back_leads_its_offline_partitions(h):
     await h.start_brokers(1)
     await h.create(("t", 1, 1))
-    await h.advance(9000)
+    await h.advance(9000 + FENCE_CHECK_DEFER_MS)
     assert h.partition("t", 0).leader == NO_LEADER
     h.channel.clear()
     resp = await h.heartbeat(1)   # the same incarnation, back: it gets its full state again first

@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controller.metrics import ControllerCollector
+from controller.quorum_controller import FENCE_CHECK_DEFER_MS
 from tests.controller.helpers import Harness
 
 
@@ -39,7 +40,7 @@ async def test_brokers_partitions_elections_and_fencing_move_the_controllers_met
     elections = value(h, "kafka_controller_controllerstats_leaderelections_total")
     assert value(h, "kafka_controller_controllereventmanager_eventqueuetime_seconds_count") > 0
     assert value(h, P + "lastappliedrecordoffset") > 0 and value(h, P + "metadatalogsize_bytes") > 0
-    await h.advance(9000)  # neither heartbeats: both fenced, the partitions lose their leaders
+    await h.advance(9000 + FENCE_CHECK_DEFER_MS)  # neither heartbeats: both fenced, the partitions lose their leaders
     assert value(h, P + "fencedbrokercount") == 2 and value(h, P + "activebrokercount") == 0
     assert value(h, P + "offlinepartitionscount") == 2
     # Fenced one at a time: the first one's leaderships moved to the other (elections), then
