@@ -24,8 +24,10 @@ import asyncio
 import collections
 import logging
 import socket
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
+from protocol.client import SYSTEM_TIME
+from protocol.clock import Time, TimerHandle
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
@@ -85,12 +87,13 @@ class FlowControl:
 
 
 class _Slot:
-    __slots__ = ("header", "done", "response")
+    __slots__ = ("header", "done", "response", "cancel")
 
     def __init__(self, header: RequestHeader) -> None:
         self.header = header
         self.done = False
         self.response: Any = None  # bytes, or a list of buffers for writelines
+        self.cancel: Callable[[], object] | None = None  # drops the work still waiting for this answer
 
 
 class RequestContext:
@@ -124,6 +127,16 @@ class RequestContext:
     def listener_name(self) -> str:
         return self.connection.listener_name
 
+    @property
+    def answered(self) -> bool:
+        return self._slot.done
+
+    def on_cancel(self, cancel: Callable[[], object]) -> None:
+        """``cancel()`` runs if the connection closes before this request is answered (a parked
+        Fetch long-poll or acks=-1 Produce is dropped with it, Kafka's SocketServer way)."""
+        if not self._slot.done:
+            self._slot.cancel = cancel
+
     def send_response(self, response) -> None:
         """Answer with a whole frame: bytes, or a list of buffers (size prefix included)."""
         slot = self._slot
@@ -145,6 +158,9 @@ class RequestContext:
         self.connection.close(reason)
 
 
+_CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buffer
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, server: "SocketServer", listener_name: str) -> None:
         self.server = server
@@ -156,7 +172,7 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = "?"
         self._pending: collections.deque[_Slot] = collections.deque()
         self._max_inflight = server.max_inflight
-        self._eof = False
+        self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
         self._out: list | None = None
         self.closed = False
         self.requests = 0
@@ -180,18 +196,34 @@ class KafkaConnection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         # Keep the socket's write buffer from ballooning: pause at 4 MiB, resume at 1 MiB.
         transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
-        self.server.connections.add(self)
+        self.server.connection_opened(self)
 
     def connection_lost(self, exc) -> None:
         if self.framer.buffered and not self.closed:
             log.warning("connection from %s closed in the middle of a request (%d bytes of a frame dropped)",
                         self.peer, self.framer.buffered)
         self.closed = True
-        self.server.connections.discard(self)
-        self._pending.clear()
-        self.server.connection_idle()
+        self._release()
+
+    def _release(self) -> None:
+        """Give back everything this connection holds: requests still waiting for an answer
+        are cancelled (a parked long-poll leaves its purgatory now, not at its timeout)."""
+        pending = self._pending
+        while pending:
+            slot = pending.popleft()
+            cancel = slot.cancel
+            if cancel is not None and not slot.done:
+                slot.done = True
+                slot.cancel = None
+                try:
+                    cancel()
+                except Exception:
+                    log.exception("cancelling a request of a closed connection from %s failed", self.peer)
+        self.framer = _CLOSED_FRAMER
+        self.server.connection_closed(self)
 
     def data_received(self, data: bytes) -> None:
+        self.server.touch(self)
         try:
             frames = self.framer.feed(data)
         except (FrameTooLarge, NegativeFrameSize) as exc:
@@ -211,10 +243,8 @@ class KafkaConnection(asyncio.Protocol):
                 self._update_reading()
 
     def eof_received(self):
-        # The client half-closed: answer what is in flight, then close (returning False closes now).
-        if self._pending:
-            self._eof = True
-            return True
+        # The client closed its side: close ours at once (Kafka's Selector does); requests still
+        # in flight are cancelled in connection_lost and their answers dropped.
         return False
 
     def pause_writing(self) -> None:
@@ -268,11 +298,11 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 self.transport.write(response)
                 wrote = True
+        if wrote:
+            self.server.touch(self)
         if wrote or (self.flow is not None and self.flow.read_paused):
             self._update_reading()
         if not pending:
-            if self._eof and not self.closed:
-                self.close()
             self.server.connection_idle()
 
     def _update_reading(self) -> None:
@@ -290,10 +320,9 @@ class KafkaConnection(asyncio.Protocol):
         if reason:
             log.warning("closing connection from %s: %s", self.peer, reason)
         self.closed = True
-        self._pending.clear()
         if self.transport is not None:
             self.transport.close()
-        self.server.connection_idle()
+        self._release()
 
     @property
     def inflight(self) -> int:
@@ -304,15 +333,72 @@ class SocketServer:
     """The listeners. Knows every connection it accepted (for shutdown and metrics)."""
 
     def __init__(self, dispatcher: RequestDispatcher, *, max_request_size: int, max_inflight: int,
-                 send_buffer: int = -1, receive_buffer: int = -1) -> None:
+                 send_buffer: int = -1, receive_buffer: int = -1, time: Time = SYSTEM_TIME,
+                 connections_max_idle_ms: int = -1) -> None:
         self.dispatcher = dispatcher
         self.max_request_size = max_request_size
         self.max_inflight = max_inflight
         self.send_buffer = send_buffer
         self.receive_buffer = receive_buffer
-        self.connections: set[KafkaConnection] = set()
+        self.time = time
+        self.connections_max_idle_ms = connections_max_idle_ms
+        # Every open connection, least recently active first (Kafka's Selector keeps this LRU
+        # for connections.max.idle.ms).
+        self.connections: collections.OrderedDict[KafkaConnection, None] = collections.OrderedDict()
         self.servers: list[tuple[str, asyncio.AbstractServer]] = []
         self._drained: asyncio.Event | None = None  # set while someone waits for in-flight requests
+        self._idle_timer: TimerHandle | None = None
+        self.idle_closed = 0
+
+    # -- connections ------------------------------------------------------------------------
+    def connection_opened(self, conn: KafkaConnection) -> None:
+        conn.last_active_ms = self.time.monotonic_ms()
+        self.connections[conn] = None
+        if self._idle_timer is None and 0 < self.connections_max_idle_ms < 2**62:
+            self._schedule_idle_check()
+
+    def connection_closed(self, conn: KafkaConnection) -> None:
+        self.connections.pop(conn, None)
+        self.connection_idle()
+
+    def touch(self, conn: KafkaConnection) -> None:
+        """``conn`` read or wrote: it goes to the back of the idle order."""
+        conn.last_active_ms = self.time.monotonic_ms()
+        connections = self.connections
+        if conn in connections:
+            connections.move_to_end(conn)
+
+    def _schedule_idle_check(self) -> None:
+        interval = max(1.0, min(self.connections_max_idle_ms / 4, 1000.0))
+        self._idle_timer = self.time.schedule(interval, self.close_idle_connections)
+
+    def close_idle_connections(self) -> int:
+        """Kafka's connections.max.idle.ms: close every connection that has neither read nor
+        written for that long — idle ones and ones stuck in the middle of a frame alike. One
+        waiting for its own requests' answers (a long-poll) is not idle. Runs on a timer."""
+        self._idle_timer = None
+        now = self.time.monotonic_ms()
+        limit = self.connections_max_idle_ms
+        closed = 0
+        for conn in list(self.connections):
+            idle_ms = now - conn.last_active_ms
+            if idle_ms < limit:
+                break  # the rest are more recent
+            if conn.inflight and not conn.framer.buffered:
+                self.touch(conn)  # waiting for the broker, not for the client
+                continue
+            closed += 1
+            if conn.framer.buffered:
+                conn.close(f"stuck in the middle of a request ({conn.framer.buffered} bytes of a frame) for "
+                           f"{idle_ms:.0f} ms (connections.max.idle.ms={limit})")
+            else:
+                log.info("closing connection from %s: idle for %.0f ms (connections.max.idle.ms=%d)",
+                         conn.peer, idle_ms, limit)
+                conn.close()
+        self.idle_closed += closed
+        if self.connections and 0 < limit < 2**62:
+            self._schedule_idle_check()
+        return closed
 
     async def start(self, listener_name: str, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
@@ -354,6 +440,9 @@ class SocketServer:
             drained.set()
 
     def close_all(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         for conn in list(self.connections):
             conn.close()
         for _name, server in self.servers:

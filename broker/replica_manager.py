@@ -123,12 +123,13 @@ class ReplicaManager:
 
     # -- produce ---------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, internal_topics_allowed: bool, topics,
-                       callback: Callable[[list], None]) -> None:
+                       callback: Callable[[list], None]) -> DelayedProduce | None:
         """``topics``: [(topic, [(partition, records)])]. ``callback`` gets
-        [(topic, [[partition, error, base_offset, log_append_time, log_start_offset]])] in request order."""
+        [(topic, [[partition, error, base_offset, log_append_time, log_start_offset]])] in request order.
+        Returns the DelayedProduce when the answer waits (acks=-1), for the caller to cancel."""
         if required_acks not in _VALID_ACKS:
             callback([(t, [[p, ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1] for p, _ in parts]) for t, parts in topics])
-            return
+            return None
         results = []
         statuses: list[ProducePartitionStatus] = []
         for topic, parts in topics:
@@ -142,9 +143,11 @@ class ReplicaManager:
             results.append((topic, topic_results))
         if required_acks == -1 and any(s.acks_pending for s in statuses):
             op = DelayedProduce(timeout_ms, statuses, self, lambda: callback(results))
-            self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses])
+            if not self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
+                return op
         else:
             callback(results)
+        return None
 
     def _append_to_local_log(self, topic: str, partition_index: int, records, required_acks: int,
                              internal_topics_allowed: bool) -> tuple[list, int]:
@@ -171,26 +174,29 @@ class ReplicaManager:
                 partition.log.log_start_offset], info.last_offset + 1
 
     # -- fetch -----------------------------------------------------------------------------
-    def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> None:
-        """``topics``: [(topic, [FetchPartition])]; ``callback`` gets [(topic, [FetchPartitionData])]."""
+    def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:
+        """``topics``: [(topic, [FetchPartition])]; ``callback`` gets [(topic, [FetchPartitionData])].
+        Returns the DelayedFetch when the answer waits (a long-poll), for the caller to cancel."""
         results = self.read_from_local_log(params, topics)
         if params.max_wait_ms <= 0 or not topics or params.min_bytes <= 0:
             callback(results)
-            return
+            return None
         readable = 0
         for _topic, parts in results:
             for pd in parts:
                 if pd.error_code:
                     callback(results)
-                    return
+                    return None
                 if pd.records is not None:
                     readable += len(pd.records)
         if readable >= params.min_bytes:
             callback(results)
-            return
+            return None
         op = DelayedFetch(params.max_wait_ms, params, topics, self, callback)
         keys = [(t, fp.partition) for t, parts in topics for fp in parts]
-        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        if self.fetch_purgatory.try_complete_else_watch(op, keys):
+            return None
+        return op
 
     def read_from_local_log(self, params: FetchParams, topics) -> list:
         limit = params.max_bytes
