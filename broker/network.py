@@ -14,6 +14,12 @@ Per connection:
 * Flow control (``FlowControl``, after uvicorn's): reading pauses while too many requests
   are in flight (queued.max.requests) or the transport's write buffer is over its
   high-water mark, and resumes when both clear.
+* Memory (``RequestMemoryPool``, Kafka's queued.max.request.bytes): bytes of requests read
+  but not processed are bounded for the whole broker; when the pool is used up, reading
+  stops on every connection not in the middle of a granted frame until it drains.
+* Connections give everything back: a client that closes (EOF) is closed at once and its
+  requests still waiting (a parked long-poll) are cancelled; connections.max.idle.ms closes
+  idle connections and ones stuck in the middle of a frame (Kafka's Selector LRU).
 * Bad input never reaches other connections: a frame that cannot be parsed closes only
   this connection, with one log line.
 """
@@ -84,6 +90,45 @@ class FlowControl:
     async def drain(self) -> None:
         """Return once the transport accepts writes again (at once if it does now)."""
         await self._writable.wait()
+
+
+class RequestMemoryPool:
+    """Kafka's request memory pool (``queued.max.request.bytes``): bytes of requests read
+    from sockets but not yet processed, across all connections.
+
+    A connection reading a frame reserves the frame's whole size once its size prefix is in
+    (Kafka's non-strict pool: granted while anything is left, so one frame may overshoot).
+    When the pool is used up, reading stops on every connection that holds no grant
+    (Kafka mutes every channel not in the middle of an allocated receive); those with a grant
+    keep reading, finish their frame and give it back. Reading resumes everywhere once the
+    pool has room again. A connection that never finishes its frame holds its grant until
+    connections.max.idle.ms closes it."""
+
+    __slots__ = ("limit", "used", "exhausted", "_server")
+
+    def __init__(self, limit: int, server: "SocketServer") -> None:
+        self.limit = limit
+        self.used = 0
+        self.exhausted = False
+        self._server = server
+
+    @property
+    def available(self) -> int:
+        return self.limit - self.used
+
+    def update(self) -> None:
+        if not self.exhausted and self.used >= self.limit:
+            self.exhausted = True
+            log.warning("queued.max.request.bytes=%d reached (%d bytes of requests read and not processed): "
+                        "reading pauses until it drains", self.limit, self.used)
+            for conn in self._server.connections:
+                if not conn.granted:
+                    conn.set_memory_paused(True)
+        elif self.exhausted and self.used < self.limit:
+            self.exhausted = False
+            log.info("request memory drained (%d of %d bytes): reading resumes", self.used, self.limit)
+            for conn in list(self._server.connections):
+                conn.set_memory_paused(False)
 
 
 class _Slot:
@@ -161,7 +206,11 @@ class RequestContext:
 _CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buffer
 
 
-class KafkaConnection(asyncio.Protocol):
+_READ_BUFFER_SIZE = 256 << 10
+_PAUSED_READ = 4
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: "SocketServer", listener_name: str) -> None:
         self.server = server
         self.dispatcher = server.dispatcher
@@ -173,6 +222,9 @@ class KafkaConnection(asyncio.Protocol):
         self._pending: collections.deque[_Slot] = collections.deque()
         self._max_inflight = server.max_inflight
         self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
+        self.reserved = 0  # bytes of the request memory pool this connection holds
+        self.granted = False  # ``reserved`` covers the whole frame being read (it may keep reading)
+        self.memory_paused = False
         self._out: list | None = None
         self.closed = False
         self.requests = 0
@@ -197,6 +249,9 @@ class KafkaConnection(asyncio.Protocol):
         # Keep the socket's write buffer from ballooning: pause at 4 MiB, resume at 1 MiB.
         transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
         self.server.connection_opened(self)
+        pool = self.server.memory_pool
+        if pool is not None and pool.exhausted:
+            self.set_memory_paused(True)
 
     def connection_lost(self, exc) -> None:
         if self.framer.buffered and not self.closed:
@@ -220,9 +275,30 @@ class KafkaConnection(asyncio.Protocol):
                 except Exception:
                     log.exception("cancelling a request of a closed connection from %s failed", self.peer)
         self.framer = _CLOSED_FRAMER
+        pool = self.server.memory_pool
+        if pool is not None and self.reserved:
+            pool.used -= self.reserved
+            self.reserved = 0
+            self.granted = False
+            pool.update()
         self.server.connection_closed(self)
 
-    def data_received(self, data: bytes) -> None:
+    # Reads land in the server's one read buffer (asyncio.BufferedProtocol): the Framer copies
+    # out what it keeps, so nothing else is allocated per read. A connection that must not read
+    # (the request memory pool is used up) is offered a few bytes only: uvloop starts reading
+    # every new connection after connection_made, whatever it asked for.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.memory_paused:
+            return self.server.read_buffer[:_PAUSED_READ]
+        return self.server.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.server.read_buffer[:nbytes])
+        flow = self.flow
+        if flow is not None and flow.read_paused and not self.closed and self.transport.is_reading():
+            self.transport.pause_reading()  # paused in connection_made: uvloop has just started reading
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self.server.touch(self)
         try:
             frames = self.framer.feed(data)
@@ -241,6 +317,33 @@ class KafkaConnection(asyncio.Protocol):
             if out and not self.closed:
                 self.transport.writelines(out)
                 self._update_reading()
+        if self.server.memory_pool is not None and not self.closed:
+            self._account_memory(bool(frames))
+
+    def _account_memory(self, completed: bool) -> None:
+        """After a read: reserve (or give back) pool memory for the partial frame now buffered."""
+        pool = self.server.memory_pool
+        assert pool is not None
+        framer = self.framer
+        pending = framer.pending_frame_size
+        if self.granted and not completed and pending == self.reserved:
+            return  # still reading the frame it holds a grant for
+        if not pending:
+            new, granted = 0, False
+        elif pool.used - self.reserved < pool.limit:
+            new, granted = pending, True
+        else:
+            new, granted = framer.buffered, False  # no grant: what it read, and it stops reading
+        pool.used += new - self.reserved
+        self.reserved, self.granted = new, granted
+        pool.update()
+        if pool.exhausted and not granted:
+            self.set_memory_paused(True)
+
+    def set_memory_paused(self, paused: bool) -> None:
+        if self.memory_paused != paused:
+            self.memory_paused = paused
+            self._update_reading()
 
     def eof_received(self):
         # The client closed its side: close ours at once (Kafka's Selector does); requests still
@@ -309,7 +412,7 @@ class KafkaConnection(asyncio.Protocol):
         flow = self.flow
         if self.closed or flow is None:
             return
-        if flow.write_paused or len(self._pending) >= self._max_inflight:
+        if flow.write_paused or self.memory_paused or len(self._pending) >= self._max_inflight:
             flow.pause_reading()
         else:
             flow.resume_reading()
@@ -334,7 +437,7 @@ class SocketServer:
 
     def __init__(self, dispatcher: RequestDispatcher, *, max_request_size: int, max_inflight: int,
                  send_buffer: int = -1, receive_buffer: int = -1, time: Time = SYSTEM_TIME,
-                 connections_max_idle_ms: int = -1) -> None:
+                 connections_max_idle_ms: int = -1, queued_max_request_bytes: int = -1) -> None:
         self.dispatcher = dispatcher
         self.max_request_size = max_request_size
         self.max_inflight = max_inflight
@@ -349,6 +452,8 @@ class SocketServer:
         self._drained: asyncio.Event | None = None  # set while someone waits for in-flight requests
         self._idle_timer: TimerHandle | None = None
         self.idle_closed = 0
+        self.memory_pool = RequestMemoryPool(queued_max_request_bytes, self) if queued_max_request_bytes > 0 else None
+        self.read_buffer = memoryview(bytearray(_READ_BUFFER_SIZE))  # every read lands here first
 
     # -- connections ------------------------------------------------------------------------
     def connection_opened(self, conn: KafkaConnection) -> None:

@@ -172,7 +172,8 @@ class KafkaServer:
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
-            time=self.time, connections_max_idle_ms=cfg["connections.max.idle.ms"])
+            time=self.time, connections_max_idle_ms=cfg["connections.max.idle.ms"],
+            queued_max_request_bytes=cfg["queued.max.request.bytes"])
         for ep in cfg.broker_listeners:
             port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
