@@ -82,7 +82,8 @@ class Framer:
         buf = self._buf
         if len(buf) < 4:
             return len(buf)
-        return 4 + max(0, _SIZE.unpack_from(buf, 0)[0])
+        size: int = _SIZE.unpack_from(buf, 0)[0]
+        return 4 + max(0, size)
 
 
 def frame(*parts: bytes) -> bytes:
