@@ -15,11 +15,18 @@ completes it, as Kafka does.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
 
 from .fetch_params import FetchParams
 from .partition import FETCH_LOG_END, Partition
-from .purgatory import DelayedOperation
+from .purgatory import DelayedOperation, DelayedOperationPurgatory
+
+if TYPE_CHECKING:
+    from storage import Log
+
+_NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes the fetch
 
 
 class FetchSource(Protocol):
@@ -31,7 +38,7 @@ class FetchSource(Protocol):
 
 
 class DelayedFetch(DelayedOperation):
-    __slots__ = ("params", "topics", "replica_manager", "callback", "_positions")
+    __slots__ = ("params", "topics", "replica_manager", "callback", "_positions", "indexed")
 
     def __init__(self, delay_ms: float, params: FetchParams, topics, replica_manager: FetchSource,
                  callback: Callable[[list], None]) -> None:
@@ -53,6 +60,23 @@ class DelayedFetch(DelayedOperation):
                     meta = log.offset_metadata(fp.fetch_offset)
                 positions.append((log, meta))
         self._positions = positions
+        self.indexed = False  # in a FetchPurgatory's wake-up heap
+
+    def wake_level(self) -> tuple[tuple[str, int], bool, tuple[int, int]] | None:
+        """For a fetch of one partition: (partition, whether it reads to the LEO, the end
+        position (segment base, byte position) from which it completes). The end reaching it
+        is what ``try_complete`` would find enough; None for fetches of several partitions."""
+        if len(self._positions) != 1:
+            return None
+        log, meta = self._positions[0]
+        if log is None or meta is None:
+            return None
+        topic, parts = self.topics[0]
+        fp = parts[0]
+        min_bytes = max(1, self.params.min_bytes)
+        base, position = meta
+        threshold = position + min_bytes if fp.partition_max_bytes >= min_bytes else _NEVER
+        return (topic, fp.partition), self.params.isolation == FETCH_LOG_END, (base, threshold)
 
     def try_complete(self) -> bool:
         params = self.params
@@ -92,3 +116,89 @@ class DelayedFetch(DelayedOperation):
 
     def on_complete(self) -> None:
         self.callback(self.replica_manager.read_from_local_log(self.params, self.topics))
+
+
+class FetchPurgatory(DelayedOperationPurgatory):
+    """The Fetch purgatory: watchers keyed by partition (Kafka's), and for each partition two
+    heaps of its single-partition fetches — those reading to the high watermark (consumers)
+    and those reading to the LEO (followers) — ordered by the end position that completes
+    them (``DelayedFetch.wake_level``).
+
+    ``check_appended`` is the append path: the partition's end only moved forward, so only
+    the fetches whose wake-up position it reached are tried (plus fetches of several
+    partitions, which are always tried): 1,000 fetches parked on a partition cost a heap peek
+    per append, not 1,000 checks. Every other change (leadership, truncation, ISR) goes
+    through ``check_and_complete``, which tries them all.
+    """
+
+    def __init__(self, name: str, time) -> None:
+        super().__init__(name, time)
+        self._heaps: dict[tuple[Hashable, bool], list[tuple[tuple[int, int], int, DelayedFetch]]] = {}
+        self._unindexed: dict[Hashable, dict[DelayedOperation, None]] = {}
+        self._seq = itertools.count()
+
+    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
+        keys = tuple(keys)
+        if super().try_complete_else_watch(op, keys):
+            return True
+        wake = op.wake_level() if isinstance(op, DelayedFetch) else None
+        if wake is None:
+            for key in keys:
+                self._unindexed.setdefault(key, {})[op] = None
+        else:
+            key, from_leo, threshold = wake
+            assert isinstance(op, DelayedFetch)
+            op.indexed = True
+            heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
+        return False
+
+    def check_appended(self, key: Hashable, log: "Log") -> int:
+        """After an append to ``key``'s ``log`` (and any move of its high watermark that
+        followed): complete what the new end completes. Returns how many completed."""
+        if key not in self._watchers:
+            return 0
+        done = 0
+        unindexed = self._unindexed.get(key)
+        if unindexed:
+            for op in list(unindexed):
+                if not op.completed and op.try_complete():
+                    done += 1
+        for from_leo in (True, False):
+            heap = self._heaps.get((key, from_leo))
+            if not heap:
+                continue
+            level = log.log_end_offset_metadata() if from_leo else log.high_watermark_metadata()
+            again = []
+            while heap and heap[0][0] <= level:
+                entry = heapq.heappop(heap)
+                op = entry[2]
+                if op.completed:
+                    continue
+                if op.try_complete():
+                    done += 1
+                else:
+                    again.append(entry)
+            for entry in again:
+                heapq.heappush(heap, entry)
+        return done
+
+    def _unwatch(self, op: DelayedOperation) -> None:
+        keys = op._keys
+        super()._unwatch(op)
+        for key in keys:
+            unindexed = self._unindexed.get(key)
+            if unindexed is not None:
+                unindexed.pop(op, None)
+                if not unindexed:
+                    del self._unindexed[key]
+            if isinstance(op, DelayedFetch) and op.indexed:
+                for from_leo in (True, False):
+                    heap = self._heaps.get((key, from_leo))
+                    if heap is None:
+                        continue
+                    live = self._watchers.get(key)
+                    if not live:
+                        del self._heaps[(key, from_leo)]
+                    elif len(heap) > 2 * len(live) + 64:  # completed entries leave lazily; compact
+                        heap[:] = [e for e in heap if not e[2].completed]
+                        heapq.heapify(heap)

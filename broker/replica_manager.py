@@ -19,7 +19,7 @@ from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from protocol.fast_codecs import FetchPartitionData
 
-from .delayed_fetch import DelayedFetch
+from .delayed_fetch import DelayedFetch, FetchPurgatory
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
 from .fetch_params import FetchParams
 from .partition import (FETCH_LOG_END, FETCH_TXN_COMMITTED, LOCAL_ALTER_PARTITION, AlterPartitionSender,
@@ -64,7 +64,7 @@ class ReplicaManager:
         self.alter_partition = alter_partition
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
-        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", time)
+        self.fetch_purgatory = FetchPurgatory("Fetch", time)
         self.controller_epoch = 0
         self.fetcher_manager = fetcher_manager  # None: nothing is followed (unit tests)
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
@@ -179,7 +179,7 @@ class ReplicaManager:
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():
             self.produce_purgatory.check_and_complete(key)
-        self.fetch_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_appended(key, partition.log)
         return [partition_index, ErrorCode.NONE, info.first_offset, info.log_append_time,
                 partition.log.log_start_offset], info.last_offset + 1
 
@@ -259,7 +259,9 @@ class ReplicaManager:
         if replica_id not in partition.remote_replicas:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.topic}-{partition.partition}")
         if partition.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset, leader_leo):
-            self.try_complete_delayed_requests(partition.key)
+            # The high watermark moved forward: acks=-1 produces, and consumers' fetches it reached.
+            self.produce_purgatory.check_and_complete(partition.key)
+            self.fetch_purgatory.check_appended(partition.key, partition.log)
 
     def try_complete_delayed_requests(self, key: tuple[str, int]) -> None:
         self.produce_purgatory.check_and_complete(key)

@@ -154,3 +154,40 @@ def test_1000_parked_fetches_on_one_partition_stay_parked_through_appends(rm):
     for _ in range(20):
         produce(rm, "a", 0)
     assert rm.fetch_purgatory.delayed() == 1000 and not any(op.completed for op in ops)
+
+
+def test_an_append_tries_only_the_fetches_its_new_end_can_complete(rm, monkeypatch):
+    from broker.delayed_fetch import DelayedFetch
+    far = [park(rm, "a", 0, min_bytes=1 << 20)[0] for _ in range(1000)]  # need 1 MiB more
+    near_op, near_out = park(rm, "a", 0, min_bytes=150)
+    calls = []
+    original = DelayedFetch.try_complete
+    monkeypatch.setattr(DelayedFetch, "try_complete", lambda self: calls.append(self) or original(self))
+    produce(rm, "a", 0)  # ~170 bytes: reaches the near one's wake-up position only
+    assert calls == [near_op] and near_out
+    calls.clear()
+    for _ in range(5):
+        produce(rm, "a", 0)
+    assert calls == [] and not any(op.completed for op in far)
+
+
+def test_fetches_of_several_partitions_are_tried_on_every_append(rm):
+    out = []
+    op = rm.fetch_messages(FetchParams(-1, 10_000, 400, 1 << 20, 0),
+                           [("a", [FetchPartition(0, -1, 0, 0, 1 << 20), FetchPartition(1, -1, 0, 0, 1 << 20)])],
+                           out.append)
+    assert op is not None
+    produce(rm, "a", 0)
+    assert out == []
+    produce(rm, "a", 1)
+    assert out == []
+    produce(rm, "a", 1)  # about 510 bytes over the two partitions
+    assert len(out) == 1
+
+
+def test_expired_fetches_leave_no_wake_up_entries_behind(rm, time):
+    for _ in range(500):
+        park(rm, "a", 0, min_bytes=1 << 30, max_wait_ms=100)
+    time.sleep(100)
+    assert rm.fetch_purgatory.delayed() == 0
+    assert rm.fetch_purgatory._heaps == {} and rm.fetch_purgatory._unindexed == {}
