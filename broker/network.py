@@ -92,23 +92,32 @@ class FlowControl:
         await self._writable.wait()
 
 
+SMALL_REQUEST_BYTES = 64 << 10  # frames this small may use the pool's reserve when it is used up
+
+
 class RequestMemoryPool:
     """Kafka's request memory pool (``queued.max.request.bytes``): bytes of requests read
     from sockets but not yet processed, across all connections.
 
     A connection reading a frame reserves the frame's whole size once its size prefix is in
     (Kafka's non-strict pool: granted while anything is left, so one frame may overshoot).
-    When the pool is used up, reading stops on every connection that holds no grant
-    (Kafka mutes every channel not in the middle of an allocated receive); those with a grant
-    keep reading, finish their frame and give it back. Reading resumes everywhere once the
+    When the pool is used up, every connection that holds no grant stops reading past a
+    size prefix (Kafka mutes every channel not in the middle of an allocated receive); those
+    with a grant keep reading, finish their frame and give it back. So that well-behaved
+    clients are still served while large frames hog the pool, a frame of at most
+    SMALL_REQUEST_BYTES whose prefix is in may take a grant from a small reserve
+    (``reserve_limit``, an eighth of the pool) instead. Reading resumes everywhere once the
     pool has room again. A connection that never finishes its frame holds its grant until
-    connections.max.idle.ms closes it."""
+    connections.max.idle.ms closes it. Memory held: at most the pool, one frame over it, the
+    reserve, and a size prefix per connection."""
 
-    __slots__ = ("limit", "used", "exhausted", "_server")
+    __slots__ = ("limit", "used", "reserve_limit", "reserve_used", "exhausted", "_server")
 
     def __init__(self, limit: int, server: "SocketServer") -> None:
         self.limit = limit
         self.used = 0
+        self.reserve_limit = max(SMALL_REQUEST_BYTES, limit // 8)
+        self.reserve_used = 0
         self.exhausted = False
         self._server = server
 
@@ -224,6 +233,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
         self.reserved = 0  # bytes of the request memory pool this connection holds
         self.granted = False  # ``reserved`` covers the whole frame being read (it may keep reading)
+        self.from_reserve = False  # the grant is from the pool's reserve for small frames
         self.memory_paused = False
         self._out: list | None = None
         self.closed = False
@@ -277,9 +287,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.framer = _CLOSED_FRAMER
         pool = self.server.memory_pool
         if pool is not None and self.reserved:
-            pool.used -= self.reserved
-            self.reserved = 0
-            self.granted = False
+            self._give_back(pool)
             pool.update()
         self.server.connection_closed(self)
 
@@ -288,8 +296,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # (the request memory pool is used up) is offered a few bytes only: uvloop starts reading
     # every new connection after connection_made, whatever it asked for.
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.memory_paused:
-            return self.server.read_buffer[:_PAUSED_READ]
+        if self.memory_paused:  # up to the size prefix, which decides whether it may go on
+            return self.server.read_buffer[:max(1, _PAUSED_READ - self.framer.buffered)]
+        if self.from_reserve:  # the rest of its small frame, nothing beyond
+            return self.server.read_buffer[:max(1, self.reserved - self.framer.buffered)]
         return self.server.read_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -328,17 +338,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
         pending = framer.pending_frame_size
         if self.granted and not completed and pending == self.reserved:
             return  # still reading the frame it holds a grant for
+        self._give_back(pool)
         if not pending:
-            new, granted = 0, False
-        elif pool.used - self.reserved < pool.limit:
-            new, granted = pending, True
+            pass
+        elif pool.used < pool.limit:
+            self.reserved, self.granted = pending, True
+            pool.used += pending
+        elif (framer.buffered >= 4 and pending <= SMALL_REQUEST_BYTES
+              and pool.reserve_used + pending <= pool.reserve_limit):
+            self.reserved, self.granted, self.from_reserve = pending, True, True
+            pool.reserve_used += pending
         else:
-            new, granted = framer.buffered, False  # no grant: what it read, and it stops reading
-        pool.used += new - self.reserved
-        self.reserved, self.granted = new, granted
+            self.reserved = framer.buffered  # no grant: what it read, and it stops reading
+            pool.used += self.reserved
         pool.update()
-        if pool.exhausted and not granted:
-            self.set_memory_paused(True)
+        self.set_memory_paused(pool.exhausted and not self.granted)
+        self._update_reading()  # whether a paused connection reads on depends on its prefix being in
+
+    def _give_back(self, pool: RequestMemoryPool) -> None:
+        if self.reserved:
+            if self.from_reserve:
+                pool.reserve_used -= self.reserved
+            else:
+                pool.used -= self.reserved
+        self.reserved, self.granted, self.from_reserve = 0, False, False
 
     def set_memory_paused(self, paused: bool) -> None:
         if self.memory_paused != paused:
@@ -412,7 +435,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         flow = self.flow
         if self.closed or flow is None:
             return
-        if flow.write_paused or self.memory_paused or len(self._pending) >= self._max_inflight:
+        if (flow.write_paused or (self.memory_paused and self.framer.buffered >= _PAUSED_READ)
+                or len(self._pending) >= self._max_inflight):
             flow.pause_reading()
         else:
             flow.resume_reading()

@@ -27,7 +27,7 @@ def send_some(sock: socket.socket, data: memoryview) -> memoryview:
 
 
 def test_half_frames_on_1000_connections_keep_rss_bounded_and_a_good_client_is_served(broker_process):
-    broker = broker_process(overrides={"queued.max.request.bytes": POOL, "connections.max.idle.ms": 8000}).start()
+    broker = broker_process(overrides={"queued.max.request.bytes": POOL, "connections.max.idle.ms": 60000}).start()
     baseline = rss_bytes(broker.pid)
     half = struct.pack(">i", FRAME) + struct.pack(">hhi", ApiKey.PRODUCE, 7, 1) + b"\x00" * (FRAME // 2)
     socks, rest = [], []
@@ -53,9 +53,9 @@ def test_half_frames_on_1000_connections_keep_rss_bounded_and_a_good_client_is_s
         assert peak - baseline < bound, (f"RSS grew by {(peak - baseline) >> 20} MiB (bound {bound >> 20} MiB; "
                                          f"{unsent >> 20} MiB still unsent by the clients)")
         assert "queued.max.request.bytes=16777216 reached" in broker.log_text()
-        # A well-behaved client is served: at the latest once connections.max.idle.ms has
-        # closed the connections stuck in the middle of their frames and the pool drained.
-        good = socket.create_connection(("127.0.0.1", broker.port), timeout=30)
+        # A well-behaved client is served while the pool is still used up (its small request
+        # takes the reserve), long before connections.max.idle.ms would free anything.
+        good = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
         good.sendall(request_frame(ApiKey.API_VERSIONS, 0, b"", correlation_id=77))
         assert struct.unpack_from(">i", read_frame(good), 0)[0] == 77
         good.close()
@@ -67,8 +67,9 @@ def test_half_frames_on_1000_connections_keep_rss_bounded_and_a_good_client_is_s
 
 def test_request_memory_pool_pauses_and_resumes_reading():
     """The pool's rules on a mock transport: a frame reserves its whole size once its size
-    prefix is in; when the pool is used up, every connection without a grant stops reading;
-    those with one finish their frame; reading resumes once the pool has room again."""
+    prefix is in; when the pool is used up, every connection without a grant stops reading
+    past a size prefix (a small frame may use the reserve and is served); those with a grant
+    finish their frame; reading resumes once the pool has room again."""
     from broker.network import KafkaConnection, SocketServer
     from tests.broker.test_network import FakeApis, MockTransport, request
 
@@ -89,12 +90,20 @@ def test_request_memory_pool_pauses_and_resumes_reading():
     assert a.granted and pool.used == len(frame) and not pool.exhausted
     b.data_received(frame[:1000])
     assert b.granted and pool.exhausted
-    assert tc.paused and c.memory_paused and not ta.paused and not tb.paused
-    d, td = connection()  # a connection accepted meanwhile starts paused
-    assert td.paused
+    assert c.memory_paused and not ta.paused and not tb.paused
+    assert not tc.paused and len(c.get_buffer(-1)) == 4  # it may read a size prefix, no more
+    c.data_received(frame[:4])  # a large frame: no grant, it stops reading
+    assert tc.paused and not c.granted and pool.used == 2 * len(frame) + 4
+    d, td = connection()  # accepted meanwhile: a small request is served from the reserve
+    d.data_received(request(18, 9)[:4])
+    assert d.granted and d.from_reserve and not td.paused
+    d.data_received(request(18, 9)[4:])
+    assert [ctx.header.correlation_id for ctx in server.dispatcher.contexts] == [9]
+    assert pool.reserve_used == 0 and d.memory_paused and not td.paused
     a.data_received(frame[1000:])  # a finishes its frame: the grant is given back
-    assert len(server.dispatcher.contexts) == 1 and not a.granted
-    assert not pool.exhausted and pool.used == len(frame)
-    assert not tc.paused and not td.paused
+    assert len(server.dispatcher.contexts) == 2 and not a.granted
+    assert not pool.exhausted
+    assert not tc.paused and not c.memory_paused
     b.close()
+    c.close()
     assert pool.used == 0
