@@ -13,19 +13,13 @@ from tests.support import BrokerProcess, wait_until
 from .resources_support import fd_count, read_frame, request_frame
 
 
-class LimitedBroker(BrokerProcess):
+def limited_broker(log_dir, nofile: str) -> BrokerProcess:
     """A broker process started with RLIMIT_NOFILE soft:hard (``prlimit``, util-linux)."""
-
-    def __init__(self, *args, nofile: str, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.nofile = nofile
-
-    def command(self) -> list[str]:
-        return ["prlimit", f"--nofile={self.nofile}", "--"] + super().command()
+    return BrokerProcess(log_dir, prefix=["prlimit", f"--nofile={nofile}", "--"])
 
 
 def test_soft_open_files_limit_is_raised_to_the_hard_limit_and_logged(tmp_path):
-    broker = LimitedBroker(tmp_path / "data", nofile="1024:4096").start()
+    broker = limited_broker(tmp_path / "data", "1024:4096").start()
     try:
         limits = open(f"/proc/{broker.pid}/limits").read()
         line = next(l for l in limits.splitlines() if l.startswith("Max open files"))
@@ -36,7 +30,7 @@ def test_soft_open_files_limit_is_raised_to_the_hard_limit_and_logged(tmp_path):
 
 
 def test_emfile_on_accept_never_takes_the_listener_down(tmp_path):
-    broker = LimitedBroker(tmp_path / "data", nofile="256:256").start()
+    broker = limited_broker(tmp_path / "data", "256:256").start()
     try:
         socks = [socket.create_connection(("127.0.0.1", broker.port), timeout=5) for _ in range(400)]
         wait_until(lambda: fd_count(broker.pid) >= 250, 10, what="the broker to run out of descriptors")
