@@ -170,7 +170,21 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "metadata log bytes after which the controller writes a snapshot", low=1),
     _k("metadata.log.max.snapshot.interval.ms", "long", 3600000,
        "time after which the controller writes a snapshot of a changed state (0: never by time)", low=0),
+    # The log cleaner (storage/log_cleaner.py): compaction of cleanup.policy=compact topics.
+    _k("log.cleanup.policy", "list", ["delete"], "default cleanup.policy of topics: delete, compact or both"),
+    _k("log.cleaner.enable", "bool", True, "run the log cleaner (compaction of cleanup.policy=compact topics)"),
+    _k("log.cleaner.backoff.ms", "long", 15000, "how long the cleaner waits when no log needs cleaning", low=0),
+    _k("log.cleaner.delete.retention.ms", "long", 86400000, "default delete.retention.ms: how long tombstones "
+       "stay after their segment was cleaned", low=0),
+    _k("log.cleaner.min.cleanable.ratio", "double", 0.5, "default min.cleanable.dirty.ratio"),
+    _k("log.cleaner.min.compaction.lag.ms", "long", 0, "default min.compaction.lag.ms", low=0),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
+    # Metrics (kbroker's keys: Kafka exposes JMX instead).
+    _k("metrics.enabled", "bool", True, "collect metrics (false: no request/topic counters and no endpoint)"),
+    _k("metrics.listener", "string", None, "where /metrics and /health are served, http://host:port (port 0: a free "
+       "one, logged); unset: not served"),
+    _k("metrics.partition.series.enabled", "bool", True, "per-partition series (HW, LEO, lag, size); false drops "
+       "them to bound cardinality"),
 )}
 
 # Kafka keys that mean nothing here; accepted without a warning.
@@ -179,7 +193,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "background.threads", "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",
-    "log.cleaner.enable", "log.cleanup.policy", "compression.type", "socket.listen.backlog.size", "max.connections",
+    "compression.type", "socket.listen.backlog.size", "max.connections",
     "log.preallocate", "log.cleaner.threads", "confluent.support.metrics.enable",
 })
 
@@ -419,6 +433,10 @@ class KafkaConfig:
             "min.insync.replicas": str(v["min.insync.replicas"]),
             "file.delete.delay.ms": str(v["log.segment.delete.delay.ms"]),
             "producer.id.expiration.ms": str(v["producer.id.expiration.ms"]),
+            "cleanup.policy": ",".join(v["log.cleanup.policy"]),
+            "delete.retention.ms": str(v["log.cleaner.delete.retention.ms"]),
+            "min.cleanable.dirty.ratio": str(v["log.cleaner.min.cleanable.ratio"]),
+            "min.compaction.lag.ms": str(v["log.cleaner.min.compaction.lag.ms"]),
         }
 
 
@@ -429,7 +447,6 @@ MAX_TOPIC_NAME = 249
 
 # Kafka topic configs kbroker accepts without acting on them (so tools that set them keep working).
 PASSIVE_TOPIC_CONFIGS = frozenset({
-    "cleanup.policy", "delete.retention.ms", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
     "max.compaction.lag.ms", "preallocate", "unclean.leader.election.enable", "message.downconversion.enable",
     "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
     "message.format.version", "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
