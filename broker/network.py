@@ -342,6 +342,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.pause_reading()  # paused in connection_made: uvloop has just started reading
 
     def data_received(self, data: bytes | memoryview) -> None:
+        if self.closed:
+            return  # its framer is the shared closed one
         self.server.touch(self)
         if self.metrics is not None:
             self._t_read = self._t_cursor = self._now()
