@@ -33,6 +33,7 @@ from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
 from .coordinator.adapter import error_response
+from .error_response import error_response_body
 from .fetch_params import FetchParams
 from .forwarding import FORWARDED_APIS, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
@@ -154,7 +155,31 @@ class KafkaApis:
                 return self._reject_old_produce(ctx)
             raise RemoteProtocolError(f"unsupported version {header.api_version} of {api.name} "
                                       f"(supported {api.min_version}-{api.max_version})")
-        handler(ctx)
+        try:
+            handler(ctx)
+        except RemoteProtocolError:
+            raise
+        except KafkaError as exc:
+            log.warning("%s v%d from %s failed: %s %s", api.name, header.api_version, ctx.peer,
+                        exc.error_code.name, exc)
+            self._answer_error(ctx, api, exc.error_code, str(exc) or None)
+        except Exception as exc:
+            # Kafka's handleError: answer the request with UNKNOWN_SERVER_ERROR, keep the connection.
+            log.exception("unexpected error handling %s v%d (correlation id %d) from %s; answering "
+                          "UNKNOWN_SERVER_ERROR", api.name, header.api_version, header.correlation_id, ctx.peer)
+            self._answer_error(ctx, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _answer_error(self, ctx: "RequestContext", api: Api, code: int, message: str | None) -> None:
+        """Answer the whole request with ``code`` (Kafka's getErrorResponse), unless a response
+        already went out; a request that cannot be parsed closes the connection instead."""
+        if ctx.answered:
+            return
+        request = self.parse(ctx, api)
+        try:
+            body = error_response(api.key, request, ctx.api_version, code)  # the group APIs' own
+        except ValueError:
+            body = error_response_body(api, ctx.api_version, request, code, message)
+        self.send(ctx, api, body)
 
     def authorize(self, ctx: "RequestContext", operation: Operation, resource_type: ResourceType, name: str) -> bool:
         return self.authorizer.authorize(ctx, operation, resource_type, name)
@@ -231,7 +256,9 @@ class KafkaApis:
                 return
             ctx.send_response(encode_produce_response(version, correlation_id, results))
 
-        self.replica_manager.append_records(request.timeout_ms, acks, False, topics, respond)
+        op = self.replica_manager.append_records(request.timeout_ms, acks, False, topics, respond)
+        if op is not None:
+            ctx.on_cancel(op.cancel)
 
     def _reject_old_produce(self, ctx: "RequestContext") -> None:
         """Produce v0-2 (message format 0/1): advertised for librdkafka's sake, never accepted."""
@@ -272,7 +299,9 @@ class KafkaApis:
 
         topic_stats = self.replica_manager.topic_stats
 
-        self.replica_manager.fetch_messages(params, request.topics, respond)
+        op = self.replica_manager.fetch_messages(params, request.topics, respond)
+        if op is not None:
+            ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
 
     def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
         """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out

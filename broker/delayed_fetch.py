@@ -4,15 +4,29 @@ It completes early when (Kafka's cases) a partition is no longer hosted or no lo
 here, the fetch offset fell outside the log (truncation), or enough bytes have become
 readable: new data for a follower (LEO moved), a moved high watermark for a consumer.
 On completion it reads again and answers with whatever is there then.
+
+``try_complete`` runs on every append to a watched partition, for every fetch parked there,
+so it never reads the log (Kafka's DelayedFetch.tryComplete): when the fetch is parked it
+remembers where its fetch offset lies (segment, byte position: ``Log.offset_metadata``);
+the bytes readable since are the distance to the end it may read to (LEO or high watermark,
+whose position the log keeps), capped at the partition's max bytes. Reaching a newer segment
+completes it, as Kafka does.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
 
 from .fetch_params import FetchParams
 from .partition import FETCH_LOG_END, Partition
-from .purgatory import DelayedOperation
+from .purgatory import DelayedOperation, DelayedOperationPurgatory
+
+if TYPE_CHECKING:
+    from storage import Log
+
+_NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes the fetch
 
 
 class FetchSource(Protocol):
@@ -24,7 +38,7 @@ class FetchSource(Protocol):
 
 
 class DelayedFetch(DelayedOperation):
-    __slots__ = ("params", "topics", "replica_manager", "callback")
+    __slots__ = ("params", "topics", "replica_manager", "callback", "_positions", "indexed")
 
     def __init__(self, delay_ms: float, params: FetchParams, topics, replica_manager: FetchSource,
                  callback: Callable[[list], None]) -> None:
@@ -33,30 +47,158 @@ class DelayedFetch(DelayedOperation):
         self.topics = topics  # [(topic, [FetchPartition])]
         self.replica_manager = replica_manager
         self.callback = callback
+        # Per fetched partition, in request order: (its log, (segment base, position) of the
+        # fetch offset) when parked — Kafka's fetchOffsetMetadata.
+        positions = []
+        get_partition = replica_manager.get_partition
+        for topic, parts in topics:
+            for fp in parts:
+                partition = get_partition(topic, fp.partition)
+                log = partition.log if partition is not None else None
+                meta = None
+                if log is not None and log.log_start_offset <= fp.fetch_offset <= log.log_end_offset:
+                    meta = log.offset_metadata(fp.fetch_offset)
+                positions.append((log, meta))
+        self._positions = positions
+        self.indexed = False  # in a FetchPurgatory's wake-up heap
+
+    def wake_level(self) -> tuple[tuple[str, int], bool, tuple[int, int]] | None:
+        """For a fetch of one partition: (partition, whether it reads to the LEO, the end
+        position (segment base, byte position) from which it completes). The end reaching it
+        is what ``try_complete`` would find enough; None for fetches of several partitions."""
+        if len(self._positions) != 1:
+            return None
+        log, meta = self._positions[0]
+        if log is None or meta is None:
+            return None
+        topic, parts = self.topics[0]
+        fp = parts[0]
+        min_bytes = max(1, self.params.min_bytes)
+        base, position = meta
+        threshold = position + min_bytes if fp.partition_max_bytes >= min_bytes else _NEVER
+        return (topic, fp.partition), self.params.isolation == FETCH_LOG_END, (base, threshold)
 
     def try_complete(self) -> bool:
         params = self.params
         get_partition = self.replica_manager.get_partition
+        from_leo = params.isolation == FETCH_LOG_END
+        min_bytes = params.min_bytes
+        positions = self._positions
         accumulated = 0
+        i = 0
         for topic, parts in self.topics:
             for fp in parts:
+                parked_log, fetch_meta = positions[i]
+                i += 1
                 partition = get_partition(topic, fp.partition)
-                if partition is None or partition.log is None:
+                if partition is None or partition.log is None or partition.log is not parked_log or fetch_meta is None:
                     return self.force_complete()
                 if params.require_leader and not partition.is_leader:
                     return self.force_complete()
                 log = partition.log
-                end = log.log_end_offset if params.isolation == FETCH_LOG_END else log.high_watermark
-                if fp.fetch_offset > log.log_end_offset or fp.fetch_offset < log.log_start_offset:
+                fetch_offset = fp.fetch_offset
+                if fetch_offset > log.log_end_offset or fetch_offset < log.log_start_offset:
                     return self.force_complete()
-                if end > fp.fetch_offset:
-                    if params.min_bytes <= 1:
+                end = log.log_end_offset if from_leo else log.high_watermark
+                if end > fetch_offset:
+                    if min_bytes <= 1:
                         return self.force_complete()
-                    data = log.read(fp.fetch_offset, fp.partition_max_bytes, max_offset=end, min_one_batch=True)
-                    accumulated += len(data.records)
-                    if accumulated >= params.min_bytes:
+                    end_base, end_position = log.log_end_offset_metadata() if from_leo else log.high_watermark_metadata()
+                    fetch_base, fetch_position = fetch_meta
+                    if end_base != fetch_base:
+                        # A newer segment (a whole segment of new data or a roll), or the end
+                        # moved below the fetch offset's segment (truncation): answer now.
+                        return self.force_complete()
+                    accumulated += min(end_position - fetch_position, fp.partition_max_bytes)
+                    if accumulated >= min_bytes:
                         return self.force_complete()
         return False
 
     def on_complete(self) -> None:
         self.callback(self.replica_manager.read_from_local_log(self.params, self.topics))
+
+
+class FetchPurgatory(DelayedOperationPurgatory):
+    """The Fetch purgatory: watchers keyed by partition (Kafka's), and for each partition two
+    heaps of its single-partition fetches — those reading to the high watermark (consumers)
+    and those reading to the LEO (followers) — ordered by the end position that completes
+    them (``DelayedFetch.wake_level``).
+
+    ``check_appended`` is the append path: the partition's end only moved forward, so only
+    the fetches whose wake-up position it reached are tried (plus fetches of several
+    partitions, which are always tried): 1,000 fetches parked on a partition cost a heap peek
+    per append, not 1,000 checks. Every other change (leadership, truncation, ISR) goes
+    through ``check_and_complete``, which tries them all.
+    """
+
+    def __init__(self, name: str, time) -> None:
+        super().__init__(name, time)
+        self._heaps: dict[tuple[Hashable, bool], list[tuple[tuple[int, int], int, DelayedFetch]]] = {}
+        self._unindexed: dict[Hashable, dict[DelayedOperation, None]] = {}
+        self._seq = itertools.count()
+
+    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
+        keys = tuple(keys)
+        if super().try_complete_else_watch(op, keys):
+            return True
+        wake = op.wake_level() if isinstance(op, DelayedFetch) else None
+        if wake is None:
+            for key in keys:
+                self._unindexed.setdefault(key, {})[op] = None
+        else:
+            key, from_leo, threshold = wake
+            assert isinstance(op, DelayedFetch)
+            op.indexed = True
+            heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
+        return False
+
+    def check_appended(self, key: Hashable, log: "Log") -> int:
+        """After an append to ``key``'s ``log`` (and any move of its high watermark that
+        followed): complete what the new end completes. Returns how many completed."""
+        if key not in self._watchers:
+            return 0
+        done = 0
+        unindexed = self._unindexed.get(key)
+        if unindexed:
+            for op in list(unindexed):
+                if not op.completed and op.try_complete():
+                    done += 1
+        for from_leo in (True, False):
+            heap = self._heaps.get((key, from_leo))
+            if not heap:
+                continue
+            level = log.log_end_offset_metadata() if from_leo else log.high_watermark_metadata()
+            again = []
+            while heap and heap[0][0] <= level:
+                entry = heapq.heappop(heap)
+                op = entry[2]
+                if op.completed:
+                    continue
+                if op.try_complete():
+                    done += 1
+                else:
+                    again.append(entry)
+            for entry in again:
+                heapq.heappush(heap, entry)
+        return done
+
+    def _unwatch(self, op: DelayedOperation) -> None:
+        keys = op._keys
+        super()._unwatch(op)
+        for key in keys:
+            unindexed = self._unindexed.get(key)
+            if unindexed is not None:
+                unindexed.pop(op, None)
+                if not unindexed:
+                    del self._unindexed[key]
+            if isinstance(op, DelayedFetch) and op.indexed:
+                for from_leo in (True, False):
+                    heap = self._heaps.get((key, from_leo))
+                    if heap is None:
+                        continue
+                    live = self._watchers.get(key)
+                    if not live:
+                        del self._heaps[(key, from_leo)]
+                    elif len(heap) > 2 * len(live) + 64:  # completed entries leave lazily; compact
+                        heap[:] = [e for e in heap if not e[2].completed]
+                        heapq.heapify(heap)

@@ -14,6 +14,12 @@ Per connection:
 * Flow control (``FlowControl``, after uvicorn's): reading pauses while too many requests
   are in flight (queued.max.requests) or the transport's write buffer is over its
   high-water mark, and resumes when both clear.
+* Memory (``RequestMemoryPool``, Kafka's queued.max.request.bytes): bytes of requests read
+  but not processed are bounded for the whole broker; when the pool is used up, reading
+  stops on every connection not in the middle of a granted frame until it drains.
+* Connections give everything back: a client that closes (EOF) is closed at once and its
+  requests still waiting (a parked long-poll) are cancelled; connections.max.idle.ms closes
+  idle connections and ones stuck in the middle of a frame (Kafka's Selector LRU).
 * Bad input never reaches other connections: a frame that cannot be parsed closes only
   this connection, with one log line.
 * Metrics (when the server has ``RequestMetrics``): each request's slot carries the clock
@@ -28,8 +34,10 @@ import asyncio
 import collections
 import logging
 import socket
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
+from protocol.client import SYSTEM_TIME
+from protocol.clock import Time, TimerHandle
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
@@ -90,13 +98,62 @@ class FlowControl:
         await self._writable.wait()
 
 
+SMALL_REQUEST_BYTES = 64 << 10  # frames this small may use the pool's reserve when it is used up
+
+
+class RequestMemoryPool:
+    """Kafka's request memory pool (``queued.max.request.bytes``): bytes of requests read
+    from sockets but not yet processed, across all connections.
+
+    A connection reading a frame reserves the frame's whole size once its size prefix is in
+    (Kafka's non-strict pool: granted while anything is left, so one frame may overshoot).
+    When the pool is used up, every connection that holds no grant stops reading past a
+    size prefix (Kafka mutes every channel not in the middle of an allocated receive); those
+    with a grant keep reading, finish their frame and give it back. So that well-behaved
+    clients are still served while large frames hog the pool, a frame of at most
+    SMALL_REQUEST_BYTES whose prefix is in may take a grant from a small reserve
+    (``reserve_limit``, an eighth of the pool) instead. Reading resumes everywhere once the
+    pool has room again. A connection that never finishes its frame holds its grant until
+    connections.max.idle.ms closes it. Memory held: at most the pool, one frame over it, the
+    reserve, and a size prefix per connection."""
+
+    __slots__ = ("limit", "used", "reserve_limit", "reserve_used", "exhausted", "_server")
+
+    def __init__(self, limit: int, server: "SocketServer") -> None:
+        self.limit = limit
+        self.used = 0
+        self.reserve_limit = max(SMALL_REQUEST_BYTES, limit // 8)
+        self.reserve_used = 0
+        self.exhausted = False
+        self._server = server
+
+    @property
+    def available(self) -> int:
+        return self.limit - self.used
+
+    def update(self) -> None:
+        if not self.exhausted and self.used >= self.limit:
+            self.exhausted = True
+            log.warning("queued.max.request.bytes=%d reached (%d bytes of requests read and not processed): "
+                        "reading pauses until it drains", self.limit, self.used)
+            for conn in self._server.connections:
+                if not conn.granted:
+                    conn.set_memory_paused(True)
+        elif self.exhausted and self.used < self.limit:
+            self.exhausted = False
+            log.info("request memory drained (%d of %d bytes): reading resumes", self.used, self.limit)
+            for conn in list(self._server.connections):
+                conn.set_memory_paused(False)
+
+
 class _Slot:
-    __slots__ = ("header", "done", "response", "stats", "t_read", "t_start", "t_local", "t_ready", "size")
+    __slots__ = ("header", "done", "response", "cancel", "stats", "t_read", "t_start", "t_local", "t_ready", "size")
 
     def __init__(self, header: RequestHeader) -> None:
         self.header = header
         self.done = False
         self.response: Any = None  # bytes, or a list of buffers for writelines
+        self.cancel: Callable[[], object] | None = None  # drops the work still waiting for this answer
         self.stats = None  # the API's ApiStats when metrics are on
         self.t_local = 0
         self.t_ready = 0
@@ -133,6 +190,16 @@ class RequestContext:
     def listener_name(self) -> str:
         return self.connection.listener_name
 
+    @property
+    def answered(self) -> bool:
+        return self._slot.done
+
+    def on_cancel(self, cancel: Callable[[], object]) -> None:
+        """``cancel()`` runs if the connection closes before this request is answered (a parked
+        Fetch long-poll or acks=-1 Produce is dropped with it, Kafka's SocketServer way)."""
+        if not self._slot.done:
+            self._slot.cancel = cancel
+
     def send_response(self, response) -> None:
         """Answer with a whole frame: bytes, or a list of buffers (size prefix included)."""
         slot = self._slot
@@ -166,7 +233,14 @@ class RequestContext:
         self.connection.close(reason)
 
 
-class KafkaConnection(asyncio.Protocol):
+_CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buffer
+
+
+_READ_BUFFER_SIZE = 256 << 10
+_PAUSED_READ = 4
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: "SocketServer", listener_name: str) -> None:
         self.server = server
         self.dispatcher = server.dispatcher
@@ -177,7 +251,11 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = "?"
         self._pending: collections.deque[_Slot] = collections.deque()
         self._max_inflight = server.max_inflight
-        self._eof = False
+        self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
+        self.reserved = 0  # bytes of the request memory pool this connection holds
+        self.granted = False  # ``reserved`` covers the whole frame being read (it may keep reading)
+        self.from_reserve = False  # the grant is from the pool's reserve for small frames
+        self.memory_paused = False
         self._out: list | None = None
         self.closed = False
         self.requests = 0
@@ -210,24 +288,66 @@ class KafkaConnection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         # Keep the socket's write buffer from ballooning: pause at 4 MiB, resume at 1 MiB.
         transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
-        self.server.connections.add(self)
+        self.server.connection_opened(self)
         if self.lstats is not None:
             self.lstats.accepted += 1
+        pool = self.server.memory_pool
+        if pool is not None and pool.exhausted:
+            self.set_memory_paused(True)
 
     def connection_lost(self, exc) -> None:
         if self.framer.buffered and not self.closed:
             log.warning("connection from %s closed in the middle of a request (%d bytes of a frame dropped)",
                         self.peer, self.framer.buffered)
         self.closed = True
-        self.server.connections.discard(self)
-        self._pending.clear()
         if self.lstats is not None:
             self.lstats.closed += 1
             if self.flow is not None and self.flow.read_paused:
                 self.lstats.read_paused_ns += self._now() - self._paused_at
-        self.server.connection_idle()
+        self._release()
 
-    def data_received(self, data: bytes) -> None:
+    def _release(self) -> None:
+        """Give back everything this connection holds: requests still waiting for an answer
+        are cancelled (a parked long-poll leaves its purgatory now, not at its timeout)."""
+        pending = self._pending
+        while pending:
+            slot = pending.popleft()
+            cancel = slot.cancel
+            if cancel is not None and not slot.done:
+                slot.done = True
+                slot.cancel = None
+                try:
+                    cancel()
+                except Exception:
+                    log.exception("cancelling a request of a closed connection from %s failed", self.peer)
+        self.framer = _CLOSED_FRAMER
+        pool = self.server.memory_pool
+        if pool is not None and self.reserved:
+            self._give_back(pool)
+            pool.update()
+        self.server.connection_closed(self)
+
+    # Reads land in the server's one read buffer (asyncio.BufferedProtocol): the Framer copies
+    # out what it keeps, so nothing else is allocated per read. A connection that must not read
+    # (the request memory pool is used up) is offered a few bytes only: uvloop starts reading
+    # every new connection after connection_made, whatever it asked for.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.memory_paused:  # up to the size prefix, which decides whether it may go on
+            return self.server.read_buffer[:max(1, _PAUSED_READ - self.framer.buffered)]
+        if self.from_reserve:  # the rest of its small frame, nothing beyond
+            return self.server.read_buffer[:max(1, self.reserved - self.framer.buffered)]
+        return self.server.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.server.read_buffer[:nbytes])
+        flow = self.flow
+        if flow is not None and flow.read_paused and not self.closed and self.transport.is_reading():
+            self.transport.pause_reading()  # paused in connection_made: uvloop has just started reading
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        if self.closed:
+            return  # its framer is the shared closed one
+        self.server.touch(self)
         if self.metrics is not None:
             self._t_read = self._t_cursor = self._now()
             self.lstats.bytes_in += len(data)
@@ -248,12 +368,50 @@ class KafkaConnection(asyncio.Protocol):
             if out and not self.closed:
                 self.transport.writelines(out)
                 self._update_reading()
+        if self.server.memory_pool is not None and not self.closed:
+            self._account_memory(bool(frames))
+
+    def _account_memory(self, completed: bool) -> None:
+        """After a read: reserve (or give back) pool memory for the partial frame now buffered."""
+        pool = self.server.memory_pool
+        assert pool is not None
+        framer = self.framer
+        pending = framer.pending_frame_size
+        if self.granted and not completed and pending == self.reserved:
+            return  # still reading the frame it holds a grant for
+        self._give_back(pool)
+        if not pending:
+            pass
+        elif pool.used < pool.limit:
+            self.reserved, self.granted = pending, True
+            pool.used += pending
+        elif (framer.buffered >= 4 and pending <= SMALL_REQUEST_BYTES
+              and pool.reserve_used + pending <= pool.reserve_limit):
+            self.reserved, self.granted, self.from_reserve = pending, True, True
+            pool.reserve_used += pending
+        else:
+            self.reserved = framer.buffered  # no grant: what it read, and it stops reading
+            pool.used += self.reserved
+        pool.update()
+        self.set_memory_paused(pool.exhausted and not self.granted)
+        self._update_reading()  # whether a paused connection reads on depends on its prefix being in
+
+    def _give_back(self, pool: RequestMemoryPool) -> None:
+        if self.reserved:
+            if self.from_reserve:
+                pool.reserve_used -= self.reserved
+            else:
+                pool.used -= self.reserved
+        self.reserved, self.granted, self.from_reserve = 0, False, False
+
+    def set_memory_paused(self, paused: bool) -> None:
+        if self.memory_paused != paused:
+            self.memory_paused = paused
+            self._update_reading()
 
     def eof_received(self):
-        # The client half-closed: answer what is in flight, then close (returning False closes now).
-        if self._pending:
-            self._eof = True
-            return True
+        # The client closed its side: close ours at once (Kafka's Selector does); requests still
+        # in flight are cancelled in connection_lost and their answers dropped.
         return False
 
     def pause_writing(self) -> None:
@@ -325,11 +483,11 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 self.transport.write(response)
                 wrote = True
+        if wrote:
+            self.server.touch(self)
         if wrote or (self.flow is not None and self.flow.read_paused):
             self._update_reading()
         if not pending:
-            if self._eof and not self.closed:
-                self.close()
             self.server.connection_idle()
 
     def _record(self, slot: _Slot, response, now: int) -> None:
@@ -346,7 +504,8 @@ class KafkaConnection(asyncio.Protocol):
         flow = self.flow
         if self.closed or flow is None:
             return
-        if flow.write_paused or len(self._pending) >= self._max_inflight:
+        if (flow.write_paused or (self.memory_paused and self.framer.buffered >= _PAUSED_READ)
+                or len(self._pending) >= self._max_inflight):
             if not flow.read_paused and self.metrics is not None:
                 self._paused_at = self._now()
             flow.pause_reading()
@@ -361,10 +520,9 @@ class KafkaConnection(asyncio.Protocol):
         if reason:
             log.warning("closing connection from %s: %s", self.peer, reason)
         self.closed = True
-        self._pending.clear()
         if self.transport is not None:
             self.transport.close()
-        self.server.connection_idle()
+        self._release()
 
     @property
     def inflight(self) -> int:
@@ -375,8 +533,9 @@ class SocketServer:
     """The listeners. Knows every connection it accepted (for shutdown and metrics)."""
 
     def __init__(self, dispatcher: RequestDispatcher, *, max_request_size: int, max_inflight: int,
-                 send_buffer: int = -1, receive_buffer: int = -1, metrics: RequestMetrics | None = None,
-                 now: Any = None) -> None:
+                 send_buffer: int = -1, receive_buffer: int = -1, time: Time = SYSTEM_TIME,
+                 connections_max_idle_ms: int = -1, queued_max_request_bytes: int = -1,
+                 metrics: RequestMetrics | None = None, now: Any = None) -> None:
         """``metrics``: per-API stats to keep (None: none); ``now``: the injected clock's
         nanoseconds, which the request phases are measured with."""
         self.dispatcher = dispatcher
@@ -387,9 +546,67 @@ class SocketServer:
         self.max_inflight = max_inflight
         self.send_buffer = send_buffer
         self.receive_buffer = receive_buffer
-        self.connections: set[KafkaConnection] = set()
+        self.time = time
+        self.connections_max_idle_ms = connections_max_idle_ms
+        # Every open connection, least recently active first (Kafka's Selector keeps this LRU
+        # for connections.max.idle.ms).
+        self.connections: collections.OrderedDict[KafkaConnection, None] = collections.OrderedDict()
         self.servers: list[tuple[str, asyncio.AbstractServer]] = []
         self._drained: asyncio.Event | None = None  # set while someone waits for in-flight requests
+        self._idle_timer: TimerHandle | None = None
+        self.idle_closed = 0
+        self.memory_pool = RequestMemoryPool(queued_max_request_bytes, self) if queued_max_request_bytes > 0 else None
+        self.read_buffer = memoryview(bytearray(_READ_BUFFER_SIZE))  # every read lands here first
+
+    # -- connections ------------------------------------------------------------------------
+    def connection_opened(self, conn: KafkaConnection) -> None:
+        conn.last_active_ms = self.time.monotonic_ms()
+        self.connections[conn] = None
+        if self._idle_timer is None and 0 < self.connections_max_idle_ms < 2**62:
+            self._schedule_idle_check()
+
+    def connection_closed(self, conn: KafkaConnection) -> None:
+        self.connections.pop(conn, None)
+        self.connection_idle()
+
+    def touch(self, conn: KafkaConnection) -> None:
+        """``conn`` read or wrote: it goes to the back of the idle order."""
+        conn.last_active_ms = self.time.monotonic_ms()
+        connections = self.connections
+        if conn in connections:
+            connections.move_to_end(conn)
+
+    def _schedule_idle_check(self) -> None:
+        interval = max(1.0, min(self.connections_max_idle_ms / 4, 1000.0))
+        self._idle_timer = self.time.schedule(interval, self.close_idle_connections)
+
+    def close_idle_connections(self) -> int:
+        """Kafka's connections.max.idle.ms: close every connection that has neither read nor
+        written for that long — idle ones and ones stuck in the middle of a frame alike. One
+        waiting for its own requests' answers (a long-poll) is not idle. Runs on a timer."""
+        self._idle_timer = None
+        now = self.time.monotonic_ms()
+        limit = self.connections_max_idle_ms
+        closed = 0
+        for conn in list(self.connections):
+            idle_ms = now - conn.last_active_ms
+            if idle_ms < limit:
+                break  # the rest are more recent
+            if conn.inflight and not conn.framer.buffered:
+                self.touch(conn)  # waiting for the broker, not for the client
+                continue
+            closed += 1
+            if conn.framer.buffered:
+                conn.close(f"stuck in the middle of a request ({conn.framer.buffered} bytes of a frame) for "
+                           f"{idle_ms:.0f} ms (connections.max.idle.ms={limit})")
+            else:
+                log.info("closing connection from %s: idle for %.0f ms (connections.max.idle.ms=%d)",
+                         conn.peer, idle_ms, limit)
+                conn.close()
+        self.idle_closed += closed
+        if self.connections and 0 < limit < 2**62:
+            self._schedule_idle_check()
+        return closed
 
     async def start(self, listener_name: str, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
@@ -460,6 +677,9 @@ class SocketServer:
         yield paused
 
     def close_all(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         for conn in list(self.connections):
             conn.close()
         for _name, server in self.servers:

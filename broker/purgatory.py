@@ -12,6 +12,9 @@ min_bytes, a Produce with acks=-1 waiting for the high watermark). The contract:
   tries again (the state may have changed in between in Kafka; here it keeps the
   contract identical), then arms the timer.
 * Whoever changes state calls ``check_and_complete(key)``.
+* ``cancel()`` drops a waiting operation without completing it: the connection that asked
+  for it closed, so nobody is left to answer (Kafka lets such operations run to their
+  timeout; here the watchers and the timer are given back at once).
 
 No locks or shards (one loop, one thread); no timing wheel: expiry goes through the
 injected clock's ``schedule`` (``loop.call_later`` in production). A completed operation
@@ -65,6 +68,20 @@ class DelayedOperation:
             log.exception("%s.on_complete failed", type(self).__name__)
         return True
 
+    def cancel(self) -> bool:
+        """Drop the operation without completing it (its requester went away: the connection
+        closed): no ``on_complete``, timer cancelled, unwatched. True if it was still waiting."""
+        if self.completed:
+            return False
+        self.completed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._purgatory is not None:
+            self._purgatory._unwatch(self)
+            self._purgatory.cancelled += 1
+        return True
+
     def _expire(self) -> None:
         self._timer = None
         if self.force_complete():
@@ -79,6 +96,7 @@ class DelayedOperationPurgatory:
         self.time = time
         self._watchers: dict[Hashable, dict[DelayedOperation, None]] = {}
         self.expired = 0
+        self.cancelled = 0
 
     def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
         """True if the operation completed right away; otherwise it is watched and timed."""

@@ -19,7 +19,7 @@ from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
 from protocol.fast_codecs import FetchPartitionData
 
-from .delayed_fetch import DelayedFetch
+from .delayed_fetch import DelayedFetch, FetchPurgatory
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
 from .fetch_params import FetchParams
 from .partition import (FETCH_LOG_END, FETCH_TXN_COMMITTED, LOCAL_ALTER_PARTITION, AlterPartitionSender,
@@ -69,7 +69,7 @@ class ReplicaManager:
         self.alter_partition = alter_partition
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
-        self.fetch_purgatory = DelayedOperationPurgatory("Fetch", time)
+        self.fetch_purgatory = FetchPurgatory("Fetch", time)
         self.controller_epoch = 0
         self.fetcher_manager = fetcher_manager  # None: nothing is followed (unit tests)
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
@@ -143,12 +143,13 @@ class ReplicaManager:
 
     # -- produce ---------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, internal_topics_allowed: bool, topics,
-                       callback: Callable[[list], None]) -> None:
+                       callback: Callable[[list], None]) -> DelayedProduce | None:
         """``topics``: [(topic, [(partition, records)])]. ``callback`` gets
-        [(topic, [[partition, error, base_offset, log_append_time, log_start_offset]])] in request order."""
+        [(topic, [[partition, error, base_offset, log_append_time, log_start_offset]])] in request order.
+        Returns the DelayedProduce when the answer waits (acks=-1), for the caller to cancel."""
         if required_acks not in _VALID_ACKS:
             callback([(t, [[p, ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1] for p, _ in parts]) for t, parts in topics])
-            return
+            return None
         results = []
         statuses: list[ProducePartitionStatus] = []
         for topic, parts in topics:
@@ -162,9 +163,11 @@ class ReplicaManager:
             results.append((topic, topic_results))
         if required_acks == -1 and any(s.acks_pending for s in statuses):
             op = DelayedProduce(timeout_ms, statuses, self, lambda: callback(results))
-            self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses])
+            if not self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
+                return op
         else:
             callback(results)
+        return None
 
     def _append_to_local_log(self, topic: str, partition_index: int, records, required_acks: int,
                              internal_topics_allowed: bool) -> tuple[list, int]:
@@ -192,31 +195,34 @@ class ReplicaManager:
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():
             self.produce_purgatory.check_and_complete(key)
-        self.fetch_purgatory.check_and_complete(key)
+        self.fetch_purgatory.check_appended(key, partition.log)
         return [partition_index, ErrorCode.NONE, info.first_offset, info.log_append_time,
                 partition.log.log_start_offset], info.last_offset + 1
 
     # -- fetch -----------------------------------------------------------------------------
-    def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> None:
-        """``topics``: [(topic, [FetchPartition])]; ``callback`` gets [(topic, [FetchPartitionData])]."""
+    def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:
+        """``topics``: [(topic, [FetchPartition])]; ``callback`` gets [(topic, [FetchPartitionData])].
+        Returns the DelayedFetch when the answer waits (a long-poll), for the caller to cancel."""
         results = self.read_from_local_log(params, topics)
         if params.max_wait_ms <= 0 or not topics or params.min_bytes <= 0:
             callback(results)
-            return
+            return None
         readable = 0
         for _topic, parts in results:
             for pd in parts:
                 if pd.error_code:
                     callback(results)
-                    return
+                    return None
                 if pd.records is not None:
                     readable += len(pd.records)
         if readable >= params.min_bytes:
             callback(results)
-            return
+            return None
         op = DelayedFetch(params.max_wait_ms, params, topics, self, callback)
         keys = [(t, fp.partition) for t, parts in topics for fp in parts]
-        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        if self.fetch_purgatory.try_complete_else_watch(op, keys):
+            return None
+        return op
 
     def read_from_local_log(self, params: FetchParams, topics) -> list:
         limit = params.max_bytes
@@ -271,7 +277,9 @@ class ReplicaManager:
         if replica_id not in partition.remote_replicas:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.topic}-{partition.partition}")
         if partition.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset, leader_leo):
-            self.try_complete_delayed_requests(partition.key)
+            # The high watermark moved forward: acks=-1 produces, and consumers' fetches it reached.
+            self.produce_purgatory.check_and_complete(partition.key)
+            self.fetch_purgatory.check_appended(partition.key, partition.log)
 
     def try_complete_delayed_requests(self, key: tuple[str, int]) -> None:
         self.produce_purgatory.check_and_complete(key)

@@ -58,6 +58,7 @@ from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
                            RPCProducerIdManager)
 from .replica_manager import ReplicaManager
+from .scheduler import PeriodicTask
 from .topic_admin import NotController, TopicAdmin
 
 log = logging.getLogger("kbroker.server")
@@ -101,7 +102,7 @@ class KafkaServer:
         self.metadata_waiters = MetadataWaiters(time)
         self._channels: list[ControllerChannel] = []
         self._locks: list[int] = []
-        self._timers: dict[str, object] = {}
+        self._timers: dict[str, PeriodicTask] = {}
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kbroker-flush")
         self._flush_idle = asyncio.Event()  # cleared while a background flush runs in the executor
         self._flush_idle.set()
@@ -191,6 +192,8 @@ class KafkaServer:
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
+            time=self.time, connections_max_idle_ms=cfg["connections.max.idle.ms"],
+            queued_max_request_bytes=cfg["queued.max.request.bytes"],
             metrics=request_metrics, now=self.time.nanoseconds)
         if metrics_on:
             self.collector = BrokerCollector(self, self.metrics.per_partition)
@@ -352,18 +355,11 @@ class KafkaServer:
 
     # -- background passes -----------------------------------------------------------------
     def _schedule_periodic(self, name: str, interval_ms: int, fn: Callable[[], None]) -> None:
+        """A background pass every ``interval_ms`` that logs and retries with backoff when it
+        fails, and never stops before shutdown (broker/scheduler.py)."""
         if interval_ms <= 0 or interval_ms >= 2**62:
             return
-
-        def run() -> None:
-            try:
-                fn()
-            except Exception:
-                log.exception("background task %s failed", name)
-            if self.started:
-                self._timers[name] = self.time.schedule(interval_ms, run)
-
-        self._timers[name] = self.time.schedule(interval_ms, run)
+        self._timers[name] = PeriodicTask(name, interval_ms, fn, self.time).start()
 
     def _schedule_background_tasks(self) -> None:
         cfg = self.config

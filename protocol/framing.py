@@ -75,6 +75,16 @@ class Framer:
     def buffered(self) -> int:
         return len(self._buf)
 
+    @property
+    def pending_frame_size(self) -> int:
+        """Bytes the partial frame in the buffer will take when whole (size prefix included),
+        or what is buffered while its size prefix is incomplete; 0 with nothing buffered."""
+        buf = self._buf
+        if len(buf) < 4:
+            return len(buf)
+        size: int = _SIZE.unpack_from(buf, 0)[0]
+        return 4 + max(0, size)
+
 
 def frame(*parts: bytes) -> bytes:
     """Prefix the concatenation of ``parts`` with its int32 size."""

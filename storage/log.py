@@ -163,6 +163,7 @@ class Log:
         self._dir_version = 1 if loaded.dir_changed else 0  # bumped when segment files are created or deleted
         self._dir_synced_version = 0
         self._truncations = 0
+        self._hw_metadata: tuple[int, int, tuple[int, int]] | None = None  # (hw, truncations, metadata)
         # The log cleaner's progress: below this offset the log is clean (compacted). Not kept
         # across restarts: a restarted broker compacts its logs once more (Kafka keeps it in
         # cleaner-offset-checkpoint).
@@ -235,6 +236,41 @@ class Log:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset]; returns it."""
         self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
         return self.high_watermark
+
+    # -- offset metadata (Kafka's LogOffsetMetadata) --------------------------------------
+
+    def offset_metadata(self, offset: int) -> tuple[int, int]:
+        """(segment base offset, byte position) of the batch holding ``offset`` — of the end of
+        the log at the LEO. What a parked fetch compares against (DelayedFetch) instead of
+        reading: bytes between two offsets on one segment are a difference of positions."""
+        active = self._segments[-1]
+        if offset >= self.log_end_offset:
+            return active.base_offset, active.size
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for segment in self._segments[i:i + 2]:
+            found = segment.translate_offset(offset)
+            if found is not None:
+                return segment.base_offset, found[0]
+        return active.base_offset, active.size
+
+    def log_end_offset_metadata(self) -> tuple[int, int]:
+        active = self._segments[-1]
+        return active.base_offset, active.size
+
+    def high_watermark_metadata(self) -> tuple[int, int]:
+        """``offset_metadata(high_watermark)``, looked up once per high watermark (Kafka keeps
+        the HW as a LogOffsetMetadata): at the LEO (a single replica, an ISR in step) it is the
+        end of the active segment."""
+        hw = self.high_watermark
+        if hw >= self.log_end_offset:
+            active = self._segments[-1]
+            return active.base_offset, active.size
+        cached = self._hw_metadata
+        if cached is not None and cached[0] == hw and cached[1] == self._truncations:
+            return cached[2]
+        meta = self.offset_metadata(hw)
+        self._hw_metadata = (hw, self._truncations, meta)
+        return meta
 
     # -- appending -----------------------------------------------------------------------
 

@@ -78,6 +78,7 @@ def raise_open_files_limit() -> int:
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("raised the soft open files limit (RLIMIT_NOFILE) from %d to the hard limit %d", soft, target)
         except (ValueError, OSError) as exc:
             log.warning("cannot raise the open files limit from %d to %d: %s", soft, target, exc)
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
