@@ -30,6 +30,7 @@ Results go to callbacks; nothing here encodes responses (see adapter.py).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Callable, Iterable
 
@@ -55,6 +56,9 @@ DEAD_GROUP = (str(DEAD), "", "", [])
 EMPTY_GROUP = ("", "", "", [])
 
 # The APIs whose group id may be empty (older clients commit offsets with ""), as Kafka's isValidGroupId.
+# Records of __consumer_offsets decoded per slice of a load before yielding to the event loop.
+LOAD_SLICE_RECORDS = 1000
+
 _EMPTY_GROUP_ID_ALLOWED = frozenset({"offset_commit", "offset_fetch", "describe_groups", "delete_groups"})
 
 
@@ -817,14 +821,45 @@ class GroupCoordinator:
                     read_records: Callable[[Callable[[Iterable[Record] | None], None]], None]) -> None:
         """Elected leader of ``partition``: load its groups and offsets. ``read_records(done)`` hands
         the partition's (key, value) records in log order to ``done`` (None: there is no log), now
-        or later; until then the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS. A load
-        that finishes after a resignation (or a newer election) is discarded."""
+        or later, as an iterable that may read the log lazily. They are decoded
+        ``LOAD_SLICE_RECORDS`` at a time, yielding to the event loop between slices (Kafka loads on
+        its own scheduler thread), so a large partition does not stall the broker; until the last
+        slice the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS. A load overtaken by a
+        resignation or a newer election stops at its next slice and is discarded."""
         log.info("Elected as the group coordinator for partition %d in epoch %s", partition, epoch)
-        if not self.group_manager.begin_loading(partition, epoch):
+        manager = self.group_manager
+        token = manager.begin_loading(partition, epoch)
+        if token is None:
             return
 
         def done(records: Iterable[Record] | None) -> None:
-            self.group_manager.complete_loading(partition, epoch, records, self._on_group_loaded)
+            if records is None:
+                log.warning("Loading %s-%d found no log", GROUP_METADATA_TOPIC_NAME, partition)
+                manager.complete_loading(partition, token, None, self._on_group_loaded)
+                return
+            load = manager.start_load(partition)
+            it = iter(records)
+
+            def step() -> None:
+                if not manager.load_is_current(partition, token):
+                    log.info("Load of %s-%d in epoch %s stopped after %d records: resigned or re-elected meanwhile",
+                             GROUP_METADATA_TOPIC_NAME, partition, epoch, load.records)
+                    _close(it)
+                    return
+                try:
+                    more = load.add(itertools.islice(it, LOAD_SLICE_RECORDS)) == LOAD_SLICE_RECORDS
+                except Exception:
+                    # as Kafka: the partition is owned even though its state could not be read
+                    log.exception("Reading %s-%d failed", GROUP_METADATA_TOPIC_NAME, partition)
+                    _close(it)
+                    manager.complete_loading(partition, token, None, self._on_group_loaded)
+                    return
+                if more:
+                    self.time.schedule(0, step)
+                else:
+                    manager.complete_loading(partition, token, load, self._on_group_loaded)
+
+            step()
 
         try:
             read_records(done)
@@ -858,3 +893,9 @@ class GroupCoordinator:
                 group.maybe_invoke_sync_callback(member, SyncGroupResult(ErrorCode.NOT_COORDINATOR))
                 self.heartbeat_purgatory.check_and_complete(member_key(group.group_id, member.member_id))
         self._remove_sync_expiration(group)
+
+
+def _close(it) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()

@@ -155,6 +155,70 @@ def read_offset(value) -> OffsetAndMetadata:
                              value.commit_timestamp, None if value.expire_timestamp == -1 else value.expire_timestamp)
 
 
+class PartitionLoad:
+    """The groups and offsets of one ``__consumer_offsets`` partition as its records are decoded,
+    in log order, slice by slice (``add``), then installed in the cache at once (``install``)."""
+
+    def __init__(self, partition: int, start_ms: int) -> None:
+        self.partition = partition
+        self.start_ms = start_ms
+        self.offsets: dict[tuple[str, str, int], OffsetAndMetadata] = {}
+        self.groups: dict[str, GroupMetadata] = {}
+        self.removed_groups: set[str] = set()
+        self.records = 0
+
+    def add(self, records: Iterable[Record]) -> int:
+        """Decode ``records``; the number of them. An undecodable record is logged and skipped."""
+        partition, now = self.partition, self.start_ms
+        loaded_offsets, loaded_groups, removed_groups = self.offsets, self.groups, self.removed_groups
+        n = 0
+        for key_bytes, value_bytes in records:
+            n += 1
+            if key_bytes is None:
+                log.warning("%s-%d: a record without a key; skipped", GROUP_METADATA_TOPIC_NAME, partition)
+                continue
+            try:
+                key = co.read_message_key(key_bytes)
+                if isinstance(key, co.OffsetKey):
+                    gtp = (key.group, key.topic, key.partition)
+                    if value_bytes is None:
+                        loaded_offsets.pop(gtp, None)
+                    else:
+                        loaded_offsets[gtp] = read_offset(co.read_offset_commit_value(value_bytes))
+                elif isinstance(key, co.GroupMetadataKey):
+                    if value_bytes is None:
+                        loaded_groups.pop(key.group, None)
+                        removed_groups.add(key.group)
+                    else:
+                        removed_groups.discard(key.group)
+                        loaded_groups[key.group] = read_group(key.group, co.read_group_metadata_value(value_bytes), now)
+                else:
+                    log.warning("Unknown message key with version %d while loading %s-%d; ignored (a left over from an "
+                                "aborted upgrade?)", key.version, GROUP_METADATA_TOPIC_NAME, partition)
+            except SchemaError as exc:
+                # Kafka abandons the whole partition on an undecodable record; one bad record should
+                # not cost every group of the partition its state, so it is skipped.
+                log.error("Undecodable record in %s-%d skipped: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
+        self.records += n
+        return n
+
+    def install(self, manager: "GroupMetadataManager", on_group_loaded: Callable[[GroupMetadata], None]) -> None:
+        partition, now = self.partition, self.start_ms
+        offsets_by_group: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        for (group_id, topic, p), om in self.offsets.items():
+            offsets_by_group.setdefault(group_id, {})[(topic, p)] = om
+        for group in self.groups.values():
+            manager._load_group(group, offsets_by_group.get(group.group_id, {}), on_group_loaded)
+        # Groups that only store offsets (no members, so no metadata in the log): Empty groups.
+        for group_id, offsets in offsets_by_group.items():
+            if group_id not in self.groups:
+                manager._load_group(GroupMetadata(group_id, EMPTY, now), offsets, on_group_loaded)
+        for group_id in self.removed_groups:
+            if group_id in manager.groups and group_id not in offsets_by_group:
+                log.error("Unexpected unload of active group %s while loading %s-%d", group_id,
+                          GROUP_METADATA_TOPIC_NAME, partition)
+
+
 class GroupMetadataManager:
     def __init__(self, config: GroupCoordinatorConfig, time: Time, append: AppendFn) -> None:
         self.config = config
@@ -164,6 +228,7 @@ class GroupMetadataManager:
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
         self.epoch_for_partition: dict[int, int] = {}
+        self._load_tokens: dict[int, object] = {}
         self._expiration_timer: TimerHandle | None = None
         self.num_partitions = config.offsets_topic_num_partitions
 
@@ -303,90 +368,56 @@ class GroupMetadataManager:
             current = epoch
         return epoch is None or epoch == current
 
-    def begin_loading(self, partition: int, epoch: int | None) -> bool:
-        """Mark ``partition`` loading (requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS).
-        False when the epoch is stale or the partition is already owned or loading."""
+    def begin_loading(self, partition: int, epoch: int | None) -> object | None:
+        """Mark ``partition`` loading (requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS)
+        and return the token of this load (see ``load_is_current``). None when the epoch is stale
+        or the partition is already owned or loading in this epoch; an election in a newer epoch
+        while an older load runs starts a new load (the old one is then discarded)."""
+        loading_epoch = self.epoch_for_partition.get(partition)
         if not self._maybe_update_epoch(partition, epoch):
             log.info("Not loading %s-%d in epoch %s: the current epoch is %s", GROUP_METADATA_TOPIC_NAME, partition,
                      epoch, self.epoch_for_partition.get(partition))
-            return False
-        if partition in self.owned_partitions or partition in self.loading_partitions:
+            return None
+        restart = (partition in self.loading_partitions and epoch is not None and loading_epoch is not None
+                   and epoch > loading_epoch)
+        if partition in self.owned_partitions or (partition in self.loading_partitions and not restart):
             log.info("Already loading or loaded %s-%d", GROUP_METADATA_TOPIC_NAME, partition)
-            return False
+            return None
         self.loading_partitions.add(partition)
-        return True
+        token = self._load_tokens[partition] = object()
+        return token
 
-    def complete_loading(self, partition: int, epoch: int | None, records: Iterable[Record] | None,
+    def load_is_current(self, partition: int, token: object) -> bool:
+        """Whether the load ``token`` (from ``begin_loading``) is still the one wanted: the partition
+        was neither unloaded nor elected again (in a newer epoch) since it began."""
+        return partition in self.loading_partitions and self._load_tokens.get(partition) is token
+
+    def start_load(self, partition: int) -> "PartitionLoad":
+        """The decoding state of the current load of ``partition``, fed slice by slice."""
+        return PartitionLoad(partition, self.time.milliseconds())
+
+    def complete_loading(self, partition: int, token: object, load: "PartitionLoad | None",
                          on_group_loaded: Callable[[GroupMetadata], None]) -> bool:
-        """Load the groups and offsets of ``records`` (the partition's (key, value) records in log
-        order, or None when there is no log) and own the partition. False (and nothing loaded)
-        if the partition was unloaded or re-elected in a newer epoch meanwhile."""
-        if partition not in self.loading_partitions or (epoch is not None and self.epoch_for_partition.get(partition) != epoch):
-            log.info("Discarding the load of %s-%d (epoch %s): resigned or re-elected meanwhile",
-                     GROUP_METADATA_TOPIC_NAME, partition, epoch)
+        """Install the groups and offsets ``load`` decoded (None: there was no log, or it could not
+        be read) and own the partition. False (and nothing installed) if the load is no longer
+        current (``load_is_current``)."""
+        if not self.load_is_current(partition, token):
+            log.info("Discarding the load of %s-%d: resigned or re-elected meanwhile", GROUP_METADATA_TOPIC_NAME,
+                     partition)
             return False
         start = self.time.milliseconds()
         try:
-            if records is None:
-                log.warning("Loading %s-%d found no log", GROUP_METADATA_TOPIC_NAME, partition)
-            else:
-                self._load_groups_and_offsets(partition, records, on_group_loaded)
+            if load is not None:
+                load.install(self, on_group_loaded)
         except Exception:
             log.exception("Error loading offsets from %s-%d", GROUP_METADATA_TOPIC_NAME, partition)
         finally:
             self.owned_partitions.add(partition)
             self.loading_partitions.discard(partition)
+            self._load_tokens.pop(partition, None)
         log.info("Finished loading offsets and group metadata from %s-%d in %d ms", GROUP_METADATA_TOPIC_NAME, partition,
-                 self.time.milliseconds() - start)
+                 self.time.milliseconds() - (load.start_ms if load is not None else start))
         return True
-
-    def _load_groups_and_offsets(self, partition: int, records: Iterable[Record],
-                                 on_group_loaded: Callable[[GroupMetadata], None]) -> None:
-        now = self.time.milliseconds()
-        loaded_offsets: dict[tuple[str, str, int], OffsetAndMetadata] = {}
-        loaded_groups: dict[str, GroupMetadata] = {}
-        removed_groups: set[str] = set()
-        for key_bytes, value_bytes in records:
-            if key_bytes is None:
-                log.warning("%s-%d: a record without a key; skipped", GROUP_METADATA_TOPIC_NAME, partition)
-                continue
-            try:
-                key = co.read_message_key(key_bytes)
-                if isinstance(key, co.OffsetKey):
-                    gtp = (key.group, key.topic, key.partition)
-                    if value_bytes is None:
-                        loaded_offsets.pop(gtp, None)
-                    else:
-                        loaded_offsets[gtp] = read_offset(co.read_offset_commit_value(value_bytes))
-                elif isinstance(key, co.GroupMetadataKey):
-                    if value_bytes is None:
-                        loaded_groups.pop(key.group, None)
-                        removed_groups.add(key.group)
-                    else:
-                        removed_groups.discard(key.group)
-                        loaded_groups[key.group] = read_group(key.group, co.read_group_metadata_value(value_bytes), now)
-                else:
-                    log.warning("Unknown message key with version %d while loading %s-%d; ignored (a left over from an "
-                                "aborted upgrade?)", key.version, GROUP_METADATA_TOPIC_NAME, partition)
-            except SchemaError as exc:
-                # Kafka abandons the whole partition on an undecodable record; one bad record should
-                # not cost every group of the partition its state, so it is skipped.
-                log.error("Undecodable record in %s-%d skipped: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
-
-        offsets_by_group: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-        for (group_id, topic, p), om in loaded_offsets.items():
-            offsets_by_group.setdefault(group_id, {})[(topic, p)] = om
-
-        for group in loaded_groups.values():
-            self._load_group(group, offsets_by_group.get(group.group_id, {}), on_group_loaded)
-        # Groups that only store offsets (no members, so no metadata in the log): Empty groups.
-        for group_id, offsets in offsets_by_group.items():
-            if group_id not in loaded_groups:
-                self._load_group(GroupMetadata(group_id, EMPTY, now), offsets, on_group_loaded)
-        for group_id in removed_groups:
-            if group_id in self.groups and group_id not in offsets_by_group:
-                log.error("Unexpected unload of active group %s while loading %s-%d", group_id,
-                          GROUP_METADATA_TOPIC_NAME, partition)
 
     def _load_group(self, group: GroupMetadata, offsets: dict, on_group_loaded: Callable[[GroupMetadata], None]) -> None:
         group.initialize_offsets(offsets)
@@ -406,6 +437,7 @@ class GroupMetadataManager:
             return
         self.owned_partitions.discard(partition)
         self.loading_partitions.discard(partition)
+        self._load_tokens.pop(partition, None)
         removed_groups = removed_offsets = 0
         for group in list(self.groups.values()):
             if self.partition_for(group.group_id) == partition:

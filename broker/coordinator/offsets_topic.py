@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from protocol.errors import ErrorCode
 from protocol.records import Record as BatchRecord, batch_body, build_batch, decode_records, iter_batch_headers
@@ -92,33 +92,18 @@ class OffsetsTopic:
                                             [(GROUP_METADATA_TOPIC_NAME, [(partition, bytearray(batch))])], done)
 
     # -- reading ---------------------------------------------------------------------------
-    def read_partition(self, partition: int, done: Callable[[list[Record] | None], None]) -> None:
-        """Every (key, value) record of the partition's log, start to end, control batches left out."""
+    def read_partition(self, partition: int, done: Callable[[Iterable[Record] | None], None]) -> None:
+        """``done`` gets the partition's (key, value) records from its log start to its end (as it
+        is now), control batches left out, as a lazy iterable: the log is read
+        ``READ_CHUNK_BYTES`` at a time as the coordinator consumes it, slice by slice between
+        turns of the event loop, so neither reading nor decoding a large partition blocks the loop
+        (``done(None)``: this broker has no log for it)."""
         p = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
         log_ = p.log if p is not None else None
         if log_ is None:
             done(None)
             return
-        out: list[Record] = []
-        offset = log_.log_start_offset
-        end = log_.log_end_offset
-        while offset < end:
-            data = log_.read(offset, READ_CHUNK_BYTES, None, True)
-            buf = data.records
-            if not len(buf):
-                break
-            next_offset = offset
-            for pos, header in iter_batch_headers(buf):
-                next_offset = header.next_offset
-                if header.is_control:
-                    continue
-                for r in decode_records(header, batch_body(buf, pos, header)):
-                    if r.offset >= offset:
-                        out.append((r.key, r.value))  # type: ignore[arg-type]
-            if next_offset <= offset:
-                break
-            offset = next_offset
-        done(out)
+        done(_read_records(log_, log_.log_start_offset, log_.log_end_offset))
 
     # -- FindCoordinator -------------------------------------------------------------------
     def partition_exists(self, topic: str, partition: int) -> bool:
@@ -159,6 +144,32 @@ class OffsetsTopic:
                 log.warning("creating %s failed: %s %s", GROUP_METADATA_TOPIC_NAME, _name(code), message or "")
 
         self.topic_admin.create_topics([topic], False, created, timeout_ms=self.commit_timeout_ms)
+
+
+def _read_records(log_, offset: int, end: int) -> Iterator[Record]:
+    while offset < end:
+        # the log start may move on (retention, the cleaner) while the load yields
+        offset = max(offset, log_.log_start_offset)
+        if offset >= end:
+            return
+        data = log_.read(offset, READ_CHUNK_BYTES, None, True)
+        # a copy: the segment may be cleaned or deleted while the load yields
+        buf = bytes(data.records)
+        if not buf:
+            return
+        next_offset = offset
+        for pos, header in iter_batch_headers(buf):
+            if header.base_offset >= end:
+                return
+            next_offset = header.next_offset
+            if header.is_control:
+                continue
+            for r in decode_records(header, batch_body(buf, pos, header)):
+                if offset <= r.offset < end:
+                    yield (r.key, r.value)  # type: ignore[misc]
+        if next_offset <= offset:
+            return
+        offset = next_offset
 
 
 def _name(code: int) -> str:

@@ -4,7 +4,11 @@ its offsets, epochs of racing elections, requests parked at the moment of resign
 
 from __future__ import annotations
 
-from broker.coordinator import GroupCoordinatorConfig
+import asyncio
+
+from broker.coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
+from broker.coordinator import group_coordinator as gc_module
+from protocol.client.clock import SYSTEM_TIME
 from protocol.messages import consumer_offsets as co
 
 from .harness import Cluster, E, subscription
@@ -202,3 +206,148 @@ def test_an_empty_loaded_group_continues_its_generations() -> None:
     join = c.join(member_id=c.join_new())
     c.sleep(3000)
     assert join["generation_id"] == 7
+
+
+# -- loading in slices, off the event loop's critical path ----------------------------------
+
+SLICE = gc_module.LOAD_SLICE_RECORDS
+
+
+class CountingRecords:
+    """A partition's records handed out lazily, counting how many were taken, and whether the
+    reader was closed (a discarded load stops reading)."""
+
+    def __init__(self, records) -> None:
+        self.records = list(records)
+        self.taken = 0
+        self.closed = False
+
+    def __iter__(self):
+        try:
+            for r in self.records:
+                self.taken += 1
+                yield r
+        finally:
+            self.closed = True
+
+
+def big_partition(c: Cluster, group="g", n=3 * SLICE + 10):
+    p = c.coordinator.partition_for(group)
+    c.log.partitions[p].extend(offset_record(group, "t", i % 97, i) for i in range(n))
+    readers: list[CountingRecords] = []
+
+    def read(partition, done):
+        readers.append(CountingRecords(c.log.partitions[partition]))
+        done(iter(readers[-1]))
+
+    c.log.read_partition = read
+    return p, readers
+
+
+def test_a_large_partition_loads_in_slices_answering_load_in_progress_meanwhile() -> None:
+    c = Cluster(owned=[])
+    p, readers = big_partition(c)
+    c.elect(p, epoch=1)
+    assert readers[0].taken <= SLICE + 1           # one slice, then the loop gets a turn
+    assert c.join().error == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert c.fetch(partitions=[("t", 0)])["error_code"] == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert c.core.handle_list_groups()[0] == E.COORDINATOR_LOAD_IN_PROGRESS
+    slices = 1
+    while c.core.group_manager.is_partition_loading(p):
+        taken = readers[0].taken
+        c.time.schedule(0, lambda: None)           # another callback interleaves with the slices
+        _run_one(c)
+        assert readers[0].taken - taken <= SLICE + 1
+        slices += 1
+        assert slices < 10
+    assert slices >= 3
+    assert c.committed(partitions=[("t", 0)]) == {("t", 0): 3 * SLICE + 10 - 1 - (3 * SLICE + 9) % 97}
+    assert c.group("g").num_offsets == 97
+
+
+def _run_one(c: Cluster) -> None:
+    """Fire the timers due now that were scheduled before this call (one turn of the loop)."""
+    due = [t for t in c.time._timers if t.deadline <= c.time.monotonic_ms() and not t.cancelled]
+    for t in due:
+        t.cancel()
+    for t in sorted(due):
+        t.callback()
+
+
+def test_a_resignation_mid_load_discards_the_load_and_stops_reading() -> None:
+    c = Cluster(owned=[])
+    p, readers = big_partition(c)
+    c.elect(p, epoch=1)
+    c.coordinator.on_resigned(p, epoch=1)
+    c.time.sleep(0)
+    assert readers[0].closed and readers[0].taken <= SLICE + 1
+    assert c.join().error == E.NOT_COORDINATOR and c.group("g") is None
+    assert not c.core.group_manager.is_partition_loading(p)
+    c.elect(p, epoch=2)
+    c.time.sleep(0)
+    assert c.group("g").num_offsets == 97 and readers[1].taken == len(readers[1].records)
+
+
+def test_a_newer_election_mid_load_restarts_the_load() -> None:
+    c = Cluster(owned=[])
+    p, readers = big_partition(c)
+    c.elect(p, epoch=1)
+    c.coordinator.on_resigned(p, epoch=1)
+    c.elect(p, epoch=2)                            # resigned and elected again before the next slice
+    c.elect(p, epoch=3)                            # and elected once more, in a newer epoch
+    assert len(readers) == 3
+    loaded = []
+    c.core.group_manager.add_group = _recording(c.core.group_manager.add_group, loaded)
+    c.time.sleep(0)
+    assert readers[0].closed and readers[1].closed and readers[0].taken <= SLICE + 1
+    assert readers[2].taken == len(readers[2].records)
+    assert loaded == ["g"]                          # installed once, by the current load only
+    assert c.core.group_manager.is_partition_owned(p) and c.group("g").num_offsets == 97
+
+
+def _recording(add_group, loaded):
+    def add(group):
+        loaded.append(group.group_id)
+        return add_group(group)
+    return add
+
+
+def test_the_event_loop_runs_between_slices() -> None:
+    """On the real loop (SystemTime): a coroutine ticking on the loop makes progress while a
+    large partition loads; loading it in one go would leave it no turn at all."""
+
+    async def main() -> tuple[int, int]:
+        c = Cluster(owned=[])
+        c.time = SYSTEM_TIME
+        c.coordinator = GroupCoordinatorAdapter(c.config, SYSTEM_TIME, lambda *a: c.log.append(*a),
+                                                lambda *a: c.log.read_partition(*a))
+        c.coordinator.startup(enable_metadata_expiration=False)
+        p, readers = big_partition(c, n=10 * SLICE)
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        c.coordinator.on_elected(p, 1)
+        at_election = ticks
+        manager = c.core.group_manager
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        while manager.is_partition_loading(p) and loop.time() < deadline:
+            await asyncio.sleep(0)
+        during = ticks - at_election
+        stop = True
+        await task
+        assert manager.is_partition_owned(p) and manager.get_group("g").num_offsets == 97
+        c.coordinator.shutdown()
+        return during, readers[0].taken
+
+    during, taken = asyncio.run(main())
+    assert taken == 10 * SLICE
+    assert during >= 5

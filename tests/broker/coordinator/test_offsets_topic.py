@@ -71,7 +71,7 @@ class Replicated(Cluster):
     def stored(self, partition):
         got = []
         self.offsets_topic.read_partition(partition, got.append)
-        return got[0]
+        return list(got[0])
 
 
 @pytest.fixture
