@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 $(TSTAMP): $(STAMP) pyproject.toml
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet -e '.[test,loadgen]'
 	touch $@
 
 # Debian's kcat (librdkafka 2.0.2) is one of the real clients the compat tests drive.

@@ -7,6 +7,8 @@
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end] ...
     kbroker metadata [-t TOPIC ...]
     kbroker dump-log FILE [--print-records]
+    kbroker record --listen HOST:PORT --upstream HOST:PORT --out DIR
+    kbroker loadgen synth|replay ...
 
 This module holds the argument parser and the dispatch; each command group lives in its own
 module (``cli.serve``, ``cli.topics``, ...). A command names its function as a string,
@@ -160,9 +162,23 @@ def _add_dump_log(commands: Subcommands) -> None:
     dump_log.add_argument("--print-records", action="store_true")
 
 
+def _add_record(commands: Subcommands) -> None:
+    record = local_command(commands, "record", "cli.loadgen:record",
+                           "record client traffic through a transparent tap proxy (Parquet)")
+    record.add_argument("--listen", default="127.0.0.1:19092", help="where clients bootstrap (default %(default)s)")
+    record.add_argument("--upstream", required=True, help="HOST:PORT of the cluster's bootstrap broker")
+    record.add_argument("--out", default="traffic", help="recording directory (default %(default)s)")
+    record.add_argument("--advertised-host", help="host named in rewritten Metadata (default: the --listen host)")
+    record.add_argument("--broker-port-base", type=int,
+                        help="proxy ports for the upstream brokers count up from here (default: ephemeral)")
+    record.add_argument("--duration", type=float, help="stop after this many seconds (default: at Ctrl-C/SIGTERM)")
+    record.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_metadata, _add_dump_log]
+    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_metadata, _add_dump_log,
+    _add_record]
 
 
 def build_parser() -> argparse.ArgumentParser:

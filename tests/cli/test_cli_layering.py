@@ -23,6 +23,8 @@ CLI_CLIENT_MODULES = ["cli", "cli.__main__", "cli.main", "cli.common", "cli.rend
 # Local commands that may use the server side: serve runs a broker (and the controller command
 # will run a controller); dump-log reads segment files through storage.dump.
 SERVER_COMMANDS = {"serve", "controller"}
+# Commands, by their words, that start a cluster of their own (the load-testing demo).
+SERVER_COMMAND_WORDS = {("loadgen", "demo")}
 
 
 def module_file(name: str) -> Path | None:
@@ -131,13 +133,28 @@ def test_client_commands_and_the_client_package_import_nothing_of_the_server_sid
     assert violations(chains, SERVER_SIDE) == []
 
 
+def is_loadgen(words: tuple[str, ...]) -> bool:
+    return words[0] in ("record", "loadgen") and words not in SERVER_COMMAND_WORDS
+
+
 def test_local_commands_other_than_serve_do_not_reach_broker_or_controller():
     local = [(words, module) for words, module, is_client in command_table()
-             if not is_client and words[0] not in SERVER_COMMANDS]
+             if not is_client and words[0] not in SERVER_COMMANDS and words not in SERVER_COMMAND_WORDS
+             and not is_loadgen(words)]
     assert [words for words, _ in local] == [("dump-log",)]
     chains = reachable([module for _, module in local])
     assert "storage.dump" in chains
     assert violations(chains, ("broker", "controller")) == []
+
+
+def test_the_load_testing_commands_are_clients_too():
+    """``kbroker record`` and ``kbroker loadgen ...`` (but the demo, which starts a cluster) reach
+    nothing of the server side: a recording or a replay runs where only the client is installed."""
+    loadgen = sorted({module for words, module, _ in command_table() if is_loadgen(words)})
+    assert "cli.loadgen" in loadgen
+    chains = reachable(loadgen + ["loadgen.tap", "loadgen.recording"])
+    assert "protocol.fast_codecs" in chains
+    assert violations(chains, SERVER_SIDE) == []
 
 
 RUN_CLIENT_COMMANDS = """

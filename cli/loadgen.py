@@ -1,0 +1,62 @@
+"""``kbroker record`` and ``kbroker loadgen synth|replay|report``: the load-testing commands.
+
+Client-side only: they import loadgen/ and protocol/ (never broker/, storage/ or controller/).
+pyarrow, pyspark and matplotlib come with the ``loadgen`` extra (``pip install 'kbroker[loadgen]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from cli.common import UsageError
+
+
+def _logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _need(module: str) -> None:
+    try:
+        __import__(module)
+    except ImportError:
+        raise UsageError(f"{module} is not installed: pip install 'kbroker[loadgen]'") from None
+
+
+def record(args: argparse.Namespace) -> int:
+    _need("pyarrow")
+    from loadgen.tap import TapProxy, parse_address
+
+    _logging(args.log_level)
+    try:
+        listen, upstream = parse_address(args.listen), parse_address(args.upstream.split(",")[0])
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+    async def main() -> int:
+        tap = await TapProxy(listen, upstream, Path(args.out), advertised_host=args.advertised_host,
+                             broker_port_base=args.broker_port_base).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"recording: clients bootstrap at {tap.advertised_host}:{tap.port}; Ctrl-C stops", file=sys.stderr,
+              flush=True)
+        try:
+            if args.duration:
+                await asyncio.wait_for(stop.wait(), args.duration)
+            else:
+                await stop.wait()
+        except TimeoutError:
+            pass
+        await tap.stop()
+        m = tap.manifest()
+        print(f"recorded {m['requests']} requests on {len(m['connections'])} connections in {args.out}",
+              file=sys.stderr)
+        return 0
+
+    return asyncio.run(main())

@@ -1,0 +1,53 @@
+"""Fixtures of the loadgen suites: a tap (``kbroker record``) as a real child process."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import free_port, port_open, wait_until
+
+KBROKER = str(Path(sys.executable).with_name("kbroker"))
+
+
+class Tap:
+    """``kbroker record`` in front of ``upstream``, recording into ``out``."""
+
+    def __init__(self, upstream: str, out: Path) -> None:
+        self.port = free_port()
+        self.out = out
+        self.log = out.parent / f"{out.name}.tap.log"
+        self.proc = subprocess.Popen([KBROKER, "record", "--listen", f"127.0.0.1:{self.port}", "--upstream", upstream,
+                                      "--out", str(out)], stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"))
+        wait_until(lambda: port_open(self.port) or self.proc.poll() is not None, 30, what="the tap to listen")
+        assert self.proc.poll() is None, self.log.read_text()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        assert self.proc.returncode == 0, self.log.read_text()
+
+
+@pytest.fixture
+def tap_factory(tmp_path):
+    taps: list[Tap] = []
+
+    def make(upstream: str, name: str = "traffic") -> Tap:
+        tap = Tap(upstream, tmp_path / name)
+        taps.append(tap)
+        return tap
+
+    yield make
+    for tap in taps:
+        if tap.proc.poll() is None:
+            tap.proc.kill()
+            tap.proc.wait()
