@@ -60,3 +60,19 @@ def record(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(main())
+
+
+def synth(args: argparse.Namespace) -> int:
+    _need("pyarrow")
+    _need("yaml")
+    from loadgen.synth import WorkloadError, synthesize
+
+    _logging("WARNING")
+    try:
+        m = synthesize(Path(args.workload), Path(args.out), duration_s=args.duration, topic_prefix=args.topic_prefix,
+                       seed=args.seed, max_records=args.max_records)
+    except (WorkloadError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{m['records']} records in {m['requests']} Produce requests on {len(m['connections'])} connections, "
+          f"topics {', '.join(m['topics'][:3])}{' ...' if len(m['topics']) > 3 else ''} -> {args.out}", file=sys.stderr)
+    return 0

@@ -175,10 +175,23 @@ def _add_record(commands: Subcommands) -> None:
     record.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
+def _add_loadgen(commands: Subcommands) -> None:
+    loadgen = commands.add_parser("loadgen", help="synthesize, replay (on Spark) and report load tests")
+    actions = loadgen.add_subparsers(dest="loadgen_command", required=True, metavar="ACTION")
+    synth = local_command(actions, "synth", "cli.loadgen:synth",
+                          "write a recording from an OpenMessaging Benchmark workload file (no client needed)")
+    synth.add_argument("workload", help="OMB workload YAML (its keys unchanged, plus compression, acks, batchSize)")
+    synth.add_argument("--out", default="traffic", help="recording directory (default %(default)s)")
+    synth.add_argument("--duration", type=float, help="seconds of traffic (default: the workload's testDurationMinutes)")
+    synth.add_argument("--topic-prefix", help="topic names are PREFIX-0000, PREFIX-0001... (default: from the name)")
+    synth.add_argument("--seed", type=int, default=0, help="random payloads and keys (default %(default)s)")
+    synth.add_argument("--max-records", type=int, help="records with producerRate 0 (default: maxRecords or 1000000)")
+
+
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
     _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_metadata, _add_dump_log,
-    _add_record]
+    _add_record, _add_loadgen]
 
 
 def build_parser() -> argparse.ArgumentParser:
