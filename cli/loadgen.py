@@ -76,3 +76,45 @@ def synth(args: argparse.Namespace) -> int:
     print(f"{m['records']} records in {m['requests']} Produce requests on {len(m['connections'])} connections, "
           f"topics {', '.join(m['topics'][:3])}{' ...' if len(m['topics']) > 3 else ''} -> {args.out}", file=sys.stderr)
     return 0
+
+
+def spark_submit() -> str:
+    """spark-submit: $SPARK_HOME's, the one on $PATH, or the one pyspark ships."""
+    import os
+    import shutil
+
+    home = os.environ.get("SPARK_HOME")
+    if home and Path(home, "bin", "spark-submit").is_file():
+        return str(Path(home, "bin", "spark-submit"))
+    found = shutil.which("spark-submit")
+    if found:
+        return found
+    _need("pyspark")
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+def replay_command(args: argparse.Namespace) -> list[str]:
+    from loadgen import options
+
+    script = Path(__file__).resolve().parent.parent / "loadgen" / "replay.py"
+    cmd = [spark_submit(), "--master", args.master, "--name", "kbroker-loadgen-replay"]
+    for conf in args.conf:
+        cmd += ["--conf", conf]
+    return cmd + [str(script), *options.replay_argv(args)]
+
+
+def replay(args: argparse.Namespace) -> int:
+    """Run loadgen/replay.py through spark-submit, the executors on this interpreter."""
+    import os
+    import subprocess
+
+    if args.master.startswith("local") is False and "://" not in args.master and args.master != "yarn":
+        raise UsageError(f"--master {args.master}: expected local[N], spark://HOST:PORT or another Spark master URL")
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cmd = replay_command(args)
+    return subprocess.run(cmd, env=env).returncode

@@ -187,6 +187,14 @@ def _add_loadgen(commands: Subcommands) -> None:
     synth.add_argument("--seed", type=int, default=0, help="random payloads and keys (default %(default)s)")
     synth.add_argument("--max-records", type=int, help="records with producerRate 0 (default: maxRecords or 1000000)")
 
+    from loadgen import options  # argument definitions only (no Spark, no client)
+
+    replay = local_command(actions, "replay", "cli.loadgen:replay",
+                           "replay a recording at scale on Spark (runs spark-submit loadgen/replay.py)")
+    replay.add_argument("--master", default="local[*]", help="Spark master URL, passed on unchanged (default %(default)s)")
+    replay.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="spark-submit --conf (repeatable)")
+    options.add_replay_arguments(replay)
+
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [

@@ -51,3 +51,38 @@ def tap_factory(tmp_path):
         if tap.proc.poll() is None:
             tap.proc.kill()
             tap.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the whole run (Spark starts slowly on two shared cores); its
+    Python workers run this interpreter, which has kbroker installed."""
+    import os
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("kbroker-loadgen-tests")
+               .config("spark.ui.enabled", "false").config("spark.task.maxFailures", "1")
+               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A controller and three brokers (controller/launcher.py's LocalCluster), quick to notice a
+    dead broker and to shrink the ISR, as the leader-kill test needs."""
+    from controller.launcher import LocalCluster
+
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"), 3,
+                     broker_props={"broker.heartbeat.interval.ms": 500, "replica.fetch.backoff.ms": 200,
+                                   "replica.lag.time.max.ms": 2000},
+                     controller_props={"broker.session.timeout.ms": 3000})
+    try:
+        c.start()
+        yield c
+    finally:
+        c.kill()
