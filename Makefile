@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat bench soak clean lint typecheck
+.PHONY: run test venv test-deps kcat bench soak clean lint typecheck loadtest
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ test: test-deps typecheck
 # Long soaks / crash loops (not in CI).
 soak: test-deps
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+# The load-testing loop: three brokers, 20 s of recorded kafka-python/kcat traffic, replayed x10 on
+# Spark (local[*]); the report lands under ./loadgen-demo/<timestamp>/report/.
+loadtest: test-deps
+	$(VENV)/bin/kbroker loadgen demo
 
 bench: $(TSTAMP)
 	$(PY) bench/storage_bench.py

@@ -100,6 +100,8 @@ def replay_command(args: argparse.Namespace) -> list[str]:
 
     script = Path(__file__).resolve().parent.parent / "loadgen" / "replay.py"
     cmd = [spark_submit(), "--master", args.master, "--name", "kbroker-loadgen-replay"]
+    if not any(c.startswith("spark.log.level=") for c in args.conf):
+        cmd += ["--conf", "spark.log.level=WARN"]  # Spark's INFO lines would drown the progress bar
     for conf in args.conf:
         cmd += ["--conf", conf]
     return cmd + [str(script), *options.replay_argv(args)]

@@ -195,6 +195,14 @@ def _add_loadgen(commands: Subcommands) -> None:
     replay.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="spark-submit --conf (repeatable)")
     options.add_replay_arguments(replay)
 
+    demo = local_command(actions, "demo", "cli.loadgen_demo:run",
+                         "start three brokers, record 20 s of kafka-python and kcat traffic, replay it x10 and report")
+    demo.add_argument("--dir", help="where the cluster, recording and report go (default ./loadgen-demo/<timestamp>)")
+    demo.add_argument("--record-seconds", type=float, default=20.0, help="seconds of recorded traffic (default 20)")
+    demo.add_argument("--rate", type=float, default=500.0, help="kafka-python records/s while recording (default 500)")
+    demo.add_argument("--scale", type=int, default=10, help="replay copies (default 10)")
+    demo.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
+
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [

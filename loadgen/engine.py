@@ -66,6 +66,9 @@ class Params:
     stamp_timestamps: bool = True       # restamp batches at send (end-to-end latency)
     client_id: str = "kbroker-loadgen"
     timeout_ms: int = 30000
+    raw: bool = False                   # a sink that only frames (bench: frame_server.py): no Kafka
+                                        # handshake, every frame to the bootstrap address, any reply
+                                        # with the right correlation id is the acknowledgement
 
 
 def new_stats() -> dict[str, Any]:
@@ -219,6 +222,8 @@ class ProducerTask:
     async def prepare(self) -> dict[int, list[Prepared]]:
         frames, skipped = decode_frames(self.rows, self.p.topic_map)
         self.stats["totals"]["skipped_frames"] += skipped
+        if self.p.raw:
+            return self._prepare_raw(frames)
         client = self.client = KafkaClient(self.p.bootstrap, client_id=f"{self.p.client_id}-{self.copy}")
         await client.__aenter__()
         topics = sorted({t for *_x, ts in frames for t, _ in ts})
@@ -273,13 +278,26 @@ class ProducerTask:
                                              [(t, p) for t, parts in group for p, _ in parts]))
         return plan
 
+    def _prepare_raw(self, frames: list[Any]) -> dict[int, list[Prepared]]:
+        plan: list[Prepared] = []
+        start_us = frames[0][0] if frames else 0
+        for send_us, version, acks, timeout_ms, ts in frames:
+            chunks = encode_produce_request(version, 0, self.p.client_id, acks if self.p.acks is None else self.p.acks,
+                                            timeout_ms, ts)
+            records = sum(h.records_count for _t, parts in ts for _p, r in parts for _q, h in iter_batch_headers(r))
+            plan.append(Prepared(send_us - start_us, bytearray(b"".join(bytes(c) for c in chunks)), records, [],
+                                 [(t, p) for t, parts in ts for p, _ in parts]))
+        return {-1: plan}
+
     async def run(self) -> dict[str, Any]:
         try:
             plan = await self.prepare()
             t0 = time.monotonic()
             self.stats["totals"]["send_start_min"] = time.time()
+            cpu0 = time.process_time()
             await asyncio.gather(*(self._send_all(leader, items, t0) for leader, items in plan.items()))
             self.stats["totals"]["send_end_max"] = time.time()
+            self.stats["totals"]["send_cpu_s"] = time.process_time() - cpu0
         except KafkaError as exc:
             log.warning("replay task %d: %s", self.copy, exc)
             self._error(getattr(exc, "error_code", -1) or -1)
@@ -306,7 +324,7 @@ class ProducerTask:
             if got != corr:
                 errors = 1
                 self._error(int(ErrorCode.CORRUPT_MESSAGE), node=node)
-            else:
+            elif not p.raw:
                 try:
                     for _topic, parts in decode_produce_response(item_version(item), frame, 4):
                         for part in parts:
@@ -329,10 +347,15 @@ class ProducerTask:
         return handle
 
     async def _connect(self, node: int) -> _Conn:
-        assert self.client is not None
-        broker = self.client.cluster.brokers[node]
+        if self.p.raw:
+            host, _, port = self.p.bootstrap.split(",")[0].rpartition(":")
+            address = (host, int(port))
+        else:
+            assert self.client is not None
+            broker = self.client.cluster.brokers[node]
+            address = (broker.host, broker.port)
         loop = asyncio.get_running_loop()
-        _t, conn = await loop.create_connection(_Conn, broker.host, broker.port)
+        _t, conn = await loop.create_connection(_Conn, *address)
         assert isinstance(conn, _Conn)
         conn.on_response = self._on_response(node)
         return conn
@@ -349,6 +372,9 @@ class ProducerTask:
             if conn is None or conn.lost.done():
                 if conn is not None:
                     await self._fail_inflight(conn, node)
+                    if p.raw:
+                        self._error(NETWORK_EXCEPTION, len(items) - i, node)
+                        return
                     node = await self._new_leader(items[i], node)
                 try:
                     conn = await self._connect(node)

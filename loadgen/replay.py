@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 import threading
 import time
@@ -242,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from loadgen import report
+    from protocol.errors import KafkaError
 
     out = Path(args.out or Path("loadgen-results") / time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     startup_s = time.monotonic() - t0
     try:
         result = run_replay(spark, args)
+    except KafkaError as exc:
+        print(f"replay.py: {args.bootstrap}: {exc}", file=sys.stderr)
+        return 2
     finally:
         t1 = time.monotonic()
         spark.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -86,3 +88,14 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.kill()
+
+
+def cli_replay(master: str, recording: Path, bootstrap: str, out: Path, *extra: str) -> dict:
+    """``kbroker loadgen replay --master MASTER ...`` (spark-submit underneath); its result.json."""
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+    result = subprocess.run([KBROKER, "loadgen", "replay", "--master", master, "--recording", str(recording),
+                             "--bootstrap", bootstrap, "--out", str(out), *extra], capture_output=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-5000:] + result.stdout.decode()[-5000:]
+    # The console table (spark-submit passes the driver's stderr on as its stdout).
+    assert b"kbroker load test" in result.stdout + result.stderr
+    return json.loads((out / "result.json").read_text())

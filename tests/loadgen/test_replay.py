@@ -4,7 +4,6 @@ of traffic that real clients (confluent-kafka's idempotent producer, kcat) sent 
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import threading
 import uuid
@@ -15,7 +14,7 @@ import pytest
 from loadgen import replay, report
 from loadgen.recording import read_manifest
 from protocol.client import KafkaClient
-from tests.loadgen.conftest import Tap
+from tests.loadgen.conftest import Tap, cli_replay
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -64,23 +63,24 @@ def args_for(recording: Path, bootstrap: str, out: Path, *extra: str):
                               "--no-progress", *extra])
 
 
-def test_replay_x10_acks_all_rf3_puts_every_record_in_the_log(spark, cluster, recording, kcat_path, tmp_path):
+def test_replay_x10_acks_all_rf3_puts_every_record_in_the_log(cluster, recording, kcat_path, tmp_path):
+    """Through the command users run: kbroker loadgen replay --master local[2] (spark-submit)."""
     target = f"replayed-{uuid.uuid4().hex[:6]}"
-    args = args_for(recording, cluster.bootstrap, tmp_path / "out", "--scale", "10", "--speed", "max", "--acks", "all",
-                    "--replication-factor", "3", "--topic-map", f"{SOURCE}={target}", "--window", "1")
-    raw = replay.run_replay(spark, args)
-    print({k: v for k, v in raw["run"].items() if k.endswith("_s")})
-    written = report.write(raw, tmp_path / "out")
-    result = json.loads(written["result"].read_text())
+    result = cli_replay("local[2]", recording, cluster.bootstrap, tmp_path / "out", "--scale", "10", "--speed", "max",
+                        "--acks", "all", "--replication-factor", "3", "--topic-map", f"{SOURCE}={target}", "--window", "1")
+    run = result["kbroker"]["run"]
+    print({k: v for k, v in run.items() if k.endswith("_s")})
+    written = {name: tmp_path / "out" / f"{name}.png" for name in ("throughput", "latency", "cdf")}
+    written["html"] = tmp_path / "out" / "report.html"
 
     expected = 10 * (IDEMPOTENT + PLAIN)
-    assert raw["run"]["recorded_records"] == IDEMPOTENT + PLAIN
+    assert run["recorded_records"] == IDEMPOTENT + PLAIN and run["master"] == "local[2]"
     assert consume_count(kcat_path, cluster.bootstrap, target) == expected
     assert result["kbroker"]["errors"] == {} and result["kbroker"]["errorCount"] == 0
     totals = result["kbroker"]["totals"]
     assert totals["records"] == totals["records_acked"] == totals["consumed"] == expected
     # One task per (recorded connection with Produce frames x copy), plus the consumer.
-    assert raw["run"]["producer_tasks"] % 10 == 0 and raw["run"]["consumer_tasks"] == 1
+    assert run["producer_tasks"] % 10 == 0 and run["consumer_tasks"] == 1
     replicas = asyncio.run(_admin(cluster.bootstrap, lambda c: c.refresh_metadata([target])))
     assert {len(p.replicas) for p in replicas.topics[target].partitions.values()} == {3}
     # The brokers all took a share: the per-broker breakdown names the three.

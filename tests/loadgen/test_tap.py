@@ -8,7 +8,6 @@ import json
 import subprocess
 import uuid
 
-import pytest
 
 from loadgen.recording import read_all, read_manifest
 from protocol.client import KafkaClient
