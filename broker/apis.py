@@ -29,9 +29,11 @@ from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
+from .coordinator.adapter import error_response
 from .fetch_params import FetchParams
 from .forwarding import FORWARDED_APIS, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
+from .metrics import count_errors
 from .partition import LeaderAndIsrState
 from .replica_manager import is_internal_topic
 
@@ -39,7 +41,10 @@ from .topic_admin import NewTopic
 
 if TYPE_CHECKING:
     from .config_repository import ConfigRepository
+    from .coordinator import GroupCoordinatorAdapter
+    from .coordinator.offsets_topic import OffsetsTopic
     from .forwarding import Forwarding
+    from .metrics import RequestMetrics
     from .metadata_cache import MetadataCache
     from .network import RequestContext
     from .producer_ids import ProducerIdGenerator
@@ -63,8 +68,11 @@ class KafkaApis:
     def __init__(self, *, replica_manager: "ReplicaManager", metadata_cache: "MetadataCache", topic_admin: "TopicAdmin",
                  config_repository: "ConfigRepository", producer_ids: "ProducerIdGenerator",
                  inter_broker_listener: str, forwarding: "Forwarding | None" = None,
-                 broker_epoch: Callable[[], int] = lambda: -1) -> None:
+                 broker_epoch: Callable[[], int] = lambda: -1,
+                 group_coordinator: "GroupCoordinatorAdapter | None" = None,
+                 offsets_topic: "OffsetsTopic | None" = None, request_metrics: "RequestMetrics | None" = None) -> None:
         self.replica_manager = replica_manager
+        self.request_metrics = request_metrics  # error codes answered, per API (None: metrics off)
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
         self.forwarding = forwarding or NoControllerForwarding()
@@ -73,6 +81,20 @@ class KafkaApis:
         self.inter_broker_listener = inter_broker_listener
         self.broker_epoch = broker_epoch
         self.authorizer = AllowAllAuthorizer()
+        self.group_coordinator = group_coordinator
+        self.offsets_topic = offsets_topic
+        group_handlers: dict[int, Callable[["RequestContext"], None]] = {} if group_coordinator is None else {
+            ApiKey.JOIN_GROUP: self.handle_join_group_request,
+            ApiKey.SYNC_GROUP: self.handle_sync_group_request,
+            ApiKey.HEARTBEAT: self.handle_heartbeat_request,
+            ApiKey.LEAVE_GROUP: self.handle_leave_group_request,
+            ApiKey.OFFSET_COMMIT: self.handle_offset_commit_request,
+            ApiKey.OFFSET_FETCH: self.handle_offset_fetch_request,
+            ApiKey.LIST_GROUPS: self.handle_list_groups_request,
+            ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups_request,
+            ApiKey.DELETE_GROUPS: self.handle_delete_groups_request,
+            ApiKey.OFFSET_DELETE: self.handle_offset_delete_request,
+        }
         self.handlers: dict[int, Callable[["RequestContext"], None]] = {
             ApiKey.PRODUCE: self.handle_produce_request,
             ApiKey.FETCH: self.handle_fetch_request,
@@ -89,6 +111,7 @@ class KafkaApis:
             ApiKey.STOP_REPLICA: self.handle_stop_replica_request,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
             **{key: self.handle_forwarded_request for key in FORWARDED_APIS},
+            **group_handlers,
         }
         # The advertised table is derived from what is both defined in protocol/ and handled here.
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
@@ -118,6 +141,8 @@ class KafkaApis:
 
     def send(self, ctx: "RequestContext", api: Api, body: dict) -> None:
         version = ctx.api_version
+        if self.request_metrics is not None:
+            count_errors(body, self.request_metrics.api(api.key))
         ctx.send_response(frame_response(api.key, version, ctx.header.correlation_id, api.response.build(version, body)))
 
     # -- Produce ---------------------------------------------------------------------------
@@ -127,6 +152,7 @@ class KafkaApis:
         acks = request.acks
         correlation_id = ctx.header.correlation_id
         topics = request.topics
+        metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
         denied = [t for t, _ in topics if not self.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)]
         if denied:
             topics = [(t, parts) for t, parts in topics if t not in denied]
@@ -135,6 +161,11 @@ class KafkaApis:
             if denied:
                 results = results + [(t, [[p, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1] for p, _ in parts])
                                      for t, parts in request.topics if t in denied]
+            if metrics is not None:
+                for _t, rs in results:
+                    for r in rs:
+                        if r[1]:
+                            metrics.error(r[1])
             if acks == 0:
                 # Kafka closes the connection when an acks=0 produce fails, so the client notices.
                 errors = [(t, r[0], r[1]) for t, rs in results for r in rs if r[1]]
@@ -180,10 +211,38 @@ class KafkaApis:
                              request.isolation_level)
 
         def respond(results: list) -> None:
+            if topic_stats is not None:
+                self._fetch_stats(results, topic_stats, request.replica_id >= 0)
             chunks, _ = encode_fetch_response(version, correlation_id, results)
             ctx.send_response(chunks)
 
+        topic_stats = self.replica_manager.topic_stats
+
         self.replica_manager.fetch_messages(params, request.topics, respond)
+
+    def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
+        """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out
+        (to followers: replication bytes out, as Kafka counts them)."""
+        api = self.request_metrics.api(ApiKey.FETCH) if self.request_metrics is not None else None
+        everything = topic_stats.all
+        for topic, parts in results:
+            stats = topic_stats.topic(topic)
+            for pd in parts:
+                stats.fetch_requests += 1
+                everything.fetch_requests += 1
+                if pd.error_code:
+                    stats.failed_fetch += 1
+                    everything.failed_fetch += 1
+                    if api is not None:
+                        api.error(pd.error_code)
+                elif pd.records is not None:
+                    n = len(pd.records)
+                    if replication:
+                        stats.replication_bytes_out += n
+                        everything.replication_bytes_out += n
+                    else:
+                        stats.bytes_out += n
+                        everything.bytes_out += n
 
     # -- ListOffsets -----------------------------------------------------------------------
     def handle_list_offsets_request(self, ctx: "RequestContext") -> None:
@@ -392,13 +451,78 @@ class KafkaApis:
 
         self.producer_ids.generate(respond)
 
+    # -- the group coordinator -------------------------------------------------------------
     def handle_find_coordinator_request(self, ctx: "RequestContext") -> None:
-        # Consumer groups are not implemented yet: no coordinator is ever available.
+        """The coordinator of a group: the leader of its __consumer_offsets partition (created
+        on first use); v4+ asks for several keys at once. Without a group coordinator (a
+        broker driven by a static controller in tests) none is available."""
         api = APIS[ApiKey.FIND_COORDINATOR]
-        self.parse(ctx, api)
-        self.send(ctx, api, {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             "error_message": "consumer groups are not supported by this broker yet",
-                             "node_id": -1, "host": "", "port": -1})
+        req = self.parse(ctx, api)
+        version = ctx.api_version
+        gc, offsets_topic = self.group_coordinator, self.offsets_topic
+        if gc is None or offsets_topic is None:
+            return self.send(ctx, api, error_response(api.key, req, version, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        listener = ctx.listener_name
+        gc.find_coordinator(req, version, lambda partition: offsets_topic.locate(partition, listener),
+                            lambda body: self.send(ctx, api, body))
+
+    def _group_request(self, ctx: "RequestContext"):
+        api = APIS[ctx.header.api_key]
+        return api, self.parse(ctx, api), (lambda body: self.send(ctx, api, body))
+
+    def _client_host(self, ctx: "RequestContext") -> str:
+        """The client's address as Kafka shows it in DescribeGroups: "/127.0.0.1"."""
+        return "/" + ctx.peer.rsplit(":", 1)[0]
+
+    def handle_join_group_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.join_group(req, ctx.api_version, ctx.client_id, self._client_host(ctx), respond)
+
+    def handle_sync_group_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.sync_group(req, ctx.api_version, respond)
+
+    def handle_heartbeat_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.heartbeat(req, ctx.api_version, respond)
+
+    def handle_leave_group_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.leave_group(req, ctx.api_version, respond)
+
+    def handle_offset_commit_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.offset_commit(req, ctx.api_version, respond)
+
+    def handle_offset_fetch_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.offset_fetch(req, ctx.api_version, respond)
+
+    def handle_offset_delete_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.offset_delete(req, ctx.api_version, respond)
+
+    def handle_list_groups_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.list_groups(req, ctx.api_version, respond)
+
+    def handle_describe_groups_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.describe_groups(req, ctx.api_version, respond)
+
+    def handle_delete_groups_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.delete_groups(req, ctx.api_version, respond)
 
     # -- replication and the control plane -------------------------------------------------
     def handle_offset_for_leader_epoch_request(self, ctx: "RequestContext") -> None:
@@ -566,6 +690,6 @@ class KafkaApis:
                 if partition is not None and epoch not in (-1, -2) and epoch < partition.leader_epoch:
                     results[(topic, p)] = ErrorCode.FENCED_LEADER_EPOCH
                     continue
-                results.update(rm.stop_replicas([(topic, p)], delete))
+                results.update(rm.stop_replicas([(topic, p)], delete, epoch if epoch >= 0 else None))
         self.send(ctx, api, {"error_code": error, "partition_errors": [
             {"topic_name": t, "partition_index": p, "error_code": code} for (t, p), code in results.items()]})

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from storage import LogConfig, LogManager
 
     from .fetcher import ReplicaFetcherManager
+    from .metrics import BrokerTopicStats
     from .metadata_cache import MetadataCache, PartitionInfo
 
 log = logging.getLogger("kbroker.replica_manager")
@@ -41,6 +42,11 @@ _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_
                                    ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
 
 
+# (topic, partition, leader epoch or None)
+PartitionEpoch = tuple[str, int, "int | None"]
+LeadershipListener = Callable[[list[PartitionEpoch], list[PartitionEpoch]], None]
+
+
 def is_internal_topic(topic: str) -> bool:
     return topic.startswith("__")
 
@@ -49,8 +55,12 @@ class ReplicaManager:
     def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
                  log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000,
                  fetcher_manager: "ReplicaFetcherManager | None" = None,
-                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION) -> None:
+                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION,
+                 topic_stats: "BrokerTopicStats | None" = None) -> None:
         self.broker_id = broker_id
+        self.topic_stats = topic_stats  # BrokerTopicMetrics (None: metrics off)
+        self.isr_shrinks = 0  # committed ISR changes of partitions this broker leads (IsrShrinksPerSec)
+        self.isr_expands = 0
         self.time = time
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
@@ -65,6 +75,11 @@ class ReplicaManager:
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
         # Brokers the controller called ineligible for an ISR (INELIGIBLE_REPLICA), until the live brokers change.
         self.ineligible_replicas: set[int] = set()
+        # Kafka's onLeadershipChange: told the partitions this broker became leader of and those it
+        # stopped leading (became follower of, or stopped hosting), each as (topic, partition,
+        # leader epoch or None), after a LeaderAndIsr / StopReplica is applied (the group
+        # coordinator follows the leadership of __consumer_offsets this way).
+        self.leadership_listeners: list[LeadershipListener] = []
 
     # -- partitions ------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -95,6 +110,10 @@ class ReplicaManager:
     def _isr_changed(self, partition: Partition, new_isr: list[int]) -> None:
         """A committed ISR change: the metadata this broker serves follows, and requests waiting
         on the partition are re-checked (a smaller ISR may have moved the HW)."""
+        if len(new_isr) < len(partition.previous_isr):
+            self.isr_shrinks += 1
+        elif len(new_isr) > len(partition.previous_isr):
+            self.isr_expands += 1
         info = self.metadata_cache.partition_info(partition.topic, partition.partition)
         if info is not None:
             info.isr = list(new_isr)
@@ -158,10 +177,16 @@ class ReplicaManager:
         except KafkaError as exc:
             if exc.error_code in _LOGGED_APPEND_ERRORS:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
+            if self.topic_stats is not None:
+                self.topic_stats.append_failed(topic)
             return [partition_index, exc.error_code, -1, -1, -1], -1
         except Exception:
             log.exception("unexpected error appending to %s-%d", topic, partition_index)
+            if self.topic_stats is not None:
+                self.topic_stats.append_failed(topic)
             return [partition_index, ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, -1], -1
+        if self.topic_stats is not None and not info.duplicate:
+            self.topic_stats.appended(topic, info.record_count, len(records))
         key = partition.key
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():
@@ -321,13 +346,33 @@ class ReplicaManager:
             self._make_leaders(to_lead)
         if to_follow:
             self._make_followers(to_follow)
+        self._leadership_changed([(p.topic, p.partition, st.leader_epoch) for p, st in to_lead],
+                                 [(p.topic, p.partition, st.leader_epoch) for p, st in to_follow])
         return ErrorCode.NONE, responses
+
+    def _leadership_changed(self, leaders: list[PartitionEpoch], followers: list[PartitionEpoch]) -> None:
+        if not leaders and not followers:
+            return
+        for listener in list(self.leadership_listeners):
+            try:
+                listener(leaders, followers)
+            except Exception:
+                log.exception("leadership listener failed")
 
     def _make_leaders(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions([p.key for p, _ in items])
         for partition, st in items:
+            # The same leader told a new ISR: a change it proposed, committed, whose
+            # LeaderAndIsr arrived before the AlterPartition answer (which is then ignored).
+            same_leader = partition.is_leader and partition.leader_epoch == st.leader_epoch
+            old_isr = len(partition.isr)
             partition.make_leader(st)
+            if same_leader:
+                if len(st.isr) < old_isr:
+                    self.isr_shrinks += 1
+                elif len(st.isr) > old_isr:
+                    self.isr_expands += 1
             self.try_complete_delayed_requests(partition.key)
 
     def _make_followers(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
@@ -359,8 +404,10 @@ class ReplicaManager:
             if topic in wanted:
                 log_.update_config(self.log_config_for(topic))
 
-    def stop_replicas(self, keys: Iterable[tuple[str, int]], delete: bool) -> dict[tuple[str, int], int]:
-        """StopReplica: stop fetching; with ``delete``, drop the partition and its log."""
+    def stop_replicas(self, keys: Iterable[tuple[str, int]], delete: bool,
+                      leader_epoch: int | None = None) -> dict[tuple[str, int], int]:
+        """StopReplica: stop fetching; with ``delete``, drop the partition and its log.
+        ``leader_epoch``: the request's epoch for them (None: not given)."""
         keys = list(keys)
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions(keys)
@@ -377,6 +424,11 @@ class ReplicaManager:
                 self.log_manager.delete_log(*key)
             self.try_complete_delayed_requests(key)
             out[key] = ErrorCode.NONE
+        self._leadership_changed([], [(t, p, leader_epoch) for t, p in keys])
+        if delete and self.topic_stats is not None:
+            hosted = {t for t, _p in self.partitions}
+            for topic in {t for t, _p in keys} - hosted:
+                self.topic_stats.remove(topic)  # Kafka drops a deleted topic's metrics
         return out
 
     def maybe_shrink_isr(self) -> None:

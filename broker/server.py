@@ -38,6 +38,7 @@ from protocol.client import DEFAULT_NETWORK, SYSTEM_TIME, Network
 from protocol.clock import Time
 from storage import LogManager
 from storage.checkpoint import write_atomically
+from storage.log_cleaner import LogCleaner
 
 from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
@@ -45,9 +46,13 @@ from .broker_lifecycle import BrokerLifecycleManager, Listener
 from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
 from .controller_channel import ControllerChannel
+from .coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
+from .coordinator.offsets_topic import OffsetsTopic
 from .fetcher import ReplicaFetcherManager
 from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
+from .metrics import BrokerCollector, BrokerTopicStats, RequestMetrics
+from .metrics_endpoint import ProcessMetrics
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
@@ -62,10 +67,11 @@ LEGACY_TOPICS_FILE = "kbroker-topics.json"  # the embedded controller's topic st
 
 class KafkaServer:
     def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK,
-                 controller_servers: list[tuple[str, int]] | None = None) -> None:
+                 controller_servers: list[tuple[str, int]] | None = None, metrics: "ProcessMetrics | None" = None) -> None:
         """``controller_servers``: where the controllers are, when not (only) in
         controller.quorum.bootstrap.servers — a combined process passes its own controller's
-        bound address."""
+        bound address. ``metrics``: the process's registry and endpoint (one of its own,
+        not served, when not given)."""
         if "broker" not in config.process_roles:
             raise ConfigError(f"process.roles={','.join(config.process_roles)} does not include broker")
         if not config.broker_listeners:
@@ -85,6 +91,9 @@ class KafkaServer:
         self.topic_admin: TopicAdmin | None = None
         self.forwarding: Forwarding | None = None
         self.apis: KafkaApis | None = None
+        self.group_coordinator: GroupCoordinatorAdapter | None = None
+        self.offsets_topic: OffsetsTopic | None = None
+        self.log_cleaner: LogCleaner | None = None
         self.socket_server: SocketServer | None = None
         self.producer_ids: ProducerIdGenerator | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
@@ -98,6 +107,8 @@ class KafkaServer:
         self._flush_idle.set()
         self.started = False
         self.bound_ports: dict[str, int] = {}
+        self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
+        self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
 
     @property
     def has_controller(self) -> bool:
@@ -127,7 +138,9 @@ class KafkaServer:
         self.config_repository = configs = ConfigRepository(cfg, self.broker_id, cache)
         self.log_manager = LogManager(cfg.log_dirs, configs.default_log_config(), time=self.time,
                                       topic_config=configs.log_config_for)
+        loading_since = self.time.monotonic_ms()
         reports = self.log_manager.startup()
+        recovery_seconds = (self.time.monotonic_ms() - loading_since) / 1000.0
         log.info("loaded %d partition logs from %s", len(reports) if reports is not None else 0,
                  ", ".join(str(d) for d in cfg.log_dirs))
         for d in cfg.log_dirs:
@@ -160,18 +173,30 @@ class KafkaServer:
         self.fetcher_manager = ReplicaFetcherManager(
             broker_id=self.broker_id, time=self.time, metadata_cache=cache, config=cfg,
             network=self.network, listener_name=self.inter_broker_listener)
+        metrics_on = self.metrics.enabled
+        topic_stats = BrokerTopicStats() if metrics_on else None
+        request_metrics = RequestMetrics() if metrics_on else None
+        self.fetcher_manager.topic_stats = topic_stats
         self.replica_manager = ReplicaManager(
             broker_id=self.broker_id, time=self.time, log_manager=self.log_manager,
             metadata_cache=cache, log_config_for=configs.log_config_for,
             replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"], fetcher_manager=self.fetcher_manager,
-            alter_partition=alter_partition)
+            alter_partition=alter_partition, topic_stats=topic_stats)
+        self._start_group_coordinator()
         self.apis = KafkaApis(
             replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
-            forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch)
+            forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
+            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
-            send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"])
+            send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
+            metrics=request_metrics, now=self.time.nanoseconds)
+        if metrics_on:
+            self.collector = BrokerCollector(self, self.metrics.per_partition)
+            self.collector.recovery_seconds = recovery_seconds
+            for collector in (topic_stats, request_metrics, self.socket_server, self.collector):
+                self.metrics.registry.register(collector)
         for ep in cfg.broker_listeners:
             port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
@@ -186,6 +211,23 @@ class KafkaServer:
         else:
             self._register_self()
             log.info("broker %d started (cluster %s, no controller)", self.broker_id, self.cluster_id)
+
+    def _start_group_coordinator(self) -> None:
+        """The group coordinator on __consumer_offsets: it writes through the ReplicaManager and
+        follows the leadership of that topic's partitions."""
+        assert self.replica_manager is not None and self.metadata_cache is not None and self.topic_admin is not None
+        gc_config = GroupCoordinatorConfig.from_values(self.config.values)
+        self.offsets_topic = offsets_topic = OffsetsTopic(
+            time=self.time, replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            topic_admin=self.topic_admin, num_partitions=gc_config.offsets_topic_num_partitions,
+            replication_factor=gc_config.offsets_topic_replication_factor,
+            commit_timeout_ms=gc_config.offsets_commit_timeout_ms,
+            topic_configs=lambda: coordinator.offsets_topic_configs())
+        coordinator = GroupCoordinatorAdapter(gc_config, self.time, offsets_topic.append, offsets_topic.read_partition,
+                                              offsets_topic.partition_exists)
+        self.group_coordinator = coordinator
+        offsets_topic.attach(coordinator)
+        coordinator.startup()
 
     async def wait_until_live(self) -> None:
         """Until the controller has unfenced this broker and its UpdateMetadata lists it live
@@ -338,6 +380,17 @@ class KafkaServer:
                                 self.replica_manager.maybe_shrink_isr)
         self._schedule_periodic("producer-id-expiration", cfg["producer.id.expiration.check.interval.ms"],
                                 lm.remove_expired_producers)
+        if cfg["log.cleaner.enable"]:
+            self.log_cleaner = LogCleaner(self.time, lm.all_logs)
+            self._schedule_periodic("log-cleaner", max(1, cfg["log.cleaner.backoff.ms"]), self._clean_logs)
+
+    def _clean_logs(self) -> None:
+        """Compact every log that needs it (cleanup.policy=compact over min.cleanable.dirty.ratio),
+        one after the other, on the event loop."""
+        assert self.log_cleaner is not None
+        for _ in range(len(self.log_manager.all_logs())):
+            if self.log_cleaner.clean_once() is None:
+                return
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass
@@ -349,13 +402,20 @@ class KafkaServer:
             return
         self._flush_idle.clear()
         loop = asyncio.get_running_loop()
+        durations: list[int] = []
+        now = self.time.nanoseconds
 
         def run_all():
             for plan in plans:
+                started = now()
                 plan.run()
+                durations.append(now() - started)
 
         def done(fut: asyncio.Future) -> None:
             self._flush_idle.set()
+            if self.collector is not None:
+                for ns in durations:
+                    self.collector.log_flush.observe(ns * 1e-9)
             if fut.exception() is not None:
                 log.error("background flush failed: %s", fut.exception())
                 return
@@ -382,6 +442,8 @@ class KafkaServer:
                 close()
         self.metadata_waiters.close()
         self.socket_server.stop_accepting()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         self.replica_manager.shutdown()
         timeout_s = self.config["kbroker.shutdown.timeout.ms"] / 1000
         if not await self.socket_server.wait_for_inflight(timeout_s):
