@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat prometheus bench soak fuzz clean lint typecheck
+.PHONY: run test venv test-deps kcat prometheus bench soak fuzz clean lint typecheck loadtest
 
 # setup.py builds the one C helper (storage/_record_walk.c, the produce path's record walk) in place.
 $(STAMP): pyproject.toml setup.py storage/_record_walk.c
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py storage/_record_walk.c
 venv: $(STAMP)
 
 $(TSTAMP): $(STAMP) pyproject.toml
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet -e '.[test,loadgen]'
 	touch $@
 
 # Debian's kcat (librdkafka 2.0.2) is one of the real clients the compat tests drive.
@@ -52,6 +52,11 @@ soak: test-deps
 # KBROKER_FUZZ_SEED=<seed> replays a failed run's frames.
 fuzz: test-deps
 	KBROKER_FUZZ_SECONDS=$${KBROKER_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/robustness/test_fuzz.py $(PYTEST_ARGS)
+
+# The load-testing loop: three brokers, 20 s of recorded kafka-python/kcat traffic, replayed x10 on
+# Spark (local[*]); the report lands under ./loadgen-demo/<timestamp>/report/.
+loadtest: test-deps
+	$(VENV)/bin/kbroker loadgen demo
 
 bench: $(TSTAMP)
 	$(PY) bench/storage_bench.py

@@ -9,6 +9,8 @@
     kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker dump-log FILE [--print-records]
+    kbroker record --listen HOST:PORT --upstream HOST:PORT --out DIR
+    kbroker loadgen synth|replay|demo ...
 
 This module holds the argument parser and the dispatch; each command group lives in its own
 module (``cli.serve``, ``cli.topics``, ...). A command names its function as a string,
@@ -221,10 +223,52 @@ def _add_dump_log(commands: Subcommands) -> None:
     dump_log.add_argument("--print-records", action="store_true")
 
 
+def _add_record(commands: Subcommands) -> None:
+    record = local_command(commands, "record", "cli.loadgen:record",
+                           "record client traffic through a transparent tap proxy (Parquet)")
+    record.add_argument("--listen", default="127.0.0.1:19092", help="where clients bootstrap (default %(default)s)")
+    record.add_argument("--upstream", required=True, help="HOST:PORT of the cluster's bootstrap broker")
+    record.add_argument("--out", default="traffic", help="recording directory (default %(default)s)")
+    record.add_argument("--advertised-host", help="host named in rewritten Metadata (default: the --listen host)")
+    record.add_argument("--broker-port-base", type=int,
+                        help="proxy ports for the upstream brokers count up from here (default: ephemeral)")
+    record.add_argument("--duration", type=float, help="stop after this many seconds (default: at Ctrl-C/SIGTERM)")
+    record.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def _add_loadgen(commands: Subcommands) -> None:
+    loadgen = commands.add_parser("loadgen", help="synthesize, replay (on Spark) and report load tests")
+    actions = loadgen.add_subparsers(dest="loadgen_command", required=True, metavar="ACTION")
+    synth = local_command(actions, "synth", "cli.loadgen:synth",
+                          "write a recording from an OpenMessaging Benchmark workload file (no client needed)")
+    synth.add_argument("workload", help="OMB workload YAML (its keys unchanged, plus compression, acks, batchSize)")
+    synth.add_argument("--out", default="traffic", help="recording directory (default %(default)s)")
+    synth.add_argument("--duration", type=float, help="seconds of traffic (default: the workload's testDurationMinutes)")
+    synth.add_argument("--topic-prefix", help="topic names are PREFIX-0000, PREFIX-0001... (default: from the name)")
+    synth.add_argument("--seed", type=int, default=0, help="random payloads and keys (default %(default)s)")
+    synth.add_argument("--max-records", type=int, help="records with producerRate 0 (default: maxRecords or 1000000)")
+
+    from loadgen import options  # argument definitions only (no Spark, no client)
+
+    replay = local_command(actions, "replay", "cli.loadgen:replay",
+                           "replay a recording at scale on Spark (runs spark-submit loadgen/replay.py)")
+    replay.add_argument("--master", default="local[*]", help="Spark master URL, passed on unchanged (default %(default)s)")
+    replay.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="spark-submit --conf (repeatable)")
+    options.add_replay_arguments(replay)
+
+    demo = local_command(actions, "demo", "cli.loadgen_demo:run",
+                         "start three brokers, record 20 s of kafka-python and kcat traffic, replay it x10 and report")
+    demo.add_argument("--dir", help="where the cluster, recording and report go (default ./loadgen-demo/<timestamp>)")
+    demo.add_argument("--record-seconds", type=float, default=20.0, help="seconds of recorded traffic (default 20)")
+    demo.add_argument("--rate", type=float, default=500.0, help="kafka-python records/s while recording (default 500)")
+    demo.add_argument("--scale", type=int, default=10, help="replay copies (default 10)")
+    demo.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
+
+
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
     _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_groups, _add_metadata, _add_cluster,
-    _add_dump_log]
+    _add_dump_log, _add_record, _add_loadgen]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -194,6 +194,16 @@ def test_lower_layers_do_not_import_higher_ones(modules):
     assert not problems, "\n".join(problems)
 
 
+def test_loadgen_is_client_side():
+    """loadgen/ (recording, replay on Spark executors, reports) runs where only the client is
+    installed: it imports protocol/ and never broker/, storage/ or controller/."""
+    loadgen = find_modules(ROOT, ("loadgen",))
+    assert "loadgen.tap" in loadgen
+    problems = [f"{module} imports {base}" for module, path in sorted(loadgen.items())
+                for base, _name in imports_of(module, path) if base.split(".")[0] in ("broker", "storage", "controller")]
+    assert not problems, "\n".join(problems)
+
+
 # -- the checker checks ------------------------------------------------------------------------
 def _write(root: Path, files: dict[str, str]) -> dict[str, Path]:
     for rel, text in files.items():

@@ -22,8 +22,9 @@ CLI_CLIENT_MODULES = ["cli", "cli.__main__", "cli.main", "cli.common", "cli.rend
                       "cli.topics", "cli.produce", "cli.consume", "cli.metadata", "cli.elect_leaders"]
 # Local commands that may use the server side, named one by one: serve runs a broker, controller
 # a controller, and cluster up/down/status start, stop and look at such processes (through
-# controller/launcher.py). dump-log reads segment files through storage.dump.
-SERVER_COMMANDS = {("serve",), ("controller",), ("cluster", "up"), ("cluster", "down"), ("cluster", "status")}
+# controller/launcher.py), as does loadgen demo. dump-log reads segment files through storage.dump.
+SERVER_COMMANDS = {("serve",), ("controller",), ("cluster", "up"), ("cluster", "down"), ("cluster", "status"),
+                   ("loadgen", "demo")}  # the load-testing demo starts a cluster of its own
 
 
 def module_file(name: str) -> Path | None:
@@ -132,6 +133,10 @@ def test_client_commands_and_the_client_package_import_nothing_of_the_server_sid
     assert violations(chains, SERVER_SIDE) == []
 
 
+def is_loadgen(words: tuple[str, ...]) -> bool:
+    return words[0] in ("record", "loadgen") and words not in SERVER_COMMANDS
+
+
 def test_the_server_side_commands_are_the_listed_ones_and_local():
     server_side = {words for words, module, is_client in command_table()
                    if violations(reachable([module]), ("broker", "controller"))}
@@ -141,11 +146,21 @@ def test_the_server_side_commands_are_the_listed_ones_and_local():
 
 def test_local_commands_other_than_serve_do_not_reach_broker_or_controller():
     local = [(words, module) for words, module, is_client in command_table()
-             if not is_client and words not in SERVER_COMMANDS]
+             if not is_client and words not in SERVER_COMMANDS and not is_loadgen(words)]
     assert [words for words, _ in local] == [("dump-log",)]
     chains = reachable([module for _, module in local])
     assert "storage.dump" in chains
     assert violations(chains, ("broker", "controller")) == []
+
+
+def test_the_load_testing_commands_are_clients_too():
+    """``kbroker record`` and ``kbroker loadgen ...`` (but the demo, which starts a cluster) reach
+    nothing of the server side: a recording or a replay runs where only the client is installed."""
+    loadgen = sorted({module for words, module, _ in command_table() if is_loadgen(words)})
+    assert "cli.loadgen" in loadgen
+    chains = reachable(loadgen + ["loadgen.tap", "loadgen.recording"])
+    assert "protocol.fast_codecs" in chains
+    assert violations(chains, SERVER_SIDE) == []
 
 
 RUN_CLIENT_COMMANDS = """

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""The load generator's numbers (issue 14). Prints medians, ranges and ratios; asserts nothing.
+
+1. replay vs kafka_load.py: the same workload (100-byte records, ~16 KiB batches, 3 partitions,
+   one connection, 5 requests in flight, acks=1) against the same kbroker broker, alternating
+   rounds. Replay throughput is records / the send phase of the Spark task (frames prepared before
+   it); Spark's own overhead — session start-up, and the job's wall time beyond the send phase —
+   is reported separately.
+2. loadgen alone (engine.py in this process, no Spark) against frame_server.py, a sink that only
+   frames: records per CPU-second of the load generator, against the records per broker
+   CPU-second kafka_load.py measured on one kbroker broker in part 1 (goal: ≥ 3x).
+3. replay x1, x5, x20 against three brokers (LocalCluster), acks=all, RF=3, speed max:
+   throughput and publish p99 against the scale; the curve goes into a report
+   (OUT/scale/report.html, scale.png).
+
+    python bench/loadgen_bench.py [--rounds 3] [--duration 5] [--out bench-loadgen] [--parts 1,2,3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SHARED = REPO.parent / "shared" if (REPO.parent / "shared").is_dir() else Path("/work/shared")
+KAFKA_LOAD = SHARED / "bench" / "kafka_load.py"
+FRAME_SERVER = SHARED / "bench" / "frame_server.py"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"median {statistics.median(values):,.0f} (range {min(values):,.0f} .. {max(values):,.0f}, n={len(values)})"
+
+
+def synth(directory: Path, records: int, partitions: int = 3, producers: int = 1, name: str = "bench") -> Path:
+    from loadgen.synth import synthesize
+
+    workload = directory / f"{name}.yaml"
+    workload.write_text(f"name: {name}\ntopics: 1\npartitionsPerTopic: {partitions}\nmessageSize: 100\n"
+                        f"producersPerTopic: {producers}\nproducerRate: 0\nbatchSize: 16384\nacks: 1\n")
+    synthesize(workload, directory / name, max_records=records, topic_prefix=name)
+    return directory / name
+
+
+def spark_session(master: str = "local[2]"):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    t0 = time.monotonic()
+    spark = (SparkSession.builder.master(master).appName("loadgen-bench").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, time.monotonic() - t0
+
+
+def replay_once(spark, recording: Path, bootstrap: str, topic_to: str, extra: list[str]) -> dict:
+    from loadgen import replay
+
+    args = replay.parse_args(["--recording", str(recording), "--bootstrap", bootstrap, "--speed", "max",
+                              "--topic-map", f"{recording.name}-0000={topic_to}", "--no-progress", *extra])
+    t0 = time.monotonic()
+    raw = replay.run_replay(spark, args)
+    raw["run"]["job_wall_s"] = time.monotonic() - t0
+    return raw
+
+
+def part1(args, work: Path) -> dict:
+    from controller.launcher import BrokerProcess
+
+    print("== 1. replay (Spark, local[2]) vs kafka_load.py, one kbroker broker, acks=1, depth 5", flush=True)
+    broker = BrokerProcess(work / "broker1").start()
+    spark, startup = spark_session()
+    print(f"Spark session start-up: {startup:.1f} s", flush=True)
+    peer, ours, overhead, per_cpu = [], [], [], []
+    try:
+        for r in range(args.rounds):
+            topic = f"peer-{r}"
+            out = subprocess.run([sys.executable, str(KAFKA_LOAD), "--bootstrap", broker.bootstrap, "--topic", topic,
+                                  "--partitions", "3", "--record-size", "100", "--batch-bytes", "16384", "--acks", "1",
+                                  "--connections", "1", "--depth", "5", "--duration", str(args.duration),
+                                  "--warmup", "0.5", "--server-pid", str(broker.pid), "--uvloop"],
+                                 capture_output=True, timeout=300)
+            peer_result = json.loads(out.stdout.decode().strip().splitlines()[-1])
+            peer.append(peer_result["records_per_s"])
+            if peer_result.get("records_per_server_cpu_s"):
+                per_cpu.append(peer_result["records_per_server_cpu_s"])
+            # The same number of records kafka_load.py sent in its window, replayed back to back.
+            recording = synth(work, max(10_000, int(peer_result["records_per_s"] * args.duration)), name=f"rec{r}")
+            raw = replay_once(spark, recording, broker.bootstrap, f"ours-{r}",
+                              ["--depth", "5", "--acks", "1", "--consumers", "0", "--no-report"])
+            send = raw["run"]["send_elapsed_s"]
+            ours.append(raw["totals"]["records"] / max(send, 1e-9))
+            overhead.append(raw["run"]["job_wall_s"] - send)
+            print(f"  round {r}: kafka_load {peer[-1]:,.0f} rec/s, replay {ours[-1]:,.0f} rec/s "
+                  f"(send {send:.2f} s of a {raw['run']['job_wall_s']:.1f} s job, errors {raw['totals']['errors']})",
+                  flush=True)
+    finally:
+        spark.stop()
+        broker.kill()
+    ratio = statistics.median(ours) / statistics.median(peer)
+    ratios = [o / p for o, p in zip(ours, peer)]
+    print(f"kafka_load.py records/s: {spread(peer)}")
+    print(f"replay records/s:       {spread(ours)}")
+    print(f"ratio replay/kafka_load: {ratio:.2f} (per-round {min(ratios):.2f} .. {max(ratios):.2f}; goal >= 0.9)")
+    print(f"Spark overhead per replay job beyond the send phase: {spread(overhead)} s; session start-up {startup:.1f} s")
+    return {"peer": peer, "ours": ours, "ratio": ratio, "overhead_s": overhead, "startup_s": startup,
+            "broker_records_per_cpu_s": statistics.median(per_cpu) if per_cpu else None}
+
+
+def part2(args, work: Path, broker_per_cpu: float | None) -> dict:
+    from loadgen import engine
+    from loadgen.recording import read_all
+
+    print("== 2. loadgen alone (engine.py, no Spark) against frame_server.py", flush=True)
+    recording = synth(work, 200_000, name="sink")  # sent 10 times over: 2,000,000 records per round
+    rows = [(r["send_time_us"], r["api_version"], r["frame"]) for r in read_all(recording).to_pylist()] * 10
+    from tests.support import free_port, port_open, wait_until
+
+    results = []
+    for r in range(args.rounds):
+        port = free_port()
+        server = subprocess.Popen([sys.executable, str(FRAME_SERVER), "--port", str(port), "--uvloop",
+                                   "--duration", "120"], stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: port_open(port), 30)
+            params = engine.Params(bootstrap=f"127.0.0.1:{port}", depth=8, raw=True, stamp_timestamps=False,
+                                   job_start=time.time())
+            stats = engine.run_producer(params, rows, 0)
+            totals = stats["totals"]
+            cpu = totals["send_cpu_s"]  # the send phase only: frames were prepared before it
+            wall = totals["send_end_max"] - totals["send_start_min"]
+            results.append((totals["records_acked"] / max(cpu, 1e-9), totals["records_acked"] / max(wall, 1e-9)))
+            print(f"  round {r}: {results[-1][0]:,.0f} records per CPU-second, {results[-1][1]:,.0f} records/s wall "
+                  f"(errors {totals['errors']})", flush=True)
+        finally:
+            server.kill()
+            server.wait()
+    per_cpu = [a for a, _ in results]
+    print(f"loadgen records per CPU-second: {spread(per_cpu)}")
+    if broker_per_cpu:
+        print(f"one kbroker broker takes {broker_per_cpu:,.0f} records per CPU-second (kafka_load.py, part 1): "
+              f"ratio {statistics.median(per_cpu) / broker_per_cpu:.1f}x (goal >= 3x)")
+    return {"per_cpu": per_cpu, "wall": [b for _, b in results]}
+
+
+def part3(args, work: Path, out: Path) -> dict:
+    from controller.launcher import LocalCluster
+    from loadgen import report
+
+    print("== 3. replay x1, x5, x20 against three brokers, acks=all, RF=3, speed max, local[2]", flush=True)
+    cluster = LocalCluster(work / "cluster", 3).start()
+    spark, _startup = spark_session()
+    recording = synth(work, 20_000, producers=2, name="scale")
+    points = []
+    try:
+        for scale in (1, 5, 20):
+            raw = replay_once(spark, recording, cluster.bootstrap, f"scale-{scale}",
+                              ["--scale", str(scale), "--acks", "all", "--replication-factor", "3", "--consumers", "0"])
+            result = report.build_result(raw)
+            rate = raw["totals"]["records"] / max(raw["run"]["send_elapsed_s"], 1e-9)
+            points.append((scale, rate, result["aggregatedPublishLatency99pct"]))
+            print(f"  x{scale}: {raw['totals']['records']:,} records, {rate:,.0f} records/s over the send phase, "
+                  f"publish p99 {points[-1][2]:.1f} ms, errors {raw['totals']['errors']}", flush=True)
+            last = raw
+    finally:
+        spark.stop()
+        cluster.kill()
+    png = report.scale_plot(points)
+    written = report.write(last, out / "scale", extra_plots={"scale": png})
+    print(f"report with the scale curve: {written['html']}")
+    return {"points": points}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--duration", type=float, default=5.0, help="kafka_load.py's measured seconds per round")
+    p.add_argument("--out", default="bench-loadgen")
+    p.add_argument("--parts", default="1,2,3")
+    args = p.parse_args()
+    parts = {int(x) for x in args.parts.split(",")}
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="loadgen-bench-"))
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    summary: dict = {}
+    try:
+        if 1 in parts:
+            summary["replay_vs_kafka_load"] = part1(args, work)
+        if 2 in parts:
+            summary["sink"] = part2(args, work, (summary.get("replay_vs_kafka_load") or {}).get("broker_records_per_cpu_s"))
+        if 3 in parts:
+            summary["scale"] = part3(args, work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"load average at end: {os.getloadavg()}")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    asyncio.set_event_loop_policy(None)
+    sys.exit(main())
