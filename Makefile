@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat bench soak clean lint typecheck
+.PHONY: run test venv test-deps kcat zookeeper bench soak clean lint typecheck
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,14 @@ kcat:
 	  echo "installing kcat (Debian package)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
-test-deps: $(TSTAMP) kcat
+# Debian's ZooKeeper (3.8): the coordinator of standby controllers (controller.metadata.store=zookeeper);
+# tests start it with java -cp /usr/share/java/zookeeper.jar (controller/launcher.py ZooKeeperProcess).
+zookeeper:
+	@test -e /usr/share/java/zookeeper.jar || { \
+	  echo "installing zookeeper (Debian package)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq zookeeper >/dev/null; }
+
+test-deps: $(TSTAMP) kcat zookeeper
 
 # A single-node cluster on 127.0.0.1:9092, data under ./data.
 run: $(STAMP)

@@ -149,6 +149,15 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "metadata log bytes after which the controller writes a snapshot", low=1),
     _k("metadata.log.max.snapshot.interval.ms", "long", 3600000,
        "time after which the controller writes a snapshot of a changed state (0: never by time)", low=0),
+    _k("controller.metadata.store", "string", "local", "where a controller keeps the metadata: local (its "
+       "metadata log, one controller) or zookeeper (standby controllers elected through zookeeper.connect)",
+       choices=("local", "zookeeper")),
+    _k("zookeeper.connect", "string", None, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble "
+       "(controller.metadata.store=zookeeper)"),
+    _k("zookeeper.session.timeout.ms", "int", 18000, "ZooKeeper session timeout: an active controller whose session "
+       "ends is replaced by a standby", low=1),
+    _k("zookeeper.connection.timeout.ms", "int", None, "how long a controller waits to connect to ZooKeeper "
+       "(default: zookeeper.session.timeout.ms)", low=1),
     _k("offsets.topic.replication.factor", "int", 3, "replication factor of __consumer_offsets", low=1),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
 )}
@@ -156,7 +165,7 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
 # Kafka keys that mean nothing here; accepted without a warning.
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "num.replica.fetchers",
-    "background.threads", "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
+    "background.threads",
     "group.initial.rebalance.delay.ms", "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",

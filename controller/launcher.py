@@ -265,3 +265,169 @@ class LocalCluster:
         for b in self.brokers.values():
             b.kill()
         self.controller.kill()
+
+
+# ----------------------------------------------------------------------------------------
+# ZooKeeper (Debian's ``zookeeper`` package: /usr/share/java/zookeeper.jar, whose manifest
+# names its dependencies; started as Debian's zkServer.sh starts it, ``java -cp <conf>:<jar>
+# org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg``, in the foreground).
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+ZOOKEEPER_LOG4J = """log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1}: %m%n
+"""
+
+
+def zookeeper_available() -> bool:
+    return ZOOKEEPER_JAR.exists()
+
+
+def four_letter_word(port: int, word: str = "srvr", host: str = "127.0.0.1", timeout_s: float = 1.0) -> str:
+    """A ZooKeeper four-letter-word command's answer ('' if the server does not answer)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(word.encode())
+            out = bytearray()
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                out += chunk
+        return out.decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ZooKeeperProcess:
+    """One ZooKeeper server (standalone, or member ``myid`` of an ensemble) with its own data
+    dir, config and output file under ``directory``, on free ports. ``tick_ms`` is short so
+    that tests can use short session timeouts (ZooKeeper allows 2 to 20 ticks)."""
+
+    def __init__(self, directory: Path, client_port: int | None = None, *, myid: int = 1,
+                 peers: list[tuple[int, int, int]] | None = None, tick_ms: int = 200, java: str = "java") -> None:
+        self.directory = Path(directory)
+        self.client_port = client_port or free_port()
+        self.myid = myid
+        self.peers = peers  # [(myid, quorum port, election port)] of every member, or None: standalone
+        self.tick_ms = tick_ms
+        self.java = java
+        self.proc: subprocess.Popen | None = None
+        self.output = self.directory / "zookeeper.out"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def config_text(self) -> str:
+        lines = [f"tickTime={self.tick_ms}", "initLimit=50", "syncLimit=25", f"dataDir={self.directory / 'data'}",
+                 f"clientPort={self.client_port}", "clientPortAddress=127.0.0.1", "maxClientCnxns=0",
+                 "admin.enableServer=false", "4lw.commands.whitelist=*", "autopurge.purgeInterval=1",
+                 f"minSessionTimeout={2 * self.tick_ms}", "forceSync=yes"]
+        if self.peers:
+            lines.append("standaloneEnabled=false")
+            for sid, quorum, election in self.peers:
+                lines.append(f"server.{sid}=127.0.0.1:{quorum}:{election}")
+        return "\n".join(lines) + "\n"
+
+    def command(self) -> list[str]:
+        conf = self.directory / "conf"
+        return [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true",
+                f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}", "-cp", f"{conf}:{ZOOKEEPER_JAR}",
+                ZOOKEEPER_MAIN, str(conf / "zoo.cfg")]
+
+    def launch(self) -> "ZooKeeperProcess":
+        if not zookeeper_available():
+            raise RuntimeError(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package (make test-deps)")
+        conf = self.directory / "conf"
+        data = self.directory / "data"
+        conf.mkdir(parents=True, exist_ok=True)
+        data.mkdir(parents=True, exist_ok=True)
+        (conf / "zoo.cfg").write_text(self.config_text())
+        (conf / "log4j.properties").write_text(ZOOKEEPER_LOG4J)
+        (data / "myid").write_text(f"{self.myid}\n")
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.directory)
+        return self
+
+    def start(self, timeout_s: float = 60.0) -> "ZooKeeperProcess":
+        self.launch()
+        return self.wait_ready(timeout_s)
+
+    def serving(self) -> bool:
+        """It answers ``srvr`` with a mode (standalone, leader or follower): it serves clients."""
+        return "Mode:" in four_letter_word(self.client_port)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> "ZooKeeperProcess":
+        deadline = time.monotonic() + timeout_s
+        while not self.serving():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"zookeeper {self.myid} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(f"zookeeper {self.myid} did not serve on {self.client_port}:\n"
+                                   f"{self.log_text()[-3000:]}")
+            time.sleep(0.05)
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.output.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class ZooKeeperEnsemble:
+    """``size`` ZooKeeper servers forming one ensemble (``size`` 1: one standalone server)."""
+
+    def __init__(self, directory: Path, size: int = 1, *, tick_ms: int = 200) -> None:
+        self.directory = Path(directory)
+        peers = [(i, free_port(), free_port()) for i in range(1, size + 1)] if size > 1 else None
+        self.servers = [ZooKeeperProcess(self.directory / f"zookeeper-{i}", myid=i, peers=peers, tick_ms=tick_ms)
+                        for i in range(1, size + 1)]
+
+    @property
+    def connect(self) -> str:
+        """zookeeper.connect for this ensemble."""
+        return ",".join(s.address for s in self.servers)
+
+    def start(self, timeout_s: float = 90.0) -> "ZooKeeperEnsemble":
+        for s in self.servers:
+            s.launch()
+        for s in self.servers:
+            s.wait_ready(timeout_s)
+        return self
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def kill(self) -> None:
+        for s in self.servers:
+            s.kill()
