@@ -171,9 +171,13 @@ class ControllerProcess(BrokerProcess):
     """One controller process (``python -m controller``) with its own metadata dir and port."""
 
     def __init__(self, metadata_dir: Path, port: int | None = None, node_id: int = 3000, overrides: dict | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, *, await_active: bool = False) -> None:
+        """``await_active``: ``start`` returns once this controller is the active one (a lone
+        controller on ZooKeeper starts as a standby and wins the election a moment later, or once
+        the session of a killed predecessor has expired); otherwise once it listens."""
         super().__init__(metadata_dir, port, node_id, overrides, python)
         self.node_id = node_id
+        self.await_active = await_active
         self.output = self.log_dir.parent / f"controller-{node_id}-{self.port}.out"
 
     @property
@@ -185,7 +189,14 @@ class ControllerProcess(BrokerProcess):
         return f"127.0.0.1:{self.port}"
 
     def ready(self) -> bool:
-        return True  # listening is ready
+        return not self.await_active or self.is_active()
+
+    def is_active(self) -> bool:
+        """Its Metadata names itself the controller (a standby names the active one, or -1)."""
+        try:
+            return metadata(self.port, timeout_s=2.0).controller_id == self.node_id
+        except (OSError, ValueError):
+            return False
 
     def live_brokers(self) -> set[int]:
         """The brokers this controller has unfenced (its Metadata)."""
@@ -202,29 +213,42 @@ class ControllerProcess(BrokerProcess):
 
 
 class LocalCluster:
-    """A controller process and broker processes (``process.roles=broker``) registered with it,
+    """Controller processes and broker processes (``process.roles=broker``) registered with them,
     each with its own data dir under ``directory`` (``controller-<id>``, ``broker-<id>``) and
     its output in ``directory/<role>-<id>-<port>.out``. ``base_port`` numbers the ports from
-    there (controller first, then brokers in id order); otherwise free ports are picked.
+    there (controllers first, then brokers in id order); otherwise free ports are picked.
 
-    ``start()`` starts the controller, then the brokers, and returns once the controller lists
-    every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
+    One controller (the default) keeps its metadata locally. ``controllers=3`` with
+    ``zookeeper=<zookeeper.connect>`` starts standby controllers on ZooKeeper
+    (controller.metadata.store=zookeeper): one is elected active, and every broker lists all of
+    them in controller.quorum.bootstrap.servers. ``controller`` is the first controller
+    process; ``active_controller()`` the one that is active now.
+
+    ``start()`` starts the controllers, then the brokers, and returns once the active controller
+    lists every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
     ``broker.session.timeout.ms`` for quicker failover in tests)."""
 
     def __init__(self, directory: Path, brokers: int = 3, *, broker_ids: list[int] | None = None,
                  controller_id: int = 3000, base_port: int | None = None, broker_props: dict | None = None,
-                 controller_props: dict | None = None, python: str = sys.executable) -> None:
+                 controller_props: dict | None = None, python: str = sys.executable, controllers: int = 1,
+                 zookeeper: str | None = None) -> None:
         self.directory = Path(directory)
+        if controllers > 1 and not zookeeper:
+            raise ValueError("several controllers need ZooKeeper (zookeeper=<zookeeper.connect>)")
         ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
-        ports = iter(range(base_port, base_port + 1 + len(ids))) if base_port else None
-        self.controller = ControllerProcess(self.directory / f"controller-{controller_id}",
-                                            next(ports) if ports else None, controller_id,
-                                            dict(controller_props or {}), python)
+        ports = iter(range(base_port, base_port + controllers + len(ids))) if base_port else None
+        cprops = dict(controller_props or {})
+        if zookeeper:
+            cprops = {"controller.metadata.store": "zookeeper", "zookeeper.connect": zookeeper, **cprops}
+        self.controllers = [ControllerProcess(self.directory / f"controller-{controller_id + i}",
+                                              next(ports) if ports else None, controller_id + i, cprops, python)
+                            for i in range(controllers)]
+        self.controller = self.controllers[0]
         self.broker_props = dict(broker_props or {})
         self.brokers: dict[int, BrokerProcess] = {}
+        quorum = ",".join(c.address for c in self.controllers)
         for i in ids:
-            props = {"process.roles": "broker", "node.id": i,
-                     "controller.quorum.bootstrap.servers": self.controller.address,
+            props = {"process.roles": "broker", "node.id": i, "controller.quorum.bootstrap.servers": quorum,
                      "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
             self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", next(ports) if ports else None, i, props,
                                             python)
@@ -233,8 +257,35 @@ class LocalCluster:
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
+    def active_controller(self) -> ControllerProcess | None:
+        """The running controller that names itself the controller in its Metadata (None: none now)."""
+        for c in self.controllers:
+            if not c.running:
+                continue
+            try:
+                if metadata(c.port, timeout_s=2.0).controller_id == c.node_id:
+                    return c
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def wait_active_controller(self, timeout_s: float = 60.0, *,
+                               not_this: ControllerProcess | None = None) -> ControllerProcess:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            active = self.active_controller()
+            if active is not None and active is not not_this:
+                return active
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no active controller after {timeout_s}s")
+            time.sleep(0.02)
+
     def start(self, timeout_s: float = 60.0) -> "LocalCluster":
-        self.controller.start(timeout_s)
+        for c in self.controllers:
+            c.launch()
+        for c in self.controllers:
+            c.wait_ready(timeout_s)
+        self.wait_active_controller(timeout_s)
         for b in self.brokers.values():
             b.launch()
         for b in self.brokers.values():
@@ -243,28 +294,34 @@ class LocalCluster:
         return self
 
     def wait_live(self, ids: list[int] | None = None, timeout_s: float = 60.0) -> None:
-        """Until the controller lists these brokers (all, by default) as unfenced."""
+        """Until the active controller lists these brokers (all, by default) as unfenced."""
         wanted = set(self.brokers if ids is None else ids)
         deadline = time.monotonic() + timeout_s
-        while not wanted <= self.controller.live_brokers():
+
+        def live() -> set[int]:
+            active = self.active_controller()
+            return active.live_brokers() if active is not None else set()
+
+        while not wanted <= live():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"brokers {sorted(wanted - self.controller.live_brokers())} are not live after "
-                                   f"{timeout_s}s")
+                raise TimeoutError(f"brokers {sorted(wanted - live())} are not live after {timeout_s}s")
             time.sleep(0.02)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM the brokers (controlled shutdown: the controller must still run), then the controller."""
+        """SIGTERM the brokers (controlled shutdown: the controller must still run), then the controllers."""
         for b in self.brokers.values():
             if b.running:
                 b.signal(signal.SIGTERM)
         for b in self.brokers.values():
             b.stop(timeout_s)
-        self.controller.stop(timeout_s)
+        for c in self.controllers:
+            c.stop(timeout_s)
 
     def kill(self) -> None:
         for b in self.brokers.values():
             b.kill()
-        self.controller.kill()
+        for c in self.controllers:
+            c.kill()
 
 
 # ----------------------------------------------------------------------------------------
