@@ -387,7 +387,7 @@ class ZooKeeperProcess:
         lines = [f"tickTime={self.tick_ms}", "initLimit=50", "syncLimit=25", f"dataDir={self.directory / 'data'}",
                  f"clientPort={self.client_port}", "clientPortAddress=127.0.0.1", "maxClientCnxns=0",
                  "admin.enableServer=false", "4lw.commands.whitelist=*", "autopurge.purgeInterval=1",
-                 f"minSessionTimeout={2 * self.tick_ms}", "forceSync=yes"]
+                 f"minSessionTimeout={2 * self.tick_ms}", "maxSessionTimeout=120000", "forceSync=yes"]
         if self.peers:
             lines.append("standaloneEnabled=false")
             for sid, quorum, election in self.peers:

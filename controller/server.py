@@ -130,8 +130,9 @@ class ControllerServer:
     async def _startup_zookeeper(self) -> None:
         """Connect to ZooKeeper, listen as a standby (NOT_CONTROLLER), and campaign in the
         background: each won election is a term of a fresh QuorumController on a
-        ZooKeeperMetadataStore; a term ends when the session is suspended or lost or a
-        conditional write fails, and the process goes back to standby and campaigns again."""
+        ZooKeeperMetadataStore; a term ends when the session is lost (or the connection down
+        for the session timeout) or a conditional write fails, and the process goes back to
+        standby and campaigns again."""
         from .standby import StandbyController
         from .zookeeper_store import ZooKeeperCoordinator
         cfg = self.config
@@ -161,7 +162,14 @@ class ControllerServer:
     async def _terms(self) -> None:
         cfg = self.config
         while True:
-            term = await self.coordinator.campaign()
+            try:
+                term = await self.coordinator.campaign()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a surprise from ZooKeeper must not end the campaigning
+                log.exception("controller %d: the election failed; trying again", self.node_id)
+                await self.coordinator.wait_change(1000)
+                continue
             self._term_over = asyncio.Event()
             self.store = self.coordinator.new_store(term)
             self.channel = ControllerChannelManager(self.node_id, time=self.time, network=self.network,

@@ -49,7 +49,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType
 
-from protocol.clock import Time
+from protocol.clock import Time, TimerHandle
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType, make_record
 
 from .metadata_store import LoadedMetadata, MetadataStoreError, decode_batches, encode_batches
@@ -75,7 +75,7 @@ DELETE_OPS_PER_TXN = 200
 
 class NotActiveError(MetadataStoreError):
     """This controller is no longer the active one: a conditional write failed, or its
-    ZooKeeper session ended or was suspended."""
+    ZooKeeper session ended (or the connection was down for the session timeout)."""
 
 
 def part_names(base: int, parts: int) -> list[str]:
@@ -147,7 +147,8 @@ class ZooKeeperCoordinator:
 
     ``campaign()`` returns a Term once this controller has won; until then it is a standby that
     watches /controller (``active_controller_id`` says who leads). ``on_not_active`` is called
-    (on the loop) when the session is suspended or lost: an active controller then steps down."""
+    (on the loop) when the session is lost, or the connection has been down for the session
+    timeout: an active controller then steps down."""
 
     def __init__(self, connect: str, node_id: int, time: Time, *, session_timeout_ms: int = 18000,
                  connection_timeout_ms: int | None = None, kazoo_logger: logging.Logger | None = None) -> None:
@@ -165,6 +166,7 @@ class ZooKeeperCoordinator:
         self.on_not_active: Callable[[str], None] | None = None
         self._changed: asyncio.Event | None = None  # set on the loop on any watch or state change
         self.state = KazooState.LOST
+        self._suspended_timer: TimerHandle | None = None
         self._closed = False
 
     async def start(self, new_cluster_id: str) -> str:
@@ -203,11 +205,25 @@ class ZooKeeperCoordinator:
             self.loop.call_soon_threadsafe(self._state_changed, state)
 
     def _state_changed(self, state: str) -> None:
+        """SUSPENDED (the connection dropped; the session may live on): keep going — writes wait
+        for the reconnection and fail if the session is gone — but step down once it has lasted
+        the session timeout, after which another controller may have won. LOST (the session
+        expired): step down at once. Reconnected in time: nothing happened."""
         self.state = state
         log.info("controller %d: ZooKeeper session %s", self.node_id, state)
-        if state in (KazooState.SUSPENDED, KazooState.LOST) and self.on_not_active is not None:
-            self.on_not_active(f"ZooKeeper session {state.lower()}")
+        if self._suspended_timer is not None:
+            self._suspended_timer.cancel()
+            self._suspended_timer = None
+        if state == KazooState.SUSPENDED:
+            self._suspended_timer = self.time.schedule(self.session_timeout_ms, self._suspended_too_long)
+        elif state == KazooState.LOST and self.on_not_active is not None:
+            self.on_not_active("ZooKeeper session expired")
         self._wake()
+
+    def _suspended_too_long(self) -> None:
+        self._suspended_timer = None
+        if self.state == KazooState.SUSPENDED and self.on_not_active is not None:
+            self.on_not_active(f"ZooKeeper unreachable for the session timeout ({self.session_timeout_ms} ms)")
 
     def _watch(self, _event: Any) -> None:
         if self.loop is not None and not self._closed:
@@ -217,7 +233,7 @@ class ZooKeeperCoordinator:
         if self._changed is not None:
             self._changed.set()
 
-    async def _wait_change(self, timeout_ms: float) -> None:
+    async def wait_change(self, timeout_ms: float) -> None:
         """Until a watch fires or the session's state changes, at most ``timeout_ms`` (on the injected clock)."""
         assert self._changed is not None
         timer = self.time.schedule(timeout_ms, self._wake)
@@ -246,7 +262,7 @@ class ZooKeeperCoordinator:
                         log.info("controller %d: removing the /controller znode of its own earlier term", self.node_id)
                         await aio(loop, self.zk.delete_async(CONTROLLER_PATH, version=stat.version))
                         continue
-                    await self._wait_change(self.session_timeout_ms)
+                    await self.wait_change(self.session_timeout_ms)
                     continue
                 data, epoch_stat = await aio(loop, self.zk.get_async(CONTROLLER_EPOCH_PATH))
                 epoch = int(data) + 1
@@ -267,7 +283,7 @@ class ZooKeeperCoordinator:
                 if self._closed:
                     break
                 log.info("controller %d: ZooKeeper unavailable for the election (%r); waiting", self.node_id, exc)
-                await self._wait_change(min(1000, self.session_timeout_ms))
+                await self.wait_change(min(1000, self.session_timeout_ms))
         raise asyncio.CancelledError()
 
     def new_store(self, term: Term) -> "ZooKeeperMetadataStore":
@@ -286,6 +302,8 @@ class ZooKeeperCoordinator:
 
     def close(self) -> None:
         self._closed = True
+        if self._suspended_timer is not None:
+            self._suspended_timer.cancel()
         self._wake()
         try:
             self.zk.stop()

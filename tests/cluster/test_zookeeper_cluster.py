@@ -196,6 +196,27 @@ def log_epochs(connect: str) -> dict[str, int]:
         zk.stop()
 
 
+STALE_CONTROLLER_EPOCH = 11
+
+
+def zombie_update_metadata(port: int, controller_id: int, epoch: int) -> int:
+    """An UpdateMetadata in ``epoch`` listing no live broker; the broker's error code."""
+    from protocol.api_keys import ApiKey
+    from protocol.client import BrokerConnection
+
+    async def send():
+        conn = BrokerConnection("127.0.0.1", port, client_id="zombie")
+        await conn.connect()
+        try:
+            resp = await conn.request(ApiKey.UPDATE_METADATA, {
+                "controller_id": controller_id, "controller_epoch": epoch, "broker_epoch": -1, "type": 1,
+                "topic_states": [], "live_brokers": []}, version=8)
+            return resp.error_code
+        finally:
+            conn.close()
+    return asyncio.run(send())
+
+
 def controller_epoch(connect: str) -> int:
     zk = KazooClient(hosts=connect)
     zk.start(timeout=15)
@@ -277,6 +298,11 @@ def test_sigstop_of_the_active_controller_past_its_session(zk_cluster, zookeeper
         # The brokers stay unfenced and led as the new controller says.
         assert new.live_brokers() == {1, 2, 3}
         load.wait_more(300)
+        # And they ignore the old epoch: what the paused controller would have sent (no brokers
+        # alive) is refused by every broker, which goes on listing all three.
+        for b in cluster.brokers.values():
+            assert zombie_update_metadata(b.port, old.node_id, old_epoch) == STALE_CONTROLLER_EPOCH
+            assert {x.node_id for x in metadata(b.port).brokers} == {1, 2, 3}
     finally:
         if old.running:
             old.signal(signal.SIGCONT)
