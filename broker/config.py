@@ -75,7 +75,27 @@ def _k(name, type_, default, doc="", low=None, choices=None) -> ConfigKey:
     return ConfigKey(name, type_, default, doc, low, choices)
 
 
+# The group coordinator's keys (broker/coordinator/config.py reads them from here).
+GROUP_COORDINATOR_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("group.min.session.timeout.ms", "int", 6000, "shortest session timeout a member may ask for"),
+    ConfigKey("group.max.session.timeout.ms", "int", 1800000, "longest session timeout a member may ask for"),
+    ConfigKey("group.max.size", "int", INT_MAX, "most members one group may have", low=1),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000,
+              "how long the first rebalance of an empty group waits for more members to join", low=0),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096, "longest metadata string an offset commit may carry"),
+    ConfigKey("offsets.retention.minutes", "int", 10080,
+              "how long committed offsets of a group without members are kept", low=1),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "how often expired offsets are looked for", low=1),
+    ConfigKey("offsets.topic.num.partitions", "int", 50, "partitions of __consumer_offsets (fixed once created)", low=1),
+    ConfigKey("offsets.topic.replication.factor", "int", 3,
+              "replication factor of __consumer_offsets (capped by the live brokers when created)", low=1),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "segment size of __consumer_offsets", low=1),
+    ConfigKey("offsets.commit.timeout.ms", "int", 5000,
+              "how long an offset commit or group metadata write waits for all in-sync replicas", low=1),
+)
+
 KEYS: dict[str, ConfigKey] = {k.name: k for k in (
+    *GROUP_COORDINATOR_KEYS,
     _k("broker.id", "int", -1, "this broker's id; -1 generates one and keeps it in meta.properties", low=-1),
     _k("node.id", "int", None, "KRaft's name for broker.id"),
     _k("listeners", "list", ["PLAINTEXT://:9092"], "where to accept connections"),
@@ -158,7 +178,6 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "ends is replaced by a standby", low=1),
     _k("zookeeper.connection.timeout.ms", "int", None, "how long a controller waits to connect to ZooKeeper "
        "(default: zookeeper.session.timeout.ms)", low=1),
-    _k("offsets.topic.replication.factor", "int", 3, "replication factor of __consumer_offsets", low=1),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
 )}
 
@@ -166,7 +185,6 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "num.replica.fetchers",
     "background.threads",
-    "group.initial.rebalance.delay.ms", "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",
     "log.cleaner.enable", "log.cleanup.policy", "compression.type", "socket.listen.backlog.size", "max.connections",

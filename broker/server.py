@@ -45,6 +45,8 @@ from .broker_lifecycle import BrokerLifecycleManager, Listener
 from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
 from .controller_channel import ControllerChannel
+from .coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
+from .coordinator.offsets_topic import OffsetsTopic
 from .fetcher import ReplicaFetcherManager
 from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
@@ -85,6 +87,8 @@ class KafkaServer:
         self.topic_admin: TopicAdmin | None = None
         self.forwarding: Forwarding | None = None
         self.apis: KafkaApis | None = None
+        self.group_coordinator: GroupCoordinatorAdapter | None = None
+        self.offsets_topic: OffsetsTopic | None = None
         self.socket_server: SocketServer | None = None
         self.producer_ids: ProducerIdGenerator | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
@@ -165,10 +169,12 @@ class KafkaServer:
             metadata_cache=cache, log_config_for=configs.log_config_for,
             replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"], fetcher_manager=self.fetcher_manager,
             alter_partition=alter_partition)
+        self._start_group_coordinator()
         self.apis = KafkaApis(
             replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
-            forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch)
+            forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
+            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"])
@@ -186,6 +192,23 @@ class KafkaServer:
         else:
             self._register_self()
             log.info("broker %d started (cluster %s, no controller)", self.broker_id, self.cluster_id)
+
+    def _start_group_coordinator(self) -> None:
+        """The group coordinator on __consumer_offsets: it writes through the ReplicaManager and
+        follows the leadership of that topic's partitions."""
+        assert self.replica_manager is not None and self.metadata_cache is not None and self.topic_admin is not None
+        gc_config = GroupCoordinatorConfig.from_values(self.config.values)
+        self.offsets_topic = offsets_topic = OffsetsTopic(
+            time=self.time, replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            topic_admin=self.topic_admin, num_partitions=gc_config.offsets_topic_num_partitions,
+            replication_factor=gc_config.offsets_topic_replication_factor,
+            commit_timeout_ms=gc_config.offsets_commit_timeout_ms,
+            topic_configs=lambda: coordinator.offsets_topic_configs())
+        coordinator = GroupCoordinatorAdapter(gc_config, self.time, offsets_topic.append, offsets_topic.read_partition,
+                                              offsets_topic.partition_exists)
+        self.group_coordinator = coordinator
+        offsets_topic.attach(coordinator)
+        coordinator.startup()
 
     async def wait_until_live(self) -> None:
         """Until the controller has unfenced this broker and its UpdateMetadata lists it live
@@ -382,6 +405,8 @@ class KafkaServer:
                 close()
         self.metadata_waiters.close()
         self.socket_server.stop_accepting()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         self.replica_manager.shutdown()
         timeout_s = self.config["kbroker.shutdown.timeout.ms"] / 1000
         if not await self.socket_server.wait_for_inflight(timeout_s):
