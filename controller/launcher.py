@@ -279,7 +279,11 @@ class LocalCluster:
                  controller_id: int = 3000, base_port: int | None = None, controller_port: int | None = None,
                  broker_ports: dict[int, int] | None = None, broker_props: dict | None = None,
                  controller_props: dict | None = None, python: str = sys.executable, controllers: int = 1,
-                 controller_ports: list[int] | None = None, zookeeper: str | None = None) -> None:
+                 controller_ports: list[int] | None = None, zookeeper: str | None = None,
+                 zookeeper_port: int | None = None) -> None:
+        """``zookeeper``: the zookeeper.connect of the controllers, or ``"start"``: a ZooKeeper
+        server of the cluster's own (``directory/zookeeper``, on ``zookeeper_port``), started
+        first and stopped last (what ``kbroker cluster up --zookeeper`` does)."""
         self.directory = Path(directory)
         if controllers > 1 and not zookeeper:
             raise ValueError("several controllers need ZooKeeper (zookeeper=<zookeeper.connect>)")
@@ -289,6 +293,11 @@ class LocalCluster:
         if base_port:
             broker_ports = {i: base_port + n for n, i in enumerate(ids)}
             ports = [base_port + len(ids) + n for n in range(controllers)]
+            zookeeper_port = zookeeper_port or base_port + len(ids) + controllers
+        self.zookeeper_server: ZooKeeperProcess | None = None
+        if zookeeper == "start":
+            self.zookeeper_server = ZooKeeperProcess(self.directory / "zookeeper", zookeeper_port)
+            zookeeper = f"{self.zookeeper_server.address}/kbroker"
         self.zookeeper = zookeeper
         self.controller_props = dict(controller_props or {})
         cprops = dict(self.controller_props)
@@ -310,8 +319,9 @@ class LocalCluster:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
     @property
-    def processes(self) -> list[BrokerProcess]:
-        return [*self.controllers, *self.brokers.values()]
+    def processes(self) -> list[Any]:
+        own_zookeeper = [self.zookeeper_server] if self.zookeeper_server is not None else []
+        return [*own_zookeeper, *self.controllers, *self.brokers.values()]
 
     def active_controller(self) -> ControllerProcess | None:
         """The running controller that names itself the controller in its Metadata (None: none now)."""
@@ -343,10 +353,16 @@ class LocalCluster:
         self.wait_ready(timeout_s)
         return self
 
-    def launch(self, timeout_s: float = 60.0, detach: bool = False) -> list[BrokerProcess]:
+    def launch(self, timeout_s: float = 60.0, detach: bool = False) -> list[Any]:
         """Start the processes that are not running: the controllers first (until they listen
         and one is active), then the brokers, without waiting for them. Returns the ones started."""
-        started: list[BrokerProcess] = []
+        started: list[Any] = []
+        zk = self.zookeeper_server
+        if zk is not None:
+            if not zk.running:
+                zk.launch(detach)
+                started.append(zk)
+            zk.wait_ready(timeout_s)
         for c in self.controllers:
             if not c.running:
                 c.launch(detach)
@@ -376,8 +392,12 @@ class LocalCluster:
         def process(p: BrokerProcess) -> dict[str, Any]:
             return {"id": p.broker_id, "port": p.port, "pid": p.pid if p.running else None,
                     "data_dir": str(p.log_dir), "log": str(p.output)}
+        zk = self.zookeeper_server
         return {"controller": process(self.controller), "controllers": [process(c) for c in self.controllers],
-                "zookeeper": self.zookeeper, "brokers": [process(b) for b in self.brokers.values()],
+                "zookeeper": "start" if zk is not None else self.zookeeper,
+                "zookeeper_server": None if zk is None else {"port": zk.port, "pid": zk.pid if zk.running else None,
+                                                             "data_dir": str(zk.directory), "log": str(zk.output)},
+                "brokers": [process(b) for b in self.brokers.values()],
                 "broker_props": {k: str(v) for k, v in self.broker_props.items()},
                 "controller_props": {k: str(v) for k, v in self.controller_props.items()},
                 "bootstrap": self.bootstrap}
@@ -395,13 +415,17 @@ class LocalCluster:
         state = json.loads((directory / cls.STATE_FILE).read_text())
         brokers = state["brokers"]
         controllers = state.get("controllers") or [state["controller"]]
+        zk = state.get("zookeeper_server")
         cluster = cls(directory, broker_ids=[b["id"] for b in brokers], controller_id=controllers[0]["id"],
                       controller_ports=[c["port"] for c in controllers], controllers=len(controllers),
-                      zookeeper=state.get("zookeeper"), broker_ports={b["id"]: b["port"] for b in brokers},
+                      zookeeper=state.get("zookeeper"), zookeeper_port=zk["port"] if zk else None,
+                      broker_ports={b["id"]: b["port"] for b in brokers},
                       broker_props=state.get("broker_props"), controller_props=state.get("controller_props"),
                       python=python)
         for c, saved in zip(cluster.controllers, controllers):
             c.recorded_pid = saved["pid"]
+        if cluster.zookeeper_server is not None and zk:
+            cluster.zookeeper_server.recorded_pid = zk["pid"]
         for b in brokers:
             cluster.brokers[b["id"]].recorded_pid = b["pid"]
         return cluster
@@ -429,12 +453,16 @@ class LocalCluster:
             b.stop(timeout_s)
         for c in self.controllers:
             c.stop(timeout_s)
+        if self.zookeeper_server is not None:
+            self.zookeeper_server.stop(timeout_s)
 
     def kill(self) -> None:
         for b in self.brokers.values():
             b.kill()
         for c in self.controllers:
             c.kill()
+        if self.zookeeper_server is not None:
+            self.zookeeper_server.kill()
 
 
 # ----------------------------------------------------------------------------------------
@@ -486,15 +514,33 @@ class ZooKeeperProcess:
         self.tick_ms = tick_ms
         self.java = java
         self.proc: subprocess.Popen | None = None
+        self.recorded_pid: int | None = None  # a process another run started (a cluster's state file)
         self.output = self.directory / "zookeeper.out"
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
+    # What ``kbroker cluster`` shows of any process.
     @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def port(self) -> int:
+        return self.client_port
+
+    @property
+    def broker_id(self) -> int:
+        return self.myid
+
+    @property
+    def bootstrap(self) -> str:
+        return self.address
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else self.recorded_pid
 
     def config_text(self) -> str:
         lines = [f"tickTime={self.tick_ms}", "initLimit=50", "syncLimit=25", f"dataDir={self.directory / 'data'}",
@@ -513,7 +559,7 @@ class ZooKeeperProcess:
                 f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}", "-cp", f"{conf}:{ZOOKEEPER_JAR}",
                 ZOOKEEPER_MAIN, str(conf / "zoo.cfg")]
 
-    def launch(self) -> "ZooKeeperProcess":
+    def launch(self, detach: bool = False) -> "ZooKeeperProcess":
         if not zookeeper_available():
             raise RuntimeError(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package (make test-deps)")
         conf = self.directory / "conf"
@@ -524,7 +570,9 @@ class ZooKeeperProcess:
         (conf / "log4j.properties").write_text(ZOOKEEPER_LOG4J)
         (data / "myid").write_text(f"{self.myid}\n")
         with open(self.output, "ab") as out:
-            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.directory)
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.directory,
+                                         stdin=subprocess.DEVNULL, start_new_session=detach)
+        self.recorded_pid = None
         return self
 
     def start(self, timeout_s: float = 60.0) -> "ZooKeeperProcess":
@@ -538,8 +586,8 @@ class ZooKeeperProcess:
     def wait_ready(self, timeout_s: float = 60.0) -> "ZooKeeperProcess":
         deadline = time.monotonic() + timeout_s
         while not self.serving():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"zookeeper {self.myid} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+            if not self.running:
+                raise RuntimeError(f"zookeeper {self.myid} exited:\n{self.log_text()[-3000:]}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise TimeoutError(f"zookeeper {self.myid} did not serve on {self.client_port}:\n"
@@ -555,11 +603,39 @@ class ZooKeeperProcess:
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if not self.recorded_pid:
+            return False
+        try:  # the pid is this server's only if its command line names this config
+            with open(f"/proc/{self.recorded_pid}/cmdline", "rb") as f:
+                return str(self.directory / "conf" / "zoo.cfg").encode() + b"\0" in f.read()
+        except OSError:
+            return False
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(sig)
+        elif self.recorded_pid:
+            os.kill(self.recorded_pid, sig)
+
+    def _wait_gone(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.running:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
+        if self.proc is None:
+            if self.running:
+                self.signal(signal.SIGTERM)
+                if not self._wait_gone(timeout_s):
+                    self.kill()
+            return 0
+        if self.proc.poll() is not None:
+            return self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout_s)
@@ -571,6 +647,9 @@ class ZooKeeperProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        elif self.proc is None and self.running:
+            self.signal(signal.SIGKILL)
+            self._wait_gone(10)
 
 
 class ZooKeeperEnsemble:

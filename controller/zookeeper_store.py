@@ -341,7 +341,8 @@ class ZooKeeperMetadataStore:
         """This term is over: every pending and later write fails."""
         if self._failure is None:
             self._failure = NotActiveError(why)
-            log.warning("controller epoch %d: %s; nothing more is written", self.term.epoch, why)
+            if why != "closed":
+                log.warning("controller epoch %d: %s; nothing more is written", self.term.epoch, why)
         waiters, self._waiters = self._waiters, []
         for _offset, future in waiters:
             if not future.done():
