@@ -178,6 +178,14 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "ends is replaced by a standby", low=1),
     _k("zookeeper.connection.timeout.ms", "int", None, "how long a controller waits to connect to ZooKeeper "
        "(default: zookeeper.session.timeout.ms)", low=1),
+    # The log cleaner (storage/log_cleaner.py): compaction of cleanup.policy=compact topics.
+    _k("log.cleanup.policy", "list", ["delete"], "default cleanup.policy of topics: delete, compact or both"),
+    _k("log.cleaner.enable", "bool", True, "run the log cleaner (compaction of cleanup.policy=compact topics)"),
+    _k("log.cleaner.backoff.ms", "long", 15000, "how long the cleaner waits when no log needs cleaning", low=0),
+    _k("log.cleaner.delete.retention.ms", "long", 86400000, "default delete.retention.ms: how long tombstones "
+       "stay after their segment was cleaned", low=0),
+    _k("log.cleaner.min.cleanable.ratio", "double", 0.5, "default min.cleanable.dirty.ratio"),
+    _k("log.cleaner.min.compaction.lag.ms", "long", 0, "default min.compaction.lag.ms", low=0),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
 )}
 
@@ -187,7 +195,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "background.threads",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",
-    "log.cleaner.enable", "log.cleanup.policy", "compression.type", "socket.listen.backlog.size", "max.connections",
+    "compression.type", "socket.listen.backlog.size", "max.connections",
     "log.preallocate", "log.cleaner.threads", "confluent.support.metrics.enable",
 })
 
@@ -427,6 +435,10 @@ class KafkaConfig:
             "min.insync.replicas": str(v["min.insync.replicas"]),
             "file.delete.delay.ms": str(v["log.segment.delete.delay.ms"]),
             "producer.id.expiration.ms": str(v["producer.id.expiration.ms"]),
+            "cleanup.policy": ",".join(v["log.cleanup.policy"]),
+            "delete.retention.ms": str(v["log.cleaner.delete.retention.ms"]),
+            "min.cleanable.dirty.ratio": str(v["log.cleaner.min.cleanable.ratio"]),
+            "min.compaction.lag.ms": str(v["log.cleaner.min.compaction.lag.ms"]),
         }
 
 
@@ -437,7 +449,6 @@ MAX_TOPIC_NAME = 249
 
 # Kafka topic configs kbroker accepts without acting on them (so tools that set them keep working).
 PASSIVE_TOPIC_CONFIGS = frozenset({
-    "cleanup.policy", "delete.retention.ms", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
     "max.compaction.lag.ms", "preallocate", "unclean.leader.election.enable", "message.downconversion.enable",
     "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
     "message.format.version", "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",

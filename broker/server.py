@@ -38,6 +38,7 @@ from protocol.client import DEFAULT_NETWORK, SYSTEM_TIME, Network
 from protocol.clock import Time
 from storage import LogManager
 from storage.checkpoint import write_atomically
+from storage.log_cleaner import LogCleaner
 
 from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
@@ -89,6 +90,7 @@ class KafkaServer:
         self.apis: KafkaApis | None = None
         self.group_coordinator: GroupCoordinatorAdapter | None = None
         self.offsets_topic: OffsetsTopic | None = None
+        self.log_cleaner: LogCleaner | None = None
         self.socket_server: SocketServer | None = None
         self.producer_ids: ProducerIdGenerator | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
@@ -361,6 +363,17 @@ class KafkaServer:
                                 self.replica_manager.maybe_shrink_isr)
         self._schedule_periodic("producer-id-expiration", cfg["producer.id.expiration.check.interval.ms"],
                                 lm.remove_expired_producers)
+        if cfg["log.cleaner.enable"]:
+            self.log_cleaner = LogCleaner(self.time, lm.all_logs)
+            self._schedule_periodic("log-cleaner", max(1, cfg["log.cleaner.backoff.ms"]), self._clean_logs)
+
+    def _clean_logs(self) -> None:
+        """Compact every log that needs it (cleanup.policy=compact over min.cleanable.dirty.ratio),
+        one after the other, on the event loop."""
+        assert self.log_cleaner is not None
+        for _ in range(len(self.log_manager.all_logs())):
+            if self.log_cleaner.clean_once() is None:
+                return
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass

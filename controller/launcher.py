@@ -92,11 +92,18 @@ def live_brokers(port: int, host: str = "127.0.0.1") -> set[int]:
 class BrokerProcess:
     """One broker process with its own data dir and port; its output goes to a file."""
 
+    role = "broker"
+
     def __init__(self, log_dir: Path, port: int | None = None, broker_id: int = 0, overrides: dict | None = None,
-                 python: str = sys.executable, repo: Path = REPO) -> None:
-        """``repo``: the checkout whose code runs (another one lets a benchmark compare two trees)."""
+                 python: str = sys.executable, repo: Path = REPO, host: str = "127.0.0.1",
+                 prefix: list[str] | None = None) -> None:
+        """``repo``: the checkout whose code runs (another one lets a benchmark compare two trees).
+        ``host``: the address it listens on and advertises; ``prefix``: what runs the command
+        (``ip netns exec NS`` puts it in a network namespace, tests/netns.py)."""
         self.log_dir = Path(log_dir)
         self.repo = Path(repo)
+        self.host = host
+        self.prefix = list(prefix or [])
         self.port = port or free_port()
         self.broker_id = broker_id
         self.overrides = dict(overrides or {})
@@ -107,16 +114,16 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else self.recorded_pid
 
     def command(self) -> list[str]:
-        props = {"broker.id": str(self.broker_id), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+        props = {"broker.id": str(self.broker_id), "listeners": f"PLAINTEXT://{self.host}:{self.port}",
                  "log.dirs": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
-        cmd = [self.python, "-m", "broker", "serve"]
+        cmd = [*self.prefix, self.python, "-m", "broker", "serve"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -141,23 +148,23 @@ class BrokerProcess:
 
     def wait_ready(self, timeout_s: float = 30.0) -> "BrokerProcess":
         deadline = time.monotonic() + timeout_s
-        self._wait(lambda: port_open(self.port), deadline, f"to listen on {self.port}")
+        self._wait(lambda: port_open(self.port, self.host), deadline, f"to listen on {self.port}")
         self._wait(self.ready, deadline, "to be live")
         return self
 
     def ready(self) -> bool:
         """Live: its own Metadata lists it (the controller unfenced it and told it so)."""
-        return self.broker_id in live_brokers(self.port)
+        return self.broker_id in live_brokers(self.port, self.host)
 
     def _wait(self, condition, deadline: float, what: str) -> None:
         while not condition():
             if not self.running:
                 status = self.proc.returncode if self.proc is not None else "?"
-                raise RuntimeError(f"{self.command()[2]} {self.broker_id} exited with {status}:\n"
+                raise RuntimeError(f"{self.role} {self.broker_id} exited with {status}:\n"
                                    f"{self.log_text()[-3000:]}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise TimeoutError(f"{self.command()[2]} {self.broker_id} did not come {what}:\n"
+                raise TimeoutError(f"{self.role} {self.broker_id} did not come {what}:\n"
                                    f"{self.log_text()[-3000:]}")
             time.sleep(0.02)
 
@@ -211,12 +218,15 @@ class BrokerProcess:
 class ControllerProcess(BrokerProcess):
     """One controller process (``python -m controller``) with its own metadata dir and port."""
 
+    role = "controller"
+
     def __init__(self, metadata_dir: Path, port: int | None = None, node_id: int = 3000, overrides: dict | None = None,
-                 python: str = sys.executable, *, await_active: bool = False) -> None:
+                 python: str = sys.executable, host: str = "127.0.0.1", prefix: list[str] | None = None, *,
+                 await_active: bool = False) -> None:
         """``await_active``: ``start`` returns once this controller is the active one (a lone
         controller on ZooKeeper starts as a standby and wins the election a moment later, or once
         the session of a killed predecessor has expired); otherwise once it listens."""
-        super().__init__(metadata_dir, port, node_id, overrides, python)
+        super().__init__(metadata_dir, port, node_id, overrides, python, host=host, prefix=prefix)
         self.node_id = node_id
         self.await_active = await_active
         self.output = self.log_dir.parent / f"controller-{node_id}-{self.port}.out"
@@ -227,7 +237,7 @@ class ControllerProcess(BrokerProcess):
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def ready(self) -> bool:
         return not self.await_active or self.is_active()
@@ -235,19 +245,19 @@ class ControllerProcess(BrokerProcess):
     def is_active(self) -> bool:
         """Its Metadata names itself the controller (a standby names the active one, or -1)."""
         try:
-            return metadata(self.port, timeout_s=2.0).controller_id == self.node_id
+            return metadata(self.port, self.host, timeout_s=2.0).controller_id == self.node_id
         except (OSError, ValueError):
             return False
 
     def live_brokers(self) -> set[int]:
         """The brokers this controller has unfenced (its Metadata)."""
-        return live_brokers(self.port)
+        return live_brokers(self.port, self.host)
 
     def command(self) -> list[str]:
         props = {"process.roles": "controller", "node.id": str(self.node_id),
-                 "listeners": f"CONTROLLER://127.0.0.1:{self.port}", "controller.listener.names": "CONTROLLER",
+                 "listeners": f"CONTROLLER://{self.host}:{self.port}", "controller.listener.names": "CONTROLLER",
                  "metadata.log.dir": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
-        cmd = [self.python, "-m", "controller"]
+        cmd = [*self.prefix, self.python, "-m", "controller"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -329,7 +339,7 @@ class LocalCluster:
             if not c.running:
                 continue
             try:
-                if metadata(c.port, timeout_s=2.0).controller_id == c.node_id:
+                if metadata(c.port, c.host, timeout_s=2.0).controller_id == c.node_id:
                     return c
             except (OSError, ValueError):
                 continue

@@ -308,3 +308,56 @@ def test_bad_group_requests_get_kafkas_error_codes_and_disturb_nothing(node):
     asyncio.run(scenario())
     assert committed(node.bootstrap, "bad", "bad-t")[0] == 7
     assert node.running
+
+
+# -- compaction of __consumer_offsets ------------------------------------------------------------
+def offsets_log_records(log_dir: Path, partition: int) -> list[list[bytes]]:
+    """The keys of __consumer_offsets-``partition``, segment by segment, read from its files."""
+    from protocol.records import batch_body, decode_records, iter_batch_headers
+
+    out = []
+    for path in sorted((log_dir / f"__consumer_offsets-{partition}").glob("*.log")):
+        data = path.read_bytes()
+        out.append([r.key for pos, h in iter_batch_headers(data) if not h.is_control
+                    for r in decode_records(h, batch_body(data, pos, h))])
+    return out
+
+
+def test_the_cleaner_keeps_one_offset_record_per_key_and_offsets_read_back_after_a_restart(broker_process):
+    from protocol.api_keys import ApiKey as K
+    from protocol.client import KafkaClient
+
+    node = broker_process(overrides={**GROUP_OVERRIDES, "offsets.topic.num.partitions": 1,
+                                     "offsets.topic.segment.bytes": 4096, "log.cleaner.backoff.ms": 100}).start()
+    create_topic(node.bootstrap, "ct", 5)
+    last: dict[int, int] = {}
+
+    async def commit_many() -> None:
+        async with KafkaClient(node.bootstrap, client_id="committer") as client:
+            conn = await client.any_connection()
+            while (await conn.request(K.FIND_COORDINATOR, {"key": "cg", "key_type": 0}, 2)).error_code:
+                await asyncio.sleep(0.05)
+            for i in range(400):  # 400 commits of 5 partitions each, to the same 5 keys
+                body = {"group_id": "cg", "generation_id_or_member_epoch": -1, "member_id": "", "topics": [
+                    {"name": "ct", "partitions": [{"partition_index": p, "committed_offset": i * 10 + p,
+                                                   "committed_metadata": ""} for p in range(5)]}]}
+                r = await conn.request(K.OFFSET_COMMIT, body, 7)
+                assert all(p.error_code == 0 for t in r.topics for p in t.partitions)
+                last.update({p: i * 10 + p for p in range(5)})
+
+    asyncio.run(commit_many())
+
+    def cleaned() -> bool:
+        segments = offsets_log_records(node.log_dir, 0)
+        head = [k for seg in segments[:-1] for k in seg]
+        return len(segments) > 1 and len(head) == len(set(head)) == 5
+    deadline = time.monotonic() + 30
+    while not cleaned():
+        assert time.monotonic() < deadline, f"not compacted: {[len(s) for s in offsets_log_records(node.log_dir, 0)]}"
+        time.sleep(0.1)
+    assert "__consumer_offsets-0: cleaned up to offset" in node.log_text()
+    assert sum(len(s) for s in offsets_log_records(node.log_dir, 0)) < 2000 / 4  # was 2000 records
+
+    assert node.stop() == 0
+    node.start()
+    assert committed(node.bootstrap, "cg", "ct") == {p: last[p] for p in range(5)} | {5: -1001}
