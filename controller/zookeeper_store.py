@@ -396,7 +396,8 @@ class ZooKeeperMetadataStore:
         end = loaded.snapshot_offset
         incomplete: list[str] = []
         self._entries = []
-        for base in sorted(by_base):
+        bases = sorted(by_base)
+        for i, base in enumerate(bases):
             parts = sorted(by_base[base])
             expected = parts[0][1]
             if [p for p, _n, _name in parts] != list(range(expected)) or any(n != expected for _p, n, _ in parts):
@@ -405,6 +406,11 @@ class ZooKeeperMetadataStore:
             entry_names = [name for _p, _n, name in parts]
             self._entries.append((base, entry_names))
             self._last_part = entry_names[-1]
+            if i + 1 < len(bases) and bases[i + 1] <= loaded.snapshot_offset:
+                # Wholly below the snapshot (the next entry starts at or before it): not read.
+                self._bytes_written += ZNODE_COST * len(entry_names)
+                end = max(end, bases[i + 1])
+                continue
             items = await self._read_parts(LOG_PATH, entry_names, f"log entry {base}")
             self._bytes_written += sum(ZNODE_COST for _ in entry_names)
             for offset, epoch, record in items:
