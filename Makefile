@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat zookeeper bench soak clean lint typecheck
+.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak clean lint typecheck
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,14 @@ zookeeper:
 	  echo "installing zookeeper (Debian package)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq zookeeper >/dev/null; }
 
-test-deps: $(TSTAMP) kcat zookeeper
+# Debian's prometheus (and promtool): tests/metrics scrape a cluster with a real Prometheus.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing prometheus (Debian package)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+	    install -y -qq prometheus >/dev/null; }
+
+test-deps: $(TSTAMP) kcat zookeeper prometheus
 
 # A single-node cluster on 127.0.0.1:9092, data under ./data.
 run: $(STAMP)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from storage import LogConfig, LogManager
 
     from .fetcher import ReplicaFetcherManager
+    from .metrics import BrokerTopicStats
     from .metadata_cache import MetadataCache, PartitionInfo
 
 log = logging.getLogger("kbroker.replica_manager")
@@ -54,8 +55,12 @@ class ReplicaManager:
     def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
                  log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000,
                  fetcher_manager: "ReplicaFetcherManager | None" = None,
-                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION) -> None:
+                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION,
+                 topic_stats: "BrokerTopicStats | None" = None) -> None:
         self.broker_id = broker_id
+        self.topic_stats = topic_stats  # BrokerTopicMetrics (None: metrics off)
+        self.isr_shrinks = 0  # committed ISR changes of partitions this broker leads (IsrShrinksPerSec)
+        self.isr_expands = 0
         self.time = time
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
@@ -88,7 +93,7 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError(f"{topic}-{partition} is not hosted on broker {self.broker_id}")
         raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
 
-    def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
+    def _get_or_create_partition(self, topic: str, partition: int, defer_dir_sync: bool = False) -> Partition:
         key = (topic, partition)
         p = self.partitions.get(key)
         if p is None:
@@ -99,12 +104,17 @@ class ReplicaManager:
                           on_ineligible_replica=self._replica_ineligible)
             self.partitions[key] = p
         if p.log is None:
-            p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic))
+            p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic),
+                                                       defer_dir_sync=defer_dir_sync)
         return p
 
     def _isr_changed(self, partition: Partition, new_isr: list[int]) -> None:
         """A committed ISR change: the metadata this broker serves follows, and requests waiting
         on the partition are re-checked (a smaller ISR may have moved the HW)."""
+        if len(new_isr) < len(partition.previous_isr):
+            self.isr_shrinks += 1
+        elif len(new_isr) > len(partition.previous_isr):
+            self.isr_expands += 1
         info = self.metadata_cache.partition_info(partition.topic, partition.partition)
         if info is not None:
             info.isr = list(new_isr)
@@ -168,10 +178,16 @@ class ReplicaManager:
         except KafkaError as exc:
             if exc.error_code in _LOGGED_APPEND_ERRORS:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
+            if self.topic_stats is not None:
+                self.topic_stats.append_failed(topic)
             return [partition_index, exc.error_code, -1, -1, -1], -1
         except Exception:
             log.exception("unexpected error appending to %s-%d", topic, partition_index)
+            if self.topic_stats is not None:
+                self.topic_stats.append_failed(topic)
             return [partition_index, ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, -1], -1
+        if self.topic_stats is not None and not info.duplicate:
+            self.topic_stats.appended(topic, info.record_count, len(records))
         key = partition.key
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():
@@ -300,6 +316,25 @@ class ReplicaManager:
         responses: dict[tuple[str, int], int] = {}
         to_lead: list[tuple[Partition, LeaderAndIsrState]] = []
         to_follow: list[tuple[Partition, LeaderAndIsrState]] = []
+        try:
+            self._create_partitions(states, responses, to_lead, to_follow)
+        finally:
+            # New partition dirs are durable before this broker acts on them or answers.
+            self.log_manager.sync_created_log_dirs()
+        if to_lead:
+            self._make_leaders(to_lead)
+        if to_follow:
+            self._make_followers(to_follow)
+        self._leadership_changed([(p.topic, p.partition, st.leader_epoch) for p, st in to_lead],
+                                 [(p.topic, p.partition, st.leader_epoch) for p, st in to_follow])
+        return ErrorCode.NONE, responses
+
+    def _create_partitions(self, states: list[LeaderAndIsrState], responses: dict[tuple[str, int], int],
+                           to_lead: list[tuple[Partition, LeaderAndIsrState]],
+                           to_follow: list[tuple[Partition, LeaderAndIsrState]]) -> None:
+        """The partitions of a LeaderAndIsr that this broker must act on, created if new (their
+        log dirs' fsync deferred to the caller), sorted into leaders and followers; the others
+        answered in ``responses``."""
         for st in states:
             key = (st.topic, st.partition)
             if self.broker_id not in st.replicas:
@@ -321,19 +356,12 @@ class ReplicaManager:
                     responses[key] = ErrorCode.STALE_CONTROLLER_EPOCH
                     continue
             try:
-                partition = self._get_or_create_partition(st.topic, st.partition)
+                partition = self._get_or_create_partition(st.topic, st.partition, defer_dir_sync=True)
             except KafkaError as exc:
                 responses[key] = exc.error_code
                 continue
             responses[key] = ErrorCode.NONE
             (to_lead if st.leader == self.broker_id else to_follow).append((partition, st))
-        if to_lead:
-            self._make_leaders(to_lead)
-        if to_follow:
-            self._make_followers(to_follow)
-        self._leadership_changed([(p.topic, p.partition, st.leader_epoch) for p, st in to_lead],
-                                 [(p.topic, p.partition, st.leader_epoch) for p, st in to_follow])
-        return ErrorCode.NONE, responses
 
     def _leadership_changed(self, leaders: list[PartitionEpoch], followers: list[PartitionEpoch]) -> None:
         if not leaders and not followers:
@@ -348,7 +376,16 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions([p.key for p, _ in items])
         for partition, st in items:
+            # The same leader told a new ISR: a change it proposed, committed, whose
+            # LeaderAndIsr arrived before the AlterPartition answer (which is then ignored).
+            same_leader = partition.is_leader and partition.leader_epoch == st.leader_epoch
+            old_isr = len(partition.isr)
             partition.make_leader(st)
+            if same_leader:
+                if len(st.isr) < old_isr:
+                    self.isr_shrinks += 1
+                elif len(st.isr) > old_isr:
+                    self.isr_expands += 1
             self.try_complete_delayed_requests(partition.key)
 
     def _make_followers(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
@@ -401,6 +438,10 @@ class ReplicaManager:
             self.try_complete_delayed_requests(key)
             out[key] = ErrorCode.NONE
         self._leadership_changed([], [(t, p, leader_epoch) for t, p in keys])
+        if delete and self.topic_stats is not None:
+            hosted = {t for t, _p in self.partitions}
+            for topic in {t for t, _p in keys} - hosted:
+                self.topic_stats.remove(topic)  # Kafka drops a deleted topic's metrics
         return out
 
     def maybe_shrink_isr(self) -> None:

@@ -117,6 +117,13 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     @property
+    def metrics_port(self) -> int | None:
+        """The port of its metrics endpoint, when ``metrics.listener`` names one."""
+        listener = str(self.overrides.get("metrics.listener") or "")
+        port = listener.rsplit(":", 1)[-1].split("/", 1)[0] if listener else ""
+        return int(port) if port.isdigit() and int(port) else None
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else self.recorded_pid
 
@@ -279,7 +286,10 @@ class LocalCluster:
 
     ``start()`` starts the controllers, then the brokers, and returns once the active controller
     lists every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
-    ``broker.session.timeout.ms`` for quicker failover in tests).
+    ``broker.session.timeout.ms`` for quicker failover in tests). ``metrics=True`` gives every
+    process a metrics endpoint on a free port (``metrics_port`` of each; ``metrics_targets``);
+    ``metrics_base_port`` numbers them from there instead (controllers first: deploy/prometheus.yml
+    expects 9404).
 
     ``save_state()`` writes ``directory/cluster.json`` (ids, ports, pids, overrides) and
     ``LocalCluster.load(directory)`` builds the same cluster from it, its processes identified
@@ -290,13 +300,20 @@ class LocalCluster:
                  broker_ports: dict[int, int] | None = None, broker_props: dict | None = None,
                  controller_props: dict | None = None, python: str = sys.executable, controllers: int = 1,
                  controller_ports: list[int] | None = None, zookeeper: str | None = None,
-                 zookeeper_port: int | None = None) -> None:
+                 zookeeper_port: int | None = None, metrics: bool = False,
+                 metrics_base_port: int | None = None) -> None:
         """``zookeeper``: the zookeeper.connect of the controllers, or ``"start"``: a ZooKeeper
         server of the cluster's own (``directory/zookeeper``, on ``zookeeper_port``), started
         first and stopped last (what ``kbroker cluster up --zookeeper`` does)."""
         self.directory = Path(directory)
         if controllers > 1 and not zookeeper:
             raise ValueError("several controllers need ZooKeeper (zookeeper=<zookeeper.connect>)")
+        metrics = metrics or metrics_base_port is not None
+        metrics_ports = iter(range(metrics_base_port, metrics_base_port + controllers
+                                   + len(broker_ids or range(brokers)))) if metrics_base_port else None
+
+        def metrics_listener() -> str:
+            return f"http://127.0.0.1:{next(metrics_ports) if metrics_ports else free_port()}"
         ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
         broker_ports = dict(broker_ports or {})
         ports: list[int | None] = list(controller_ports or [controller_port] + [None] * (controllers - 1))
@@ -313,8 +330,13 @@ class LocalCluster:
         cprops = dict(self.controller_props)
         if zookeeper:
             cprops = {"controller.metadata.store": "zookeeper", "zookeeper.connect": zookeeper, **cprops}
-        self.controllers = [ControllerProcess(self.directory / f"controller-{controller_id + n}", ports[n],
-                                              controller_id + n, cprops, python) for n in range(controllers)]
+        self.controllers = []
+        for n in range(controllers):
+            props = dict(cprops)
+            if metrics and "metrics.listener" not in props:
+                props["metrics.listener"] = metrics_listener()
+            self.controllers.append(ControllerProcess(self.directory / f"controller-{controller_id + n}", ports[n],
+                                                      controller_id + n, props, python))
         self.controller = self.controllers[0]
         self.broker_props = dict(broker_props or {})
         self.brokers: dict[int, BrokerProcess] = {}
@@ -322,11 +344,18 @@ class LocalCluster:
         for i in ids:
             props = {"process.roles": "broker", "node.id": i, "controller.quorum.bootstrap.servers": quorum,
                      "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
+            if metrics and "metrics.listener" not in self.broker_props:
+                props["metrics.listener"] = metrics_listener()
             self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", broker_ports.get(i), i, props, python)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
+
+    @property
+    def metrics_targets(self) -> list[str]:
+        """host:port of every process's metrics endpoint (a Prometheus scrape config's targets)."""
+        return [f"127.0.0.1:{p.metrics_port}" for p in self.processes if p.metrics_port]
 
     @property
     def processes(self) -> list[Any]:
@@ -401,7 +430,8 @@ class LocalCluster:
     def state(self) -> dict[str, Any]:
         def process(p: BrokerProcess) -> dict[str, Any]:
             return {"id": p.broker_id, "port": p.port, "pid": p.pid if p.running else None,
-                    "data_dir": str(p.log_dir), "log": str(p.output)}
+                    "data_dir": str(p.log_dir), "log": str(p.output),
+                    "metrics_listener": p.overrides.get("metrics.listener")}
         zk = self.zookeeper_server
         return {"controller": process(self.controller), "controllers": [process(c) for c in self.controllers],
                 "zookeeper": "start" if zk is not None else self.zookeeper,
@@ -438,6 +468,9 @@ class LocalCluster:
             cluster.zookeeper_server.recorded_pid = zk["pid"]
         for b in brokers:
             cluster.brokers[b["id"]].recorded_pid = b["pid"]
+        for p, saved in (*zip(cluster.controllers, controllers), *((cluster.brokers[b["id"]], b) for b in brokers)):
+            if saved.get("metrics_listener"):
+                p.overrides["metrics.listener"] = saved["metrics_listener"]
         return cluster
 
     def wait_live(self, ids: list[int] | None = None, timeout_s: float = 60.0) -> None:
@@ -547,6 +580,8 @@ class ZooKeeperProcess:
     @property
     def log_dir(self) -> Path:
         return self.directory
+
+    metrics_port = None  # no metrics endpoint (LocalCluster.metrics_targets)
 
     @property
     def pid(self) -> int | None:
