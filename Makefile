@@ -7,9 +7,10 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak clean lint typecheck
+.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz clean lint typecheck
 
-$(STAMP): pyproject.toml
+# setup.py builds the one C helper (storage/_record_walk.c, the produce path's record walk) in place.
+$(STAMP): pyproject.toml setup.py storage/_record_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e .
@@ -53,6 +54,11 @@ test: test-deps typecheck
 # Long soaks / crash loops (not in CI).
 soak: test-deps
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+# The fuzz run of tests/robustness/test_fuzz.py for 10 minutes (make test runs it for 20 s);
+# KBROKER_FUZZ_SEED=<seed> replays a failed run's frames.
+fuzz: test-deps
+	KBROKER_FUZZ_SECONDS=$${KBROKER_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/robustness/test_fuzz.py $(PYTEST_ARGS)
 
 bench: $(TSTAMP)
 	$(PY) bench/storage_bench.py
