@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat prometheus bench soak fuzz clean lint typecheck loadtest
+.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz clean lint typecheck loadtest
 
 # setup.py builds the one C helper (storage/_record_walk.c, the produce path's record walk) in place.
 $(STAMP): pyproject.toml setup.py storage/_record_walk.c
@@ -28,6 +28,13 @@ kcat:
 	  echo "installing kcat (Debian package)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
+# Debian's ZooKeeper (3.8): the coordinator of standby controllers (controller.metadata.store=zookeeper);
+# tests start it with java -cp /usr/share/java/zookeeper.jar (controller/launcher.py ZooKeeperProcess).
+zookeeper:
+	@test -e /usr/share/java/zookeeper.jar || { \
+	  echo "installing zookeeper (Debian package)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq zookeeper >/dev/null; }
+
 # Debian's prometheus (and promtool): tests/metrics scrape a cluster with a real Prometheus.
 prometheus:
 	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
@@ -35,7 +42,7 @@ prometheus:
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
 	    install -y -qq prometheus >/dev/null; }
 
-test-deps: $(TSTAMP) kcat prometheus
+test-deps: $(TSTAMP) kcat zookeeper prometheus
 
 # A single-node cluster on 127.0.0.1:9092, data under ./data.
 run: $(STAMP)

@@ -173,6 +173,15 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "metadata log bytes after which the controller writes a snapshot", low=1),
     _k("metadata.log.max.snapshot.interval.ms", "long", 3600000,
        "time after which the controller writes a snapshot of a changed state (0: never by time)", low=0),
+    _k("controller.metadata.store", "string", "local", "where a controller keeps the metadata: local (its "
+       "metadata log, one controller) or zookeeper (standby controllers elected through zookeeper.connect)",
+       choices=("local", "zookeeper")),
+    _k("zookeeper.connect", "string", None, "host:port[,host:port...][/chroot] of the ZooKeeper ensemble "
+       "(controller.metadata.store=zookeeper)"),
+    _k("zookeeper.session.timeout.ms", "int", 18000, "ZooKeeper session timeout: an active controller whose session "
+       "ends is replaced by a standby", low=1),
+    _k("zookeeper.connection.timeout.ms", "int", None, "how long a controller waits to connect to ZooKeeper "
+       "(default: zookeeper.session.timeout.ms)", low=1),
     # The log cleaner (storage/log_cleaner.py): compaction of cleanup.policy=compact topics.
     _k("log.cleanup.policy", "list", ["delete"], "default cleanup.policy of topics: delete, compact or both"),
     _k("log.cleaner.enable", "bool", True, "run the log cleaner (compaction of cleanup.policy=compact topics)"),
@@ -193,7 +202,7 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
 # Kafka keys that mean nothing here; accepted without a warning.
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "num.replica.fetchers",
-    "background.threads", "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
+    "background.threads",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",
     "socket.listen.backlog.size", "max.connections",

@@ -2,6 +2,7 @@
 background processes that outlive the command.
 
     kbroker cluster up [-n 3] [--dir ./cluster] [--base-port 9092] [--broker-config K=V] [--controller-config K=V]
+                       [--controllers 3 --zookeeper [host:port[/chroot]]]
     kbroker cluster status [--dir ./cluster]
     kbroker cluster down [--dir ./cluster] [--purge]
 
@@ -14,6 +15,10 @@ with their data: ``up`` after ``down`` (or after a crash) brings the same cluste
 ``down`` stops the brokers with SIGTERM (controlled shutdown: the controller moves their
 leaderships first), then the controller. ``status`` shows the processes, which brokers the
 controller counts as live, and the under-replicated and offline partitions.
+
+``--controllers 3 --zookeeper`` starts a ZooKeeper server of the cluster's own (DIR/zookeeper,
+on the next port) and three controllers on it (controller.metadata.store=zookeeper): one is
+active, the others are standbys that take over when it dies; ``status`` names the active one.
 
 These start and stop servers, so they are server-side commands like ``serve`` (they import
 controller/launcher.py); ``cluster elect-leaders`` is a client command (``cli.elect_leaders``).
@@ -60,14 +65,21 @@ def up(args: argparse.Namespace) -> int:
         if n < 1:
             raise UsageError("-n: at least one broker")
         base_port = DEFAULT_BASE_PORT if args.base_port is None else args.base_port
+        controllers = 1 if args.controllers is None else args.controllers
+        if controllers < 1:
+            raise UsageError("--controllers: at least one controller")
+        if controllers > 1 and not args.zookeeper:
+            raise UsageError("--controllers: more than one controller needs --zookeeper (the standbys' coordinator)")
         cluster = LocalCluster(directory, n, base_port=base_port or None,
                                broker_props=_props(args.broker_config),
-                               controller_props=_props(args.controller_config))
+                               controller_props=_props(args.controller_config), controllers=controllers,
+                               zookeeper=args.zookeeper)
     else:
         if args.brokers is not None and args.brokers != len(cluster.brokers):
             raise UsageError(f"{directory} holds a cluster of {len(cluster.brokers)} brokers; "
                              f"`kbroker cluster down --dir {args.dir} --purge` removes it")
-        if args.base_port is not None or args.broker_config or args.controller_config:
+        if (args.base_port is not None or args.broker_config or args.controller_config or args.zookeeper
+                or args.controllers is not None):
             raise UsageError(f"{directory} holds a cluster already: its ports and configs stay as they were "
                              f"(`kbroker cluster down --dir {args.dir} --purge` removes it)")
     waiting = [p for p in cluster.processes if not p.running]
@@ -92,14 +104,19 @@ def up(args: argparse.Namespace) -> int:
         print(f"kbroker: `kbroker cluster down --dir {args.dir}` stops what runs", file=sys.stderr)
         return 1
     cluster.save_state()
-    err.print(f"{len(cluster.brokers)} brokers live, controller {cluster.controller.broker_id} on "
-              f"{cluster.controller.address}")
+    active = cluster.active_controller() or cluster.controller
+    standbys = [c for c in cluster.controllers if c is not active]
+    err.print(f"{len(cluster.brokers)} brokers live, controller {active.broker_id} on {active.address}"
+              + (f" (standbys {', '.join(str(c.broker_id) for c in standbys)}; ZooKeeper {cluster.zookeeper})"
+                 if standbys or cluster.zookeeper else ""))
     print(cluster.bootstrap)
     return 0
 
 
 def _role(cluster: LocalCluster, p) -> str:
-    return "controller" if p is cluster.controller else "broker"
+    if p is cluster.zookeeper_server:
+        return "zookeeper"
+    return "controller" if p in cluster.controllers else "broker"
 
 
 def down(args: argparse.Namespace) -> int:
@@ -117,7 +134,10 @@ def down(args: argparse.Namespace) -> int:
     for b in brokers:
         b.signal(signal.SIGTERM)
     failed = False
-    for p in [*brokers, *([cluster.controller] if cluster.controller.running else [])]:
+    rest = [c for c in cluster.controllers if c.running]
+    if cluster.zookeeper_server is not None and cluster.zookeeper_server.running:
+        rest.append(cluster.zookeeper_server)  # last: the controllers need it until they stop
+    for p in [*brokers, *rest]:
         try:
             p.stop(args.timeout)
         except Exception:  # noqa: BLE001 - a process that does not stop in time is killed
@@ -139,13 +159,20 @@ def status(args: argparse.Namespace) -> int:
         print(f"kbroker: no cluster in {directory}", file=sys.stderr)
         return 1
     out = Console()
-    controller = cluster.controller
+    controller = cluster.active_controller() or cluster.controller
     live = live_brokers(controller.port) if controller.running else set()
     processes = Table("role", "id", "address", "pid", "process", "state", title=f"Cluster in {directory}")
     for p in cluster.processes:
         running = p.running
-        if p is controller:
-            state = "listening" if running and port_open(p.port) else "-"
+        if p is cluster.zookeeper_server:
+            state = "serving" if running and p.serving() else "-"
+        elif p in cluster.controllers:
+            if not (running and port_open(p.port)):
+                state = "-"
+            elif len(cluster.controllers) == 1:
+                state = "listening"
+            else:
+                state = "active" if p is controller and p.is_active() else "standby"
         else:
             state = "live" if p.broker_id in live else ("fenced or unregistered" if running else "-")
         processes.add_row(_role(cluster, p), str(p.broker_id), p.bootstrap, str(p.pid or "-"),

@@ -199,6 +199,12 @@ def _add_cluster(commands: Subcommands) -> None:
                     help="a broker configuration key (repeatable)")
     up.add_argument("--controller-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                     help="a controller configuration key (repeatable)")
+    up.add_argument("--controllers", type=int, default=None,
+                    help="number of controllers (default 1); more than one needs --zookeeper: one is active, "
+                         "the others standbys")
+    up.add_argument("--zookeeper", nargs="?", const="start", default=None, metavar="CONNECT",
+                    help="keep the metadata in ZooKeeper (controller.metadata.store=zookeeper): without a value, "
+                         "start a ZooKeeper server of the cluster's own (Debian's package); or host:port[/chroot]")
     up.add_argument("--timeout", type=float, default=60, help="seconds to wait for every broker (default 60)")
     status = local_command(actions, "status", "cli.cluster:status",
                            "processes, live brokers, under-replicated and offline partitions (exit 1 if unhealthy)")

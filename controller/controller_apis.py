@@ -19,7 +19,6 @@ from protocol.errors import ErrorCode, RemoteProtocolError
 from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
-from .quorum_controller import QuorumController
 
 log = logging.getLogger("kbroker.controller.apis")
 
@@ -33,23 +32,24 @@ def frame_response(api_key: int, version: int, correlation_id: int, body: bytes)
 
 
 class ControllerApis:
-    def __init__(self, controller: QuorumController) -> None:
+    def __init__(self, controller) -> None:
+        """``controller``: the QuorumController, or a StandbyController while this process is
+        a standby (the server swaps ``self.controller`` when it wins or loses an election)."""
         self.controller = controller
-        c = controller
         # api key -> (decoded request, version) -> future of the response body
         self.operations: dict[int, Callable] = {
-            ApiKey.BROKER_REGISTRATION: lambda r, v: c.register_broker(r),
-            ApiKey.BROKER_HEARTBEAT: lambda r, v: c.broker_heartbeat(r),
-            ApiKey.ALTER_PARTITION: c.alter_partition,
-            ApiKey.ALLOCATE_PRODUCER_IDS: lambda r, v: c.allocate_producer_ids(r),
-            ApiKey.CONTROLLED_SHUTDOWN: c.controlled_shutdown,
-            ApiKey.CREATE_TOPICS: c.create_topics,
-            ApiKey.DELETE_TOPICS: c.delete_topics,
-            ApiKey.CREATE_PARTITIONS: lambda r, v: c.create_partitions(r),
-            ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda r, v: c.incremental_alter_configs(r),
-            ApiKey.ALTER_CONFIGS: lambda r, v: c.alter_configs(r),
-            ApiKey.ELECT_LEADERS: c.elect_leaders,
-            ApiKey.DESCRIBE_CONFIGS: lambda r, v: c.describe_configs(r),
+            ApiKey.BROKER_REGISTRATION: lambda r, v: self.controller.register_broker(r),
+            ApiKey.BROKER_HEARTBEAT: lambda r, v: self.controller.broker_heartbeat(r),
+            ApiKey.ALTER_PARTITION: lambda r, v: self.controller.alter_partition(r, v),
+            ApiKey.ALLOCATE_PRODUCER_IDS: lambda r, v: self.controller.allocate_producer_ids(r),
+            ApiKey.CONTROLLED_SHUTDOWN: lambda r, v: self.controller.controlled_shutdown(r, v),
+            ApiKey.CREATE_TOPICS: lambda r, v: self.controller.create_topics(r, v),
+            ApiKey.DELETE_TOPICS: lambda r, v: self.controller.delete_topics(r, v),
+            ApiKey.CREATE_PARTITIONS: lambda r, v: self.controller.create_partitions(r),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda r, v: self.controller.incremental_alter_configs(r),
+            ApiKey.ALTER_CONFIGS: lambda r, v: self.controller.alter_configs(r),
+            ApiKey.ELECT_LEADERS: lambda r, v: self.controller.elect_leaders(r, v),
+            ApiKey.DESCRIBE_CONFIGS: lambda r, v: self.controller.describe_configs(r),
         }
         self.handlers = set(self.operations) | {ApiKey.API_VERSIONS, ApiKey.METADATA}
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers)

@@ -228,9 +228,14 @@ class ControllerProcess(BrokerProcess):
     role = "controller"
 
     def __init__(self, metadata_dir: Path, port: int | None = None, node_id: int = 3000, overrides: dict | None = None,
-                 python: str = sys.executable, host: str = "127.0.0.1", prefix: list[str] | None = None) -> None:
+                 python: str = sys.executable, host: str = "127.0.0.1", prefix: list[str] | None = None, *,
+                 await_active: bool = False) -> None:
+        """``await_active``: ``start`` returns once this controller is the active one (a lone
+        controller on ZooKeeper starts as a standby and wins the election a moment later, or once
+        the session of a killed predecessor has expired); otherwise once it listens."""
         super().__init__(metadata_dir, port, node_id, overrides, python, host=host, prefix=prefix)
         self.node_id = node_id
+        self.await_active = await_active
         self.output = self.log_dir.parent / f"controller-{node_id}-{self.port}.out"
 
     @property
@@ -242,7 +247,14 @@ class ControllerProcess(BrokerProcess):
         return f"{self.host}:{self.port}"
 
     def ready(self) -> bool:
-        return True  # listening is ready
+        return not self.await_active or self.is_active()
+
+    def is_active(self) -> bool:
+        """Its Metadata names itself the controller (a standby names the active one, or -1)."""
+        try:
+            return metadata(self.port, self.host, timeout_s=2.0).controller_id == self.node_id
+        except (OSError, ValueError):
+            return False
 
     def live_brokers(self) -> set[int]:
         """The brokers this controller has unfenced (its Metadata)."""
@@ -259,18 +271,24 @@ class ControllerProcess(BrokerProcess):
 
 
 class LocalCluster:
-    """A controller process and broker processes (``process.roles=broker``) registered with it,
+    """Controller processes and broker processes (``process.roles=broker``) registered with them,
     each with its own data dir under ``directory`` (``controller-<id>``, ``broker-<id>``) and
     its output in ``directory/<role>-<id>-<port>.out``. ``base_port`` numbers the ports from
-    there (brokers in id order, then the controller: 9092 gives brokers 9092, 9093, 9094 and
+    there (brokers in id order, then the controllers: 9092 gives brokers 9092, 9093, 9094 and
     the controller 9095); ``controller_port`` / ``broker_ports`` name them one by one; otherwise
     free ports are picked.
 
-    ``start()`` starts the controller, then the brokers, and returns once the controller lists
-    every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
+    One controller (the default) keeps its metadata locally. ``controllers=3`` with
+    ``zookeeper=<zookeeper.connect>`` starts standby controllers on ZooKeeper
+    (controller.metadata.store=zookeeper): one is elected active, and every broker lists all of
+    them in controller.quorum.bootstrap.servers. ``controller`` is the first controller
+    process; ``active_controller()`` the one that is active now.
+
+    ``start()`` starts the controllers, then the brokers, and returns once the active controller
+    lists every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
     ``broker.session.timeout.ms`` for quicker failover in tests). ``metrics=True`` gives every
     process a metrics endpoint on a free port (``metrics_port`` of each; ``metrics_targets``);
-    ``metrics_base_port`` numbers them from there instead (controller first: deploy/prometheus.yml
+    ``metrics_base_port`` numbers them from there instead (controllers first: deploy/prometheus.yml
     expects 9404).
 
     ``save_state()`` writes ``directory/cluster.json`` (ids, ports, pids, overrides) and
@@ -280,31 +298,51 @@ class LocalCluster:
     def __init__(self, directory: Path, brokers: int = 3, *, broker_ids: list[int] | None = None,
                  controller_id: int = 3000, base_port: int | None = None, controller_port: int | None = None,
                  broker_ports: dict[int, int] | None = None, broker_props: dict | None = None,
-                 controller_props: dict | None = None, python: str = sys.executable, metrics: bool = False,
+                 controller_props: dict | None = None, python: str = sys.executable, controllers: int = 1,
+                 controller_ports: list[int] | None = None, zookeeper: str | None = None,
+                 zookeeper_port: int | None = None, metrics: bool = False,
                  metrics_base_port: int | None = None) -> None:
+        """``zookeeper``: the zookeeper.connect of the controllers, or ``"start"``: a ZooKeeper
+        server of the cluster's own (``directory/zookeeper``, on ``zookeeper_port``), started
+        first and stopped last (what ``kbroker cluster up --zookeeper`` does)."""
         self.directory = Path(directory)
+        if controllers > 1 and not zookeeper:
+            raise ValueError("several controllers need ZooKeeper (zookeeper=<zookeeper.connect>)")
         metrics = metrics or metrics_base_port is not None
-        metrics_ports = iter(range(metrics_base_port, metrics_base_port + 1 + len(broker_ids or range(brokers)))
-                             ) if metrics_base_port else None
+        metrics_ports = iter(range(metrics_base_port, metrics_base_port + controllers
+                                   + len(broker_ids or range(brokers)))) if metrics_base_port else None
 
         def metrics_listener() -> str:
             return f"http://127.0.0.1:{next(metrics_ports) if metrics_ports else free_port()}"
-
-        if metrics:
-            controller_props = {"metrics.listener": metrics_listener(), **(controller_props or {})}
         ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
         broker_ports = dict(broker_ports or {})
+        ports: list[int | None] = list(controller_ports or [controller_port] + [None] * (controllers - 1))
         if base_port:
             broker_ports = {i: base_port + n for n, i in enumerate(ids)}
-            controller_port = base_port + len(ids)
+            ports = [base_port + len(ids) + n for n in range(controllers)]
+            zookeeper_port = zookeeper_port or base_port + len(ids) + controllers
+        self.zookeeper_server: ZooKeeperProcess | None = None
+        if zookeeper == "start":
+            self.zookeeper_server = ZooKeeperProcess(self.directory / "zookeeper", zookeeper_port)
+            zookeeper = f"{self.zookeeper_server.address}/kbroker"
+        self.zookeeper = zookeeper
         self.controller_props = dict(controller_props or {})
-        self.controller = ControllerProcess(self.directory / f"controller-{controller_id}", controller_port,
-                                            controller_id, self.controller_props, python)
+        cprops = dict(self.controller_props)
+        if zookeeper:
+            cprops = {"controller.metadata.store": "zookeeper", "zookeeper.connect": zookeeper, **cprops}
+        self.controllers = []
+        for n in range(controllers):
+            props = dict(cprops)
+            if metrics and "metrics.listener" not in props:
+                props["metrics.listener"] = metrics_listener()
+            self.controllers.append(ControllerProcess(self.directory / f"controller-{controller_id + n}", ports[n],
+                                                      controller_id + n, props, python))
+        self.controller = self.controllers[0]
         self.broker_props = dict(broker_props or {})
         self.brokers: dict[int, BrokerProcess] = {}
+        quorum = ",".join(c.address for c in self.controllers)
         for i in ids:
-            props = {"process.roles": "broker", "node.id": i,
-                     "controller.quorum.bootstrap.servers": self.controller.address,
+            props = {"process.roles": "broker", "node.id": i, "controller.quorum.bootstrap.servers": quorum,
                      "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
             if metrics and "metrics.listener" not in self.broker_props:
                 props["metrics.listener"] = metrics_listener()
@@ -320,8 +358,32 @@ class LocalCluster:
         return [f"127.0.0.1:{p.metrics_port}" for p in self.processes if p.metrics_port]
 
     @property
-    def processes(self) -> list[BrokerProcess]:
-        return [self.controller, *self.brokers.values()]
+    def processes(self) -> list[Any]:
+        own_zookeeper = [self.zookeeper_server] if self.zookeeper_server is not None else []
+        return [*own_zookeeper, *self.controllers, *self.brokers.values()]
+
+    def active_controller(self) -> ControllerProcess | None:
+        """The running controller that names itself the controller in its Metadata (None: none now)."""
+        for c in self.controllers:
+            if not c.running:
+                continue
+            try:
+                if metadata(c.port, c.host, timeout_s=2.0).controller_id == c.node_id:
+                    return c
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def wait_active_controller(self, timeout_s: float = 60.0, *,
+                               not_this: ControllerProcess | None = None) -> ControllerProcess:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            active = self.active_controller()
+            if active is not None and active is not not_this:
+                return active
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no active controller after {timeout_s}s")
+            time.sleep(0.02)
 
     def start(self, timeout_s: float = 60.0, detach: bool = False) -> "LocalCluster":
         """Start whatever of the cluster is not running (everything, the first time), and wait
@@ -330,14 +392,23 @@ class LocalCluster:
         self.wait_ready(timeout_s)
         return self
 
-    def launch(self, timeout_s: float = 60.0, detach: bool = False) -> list[BrokerProcess]:
-        """Start the processes that are not running: the controller first (until it listens),
-        then the brokers, without waiting for them. Returns the ones started."""
-        started: list[BrokerProcess] = []
-        if not self.controller.running:
-            self.controller.launch(detach)
-            started.append(self.controller)
-        self.controller.wait_ready(timeout_s)
+    def launch(self, timeout_s: float = 60.0, detach: bool = False) -> list[Any]:
+        """Start the processes that are not running: the controllers first (until they listen
+        and one is active), then the brokers, without waiting for them. Returns the ones started."""
+        started: list[Any] = []
+        zk = self.zookeeper_server
+        if zk is not None:
+            if not zk.running:
+                zk.launch(detach)
+                started.append(zk)
+            zk.wait_ready(timeout_s)
+        for c in self.controllers:
+            if not c.running:
+                c.launch(detach)
+                started.append(c)
+        for c in self.controllers:
+            c.wait_ready(timeout_s)
+        self.wait_active_controller(timeout_s)
         for b in self.brokers.values():
             if not b.running:
                 b.launch(detach)
@@ -361,7 +432,12 @@ class LocalCluster:
             return {"id": p.broker_id, "port": p.port, "pid": p.pid if p.running else None,
                     "data_dir": str(p.log_dir), "log": str(p.output),
                     "metrics_listener": p.overrides.get("metrics.listener")}
-        return {"controller": process(self.controller), "brokers": [process(b) for b in self.brokers.values()],
+        zk = self.zookeeper_server
+        return {"controller": process(self.controller), "controllers": [process(c) for c in self.controllers],
+                "zookeeper": "start" if zk is not None else self.zookeeper,
+                "zookeeper_server": None if zk is None else {"port": zk.port, "pid": zk.pid if zk.running else None,
+                                                             "data_dir": str(zk.directory), "log": str(zk.output)},
+                "brokers": [process(b) for b in self.brokers.values()],
                 "broker_props": {k: str(v) for k, v in self.broker_props.items()},
                 "controller_props": {k: str(v) for k, v in self.controller_props.items()},
                 "bootstrap": self.bootstrap}
@@ -378,39 +454,274 @@ class LocalCluster:
         directory = Path(directory)
         state = json.loads((directory / cls.STATE_FILE).read_text())
         brokers = state["brokers"]
-        cluster = cls(directory, broker_ids=[b["id"] for b in brokers], controller_id=state["controller"]["id"],
-                      controller_port=state["controller"]["port"], broker_ports={b["id"]: b["port"] for b in brokers},
+        controllers = state.get("controllers") or [state["controller"]]
+        zk = state.get("zookeeper_server")
+        cluster = cls(directory, broker_ids=[b["id"] for b in brokers], controller_id=controllers[0]["id"],
+                      controller_ports=[c["port"] for c in controllers], controllers=len(controllers),
+                      zookeeper=state.get("zookeeper"), zookeeper_port=zk["port"] if zk else None,
+                      broker_ports={b["id"]: b["port"] for b in brokers},
                       broker_props=state.get("broker_props"), controller_props=state.get("controller_props"),
                       python=python)
-        cluster.controller.recorded_pid = state["controller"]["pid"]
+        for c, saved in zip(cluster.controllers, controllers):
+            c.recorded_pid = saved["pid"]
+        if cluster.zookeeper_server is not None and zk:
+            cluster.zookeeper_server.recorded_pid = zk["pid"]
         for b in brokers:
             cluster.brokers[b["id"]].recorded_pid = b["pid"]
-        for p, saved in ((cluster.controller, state["controller"]),
-                         *((cluster.brokers[b["id"]], b) for b in brokers)):
+        for p, saved in (*zip(cluster.controllers, controllers), *((cluster.brokers[b["id"]], b) for b in brokers)):
             if saved.get("metrics_listener"):
                 p.overrides["metrics.listener"] = saved["metrics_listener"]
         return cluster
 
     def wait_live(self, ids: list[int] | None = None, timeout_s: float = 60.0) -> None:
-        """Until the controller lists these brokers (all, by default) as unfenced."""
+        """Until the active controller lists these brokers (all, by default) as unfenced."""
         wanted = set(self.brokers if ids is None else ids)
         deadline = time.monotonic() + timeout_s
-        while not wanted <= self.controller.live_brokers():
+
+        def live() -> set[int]:
+            active = self.active_controller() if len(self.controllers) > 1 else self.controller
+            return active.live_brokers() if active is not None else set()
+
+        while not wanted <= live():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"brokers {sorted(wanted - self.controller.live_brokers())} are not live after "
-                                   f"{timeout_s}s")
+                raise TimeoutError(f"brokers {sorted(wanted - live())} are not live after {timeout_s}s")
             time.sleep(0.02)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM the brokers (controlled shutdown: the controller must still run), then the controller."""
+        """SIGTERM the brokers (controlled shutdown: the controllers must still run), then the controllers."""
         for b in self.brokers.values():
             if b.running:
                 b.signal(signal.SIGTERM)
         for b in self.brokers.values():
             b.stop(timeout_s)
-        self.controller.stop(timeout_s)
+        for c in self.controllers:
+            c.stop(timeout_s)
+        if self.zookeeper_server is not None:
+            self.zookeeper_server.stop(timeout_s)
 
     def kill(self) -> None:
         for b in self.brokers.values():
             b.kill()
-        self.controller.kill()
+        for c in self.controllers:
+            c.kill()
+        if self.zookeeper_server is not None:
+            self.zookeeper_server.kill()
+
+
+# ----------------------------------------------------------------------------------------
+# ZooKeeper (Debian's ``zookeeper`` package: /usr/share/java/zookeeper.jar, whose manifest
+# names its dependencies; started as Debian's zkServer.sh starts it, ``java -cp <conf>:<jar>
+# org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg``, in the foreground).
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+ZOOKEEPER_LOG4J = """log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1}: %m%n
+"""
+
+
+def zookeeper_available() -> bool:
+    return ZOOKEEPER_JAR.exists()
+
+
+def four_letter_word(port: int, word: str = "srvr", host: str = "127.0.0.1", timeout_s: float = 1.0) -> str:
+    """A ZooKeeper four-letter-word command's answer ('' if the server does not answer)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(word.encode())
+            out = bytearray()
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                out += chunk
+        return out.decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ZooKeeperProcess:
+    """One ZooKeeper server (standalone, or member ``myid`` of an ensemble) with its own data
+    dir, config and output file under ``directory``, on free ports. ``tick_ms`` is short so
+    that tests can use short session timeouts (ZooKeeper allows 2 to 20 ticks)."""
+
+    def __init__(self, directory: Path, client_port: int | None = None, *, myid: int = 1,
+                 peers: list[tuple[int, int, int]] | None = None, tick_ms: int = 200, java: str = "java") -> None:
+        self.directory = Path(directory)
+        self.client_port = client_port or free_port()
+        self.myid = myid
+        self.peers = peers  # [(myid, quorum port, election port)] of every member, or None: standalone
+        self.tick_ms = tick_ms
+        self.java = java
+        self.proc: subprocess.Popen | None = None
+        self.recorded_pid: int | None = None  # a process another run started (a cluster's state file)
+        self.output = self.directory / "zookeeper.out"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    # What ``kbroker cluster`` shows of any process.
+    @property
+    def port(self) -> int:
+        return self.client_port
+
+    @property
+    def broker_id(self) -> int:
+        return self.myid
+
+    @property
+    def bootstrap(self) -> str:
+        return self.address
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory
+
+    metrics_port = None  # no metrics endpoint (LocalCluster.metrics_targets)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else self.recorded_pid
+
+    def config_text(self) -> str:
+        lines = [f"tickTime={self.tick_ms}", "initLimit=50", "syncLimit=25", f"dataDir={self.directory / 'data'}",
+                 f"clientPort={self.client_port}", "clientPortAddress=127.0.0.1", "maxClientCnxns=0",
+                 "admin.enableServer=false", "4lw.commands.whitelist=*", "autopurge.purgeInterval=1",
+                 f"minSessionTimeout={2 * self.tick_ms}", "maxSessionTimeout=120000", "forceSync=yes"]
+        if self.peers:
+            lines.append("standaloneEnabled=false")
+            for sid, quorum, election in self.peers:
+                lines.append(f"server.{sid}=127.0.0.1:{quorum}:{election}")
+        return "\n".join(lines) + "\n"
+
+    def command(self) -> list[str]:
+        conf = self.directory / "conf"
+        return [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true",
+                f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}", "-cp", f"{conf}:{ZOOKEEPER_JAR}",
+                ZOOKEEPER_MAIN, str(conf / "zoo.cfg")]
+
+    def launch(self, detach: bool = False) -> "ZooKeeperProcess":
+        if not zookeeper_available():
+            raise RuntimeError(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package (make test-deps)")
+        conf = self.directory / "conf"
+        data = self.directory / "data"
+        conf.mkdir(parents=True, exist_ok=True)
+        data.mkdir(parents=True, exist_ok=True)
+        (conf / "zoo.cfg").write_text(self.config_text())
+        (conf / "log4j.properties").write_text(ZOOKEEPER_LOG4J)
+        (data / "myid").write_text(f"{self.myid}\n")
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.directory,
+                                         stdin=subprocess.DEVNULL, start_new_session=detach)
+        self.recorded_pid = None
+        return self
+
+    def start(self, timeout_s: float = 60.0) -> "ZooKeeperProcess":
+        self.launch()
+        return self.wait_ready(timeout_s)
+
+    def serving(self) -> bool:
+        """It answers ``srvr`` with a mode (standalone, leader or follower): it serves clients."""
+        return "Mode:" in four_letter_word(self.client_port)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> "ZooKeeperProcess":
+        deadline = time.monotonic() + timeout_s
+        while not self.serving():
+            if not self.running:
+                raise RuntimeError(f"zookeeper {self.myid} exited:\n{self.log_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(f"zookeeper {self.myid} did not serve on {self.client_port}:\n"
+                                   f"{self.log_text()[-3000:]}")
+            time.sleep(0.05)
+        return self
+
+    def log_text(self) -> str:
+        try:
+            return self.output.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if not self.recorded_pid:
+            return False
+        try:  # the pid is this server's only if its command line names this config
+            with open(f"/proc/{self.recorded_pid}/cmdline", "rb") as f:
+                return str(self.directory / "conf" / "zoo.cfg").encode() + b"\0" in f.read()
+        except OSError:
+            return False
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(sig)
+        elif self.recorded_pid:
+            os.kill(self.recorded_pid, sig)
+
+    def _wait_gone(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self.running:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.proc is None:
+            if self.running:
+                self.signal(signal.SIGTERM)
+                if not self._wait_gone(timeout_s):
+                    self.kill()
+            return 0
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return -9
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        elif self.proc is None and self.running:
+            self.signal(signal.SIGKILL)
+            self._wait_gone(10)
+
+
+class ZooKeeperEnsemble:
+    """``size`` ZooKeeper servers forming one ensemble (``size`` 1: one standalone server)."""
+
+    def __init__(self, directory: Path, size: int = 1, *, tick_ms: int = 200) -> None:
+        self.directory = Path(directory)
+        peers = [(i, free_port(), free_port()) for i in range(1, size + 1)] if size > 1 else None
+        self.servers = [ZooKeeperProcess(self.directory / f"zookeeper-{i}", myid=i, peers=peers, tick_ms=tick_ms)
+                        for i in range(1, size + 1)]
+
+    @property
+    def connect(self) -> str:
+        """zookeeper.connect for this ensemble."""
+        return ",".join(s.address for s in self.servers)
+
+    def start(self, timeout_s: float = 90.0) -> "ZooKeeperEnsemble":
+        for s in self.servers:
+            s.launch()
+        for s in self.servers:
+            s.wait_ready(timeout_s)
+        return self
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def kill(self) -> None:
+        for s in self.servers:
+            s.kill()

@@ -55,6 +55,9 @@ def check_controller_config(config: KafkaConfig) -> None:
         raise ConfigError(f"process.roles={','.join(config.process_roles)} does not include controller")
     if config.node_id is None or config.node_id < 0:
         raise ConfigError("node.id: a controller needs a node id (0 or more)")
+    if config["controller.metadata.store"] == "zookeeper":
+        from .zk_connect import parse_zookeeper_connect
+        parse_zookeeper_connect(config["zookeeper.connect"])
     names = config["controller.listener.names"]
     if not names:
         raise ConfigError("controller.listener.names: a controller needs at least one listener name")
@@ -73,7 +76,7 @@ class ControllerServer:
         self.network = network
         self.node_id = config.node_id
         self.cluster_id: str | None = None
-        self.store: LocalMetadataStore | None = None
+        self.store = None  # LocalMetadataStore, or the ZooKeeperMetadataStore of the current term
         self.channel: ControllerChannelManager | None = None
         self.controller: QuorumController | None = None
         self.apis: ControllerApis | None = None
@@ -83,8 +86,16 @@ class ControllerServer:
         self.stopped = asyncio.Event()
         self.started = False
         self.metrics: ProcessMetrics | None = None  # the process's (serve() or KafkaRaftServer sets it)
+        # controller.metadata.store=zookeeper
+        self.coordinator = None
+        self.standby = None
+        self._terms_task: asyncio.Task | None = None
+        self._term_over: asyncio.Event | None = None
 
     async def startup(self) -> None:
+        if self.config["controller.metadata.store"] == "zookeeper":
+            await self._startup_zookeeper()
+            return
         cfg = self.config
         directory = cfg.metadata_log_dir
         directory.mkdir(parents=True, exist_ok=True)
@@ -102,27 +113,119 @@ class ControllerServer:
             if self.metrics is not None and self.metrics.enabled:
                 self.metrics.registry.register(ControllerCollector(lambda: self.controller))
             self.apis = ControllerApis(self.controller)
-            # A controller alone keeps request metrics of its own (heartbeats, registrations,
-            # AlterPartition); in a combined node the broker's are the process's.
-            request_metrics = (RequestMetrics() if self.metrics is not None and self.metrics.enabled
-                               and "broker" not in cfg.process_roles else None)
-            self.socket_server = SocketServer(
-                self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
-                send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
-                metrics=request_metrics, now=self.time.nanoseconds)
-            if request_metrics is not None:
-                self.metrics.registry.register(request_metrics)
-                self.metrics.registry.register(self.socket_server)
-            for ep in cfg.controller_listeners:
-                port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
-                self.bound_ports[ep.listener_name] = port
-                log.info("listening on %s://%s:%d", ep.listener_name, ep.host or "0.0.0.0", port)
+            await self._listen()
         except BaseException:
             await self._close()
             raise
         self.started = True
         log.info("controller %d started (cluster %s, epoch %d, metadata in %s)", self.node_id, self.cluster_id,
                  self.controller.epoch, directory)
+
+    async def _listen(self) -> None:
+        cfg = self.config
+        # A controller alone keeps request metrics of its own (heartbeats, registrations,
+        # AlterPartition); in a combined node the broker's are the process's.
+        request_metrics = (RequestMetrics() if self.metrics is not None and self.metrics.enabled
+                           and "broker" not in cfg.process_roles else None)
+        self.socket_server = SocketServer(
+            self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
+            send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
+            metrics=request_metrics, now=self.time.nanoseconds)
+        if request_metrics is not None:
+            self.metrics.registry.register(request_metrics)
+            self.metrics.registry.register(self.socket_server)
+        for ep in cfg.controller_listeners:
+            port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
+            self.bound_ports[ep.listener_name] = port
+            log.info("listening on %s://%s:%d", ep.listener_name, ep.host or "0.0.0.0", port)
+
+    # -- controller.metadata.store=zookeeper: standby until elected ----------------------
+
+    async def _startup_zookeeper(self) -> None:
+        """Connect to ZooKeeper, listen as a standby (NOT_CONTROLLER), and campaign in the
+        background: each won election is a term of a fresh QuorumController on a
+        ZooKeeperMetadataStore; a term ends when the session is lost (or the connection down
+        for the session timeout) or a conditional write fails, and the process goes back to
+        standby and campaigns again."""
+        from .standby import StandbyController
+        from .zookeeper_store import ZooKeeperCoordinator
+        cfg = self.config
+        self.coordinator = ZooKeeperCoordinator(
+            cfg["zookeeper.connect"], self.node_id, self.time, session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
+            connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"])
+        try:
+            self.cluster_id = await self.coordinator.start(new_cluster_id())
+            self.standby = StandbyController(self.node_id, self.cluster_id, self._active_controller_id)
+            if self.metrics is not None and self.metrics.enabled:
+                # The controller of the current term; nothing while a standby.
+                self.metrics.registry.register(ControllerCollector(lambda: self.controller))
+            self.apis = ControllerApis(self.standby)
+            await self._listen()
+        except BaseException:
+            await self._close()
+            raise
+        self.coordinator.on_not_active = self._end_term
+        self._terms_task = asyncio.get_running_loop().create_task(self._terms(), name="controller-terms")
+        self.started = True
+        log.info("controller %d started as a standby (cluster %s, ZooKeeper %s%s)", self.node_id, self.cluster_id,
+                 self.coordinator.hosts, self.coordinator.chroot)
+
+    def _active_controller_id(self) -> int:
+        """What the standby names as the controller: the election's winner, but never itself
+        (it has won and is still loading, or its term just ended): -1 then."""
+        active = self.coordinator.active_controller_id if self.coordinator is not None else -1
+        return -1 if active == self.node_id else active
+
+    async def _terms(self) -> None:
+        cfg = self.config
+        while True:
+            try:
+                term = await self.coordinator.campaign()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a surprise from ZooKeeper must not end the campaigning
+                log.exception("controller %d: the election failed; trying again", self.node_id)
+                await self.coordinator.wait_change(1000)
+                continue
+            self._term_over = asyncio.Event()
+            self.store = self.coordinator.new_store(term)
+            self.channel = ControllerChannelManager(self.node_id, time=self.time, network=self.network,
+                                                    request_timeout_ms=cfg["controller.socket.timeout.ms"])
+            self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
+                                               self.store, time=self.time, channel=self.channel,
+                                               on_fatal=lambda exc: self._end_term(f"controller failed: {exc}"))
+            try:
+                await self.controller.start()
+            except Exception as exc:  # noqa: BLE001 - lost the term while loading: back to standby
+                log.warning("controller %d could not take over in epoch %d: %s", self.node_id, term.epoch, exc)
+                self._term_over.set()
+            else:
+                if not self._term_over.is_set():
+                    self.apis.controller = self.controller
+                    log.info("controller %d is the active controller (epoch %d, loaded in %.0f ms)", self.node_id,
+                             term.epoch, self.store.load_stats.get("ms", 0))
+            await self._term_over.wait()
+            await self._step_down()
+
+    def _end_term(self, why: str) -> None:
+        """On the loop: this process's term (if any) is over."""
+        if self.store is not None:
+            self.store.fail(why)
+        if self._term_over is not None and not self._term_over.is_set():
+            log.warning("controller %d steps down: %s", self.node_id, why)
+            self._term_over.set()
+
+    async def _step_down(self) -> None:
+        self.apis.controller = self.standby
+        controller, channel, store = self.controller, self.channel, self.store
+        self.controller = self.channel = self.store = None
+        self._term_over = None
+        if controller is not None:
+            await controller.stop()
+        if channel is not None:
+            await channel.close()
+        if store is not None:
+            store.close()
 
     def _load_meta_properties(self, directory: Path) -> str:
         """The cluster id from meta.properties (written on first start). A node.id (or the
@@ -164,6 +267,14 @@ class ControllerServer:
         if self.socket_server is not None:
             self.socket_server.close_all()
             self.socket_server = None
+        if self._terms_task is not None:
+            self._terms_task.cancel()
+            try:
+                await self._terms_task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._terms_task = None
+        resign = self.coordinator is not None and self.controller is not None
         if self.controller is not None:
             await self.controller.stop()
         if self.channel is not None:
@@ -174,6 +285,11 @@ class ControllerServer:
             except (OSError, MetadataStoreError) as exc:
                 log.error("closing the metadata log failed: %s", exc)
             self.store = None
+        if self.coordinator is not None:
+            if resign:  # a clean stop hands over at once, without waiting for the session to expire
+                await self.coordinator.resign()
+            await asyncio.get_running_loop().run_in_executor(None, self.coordinator.close)
+            self.coordinator = None
 
 
 async def serve(config: KafkaConfig) -> int:

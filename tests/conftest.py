@@ -72,3 +72,24 @@ def kcat_path():
     if path is None:
         pytest.fail("kcat is not installed: `make test` installs Debian's kcat (apt-get install kcat)")
     return path
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """One ZooKeeper server (Debian's package, a real process) for the session; tests take a
+    chroot of their own (``zookeeper_connect``)."""
+    from controller.launcher import ZooKeeperEnsemble
+    ensemble = ZooKeeperEnsemble(tmp_path_factory.mktemp("zookeeper"), 1).start()
+    try:
+        yield ensemble
+    finally:
+        ensemble.kill()
+
+
+@pytest.fixture
+def zookeeper_connect(zookeeper, request) -> str:
+    """zookeeper.connect with a chroot of this test's own."""
+    import re
+    import uuid
+    name = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:80]
+    return f"{zookeeper.connect}/{name}-{uuid.uuid4().hex[:8]}"

@@ -76,6 +76,19 @@ def cluster_dir(tmp_path):
         for name, pid in pids(directory).items():
             if pid_alive(pid, dirs[name]):
                 os.kill(pid, signal.SIGKILL)
+        s = state(directory)
+        for c in s.get("controllers", []):
+            if pid_alive(c["pid"], c["data_dir"]):
+                os.kill(c["pid"], signal.SIGKILL)
+        zk = s.get("zookeeper_server")
+        if zk and zk["pid"]:
+            try:
+                with open(f"/proc/{zk['pid']}/cmdline", "rb") as f:
+                    ours = f"{zk['data_dir']}/conf/zoo.cfg".encode() in f.read()
+            except OSError:
+                ours = False
+            if ours:
+                os.kill(zk["pid"], signal.SIGKILL)
 
 
 def test_up_status_describe_restart_elect_down(cluster_dir, kcat_path):
@@ -175,3 +188,41 @@ def test_up_refuses_a_busy_port_and_a_different_size(cluster_dir):
     assert other.returncode == 2 and "holds a cluster of 1 brokers" in other.stderr
     assert kbroker("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
     assert kbroker("cluster", "status", "--dir", str(cluster_dir / "nothing")).returncode == 1
+
+
+def test_up_with_three_controllers_on_zookeeper_survives_the_active_controllers_kill(cluster_dir):
+    up = kbroker("cluster", "up", "-n", "3", "--controllers", "3", "--zookeeper", "--dir", str(cluster_dir),
+                 "--base-port", "0", *FAST, "--controller-config", "zookeeper.session.timeout.ms=3000")
+    assert up.returncode == 0, up.stderr
+    s = state(cluster_dir)
+    assert len(s["controllers"]) == 3 and s["zookeeper"] == "start" and s["zookeeper_server"]["pid"]
+    assert "standbys" in up.stderr
+    status = kbroker("cluster", "status", "--dir", str(cluster_dir))
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert len(re.findall(r"│ controller │ 30\d\d\s+│ .* running\s+│ active", status.stdout)) == 1, status.stdout
+    assert len(re.findall(r"│ controller │ 30\d\d\s+│ .* running\s+│ standby", status.stdout)) == 2, status.stdout
+    assert re.search(r"│ zookeeper\s+│ 1\s+│ .* running\s+│ serving", status.stdout), status.stdout
+
+    active = int(re.search(r"│ controller │ (30\d\d)\s+│ .* running\s+│ active", status.stdout).group(1))
+    pid = next(c["pid"] for c in s["controllers"] if c["id"] == active)
+    os.kill(pid, signal.SIGKILL)
+    # A standby takes over; a topic created now gets its leaders.
+    status = wait_until(lambda: (st := kbroker("cluster", "status", "--dir", str(cluster_dir)).stdout) and re.search(
+        r"│ controller │ (30\d\d)\s+│ .* running\s+│ active", st) and st, 30, "a standby to take over")
+    assert int(re.search(r"│ controller │ (30\d\d)\s+│ .* running\s+│ active", status).group(1)) != active
+    created = kbroker("topics", "create", "-b", s["bootstrap"], "-t", "after", "--partitions", "3",
+                      "--replication-factor", "3")
+    assert created.returncode == 0, created.stderr
+    wait_until(lambda: (r := describe_rows(s["bootstrap"], "after")) and len(r) == 3
+               and all(x["leader"] in ("1", "2", "3") for x in r.values()), 30, "leaders for the new topic")
+    # up brings the killed controller back, as a standby.
+    again = kbroker("cluster", "up", "--dir", str(cluster_dir))
+    assert again.returncode == 0 and f"started controller {active}" in again.stderr, again.stderr
+    status = kbroker("cluster", "status", "--dir", str(cluster_dir)).stdout
+    assert re.search(rf"│ controller │ {active}\s+│ .* running\s+│ standby", status), status
+
+    down = kbroker("cluster", "down", "--dir", str(cluster_dir))
+    assert down.returncode == 0, down.stderr
+    assert "stopped zookeeper 1" in down.stderr
+    s = state(cluster_dir)
+    assert all(p["pid"] is None for p in [*s["controllers"], *s["brokers"], s["zookeeper_server"]]), s

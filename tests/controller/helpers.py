@@ -1,10 +1,13 @@
 """Helpers for the controller's unit tests: requests built from their schemas, a channel
 that records what the controller sends, and a controller on a MockTime over a real
-LocalMetadataStore in a temporary directory."""
+LocalMetadataStore in a temporary directory, or (``Harness.zookeeper`` set, as the
+``metadata_store`` fixture of the controller tests does) over a ZooKeeperMetadataStore on a
+real ZooKeeper server, in a chroot named after the directory."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import uuid
 from collections import defaultdict
@@ -112,25 +115,47 @@ def controller_config(**kw) -> QuorumControllerConfig:
 
 
 class Harness:
-    """A QuorumController on MockTime with a RecordingChannel, over a store in ``path``."""
+    """A QuorumController on MockTime with a RecordingChannel, over a store in ``path`` (or, with
+    ``zookeeper``, in ZooKeeper: elected first, as a controller process is)."""
+
+    # zookeeper.connect (without chroot) of a running ZooKeeper: Harness then uses ZooKeeper.
+    zookeeper: str | None = None
 
     def __init__(self, path, time: MockTime | None = None, seed: int = 1, **config) -> None:
         self.path = path
         self.time = time or MockTime()
         self.channel = RecordingChannel()
         self.fatal: list[BaseException] = []
-        self.store = LocalMetadataStore(path, self.time)
-        self.controller = QuorumController(controller_config(**config), self.store, time=self.time, channel=self.channel,
-                                           rng=random.Random(seed), on_fatal=self.fatal.append)
+        self.coordinator = None
+        self._config = controller_config(**config)
+        self._seed = seed
+        self.store = None if self.zookeeper else LocalMetadataStore(path, self.time)
+        self.controller = None if self.zookeeper else self._controller()
         self.epochs: dict[int, int] = {}
 
+    def _controller(self) -> QuorumController:
+        return QuorumController(self._config, self.store, time=self.time, channel=self.channel,
+                                rng=random.Random(self._seed), on_fatal=self.fatal.append)
+
     async def start(self) -> "Harness":
+        if self.zookeeper:
+            from controller.zookeeper_store import ZooKeeperCoordinator
+            chroot = "/harness-" + hashlib.sha1(str(self.path).encode()).hexdigest()[:16]
+            self.coordinator = ZooKeeperCoordinator(self.zookeeper + chroot, self._config.node_id, self.time,
+                                                    session_timeout_ms=4000)
+            await self.coordinator.start(CLUSTER_ID)
+            term = await asyncio.wait_for(self.coordinator.campaign(), 30)
+            self.store = self.coordinator.new_store(term)
+            self.controller = self._controller()
         await self.controller.start()
         return self
 
     async def stop(self) -> None:
         await self.controller.stop()
         self.store.close()
+        if self.coordinator is not None:
+            await self.coordinator.resign()
+            await asyncio.get_running_loop().run_in_executor(None, self.coordinator.close)
 
     async def settle(self) -> None:
         """Every event queued so far processed and durable (a read queued behind them answered)."""

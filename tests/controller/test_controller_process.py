@@ -22,13 +22,41 @@ SESSION_MS = 2000
 HEARTBEAT_MS = 300
 
 
+# The same tests against both metadata stores: the local metadata log, and ZooKeeper (a real
+# ZooKeeper server; the controller starts as a standby and is elected; a short session timeout so
+# that a restarted controller takes over from its killed predecessor quickly).
+ZK_SESSION_MS = 2000
+
+
+@pytest.fixture(params=["local", "zookeeper"])
+def metadata_store(request) -> dict:
+    if request.param == "local":
+        return {}
+    return {"controller.metadata.store": "zookeeper", "zookeeper.connect": request.getfixturevalue("zookeeper_connect"),
+            "zookeeper.session.timeout.ms": ZK_SESSION_MS}
+
+
 @pytest.fixture
-def controller_process(tmp_path):
+def controller_process(tmp_path, metadata_store):
     procs = []
 
     def make(**overrides) -> ControllerProcess:
-        props = {"broker.session.timeout.ms": SESSION_MS, **overrides}
-        proc = ControllerProcess(tmp_path / "metadata", overrides=props)
+        props = {"broker.session.timeout.ms": SESSION_MS, **metadata_store, **overrides}
+        proc = ControllerProcess(tmp_path / "metadata", overrides=props, await_active=bool(metadata_store))
+        procs.append(proc)
+        return proc
+
+    yield make
+    for p in procs:
+        p.kill()
+
+
+@pytest.fixture
+def local_controller_process(tmp_path):
+    procs = []
+
+    def make(**overrides) -> ControllerProcess:
+        proc = ControllerProcess(tmp_path / "metadata", overrides={"broker.session.timeout.ms": SESSION_MS, **overrides})
         procs.append(proc)
         return proc
 
@@ -237,9 +265,9 @@ async def test_a_new_incarnation_of_a_broker_is_fenced_then_registered(controlle
         await close_all(brokers)
 
 
-async def test_sigterm_stops_cleanly_and_a_second_controller_cannot_use_the_same_directory(controller_process,
+async def test_sigterm_stops_cleanly_and_a_second_controller_cannot_use_the_same_directory(local_controller_process,
                                                                                            tmp_path):
-    proc = controller_process().start()
+    proc = local_controller_process().start()
     other = ControllerProcess(tmp_path / "metadata")
     with pytest.raises(RuntimeError, match="in use"):
         other.start(timeout_s=20)

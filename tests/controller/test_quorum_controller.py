@@ -16,6 +16,14 @@ from protocol.errors import ErrorCode
 from .helpers import Harness, create_topics, registration, request
 
 
+@pytest.fixture(autouse=True, params=["local", "zookeeper"])
+def metadata_store(request, monkeypatch) -> str:
+    """Every test here runs against both stores: the local metadata log and ZooKeeper."""
+    if request.param == "zookeeper":
+        monkeypatch.setattr(Harness, "zookeeper", request.getfixturevalue("zookeeper").connect)
+    return request.param
+
+
 @pytest.fixture
 async def h(tmp_path):
     harness = await Harness(tmp_path).start()
@@ -148,21 +156,34 @@ async def test_topic_creation_sends_update_metadata_before_leader_and_isr(h):
             assert kinds == ["UM"]
 
 
-async def test_responses_wait_for_the_fsync(h, monkeypatch):
+async def test_responses_wait_for_the_fsync(h, monkeypatch, metadata_store):
+    """Answered only once durable: after an fsync of the local log, or after ZooKeeper
+    acknowledged the write (ZooKeeper acknowledges once a quorum has it on disk)."""
     await h.start_brokers(1)
-    fsyncs = []
-    import os
-    real = os.fsync
+    events = []
+    if metadata_store == "local":
+        import os
+        real = os.fsync
 
-    def counting(fd):
-        fsyncs.append(fd)
-        return real(fd)
+        def counting(fd):
+            events.append("durable")
+            return real(fd)
 
-    monkeypatch.setattr(os, "fsync", counting)
+        monkeypatch.setattr(os, "fsync", counting)
+    else:
+        real_written = h.store._written
+
+        def written(future, last):
+            if last is not None:
+                events.append("durable")
+            return real_written(future, last)
+
+        monkeypatch.setattr(h.store, "_written", written)
     future = h.controller.create_topics(create_topics(("t", 1, 1)), 7)
+    future.add_done_callback(lambda f: events.append("answered"))
     assert not future.done()
     await future
-    assert fsyncs, "answered without an fsync"
+    assert "durable" in events and events.index("durable") < events.index("answered"), events
     assert h.store.durable_end_offset == h.store.end_offset
 
 
@@ -355,22 +376,37 @@ async def test_replay_equivalence_reload_and_snapshot_plus_tail(tmp_path):
         await h.stop()
 
 
-async def test_a_failed_fsync_is_fatal(h, monkeypatch):
+async def test_a_failed_write_is_fatal(h, monkeypatch, metadata_store):
+    """Local: a failed fsync. ZooKeeper: another controller won meanwhile (/controller_epoch
+    moved on), so this one's conditional write fails. Either way the controller stops, and
+    nothing of the failed operation is answered."""
     import os
 
     def broken(fd):
         raise OSError(5, "Input/output error")
 
     await h.start_brokers(1)
-    monkeypatch.setattr(os, "fsync", broken)
-    with pytest.raises(Exception, match="fsync"):
+    if metadata_store == "local":
+        monkeypatch.setattr(os, "fsync", broken)
+        match = "fsync"
+    else:
+        zk = h.coordinator.zk
+        data, _stat = zk.get("/controller_epoch")
+        zk.set("/controller_epoch", str(int(data) + 1).encode())  # as a new winner would
+        match = "conditional metadata write failed"
+    with pytest.raises(Exception, match=match):
         await h.controller.create_topics(create_topics(("t", 1, 1)), 7)
     assert h.fatal and not h.controller.active
     monkeypatch.undo()
+    if metadata_store == "zookeeper":
+        # Nothing of it reached ZooKeeper: the log holds only what was written before.
+        loaded = await h.coordinator.new_store(h.store.term).load()
+        assert not any(r.type == 2 for _o, r in loaded.log_records)  # no TopicRecord
 
 
-async def test_a_snapshot_is_written_after_enough_log_bytes(tmp_path):
-    h = await Harness(tmp_path, snapshot_max_bytes=800).start()
+async def test_a_snapshot_is_written_after_enough_log_bytes(tmp_path, metadata_store):
+    # ZooKeeper counts each znode as ZNODE_COST bytes more (bounding the log's znode count).
+    h = await Harness(tmp_path, snapshot_max_bytes=800 if metadata_store == "local" else 6000).start()
     try:
         await h.start_brokers(1)
         assert h.store.snapshot_offsets() == []
