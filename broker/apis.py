@@ -29,6 +29,7 @@ from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
+from .coordinator.adapter import error_response
 from .fetch_params import FetchParams
 from .forwarding import FORWARDED_APIS, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
@@ -39,6 +40,8 @@ from .topic_admin import NewTopic
 
 if TYPE_CHECKING:
     from .config_repository import ConfigRepository
+    from .coordinator import GroupCoordinatorAdapter
+    from .coordinator.offsets_topic import OffsetsTopic
     from .forwarding import Forwarding
     from .metadata_cache import MetadataCache
     from .network import RequestContext
@@ -63,7 +66,9 @@ class KafkaApis:
     def __init__(self, *, replica_manager: "ReplicaManager", metadata_cache: "MetadataCache", topic_admin: "TopicAdmin",
                  config_repository: "ConfigRepository", producer_ids: "ProducerIdGenerator",
                  inter_broker_listener: str, forwarding: "Forwarding | None" = None,
-                 broker_epoch: Callable[[], int] = lambda: -1) -> None:
+                 broker_epoch: Callable[[], int] = lambda: -1,
+                 group_coordinator: "GroupCoordinatorAdapter | None" = None,
+                 offsets_topic: "OffsetsTopic | None" = None) -> None:
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
@@ -73,6 +78,20 @@ class KafkaApis:
         self.inter_broker_listener = inter_broker_listener
         self.broker_epoch = broker_epoch
         self.authorizer = AllowAllAuthorizer()
+        self.group_coordinator = group_coordinator
+        self.offsets_topic = offsets_topic
+        group_handlers: dict[int, Callable[["RequestContext"], None]] = {} if group_coordinator is None else {
+            ApiKey.JOIN_GROUP: self.handle_join_group_request,
+            ApiKey.SYNC_GROUP: self.handle_sync_group_request,
+            ApiKey.HEARTBEAT: self.handle_heartbeat_request,
+            ApiKey.LEAVE_GROUP: self.handle_leave_group_request,
+            ApiKey.OFFSET_COMMIT: self.handle_offset_commit_request,
+            ApiKey.OFFSET_FETCH: self.handle_offset_fetch_request,
+            ApiKey.LIST_GROUPS: self.handle_list_groups_request,
+            ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups_request,
+            ApiKey.DELETE_GROUPS: self.handle_delete_groups_request,
+            ApiKey.OFFSET_DELETE: self.handle_offset_delete_request,
+        }
         self.handlers: dict[int, Callable[["RequestContext"], None]] = {
             ApiKey.PRODUCE: self.handle_produce_request,
             ApiKey.FETCH: self.handle_fetch_request,
@@ -89,6 +108,7 @@ class KafkaApis:
             ApiKey.STOP_REPLICA: self.handle_stop_replica_request,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
             **{key: self.handle_forwarded_request for key in FORWARDED_APIS},
+            **group_handlers,
         }
         # The advertised table is derived from what is both defined in protocol/ and handled here.
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
@@ -392,13 +412,78 @@ class KafkaApis:
 
         self.producer_ids.generate(respond)
 
+    # -- the group coordinator -------------------------------------------------------------
     def handle_find_coordinator_request(self, ctx: "RequestContext") -> None:
-        # Consumer groups are not implemented yet: no coordinator is ever available.
+        """The coordinator of a group: the leader of its __consumer_offsets partition (created
+        on first use); v4+ asks for several keys at once. Without a group coordinator (a
+        broker driven by a static controller in tests) none is available."""
         api = APIS[ApiKey.FIND_COORDINATOR]
-        self.parse(ctx, api)
-        self.send(ctx, api, {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             "error_message": "consumer groups are not supported by this broker yet",
-                             "node_id": -1, "host": "", "port": -1})
+        req = self.parse(ctx, api)
+        version = ctx.api_version
+        gc, offsets_topic = self.group_coordinator, self.offsets_topic
+        if gc is None or offsets_topic is None:
+            return self.send(ctx, api, error_response(api.key, req, version, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        listener = ctx.listener_name
+        gc.find_coordinator(req, version, lambda partition: offsets_topic.locate(partition, listener),
+                            lambda body: self.send(ctx, api, body))
+
+    def _group_request(self, ctx: "RequestContext"):
+        api = APIS[ctx.header.api_key]
+        return api, self.parse(ctx, api), (lambda body: self.send(ctx, api, body))
+
+    def _client_host(self, ctx: "RequestContext") -> str:
+        """The client's address as Kafka shows it in DescribeGroups: "/127.0.0.1"."""
+        return "/" + ctx.peer.rsplit(":", 1)[0]
+
+    def handle_join_group_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.join_group(req, ctx.api_version, ctx.client_id, self._client_host(ctx), respond)
+
+    def handle_sync_group_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.sync_group(req, ctx.api_version, respond)
+
+    def handle_heartbeat_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.heartbeat(req, ctx.api_version, respond)
+
+    def handle_leave_group_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.leave_group(req, ctx.api_version, respond)
+
+    def handle_offset_commit_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.offset_commit(req, ctx.api_version, respond)
+
+    def handle_offset_fetch_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.offset_fetch(req, ctx.api_version, respond)
+
+    def handle_offset_delete_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.offset_delete(req, ctx.api_version, respond)
+
+    def handle_list_groups_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.list_groups(req, ctx.api_version, respond)
+
+    def handle_describe_groups_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.describe_groups(req, ctx.api_version, respond)
+
+    def handle_delete_groups_request(self, ctx: "RequestContext") -> None:
+        api, req, respond = self._group_request(ctx)
+        assert self.group_coordinator is not None
+        self.group_coordinator.delete_groups(req, ctx.api_version, respond)
 
     # -- replication and the control plane -------------------------------------------------
     def handle_offset_for_leader_epoch_request(self, ctx: "RequestContext") -> None:
@@ -566,6 +651,6 @@ class KafkaApis:
                 if partition is not None and epoch not in (-1, -2) and epoch < partition.leader_epoch:
                     results[(topic, p)] = ErrorCode.FENCED_LEADER_EPOCH
                     continue
-                results.update(rm.stop_replicas([(topic, p)], delete))
+                results.update(rm.stop_replicas([(topic, p)], delete, epoch if epoch >= 0 else None))
         self.send(ctx, api, {"error_code": error, "partition_errors": [
             {"topic_name": t, "partition_index": p, "error_code": code} for (t, p), code in results.items()]})

@@ -75,7 +75,27 @@ def _k(name, type_, default, doc="", low=None, choices=None) -> ConfigKey:
     return ConfigKey(name, type_, default, doc, low, choices)
 
 
+# The group coordinator's keys (broker/coordinator/config.py reads them from here).
+GROUP_COORDINATOR_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("group.min.session.timeout.ms", "int", 6000, "shortest session timeout a member may ask for"),
+    ConfigKey("group.max.session.timeout.ms", "int", 1800000, "longest session timeout a member may ask for"),
+    ConfigKey("group.max.size", "int", INT_MAX, "most members one group may have", low=1),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000,
+              "how long the first rebalance of an empty group waits for more members to join", low=0),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096, "longest metadata string an offset commit may carry"),
+    ConfigKey("offsets.retention.minutes", "int", 10080,
+              "how long committed offsets of a group without members are kept", low=1),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "how often expired offsets are looked for", low=1),
+    ConfigKey("offsets.topic.num.partitions", "int", 50, "partitions of __consumer_offsets (fixed once created)", low=1),
+    ConfigKey("offsets.topic.replication.factor", "int", 3,
+              "replication factor of __consumer_offsets (capped by the live brokers when created)", low=1),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "segment size of __consumer_offsets", low=1),
+    ConfigKey("offsets.commit.timeout.ms", "int", 5000,
+              "how long an offset commit or group metadata write waits for all in-sync replicas", low=1),
+)
+
 KEYS: dict[str, ConfigKey] = {k.name: k for k in (
+    *GROUP_COORDINATOR_KEYS,
     _k("broker.id", "int", -1, "this broker's id; -1 generates one and keeps it in meta.properties", low=-1),
     _k("node.id", "int", None, "KRaft's name for broker.id"),
     _k("listeners", "list", ["PLAINTEXT://:9092"], "where to accept connections"),
@@ -149,7 +169,14 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "metadata log bytes after which the controller writes a snapshot", low=1),
     _k("metadata.log.max.snapshot.interval.ms", "long", 3600000,
        "time after which the controller writes a snapshot of a changed state (0: never by time)", low=0),
-    _k("offsets.topic.replication.factor", "int", 3, "replication factor of __consumer_offsets", low=1),
+    # The log cleaner (storage/log_cleaner.py): compaction of cleanup.policy=compact topics.
+    _k("log.cleanup.policy", "list", ["delete"], "default cleanup.policy of topics: delete, compact or both"),
+    _k("log.cleaner.enable", "bool", True, "run the log cleaner (compaction of cleanup.policy=compact topics)"),
+    _k("log.cleaner.backoff.ms", "long", 15000, "how long the cleaner waits when no log needs cleaning", low=0),
+    _k("log.cleaner.delete.retention.ms", "long", 86400000, "default delete.retention.ms: how long tombstones "
+       "stay after their segment was cleaned", low=0),
+    _k("log.cleaner.min.cleanable.ratio", "double", 0.5, "default min.cleanable.dirty.ratio"),
+    _k("log.cleaner.min.compaction.lag.ms", "long", 0, "default min.compaction.lag.ms", low=0),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
 )}
 
@@ -157,10 +184,9 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "num.replica.fetchers",
     "background.threads", "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
-    "group.initial.rebalance.delay.ms", "offsets.topic.num.partitions",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",
-    "log.cleaner.enable", "log.cleanup.policy", "compression.type", "socket.listen.backlog.size", "max.connections",
+    "compression.type", "socket.listen.backlog.size", "max.connections",
     "log.preallocate", "log.cleaner.threads", "confluent.support.metrics.enable",
 })
 
@@ -400,6 +426,10 @@ class KafkaConfig:
             "min.insync.replicas": str(v["min.insync.replicas"]),
             "file.delete.delay.ms": str(v["log.segment.delete.delay.ms"]),
             "producer.id.expiration.ms": str(v["producer.id.expiration.ms"]),
+            "cleanup.policy": ",".join(v["log.cleanup.policy"]),
+            "delete.retention.ms": str(v["log.cleaner.delete.retention.ms"]),
+            "min.cleanable.dirty.ratio": str(v["log.cleaner.min.cleanable.ratio"]),
+            "min.compaction.lag.ms": str(v["log.cleaner.min.compaction.lag.ms"]),
         }
 
 
@@ -410,7 +440,6 @@ MAX_TOPIC_NAME = 249
 
 # Kafka topic configs kbroker accepts without acting on them (so tools that set them keep working).
 PASSIVE_TOPIC_CONFIGS = frozenset({
-    "cleanup.policy", "delete.retention.ms", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
     "max.compaction.lag.ms", "preallocate", "unclean.leader.election.enable", "message.downconversion.enable",
     "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
     "message.format.version", "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",

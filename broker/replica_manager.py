@@ -41,6 +41,11 @@ _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_
                                    ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
 
 
+# (topic, partition, leader epoch or None)
+PartitionEpoch = tuple[str, int, "int | None"]
+LeadershipListener = Callable[[list[PartitionEpoch], list[PartitionEpoch]], None]
+
+
 def is_internal_topic(topic: str) -> bool:
     return topic.startswith("__")
 
@@ -65,6 +70,11 @@ class ReplicaManager:
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
         # Brokers the controller called ineligible for an ISR (INELIGIBLE_REPLICA), until the live brokers change.
         self.ineligible_replicas: set[int] = set()
+        # Kafka's onLeadershipChange: told the partitions this broker became leader of and those it
+        # stopped leading (became follower of, or stopped hosting), each as (topic, partition,
+        # leader epoch or None), after a LeaderAndIsr / StopReplica is applied (the group
+        # coordinator follows the leadership of __consumer_offsets this way).
+        self.leadership_listeners: list[LeadershipListener] = []
 
     # -- partitions ------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -321,7 +331,18 @@ class ReplicaManager:
             self._make_leaders(to_lead)
         if to_follow:
             self._make_followers(to_follow)
+        self._leadership_changed([(p.topic, p.partition, st.leader_epoch) for p, st in to_lead],
+                                 [(p.topic, p.partition, st.leader_epoch) for p, st in to_follow])
         return ErrorCode.NONE, responses
+
+    def _leadership_changed(self, leaders: list[PartitionEpoch], followers: list[PartitionEpoch]) -> None:
+        if not leaders and not followers:
+            return
+        for listener in list(self.leadership_listeners):
+            try:
+                listener(leaders, followers)
+            except Exception:
+                log.exception("leadership listener failed")
 
     def _make_leaders(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
         if self.fetcher_manager is not None:
@@ -359,8 +380,10 @@ class ReplicaManager:
             if topic in wanted:
                 log_.update_config(self.log_config_for(topic))
 
-    def stop_replicas(self, keys: Iterable[tuple[str, int]], delete: bool) -> dict[tuple[str, int], int]:
-        """StopReplica: stop fetching; with ``delete``, drop the partition and its log."""
+    def stop_replicas(self, keys: Iterable[tuple[str, int]], delete: bool,
+                      leader_epoch: int | None = None) -> dict[tuple[str, int], int]:
+        """StopReplica: stop fetching; with ``delete``, drop the partition and its log.
+        ``leader_epoch``: the request's epoch for them (None: not given)."""
         keys = list(keys)
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions(keys)
@@ -377,6 +400,7 @@ class ReplicaManager:
                 self.log_manager.delete_log(*key)
             self.try_complete_delayed_requests(key)
             out[key] = ErrorCode.NONE
+        self._leadership_changed([], [(t, p, leader_epoch) for t, p in keys])
         return out
 
     def maybe_shrink_isr(self) -> None:

@@ -38,6 +38,7 @@ from protocol.client import DEFAULT_NETWORK, SYSTEM_TIME, Network
 from protocol.clock import Time
 from storage import LogManager
 from storage.checkpoint import write_atomically
+from storage.log_cleaner import LogCleaner
 
 from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
@@ -45,6 +46,8 @@ from .broker_lifecycle import BrokerLifecycleManager, Listener
 from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
 from .controller_channel import ControllerChannel
+from .coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
+from .coordinator.offsets_topic import OffsetsTopic
 from .fetcher import ReplicaFetcherManager
 from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
@@ -85,6 +88,9 @@ class KafkaServer:
         self.topic_admin: TopicAdmin | None = None
         self.forwarding: Forwarding | None = None
         self.apis: KafkaApis | None = None
+        self.group_coordinator: GroupCoordinatorAdapter | None = None
+        self.offsets_topic: OffsetsTopic | None = None
+        self.log_cleaner: LogCleaner | None = None
         self.socket_server: SocketServer | None = None
         self.producer_ids: ProducerIdGenerator | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
@@ -165,10 +171,12 @@ class KafkaServer:
             metadata_cache=cache, log_config_for=configs.log_config_for,
             replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"], fetcher_manager=self.fetcher_manager,
             alter_partition=alter_partition)
+        self._start_group_coordinator()
         self.apis = KafkaApis(
             replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
-            forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch)
+            forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
+            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"])
@@ -186,6 +194,23 @@ class KafkaServer:
         else:
             self._register_self()
             log.info("broker %d started (cluster %s, no controller)", self.broker_id, self.cluster_id)
+
+    def _start_group_coordinator(self) -> None:
+        """The group coordinator on __consumer_offsets: it writes through the ReplicaManager and
+        follows the leadership of that topic's partitions."""
+        assert self.replica_manager is not None and self.metadata_cache is not None and self.topic_admin is not None
+        gc_config = GroupCoordinatorConfig.from_values(self.config.values)
+        self.offsets_topic = offsets_topic = OffsetsTopic(
+            time=self.time, replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            topic_admin=self.topic_admin, num_partitions=gc_config.offsets_topic_num_partitions,
+            replication_factor=gc_config.offsets_topic_replication_factor,
+            commit_timeout_ms=gc_config.offsets_commit_timeout_ms,
+            topic_configs=lambda: coordinator.offsets_topic_configs())
+        coordinator = GroupCoordinatorAdapter(gc_config, self.time, offsets_topic.append, offsets_topic.read_partition,
+                                              offsets_topic.partition_exists)
+        self.group_coordinator = coordinator
+        offsets_topic.attach(coordinator)
+        coordinator.startup()
 
     async def wait_until_live(self) -> None:
         """Until the controller has unfenced this broker and its UpdateMetadata lists it live
@@ -338,6 +363,17 @@ class KafkaServer:
                                 self.replica_manager.maybe_shrink_isr)
         self._schedule_periodic("producer-id-expiration", cfg["producer.id.expiration.check.interval.ms"],
                                 lm.remove_expired_producers)
+        if cfg["log.cleaner.enable"]:
+            self.log_cleaner = LogCleaner(self.time, lm.all_logs)
+            self._schedule_periodic("log-cleaner", max(1, cfg["log.cleaner.backoff.ms"]), self._clean_logs)
+
+    def _clean_logs(self) -> None:
+        """Compact every log that needs it (cleanup.policy=compact over min.cleanable.dirty.ratio),
+        one after the other, on the event loop."""
+        assert self.log_cleaner is not None
+        for _ in range(len(self.log_manager.all_logs())):
+            if self.log_cleaner.clean_once() is None:
+                return
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass
@@ -382,6 +418,8 @@ class KafkaServer:
                 close()
         self.metadata_waiters.close()
         self.socket_server.stop_accepting()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         self.replica_manager.shutdown()
         timeout_s = self.config["kbroker.shutdown.timeout.ms"] / 1000
         if not await self.socket_server.wait_for_inflight(timeout_s):

@@ -6,6 +6,7 @@
     kbroker produce -t TOPIC [-f FILE] ...
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end] ...
     kbroker metadata [-t TOPIC ...]
+    kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker health [-b HOST:PORT] [--timeout-ms MS]
     kbroker dump-log FILE [--print-records]
 
@@ -158,6 +159,38 @@ def _add_metadata(commands: Subcommands) -> None:
     metadata.add_argument("-t", "--topic", action="append", help="only these topics (repeatable)")
 
 
+def _add_cluster(commands: Subcommands) -> None:
+    cluster = commands.add_parser("cluster", help="run a controller and brokers on this machine; leader elections")
+    actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    dir_help = "the cluster's directory: data dirs, log files, cluster.json (default ./%(default)s)"
+    up = local_command(actions, "up", "cli.cluster:up",
+                       "start a controller and N brokers in the background; print the bootstrap list")
+    up.add_argument("-n", "--brokers", type=int, help="number of brokers (default 3)")
+    up.add_argument("--dir", default="cluster", help=dir_help)
+    up.add_argument("--base-port", type=int,
+                    help="brokers listen on P, P+1, ..., the controller on P+N (default 9092; 0: any free ports)")
+    up.add_argument("--broker-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker configuration key (repeatable)")
+    up.add_argument("--controller-config", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                    help="a controller configuration key (repeatable)")
+    up.add_argument("--timeout", type=float, default=60, help="seconds to wait for every broker (default 60)")
+    status = local_command(actions, "status", "cli.cluster:status",
+                           "processes, live brokers, under-replicated and offline partitions (exit 1 if unhealthy)")
+    status.add_argument("--dir", default="cluster", help=dir_help)
+    status.add_argument("--timeout", type=float, default=10, help="seconds to wait for metadata (default 10)")
+    down = local_command(actions, "down", "cli.cluster:down",
+                         "stop the brokers (controlled shutdown), then the controller")
+    down.add_argument("--dir", default="cluster", help=dir_help)
+    down.add_argument("--purge", action="store_true", help="then remove the directory and its data")
+    down.add_argument("--timeout", type=float, default=60, help="seconds to wait for each process (default 60)")
+    elect = client_command(actions, "elect-leaders", "cli.elect_leaders:run",
+                           "preferred (or --unclean) leader election, for a topic or every partition")
+    elect.add_argument("-t", "--topic", help="only this topic (default: every partition)")
+    elect.add_argument("-p", "--partition", type=int, action="append", help="only this partition (repeatable)")
+    elect.add_argument("--unclean", action="store_true",
+                       help="unclean election: a leaderless partition gets any live replica (may lose records)")
+
+
 def _add_health(commands: Subcommands) -> None:
     from cli.health import own_listener
     health = client_command(commands, "health", "cli.health:run",
@@ -174,7 +207,8 @@ def _add_dump_log(commands: Subcommands) -> None:
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_metadata, _add_health, _add_dump_log]
+    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_metadata, _add_cluster,
+    _add_health, _add_dump_log]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,15 +13,17 @@ stderr = Console(stderr=True)
 
 
 def partitions_table(topics) -> Table:
-    """One row per partition of ``topics`` (``TopicMetadata``), and one per topic that has an error."""
-    table = Table("topic", "partition", "leader", "epoch", "replicas", "isr", "error")
+    """One row per partition of ``topics`` (``TopicMetadata``), and one per topic that has an
+    error: leader ("none" when the partition is offline), leader epoch, replicas, ISR, the
+    replicas whose broker is down, and the partition's error."""
+    table = Table("topic", "partition", "leader", "epoch", "replicas", "isr", "offline", "error")
     for topic in topics:
         if topic.error_code:
-            table.add_row(topic.name, "", "", "", "", "", error_name(topic.error_code))
+            table.add_row(topic.name, "", "", "", "", "", "", error_name(topic.error_code))
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
-            table.add_row(topic.name, str(p.partition), str(p.leader), str(p.leader_epoch),
-                          ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
-                          error_name(p.error_code) if p.error_code else "")
+            table.add_row(topic.name, str(p.partition), str(p.leader) if p.leader >= 0 else "none",
+                          str(p.leader_epoch), ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)),
+                          ",".join(map(str, p.offline_replicas)), error_name(p.error_code) if p.error_code else "")
     return table
 
 

@@ -13,6 +13,7 @@ synchronous helpers work from inside an event loop too.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -67,6 +68,19 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
+def pid_alive(pid: int | None, data_dir: str) -> bool:
+    """Whether process ``pid`` runs and is the one we started: an argument of its command line
+    ends in ``=<data_dir>`` (``log.dirs=...``, ``metadata.log.dir=...``), so a recycled pid or a
+    zombie (an empty command line) is not it."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f"={data_dir}\0".encode() in f.read()
+    except OSError:
+        return False
+
+
 def live_brokers(port: int, host: str = "127.0.0.1") -> set[int]:
     """The broker ids a node's Metadata lists (a controller lists the unfenced brokers); empty if it does not answer."""
     try:
@@ -78,30 +92,38 @@ def live_brokers(port: int, host: str = "127.0.0.1") -> set[int]:
 class BrokerProcess:
     """One broker process with its own data dir and port; its output goes to a file."""
 
+    role = "broker"
+
     def __init__(self, log_dir: Path, port: int | None = None, broker_id: int = 0, overrides: dict | None = None,
-                 python: str = sys.executable, repo: Path = REPO) -> None:
-        """``repo``: the checkout whose code runs (another one lets a benchmark compare two trees)."""
+                 python: str = sys.executable, repo: Path = REPO, host: str = "127.0.0.1",
+                 prefix: list[str] | None = None) -> None:
+        """``repo``: the checkout whose code runs (another one lets a benchmark compare two trees).
+        ``host``: the address it listens on and advertises; ``prefix``: what runs the command
+        (``ip netns exec NS`` puts it in a network namespace, tests/netns.py)."""
         self.log_dir = Path(log_dir)
         self.repo = Path(repo)
+        self.host = host
+        self.prefix = list(prefix or [])
         self.port = port or free_port()
         self.broker_id = broker_id
         self.overrides = dict(overrides or {})
         self.python = python
         self.proc: subprocess.Popen | None = None
+        self.recorded_pid: int | None = None  # a process another run started (a cluster's state file)
         self.output = self.log_dir.parent / f"broker-{broker_id}-{self.port}.out"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else self.recorded_pid
 
     def command(self) -> list[str]:
-        props = {"broker.id": str(self.broker_id), "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+        props = {"broker.id": str(self.broker_id), "listeners": f"PLAINTEXT://{self.host}:{self.port}",
                  "log.dirs": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
-        cmd = [self.python, "-m", "broker", "serve"]
+        cmd = [*self.prefix, self.python, "-m", "broker", "serve"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -110,34 +132,39 @@ class BrokerProcess:
         self.launch()
         return self.wait_ready(timeout_s)
 
-    def launch(self) -> "BrokerProcess":
-        """Start the process; ``wait_ready`` waits for it (several can start at once)."""
+    def launch(self, detach: bool = False) -> "BrokerProcess":
+        """Start the process; ``wait_ready`` waits for it (several can start at once).
+        ``detach``: in a session of its own, so that it outlives the caller and its terminal's
+        signals (``kbroker cluster up``)."""
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.output, "ab") as out:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             if self.repo != REPO:  # its packages first, ahead of the editable install of this one
                 env["PYTHONPATH"] = str(self.repo)
-            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.repo, env=env)
+            self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.repo, env=env,
+                                         stdin=subprocess.DEVNULL, start_new_session=detach)
+        self.recorded_pid = None
         return self
 
     def wait_ready(self, timeout_s: float = 30.0) -> "BrokerProcess":
         deadline = time.monotonic() + timeout_s
-        self._wait(lambda: port_open(self.port), deadline, f"to listen on {self.port}")
+        self._wait(lambda: port_open(self.port, self.host), deadline, f"to listen on {self.port}")
         self._wait(self.ready, deadline, "to be live")
         return self
 
     def ready(self) -> bool:
         """Live: its own Metadata lists it (the controller unfenced it and told it so)."""
-        return self.broker_id in live_brokers(self.port)
+        return self.broker_id in live_brokers(self.port, self.host)
 
     def _wait(self, condition, deadline: float, what: str) -> None:
         while not condition():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.command()[2]} {self.broker_id} exited with {self.proc.returncode}:\n"
+            if not self.running:
+                status = self.proc.returncode if self.proc is not None else "?"
+                raise RuntimeError(f"{self.role} {self.broker_id} exited with {status}:\n"
                                    f"{self.log_text()[-3000:]}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise TimeoutError(f"{self.command()[2]} {self.broker_id} did not come {what}:\n"
+                raise TimeoutError(f"{self.role} {self.broker_id} did not come {what}:\n"
                                    f"{self.log_text()[-3000:]}")
             time.sleep(0.02)
 
@@ -148,9 +175,15 @@ class BrokerProcess:
             return ""
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        """SIGTERM and wait: the graceful path. Returns the exit status."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
+        """SIGTERM and wait: the graceful path. Returns the exit status (0 for a process another
+        run started, whose status this one cannot see)."""
+        if self.proc is None:
+            if self.running:
+                self.signal(signal.SIGTERM)
+                self._wait_gone(timeout_s)
+            return 0
+        if self.proc.poll() is not None:
+            return self.proc.returncode
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout_s)
 
@@ -158,21 +191,38 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        elif self.proc is None and self.running:
+            self.signal(signal.SIGKILL)
+            self._wait_gone(10)
+
+    def _wait_gone(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.running:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.command(), timeout_s)
+            time.sleep(0.02)
 
     def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
+        if self.proc is not None:
+            self.proc.send_signal(sig)
+        elif self.recorded_pid:
+            os.kill(self.recorded_pid, sig)
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return pid_alive(self.recorded_pid, str(self.log_dir))
 
 
 class ControllerProcess(BrokerProcess):
     """One controller process (``python -m controller``) with its own metadata dir and port."""
 
+    role = "controller"
+
     def __init__(self, metadata_dir: Path, port: int | None = None, node_id: int = 3000, overrides: dict | None = None,
-                 python: str = sys.executable) -> None:
-        super().__init__(metadata_dir, port, node_id, overrides, python)
+                 python: str = sys.executable, host: str = "127.0.0.1", prefix: list[str] | None = None) -> None:
+        super().__init__(metadata_dir, port, node_id, overrides, python, host=host, prefix=prefix)
         self.node_id = node_id
         self.output = self.log_dir.parent / f"controller-{node_id}-{self.port}.out"
 
@@ -182,20 +232,20 @@ class ControllerProcess(BrokerProcess):
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def ready(self) -> bool:
         return True  # listening is ready
 
     def live_brokers(self) -> set[int]:
         """The brokers this controller has unfenced (its Metadata)."""
-        return live_brokers(self.port)
+        return live_brokers(self.port, self.host)
 
     def command(self) -> list[str]:
         props = {"process.roles": "controller", "node.id": str(self.node_id),
-                 "listeners": f"CONTROLLER://127.0.0.1:{self.port}", "controller.listener.names": "CONTROLLER",
+                 "listeners": f"CONTROLLER://{self.host}:{self.port}", "controller.listener.names": "CONTROLLER",
                  "metadata.log.dir": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
-        cmd = [self.python, "-m", "controller"]
+        cmd = [*self.prefix, self.python, "-m", "controller"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
@@ -205,42 +255,109 @@ class LocalCluster:
     """A controller process and broker processes (``process.roles=broker``) registered with it,
     each with its own data dir under ``directory`` (``controller-<id>``, ``broker-<id>``) and
     its output in ``directory/<role>-<id>-<port>.out``. ``base_port`` numbers the ports from
-    there (controller first, then brokers in id order); otherwise free ports are picked.
+    there (brokers in id order, then the controller: 9092 gives brokers 9092, 9093, 9094 and
+    the controller 9095); ``controller_port`` / ``broker_ports`` name them one by one; otherwise
+    free ports are picked.
 
     ``start()`` starts the controller, then the brokers, and returns once the controller lists
     every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
-    ``broker.session.timeout.ms`` for quicker failover in tests)."""
+    ``broker.session.timeout.ms`` for quicker failover in tests).
+
+    ``save_state()`` writes ``directory/cluster.json`` (ids, ports, pids, overrides) and
+    ``LocalCluster.load(directory)`` builds the same cluster from it, its processes identified
+    by pid (and data dir): what ``kbroker cluster up|status|down`` use across invocations."""
 
     def __init__(self, directory: Path, brokers: int = 3, *, broker_ids: list[int] | None = None,
-                 controller_id: int = 3000, base_port: int | None = None, broker_props: dict | None = None,
+                 controller_id: int = 3000, base_port: int | None = None, controller_port: int | None = None,
+                 broker_ports: dict[int, int] | None = None, broker_props: dict | None = None,
                  controller_props: dict | None = None, python: str = sys.executable) -> None:
         self.directory = Path(directory)
         ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
-        ports = iter(range(base_port, base_port + 1 + len(ids))) if base_port else None
-        self.controller = ControllerProcess(self.directory / f"controller-{controller_id}",
-                                            next(ports) if ports else None, controller_id,
-                                            dict(controller_props or {}), python)
+        broker_ports = dict(broker_ports or {})
+        if base_port:
+            broker_ports = {i: base_port + n for n, i in enumerate(ids)}
+            controller_port = base_port + len(ids)
+        self.controller_props = dict(controller_props or {})
+        self.controller = ControllerProcess(self.directory / f"controller-{controller_id}", controller_port,
+                                            controller_id, self.controller_props, python)
         self.broker_props = dict(broker_props or {})
         self.brokers: dict[int, BrokerProcess] = {}
         for i in ids:
             props = {"process.roles": "broker", "node.id": i,
                      "controller.quorum.bootstrap.servers": self.controller.address,
                      "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
-            self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", next(ports) if ports else None, i, props,
-                                            python)
+            self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", broker_ports.get(i), i, props, python)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
-    def start(self, timeout_s: float = 60.0) -> "LocalCluster":
-        self.controller.start(timeout_s)
-        for b in self.brokers.values():
-            b.launch()
-        for b in self.brokers.values():
-            b.wait_ready(timeout_s)
-        self.wait_live(list(self.brokers), timeout_s)
+    @property
+    def processes(self) -> list[BrokerProcess]:
+        return [self.controller, *self.brokers.values()]
+
+    def start(self, timeout_s: float = 60.0, detach: bool = False) -> "LocalCluster":
+        """Start whatever of the cluster is not running (everything, the first time), and wait
+        until every broker is live. ``detach``: the processes outlive the caller."""
+        self.launch(timeout_s, detach)
+        self.wait_ready(timeout_s)
         return self
+
+    def launch(self, timeout_s: float = 60.0, detach: bool = False) -> list[BrokerProcess]:
+        """Start the processes that are not running: the controller first (until it listens),
+        then the brokers, without waiting for them. Returns the ones started."""
+        started: list[BrokerProcess] = []
+        if not self.controller.running:
+            self.controller.launch(detach)
+            started.append(self.controller)
+        self.controller.wait_ready(timeout_s)
+        for b in self.brokers.values():
+            if not b.running:
+                b.launch(detach)
+                started.append(b)
+        return started
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for b in self.brokers.values():
+            b.wait_ready(max(0.1, deadline - time.monotonic()))
+        self.wait_live(list(self.brokers), max(0.1, deadline - time.monotonic()))
+
+    STATE_FILE = "cluster.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.directory / self.STATE_FILE
+
+    def state(self) -> dict[str, Any]:
+        def process(p: BrokerProcess) -> dict[str, Any]:
+            return {"id": p.broker_id, "port": p.port, "pid": p.pid if p.running else None,
+                    "data_dir": str(p.log_dir), "log": str(p.output)}
+        return {"controller": process(self.controller), "brokers": [process(b) for b in self.brokers.values()],
+                "broker_props": {k: str(v) for k, v in self.broker_props.items()},
+                "controller_props": {k: str(v) for k, v in self.controller_props.items()},
+                "bootstrap": self.bootstrap}
+
+    def save_state(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state(), indent=2) + "\n")
+        os.replace(tmp, self.state_file)
+
+    @classmethod
+    def load(cls, directory: Path, python: str = sys.executable) -> "LocalCluster":
+        """The cluster whose state file ``directory`` holds (FileNotFoundError if none)."""
+        directory = Path(directory)
+        state = json.loads((directory / cls.STATE_FILE).read_text())
+        brokers = state["brokers"]
+        cluster = cls(directory, broker_ids=[b["id"] for b in brokers], controller_id=state["controller"]["id"],
+                      controller_port=state["controller"]["port"], broker_ports={b["id"]: b["port"] for b in brokers},
+                      broker_props=state.get("broker_props"), controller_props=state.get("controller_props"),
+                      python=python)
+        cluster.controller.recorded_pid = state["controller"]["pid"]
+        for b in brokers:
+            cluster.brokers[b["id"]].recorded_pid = b["pid"]
+        return cluster
 
     def wait_live(self, ids: list[int] | None = None, timeout_s: float = 60.0) -> None:
         """Until the controller lists these brokers (all, by default) as unfenced."""

@@ -167,12 +167,14 @@ def compute_crc(buf: Buffer, pos: int, size: int) -> int:
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size])
 
 
-def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True) -> BatchHeader:
+def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True, compacted: bool = False) -> BatchHeader:
     """Validate the framing and checksum of the batch at ``pos`` (records stay undecoded).
 
     Raises ``CorruptRecordError`` (CORRUPT_MESSAGE) for a short or overlong batch, a magic
     other than 2, or a CRC mismatch, and ``InvalidRecordError`` (INVALID_RECORD) when the
-    record count disagrees with lastOffsetDelta.
+    record count disagrees with lastOffsetDelta. ``compacted``: the batch may come from a
+    compacted log, where compaction removed records but kept lastOffsetDelta (fewer records
+    than offsets is fine then, even none).
     """
     remaining = end - pos
     if remaining < HEADER_SIZE:
@@ -189,7 +191,11 @@ def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True) -> 
         actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size])
         if actual != h.crc:
             raise CorruptRecordError(f"batch at byte {pos}: CRC {h.crc:#010x} stored, {actual:#010x} computed")
-    if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+    if compacted:
+        if h.records_count < 0 or h.records_count > h.last_offset_delta + 1:
+            raise InvalidRecordError(f"batch at byte {pos}: recordsCount {h.records_count} exceeds its "
+                                     f"{h.last_offset_delta + 1} offsets")
+    elif h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
         raise InvalidRecordError(
             f"batch at byte {pos}: recordsCount {h.records_count} disagrees with lastOffsetDelta {h.last_offset_delta}")
     return h
@@ -401,7 +407,7 @@ def batch_body(buf: Buffer, pos: int, header: BatchHeader) -> bytes | memoryview
 
 def decode_batch(buf: Buffer, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
     """Check and decode the batch at ``pos``: header and records (control batches included)."""
-    h = check_batch(buf, pos, len(buf))
+    h = check_batch(buf, pos, len(buf), compacted=True)
     return h, decode_records(h, batch_body(buf, pos, h))
 
 
@@ -409,7 +415,7 @@ def iter_records(buf: Buffer, *, skip_control: bool = True, verify_crc: bool = T
     """Every record of every complete batch in a fetched blob (a partial trailing batch is ignored)."""
     for pos, h in iter_batch_headers(buf):
         if verify_crc:
-            check_batch(buf, pos, pos + h.size)
+            check_batch(buf, pos, pos + h.size, compacted=True)
         if skip_control and h.is_control:
             continue
         yield from decode_records(h, batch_body(buf, pos, h))

@@ -31,7 +31,10 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "min_insync_replicas": (1, INT32_MAX),
     "file_delete_delay_ms": (0, INT64_MAX),
     "producer_id_expiration_ms": (1, INT64_MAX),
+    "delete_retention_ms": (0, INT64_MAX),
+    "min_compaction_lag_ms": (0, INT64_MAX),
 }
+CLEANUP_POLICIES = ("delete", "compact")
 # Broker-level settings carried here because the log obeys them: ``from_topic_properties``
 # reads them (the broker passes its value that way) but they are no topic configs in
 # Kafka, so ``to_topic_properties`` leaves them out.
@@ -56,15 +59,36 @@ class LogConfig:
     min_insync_replicas: int = 1
     file_delete_delay_ms: int = 60000
     producer_id_expiration_ms: int = 86400000  # the broker's producer.id.expiration.ms
+    # Compaction (storage/log_cleaner.py): "delete", "compact" or both ("compact,delete").
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in _INT_RANGES.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise ValueError(f"{_key(name)}: {value!r} is not an integer in [{lo}, {hi}]")
+        policies = [p.strip() for p in self.cleanup_policy.split(",") if p.strip()]
+        if not policies or any(p not in CLEANUP_POLICIES for p in policies):
+            raise ValueError(f"cleanup.policy: {self.cleanup_policy!r} is not a list of {', '.join(CLEANUP_POLICIES)}")
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise ValueError(f"min.cleanable.dirty.ratio: {ratio!r} is not a number in [0, 1]")
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(f"message.timestamp.type: {self.message_timestamp_type!r} is not one of "
                              f"{', '.join(TIMESTAMP_TYPES)}")
+
+    @property
+    def compact(self) -> bool:
+        """cleanup.policy includes compact: the log cleaner keeps the newest record of each key."""
+        return "compact" in (p.strip() for p in self.cleanup_policy.split(","))
+
+    @property
+    def delete(self) -> bool:
+        """cleanup.policy includes delete: retention.ms / retention.bytes delete old segments."""
+        return "delete" in (p.strip() for p in self.cleanup_policy.split(","))
 
     @property
     def log_append_time(self) -> bool:
@@ -82,8 +106,14 @@ class LogConfig:
         changes: dict[str, Any] = {}  # field name -> value: fields chosen by name at run time
         for key, raw in props.items():
             name = key.replace(".", "_")
-            if name == "message_timestamp_type":
-                changes[name] = str(raw).strip()
+            if name in ("message_timestamp_type", "cleanup_policy"):
+                changes[name] = ",".join(p.strip() for p in str(raw).split(",")) if name == "cleanup_policy" \
+                    else str(raw).strip()
+            elif name == "min_cleanable_dirty_ratio":
+                try:
+                    changes[name] = float(str(raw).strip())
+                except ValueError:
+                    raise ValueError(f"{key}: {raw!r} is not a number") from None
             elif name in _INT_RANGES:
                 try:
                     changes[name] = int(str(raw).strip())

@@ -45,7 +45,8 @@ from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import LeaderEpochFileCache
 from .log_loader import LoadedLog, LogLoader, rebuild_producer_state
 from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
-from .segment import LogSegment
+from .checkpoint import fsync_dir
+from .segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, file_name
 from .segment_budget import OpenSegmentBudget
 
 if TYPE_CHECKING:
@@ -160,6 +161,10 @@ class Log:
         self._dir_version = 1 if loaded.dir_changed else 0  # bumped when segment files are created or deleted
         self._dir_synced_version = 0
         self._truncations = 0
+        # The log cleaner's progress: below this offset the log is clean (compacted). Not kept
+        # across restarts: a restarted broker compacts its logs once more (Kafka keeps it in
+        # cleaner-offset-checkpoint).
+        self.first_dirty_offset = self.log_start_offset
 
     # -- opening -------------------------------------------------------------------------
 
@@ -338,7 +343,8 @@ class Log:
         batches, pos = [], 0
         while pos < size:
             try:
-                header = check_batch(buf, pos, size)
+                # a follower of a compacted log gets the leader's compacted batches
+                header = check_batch(buf, pos, size, compacted=config.compact and not check_message_size)
             except KafkaError as exc:
                 raise type(exc)(f"{self.topic}-{self.partition}: {exc}") from None
             batch_size = header.size
@@ -417,6 +423,32 @@ class Log:
         self.producer_state.retain_snapshots(keep_from=self._bases[-2], recovery_point=self.recovery_point)
         return segment
 
+    # -- compaction ----------------------------------------------------------------------
+
+    def replace_segments(self, old: list[LogSegment], cleaned: Path) -> LogSegment:
+        """Swap the cleaner's output for ``old`` (consecutive non-active segments): ``cleaned``
+        is ``<base>.log.cleaned`` holding the retained batches, fsynced. Crash-safe as Kafka's
+        swap: renamed to ``.swap`` first (from then on a restart completes the swap, see
+        log_loader.py), the old segments deleted, then renamed to the segment's ``.log``; its
+        indexes are rebuilt from it."""
+        base = old[0].base_offset
+        i = self._bases.index(base)
+        assert self._segments[i:i + len(old)] == old and not old[-1].active
+        swap = self.dir / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
+        os.replace(cleaned, swap)
+        fsync_dir(self.dir)
+        for segment in old:
+            segment.delete()
+        os.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
+        fsync_dir(self.dir)
+        segment = LogSegment(self.dir, base, budget=self.segment_budget, index_interval_bytes=self.config.index_interval_bytes,
+                             max_index_size=self.config.segment_index_bytes, created_ms=self.time.milliseconds())
+        segment.recover(verify_crc=False, allow_gaps=True)
+        self._segments[i:i + len(old)] = [segment]
+        self._bases[i:i + len(old)] = [base]
+        self._dir_version += 1
+        return segment
+
     # -- reading -------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
@@ -434,7 +466,9 @@ class Log:
                                         f"[{lso}, {leo}]")
         if start_offset < leo and (max_offset is None or start_offset < max_offset):
             i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
-            for segment in self._segments[i:i + 2]:
+            # the next segment when this one has nothing at or after start_offset (the end of a
+            # segment, or a compacted log's gap); further ones only when compaction emptied some
+            for segment in self._segments[i:]:
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
                 if found is not None:
                     return FetchDataInfo(found[1], found[0], lso, leo)
@@ -535,10 +569,10 @@ class Log:
         many were deleted."""
         cfg, now = self.config, self.time.milliseconds()
         deleted = 0
-        if cfg.retention_ms >= 0:
+        if cfg.delete and cfg.retention_ms >= 0:
             deleted += self._delete_oldest_while(lambda s, nxt: now - s.largest_timestamp > cfg.retention_ms,
                                                  "retention.ms")
-        if cfg.retention_bytes >= 0:
+        if cfg.delete and cfg.retention_bytes >= 0:
             excess = self.size_in_bytes() - cfg.retention_bytes
 
             def over_size(segment: LogSegment, _next: LogSegment) -> bool:

@@ -27,6 +27,7 @@ Not thread-safe.
 from __future__ import annotations
 
 import bisect
+import os
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,12 +40,14 @@ from protocol.records import BatchHeader, iter_batch_headers
 from .config import LogConfig
 from .epoch_cache import LeaderEpochFileCache
 from .producer_state import ProducerStateManager
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult
+from .checkpoint import fsync_dir
+from .segment import (CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult,
+                      file_name)
 from .segment_budget import OpenSegmentBudget
 
 log = logging.getLogger("kbroker.storage.loader")
 
-_STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+_STRAY_SUFFIXES = (".deleted", CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 
 
 @dataclass
@@ -159,6 +162,8 @@ class LogLoader:
     def _remove_stray_files_and_find_segments(self) -> list[int]:
         """Base offsets of the segments on disk; stray files of interrupted operations and
         indexes without a ``.log`` are removed."""
+        for swap in sorted(self.dir.glob("*" + LOG_SUFFIX + SWAP_SUFFIX)):
+            self._complete_swap(swap)
         bases, index_files = set(), []
         for path in self.dir.iterdir():
             name = path.name
@@ -177,6 +182,31 @@ class LogLoader:
                 path.unlink(missing_ok=True)
         return sorted(bases)
 
+    def _complete_swap(self, swap: Path) -> None:
+        """A cleaned segment (``<base>.log.swap``) whose swap a crash interrupted: complete it
+        (Kafka's LogLoader does the same): the segments it replaces — those whose base offset
+        lies within its offset range — are deleted and it becomes ``<base>.log``."""
+        stem = swap.name[:20]
+        if not stem.isdigit():
+            swap.unlink(missing_ok=True)
+            return
+        base = last = int(stem)
+        data = swap.read_bytes()
+        for _pos, header in iter_batch_headers(data):
+            last = header.last_offset
+        replaced = []
+        for path in self.dir.iterdir():
+            other, _dot, suffix = path.name.partition(".")
+            if len(other) == 20 and other.isdigit() and "." + suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX) \
+                    and base <= int(other) <= last:
+                path.unlink()
+                replaced.append(path.name)
+        os.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
+        fsync_dir(self.dir)
+        self._dir_changed = True
+        log.info("%s-%d: completed the interrupted swap of cleaned segment %s (replaced %s)", self.topic,
+                 self.partition, swap.name, ", ".join(sorted(replaced)) or "nothing")
+
     def _recover_segments(self) -> None:
         """Step 3 and 4: re-validate or sanity-check each segment, cutting at the first damage."""
         report, segments, bases = self.report, self._segments, self._bases
@@ -186,8 +216,9 @@ class LogLoader:
             first_to_recover = max(0, bisect.bisect_right(bases, self.recovery_point_checkpoint) - 1)
         for i, segment in enumerate(segments):
             next_base = bases[i + 1] if i + 1 < len(bases) else None
+            compacted = self.config.compact  # batches may skip offsets
             if i >= first_to_recover:
-                result = segment.recover(on_batch=self._assign_epoch)
+                result = segment.recover(on_batch=self._assign_epoch, allow_gaps=compacted)
                 report.segments_recovered += 1
             else:
                 problem = segment.load_indexes(next_base)
@@ -195,14 +226,17 @@ class LogLoader:
                     log.warning("%s-%d: rebuilding the indexes of %s: %s", self.topic, self.partition,
                                 segment.log_path.name, problem)
                     report.indexes_rebuilt.append(segment.log_path.name)
-                    result = segment.recover(verify_crc=False)
+                    result = segment.recover(verify_crc=False, allow_gaps=compacted)
                 elif segment.active:
                     result = segment.recover(start_position=segment.offset_index.last_entry().position,
-                                             verify_crc=False)
+                                             verify_crc=False, allow_gaps=compacted)
                 else:
                     continue
             report.bytes_truncated += result.truncated_bytes
-            gap = next_base is not None and result.next_offset != next_base
+            if compacted:  # cleaning may have removed a segment's last batches: only overlap or damage
+                gap = next_base is not None and (result.next_offset > next_base or result.error is not None)
+            else:
+                gap = next_base is not None and result.next_offset != next_base
             if gap or (result.error is not None and next_base is None):
                 self._drop_segments_after(i, result)
                 break

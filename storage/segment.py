@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from protocol.records import Buffer
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
+# The log cleaner's files (Kafka's): a cleaned segment being written, and one ready to replace the originals.
+CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -426,21 +428,22 @@ class LogSegment:
         self.offset_of_max_timestamp_so_far = offset if timestamp >= 0 else -1
 
     def recover(self, *, start_position: int = 0, verify_crc: bool = True,
-                on_batch: Callable[[BatchHeader], None] | None = None) -> RecoverResult:
+                on_batch: Callable[[BatchHeader], None] | None = None, allow_gaps: bool = False) -> RecoverResult:
         """Validate the batches from ``start_position`` (a batch boundary), rebuild the
         index entries from there, and cut the file at the first invalid batch.
 
         ``start_position`` 0 rebuilds everything (unclean shutdown, bad index); the
         position of the last offset-index entry re-reads just the tail (clean load of the
         active segment). A batch must start at the offset the previous one ended at.
-        ``on_batch`` sees each valid header (the leader-epoch cache uses it).
+        ``on_batch`` sees each valid header (the leader-epoch cache uses it). ``allow_gaps``: a
+        compacted segment, whose batches may skip offsets (never go back).
         """
         records = self.records
         offset_index, time_index = self._writable_indexes()
         end = records.size
         buf = records.buffer(end)
         try:
-            next_offset = check_batch(buf, start_position, end, verify_crc=False).base_offset
+            next_offset = check_batch(buf, start_position, end, verify_crc=False, compacted=allow_gaps).base_offset
         except KafkaError:
             start_position = 0
         if start_position == 0:
@@ -458,11 +461,11 @@ class LogSegment:
         position, error = start_position, None
         while position < end:
             try:
-                header = check_batch(buf, position, end, verify_crc=verify_crc)
+                header = check_batch(buf, position, end, verify_crc=verify_crc, compacted=allow_gaps)
             except KafkaError as exc:
                 error = str(exc)
                 break
-            if header.base_offset != next_offset:
+            if header.base_offset != next_offset and not (allow_gaps and header.base_offset > next_offset):
                 error = f"batch at byte {position}: base offset {header.base_offset}, expected {next_offset}"
                 break
             self._index_batch(position, header, offset_index, time_index)

@@ -1,7 +1,7 @@
 """The group coordinator's configuration: Kafka's keys (group.*, offset.*, offsets.*) and defaults.
 
-``CONFIG_KEYS`` are ConfigKey entries in broker/config.py's form, so the broker's KEYS table
-can take them as they are; ``GroupCoordinatorConfig.from_values`` resolves a mapping of key
+``CONFIG_KEYS`` are the broker's ConfigKey entries for them (defined with the broker's KEYS table
+in broker/config.py); ``GroupCoordinatorConfig.from_values`` resolves a mapping of key
 to raw string or parsed value (anything missing takes Kafka's default).
 """
 
@@ -10,25 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..config import INT_MAX, ConfigKey
+from ..config import GROUP_COORDINATOR_KEYS, INT_MAX, ConfigKey
 
-CONFIG_KEYS: tuple[ConfigKey, ...] = (
-    ConfigKey("group.min.session.timeout.ms", "int", 6000, "shortest session timeout a member may ask for"),
-    ConfigKey("group.max.session.timeout.ms", "int", 1800000, "longest session timeout a member may ask for"),
-    ConfigKey("group.max.size", "int", INT_MAX, "most members one group may have", low=1),
-    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000,
-              "how long the first rebalance of an empty group waits for more members to join", low=0),
-    ConfigKey("offset.metadata.max.bytes", "int", 4096, "longest metadata string an offset commit may carry"),
-    ConfigKey("offsets.retention.minutes", "int", 10080,
-              "how long committed offsets of a group without members are kept", low=1),
-    ConfigKey("offsets.retention.check.interval.ms", "long", 600000, "how often expired offsets are looked for", low=1),
-    ConfigKey("offsets.topic.num.partitions", "int", 50, "partitions of __consumer_offsets (fixed once created)", low=1),
-    ConfigKey("offsets.topic.replication.factor", "int", 3,
-              "replication factor of __consumer_offsets (capped by the live brokers when created)", low=1),
-    ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "segment size of __consumer_offsets", low=1),
-    ConfigKey("offsets.commit.timeout.ms", "int", 5000,
-              "how long an offset commit or group metadata write waits for all in-sync replicas", low=1),
-)
+CONFIG_KEYS: tuple[ConfigKey, ...] = GROUP_COORDINATOR_KEYS
 _KEYS = {k.name: k for k in CONFIG_KEYS}
 
 

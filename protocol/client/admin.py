@@ -70,6 +70,30 @@ class AdminMixin:
             if code:
                 raise wire_error(code, name, message)
 
+    async def elect_leaders(self, partitions: Iterable[tuple[str, int]] | None, election_type: int = 0,
+                            timeout_ms: int = 60000) -> dict[TopicPartition, int]:
+        """ElectLeaders (0 preferred, 1 unclean) for ``partitions`` (None: every partition, and
+        the answer leaves out those needing no election); each partition's error code (0: a
+        leader was elected; ELECTION_NOT_NEEDED: the wanted one leads already). Sent to the
+        controller (a broker relays it), again if it moved."""
+        body: dict[str, Any] = {"election_type": election_type, "timeout_ms": timeout_ms, "topic_partitions": None}
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = collections.defaultdict(list)
+            for topic, partition in partitions:
+                by_topic[topic].append(partition)
+            body["topic_partitions"] = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+
+        async def attempt() -> Any:  # the ElectLeaders response
+            conn = await self._controller_connection()
+            version = conn.version_for(ApiKey.ELECT_LEADERS, min_v=1 if election_type else None)
+            response = await conn.request(ApiKey.ELECT_LEADERS, body, version)
+            if response.get("error_code", 0):
+                raise wire_error(response.error_code, "ElectLeaders")
+            return response
+        response = await self.with_retries(attempt)
+        return {TopicPartition(r.topic, p.partition_id): p.error_code
+                for r in response.replica_election_results for p in r.partition_result}
+
     async def describe_configs(self, topic: str) -> list[ConfigEntry]:
         """The topic's configuration, every key with its value and where it comes from."""
         async def attempt() -> Any:  # the DescribeConfigs response

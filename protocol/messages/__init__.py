@@ -23,7 +23,7 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.LIST_OFFSETS, "ListOffsets", list_offsets.REQUEST, list_offsets.RESPONSE, 1, 5),
     Api(ApiKey.METADATA, "Metadata", metadata.REQUEST, metadata.RESPONSE, 0, 8),
     Api(ApiKey.FIND_COORDINATOR, "FindCoordinator", coordinator.FIND_COORDINATOR_REQUEST,
-        coordinator.FIND_COORDINATOR_RESPONSE, 0, 2),
+        coordinator.FIND_COORDINATOR_RESPONSE, 0, 4),
     Api(ApiKey.API_VERSIONS, "ApiVersions", api_versions.REQUEST, api_versions.RESPONSE, 0, 4),
     Api(ApiKey.CREATE_TOPICS, "CreateTopics", topics.CREATE_TOPICS_REQUEST, topics.CREATE_TOPICS_RESPONSE, 2, 4),
     Api(ApiKey.DELETE_TOPICS, "DeleteTopics", topics.DELETE_TOPICS_REQUEST, topics.DELETE_TOPICS_RESPONSE, 1, 3),
@@ -32,7 +32,7 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", leader_epoch.REQUEST, leader_epoch.RESPONSE, 2, 3),
     Api(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", topics.DESCRIBE_CONFIGS_REQUEST,
         topics.DESCRIBE_CONFIGS_RESPONSE, 1, 3),
-    # Consumer groups (the classic protocol). Registered here, advertised only once KafkaApis handles them.
+    # Consumer groups (the classic protocol; broker/coordinator). FindCoordinator v4+ asks for several keys at once.
     Api(ApiKey.OFFSET_COMMIT, "OffsetCommit", offset_commit.OFFSET_COMMIT_REQUEST, offset_commit.OFFSET_COMMIT_RESPONSE, 2, 7),
     Api(ApiKey.OFFSET_FETCH, "OffsetFetch", offset_commit.OFFSET_FETCH_REQUEST, offset_commit.OFFSET_FETCH_RESPONSE, 1, 5),
     Api(ApiKey.JOIN_GROUP, "JoinGroup", groups.JOIN_GROUP_REQUEST, groups.JOIN_GROUP_RESPONSE, 0, 5),

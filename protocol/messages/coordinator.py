@@ -1,5 +1,6 @@
-"""FindCoordinator (10). Advertised so librdkafka 2.0.2 enables lz4 and group coordination;
-consumer groups are not implemented yet, so it answers COORDINATOR_NOT_AVAILABLE."""
+"""FindCoordinator (10): where a group's coordinator is (key type 0; 1 is a transactional id).
+From v4 one request asks for several keys (``coordinator_keys``) and the answer lists one
+coordinator per key. librdkafka 2.0.2 also needs it advertised to enable lz4 and groups."""
 
 from ..schema import Field as F, Message
 

@@ -19,10 +19,11 @@ SERVER_SIDE = ("broker", "storage", "controller")
 # The command-line modules a client command loads (besides its own command module, which
 # client_command_modules() finds in the parser).
 CLI_CLIENT_MODULES = ["cli", "cli.__main__", "cli.main", "cli.common", "cli.render",
-                      "cli.topics", "cli.produce", "cli.consume", "cli.metadata"]
-# Local commands that may use the server side: serve runs a broker (and the controller command
-# will run a controller); dump-log reads segment files through storage.dump.
-SERVER_COMMANDS = {"serve", "controller"}
+                      "cli.topics", "cli.produce", "cli.consume", "cli.metadata", "cli.elect_leaders"]
+# Local commands that may use the server side, named one by one: serve runs a broker, controller
+# a controller, and cluster up/down/status start, stop and look at such processes (through
+# controller/launcher.py). dump-log reads segment files through storage.dump.
+SERVER_COMMANDS = {("serve",), ("controller",), ("cluster", "up"), ("cluster", "down"), ("cluster", "status")}
 
 
 def module_file(name: str) -> Path | None:
@@ -121,7 +122,7 @@ def test_client_commands_and_the_client_package_import_nothing_of_the_server_sid
     assert client, "found no client package under protocol/ (protocol/client.py or protocol/client/)"
     table = command_table()
     client_commands = {module for _words, module, is_client in table if is_client}
-    assert {"cli.topics", "cli.produce", "cli.consume", "cli.metadata"} <= client_commands, table
+    assert {"cli.topics", "cli.produce", "cli.consume", "cli.metadata", "cli.elect_leaders"} <= client_commands, table
     start = CLI_CLIENT_MODULES + sorted(client_commands) + client
     for name in start:
         assert module_file(name) is not None, f"{name} is not a module of the repository"
@@ -131,9 +132,16 @@ def test_client_commands_and_the_client_package_import_nothing_of_the_server_sid
     assert violations(chains, SERVER_SIDE) == []
 
 
+def test_the_server_side_commands_are_the_listed_ones_and_local():
+    server_side = {words for words, module, is_client in command_table()
+                   if violations(reachable([module]), ("broker", "controller"))}
+    assert server_side == SERVER_COMMANDS
+    assert all(not is_client for words, _module, is_client in command_table() if words in SERVER_COMMANDS)
+
+
 def test_local_commands_other_than_serve_do_not_reach_broker_or_controller():
     local = [(words, module) for words, module, is_client in command_table()
-             if not is_client and words[0] not in SERVER_COMMANDS]
+             if not is_client and words not in SERVER_COMMANDS]
     assert [words for words, _ in local] == [("dump-log",)]
     chains = reachable([module for _, module in local])
     assert "storage.dump" in chains
@@ -152,6 +160,7 @@ codes = [main([*argv, "-b", bootstrap]) for argv in (
     ["metadata", "-t", topic],
     ["topics", "list"],
     ["topics", "describe", "-t", topic],
+    ["cluster", "elect-leaders", "-t", topic],
     ["topics", "delete", "-t", topic],
 )]
 server_side = sorted(m for m in sys.modules if m.partition(".")[0] in ("broker", "storage", "controller"))
@@ -166,6 +175,6 @@ def test_running_the_client_commands_loads_nothing_of_the_server_side(bootstrap,
                             input=b"first\nsecond\n", capture_output=True, cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     found = json.loads(report.read_text())
-    assert found["codes"] == [0] * 7, result.stderr.decode(errors="replace")
+    assert found["codes"] == [0] * 8, result.stderr.decode(errors="replace")
     assert b"first\nsecond\n" in result.stdout and topic_name.encode() in result.stdout
     assert found["server_side"] == []

@@ -391,23 +391,34 @@ async def test_a_snapshot_is_written_after_enough_log_bytes(tmp_path):
 
 
 async def test_a_snapshot_is_written_after_the_interval_when_something_changed(tmp_path):
-    h = await Harness(tmp_path, snapshot_max_interval_ms=60_000).start()
+    # A session far longer than the test: the broker is never fenced (a fencing and the
+    # unfencing at its next heartbeat are changes that call for a snapshot of their own).
+    h = await Harness(tmp_path, snapshot_max_interval_ms=60_000, session_timeout_ms=3_600_000).start()
+
+    async def background_done() -> None:  # any snapshot the timer started is on disk
+        for task in list(h.controller._background):
+            await task
     try:
         await h.start_brokers(1)
         await h.create(("t", 1, 1))
         await h.advance(59_000)
+        await background_done()
         assert h.store.snapshot_offsets() == []
-        for _ in range(6):  # heartbeats keep the broker alive meanwhile
+        for _ in range(6):
             await h.heartbeat_all(1)
             await h.advance(200)
-        for task in list(h.controller._background):
-            await task
+        await background_done()
         assert h.store.snapshot_offsets() == [h.store.end_offset]
         first = h.store.snapshot_offsets()
-        for _ in range(4):   # nothing changed since: no new snapshot
+        for _ in range(4):   # nothing changed since: no new snapshot at the next interval
             await h.heartbeat_all(1)
             await h.advance(20_000)
-        assert h.store.snapshot_offsets() == first
+        await background_done()
+        assert h.store.end_offset == first[0] and h.store.snapshot_offsets() == first
+        await h.create(("u", 1, 1))   # a change: the next interval writes one
+        await h.advance(60_000)
+        await background_done()
+        assert h.store.snapshot_offsets() == first + [h.store.end_offset] and h.store.end_offset > first[0]
     finally:
         await h.stop()
 

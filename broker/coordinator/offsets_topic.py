@@ -1,0 +1,168 @@
+"""The group coordinator's ``__consumer_offsets``, as the broker provides it.
+
+``OffsetsTopic`` gives the ``GroupCoordinatorAdapter`` what it needs from the rest of the broker:
+
+* ``append``: group and offset records go through the normal replicated append
+  (``ReplicaManager.append_records`` with acks=all, internal topics allowed, waiting at most
+  ``offsets.commit.timeout.ms`` for the in-sync replicas);
+* ``read_partition``: the records of a partition's log from its start to its end, for loading;
+* ``locate``: the coordinator of a ``__consumer_offsets`` partition — its leader, as this
+  broker's metadata shows it — for FindCoordinator. While the topic does not exist it is
+  created through the controller (``offsets.topic.num.partitions`` partitions,
+  ``offsets.topic.replication.factor`` replicas capped by the live brokers, compacted) and
+  the answer is COORDINATOR_NOT_AVAILABLE, which clients retry, as Kafka answers;
+* ``on_leadership_change``: the ReplicaManager's leadership listener — becoming leader of a
+  partition loads its groups, losing it unloads them (Kafka's onLeadershipChange →
+  onElection / onResignation).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from protocol.errors import ErrorCode
+from protocol.records import Record as BatchRecord, batch_body, build_batch, decode_records, iter_batch_headers
+
+from ..topic_admin import NewTopic
+from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, Record
+
+if TYPE_CHECKING:
+    from protocol.clock import Time
+
+    from ..metadata_cache import MetadataCache
+    from ..replica_manager import PartitionEpoch, ReplicaManager
+    from ..topic_admin import TopicAdmin, TopicResult
+    from .adapter import GroupCoordinatorAdapter
+
+log = logging.getLogger("kbroker.coordinator")
+
+READ_CHUNK_BYTES = 1 << 20
+
+
+class OffsetsTopic:
+    def __init__(self, *, time: "Time", replica_manager: "ReplicaManager", metadata_cache: "MetadataCache",
+                 topic_admin: "TopicAdmin", num_partitions: int, replication_factor: int, commit_timeout_ms: int,
+                 topic_configs: Callable[[], dict[str, str]]) -> None:
+        self.time = time
+        self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
+        self.topic_admin = topic_admin
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.commit_timeout_ms = commit_timeout_ms
+        self.topic_configs = topic_configs
+        self.coordinator: "GroupCoordinatorAdapter | None" = None
+        self._creating = False
+
+    def attach(self, coordinator: "GroupCoordinatorAdapter") -> None:
+        """The coordinator to tell about leadership changes; takes over the partitions this
+        broker already leads (a restart applies LeaderAndIsr before the coordinator exists only
+        in tests; normally the listener is in place first)."""
+        self.coordinator = coordinator
+        self.replica_manager.leadership_listeners.append(self.on_leadership_change)
+        for (topic, index), partition in list(self.replica_manager.partitions.items()):
+            if topic == GROUP_METADATA_TOPIC_NAME and partition.is_leader and partition.log is not None:
+                coordinator.on_elected(index, partition.leader_epoch)
+
+    # -- leadership ------------------------------------------------------------------------
+    def on_leadership_change(self, leaders: list["PartitionEpoch"], followers: list["PartitionEpoch"]) -> None:
+        coordinator = self.coordinator
+        if coordinator is None:
+            return
+        for topic, partition, epoch in leaders:
+            if topic == GROUP_METADATA_TOPIC_NAME:
+                coordinator.on_elected(partition, epoch)
+        for topic, partition, epoch in followers:
+            if topic == GROUP_METADATA_TOPIC_NAME:
+                coordinator.on_resigned(partition, epoch)
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, partition: int, records: list[Record], callback: Callable[[int], None]) -> None:
+        """One batch of ``records`` appended to ``__consumer_offsets``-``partition`` with acks=all;
+        ``callback(error_code)`` once the in-sync replicas have it (or it failed / timed out)."""
+        now = self.time.milliseconds()
+        batch = build_batch([BatchRecord(key=k, value=v) for k, v in records], now_ms=now)
+
+        def done(results: list) -> None:
+            error = results[0][1][0][1]
+            callback(error)
+
+        self.replica_manager.append_records(self.commit_timeout_ms, -1, True,
+                                            [(GROUP_METADATA_TOPIC_NAME, [(partition, bytearray(batch))])], done)
+
+    # -- reading ---------------------------------------------------------------------------
+    def read_partition(self, partition: int, done: Callable[[list[Record] | None], None]) -> None:
+        """Every (key, value) record of the partition's log, start to end, control batches left out."""
+        p = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        log_ = p.log if p is not None else None
+        if log_ is None:
+            done(None)
+            return
+        out: list[Record] = []
+        offset = log_.log_start_offset
+        end = log_.log_end_offset
+        while offset < end:
+            data = log_.read(offset, READ_CHUNK_BYTES, None, True)
+            buf = data.records
+            if not len(buf):
+                break
+            next_offset = offset
+            for pos, header in iter_batch_headers(buf):
+                next_offset = header.next_offset
+                if header.is_control:
+                    continue
+                for r in decode_records(header, batch_body(buf, pos, header)):
+                    if r.offset >= offset:
+                        out.append((r.key, r.value))  # type: ignore[arg-type]
+            if next_offset <= offset:
+                break
+            offset = next_offset
+        done(out)
+
+    # -- FindCoordinator -------------------------------------------------------------------
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        return self.metadata_cache.contains_partition(topic, partition)
+
+    def locate(self, partition: int, listener_name: str) -> tuple[int, int, str, int]:
+        """(error, node id, host, port) of the leader of ``__consumer_offsets``-``partition``."""
+        cache = self.metadata_cache
+        info = cache.topics.get(GROUP_METADATA_TOPIC_NAME)
+        if info is None:
+            self.maybe_create_topic()
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        state = info.partitions.get(partition)
+        if state is None or state.leader < 0 or state.leader not in cache.brokers:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        endpoint = cache.broker_endpoint(state.leader, listener_name)
+        if endpoint is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return ErrorCode.NONE, state.leader, endpoint.host, endpoint.port
+
+    def maybe_create_topic(self) -> None:
+        """Ask the controller to create ``__consumer_offsets`` (once at a time)."""
+        if self._creating:
+            return
+        live = len(self.metadata_cache.brokers)
+        replication_factor = max(1, min(self.replication_factor, live)) if live else self.replication_factor
+        self._creating = True
+        topic = NewTopic(GROUP_METADATA_TOPIC_NAME, self.num_partitions, replication_factor,
+                         configs=dict(self.topic_configs()))
+        log.info("creating %s with %d partitions and replication factor %d (offsets.topic.replication.factor=%d, "
+                 "%d live brokers)", GROUP_METADATA_TOPIC_NAME, self.num_partitions, replication_factor,
+                 self.replication_factor, live)
+
+        def created(results: list["TopicResult"]) -> None:
+            self._creating = False
+            code, message = results[0]
+            if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                log.warning("creating %s failed: %s %s", GROUP_METADATA_TOPIC_NAME, _name(code), message or "")
+
+        self.topic_admin.create_topics([topic], False, created, timeout_ms=self.commit_timeout_ms)
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)

@@ -1,0 +1,127 @@
+"""What the cluster tests share: admin clients, Metadata asked of one broker, bounded waits,
+confluent-kafka's idempotent producer writing numbered records, and a consumer that reads
+every partition back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import TopicPartition as ConsumerTP
+from confluent_kafka.admin import AdminClient
+
+from protocol.api_keys import ApiKey
+from protocol.client import BrokerConnection
+
+
+def admin(cluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+
+def wait_futures(futures: dict, timeout_s: float = 30) -> None:
+    for f in futures.values():
+        f.result(timeout=timeout_s)
+
+
+async def topic_metadata(port: int, topic: str):
+    conn = BrokerConnection("127.0.0.1", port, client_id="test")
+    await conn.connect()
+    try:
+        md = await conn.request(ApiKey.METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
+                                version=8)
+    finally:
+        conn.close()
+    [t] = md.topics
+    return md, t
+
+
+async def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+class NumberedProducer:
+    """confluent-kafka's idempotent producer (acks=all) on a thread, writing numbered records
+    round-robin to the partitions of ``topic``; what was acknowledged, per partition, in the
+    order the acknowledgements came."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, max_seconds: float = 3600) -> None:
+        self.bootstrap, self.topic, self.partitions, self.max_seconds = bootstrap, topic, partitions, max_seconds
+        self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.errors: list = []
+        self.stop = threading.Event()
+        self.unflushed = -1
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 5, "message.timeout.ms": 300000})
+
+        def on_delivery(err, msg):
+            if err is not None:
+                self.errors.append(err)
+            else:
+                self.acked[msg.partition()].append(int(msg.value()))
+
+        i = 0
+        deadline = time.monotonic() + self.max_seconds  # bounded: stops by itself
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            producer.produce(self.topic, value=str(i).encode(), partition=i % self.partitions, on_delivery=on_delivery)
+            producer.poll(0)
+            i += 1
+            if i % 100 == 0:
+                producer.poll(0.01)  # bounded rate: a few thousand records a second
+        self.unflushed = producer.flush(120)
+
+    def __enter__(self) -> "NumberedProducer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop.set()
+        self.thread.join(180)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[int]]:
+    """Every record of every partition, from the beginning to the high watermark, with
+    confluent-kafka's Consumer (assigned partitions, no group)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        ends = {p: consumer.get_watermark_offsets(ConsumerTP(topic, p), timeout=30)[1] for p in range(partitions)}
+        consumer.assign([ConsumerTP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        read: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        positions = {p: 0 for p in range(partitions)}
+        deadline = time.monotonic() + 120
+        while any(positions[p] < ends[p] for p in range(partitions)):
+            assert time.monotonic() < deadline, (positions, ends)
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            read[msg.partition()].append(int(msg.value()))
+            positions[msg.partition()] = msg.offset() + 1
+        return read
+    finally:
+        consumer.close()
+
+
+async def partitions_of(port: int, topic: str):
+    _md, t = await topic_metadata(port, topic)
+    return {p.partition_index: p for p in t.partitions}
+
+
+async def resolved(value):
+    """``value`` as an awaitable (wait_for polls coroutine functions)."""
+    return value

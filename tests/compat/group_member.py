@@ -1,0 +1,151 @@
+"""One consumer-group member as its own process, for the group compat tests:
+``python group_member.py CLIENT BOOTSTRAP GROUP TOPIC`` with CLIENT one of kafka-python,
+aiokafka, confluent. It subscribes (round-robin assignor, which all three clients have;
+session timeout 6 s), and after every batch it polls it prints what it got and commits
+synchronously; when partitions are revoked it commits first (commit-before-revoke). SIGTERM
+closes it cleanly (commit, LeaveGroup). One line per event on stdout:
+
+    A <partitions, comma separated>   partitions assigned (the whole new assignment)
+    R <partition> <offset>            a record consumed
+    C                                 a commit succeeded
+    X                                 closed
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+CLIENT, BOOTSTRAP, GROUP, TOPIC = sys.argv[1:5]
+SESSION_MS = 6000
+HEARTBEAT_MS = 500
+stopping = False
+
+
+def out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def stop(*_args) -> None:
+    global stopping
+    stopping = True
+
+
+signal.signal(signal.SIGTERM, stop)
+
+
+def run_kafka_python() -> None:
+    from kafka import KafkaConsumer
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=GROUP, auto_offset_reset="earliest",
+                             enable_auto_commit=False, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                             partition_assignment_strategy=[RoundRobinPartitionAssignor])
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            # kafka-python runs listeners on its IO thread, where a blocking commit is refused;
+            # every polled batch is committed before the next poll, so nothing is left to commit.
+            pass
+
+        def on_partitions_assigned(self, assigned):
+            out("A " + ",".join(str(tp.partition) for tp in sorted(assigned)))
+
+    consumer.subscribe([TOPIC], listener=Listener())
+    while not stopping:
+        batches = consumer.poll(timeout_ms=200)
+        for tp, records in batches.items():
+            for r in records:
+                out(f"R {r.partition} {r.offset}")
+        if batches:
+            consumer.commit()
+            out("C")
+    consumer.commit()
+    consumer.close()
+    out("X")
+
+
+def run_confluent() -> None:
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": GROUP, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "session.timeout.ms": SESSION_MS,
+                         "heartbeat.interval.ms": HEARTBEAT_MS, "partition.assignment.strategy": "roundrobin"})
+
+    def commit() -> None:
+        try:
+            consumer.commit(asynchronous=False)
+            out("C")
+        except KafkaException as exc:
+            if exc.args[0].code() != -168:  # _NO_OFFSET: nothing new to commit
+                raise
+
+    def on_assign(c, partitions):
+        out("A " + ",".join(str(tp.partition) for tp in sorted(partitions, key=lambda tp: tp.partition)))
+
+    def on_revoke(c, partitions):
+        if partitions:
+            commit()
+
+    consumer.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+    while not stopping:
+        messages = consumer.consume(num_messages=100, timeout=0.2)
+        got = False
+        for m in messages:
+            if m.error():
+                continue
+            got = True
+            out(f"R {m.partition()} {m.offset()}")
+        if got:
+            commit()
+    commit()
+    consumer.close()
+    out("X")
+
+
+async def run_aiokafka() -> None:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=GROUP, auto_offset_reset="earliest",
+                                enable_auto_commit=False, session_timeout_ms=SESSION_MS,
+                                heartbeat_interval_ms=HEARTBEAT_MS,
+                                partition_assignment_strategy=(RoundRobinPartitionAssignor,))
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked):
+            if revoked:
+                await consumer.commit()
+                out("C")
+
+        async def on_partitions_assigned(self, assigned):
+            out("A " + ",".join(str(tp.partition) for tp in sorted(assigned)))
+
+    consumer.subscribe([TOPIC], listener=Listener())
+    await consumer.start()
+    try:
+        while not stopping:
+            batches = await consumer.getmany(timeout_ms=200)
+            for tp, records in batches.items():
+                for r in records:
+                    out(f"R {r.partition} {r.offset}")
+            if batches:
+                await consumer.commit()
+                out("C")
+        await consumer.commit()
+    finally:
+        await consumer.stop()
+    out("X")
+
+
+if CLIENT == "kafka-python":
+    run_kafka_python()
+elif CLIENT == "confluent":
+    run_confluent()
+elif CLIENT == "aiokafka":
+    asyncio.run(run_aiokafka())
+else:
+    raise SystemExit(f"unknown client {CLIENT}")
