@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.deploy.compose import BROKERS, REPO, ComposeCluster, compose_commands, docker, wait_for
+from tests.deploy.compose import BROKERS, HA_FILE, REPO, ComposeCluster, compose_commands, docker, wait_for
 
 # What earlier tests wrote and the last one reads back after `down` + `up`: topic -> values.
 WRITTEN: dict[str, set[bytes]] = {}
@@ -146,6 +146,9 @@ def test_compose_config_validates():
         result = stack.compose("config", "-q")
         assert result.returncode == 0
         assert set(stack.services()) == {"controller", *BROKERS, "prometheus"}
+        ha = ComposeCluster(command=command, files=(HA_FILE,))
+        assert ha.compose("config", "-q").returncode == 0
+        assert set(ha.services()) == {"zookeeper", "controller", "controller-2", "controller-3", *BROKERS, "prometheus"}
 
 
 def test_all_services_healthy_and_kcat_lists_three_brokers_at_their_external_addresses(cluster):
