@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat bench soak clean lint typecheck test-images image image-kbroker image-prometheus image-zookeeper
+.PHONY: run test venv test-deps kcat prometheus bench soak clean lint typecheck test-images image image-kbroker image-prometheus image-zookeeper
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,14 @@ kcat:
 	  echo "installing kcat (Debian package)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
-test-deps: $(TSTAMP) kcat
+# Debian's prometheus (and promtool): tests/metrics scrape a cluster with a real Prometheus.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing prometheus (Debian package)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+	    install -y -qq prometheus >/dev/null; }
+
+test-deps: $(TSTAMP) kcat prometheus
 
 # A single-node cluster on 127.0.0.1:9092, data under ./data.
 run: $(STAMP)

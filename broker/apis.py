@@ -33,6 +33,7 @@ from .coordinator.adapter import error_response
 from .fetch_params import FetchParams
 from .forwarding import FORWARDED_APIS, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
+from .metrics import count_errors
 from .partition import LeaderAndIsrState
 from .replica_manager import is_internal_topic
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .coordinator import GroupCoordinatorAdapter
     from .coordinator.offsets_topic import OffsetsTopic
     from .forwarding import Forwarding
+    from .metrics import RequestMetrics
     from .metadata_cache import MetadataCache
     from .network import RequestContext
     from .producer_ids import ProducerIdGenerator
@@ -68,8 +70,9 @@ class KafkaApis:
                  inter_broker_listener: str, forwarding: "Forwarding | None" = None,
                  broker_epoch: Callable[[], int] = lambda: -1,
                  group_coordinator: "GroupCoordinatorAdapter | None" = None,
-                 offsets_topic: "OffsetsTopic | None" = None) -> None:
+                 offsets_topic: "OffsetsTopic | None" = None, request_metrics: "RequestMetrics | None" = None) -> None:
         self.replica_manager = replica_manager
+        self.request_metrics = request_metrics  # error codes answered, per API (None: metrics off)
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
         self.forwarding = forwarding or NoControllerForwarding()
@@ -138,6 +141,8 @@ class KafkaApis:
 
     def send(self, ctx: "RequestContext", api: Api, body: dict) -> None:
         version = ctx.api_version
+        if self.request_metrics is not None:
+            count_errors(body, self.request_metrics.api(api.key))
         ctx.send_response(frame_response(api.key, version, ctx.header.correlation_id, api.response.build(version, body)))
 
     # -- Produce ---------------------------------------------------------------------------
@@ -147,6 +152,7 @@ class KafkaApis:
         acks = request.acks
         correlation_id = ctx.header.correlation_id
         topics = request.topics
+        metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
         denied = [t for t, _ in topics if not self.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)]
         if denied:
             topics = [(t, parts) for t, parts in topics if t not in denied]
@@ -155,6 +161,11 @@ class KafkaApis:
             if denied:
                 results = results + [(t, [[p, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1] for p, _ in parts])
                                      for t, parts in request.topics if t in denied]
+            if metrics is not None:
+                for _t, rs in results:
+                    for r in rs:
+                        if r[1]:
+                            metrics.error(r[1])
             if acks == 0:
                 # Kafka closes the connection when an acks=0 produce fails, so the client notices.
                 errors = [(t, r[0], r[1]) for t, rs in results for r in rs if r[1]]
@@ -200,10 +211,38 @@ class KafkaApis:
                              request.isolation_level)
 
         def respond(results: list) -> None:
+            if topic_stats is not None:
+                self._fetch_stats(results, topic_stats, request.replica_id >= 0)
             chunks, _ = encode_fetch_response(version, correlation_id, results)
             ctx.send_response(chunks)
 
+        topic_stats = self.replica_manager.topic_stats
+
         self.replica_manager.fetch_messages(params, request.topics, respond)
+
+    def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
+        """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out
+        (to followers: replication bytes out, as Kafka counts them)."""
+        api = self.request_metrics.api(ApiKey.FETCH) if self.request_metrics is not None else None
+        everything = topic_stats.all
+        for topic, parts in results:
+            stats = topic_stats.topic(topic)
+            for pd in parts:
+                stats.fetch_requests += 1
+                everything.fetch_requests += 1
+                if pd.error_code:
+                    stats.failed_fetch += 1
+                    everything.failed_fetch += 1
+                    if api is not None:
+                        api.error(pd.error_code)
+                elif pd.records is not None:
+                    n = len(pd.records)
+                    if replication:
+                        stats.replication_bytes_out += n
+                        everything.replication_bytes_out += n
+                    else:
+                        stats.bytes_out += n
+                        everything.bytes_out += n
 
     # -- ListOffsets -----------------------------------------------------------------------
     def handle_list_offsets_request(self, ctx: "RequestContext") -> None:

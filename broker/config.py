@@ -178,6 +178,12 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.cleaner.min.cleanable.ratio", "double", 0.5, "default min.cleanable.dirty.ratio"),
     _k("log.cleaner.min.compaction.lag.ms", "long", 0, "default min.compaction.lag.ms", low=0),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
+    # Metrics (kbroker's keys: Kafka exposes JMX instead).
+    _k("metrics.enabled", "bool", True, "collect metrics (false: no request/topic counters and no endpoint)"),
+    _k("metrics.listener", "string", None, "where /metrics and /health are served, http://host:port (port 0: a free "
+       "one, logged); unset: not served"),
+    _k("metrics.partition.series.enabled", "bool", True, "per-partition series (HW, LEO, lag, size); false drops "
+       "them to bound cardinality"),
 )}
 
 # Kafka keys that mean nothing here; accepted without a warning.

@@ -49,13 +49,14 @@ class PartitionFetchState:
     """Where a followed partition stands: truncating (asking the leader where the logs
     diverge) or fetching; and until when it is backed off."""
 
-    __slots__ = ("partition", "leader_epoch", "truncating", "delayed_until_ms")
+    __slots__ = ("partition", "leader_epoch", "truncating", "delayed_until_ms", "lag")
 
     def __init__(self, partition: "Partition", leader_epoch: int) -> None:
         self.partition = partition
         self.leader_epoch = leader_epoch
         self.truncating = True
         self.delayed_until_ms = 0.0
+        self.lag = -1  # the leader's HW minus our LEO at the last fetch (-1: not fetched yet)
 
     def __repr__(self) -> str:
         return (f"PartitionFetchState({self.partition.topic}-{self.partition.partition}, epoch={self.leader_epoch}, "
@@ -266,9 +267,15 @@ class ReplicaFetcher:
                 except KafkaError as exc:
                     self._back_off(key, state, f"append failed: {exc}")
                     return
+                topic_stats = self.manager.topic_stats
+                if topic_stats is not None:
+                    n = len(pd.records)
+                    topic_stats.topic(key[0]).replication_bytes_in += n
+                    topic_stats.all.replication_bytes_in += n
             if pd.log_start_offset > log_.log_start_offset:
                 log_.maybe_increment_log_start_offset(pd.log_start_offset)
             log_.update_high_watermark(pd.high_watermark)
+            state.lag = max(0, pd.high_watermark - log_.log_end_offset)  # Kafka's FetcherLagMetrics ConsumerLag
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(key, state, pd)
         else:
@@ -314,6 +321,7 @@ class ReplicaFetcherManager:
         self.fetch_response_max_bytes = config["replica.fetch.response.max.bytes"]
         self.backoff_ms = config["replica.fetch.backoff.ms"]
         self.socket_timeout_ms = config["replica.socket.timeout.ms"]
+        self.topic_stats = None  # BrokerTopicStats, for ReplicationBytesIn (set by the server when metrics are on)
         self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
 
     def add_fetcher_for_partitions(self, partitions: list["Partition"]) -> None:

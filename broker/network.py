@@ -16,6 +16,10 @@ Per connection:
   high-water mark, and resumes when both clear.
 * Bad input never reaches other connections: a frame that cannot be parsed closes only
   this connection, with one log line.
+* Metrics (when the server has ``RequestMetrics``): each request's slot carries the clock
+  readings of its phases (read, start, handler returned, response ready, handed to the
+  socket) and its API's stats, bound once; the stats are updated when the slot leaves the
+  deque. Per listener: connections accepted and closed, bytes in and out.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import request_is_flexible
+
+from .metrics import MAX_VERSION, ListenerStats, RequestMetrics
 
 log = logging.getLogger("kbroker.network")
 
@@ -85,12 +91,15 @@ class FlowControl:
 
 
 class _Slot:
-    __slots__ = ("header", "done", "response")
+    __slots__ = ("header", "done", "response", "stats", "t_read", "t_start", "t_local", "t_ready", "size")
 
     def __init__(self, header: RequestHeader) -> None:
         self.header = header
         self.done = False
         self.response: Any = None  # bytes, or a list of buffers for writelines
+        self.stats = None  # the API's ApiStats when metrics are on
+        self.t_local = 0
+        self.t_ready = 0
 
 
 class RequestContext:
@@ -131,6 +140,12 @@ class RequestContext:
             return
         slot.response = response
         slot.done = True
+        if slot.stats is not None:
+            slot.t_ready = t = self.connection._now()
+            if not slot.t_local:
+                slot.t_local = t  # answered while its handler ran: no remote time
+            self.connection._flush(t)
+            return
         self.connection._flush()
 
     def send_no_response(self) -> None:
@@ -138,6 +153,12 @@ class RequestContext:
         if slot.done:
             return
         slot.done = True
+        if slot.stats is not None:
+            slot.t_ready = t = self.connection._now()
+            if not slot.t_local:
+                slot.t_local = t
+            self.connection._flush(t)
+            return
         self.connection._flush()
 
     def close_connection(self, reason: str) -> None:
@@ -160,6 +181,12 @@ class KafkaConnection(asyncio.Protocol):
         self._out: list | None = None
         self.closed = False
         self.requests = 0
+        self.metrics: RequestMetrics | None = server.metrics
+        self._now = server.now
+        self._t_read = 0
+        self._t_cursor = 0
+        self._paused_at = 0  # when reading paused (flow control), for the paused-time metric
+        self.lstats: ListenerStats | None = server.listener_stats.get(listener_name)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -181,6 +208,8 @@ class KafkaConnection(asyncio.Protocol):
         # Keep the socket's write buffer from ballooning: pause at 4 MiB, resume at 1 MiB.
         transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
         self.server.connections.add(self)
+        if self.lstats is not None:
+            self.lstats.accepted += 1
 
     def connection_lost(self, exc) -> None:
         if self.framer.buffered and not self.closed:
@@ -189,9 +218,16 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = True
         self.server.connections.discard(self)
         self._pending.clear()
+        if self.lstats is not None:
+            self.lstats.closed += 1
+            if self.flow is not None and self.flow.read_paused:
+                self.lstats.read_paused_ns += self._now() - self._paused_at
         self.server.connection_idle()
 
     def data_received(self, data: bytes) -> None:
+        if self.metrics is not None:
+            self._t_read = self._t_cursor = self._now()
+            self.lstats.bytes_in += len(data)
         try:
             frames = self.framer.feed(data)
         except (FrameTooLarge, NegativeFrameSize) as exc:
@@ -234,6 +270,13 @@ class KafkaConnection(asyncio.Protocol):
             return
         self.requests += 1
         slot = _Slot(header)
+        metrics = self.metrics
+        if metrics is not None:
+            stats = slot.stats = metrics.api(header.api_key)
+            stats.versions[min(header.api_version, MAX_VERSION - 1)] += 1
+            slot.t_read = self._t_read
+            slot.t_start = self._t_cursor  # when the request before it in this read was done with
+            slot.size = len(frame) + 4
         self._pending.append(slot)
         ctx = RequestContext(header, frame, self, slot)
         try:
@@ -246,15 +289,23 @@ class KafkaConnection(asyncio.Protocol):
                           header.api_key, header.api_version, self.peer)
             self.close("internal error")
             return
+        if metrics is not None:
+            self._t_cursor = t = self._now()
+            if not slot.t_local:
+                slot.t_local = t  # parked (a purgatory) or answered later
         if not slot.done:
             self._update_reading()
 
-    def _flush(self) -> None:
+    def _flush(self, now: int = 0) -> None:
+        """``now``: the clock reading of the response that triggered the flush (metrics)."""
         pending = self._pending
         out = self._out
         wrote = False
         while pending and pending[0].done:
-            response = pending.popleft().response
+            slot = pending.popleft()
+            response = slot.response
+            if slot.stats is not None:
+                self._record(slot, response, now or self._now())
             if response is None or self.closed:
                 continue
             if out is not None:  # inside data_received: written once the whole read is processed
@@ -275,13 +326,27 @@ class KafkaConnection(asyncio.Protocol):
                 self.close()
             self.server.connection_idle()
 
+    def _record(self, slot: _Slot, response, now: int) -> None:
+        if response is None:
+            size = 0
+        elif isinstance(response, list):
+            size = sum(map(len, response))
+        else:
+            size = len(response)
+        slot.stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready, now, slot.size, size)
+        self.lstats.bytes_out += size
+
     def _update_reading(self) -> None:
         flow = self.flow
         if self.closed or flow is None:
             return
         if flow.write_paused or len(self._pending) >= self._max_inflight:
+            if not flow.read_paused and self.metrics is not None:
+                self._paused_at = self._now()
             flow.pause_reading()
         else:
+            if flow.read_paused and self.metrics is not None:
+                self.lstats.read_paused_ns += self._now() - self._paused_at
             flow.resume_reading()
 
     def close(self, reason: str | None = None) -> None:
@@ -304,8 +369,14 @@ class SocketServer:
     """The listeners. Knows every connection it accepted (for shutdown and metrics)."""
 
     def __init__(self, dispatcher: RequestDispatcher, *, max_request_size: int, max_inflight: int,
-                 send_buffer: int = -1, receive_buffer: int = -1) -> None:
+                 send_buffer: int = -1, receive_buffer: int = -1, metrics: RequestMetrics | None = None,
+                 now: Any = None) -> None:
+        """``metrics``: per-API stats to keep (None: none); ``now``: the injected clock's
+        nanoseconds, which the request phases are measured with."""
         self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.now = now
+        self.listener_stats: dict[str, ListenerStats] = {}
         self.max_request_size = max_request_size
         self.max_inflight = max_inflight
         self.send_buffer = send_buffer
@@ -316,6 +387,8 @@ class SocketServer:
 
     async def start(self, listener_name: str, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
+        if self.metrics is not None:
+            self.listener_stats.setdefault(listener_name, ListenerStats(listener_name))
         server = await loop.create_server(lambda: KafkaConnection(self, listener_name), host or None, port,
                                           reuse_address=True, backlog=1024)
         self.servers.append((listener_name, server))
@@ -352,6 +425,33 @@ class SocketServer:
         drained = self._drained
         if drained is not None and not any(c.inflight for c in self.connections):
             drained.set()
+
+    def collect(self):
+        """Kafka's socket-server-metrics, per listener (connections counted at scrape time)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        count = GaugeMetricFamily("kafka_server_socket_server_metrics_connections", "Open connections",
+                                  labels=["listener"])
+        open_by: dict[str, int] = {}
+        for conn in self.connections:
+            open_by[conn.listener_name] = open_by.get(conn.listener_name, 0) + 1
+        families = [(CounterMetricFamily(f"kafka_server_socket_server_metrics_{n}", doc, labels=["listener"]), field)
+                    for n, field, doc in (("connection_creation", "accepted", "Connections accepted"),
+                                          ("connection_close", "closed", "Connections closed"),
+                                          ("incoming_byte", "bytes_in", "Bytes read from clients"),
+                                          ("outgoing_byte", "bytes_out", "Bytes of responses written"))]
+        paused = CounterMetricFamily("kbroker_network_read_paused_seconds", "Time connections spent with reading "
+                                     "paused by flow control (requests in flight at queued.max.requests, or a full "
+                                     "write buffer), summed over connections", labels=["listener"])
+        for name, stats in sorted(self.listener_stats.items()):
+            count.add_metric([name], open_by.get(name, 0))
+            for family, field in families:
+                family.add_metric([name], getattr(stats, field))
+            paused.add_metric([name], stats.read_paused_ns / 1e9)
+        yield count
+        for family, _field in families:
+            yield family
+        yield paused
 
     def close_all(self) -> None:
         for conn in list(self.connections):

@@ -244,6 +244,7 @@ class Partition:
         self.replicas: list[int] = []
         self.partition_state: PartitionState = CommittedPartitionState(frozenset())
         self.remote_replicas: dict[int, Replica] = {}
+        self.previous_isr: frozenset[int] = frozenset()  # the ISR before the last committed AlterPartition
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._on_isr_change = on_isr_change
         self._alter_partition = alter_partition
@@ -460,6 +461,7 @@ class Partition:
         new_isr = frozenset(result.isr)
         log.info("%s-%d: ISR %s -> %s committed at partition epoch %d", self.topic, self.partition,
                  sorted(proposal.isr), sorted(new_isr), result.partition_epoch)
+        self.previous_isr = proposal.isr
         self.partition_state = CommittedPartitionState(new_isr)
         self.partition_epoch = result.partition_epoch
         # A smaller ISR may let the HW move forward; whoever waits on this partition is told.

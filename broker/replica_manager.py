@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from storage import LogConfig, LogManager
 
     from .fetcher import ReplicaFetcherManager
+    from .metrics import BrokerTopicStats
     from .metadata_cache import MetadataCache, PartitionInfo
 
 log = logging.getLogger("kbroker.replica_manager")
@@ -54,8 +55,12 @@ class ReplicaManager:
     def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
                  log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000,
                  fetcher_manager: "ReplicaFetcherManager | None" = None,
-                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION) -> None:
+                 alter_partition: AlterPartitionSender = LOCAL_ALTER_PARTITION,
+                 topic_stats: "BrokerTopicStats | None" = None) -> None:
         self.broker_id = broker_id
+        self.topic_stats = topic_stats  # BrokerTopicMetrics (None: metrics off)
+        self.isr_shrinks = 0  # committed ISR changes of partitions this broker leads (IsrShrinksPerSec)
+        self.isr_expands = 0
         self.time = time
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
@@ -105,6 +110,10 @@ class ReplicaManager:
     def _isr_changed(self, partition: Partition, new_isr: list[int]) -> None:
         """A committed ISR change: the metadata this broker serves follows, and requests waiting
         on the partition are re-checked (a smaller ISR may have moved the HW)."""
+        if len(new_isr) < len(partition.previous_isr):
+            self.isr_shrinks += 1
+        elif len(new_isr) > len(partition.previous_isr):
+            self.isr_expands += 1
         info = self.metadata_cache.partition_info(partition.topic, partition.partition)
         if info is not None:
             info.isr = list(new_isr)
@@ -168,10 +177,16 @@ class ReplicaManager:
         except KafkaError as exc:
             if exc.error_code in _LOGGED_APPEND_ERRORS:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
+            if self.topic_stats is not None:
+                self.topic_stats.append_failed(topic)
             return [partition_index, exc.error_code, -1, -1, -1], -1
         except Exception:
             log.exception("unexpected error appending to %s-%d", topic, partition_index)
+            if self.topic_stats is not None:
+                self.topic_stats.append_failed(topic)
             return [partition_index, ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, -1], -1
+        if self.topic_stats is not None and not info.duplicate:
+            self.topic_stats.appended(topic, info.record_count, len(records))
         key = partition.key
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():
@@ -348,7 +363,16 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions([p.key for p, _ in items])
         for partition, st in items:
+            # The same leader told a new ISR: a change it proposed, committed, whose
+            # LeaderAndIsr arrived before the AlterPartition answer (which is then ignored).
+            same_leader = partition.is_leader and partition.leader_epoch == st.leader_epoch
+            old_isr = len(partition.isr)
             partition.make_leader(st)
+            if same_leader:
+                if len(st.isr) < old_isr:
+                    self.isr_shrinks += 1
+                elif len(st.isr) > old_isr:
+                    self.isr_expands += 1
             self.try_complete_delayed_requests(partition.key)
 
     def _make_followers(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
@@ -401,6 +425,10 @@ class ReplicaManager:
             self.try_complete_delayed_requests(key)
             out[key] = ErrorCode.NONE
         self._leadership_changed([], [(t, p, leader_epoch) for t, p in keys])
+        if delete and self.topic_stats is not None:
+            hosted = {t for t, _p in self.partitions}
+            for topic in {t for t, _p in keys} - hosted:
+                self.topic_stats.remove(topic)  # Kafka drops a deleted topic's metrics
         return out
 
     def maybe_shrink_isr(self) -> None:

@@ -51,6 +51,8 @@ from .coordinator.offsets_topic import OffsetsTopic
 from .fetcher import ReplicaFetcherManager
 from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
+from .metrics import BrokerCollector, BrokerTopicStats, RequestMetrics
+from .metrics_endpoint import ProcessMetrics
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
@@ -65,10 +67,11 @@ LEGACY_TOPICS_FILE = "kbroker-topics.json"  # the embedded controller's topic st
 
 class KafkaServer:
     def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK,
-                 controller_servers: list[tuple[str, int]] | None = None) -> None:
+                 controller_servers: list[tuple[str, int]] | None = None, metrics: "ProcessMetrics | None" = None) -> None:
         """``controller_servers``: where the controllers are, when not (only) in
         controller.quorum.bootstrap.servers — a combined process passes its own controller's
-        bound address."""
+        bound address. ``metrics``: the process's registry and endpoint (one of its own,
+        not served, when not given)."""
         if "broker" not in config.process_roles:
             raise ConfigError(f"process.roles={','.join(config.process_roles)} does not include broker")
         if not config.broker_listeners:
@@ -104,6 +107,8 @@ class KafkaServer:
         self._flush_idle.set()
         self.started = False
         self.bound_ports: dict[str, int] = {}
+        self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
+        self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
 
     @property
     def has_controller(self) -> bool:
@@ -133,7 +138,9 @@ class KafkaServer:
         self.config_repository = configs = ConfigRepository(cfg, self.broker_id, cache)
         self.log_manager = LogManager(cfg.log_dirs, configs.default_log_config(), time=self.time,
                                       topic_config=configs.log_config_for)
+        loading_since = self.time.monotonic_ms()
         reports = self.log_manager.startup()
+        recovery_seconds = (self.time.monotonic_ms() - loading_since) / 1000.0
         log.info("loaded %d partition logs from %s", len(reports) if reports is not None else 0,
                  ", ".join(str(d) for d in cfg.log_dirs))
         for d in cfg.log_dirs:
@@ -166,20 +173,30 @@ class KafkaServer:
         self.fetcher_manager = ReplicaFetcherManager(
             broker_id=self.broker_id, time=self.time, metadata_cache=cache, config=cfg,
             network=self.network, listener_name=self.inter_broker_listener)
+        metrics_on = self.metrics.enabled
+        topic_stats = BrokerTopicStats() if metrics_on else None
+        request_metrics = RequestMetrics() if metrics_on else None
+        self.fetcher_manager.topic_stats = topic_stats
         self.replica_manager = ReplicaManager(
             broker_id=self.broker_id, time=self.time, log_manager=self.log_manager,
             metadata_cache=cache, log_config_for=configs.log_config_for,
             replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"], fetcher_manager=self.fetcher_manager,
-            alter_partition=alter_partition)
+            alter_partition=alter_partition, topic_stats=topic_stats)
         self._start_group_coordinator()
         self.apis = KafkaApis(
             replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
-            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic)
+            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
-            send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"])
+            send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
+            metrics=request_metrics, now=self.time.nanoseconds)
+        if metrics_on:
+            self.collector = BrokerCollector(self, self.metrics.per_partition)
+            self.collector.recovery_seconds = recovery_seconds
+            for collector in (topic_stats, request_metrics, self.socket_server, self.collector):
+                self.metrics.registry.register(collector)
         for ep in cfg.broker_listeners:
             port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
@@ -385,13 +402,20 @@ class KafkaServer:
             return
         self._flush_idle.clear()
         loop = asyncio.get_running_loop()
+        durations: list[int] = []
+        now = self.time.nanoseconds
 
         def run_all():
             for plan in plans:
+                started = now()
                 plan.run()
+                durations.append(now() - started)
 
         def done(fut: asyncio.Future) -> None:
             self._flush_idle.set()
+            if self.collector is not None:
+                for ns in durations:
+                    self.collector.log_flush.observe(ns * 1e-9)
             if fut.exception() is not None:
                 log.error("background flush failed: %s", fut.exception())
                 return

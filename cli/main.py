@@ -5,7 +5,7 @@
     kbroker topics create|list|describe|delete ...
     kbroker produce -t TOPIC [-f FILE] ...
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end] ...
-    kbroker metadata [-t TOPIC ...]
+    kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker health [-b HOST:PORT] [--timeout-ms MS]
     kbroker dump-log FILE [--print-records]
@@ -157,6 +157,8 @@ def _add_consume(commands: Subcommands) -> None:
 def _add_metadata(commands: Subcommands) -> None:
     metadata = client_command(commands, "metadata", "cli.metadata:run", "show brokers, controller, topics and partitions")
     metadata.add_argument("-t", "--topic", action="append", help="only these topics (repeatable)")
+    metadata.add_argument("--metrics", action="append", metavar="HOST:PORT",
+                          help="also read this metrics endpoint (metrics.listener) and show its health (repeatable)")
 
 
 def _add_cluster(commands: Subcommands) -> None:

@@ -23,6 +23,7 @@ import asyncio
 import logging
 
 from broker.config import ConfigError, KafkaConfig, read_properties
+from broker.metrics_endpoint import ProcessMetrics
 from broker.server import KafkaServer
 from protocol.client import DEFAULT_NETWORK, SYSTEM_TIME, Network
 from protocol.clock import Time
@@ -66,6 +67,9 @@ class KafkaRaftServer:
         self.controller: ControllerServer | None = (ControllerServer(config, time, network)
                                                     if "controller" in roles else None)
         self.broker: KafkaServer | None = None
+        self.metrics = ProcessMetrics(config, time)
+        if self.controller is not None:
+            self.controller.metrics = self.metrics
         self.stopped = self.controller.stopped if self.controller is not None else asyncio.Event()
 
     @property
@@ -84,17 +88,25 @@ class KafkaRaftServer:
         return out
 
     async def startup(self) -> None:
+        """The metrics endpoint first (/health answers 503 until both roles are up)."""
+        await self.metrics.start()
         if self.controller is not None:
             await self.controller.startup()
         if "broker" in self.config.process_roles:
-            self.broker = KafkaServer(self.config, self.time, self.network, controller_servers=self.controller_servers())
+            self.broker = KafkaServer(self.config, self.time, self.network, controller_servers=self.controller_servers(),
+                                      metrics=self.metrics)
             await self.broker.startup()
+        self.metrics.serving()
 
     async def shutdown(self) -> None:
-        if self.broker is not None:
-            await self.broker.shutdown()
-        if self.controller is not None:
-            await self.controller.shutdown()
+        self.metrics.stopping()
+        try:
+            if self.broker is not None:
+                await self.broker.shutdown()
+            if self.controller is not None:
+                await self.controller.shutdown()
+        finally:
+            await self.metrics.close()
 
     def bound_port(self, listener_name: str = "PLAINTEXT") -> int:
         if self.broker is not None and listener_name in self.broker.bound_ports:

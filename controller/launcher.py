@@ -117,6 +117,13 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     @property
+    def metrics_port(self) -> int | None:
+        """The port of its metrics endpoint, when ``metrics.listener`` names one."""
+        listener = str(self.overrides.get("metrics.listener") or "")
+        port = listener.rsplit(":", 1)[-1].split("/", 1)[0] if listener else ""
+        return int(port) if port.isdigit() and int(port) else None
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else self.recorded_pid
 
@@ -261,7 +268,10 @@ class LocalCluster:
 
     ``start()`` starts the controller, then the brokers, and returns once the controller lists
     every broker as unfenced. ``broker_props`` / ``controller_props`` override any key (e.g.
-    ``broker.session.timeout.ms`` for quicker failover in tests).
+    ``broker.session.timeout.ms`` for quicker failover in tests). ``metrics=True`` gives every
+    process a metrics endpoint on a free port (``metrics_port`` of each; ``metrics_targets``);
+    ``metrics_base_port`` numbers them from there instead (controller first: deploy/prometheus.yml
+    expects 9404).
 
     ``save_state()`` writes ``directory/cluster.json`` (ids, ports, pids, overrides) and
     ``LocalCluster.load(directory)`` builds the same cluster from it, its processes identified
@@ -270,8 +280,18 @@ class LocalCluster:
     def __init__(self, directory: Path, brokers: int = 3, *, broker_ids: list[int] | None = None,
                  controller_id: int = 3000, base_port: int | None = None, controller_port: int | None = None,
                  broker_ports: dict[int, int] | None = None, broker_props: dict | None = None,
-                 controller_props: dict | None = None, python: str = sys.executable) -> None:
+                 controller_props: dict | None = None, python: str = sys.executable, metrics: bool = False,
+                 metrics_base_port: int | None = None) -> None:
         self.directory = Path(directory)
+        metrics = metrics or metrics_base_port is not None
+        metrics_ports = iter(range(metrics_base_port, metrics_base_port + 1 + len(broker_ids or range(brokers)))
+                             ) if metrics_base_port else None
+
+        def metrics_listener() -> str:
+            return f"http://127.0.0.1:{next(metrics_ports) if metrics_ports else free_port()}"
+
+        if metrics:
+            controller_props = {"metrics.listener": metrics_listener(), **(controller_props or {})}
         ids = list(broker_ids) if broker_ids is not None else list(range(1, brokers + 1))
         broker_ports = dict(broker_ports or {})
         if base_port:
@@ -286,11 +306,18 @@ class LocalCluster:
             props = {"process.roles": "broker", "node.id": i,
                      "controller.quorum.bootstrap.servers": self.controller.address,
                      "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
+            if metrics and "metrics.listener" not in self.broker_props:
+                props["metrics.listener"] = metrics_listener()
             self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", broker_ports.get(i), i, props, python)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
+
+    @property
+    def metrics_targets(self) -> list[str]:
+        """host:port of every process's metrics endpoint (a Prometheus scrape config's targets)."""
+        return [f"127.0.0.1:{p.metrics_port}" for p in self.processes if p.metrics_port]
 
     @property
     def processes(self) -> list[BrokerProcess]:
@@ -332,7 +359,8 @@ class LocalCluster:
     def state(self) -> dict[str, Any]:
         def process(p: BrokerProcess) -> dict[str, Any]:
             return {"id": p.broker_id, "port": p.port, "pid": p.pid if p.running else None,
-                    "data_dir": str(p.log_dir), "log": str(p.output)}
+                    "data_dir": str(p.log_dir), "log": str(p.output),
+                    "metrics_listener": p.overrides.get("metrics.listener")}
         return {"controller": process(self.controller), "brokers": [process(b) for b in self.brokers.values()],
                 "broker_props": {k: str(v) for k, v in self.broker_props.items()},
                 "controller_props": {k: str(v) for k, v in self.controller_props.items()},
@@ -357,6 +385,10 @@ class LocalCluster:
         cluster.controller.recorded_pid = state["controller"]["pid"]
         for b in brokers:
             cluster.brokers[b["id"]].recorded_pid = b["pid"]
+        for p, saved in ((cluster.controller, state["controller"]),
+                         *((cluster.brokers[b["id"]], b) for b in brokers)):
+            if saved.get("metrics_listener"):
+                p.overrides["metrics.listener"] = saved["metrics_listener"]
         return cluster
 
     def wait_live(self, ids: list[int] | None = None, timeout_s: float = 60.0) -> None:

@@ -265,6 +265,10 @@ class LocalMetadataStore:
     def bytes_written(self) -> int:
         return self._bytes_written
 
+    def size_in_bytes(self) -> int:
+        """The metadata log's segments on disk (a metric)."""
+        return self._log.size_in_bytes() if self._log is not None else 0
+
     async def claim_epoch(self) -> int:
         epoch = self._last_epoch + 1
         offset = self.append([make_record(MetadataRecordType.NO_OP)], epoch)

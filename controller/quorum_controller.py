@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from broker.metrics import TIME_BUCKETS, FastHistogram
 from protocol.clock import Time, TimerHandle
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
@@ -45,6 +46,7 @@ from .configuration_control import BROKER, TOPIC, ConfigurationControlManager
 from .controller_purgatory import ControllerPurgatory
 from .controller_result import ControllerResult
 from .metadata_store import MetadataStore
+from .partition_change import NO_LEADER, NO_LEADER_CHANGE
 from .producer_id_control import ProducerIdControlManager
 from .replication_control import PREFERRED_ELECTION, ReplicationControlManager
 
@@ -97,6 +99,7 @@ class _Event:
     name: str
     op: Callable[[], ControllerResult]
     future: asyncio.Future
+    enqueued_ms: float = 0.0
 
 
 @dataclass
@@ -129,6 +132,10 @@ class QuorumController:
         self.purgatory = ControllerPurgatory()
         self.epoch = -1
         self.active = False
+        # Metrics (ControllerEventManager, ControllerStats): cheap to keep, read when scraped.
+        self.event_queue_time = FastHistogram(TIME_BUCKETS)
+        self.event_processing_time = FastHistogram(TIME_BUCKETS)
+        self.leader_elections = 0
         self.fatal_error: BaseException | None = None
         self._queue: asyncio.Queue | None = None
         self._task: asyncio.Task | None = None
@@ -222,7 +229,7 @@ class QuorumController:
         if self._queue is None or not self.active or self.fatal_error is not None:
             future.set_exception(ControllerStoppedError(f"controller is not active ({name})"))
             return future
-        self._queue.put_nowait(_Event(name, op, future))
+        self._queue.put_nowait(_Event(name, op, future, self.time.monotonic_ms()))
         return future
 
     async def _run(self) -> None:
@@ -233,8 +240,11 @@ class QuorumController:
             if self.fatal_error is not None:
                 event.future.set_exception(ControllerStoppedError(f"controller failed: {self.fatal_error}"))
                 continue
+            started = self.time.monotonic_ms()
+            self.event_queue_time.observe((started - event.enqueued_ms) / 1000.0)
             try:
                 self._process(event)
+                self.event_processing_time.observe((self.time.monotonic_ms() - started) / 1000.0)
             except Exception as exc:  # replay or effects broke: the state may be half changed
                 log.exception("controller event %s failed after its records were written", event.name)
                 if not event.future.done():
@@ -264,6 +274,9 @@ class QuorumController:
                 self._fatal(exc)
                 return
             first = last - len(records) + 1
+            for record in records:
+                if record.type == T.PARTITION_CHANGE and record.leader not in (NO_LEADER_CHANGE, NO_LEADER):
+                    self.leader_elections += 1
             for i, record in enumerate(records):
                 if record.type == T.REMOVE_TOPIC:
                     info = self.replication.topics.get(record.topic_id)

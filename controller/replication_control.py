@@ -60,6 +60,8 @@ class ReplicationControlManager:
         self.default_replication_factor = default_replication_factor
         self.delete_topic_enable = delete_topic_enable
         self.rng = rng or random.Random()
+        self.unclean_leader_elections = 0  # metrics: ControllerStats UncleanLeaderElectionsPerSec
+        self.alter_partition_results: dict[int, int] = {}  # AlterPartition answers by error code (validation)
         self.topics: dict[uuid.UUID, TopicControlInfo] = {}
         self.topics_by_name: dict[str, uuid.UUID] = {}
 
@@ -113,6 +115,7 @@ class ReplicationControlManager:
         return Election.UNCLEAN if self.configs.unclean_leader_election_enabled(topic) else Election.ONLINE
 
     def _log_unclean(self, info: TopicControlInfo, pid: int, part: PartitionRegistration, record) -> None:
+        self.unclean_leader_elections += 1
         log.warning("unclean leader election for %s-%d: broker %d leads from outside the ISR %s; records only those "
                     "replicas had are lost", info.name, pid, record.leader, list(part.isr))
 
@@ -365,6 +368,7 @@ class ReplicationControlManager:
         new_isr = ([(s.broker_id, s.broker_epoch) for s in pd.new_isr_with_epochs] if version >= 3
                    else [(b, -1) for b in pd.new_isr])
         code = self._validate_alter_partition(broker_id, info, pid, part, version, pd, new_isr)
+        self.alter_partition_results[code] = self.alter_partition_results.get(code, 0) + 1
         if code:
             return {"partition_index": pid, "error_code": code}
         builder = PartitionChangeBuilder(part, info.topic_id, pid, self.cluster.is_active, self._election_for(info.name))

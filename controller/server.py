@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from broker.config import ConfigError, KafkaConfig, read_properties
+from broker.metrics_endpoint import ProcessMetrics
 from broker.network import SocketServer
 from protocol.client import DEFAULT_NETWORK, Network
 from protocol.client import SYSTEM_TIME
@@ -35,6 +36,7 @@ from storage.checkpoint import write_atomically
 from .channel_manager import ControllerChannelManager
 from .controller_apis import ControllerApis
 from .metadata_store import LocalMetadataStore, MetadataStoreError
+from .metrics import ControllerCollector
 from .quorum_controller import QuorumController, QuorumControllerConfig
 
 log = logging.getLogger("kbroker.controller.server")
@@ -79,6 +81,7 @@ class ControllerServer:
         self.failure: BaseException | None = None
         self.stopped = asyncio.Event()
         self.started = False
+        self.metrics: ProcessMetrics | None = None  # the process's (serve() or KafkaRaftServer sets it)
 
     async def startup(self) -> None:
         cfg = self.config
@@ -95,6 +98,8 @@ class ControllerServer:
                                                self.store, time=self.time, channel=self.channel,
                                                on_fatal=self._on_fatal)
             await self.controller.start()
+            if self.metrics is not None and self.metrics.enabled:
+                self.metrics.registry.register(ControllerCollector(lambda: self.controller))
             self.apis = ControllerApis(self.controller)
             self.socket_server = SocketServer(
                 self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
@@ -165,16 +170,21 @@ class ControllerServer:
 async def serve(config: KafkaConfig) -> int:
     """Run a controller until SIGTERM or SIGINT (exit 0) or a fatal error (exit 1)."""
     server = ControllerServer(config)
+    server.metrics = metrics = ProcessMetrics(config, server.time)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stopped.set)
     try:
+        await metrics.start()
         await server.startup()
+        metrics.serving()
         await server.stopped.wait()
         if server.failure is None:
             log.info("signal received, shutting down")
     finally:
+        metrics.stopping()
         await server.shutdown()
+        await metrics.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     return 0 if server.failure is None else 1

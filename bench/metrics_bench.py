@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""What metrics cost: the same broker with metrics on (and served) against
+metrics.enabled=false, same load, alternating per round (on/off, then off/on); then scrape
+time and page size with 1,000 hosted partitions.
+
+Produce load: shared/bench/kafka_load.py (100-byte records, ``--records-per-batch`` per
+batch, acks=1, 4 partitions, 4 connections, depth 8) with ``--server-pid``, so the broker's
+CPU µs per request is measured in the window. ``--scrape-interval N`` also scrapes the
+metrics-on broker every N s during its load (its CPU then includes rendering the page).
+Prints, per metric, each side's median and range over the rounds, the ratio of the medians
+and the range of per-round ratios; never asserts.
+
+    python bench/metrics_bench.py [--rounds 5] [--duration 5] [--records-per-batch 10] [--partitions 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from controller.launcher import BrokerProcess, free_port  # noqa: E402
+
+LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
+
+
+def produce(bootstrap: str, pid: int, args) -> dict:
+    cmd = [sys.executable, str(LOAD), "--mode", "produce", "--bootstrap", bootstrap, "--topic", "bench",
+           "--server-pid", str(pid), "--uvloop", "--partitions", "4", "--connections", "4", "--depth", "8",
+           "--acks", "1", "--record-size", "100", "--records-per-batch", str(args.records_per_batch),
+           "--duration", str(args.duration)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration * 6 + 120)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"kafka_load.py failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(lines[-1])
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return resp.read()
+
+
+def run_broker(args, metrics: bool) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="kbroker-metrics-bench-"))
+    mport = free_port()
+    overrides = {"log.retention.check.interval.ms": 3600000}
+    overrides.update({"metrics.listener": f"http://127.0.0.1:{mport}"} if metrics else {"metrics.enabled": "false"})
+    broker = BrokerProcess(root / "data", port=free_port(), overrides=overrides)
+    stop = threading.Event()
+    scraper = None
+    try:
+        broker.start()
+        if metrics and args.scrape_interval > 0:  # scraped during the load, as a Prometheus would
+            def scrape() -> None:
+                while not stop.wait(args.scrape_interval):
+                    get(f"http://127.0.0.1:{mport}/metrics")
+            scraper = threading.Thread(target=scrape, daemon=True)
+            scraper.start()
+        return produce(broker.bootstrap, broker.pid, args)
+    finally:
+        stop.set()
+        if scraper is not None:
+            scraper.join(5)
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def scrape_cost(args, per_partition: bool) -> dict:
+    """A broker hosting ``args.partitions`` partitions (one record each): /metrics timed N times."""
+    root = Path(tempfile.mkdtemp(prefix="kbroker-metrics-scrape-"))
+    mport = free_port()
+    broker = BrokerProcess(root / "data", port=free_port(), overrides={
+        "metrics.listener": f"http://127.0.0.1:{mport}", "log.segment.bytes": 1 << 20,
+        "metrics.partition.series.enabled": str(per_partition).lower(), "log.retention.check.interval.ms": 3600000})
+    try:
+        broker.start()
+        subprocess.run([sys.executable, "-m", "cli", "topics", "create", "-b", broker.bootstrap, "-t", "many",
+                        "--partitions", str(args.partitions)], check=True, capture_output=True, cwd=REPO)
+        lines = "".join(f"{p}:x\n" for p in range(args.partitions))
+        subprocess.run(["kcat", "-b", broker.bootstrap, "-P", "-t", "many", "-K", ":"], input=lines.encode(),
+                       check=True, capture_output=True)
+        url = f"http://127.0.0.1:{mport}/metrics"
+        get(url)
+        times, size = [], 0
+        for _ in range(args.scrapes):
+            t0 = time.perf_counter()
+            size = len(get(url))
+            times.append(time.perf_counter() - t0)
+        return {"median_ms": statistics.median(times) * 1000, "min_ms": min(times) * 1000, "max_ms": max(times) * 1000,
+                "bytes": size}
+    finally:
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.4g}..{max(values):.4g}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--records-per-batch", type=int, default=10,
+                        help="small batches weigh the per-request cost (default %(default)s)")
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--scrapes", type=int, default=20)
+    parser.add_argument("--no-scrape-cost", action="store_true")
+    parser.add_argument("--scrape-interval", type=float, default=0.0,
+                        help="scrape the metrics-on broker every N s during the load (0: never: the hot path alone)")
+    args = parser.parse_args()
+
+    runs: dict[str, list[dict]] = {"on": [], "off": []}
+    for i in range(args.rounds):
+        order = ("on", "off") if i % 2 == 0 else ("off", "on")
+        for side in order:
+            runs[side].append(run_broker(args, side == "on"))
+        on, off = runs["on"][-1], runs["off"][-1]
+        print(f"round {i + 1}: on {on['records_per_s']:.0f} rec/s {on['server_cpu_us_per_request']:.1f} µs/req | "
+              f"off {off['records_per_s']:.0f} rec/s {off['server_cpu_us_per_request']:.1f} µs/req", flush=True)
+    if args.rounds:
+        report(runs, args)
+    if not args.no_scrape_cost:
+        print(f"\nscrape of a broker hosting {args.partitions} partitions ({args.scrapes} scrapes, client wall time)")
+        for per_partition in (True, False):
+            r = scrape_cost(args, per_partition)
+            print(f"  per-partition series {'on ' if per_partition else 'off'}: median {r['median_ms']:.1f} ms "
+                  f"(range {r['min_ms']:.1f}..{r['max_ms']:.1f}), page {r['bytes'] / 1024:.0f} KiB")
+    return 0
+
+
+def report(runs: dict[str, list[dict]], args) -> None:
+    print(f"\nproduce, {args.records_per_batch} records of 100 B per request, acks=1, {args.rounds} rounds of "
+          f"{args.duration:g} s (metrics on: served, "
+          + (f"scraped every {args.scrape_interval:g} s)" if args.scrape_interval else "not scraped during the load)"))
+    print(f"{'metric':32} {'on median':>10} {'on range':>18} {'off median':>10} {'off range':>18} "
+          f"{'on/off':>7} {'per-round on/off':>18}")
+    for key in ("records_per_s", "server_cpu_us_per_request", "p50_ms", "p99_ms"):
+        on = [r[key] for r in runs["on"]]
+        off = [r[key] for r in runs["off"]]
+        ratios = [a / b for a, b in zip(on, off) if b]
+        print(f"{key:32} {statistics.median(on):10.4g} {spread(on):>18} {statistics.median(off):10.4g} "
+              f"{spread(off):>18} {statistics.median(on) / statistics.median(off):7.3f} {spread(ratios):>18}")
+    diffs = [a["server_cpu_us_per_request"] - b["server_cpu_us_per_request"] for a, b in zip(runs["on"], runs["off"])]
+    print(f"CPU µs per request, on minus off: median {statistics.median(diffs):+.2f}, per-round {spread(diffs)}")
+
+if __name__ == "__main__":
+    sys.exit(main())

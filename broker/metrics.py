@@ -1,0 +1,459 @@
+"""Broker metrics: cheap counters on the data path, everything else read at scrape time.
+
+The hot path (one event loop, one thread) only adds to plain ints and to ``FastHistogram``
+lists held by objects bound once per (API, version) or per topic — no label lookup, no lock
+per request. Gauges (partition counts, under-replicated, HW/LEO, purgatory sizes, ...) are
+not maintained at all: collectors compute them from the broker's own state when Prometheus
+scrapes. Names mirror the JMX exporter's spelling of Kafka's MBeans in Prometheus' base
+units (README.md, "Metrics", has the table).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Iterable, Sequence
+
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.samples import Sample
+
+
+class FastHistogram:
+    """A histogram for one thread: counts per bucket (``le`` upper bounds) and a sum."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out = []
+        acc = 0
+        for bound, n in zip(self.bounds, self.counts):
+            acc += n
+            out.append((_float_str(bound), acc))
+        out.append(("+Inf", acc + self.counts[-1]))
+        return out
+
+
+class Log2Histogram:
+    """A histogram of non-negative ints (nanoseconds, bytes) for the hot path: a value's bucket
+    is its ``bit_length()`` (no search), the sum an int. Exported with power-of-two upper
+    bounds ``le = 2**k * scale`` for k in ``exported`` (each bucket k holds values below 2**k)."""
+
+    __slots__ = ("counts", "sum", "exported", "scale")
+
+    def __init__(self, exported: range, scale: float = 1.0) -> None:
+        self.counts = [0] * 65
+        self.sum = 0
+        self.exported = exported
+        self.scale = scale
+
+    def observe(self, value: int) -> None:
+        self.counts[value.bit_length()] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out = []
+        counts = self.counts
+        acc = 0
+        k_done = 0
+        for k in self.exported:
+            acc += sum(counts[k_done:k + 1])  # bit_length ≤ k: value < 2**k
+            k_done = k + 1
+            out.append((_float_str(2 ** k * self.scale), acc))
+        out.append(("+Inf", acc + sum(counts[k_done:])))
+        return out
+
+    @property
+    def scaled_sum(self) -> float:
+        return self.sum * self.scale
+
+
+def _float_str(v: float) -> str:
+    return repr(float(v))
+
+
+def histogram_family(name: str, doc: str, labels: Sequence[str],
+                     children: Iterable[tuple[Sequence[str], FastHistogram]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=list(labels))
+    for values, h in children:
+        family.add_metric(list(values), h.cumulative(), h.scaled_sum if isinstance(h, Log2Histogram) else h.sum)
+    return family
+
+
+def add_sample(family, suffix: str, labels: dict[str, str], value: float) -> None:
+    """A sample with its own label set (e.g. a broker total next to per-topic series)."""
+    family.samples.append(Sample(family.name + suffix, labels, value))
+
+
+# -- the data path: per topic (Kafka's BrokerTopicMetrics) ---------------------------------
+
+class TopicStats:
+    __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "fetch_requests", "failed_produce",
+                 "failed_fetch", "replication_bytes_in", "replication_bytes_out")
+
+    def __init__(self) -> None:
+        self.messages_in = self.bytes_in = self.bytes_out = 0
+        self.produce_requests = self.fetch_requests = self.failed_produce = self.failed_fetch = 0
+        self.replication_bytes_in = self.replication_bytes_out = 0
+
+
+# (metric suffix, TopicStats field, help, per topic too)
+TOPIC_COUNTERS = (
+    ("messagesin", "messages_in", "Records appended to leader logs (MessagesInPerSec)", True),
+    ("bytesin", "bytes_in", "Bytes of record batches produced to leader logs (BytesInPerSec)", True),
+    ("bytesout", "bytes_out", "Bytes of records sent to consumers (BytesOutPerSec)", True),
+    ("totalproducerequests", "produce_requests", "Partition appends requested by Produce (TotalProduceRequestsPerSec)",
+     True),
+    ("totalfetchrequests", "fetch_requests", "Partition reads requested by Fetch (TotalFetchRequestsPerSec)", True),
+    ("failedproducerequests", "failed_produce", "Partition appends that failed (FailedProduceRequestsPerSec)", True),
+    ("failedfetchrequests", "failed_fetch", "Partition reads that failed (FailedFetchRequestsPerSec)", True),
+    ("replicationbytesin", "replication_bytes_in", "Bytes followers appended from leaders (ReplicationBytesInPerSec)",
+     False),
+    ("replicationbytesout", "replication_bytes_out", "Bytes sent to followers (ReplicationBytesOutPerSec)", False),
+)
+
+
+class BrokerTopicStats:
+    """Kafka's BrokerTopicStats: a TopicStats per topic and one for all topics (``all``)."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicStats] = {}
+        self.all = TopicStats()
+
+    def topic(self, name: str) -> TopicStats:
+        stats = self.topics.get(name)
+        if stats is None:
+            stats = self.topics[name] = TopicStats()
+        return stats
+
+    def remove(self, name: str) -> None:
+        self.topics.pop(name, None)
+
+    def appended(self, topic: str, records: int, size: int) -> None:
+        s = self.topic(topic)
+        a = self.all
+        s.produce_requests += 1
+        s.messages_in += records
+        s.bytes_in += size
+        a.produce_requests += 1
+        a.messages_in += records
+        a.bytes_in += size
+
+    def append_failed(self, topic: str) -> None:
+        s = self.topic(topic)
+        a = self.all
+        s.produce_requests += 1
+        s.failed_produce += 1
+        a.produce_requests += 1
+        a.failed_produce += 1
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        topics = sorted(self.topics.items())
+        for suffix, field, doc, per_topic in TOPIC_COUNTERS:
+            name = "kafka_server_brokertopicmetrics_" + suffix
+            family = CounterMetricFamily(name, doc + "; the series without a topic label is the broker total",
+                                         labels=["topic"])
+            if per_topic:
+                for topic, stats in topics:
+                    family.add_metric([topic], getattr(stats, field))
+            add_sample(family, "_total", {}, getattr(self.all, field))
+            yield family
+
+
+# -- the data path: per request (Kafka's RequestMetrics) -----------------------------------
+
+TIME_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0)
+# Request phases in nanoseconds: le from 2**13 ns (8.2 µs) to 2**35 ns (34 s), doubling.
+NS_BUCKETS = range(13, 36)
+# Request sizes in bytes: le from 64 B to 64 MiB, ×4.
+SIZE_BUCKETS = range(6, 27, 2)
+MAX_VERSION = 64
+
+
+class ApiStats:
+    """One API's counters and histograms, bound once (the hot path indexes a list by API key)."""
+
+    __slots__ = ("name", "versions", "errors", "total", "queue", "local", "remote", "send", "request_size",
+                 "response_bytes")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.versions = [0] * MAX_VERSION  # requests per version (the last slot: any version beyond)
+        self.errors: dict[int, int] = {}
+        self.total = Log2Histogram(NS_BUCKETS, 1e-9)
+        self.queue = Log2Histogram(NS_BUCKETS, 1e-9)
+        self.local = Log2Histogram(NS_BUCKETS, 1e-9)
+        self.remote = Log2Histogram(NS_BUCKETS, 1e-9)
+        self.send = Log2Histogram(NS_BUCKETS, 1e-9)
+        self.request_size = Log2Histogram(SIZE_BUCKETS)
+        self.response_bytes = 0
+
+    def error(self, code: int, n: int = 1) -> None:
+        self.errors[code] = self.errors.get(code, 0) + n
+
+    def done(self, t_read: int, t_start: int, t_local: int, t_ready: int, t_sent: int, request_size: int,
+             response_size: int) -> None:
+        """A request answered: its phases (nanoseconds of the injected clock) and sizes. The
+        histograms' observe, inlined: this runs once per request."""
+        d = t_sent - t_read
+        h = self.total
+        h.counts[d.bit_length()] += 1
+        h.sum += d
+        d = t_start - t_read
+        h = self.queue
+        h.counts[d.bit_length()] += 1
+        h.sum += d
+        d = t_local - t_start
+        h = self.local
+        h.counts[d.bit_length()] += 1
+        h.sum += d
+        d = t_ready - t_local
+        h = self.remote
+        h.counts[d.bit_length()] += 1
+        h.sum += d
+        d = t_sent - t_ready
+        h = self.send
+        h.counts[d.bit_length()] += 1
+        h.sum += d
+        h = self.request_size
+        h.counts[request_size.bit_length()] += 1
+        h.sum += request_size
+        self.response_bytes += response_size
+
+
+# (metric, ApiStats field, help)
+REQUEST_HISTOGRAMS = (
+    ("kafka_network_requestmetrics_totaltime_seconds", "total", "From the read of the request to its response "
+     "handed to the socket (TotalTimeMs)"),
+    ("kafka_network_requestmetrics_requestqueuetime_seconds", "queue", "From the read to the start of processing: "
+     "requests read together wait for those before them (RequestQueueTimeMs)"),
+    ("kafka_network_requestmetrics_localtime_seconds", "local", "Processing on the event loop until answered or "
+     "parked (LocalTimeMs)"),
+    ("kafka_network_requestmetrics_remotetime_seconds", "remote", "Waiting in a purgatory: a Fetch long-poll, an "
+     "acks=all Produce (RemoteTimeMs)"),
+    ("kafka_network_requestmetrics_responsesendtime_seconds", "send", "From the response being ready to it being "
+     "handed to the socket, in request order (ResponseQueueTimeMs + ResponseSendTimeMs)"),
+)
+
+
+class RequestMetrics:
+    """Per-API stats for a SocketServer and its dispatcher. ``api(key)`` is a list index."""
+
+    def __init__(self) -> None:
+        from protocol.messages import APIS
+
+        self._names = {int(k): a.name for k, a in APIS.items()}
+        self.by_key: list[ApiStats | None] = [None] * (max(self._names) + 1)
+
+    def api(self, key: int) -> ApiStats:
+        try:
+            stats = self.by_key[key]
+        except IndexError:
+            stats = None
+            self.by_key.extend([None] * (key + 1 - len(self.by_key)))
+        if stats is None:
+            stats = self.by_key[key] = ApiStats(self._names.get(key, f"ApiKey{key}"))
+        return stats
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        from protocol.errors import ErrorCode
+
+        apis = [s for s in self.by_key if s is not None]
+        requests = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests received, by API and "
+                                       "version (RequestsPerSec)", labels=["request", "version"])
+        errors = CounterMetricFamily("kafka_network_requestmetrics_errors", "Error codes answered, per partition or "
+                                     "resource where the response has one (ErrorsPerSec)", labels=["request", "error"])
+        response_bytes = CounterMetricFamily("kafka_network_requestmetrics_responsebytes", "Bytes of responses",
+                                             labels=["request"])
+        for s in apis:
+            for version, n in enumerate(s.versions):
+                if n:
+                    requests.add_metric([s.name, str(version) if version < MAX_VERSION - 1 else "other"], n)
+            for code, n in sorted(s.errors.items()):
+                try:
+                    ename = ErrorCode(code).name
+                except ValueError:
+                    ename = str(code)
+                errors.add_metric([s.name, ename], n)
+            response_bytes.add_metric([s.name], s.response_bytes)
+        yield requests
+        yield errors
+        yield response_bytes
+        for name, field, doc in REQUEST_HISTOGRAMS:
+            yield histogram_family(name, doc, ["request"], [((s.name,), getattr(s, field)) for s in apis])
+        yield histogram_family("kafka_network_requestmetrics_requestbytes", "Size of requests in bytes (RequestBytes)",
+                               ["request"], [((s.name,), s.request_size) for s in apis])
+
+
+def count_errors(body, stats: ApiStats) -> None:
+    """Every non-zero ``error_code`` in a response body (construct containers or dicts)."""
+    if isinstance(body, dict):
+        code = body.get("error_code")
+        if code:
+            stats.error(code)
+        for v in body.values():
+            if isinstance(v, (list, dict)):
+                count_errors(v, stats)
+    elif isinstance(body, list):
+        for v in body:
+            if isinstance(v, (list, dict)):
+                count_errors(v, stats)
+
+
+# -- the network (Kafka's socket-server-metrics) --------------------------------------------
+
+class ListenerStats:
+    __slots__ = ("name", "accepted", "closed", "bytes_in", "bytes_out", "read_paused_ns")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.accepted = self.closed = self.bytes_in = self.bytes_out = self.read_paused_ns = 0
+
+
+# -- what the broker holds, read at scrape time ---------------------------------------------
+
+FLUSH_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class BrokerCollector:
+    """Replication, purgatories, logs and fetchers, computed from the broker's state when
+    scraped (nothing of this is maintained on the data path)."""
+
+    def __init__(self, server, per_partition: bool = True) -> None:
+        self.server = server
+        self.per_partition = per_partition
+        self.log_flush = FastHistogram(FLUSH_BUCKETS)  # observed by the server's flush pass
+        self.recovery_seconds = 0.0
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        server = self.server
+        rm = server.replica_manager
+        if rm is None:
+            return
+        now_ms = server.time.milliseconds()
+
+        def gauge(name: str, doc: str, value: float, labels: dict | None = None) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=list(labels or {}))
+            family.add_metric(list((labels or {}).values()), value)
+            return family
+
+        partitions = list(rm.partitions.values())
+        leaders = [p for p in partitions if p.is_leader and p.log is not None]
+        under_replicated = [p for p in leaders if len(p.isr) < len(p.replicas)]
+        under_min = [p for p in leaders if len(p.isr) < p.min_insync_replicas]
+        at_min = [p for p in leaders if len(p.isr) == p.min_insync_replicas]
+        prefix = "kafka_server_replicamanager_"
+        yield gauge(prefix + "partitioncount", "Partitions hosted on this broker (PartitionCount)", len(partitions))
+        yield gauge(prefix + "leadercount", "Partitions this broker leads (LeaderCount)", len(leaders))
+        yield gauge(prefix + "underreplicatedpartitions", "Led partitions whose ISR is smaller than their replica set "
+                    "(UnderReplicatedPartitions)", len(under_replicated))
+        yield gauge(prefix + "underminisrpartitioncount", "Led partitions whose ISR is below min.insync.replicas "
+                    "(UnderMinIsrPartitionCount)", len(under_min))
+        yield gauge(prefix + "atminisrpartitioncount", "Led partitions whose ISR is exactly min.insync.replicas "
+                    "(AtMinIsrPartitionCount)", len(at_min))
+        for name, value, doc in (("isrshrinks", rm.isr_shrinks, "Committed ISR shrinks (IsrShrinksPerSec)"),
+                                 ("isrexpands", rm.isr_expands, "Committed ISR expansions (IsrExpandsPerSec)")):
+            family = CounterMetricFamily(prefix + name, doc)
+            family.add_metric([], value)
+            yield family
+
+        # Purgatories (DelayedOperationPurgatory, DelayedFetchMetrics/DelayedProduceMetrics).
+        size = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize", "Operations watched, once "
+                                 "per key (PurgatorySize)", labels=["delayed_operation"])
+        delayed = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_numdelayedoperations", "Operations "
+                                    "waiting (NumDelayedOperations)", labels=["delayed_operation"])
+        expired = CounterMetricFamily("kafka_server_delayedoperationpurgatory_expires", "Operations completed by "
+                                      "their timeout (ExpiresPerSec)", labels=["delayed_operation"])
+        for purgatory in (rm.produce_purgatory, rm.fetch_purgatory):
+            size.add_metric([purgatory.name], purgatory.watched())
+            delayed.add_metric([purgatory.name], purgatory.delayed())
+            expired.add_metric([purgatory.name], purgatory.expired)
+        yield size
+        yield delayed
+        yield expired
+
+        # The fetchers (follower side).
+        fm = server.fetcher_manager
+        states = {}
+        connected = GaugeMetricFamily("kafka_server_replicafetcher_connected", "1 while this broker's fetcher has a "
+                                      "connection to the leader", labels=["leader"])
+        if fm is not None:
+            for (source, _host, _port), fetcher in sorted(fm.fetchers.items()):
+                conn = fetcher._conn
+                connected.add_metric([str(source)], 1 if conn is not None and conn.connected else 0)
+                states.update(fetcher.partitions)
+        yield connected
+        lags = [s.lag for s in states.values() if s.lag >= 0]
+        yield gauge("kafka_server_replicafetchermanager_maxlag", "Largest follower lag in records of the partitions "
+                    "this broker follows (MaxLag)", max(lags, default=0))
+
+        yield histogram_family("kafka_log_logflushstats_logflush_seconds", "Time to fsync a log "
+                               "(LogFlushRateAndTimeMs)", [], [((), self.log_flush)])
+        yield gauge("kafka_log_logmanager_recovery_seconds", "Time the logs took to load (and recover) at startup",
+                    self.recovery_seconds)
+
+        if not self.per_partition:
+            return
+        keys = ["topic", "partition"]
+        leo = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset (LogEndOffset)", labels=keys)
+        lso = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset (LogStartOffset)", labels=keys)
+        hw = GaugeMetricFamily("kafka_cluster_partition_highwatermark", "High watermark", labels=keys)
+        size_b = GaugeMetricFamily("kafka_log_log_size_bytes", "Bytes on disk (Size)", labels=keys)
+        segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments (NumLogSegments)", labels=keys)
+        ur = GaugeMetricFamily("kafka_cluster_partition_underreplicated", "1 if this broker leads the partition and "
+                               "its ISR is smaller than its replicas (UnderReplicated)", labels=keys)
+        isr_count = GaugeMetricFamily("kafka_cluster_partition_insyncreplicascount", "ISR size, on the leader "
+                                      "(InSyncReplicasCount)", labels=keys)
+        lag_records = GaugeMetricFamily("kafka_server_fetcherlagmetrics_consumerlag", "Follower side: the leader's "
+                                        "HW minus this replica's LEO at its last fetch (ConsumerLag)", labels=keys)
+        replica_lag = GaugeMetricFamily("kafka_cluster_partition_replica_lag_records", "Leader side: the leader's "
+                                        "LEO minus a follower's LEO", labels=keys + ["replica"])
+        replica_lag_s = GaugeMetricFamily("kafka_cluster_partition_replica_lag_seconds", "Leader side: time since a "
+                                          "follower was last caught up", labels=keys + ["replica"])
+        for p in sorted(partitions, key=lambda p: p.key):
+            log_ = p.log
+            if log_ is None:
+                continue
+            labels = [p.topic, str(p.partition)]
+            leo.add_metric(labels, log_.log_end_offset)
+            lso.add_metric(labels, log_.log_start_offset)
+            hw.add_metric(labels, log_.high_watermark)
+            size_b.add_metric(labels, log_.size_in_bytes())
+            segments.add_metric(labels, log_.num_segments)
+            state = states.get(p.key)
+            if state is not None and state.lag >= 0:
+                lag_records.add_metric(labels, state.lag)
+            if p.is_leader:
+                ur.add_metric(labels, 1 if len(p.isr) < len(p.replicas) else 0)
+                isr_count.add_metric(labels, len(p.isr))
+                end = log_.log_end_offset
+                for rid, replica in sorted(p.remote_replicas.items()):
+                    rl = [p.topic, str(p.partition), str(rid)]
+                    replica_lag.add_metric(rl, max(0, end - replica.log_end_offset) if replica.log_end_offset >= 0
+                                           else end)
+                    caught_up = rid in p.isr and replica.log_end_offset >= end
+                    replica_lag_s.add_metric(rl, 0.0 if caught_up else
+                                             max(0.0, (now_ms - replica.last_caught_up_time_ms) / 1000.0))
+        yield from (leo, lso, hw, size_b, segments, ur, isr_count, lag_records, replica_lag, replica_lag_s)

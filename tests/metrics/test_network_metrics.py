@@ -1,0 +1,85 @@
+"""SocketServer's metrics on a MockTime through a mock transport (as tests/broker/test_network.py
+drives it): the phases of a request as RequestMetrics splits them, sizes, connections, bytes
+and time paused by flow control; and none of it when metrics are off."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from broker.metrics import ListenerStats, RequestMetrics
+from broker.network import KafkaConnection, SocketServer
+from protocol.clock import MockTime
+from tests.broker.test_network import FakeApis, MockTransport, request
+
+MS = 1_000_000
+
+
+def make(max_inflight=10):
+    time = MockTime()
+    metrics = RequestMetrics()
+    server = SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=max_inflight, metrics=metrics,
+                          now=time.nanoseconds)
+    server.listener_stats["PLAINTEXT"] = ListenerStats("PLAINTEXT")
+    conn = KafkaConnection(server, "PLAINTEXT")
+    transport = MockTransport()
+    conn.connection_made(transport)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    registry.register(server)
+    return time, conn, server.dispatcher, transport, registry
+
+
+def v(registry, name, **labels):
+    return registry.get_sample_value(name, labels)
+
+
+def test_a_parked_request_spends_remote_time_and_one_behind_it_waits_to_be_sent():
+    time, conn, apis, transport, registry = make()
+    conn.data_received(request(3, 1) + request(3, 2, b"x" * 200))  # two Metadata requests in one read
+    assert len(apis.contexts) == 2
+    time.sleep(500)  # the first is answered 500 ms later (as if parked in a purgatory) ...
+    apis.contexts[1].send_response(b"\x00\x00\x00\x04abcd")  # ... the second at once: it waits for the first
+    time.sleep(500)
+    apis.contexts[0].send_response(b"\x00\x00\x00\x02ab")
+    assert transport.written == [b"\x00\x00\x00\x02ab", b"\x00\x00\x00\x04abcd"]
+    assert v(registry, "kafka_network_requestmetrics_requests_total", request="Metadata", version="0") == 2
+    assert v(registry, "kafka_network_requestmetrics_totaltime_seconds_count", request="Metadata") == 2
+    assert v(registry, "kafka_network_requestmetrics_totaltime_seconds_sum", request="Metadata") == 2.0
+    assert v(registry, "kafka_network_requestmetrics_remotetime_seconds_sum", request="Metadata") == 1.5
+    assert v(registry, "kafka_network_requestmetrics_responsesendtime_seconds_sum", request="Metadata") == 0.5
+    assert v(registry, "kafka_network_requestmetrics_localtime_seconds_sum", request="Metadata") == 0
+    assert v(registry, "kafka_network_requestmetrics_responsebytes_total", request="Metadata") == 14
+    assert v(registry, "kafka_network_requestmetrics_requestbytes_sum", request="Metadata") == \
+        len(request(3, 1)) + len(request(3, 2, b"x" * 200))
+    assert v(registry, "kafka_server_socket_server_metrics_incoming_byte_total", listener="PLAINTEXT") == \
+        len(request(3, 1)) + len(request(3, 2, b"x" * 200))
+    assert v(registry, "kafka_server_socket_server_metrics_outgoing_byte_total", listener="PLAINTEXT") == 14
+    assert v(registry, "kafka_server_socket_server_metrics_connections", listener="PLAINTEXT") == 1
+    assert v(registry, "kafka_server_socket_server_metrics_connection_creation_total", listener="PLAINTEXT") == 1
+
+
+def test_time_paused_by_flow_control_is_counted():
+    time, conn, apis, transport, registry = make(max_inflight=1)
+    conn.data_received(request(3, 1))
+    assert transport.paused
+    time.sleep(250)
+    apis.contexts[0].send_response(b"\x00\x00\x00\x00")
+    assert not transport.paused
+    assert v(registry, "kbroker_network_read_paused_seconds_total", listener="PLAINTEXT") == 0.25
+    conn.data_received(request(3, 2))
+    time.sleep(100)
+    conn.connection_lost(None)  # closed while paused: counted up to the close
+    assert v(registry, "kbroker_network_read_paused_seconds_total", listener="PLAINTEXT") == 0.35
+    assert v(registry, "kafka_server_socket_server_metrics_connection_close_total", listener="PLAINTEXT") == 1
+
+
+def test_metrics_off_keeps_no_clock_readings():
+    time = MockTime()
+    server = SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=10)
+    conn = KafkaConnection(server, "PLAINTEXT")
+    conn.connection_made(MockTransport())
+    conn.data_received(request(3, 1))
+    ctx = server.dispatcher.contexts[0]
+    assert ctx._slot.stats is None
+    ctx.send_response(b"\x00\x00\x00\x00")
+    assert list(server.collect())[0].samples == []
