@@ -163,7 +163,10 @@ def test_all_services_healthy_and_kcat_lists_three_brokers_at_their_external_add
 def test_kcat_and_confluent_kafka_produce_10000_records_to_an_rf3_topic_and_consume_them_back(cluster):
     topic = create_topic(cluster)
     kcat_values = [f"kcat-{i}" for i in range(5000)]
-    produced = subprocess.run(["kcat", "-b", cluster.external(2), "-P", "-t", topic, "-X", "acks=all"],
+    # Both producers idempotent: a retried batch (a slow, loaded machine) is written once, so
+    # exactly the 10,000 records must come back.
+    produced = subprocess.run(["kcat", "-b", cluster.external(2), "-P", "-t", topic, "-X", "acks=all",
+                               "-X", "enable.idempotence=true"],
                               input="\n".join(kcat_values) + "\n", capture_output=True, text=True, timeout=120)
     assert produced.returncode == 0 and "failed" not in produced.stderr, produced.stderr
     producer = Producer({"bootstrap.servers": cluster.external(3), "acks": "all", "enable.idempotence": True})
@@ -175,6 +178,11 @@ def test_kcat_and_confluent_kafka_produce_10000_records_to_an_rf3_topic_and_cons
 
     expected = {v.encode() for v in kcat_values} | {f"ck-{i}".encode() for i in range(5000)}
     records = consume_all(cluster, topic, 3, expected=10000)
+    offsets: dict[bytes, list[tuple[int, int]]] = {}
+    for p, o, v in records:
+        offsets.setdefault(v, []).append((p, o))
+    duplicated = {v: at for v, at in offsets.items() if len(at) > 1}
+    assert not duplicated, f"{len(duplicated)} values written more than once, e.g. {list(duplicated.items())[:3]}"
     assert sorted(v for _p, _o, v in records) == sorted(expected)
     consumed = subprocess.run(["kcat", "-b", cluster.external(1), "-C", "-t", topic, "-e", "-q", "-f", "%s\\n"],
                               capture_output=True, timeout=120)
