@@ -10,6 +10,11 @@ metrics-on broker every N s during its load (its CPU then includes rendering the
 Prints, per metric, each side's median and range over the rounds, the ratio of the medians
 and the range of per-round ratios; never asserts.
 
+First, the request path alone in this process (``--micro-rounds``): a KafkaConnection over a
+mock transport answering 10 requests per read at once, with and without RequestMetrics,
+alternating, timed in process CPU time (so other processes on a busy machine do not count) —
+the socket layer's metrics cost per request without the noise of a whole broker.
+
     python bench/metrics_bench.py [--rounds 5] [--duration 5] [--records-per-batch 10] [--partitions 1000]
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -93,16 +99,84 @@ def scrape_cost(args, per_partition: bool) -> dict:
                        check=True, capture_output=True)
         url = f"http://127.0.0.1:{mport}/metrics"
         get(url)
-        times, size = [], 0
-        for _ in range(args.scrapes):
+        times, cpu, size = [], [], 0
+        last = None
+        for _ in range(args.scrapes + 1):
             t0 = time.perf_counter()
-            size = len(get(url))
+            page = get(url)
             times.append(time.perf_counter() - t0)
+            size = len(page)
+            # the broker's own account: CPU of its event loop thread spent on pages so far
+            spent = float(re.search(rb"^kbroker_metrics_scrape_cpu_seconds_total (\S+)$", page, re.M).group(1))
+            if last is not None:
+                cpu.append(spent - last)
+            last = spent
+        times = times[1:]
         return {"median_ms": statistics.median(times) * 1000, "min_ms": min(times) * 1000, "max_ms": max(times) * 1000,
-                "bytes": size}
+                "cpu_median_ms": statistics.median(cpu) * 1000, "cpu_min_ms": min(cpu) * 1000,
+                "cpu_max_ms": max(cpu) * 1000, "bytes": size}
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
+    """µs of process CPU per request through KafkaConnection, metrics on and off, alternating."""
+    import struct
+
+    from broker.metrics import ListenerStats, RequestMetrics
+    from broker.network import KafkaConnection, SocketServer
+    from protocol.client import SYSTEM_TIME
+    from protocol.fast_codecs import encode_request_header
+
+    class Answer:
+        def handle(self, ctx) -> None:
+            ctx.send_response(b"\x00\x00\x00\x04abcd")
+
+    class Transport:
+        def write(self, data) -> None:
+            pass
+
+        def writelines(self, chunks) -> None:
+            pass
+
+        def get_extra_info(self, name, default=None):
+            return default
+
+        def set_write_buffer_limits(self, high=None, low=None) -> None:
+            pass
+
+        def pause_reading(self) -> None:
+            pass
+
+        def resume_reading(self) -> None:
+            pass
+
+    def frame(correlation_id: int) -> bytes:
+        raw = encode_request_header(0, 9, correlation_id, "bench", True) + b"x" * 100
+        return struct.pack(">i", len(raw)) + raw
+
+    data = b"".join(frame(i) for i in range(10))
+
+    def run(metrics_on: bool) -> float:
+        metrics = RequestMetrics() if metrics_on else None
+        server = SocketServer(Answer(), max_request_size=1 << 20, max_inflight=100, metrics=metrics,
+                              now=SYSTEM_TIME.nanoseconds)
+        if metrics_on:
+            server.listener_stats["PLAINTEXT"] = ListenerStats("PLAINTEXT")
+        conn = KafkaConnection(server, "PLAINTEXT")
+        conn.connection_made(Transport())
+        t0 = time.process_time()
+        for _ in range(n // 10):
+            conn.data_received(data)
+        return (time.process_time() - t0) / n * 1e6
+
+    on: list[float] = []
+    off: list[float] = []
+    for i in range(rounds):
+        for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
+            (on if side == "on" else off).append(run(side == "on"))
+    return on, off
 
 
 def spread(values: list[float]) -> str:
@@ -118,9 +192,19 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--scrapes", type=int, default=20)
     parser.add_argument("--no-scrape-cost", action="store_true")
+    parser.add_argument("--micro-rounds", type=int, default=11, help="in-process request-path rounds (0: skip)")
     parser.add_argument("--scrape-interval", type=float, default=0.0,
                         help="scrape the metrics-on broker every N s during the load (0: never: the hot path alone)")
     args = parser.parse_args()
+
+    if args.micro_rounds:
+        on, off = micro(args.micro_rounds)
+        diffs = [a - b for a, b in zip(on, off)]
+        print(f"request path in process (KafkaConnection, mock transport, 10 requests per read), process CPU "
+              f"µs per request, {args.micro_rounds} alternating rounds:")
+        print(f"  metrics on  median {statistics.median(on):.2f} (range {spread(on)})")
+        print(f"  metrics off median {statistics.median(off):.2f} (range {spread(off)})")
+        print(f"  on minus off: median {statistics.median(diffs):+.2f} µs, per-round {spread(diffs)}\n", flush=True)
 
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     for i in range(args.rounds):
@@ -133,11 +217,14 @@ def main() -> int:
     if args.rounds:
         report(runs, args)
     if not args.no_scrape_cost:
-        print(f"\nscrape of a broker hosting {args.partitions} partitions ({args.scrapes} scrapes, client wall time)")
+        print(f"\nscrape of a broker hosting {args.partitions} partitions ({args.scrapes} scrapes; the CPU "
+              "its event loop spent on each page (kbroker_metrics_scrape_cpu_seconds_total) and the client's wall time)")
         for per_partition in (True, False):
             r = scrape_cost(args, per_partition)
-            print(f"  per-partition series {'on ' if per_partition else 'off'}: median {r['median_ms']:.1f} ms "
-                  f"(range {r['min_ms']:.1f}..{r['max_ms']:.1f}), page {r['bytes'] / 1024:.0f} KiB")
+            print(f"  per-partition series {'on ' if per_partition else 'off'}: loop CPU per page median "
+                  f"{r['cpu_median_ms']:.1f} ms (range {r['cpu_min_ms']:.1f}..{r['cpu_max_ms']:.1f}); wall median "
+                  f"{r['median_ms']:.0f} ms (range {r['min_ms']:.0f}..{r['max_ms']:.0f}); page {r['bytes'] / 1024:.0f} KiB",
+                  flush=True)
     return 0
 
 

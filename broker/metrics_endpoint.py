@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time as _time  # thread CPU time of the loop thread (a cost metric; logic uses the injected clock)
 import urllib.parse
 from typing import Callable
 
@@ -114,17 +115,50 @@ async def _yield_to_the_loop() -> None:
     await future
 
 
-async def render(registry: CollectorRegistry) -> bytes:
+class ScrapeStats:
+    """What serving /metrics costs: scrapes, the event loop thread's CPU spent collecting and
+    formatting (thread CPU time, so what runs between the pieces is not counted) and the size
+    of the last page. Exported by the endpoint itself."""
+
+    def __init__(self) -> None:
+        self.scrapes = 0
+        self.cpu_ns = 0
+        self.page_bytes = 0
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        scrapes = CounterMetricFamily("kbroker_metrics_scrapes", "Pages of /metrics served")
+        scrapes.add_metric([], self.scrapes)
+        cpu = CounterMetricFamily("kbroker_metrics_scrape_cpu_seconds", "Event loop thread CPU spent collecting and "
+                                  "formatting /metrics pages")
+        cpu.add_metric([], self.cpu_ns / 1e9)
+        page = GaugeMetricFamily("kbroker_metrics_page_bytes", "Size of the last /metrics page")
+        page.add_metric([], self.page_bytes)
+        return [scrapes, cpu, page]
+
+
+async def render(registry: CollectorRegistry, stats: ScrapeStats | None = None) -> bytes:
     """The page generate_latest(registry) writes, rendered a family at a time with the event
     loop free between families: the collectors run once (a consistent snapshot; cheap, they
     only copy numbers), formatting — most of the cost with thousands of per-partition
     series — is spread out, so a scrape never holds requests back for the whole page."""
+    cpu = _time.thread_time_ns
+    started = cpu()
     families = list(registry.collect())
+    spent = cpu() - started
     parts = []
     for family in families:
+        started = cpu()
         parts.append(generate_latest(_OneFamily(family)))  # type: ignore[arg-type]
+        spent += cpu() - started
         await _yield_to_the_loop()
-    return b"".join(parts)
+    page = b"".join(parts)
+    if stats is not None:
+        stats.scrapes += 1
+        stats.cpu_ns += spent
+        stats.page_bytes = len(page)
+    return page
 
 
 class MetricsEndpoint:
@@ -136,7 +170,8 @@ class MetricsEndpoint:
         self.time = time
         self.health = health
         self.server: asyncio.AbstractServer | None = None
-        self.scrapes = 0
+        self.stats = ScrapeStats()
+        registry.register(self.stats)  # type: ignore[arg-type]
 
     async def start(self) -> int:
         try:
@@ -175,9 +210,8 @@ class MetricsEndpoint:
         if method not in ("GET", "HEAD"):
             await self._respond(writer, 405, b"method not allowed\n", extra=b"Allow: GET, HEAD\r\n")
         elif path == "/metrics":
-            self.scrapes += 1
             try:
-                payload = await render(self.registry)
+                payload = await render(self.registry, self.stats)
             except Exception:
                 log.exception("rendering /metrics failed")
                 await self._respond(writer, 500, b"internal error\n")

@@ -93,7 +93,7 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError(f"{topic}-{partition} is not hosted on broker {self.broker_id}")
         raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
 
-    def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
+    def _get_or_create_partition(self, topic: str, partition: int, defer_dir_sync: bool = False) -> Partition:
         key = (topic, partition)
         p = self.partitions.get(key)
         if p is None:
@@ -104,7 +104,8 @@ class ReplicaManager:
                           on_ineligible_replica=self._replica_ineligible)
             self.partitions[key] = p
         if p.log is None:
-            p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic))
+            p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic),
+                                                       defer_dir_sync=defer_dir_sync)
         return p
 
     def _isr_changed(self, partition: Partition, new_isr: list[int]) -> None:
@@ -315,6 +316,25 @@ class ReplicaManager:
         responses: dict[tuple[str, int], int] = {}
         to_lead: list[tuple[Partition, LeaderAndIsrState]] = []
         to_follow: list[tuple[Partition, LeaderAndIsrState]] = []
+        try:
+            self._create_partitions(states, responses, to_lead, to_follow)
+        finally:
+            # New partition dirs are durable before this broker acts on them or answers.
+            self.log_manager.sync_created_log_dirs()
+        if to_lead:
+            self._make_leaders(to_lead)
+        if to_follow:
+            self._make_followers(to_follow)
+        self._leadership_changed([(p.topic, p.partition, st.leader_epoch) for p, st in to_lead],
+                                 [(p.topic, p.partition, st.leader_epoch) for p, st in to_follow])
+        return ErrorCode.NONE, responses
+
+    def _create_partitions(self, states: list[LeaderAndIsrState], responses: dict[tuple[str, int], int],
+                           to_lead: list[tuple[Partition, LeaderAndIsrState]],
+                           to_follow: list[tuple[Partition, LeaderAndIsrState]]) -> None:
+        """The partitions of a LeaderAndIsr that this broker must act on, created if new (their
+        log dirs' fsync deferred to the caller), sorted into leaders and followers; the others
+        answered in ``responses``."""
         for st in states:
             key = (st.topic, st.partition)
             if self.broker_id not in st.replicas:
@@ -336,19 +356,12 @@ class ReplicaManager:
                     responses[key] = ErrorCode.STALE_CONTROLLER_EPOCH
                     continue
             try:
-                partition = self._get_or_create_partition(st.topic, st.partition)
+                partition = self._get_or_create_partition(st.topic, st.partition, defer_dir_sync=True)
             except KafkaError as exc:
                 responses[key] = exc.error_code
                 continue
             responses[key] = ErrorCode.NONE
             (to_lead if st.leader == self.broker_id else to_follow).append((partition, st))
-        if to_lead:
-            self._make_leaders(to_lead)
-        if to_follow:
-            self._make_followers(to_follow)
-        self._leadership_changed([(p.topic, p.partition, st.leader_epoch) for p, st in to_lead],
-                                 [(p.topic, p.partition, st.leader_epoch) for p, st in to_follow])
-        return ErrorCode.NONE, responses
 
     def _leadership_changed(self, leaders: list[PartitionEpoch], followers: list[PartitionEpoch]) -> None:
         if not leaders and not followers:

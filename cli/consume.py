@@ -7,7 +7,7 @@ import sys
 from typing import Callable
 
 from cli.common import UsageError
-from protocol.client import Consumer, ConsumerRecord, KafkaClient, TopicPartition
+from protocol.client import Consumer, ConsumerRecord, GroupConsumer, KafkaClient, TopicPartition
 
 _FORMAT_FIELDS: dict[str, Callable[[ConsumerRecord], bytes]] = {
     "t": lambda r: r.topic.encode(),
@@ -45,7 +45,49 @@ def compile_format(fmt: str) -> Callable[[ConsumerRecord], bytes]:
     return lambda r: b"".join(p if isinstance(p, bytes) else p(r) for p in parts)
 
 
+async def run_group(client: KafkaClient, args: argparse.Namespace) -> int:
+    """-g GROUP: a member of the group; its partitions from the committed offsets, a commit
+    after every batch printed and on exit (LeaveGroup then)."""
+    if args.partition is not None or args.offset is not None or args.timestamp is not None or args.end:
+        raise UsageError("-g/--group takes the group's partitions and committed offsets: "
+                         "not with --partition, --offset, --timestamp or --end")
+    render = compile_format(args.format)
+    consumer = GroupConsumer(client, args.group, [args.topic], assignors=args.assignor or ("range", "roundrobin"),
+                             auto_offset_reset="earliest" if args.from_beginning else "latest")
+    out = sys.stdout.buffer
+    count = 0
+    idle_since = client.time.monotonic_ms()
+    try:
+        while args.max_messages is None or count < args.max_messages:
+            wait_ms = 1000
+            if args.timeout_ms is not None:
+                wait_ms = idle_since + args.timeout_ms - client.time.monotonic_ms()
+                if wait_ms <= 0:
+                    break
+            batch = await consumer.getmany(int(wait_ms))
+            records = [r for rs in batch.values() for r in rs]
+            if args.max_messages is not None and len(records) > args.max_messages - count:
+                records = records[:args.max_messages - count]
+                last: dict[TopicPartition, int] = {}
+                for r in records:
+                    last[TopicPartition(r.topic, r.partition)] = r.offset + 1
+                await consumer.commit(last)
+            elif records:
+                await consumer.commit()
+            if records:
+                out.write(b"".join(render(r) for r in records))
+                out.flush()
+                count += len(records)
+                idle_since = client.time.monotonic_ms()
+    finally:
+        await consumer.close(commit=args.max_messages is None)
+    print(f"consumed {count} messages", file=sys.stderr)
+    return 0
+
+
 async def run(client: KafkaClient, args: argparse.Namespace) -> int:
+    if args.group is not None:
+        return await run_group(client, args)
     partitions = await client.partitions_for(args.topic)
     if args.partition is not None:
         if args.partition not in partitions:

@@ -4,7 +4,8 @@
     kbroker controller [-c controller.properties] [--override key=value ...]
     kbroker topics create|list|describe|delete ...
     kbroker produce -t TOPIC [-f FILE] ...
-    kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end] ...
+    kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end | -g GROUP] ...
+    kbroker groups list | describe -g G | delete -g G | reset-offsets -g G -t T --to-... [--execute]
     kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker health [-b HOST:PORT] [--timeout-ms MS]
@@ -152,6 +153,31 @@ def _add_consume(commands: Subcommands) -> None:
                          help="stop once every partition reached the end offset it had at start")
     consume.add_argument("--isolation-level", type=_isolation_level, default=0,
                          help="read_uncommitted (0, default) or read_committed (1)")
+    consume.add_argument("-g", "--group", help="consume as a member of this consumer group: its partitions of the "
+                         "topic, from the committed offsets (else the start), committing as it goes and on exit")
+    consume.add_argument("--assignor", choices=["range", "roundrobin"], action="append",
+                         help="with -g: the partition assignment strategy (repeatable; default range, roundrobin)")
+
+
+def _add_groups(commands: Subcommands) -> None:
+    groups = commands.add_parser("groups", help="list, describe, delete consumer groups; reset their offsets")
+    actions = groups.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
+    client_command(actions, "list", "cli.groups:list_groups", "list the consumer groups")
+    describe = client_command(actions, "describe", "cli.groups:describe",
+                              "members, assignment, committed offset, log end offset and lag per partition")
+    describe.add_argument("-g", "--group", required=True)
+    delete = client_command(actions, "delete", "cli.groups:delete", "delete a group (it must have no members)")
+    delete.add_argument("-g", "--group", required=True)
+    reset = client_command(actions, "reset-offsets", "cli.groups:reset_offsets",
+                           "set a group's committed offsets of a topic (dry run unless --execute)")
+    reset.add_argument("-g", "--group", required=True)
+    reset.add_argument("-t", "--topic", required=True)
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="N", help="N, clamped to each partition's earliest and latest")
+    to.add_argument("--to-datetime", metavar="T", help="the first offset at or after T (ISO 8601 or epoch ms)")
+    reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
 
 
 def _add_metadata(commands: Subcommands) -> None:
@@ -209,7 +235,7 @@ def _add_dump_log(commands: Subcommands) -> None:
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_metadata, _add_cluster,
+    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_groups, _add_metadata, _add_cluster,
     _add_health, _add_dump_log]
 
 

@@ -10,7 +10,10 @@ Modules, bottom up:
 * ``admin`` and ``cluster``: ``KafkaClient`` keeps the cluster view, pools one connection per
   broker, retries retriable errors with backoff, and offers the admin helpers.
 * ``producer``: ``Producer`` batches records per partition and sends one Produce request per
-  leader; ``consumer``: ``Consumer`` fetches manually assigned partitions from their leaders.
+  leader; ``consumer``: ``Consumer`` fetches manually assigned partitions from their leaders;
+  ``group``: ``GroupConsumer`` consumes as a member of a consumer group (the classic protocol,
+  range and roundrobin assignors), ``GroupAdmin`` lists, describes, deletes groups and sets
+  their offsets.
 
 Time is injected (``protocol.clock.Time``): request timeouts, linger, backoff and delivery
 timeouts are all scheduled through it, never through ``time.time()``. Everything public is
@@ -22,12 +25,13 @@ from .clock import SYSTEM_TIME, SystemTime, sleep
 from .cluster import KafkaClient
 from .connection import DEFAULT_NETWORK, MAX_RESPONSE_BYTES, BrokerConnection, KafkaConnectionError, Network
 from .consumer import Consumer, ConsumerRecord
+from .group import GroupAdmin, GroupConsumer, decode_member_assignment, range_assign, roundrobin_assign
 from .metadata import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from .producer import Producer, RecordMetadata, murmur2, murmur2_partition
 
 __all__ = [
     "AdminMixin", "BrokerConnection", "BrokerMetadata", "ClusterMetadata", "ConfigEntry", "Consumer", "ConsumerRecord",
-    "DEFAULT_NETWORK", "KafkaClient", "KafkaConnectionError", "MAX_RESPONSE_BYTES", "Network", "PartitionMetadata",
+    "DEFAULT_NETWORK", "GroupAdmin", "GroupConsumer", "KafkaClient", "KafkaConnectionError", "MAX_RESPONSE_BYTES", "Network", "PartitionMetadata",
     "Producer", "RecordMetadata", "SYSTEM_TIME", "SystemTime", "TopicMetadata", "TopicPartition", "murmur2",
-    "murmur2_partition", "sleep",
+    "murmur2_partition", "decode_member_assignment", "range_assign", "roundrobin_assign", "sleep",
 ]
