@@ -7,9 +7,10 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat prometheus bench soak clean lint typecheck test-images image image-kbroker image-prometheus image-zookeeper
+.PHONY: run test venv test-deps kcat prometheus bench soak fuzz clean lint typecheck test-images image image-kbroker image-prometheus image-zookeeper
 
-$(STAMP): pyproject.toml
+# setup.py builds the one C helper (storage/_record_walk.c, the produce path's record walk) in place.
+$(STAMP): pyproject.toml setup.py storage/_record_walk.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e .
@@ -57,6 +58,11 @@ test-images:
 soak: test-deps
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
+# The fuzz run of tests/robustness/test_fuzz.py for 10 minutes (make test runs it for 20 s);
+# KBROKER_FUZZ_SEED=<seed> replays a failed run's frames.
+fuzz: test-deps
+	KBROKER_FUZZ_SECONDS=$${KBROKER_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/robustness/test_fuzz.py $(PYTEST_ARGS)
+
 bench: $(TSTAMP)
 	$(PY) bench/storage_bench.py
 
@@ -76,7 +82,7 @@ lint: $(STAMP) typecheck
 DOCKER_BUILD := DOCKER_BUILDKIT=0 docker build -q
 WHEELS       := build/wheels
 ROOTFS       := build/docker
-SOURCES      := $(shell find protocol storage broker controller loadgen cli -name '*.py' 2>/dev/null) pyproject.toml
+SOURCES      := $(shell find protocol storage broker controller loadgen cli -name '*.py' -o -name '*.c' 2>/dev/null) pyproject.toml setup.py
 
 image: image-kbroker image-prometheus image-zookeeper
 	@docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep '^kbroker'

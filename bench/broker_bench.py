@@ -14,6 +14,7 @@ metric, each side's median and range over the rounds, the ratio of the medians, 
 range of the per-round ratios (each round's B over the same round's A); never asserts.
 
     python bench/broker_bench.py [--rounds 5] [--duration 8] [--no-tansu | --before PATH] [--no-consume]
+                                 [--compression-type gzip]
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def load(mode: str, bootstrap: str, pid: int, args, extra=()) -> dict:
 
 def run_kbroker(args, repo: Path = REPO) -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-bench-"))
-    broker = BrokerProcess(root / "data", port=free_port(), overrides={"log.retention.check.interval.ms": 3600000},
-                           repo=repo)
+    overrides = {"log.retention.check.interval.ms": 3600000}
+    if args.compression_type:  # the broker-level default every topic gets (a tree before issue 12 ignores it)
+        overrides["compression.type"] = args.compression_type
+    broker = BrokerProcess(root / "data", port=free_port(), overrides=overrides, repo=repo)
     try:
         broker.start()
         result = {"produce": load("produce", broker.bootstrap, broker.pid, args)}
@@ -110,6 +113,10 @@ def main() -> int:
     ap.add_argument("--before", type=Path, metavar="PATH",
                     help="compare with the kbroker of this checkout (before) instead of tansu")
     ap.add_argument("--no-consume", action="store_true", help="produce runs only")
+    ap.add_argument("--compression-type", default=None, metavar="CODEC",
+                    help="kbroker's broker-level compression.type (uncompressed, gzip, snappy, lz4, zstd, producer): "
+                         "the load generator sends uncompressed batches, so anything but producer/uncompressed "
+                         "measures the LogValidator's re-compression")
     args = ap.parse_args()
     if not LOAD.exists():
         print(f"the load generator is not at {LOAD}", file=sys.stderr)
@@ -140,7 +147,7 @@ def main() -> int:
             print(line, flush=True)
     print()
     print(f"medians [min-max] over {args.rounds} rounds (100-byte records, 148/batch, acks={args.acks}, 4 partitions, "
-          f"4 connections, depth 8)")
+          f"4 connections, depth 8{', compression.type=' + args.compression_type if args.compression_type else ''})")
     pair = names if len(names) == 2 else []
     if pair and pair[0] == "kbroker":  # the ratio is kbroker over its peer
         pair = pair[::-1]

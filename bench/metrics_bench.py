@@ -124,7 +124,7 @@ def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
     """µs of process CPU per request through KafkaConnection, metrics on and off, alternating."""
     import struct
 
-    from broker.metrics import ListenerStats, RequestMetrics
+    from broker.metrics import RequestMetrics
     from broker.network import KafkaConnection, SocketServer
     from protocol.client import SYSTEM_TIME
     from protocol.fast_codecs import encode_request_header
@@ -162,8 +162,6 @@ def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
         metrics = RequestMetrics() if metrics_on else None
         server = SocketServer(Answer(), max_request_size=1 << 20, max_inflight=100, metrics=metrics,
                               now=SYSTEM_TIME.nanoseconds)
-        if metrics_on:
-            server.listener_stats["PLAINTEXT"] = ListenerStats("PLAINTEXT")
         conn = KafkaConnection(server, "PLAINTEXT")
         conn.connection_made(Transport())
         t0 = time.process_time()
@@ -177,6 +175,86 @@ def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
         for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
             (on if side == "on" else off).append(run(side == "on"))
     return on, off
+
+
+def micro_produce(rounds: int, n: int = 5000) -> tuple[list[float], list[float]]:
+    """µs of process CPU per Produce (10 records, acks=1) through a whole broker in this
+    process — KafkaConnection, KafkaApis, ReplicaManager, Partition, Log — metrics on and off
+    (two combined nodes), alternating: the data path's metrics cost without the load generator,
+    the kernel or other processes in the figure."""
+    import asyncio
+
+    from broker.config import KafkaConfig
+    from broker.network import KafkaConnection
+    from controller.kafka_raft_server import KafkaRaftServer
+    from protocol.client import KafkaClient
+    from protocol.fast_codecs import encode_produce_request
+    from protocol.records import Record, build_batch
+
+    class Transport:
+        def write(self, data) -> None:
+            pass
+
+        def writelines(self, chunks) -> None:
+            pass
+
+        def get_extra_info(self, name, default=None):
+            return default
+
+        def set_write_buffer_limits(self, high=None, low=None) -> None:
+            pass
+
+        def pause_reading(self) -> None:
+            pass
+
+        def resume_reading(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    batch = bytes(build_batch([Record(value=b"v" * 100, timestamp=1)] * 10))
+    data = b"".join(b"".join(bytes(c) for c in encode_produce_request(7, i, "bench", 1, 30000, [("bench", [(0, batch)])]))
+                    for i in range(10))
+
+    async def main() -> tuple[list[float], list[float]]:
+        root = Path(tempfile.mkdtemp(prefix="kbroker-metrics-micro-"))
+        nodes = {}
+        try:
+            for side in ("on", "off"):
+                # The timed rounds hold the loop: no session may expire meanwhile.
+                node = KafkaRaftServer(KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(root / side),
+                                                    "metrics.enabled": str(side == "on").lower(),
+                                                    "broker.session.timeout.ms": 3_600_000}))
+                await node.startup()
+                nodes[side] = node
+                async with KafkaClient(f"127.0.0.1:{node.bound_port()}") as client:
+                    await client.create_topics([("bench", 1, 1, None)])
+
+            def run(side: str) -> float:
+                conn = KafkaConnection(nodes[side].broker.socket_server, "PLAINTEXT")
+                conn.connection_made(Transport())
+                t0 = time.process_time()
+                for _ in range(n // 10):
+                    conn.data_received(data)
+                return (time.process_time() - t0) / n * 1e6
+
+            on: list[float] = []
+            off: list[float] = []
+            for i in range(rounds):
+                for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                    (on if side == "on" else off).append(run(side))
+                    await asyncio.sleep(0.05)  # heartbeats and timers between rounds
+            for side, node in nodes.items():
+                log_ = node.broker.replica_manager.get_partition("bench", 0).log
+                assert log_.log_end_offset >= rounds * n * 10 // 10, (side, log_.log_end_offset)  # every produce landed
+            return on, off
+        finally:
+            for node in nodes.values():
+                await node.shutdown()
+            shutil.rmtree(root, ignore_errors=True)
+
+    return asyncio.run(main())
 
 
 def spread(values: list[float]) -> str:
@@ -205,6 +283,14 @@ def main() -> int:
         print(f"  metrics on  median {statistics.median(on):.2f} (range {spread(on)})")
         print(f"  metrics off median {statistics.median(off):.2f} (range {spread(off)})")
         print(f"  on minus off: median {statistics.median(diffs):+.2f} µs, per-round {spread(diffs)}\n", flush=True)
+        on, off = micro_produce(args.micro_rounds)
+        diffs = [a - b for a, b in zip(on, off)]
+        print(f"Produce (10 records of 100 B, acks=1) through a whole broker in process (connection, KafkaApis, "
+              f"ReplicaManager, Log), process CPU µs per request, {args.micro_rounds} alternating rounds:")
+        print(f"  metrics on  median {statistics.median(on):.2f} (range {spread(on)})")
+        print(f"  metrics off median {statistics.median(off):.2f} (range {spread(off)})")
+        print(f"  on minus off: median {statistics.median(diffs):+.2f} µs, per-round {spread(diffs)}; "
+              f"off/on {statistics.median(off) / statistics.median(on):.3f}\n", flush=True)
 
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     for i in range(args.rounds):

@@ -26,6 +26,7 @@ from protocol.errors import ErrorCode, KafkaError, RemoteProtocolError
 from protocol.fast_codecs import (decode_fetch_request, decode_produce_request, encode_fetch_response,
                               encode_produce_response, response_header)
 from protocol.messages import APIS, response_is_flexible
+from protocol.records import is_transactional_batch, produce_records_error
 from protocol.schema import Api, SchemaError
 
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
@@ -56,6 +57,24 @@ log = logging.getLogger("kbroker.apis")
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
+def _in_request_order(request_topics, results: list, denied: list[str], invalid: dict[tuple[str, int], int]) -> list:
+    """Produce results for every partition of the request, in its order: those appended
+    (``results``), those of ``denied`` topics, those refused before the log (``invalid``)."""
+    appended = {(t, r[0]): r for t, rs in results for r in rs}
+    out = []
+    for t, parts in request_topics:
+        rows = []
+        for p, _records in parts:
+            if t in denied:
+                rows.append([p, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1])
+            elif (t, p) in invalid:
+                rows.append([p, invalid[(t, p)], -1, -1, -1])
+            else:
+                rows.append(appended[(t, p)])
+        out.append((t, rows))
+    return out
 
 
 def frame_response(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
@@ -153,14 +172,42 @@ class KafkaApis:
         correlation_id = ctx.header.correlation_id
         topics = request.topics
         metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
+        # Kafka's ProduceRequest.validateRecords, per partition, before the log's validator.
+        invalid: dict[tuple[str, int], int] = {}
+        transactional = False
+        for t, parts in topics:
+            for p, records in parts:
+                problem = produce_records_error(version, records)
+                if problem is not None:
+                    if not invalid:  # one line per request
+                        log.warning("produce v%d from %s to %s-%d rejected: %s %s", version, ctx.peer, t, p,
+                                    problem[0].name, problem[1])
+                    invalid[(t, p)] = problem[0]
+                elif is_transactional_batch(records):
+                    transactional = True
+        if transactional:
+            # No transactional id, or one: either way this broker authorizes no transactional
+            # ids (transactions are not supported; InitProducerId answers the same).
+            log.warning("produce v%d from %s with transactional batches (transactional id %r) rejected: %s", version,
+                        ctx.peer, request.transactional_id, "transactions are not supported")
+            code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            results = [(t, [[p, code, -1, -1, -1] for p, _ in parts]) for t, parts in topics]
+            if metrics is not None:
+                for _t, parts in topics:
+                    for _p in parts:
+                        metrics.error(code)
+            if acks == 0:
+                ctx.close_connection(f"acks=0 produce failed: {code.name}")
+            else:
+                ctx.send_response(encode_produce_response(version, correlation_id, results))
+            return
         denied = [t for t, _ in topics if not self.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)]
-        if denied:
-            topics = [(t, parts) for t, parts in topics if t not in denied]
+        if denied or invalid:
+            topics = [(t, [(p, r) for p, r in parts if (t, p) not in invalid]) for t, parts in topics if t not in denied]
 
         def respond(results: list) -> None:
-            if denied:
-                results = results + [(t, [[p, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1] for p, _ in parts])
-                                     for t, parts in request.topics if t in denied]
+            if denied or invalid:
+                results = _in_request_order(request.topics, results, denied, invalid)
             if metrics is not None:
                 for _t, rs in results:
                     for r in rs:
@@ -634,14 +681,18 @@ class KafkaApis:
             grouped = [(ts.topic_name, ts.topic_id, ts.partition_states,
                         {c.name: c.value for c in ts.topic_configs} if version >= 6 else None)
                        for ts in req.topic_states]
+        deleted: list[tuple[str, int]] = []  # partitions of deleted topics: their committed offsets go too
         if req.get("type") == REQUEST_TYPE_FULL:
             named = {topic for topic, _id, _parts, _configs in grouped}
             for name in [t for t in cache.topics if t not in named]:
+                deleted += [(name, p) for p in cache.topics[name].partitions]
                 cache.remove_topic(name)
         changed_configs = []
         for topic, topic_id, parts, configs in grouped:
             for ps in parts:
                 if ps.leader == -2:  # LeaderDuringDelete: the topic is being deleted
+                    if cache.contains_partition(topic, ps.partition_index):
+                        deleted.append((topic, ps.partition_index))
                     cache.remove_partition(topic, ps.partition_index)
                     continue
                 cache.update_partition(topic, topic_id, PartitionInfo(
@@ -651,6 +702,8 @@ class KafkaApis:
             if info is not None and configs is not None and configs != info.configs:
                 info.configs = configs
                 changed_configs.append(topic)
+        if deleted and self.group_coordinator is not None:
+            self.group_coordinator.on_partitions_deleted(deleted)
         if changed_configs:
             log.info("topic config overrides changed: %s", ", ".join(
                 f"{t} {cache.topics[t].configs or '{}'}" for t in changed_configs))

@@ -131,6 +131,9 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.flush.offset.checkpoint.interval.ms", "int", 60000, low=0),
     _k("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, low=0),
     _k("log.message.timestamp.type", "string", "CreateTime", choices=("CreateTime", "LogAppendTime")),
+    _k("compression.type", "string", "producer", "the codec batches are stored in by default (a topic's "
+       "compression.type overrides it); 'producer' keeps each batch's own",
+       choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
     _k("min.insync.replicas", "int", 1, low=1),
     _k("unclean.leader.election.enable", "bool", False),
     _k("replica.lag.time.max.ms", "long", 30000, low=1),
@@ -192,7 +195,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "background.threads", "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",
-    "compression.type", "socket.listen.backlog.size", "max.connections",
+    "socket.listen.backlog.size", "max.connections",
     "log.preallocate", "log.cleaner.threads", "confluent.support.metrics.enable",
 })
 
@@ -427,6 +430,7 @@ class KafkaConfig:
             "retention.ms": str(self.retention_ms),
             "max.message.bytes": str(v["message.max.bytes"]),
             "message.timestamp.type": v["log.message.timestamp.type"],
+            "compression.type": v["compression.type"],
             "flush.messages": str(v["log.flush.interval.messages"]),
             "flush.ms": str(self.flush_interval_ms),
             "min.insync.replicas": str(v["min.insync.replicas"]),
@@ -473,16 +477,12 @@ def validate_topic_name(name: str) -> str | None:
 
 def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) -> str | None:
     """The reason a topic's config overrides are invalid (Kafka's INVALID_CONFIG), or None:
-    names kbroker neither acts on nor accepts passively, compression.type other than
-    'producer', or values storage.LogConfig rejects."""
+    names kbroker neither acts on nor accepts passively, or values storage.LogConfig rejects."""
     from storage import LogConfig
 
     known = set(LogConfig().to_topic_properties())
-    for key, value in configs.items():
-        if key == "compression.type":
-            if value != "producer":
-                return "compression.type: kbroker stores batches as produced; only 'producer' is supported"
-        elif key not in known and key not in PASSIVE_TOPIC_CONFIGS:
+    for key in configs:
+        if key not in known and key not in PASSIVE_TOPIC_CONFIGS:
             return f"Unknown topic config name: {key}"
     if configs.get("unclean.leader.election.enable", "false").strip().lower() not in ("true", "false"):
         return "unclean.leader.election.enable: expected true or false"

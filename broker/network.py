@@ -186,7 +186,10 @@ class KafkaConnection(asyncio.Protocol):
         self._t_read = 0
         self._t_cursor = 0
         self._paused_at = 0  # when reading paused (flow control), for the paused-time metric
-        self.lstats: ListenerStats | None = server.listener_stats.get(listener_name)
+        lstats = server.listener_stats.get(listener_name)
+        if lstats is None and server.metrics is not None:  # a listener start() did not open (tests)
+            lstats = server.listener_stats[listener_name] = ListenerStats(listener_name)
+        self.lstats: ListenerStats | None = lstats
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -290,9 +293,12 @@ class KafkaConnection(asyncio.Protocol):
             self.close("internal error")
             return
         if metrics is not None:
-            self._t_cursor = t = self._now()
-            if not slot.t_local:
-                slot.t_local = t  # parked (a purgatory) or answered later
+            if slot.t_ready:  # answered while its handler ran: that reading is when it was done
+                self._t_cursor = slot.t_ready
+            else:
+                self._t_cursor = t = self._now()
+                if not slot.t_local:
+                    slot.t_local = t  # parked (a purgatory) or answered later
         if not slot.done:
             self._update_reading()
 

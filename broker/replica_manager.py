@@ -249,7 +249,9 @@ class ReplicaManager:
                         pd.aborted_transactions = []
                 except KafkaError as exc:
                     pd.error_code = exc.error_code
-                    pd.records = None
+                    # Kafka answers a partition error with empty records (MemoryRecords.EMPTY),
+                    # never null: librdkafka rejects a whole response holding a -1 MessageSetSize.
+                    pd.records = b""
                     if exc.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                         p = self.partitions.get((topic, fp.partition))
                         if p is not None and p.log is not None:
@@ -258,7 +260,7 @@ class ReplicaManager:
                 except Exception:
                     log.exception("unexpected error reading %s-%d", topic, fp.partition)
                     pd.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
-                    pd.records = None
+                    pd.records = b""
                 topic_out.append(pd)
             out.append((topic, topic_out))
         return out

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from broker.config import ConfigError, KafkaConfig, read_properties
+from broker.metrics import RequestMetrics
 from broker.metrics_endpoint import ProcessMetrics
 from broker.network import SocketServer
 from protocol.client import DEFAULT_NETWORK, Network
@@ -101,9 +102,17 @@ class ControllerServer:
             if self.metrics is not None and self.metrics.enabled:
                 self.metrics.registry.register(ControllerCollector(lambda: self.controller))
             self.apis = ControllerApis(self.controller)
+            # A controller alone keeps request metrics of its own (heartbeats, registrations,
+            # AlterPartition); in a combined node the broker's are the process's.
+            request_metrics = (RequestMetrics() if self.metrics is not None and self.metrics.enabled
+                               and "broker" not in cfg.process_roles else None)
             self.socket_server = SocketServer(
                 self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
-                send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"])
+                send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
+                metrics=request_metrics, now=self.time.nanoseconds)
+            if request_metrics is not None:
+                self.metrics.registry.register(request_metrics)
+                self.metrics.registry.register(self.socket_server)
             for ep in cfg.controller_listeners:
                 port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
                 self.bound_ports[ep.listener_name] = port

@@ -53,10 +53,10 @@ def _snappy_compress(data: bytes) -> bytes:
     return b"".join(out)
 
 
-def _snappy_decompress(data: bytes) -> bytes:
+def _snappy_decompress(data: bytes, max_size: int | None = None) -> bytes:
     if not bytes(data[:8]) == _XERIAL_MAGIC:
         return bytes(cramjam.snappy.decompress_raw(bytes(data)))
-    pos, end, out = 16, len(data), []
+    pos, end, out, total = 16, len(data), [], 0
     while pos < end:
         if pos + 4 > end:
             raise ValueError("truncated xerial snappy block header")
@@ -64,7 +64,18 @@ def _snappy_decompress(data: bytes) -> bytes:
         pos += 4
         if size < 0 or pos + size > end:
             raise ValueError("xerial snappy block runs past the data")
-        out.append(bytes(cramjam.snappy.decompress_raw(bytes(data[pos:pos + size]))))
+        block = bytes(data[pos:pos + size])
+        if max_size is not None:
+            try:
+                total += cramjam.snappy.decompress_raw_len(block)  # read from the block's header
+            except Exception as exc:
+                raise ValueError(f"snappy data does not decompress: {exc}") from exc
+            if total > max_size:
+                raise ValueError(f"snappy data decompresses to more than {max_size} bytes")
+        try:
+            out.append(bytes(cramjam.snappy.decompress_raw(block)))
+        except Exception as exc:
+            raise ValueError(f"snappy data does not decompress: {exc}") from exc
         pos += size
     return b"".join(out)
 
@@ -81,6 +92,44 @@ def compress(codec: Compression, data: bytes) -> bytes:
     if codec == Compression.ZSTD:
         return bytes(cramjam.zstd.compress(bytes(data)))
     raise ValueError(f"unknown compression codec {codec}")
+
+
+def _too_small(exc: Exception) -> bool:
+    """cramjam's complaint when a ``decompress_into`` output buffer is too small."""
+    text = str(exc)
+    return "whole buffer" in text or "smaller than required" in text
+
+
+def decompress_bounded(codec: Compression | int, data: bytes | memoryview, max_size: int) -> bytes:
+    """``decompress``, refusing (ValueError) data that decompresses to more than ``max_size``
+    bytes without ever holding more: a small compressed batch can expand to gigabytes (a
+    decompression bomb). Decompresses into a buffer that grows 8x per try, up to the limit."""
+    codec = Compression(codec)
+    if codec == Compression.NONE:
+        return bytes(data)
+    raw = bytes(data)
+    if codec == Compression.SNAPPY and raw[:8] == _XERIAL_MAGIC:
+        return _snappy_decompress(raw, max_size)
+    into = {Compression.GZIP: cramjam.gzip.decompress_into, Compression.LZ4: cramjam.lz4.decompress_into,
+            Compression.ZSTD: cramjam.zstd.decompress_into, Compression.SNAPPY: cramjam.snappy.decompress_raw_into}[codec]
+    size = min(max_size, max(64 * 1024, 8 * len(raw)))
+    while True:
+        out = bytearray(size + 1)  # one spare byte: a result that fills ``size`` exactly is not cut short
+        try:
+            n = into(raw, out)
+        except Exception as exc:  # cramjam's DecompressionError
+            if _too_small(exc) and size < max_size:
+                size = min(max_size, size * 8)
+                continue
+            if _too_small(exc):
+                raise ValueError(f"{codec.name.lower()} data decompresses to more than {max_size} bytes") from None
+            raise ValueError(f"{codec.name.lower()} data does not decompress: {exc}") from exc
+        if n > size:
+            if size >= max_size:
+                raise ValueError(f"{codec.name.lower()} data decompresses to more than {max_size} bytes")
+            size = min(max_size, size * 8)
+            continue
+        return bytes(memoryview(out)[:n])
 
 
 def decompress(codec: Compression | int, data: bytes | memoryview) -> bytes:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple, Sequence
 from crc32c import crc32c
 
 from .compression import Compression, compress, decompress
-from .errors import CorruptRecordError, InvalidRecordError
+from .errors import CorruptRecordError, ErrorCode, InvalidRecordError
 
 if TYPE_CHECKING:
     import mmap
@@ -199,6 +199,37 @@ def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True, com
         raise InvalidRecordError(
             f"batch at byte {pos}: recordsCount {h.records_count} disagrees with lastOffsetDelta {h.last_offset_delta}")
     return h
+
+
+ZSTD_MIN_PRODUCE_VERSION = 7  # KIP-110
+
+
+def produce_records_error(version: int, records: Buffer | None) -> tuple[ErrorCode, str] | None:
+    """Kafka's ProduceRequest.validateRecords for one partition of a v3+ Produce, from the
+    first batch's header bytes alone: (error, message), or None when the records may go on
+    to the log's validator. A v3+ request carries exactly one magic-2 batch per partition;
+    zstd needs v7 (UNSUPPORTED_COMPRESSION_TYPE). Short or overlong batches are left to
+    ``check_batch`` (CORRUPT_MESSAGE)."""
+    if records is None or len(records) < HEADER_SIZE:
+        if records is not None and len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
+            return ErrorCode.INVALID_RECORD, f"magic {records[MAGIC_OFFSET]}: Produce v{version} allows only magic 2"
+        if records is None or len(records) == 0:
+            return ErrorCode.INVALID_RECORD, f"Produce v{version} must carry a record batch for each partition"
+        return None
+    magic = records[MAGIC_OFFSET]
+    if magic != 2:
+        return ErrorCode.INVALID_RECORD, f"magic {magic}: Produce v{version} allows only magic 2"
+    if version < ZSTD_MIN_PRODUCE_VERSION and records[ATTRIBUTES_OFFSET + 1] & CODEC_MASK == 4:
+        return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Produce v{version} may not use zstd (v7 and above may)"
+    (length,) = _I32.unpack_from(records, LENGTH_OFFSET)
+    if HEADER_SIZE <= length + LOG_OVERHEAD < len(records):
+        return ErrorCode.INVALID_RECORD, f"Produce v{version} allows exactly one record batch per partition"
+    return None
+
+
+def is_transactional_batch(records: Buffer | None) -> bool:
+    """Whether the first batch of ``records`` has the transactional attribute (bit 4)."""
+    return records is not None and len(records) >= HEADER_SIZE and bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
 
 
 def iter_batch_headers(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:

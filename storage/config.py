@@ -15,6 +15,10 @@ from typing import Any
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# Kafka's BrokerCompressionType: "producer" keeps each batch's codec, any other name is the
+# codec every batch is stored in (re-compressed by the LogValidator when it arrives in another).
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_CODEC_IDS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # the batch attribute's codec bits
 
 # key -> (smallest allowed, largest allowed); Kafka's ConfigDef ranges where it has one.
 _INT_RANGES: dict[str, tuple[int, int]] = {
@@ -54,6 +58,7 @@ class LogConfig:
     retention_ms: int = 604800000
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
+    compression_type: str = "producer"
     flush_messages: int = INT64_MAX
     flush_ms: int = INT64_MAX
     min_insync_replicas: int = 1
@@ -79,6 +84,15 @@ class LogConfig:
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(f"message.timestamp.type: {self.message_timestamp_type!r} is not one of "
                              f"{', '.join(TIMESTAMP_TYPES)}")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"compression.type: {self.compression_type!r} is not one of {', '.join(COMPRESSION_TYPES)}")
+
+    @property
+    def target_codec(self) -> int | None:
+        """The codec id batches are stored in, or None for "producer" (as they come)."""
+        if self.compression_type == "producer":
+            return None
+        return _CODEC_IDS[self.compression_type]
 
     @property
     def compact(self) -> bool:
@@ -106,7 +120,7 @@ class LogConfig:
         changes: dict[str, Any] = {}  # field name -> value: fields chosen by name at run time
         for key, raw in props.items():
             name = key.replace(".", "_")
-            if name in ("message_timestamp_type", "cleanup_policy"):
+            if name in ("message_timestamp_type", "compression_type", "cleanup_policy"):
                 changes[name] = ",".join(p.strip() for p in str(raw).split(",")) if name == "cleanup_policy" \
                     else str(raw).strip()
             elif name == "min_cleanable_dirty_ratio":

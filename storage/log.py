@@ -2,9 +2,10 @@
 
 Layout: ``<log.dir>/<topic>-<partition>/`` holds ``<20-digit base offset>.log``,
 ``.index`` and ``.timeindex`` per segment and the ``leader-epoch-checkpoint``. The unit
-stored is a RecordBatch v2, validated at the batch level (framing, magic, CRC-32C,
-lastOffsetDelta vs count, size) and otherwise opaque: records are never decoded on the
-append or read path. The leader stamps offsets and its epoch into the header (outside the
+stored is a RecordBatch v2. A client's batches are checked record by record before
+anything is written (log_validator.py, Kafka's LogValidator); followers' and the loader's
+at the batch level (framing, magic, CRC-32C, lastOffsetDelta vs count, size). Records are
+never decoded on the read path. The leader stamps offsets and its epoch into the header (outside the
 CRC) and, for LogAppendTime topics, the max timestamp (CRC recomputed).
 
 Reads are zero-copy views of one segment's mapping. Offsets below ``log_start_offset`` or
@@ -44,6 +45,7 @@ from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import LeaderEpochFileCache
 from .log_loader import LoadedLog, LogLoader, rebuild_producer_state
+from .log_validator import validate_client_batches
 from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
 from .checkpoint import fsync_dir
 from .segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, file_name
@@ -237,7 +239,8 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
-        """Validate, assign offsets (and the LogAppendTime when configured) and append.
+        """Validate (log_validator.py: every batch and every record in it), assign offsets
+        (and the LogAppendTime when configured) and append.
 
         ``records`` is patched in place when writable, else copied once. One bad batch
         rejects the request and nothing is written: CorruptRecordError (CORRUPT_MESSAGE),
@@ -256,8 +259,15 @@ class Log:
             buf = records
         else:
             buf = bytearray(records)
-        batches = self._validate(buf, check_message_size=True)
-        log_append_time = self.time.milliseconds() if self.config.log_append_time else -1
+        config = self.config
+        if len(buf) > config.segment_bytes:
+            raise RecordListTooLargeError(f"{self.topic}-{self.partition}: {len(buf)} bytes of batches exceed "
+                                          f"segment.bytes {config.segment_bytes}")
+        buf, batches = validate_client_batches(buf, max_message_bytes=config.max_message_bytes,
+                                               log_append_time=config.log_append_time,
+                                               target_codec=config.target_codec, require_keys=config.compact,
+                                               where=f"{self.topic}-{self.partition}")
+        log_append_time = self.time.milliseconds() if config.log_append_time else -1
         offset = self.log_end_offset
         written = []
         idempotent = False

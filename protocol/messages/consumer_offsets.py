@@ -62,6 +62,47 @@ OFFSET_COMMIT_VALUE_EXPIRING_VERSION = 1  # the one version with expire_timestam
 GROUP_METADATA_VALUE_VERSION = 3
 
 _VERSION = struct.Struct(">h")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class _Reader:
+    """A cursor over the non-flexible layouts of the hot records (offset commit keys and
+    values: a coordinator loading a partition reads one of each per commit): the same bytes
+    the construct schemas read, without their per-field overhead."""
+
+    __slots__ = ("data", "pos", "what")
+
+    def __init__(self, data: Buffer, what: str) -> None:
+        self.data = data
+        self.pos = 2
+        self.what = what
+
+    def _need(self, n: int) -> int:
+        pos = self.pos
+        if n < 0 or pos + n > len(self.data):
+            raise SchemaError(f"{self.what}: truncated at byte {pos}")
+        self.pos = pos + n
+        return pos
+
+    def int32(self) -> int:
+        value: int = _I32.unpack_from(self.data, self._need(4))[0]
+        return value
+
+    def int64(self) -> int:
+        value: int = _I64.unpack_from(self.data, self._need(8))[0]
+        return value
+
+    def string(self) -> str:
+        (n,) = _I16.unpack_from(self.data, self._need(2))
+        if n < 0:
+            raise SchemaError(f"{self.what}: null string where one is required")
+        pos = self._need(n)
+        try:
+            return bytes(self.data[pos:pos + n]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SchemaError(f"{self.what}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +138,21 @@ def _read_version(data: Buffer, what: str) -> int:
     return version
 
 
+def _string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    if len(data) > 32767:
+        raise SchemaError(f"string of {len(data)} bytes is longer than 32767")
+    return _I16.pack(len(data)) + data
+
+
+# Written by hand (one key and one value per committed partition): the bytes the schemas build.
+_KEY_V1 = _VERSION.pack(OFFSET_COMMIT_KEY_VERSION)
+_VALUE_V3 = _VERSION.pack(OFFSET_COMMIT_VALUE_VERSION)
+_VALUE_V1 = _VERSION.pack(OFFSET_COMMIT_VALUE_EXPIRING_VERSION)
+
+
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    return _prefixed(OFFSET_COMMIT_KEY, OFFSET_COMMIT_KEY_VERSION,
-                     {"group": group, "topic": topic, "partition": partition})
+    return _KEY_V1 + _string(group) + _string(topic) + _I32.pack(partition)
 
 
 def group_metadata_key(group: str) -> bytes:
@@ -109,8 +162,8 @@ def group_metadata_key(group: str) -> bytes:
 def read_message_key(data: Buffer) -> BaseKey:
     version = _read_version(data, "__consumer_offsets key")
     if OFFSET_COMMIT_KEY.min_version <= version <= OFFSET_COMMIT_KEY.max_version:
-        key = OFFSET_COMMIT_KEY.parse(version, data, 2)
-        return OffsetKey(key.group, key.topic, key.partition)
+        r = _Reader(data, "OffsetCommitKey")  # v0 and v1 share one layout
+        return OffsetKey(r.string(), r.string(), r.int32())
     if GROUP_METADATA_KEY.min_version <= version <= GROUP_METADATA_KEY.max_version:
         return GroupMetadataKey(GROUP_METADATA_KEY.parse(version, data, 2).group)
     return UnknownKey(version)
@@ -119,10 +172,9 @@ def read_message_key(data: Buffer) -> BaseKey:
 def offset_commit_value(offset: int, leader_epoch: int, metadata: str, commit_timestamp: int,
                         expire_timestamp: int | None = None) -> bytes:
     """Version 3, or version 1 (which has no leader epoch) when an expire timestamp is given."""
-    value = {"offset": offset, "leader_epoch": leader_epoch, "metadata": metadata,
-             "commit_timestamp": commit_timestamp, "expire_timestamp": -1 if expire_timestamp is None else expire_timestamp}
-    version = OFFSET_COMMIT_VALUE_VERSION if expire_timestamp is None else OFFSET_COMMIT_VALUE_EXPIRING_VERSION
-    return _prefixed(OFFSET_COMMIT_VALUE, version, value)
+    if expire_timestamp is None:
+        return _VALUE_V3 + _I64.pack(offset) + _I32.pack(leader_epoch) + _string(metadata) + _I64.pack(commit_timestamp)
+    return _VALUE_V1 + _I64.pack(offset) + _string(metadata) + _I64.pack(commit_timestamp) + _I64.pack(expire_timestamp)
 
 
 def read_offset_commit_value(data: Buffer) -> Container:
@@ -131,6 +183,15 @@ def read_offset_commit_value(data: Buffer) -> Container:
     version = _read_version(data, "OffsetCommitValue")
     if not OFFSET_COMMIT_VALUE.min_version <= version <= OFFSET_COMMIT_VALUE.max_version:
         raise SchemaError(f"unknown offset commit value version {version}")
+    if version <= 3:  # the non-flexible layouts, read by hand (the hot path of loading)
+        r = _Reader(data, "OffsetCommitValue")
+        offset = r.int64()
+        leader_epoch = r.int32() if version >= 3 else -1
+        metadata = r.string()
+        commit_timestamp = r.int64()
+        expire_timestamp = r.int64() if version == 1 else -1
+        return Container(offset=offset, leader_epoch=leader_epoch, metadata=metadata, commit_timestamp=commit_timestamp,
+                         expire_timestamp=expire_timestamp, version=version)
     value = OFFSET_COMMIT_VALUE.parse(version, data, 2)
     value.version = version
     return value

@@ -154,6 +154,8 @@ def test_topic_validation_shared_by_broker_and_controller():
     assert validate_topic_configs({"retention.ms": "1000", "cleanup.policy": "delete"}, defaults) is None
     assert validate_topic_configs({"no.such": "1"}, defaults) == "Unknown topic config name: no.such"
     assert "segment.bytes" in validate_topic_configs({"segment.bytes": "1"}, defaults)
-    assert "compression.type" in validate_topic_configs({"compression.type": "gzip"}, defaults)
-    assert validate_topic_configs({"compression.type": "producer"}, defaults) is None
+    for codec in ("uncompressed", "gzip", "snappy", "lz4", "zstd", "producer"):  # Kafka's six
+        assert validate_topic_configs({"compression.type": codec}, defaults) is None
+    assert "compression.type" in validate_topic_configs({"compression.type": "GZIP"}, defaults)
+    assert "compression.type" in validate_topic_configs({"compression.type": "none"}, defaults)
     assert "unclean" in validate_topic_configs({"unclean.leader.election.enable": "maybe"}, defaults)

@@ -14,8 +14,10 @@ closes it cleanly (commit, LeaveGroup). One line per event on stdout:
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
+import threading
 
 CLIENT, BOOTSTRAP, GROUP, TOPIC = sys.argv[1:5]
 SESSION_MS = 6000
@@ -34,6 +36,23 @@ def stop(*_args) -> None:
 
 
 signal.signal(signal.SIGTERM, stop)
+
+# A member whose test died (killed, timed out) must not outlive it: a client left polling a
+# broker that is gone spins on reconnects for ever. Exit when the parent changes, or after
+# MAX_LIFETIME_S in any case (every test that starts members ends well before that).
+PARENT = os.getppid()
+MAX_LIFETIME_S = 600.0
+
+
+def _watchdog() -> None:
+    waited = 0.0
+    while os.getppid() == PARENT and waited < MAX_LIFETIME_S:
+        threading.Event().wait(0.5)
+        waited += 0.5
+    os._exit(3)
+
+
+threading.Thread(target=_watchdog, daemon=True).start()
 
 
 def run_kafka_python() -> None:

@@ -361,3 +361,26 @@ def test_the_cleaner_keeps_one_offset_record_per_key_and_offsets_read_back_after
     assert node.stop() == 0
     node.start()
     assert committed(node.bootstrap, "cg", "ct") == {p: last[p] for p in range(5)} | {5: -1001}
+
+
+def test_deleting_a_topic_drops_its_committed_offsets(node):
+    from confluent_kafka import Consumer as CKConsumer
+
+    create_topic(node.bootstrap, "gone", 2)
+    create_topic(node.bootstrap, "stays", 1)
+    c = CKConsumer({"bootstrap.servers": node.bootstrap, "group.id": "dg", "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition("gone", 0, 5), TopicPartition("gone", 1, 6), TopicPartition("stays", 0, 7)],
+                 asynchronous=False)
+        assert [tp.offset for tp in c.committed([TopicPartition("gone", 0), TopicPartition("stays", 0)], 30)] == [5, 7]
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        for f in admin.delete_topics(["gone"], operation_timeout=30).values():
+            f.result(30)
+        deadline = time.monotonic() + 30
+        while c.committed([TopicPartition("gone", 0)], 30)[0].offset != -1001:
+            assert time.monotonic() < deadline, "the deleted topic's offsets are still committed"
+            time.sleep(0.1)
+        assert c.committed([TopicPartition("stays", 0)], 30)[0].offset == 7
+    finally:
+        c.close()
+    assert "Removed 2 offsets associated with deleted partitions" in node.log_text()

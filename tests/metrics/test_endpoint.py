@@ -231,6 +231,10 @@ def test_the_controller_process_reports_brokers_partitions_and_its_event_queue(t
         assert sample("kafka_controller_kafkacontroller_fencedbrokercount") == 0
         assert sample("kafka_controller_controllereventmanager_eventqueuetime_seconds_count") > 0
         assert sample("kafka_controller_kafkacontroller_metadatalogsize_bytes") > 0
+        # a controller alone keeps its own request metrics
+        assert sample("kafka_network_requestmetrics_requests_total", request="BrokerHeartbeat", version="1") > 0
+        assert sample("kafka_network_requestmetrics_totaltime_seconds_count", request="BrokerRegistration") >= 2
+        assert sample("kafka_server_socket_server_metrics_connections", listener="CONTROLLER") >= 2
         cluster.brokers[2].kill()
         wait_until(lambda: sample("kafka_controller_kafkacontroller_fencedbrokercount") == 1, 20,
                    what="broker 2 fenced")

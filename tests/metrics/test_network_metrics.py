@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from broker.metrics import ListenerStats, RequestMetrics
+from broker.metrics import RequestMetrics
 from broker.network import KafkaConnection, SocketServer
 from protocol.clock import MockTime
 from tests.broker.test_network import FakeApis, MockTransport, request
@@ -19,7 +19,6 @@ def make(max_inflight=10):
     metrics = RequestMetrics()
     server = SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=max_inflight, metrics=metrics,
                           now=time.nanoseconds)
-    server.listener_stats["PLAINTEXT"] = ListenerStats("PLAINTEXT")
     conn = KafkaConnection(server, "PLAINTEXT")
     transport = MockTransport()
     conn.connection_made(transport)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, strategies as st
 
 from protocol.messages import consumer_offsets as CO, consumer_protocol as CP
 from protocol.schema import SchemaError
@@ -203,3 +203,39 @@ def test_bad_consumer_protocol_bytes_raise(data) -> None:
         CP.decode_subscription(data)
     with pytest.raises(SchemaError):
         CP.subscribed_topics(data)
+
+
+@given(st.integers(0, 3), st.integers(-2**63, 2**63 - 1), st.integers(-2**31, 2**31 - 1), st.text(max_size=20),
+       st.integers(-2**63, 2**63 - 1), st.integers(-2**63, 2**63 - 1))
+def test_the_hand_read_offset_commit_values_match_the_schema(version, offset, epoch, metadata, commit_ts, expire_ts):
+    """Loading reads OffsetCommitValue v0-3 by hand: the same values as the construct schema."""
+    value = {"offset": offset, "leader_epoch": epoch, "metadata": metadata, "commit_timestamp": commit_ts,
+             "expire_timestamp": expire_ts}
+    data = i16(version) + CO.OFFSET_COMMIT_VALUE.build(version, value)
+    fast = CO.read_offset_commit_value(data)
+    slow = CO.OFFSET_COMMIT_VALUE.parse(version, data, 2)
+    for name in ("offset", "leader_epoch", "metadata", "commit_timestamp", "expire_timestamp"):
+        assert fast[name] == slow[name], name
+    for cut in range(2, len(data)):
+        with pytest.raises(SchemaError):
+            CO.read_offset_commit_value(data[:cut])
+
+
+@given(st.integers(0, 1), st.text(max_size=30), st.text(max_size=30), st.integers(-2**31, 2**31 - 1))
+def test_the_hand_read_offset_commit_keys_match_the_schema(version, group, topic, partition):
+    data = i16(version) + CO.OFFSET_COMMIT_KEY.build(version, {"group": group, "topic": topic, "partition": partition})
+    assert CO.read_message_key(data) == CO.OffsetKey(group, topic, partition)
+
+
+@given(st.text(max_size=30), st.text(max_size=30), st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1),
+       st.integers(-2**31, 2**31 - 1), st.text(max_size=20), st.integers(-2**63, 2**63 - 1),
+       st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)))
+def test_the_hand_written_offset_records_are_the_schemas_bytes(group, topic, partition, offset, epoch, metadata,
+                                                               commit_ts, expire_ts):
+    assert CO.offset_commit_key(group, topic, partition) == i16(1) + CO.OFFSET_COMMIT_KEY.build(
+        1, {"group": group, "topic": topic, "partition": partition})
+    version = 3 if expire_ts is None else 1
+    assert CO.offset_commit_value(offset, epoch, metadata, commit_ts, expire_ts) == i16(version) + \
+        CO.OFFSET_COMMIT_VALUE.build(version, {"offset": offset, "leader_epoch": epoch, "metadata": metadata,
+                                               "commit_timestamp": commit_ts,
+                                               "expire_timestamp": -1 if expire_ts is None else expire_ts})
