@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz clean lint typecheck loadtest
+.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz clean lint typecheck loadtest test-images image image-kbroker image-prometheus image-zookeeper
 
 # setup.py builds the one C helper (storage/_record_walk.c, the produce path's record walk) in place.
 $(STAMP): pyproject.toml setup.py storage/_record_walk.c
@@ -48,8 +48,18 @@ test-deps: $(TSTAMP) kcat zookeeper prometheus
 run: $(STAMP)
 	$(VENV)/bin/kbroker serve -c config/server.properties
 
-test: test-deps typecheck
+test: test-deps typecheck test-images
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# tests/deploy (marker docker) start docker-compose.yml: with a Docker engine answering, build
+# the images (cached on the machine: seconds) and install Debian's docker-compose if missing;
+# without one, say that those tests will be skipped.
+test-images:
+	@if docker info >/dev/null 2>&1; then \
+	  command -v docker-compose >/dev/null 2>&1 || { echo "installing docker-compose (Debian package)"; \
+	    $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq docker-compose >/dev/null; }; \
+	  $(MAKE) --no-print-directory image; \
+	else echo "make test: the Docker engine does not answer (docker info failed): tests/deploy will be skipped"; fi
 
 # Long soaks / crash loops (not in CI).
 soak: test-deps
@@ -75,6 +85,44 @@ typecheck: $(TSTAMP)
 lint: $(STAMP) typecheck
 	$(PIP) install --quiet ruff
 	$(VENV)/bin/ruff check --select E,F,W protocol storage broker controller cli bench tests
+
+# ---------------------------------------------------------------------------------------------
+# Docker images, built with no image registry: each base is a Debian bookworm root file system
+# made with debootstrap and `docker import`ed (deploy/docker/base-image.sh); steps whose result
+# exists are skipped (the base images, the dependency wheels, an unchanged kbroker wheel; docker
+# build's own cache for the rest), so a second `make image` takes seconds.
+DOCKER_BUILD := DOCKER_BUILDKIT=0 docker build -q
+WHEELS       := build/wheels
+ROOTFS       := build/docker
+SOURCES      := $(shell find protocol storage broker controller loadgen cli -name '*.py' -o -name '*.c' 2>/dev/null) pyproject.toml setup.py
+
+image: image-kbroker image-prometheus image-zookeeper
+	@docker image ls --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep '^kbroker'
+
+# The project's dependencies as wheels (cp311, Debian's python3 in the base is 3.11).
+$(WHEELS)/deps/.complete: pyproject.toml | $(STAMP)
+	rm -rf $(WHEELS)/deps && mkdir -p $(WHEELS)/deps
+	$(PIP) wheel --quiet -w $(WHEELS)/deps .
+	rm -f $(WHEELS)/deps/kbroker-*.whl
+	touch $@
+
+# kbroker's own wheel, rebuilt when a source file changed.
+$(WHEELS)/kbroker/.complete: $(SOURCES) | $(STAMP)
+	rm -rf $(WHEELS)/kbroker && mkdir -p $(WHEELS)/kbroker
+	$(PIP) wheel --quiet --no-deps -w $(WHEELS)/kbroker .
+	touch $@
+
+image-kbroker: $(WHEELS)/deps/.complete $(WHEELS)/kbroker/.complete
+	deploy/docker/base-image.sh kbroker-base:bookworm $(ROOTFS)/rootfs-kbroker python3,python3-venv,netbase
+	$(DOCKER_BUILD) --build-arg BASE=kbroker-base:bookworm -t kbroker:latest . >/dev/null
+
+image-prometheus:
+	deploy/docker/base-image.sh kbroker-prometheus-base:bookworm $(ROOTFS)/rootfs-prometheus prometheus
+	$(DOCKER_BUILD) -t kbroker-prometheus:latest deploy/docker/prometheus >/dev/null
+
+image-zookeeper:
+	deploy/docker/base-image.sh kbroker-zookeeper-base:bookworm $(ROOTFS)/rootfs-zookeeper openjdk-17-jre-headless,libzookeeper-java
+	$(DOCKER_BUILD) -t kbroker-zookeeper:latest deploy/docker/zookeeper >/dev/null
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis .mypy_cache

@@ -8,6 +8,7 @@
     kbroker groups list | describe -g G | delete -g G | reset-offsets -g G -t T --to-... [--execute]
     kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
+    kbroker health [-b HOST:PORT] [--timeout-ms MS]
     kbroker dump-log FILE [--print-records]
     kbroker record --listen HOST:PORT --upstream HOST:PORT --out DIR
     kbroker loadgen synth|replay|demo ...
@@ -75,13 +76,16 @@ def local_command(commands: Subcommands, name: str, run: str, help: str) -> argp
     return sub
 
 
-def client_command(commands: Subcommands, name: str, run: str, help: str) -> argparse.ArgumentParser:
+def client_command(commands: Subcommands, name: str, run: str, help: str, *,
+                   bootstrap_default: str | None = None, bare: bool = False) -> argparse.ArgumentParser:
     """A Kafka client command: takes -b/--bootstrap-server, and ``run`` ("module:function", a
-    coroutine function) gets a connected ``KafkaClient`` and the args."""
+    coroutine function) gets a connected ``KafkaClient`` and the args — or, when ``bare``, only
+    the args (it opens its own connections)."""
     sub = commands.add_parser(name, help=help)
-    sub.add_argument("-b", "--bootstrap-server", default=os.environ.get(BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP),
+    default = os.environ.get(BOOTSTRAP_ENV, bootstrap_default or DEFAULT_BOOTSTRAP)
+    sub.add_argument("-b", "--bootstrap-server", default=default,
                      help="host:port[,host:port...] (default $KBROKER_BOOTSTRAP_SERVER or %(default)s)")
-    sub.set_defaults(run=run, client=True)
+    sub.set_defaults(run=run, client=True, bare=bare)
     return sub
 
 
@@ -223,6 +227,14 @@ def _add_cluster(commands: Subcommands) -> None:
                        help="unclean election: a leaderless partition gets any live replica (may lose records)")
 
 
+def _add_health(commands: Subcommands) -> None:
+    from cli.health import own_listener
+    health = client_command(commands, "health", "cli.health:run",
+                            "exit 0 if the broker or controller answers ApiVersions, 1 if not (the image's HEALTHCHECK)",
+                            bootstrap_default=own_listener(os.environ), bare=True)
+    health.add_argument("--timeout-ms", type=int, default=5000, help="give up after this long (default %(default)s)")
+
+
 def _add_dump_log(commands: Subcommands) -> None:
     dump_log = local_command(commands, "dump-log", "cli.dump_log:run", "print the batches of a .log segment file")
     dump_log.add_argument("file")
@@ -274,7 +286,7 @@ def _add_loadgen(commands: Subcommands) -> None:
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
     _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_groups, _add_metadata, _add_cluster,
-    _add_dump_log, _add_record, _add_loadgen]
+    _add_health, _add_dump_log, _add_record, _add_loadgen]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -305,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         run = resolve(args.run)
         if args.client:
             logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="kbroker: %(message)s")
+            if args.bare:
+                return uvloop.run(run(args))
             return uvloop.run(_run_client(run, args))
         return run(args)
     except UsageError as exc:

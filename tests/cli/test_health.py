@@ -1,0 +1,84 @@
+"""``kbroker health``: an ApiVersions round trip, exit 0 or 1 — the Docker image's HEALTHCHECK."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cli.health import own_listener
+from controller.launcher import ControllerProcess
+
+KBROKER = str(Path(sys.executable).with_name("kbroker"))
+
+
+def health(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KBROKER_")}
+    return subprocess.run([KBROKER, "health", *args], capture_output=True, text=True, timeout=60,
+                          env={**base, **(env or {})})
+
+
+def test_a_broker_answering_is_healthy(bootstrap):
+    result = health("-b", bootstrap)
+    assert result.returncode == 0, result.stderr
+    assert f"{bootstrap} answered ApiVersions" in result.stdout
+
+
+def test_a_controller_answering_is_healthy(tmp_path):
+    controller = ControllerProcess(tmp_path / "controller").start()
+    try:
+        result = health("-b", controller.address)
+        assert result.returncode == 0, result.stderr
+    finally:
+        controller.stop()
+
+
+def test_nothing_listening_is_unhealthy():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connections are refused
+        result = health("-b", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert f"unhealthy: 127.0.0.1:{port}: cannot connect" in result.stderr
+
+
+def test_a_listener_that_never_answers_is_unhealthy_after_the_timeout():
+    """Accepting the connection is not enough: the ApiVersions answer must come."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        started = time.monotonic()
+        result = health("-b", f"127.0.0.1:{port}", "--timeout-ms", "500")
+        assert result.returncode == 1, result.stdout
+        assert time.monotonic() - started < 30
+        assert "unhealthy" in result.stderr
+
+
+def test_one_answering_address_of_several_is_enough(bootstrap):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+        assert health("-b", f"{dead},{bootstrap}").returncode == 0
+
+
+def test_without_an_address_it_asks_the_first_listener_of_the_process_configuration(bootstrap):
+    port = bootstrap.rpartition(":")[2]
+    result = health(env={"KBROKER_LISTENERS": f"PLAINTEXT://0.0.0.0:{port},EXTERNAL://0.0.0.0:1"})
+    assert result.returncode == 0, result.stderr
+    assert f"127.0.0.1:{port} answered" in result.stdout
+    # $KBROKER_BOOTSTRAP_SERVER, like -b, wins over the listeners.
+    assert health(env={"KBROKER_LISTENERS": f"PLAINTEXT://0.0.0.0:{port}",
+                       "KBROKER_BOOTSTRAP_SERVER": "127.0.0.1:1"}).returncode == 1
+
+
+def test_own_listener():
+    assert own_listener({"KBROKER_LISTENERS": "INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092"}) == "127.0.0.1:9092"
+    assert own_listener({"KBROKER_LISTENERS": "CONTROLLER://:9093"}) == "127.0.0.1:9093"
+    assert own_listener({"KBROKER_LISTENERS": "PLAINTEXT://[::]:9094"}) == "127.0.0.1:9094"
+    assert own_listener({"KBROKER_LISTENERS": "PLAINTEXT://broker-1:9092"}) == "broker-1:9092"
+    assert own_listener({}) == "127.0.0.1:9092"
+    assert own_listener({"KBROKER_LISTENERS": "nonsense"}) == "127.0.0.1:9092"
