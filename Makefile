@@ -57,6 +57,7 @@ test: test-deps typecheck test-images
 test-images:
 	@if docker info >/dev/null 2>&1; then \
 	  command -v docker-compose >/dev/null 2>&1 || { echo "installing docker-compose (Debian package)"; \
+	    $(SUDO) apt-get -o DPkg::Lock::Timeout=600 update -qq && \
 	    $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq docker-compose >/dev/null; }; \
 	  $(MAKE) --no-print-directory image; \
 	else echo "make test: the Docker engine does not answer (docker info failed): tests/deploy will be skipped"; fi
