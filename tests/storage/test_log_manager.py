@@ -19,6 +19,27 @@ def fill(log, n):
         log.append_as_leader(batch(2, value_size=100), 0)
 
 
+def test_a_new_partition_goes_to_the_dir_holding_fewest_counting_loads_and_deletes(tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(dirs, CONFIG, time=MockTime())
+    manager.startup()
+    logs = [manager.get_or_create_log("t", p) for p in range(4)]  # a, b, a, b
+    for p in (0, 2):  # both of a's
+        manager.delete_log("t", p)
+    assert manager.get_or_create_log("t", 4).dir.parent.name == "a"
+    assert manager.get_or_create_log("t", 5).dir.parent.name == "a"
+    manager.get_or_create_log("t", 6)
+    manager.shutdown()
+
+    # Reloaded: a holds 3 (4, 5 and one of 6/7), b 2 (1, 3) plus 6 -> the next goes where fewest.
+    again = LogManager(dirs, CONFIG, time=MockTime())
+    again.startup()
+    held = {d.name: sum(1 for tp in again.all_logs() if again.get_log(*tp).dir.parent == d) for d in dirs}
+    fewest = min(held, key=lambda name: (held[name], name))
+    assert again.get_or_create_log("t", 9).dir.parent.name == fewest
+    assert logs  # keep the first manager's logs referenced until shut down
+
+
 def test_create_spreads_partitions_and_shutdown_writes_everything(tmp_path):
     dirs = [tmp_path / "a", tmp_path / "b"]
     manager = LogManager(dirs, CONFIG, time=MockTime())
