@@ -107,7 +107,14 @@ def run_confluent() -> None:
 
     def on_revoke(c, partitions):
         if partitions:
-            commit()
+            try:
+                commit()
+            except KafkaException as exc:
+                # During close() librdkafka may refuse the revoke callback's commit with _DESTROY
+                # (the handle is terminating); the commit just before close() already stored
+                # every offset this member consumed, which the tests check by what others read.
+                if not (stopping and exc.args[0].code() == -197):
+                    raise
 
     consumer.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
     while not stopping:
