@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 from controller.launcher import LocalCluster, ZooKeeperEnsemble, metadata
 from controller.metadata_store import decode_batches
 from controller.zookeeper_store import LOG_PATH
+from tests import support
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,14 +51,7 @@ def zk_cluster(tmp_path, zookeeper_connect):
 
 
 def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+    return support.wait_until(predicate, timeout_s, 0.05, what)
 
 
 def create_topic(cluster: LocalCluster, name: str, partitions: int = PARTITIONS, rf: int = 3) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -18,6 +17,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+
+from controller.launcher import free_port  # noqa: F401  (used by the compose tests)
+from tests import support
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -50,21 +52,8 @@ def compose_commands() -> list[list[str]]:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(interval_s)
+    return support.wait_until(predicate, timeout_s, interval_s, what)
 
 
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
