@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.deploy.compose import BROKERS, HA_FILE, REPO, ComposeCluster, compose_commands, docker, wait_for
+from tests.deploy.compose import BROKERS, HA_FILE, ComposeCluster, compose_commands, docker, wait_for
 
 # What earlier tests wrote and the last one reads back after `down` + `up`: topic -> values.
 WRITTEN: dict[str, set[bytes]] = {}
@@ -238,10 +238,6 @@ def test_a_disconnected_broker_loses_nothing_acknowledged_and_the_cluster_heals(
     clients lose it). The producer goes on with a new leader; Prometheus (scraping the brokers
     inside the compose network) sees under-replicated partitions, and 0 again once the broker
     is reconnected and has caught up; nothing acknowledged is lost."""
-    metrics = REPO / "broker" / "metrics.py"
-    if not metrics.exists() or "underreplicatedpartitions" not in metrics.read_text():
-        pytest.skip("the brokers serve no kafka_server_replicamanager_underreplicatedpartitions "
-                    "(metrics.listener, issue 13, not in this build)")
     wait_for(lambda: len(under_replicated(cluster)) == 3, 60, "three brokers' series in Prometheus")
     topic = create_topic(cluster)
     with BackgroundProducer(cluster, topic) as producer:
