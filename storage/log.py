@@ -23,7 +23,9 @@ truncation, a compaction swap) is renamed to ``<name>.deleted`` and deleted by
 holds it (a fetch in flight, the log cleaner) reads on.
 
 Durability: appends land in the page cache; ``flush`` (or ``begin_flush`` / ``FlushPlan.run``
-/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``. ``open``
+/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``, fsyncing the
+leader-epoch-checkpoint too when it was rewritten since (epoch_cache.py: its changes are not
+fsynced one by one). ``open``
 builds the log from what ``LogLoader`` (log_loader.py) loads: after an unclean shutdown it
 re-validates only the segments from the one holding the recovery point, so recovery time
 follows the unflushed tail, not the log size.
@@ -124,11 +126,13 @@ class FlushPlan:
     ``log.complete_flush(plan)`` on the log's thread advances the recovery point.
     """
 
-    def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int) -> None:
+    def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int,
+                 epoch_cache_version: int | None = None) -> None:
         self.log = log
         self.offset = offset
         self.dir_version = dir_version
         self.truncations = truncations
+        self.epoch_cache_version = epoch_cache_version  # the leader-epoch-checkpoint write it fsyncs, if any
         self._fds = fds
 
     def run(self) -> None:
@@ -744,7 +748,9 @@ class Log:
         (and the directory's when segments were created or deleted). None if nothing to do."""
         target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
         dir_dirty = self._dir_version != self._dir_synced_version
-        if target <= self.recovery_point and not dir_dirty:
+        cache = self.leader_epoch_cache
+        epoch_version = cache.version if cache.unsynced else None  # written, not yet fsynced (epoch_cache.py)
+        if target <= self.recovery_point and not dir_dirty and epoch_version is None:
             return None
         first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         last = max(0, bisect.bisect_right(self._bases, max(target - 1, 0)) - 1)
@@ -753,13 +759,15 @@ class Log:
             if target > self.recovery_point:
                 for segment in self._segments[first:last + 1]:
                     fds.extend(segment.dup_fds())
-            if dir_dirty:
+            if epoch_version is not None:
+                fds.append(os.open(cache.path, os.O_RDONLY))
+            if dir_dirty or epoch_version is not None:  # (the checkpoint is renamed into place)
                 fds.append(os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
             raise KafkaStorageError(f"{self.topic}-{self.partition}: cannot prepare a flush: {exc}") from exc
-        return FlushPlan(self, target, fds, self._dir_version, self._truncations)
+        return FlushPlan(self, target, fds, self._dir_version, self._truncations, epoch_version)
 
     def complete_flush(self, plan: FlushPlan) -> None:
         """After ``plan.run()`` succeeded: advance the recovery point (unless the log was
@@ -767,6 +775,8 @@ class Log:
         if plan.truncations == self._truncations:
             self.recovery_point = max(self.recovery_point, min(plan.offset, self.log_end_offset))
         self._dir_synced_version = max(self._dir_synced_version, plan.dir_version)
+        if plan.epoch_cache_version is not None:
+            self.leader_epoch_cache.mark_synced(plan.epoch_cache_version)
         self._last_flush_ms = self.time.milliseconds()
 
     def unflushed_messages(self) -> int:
