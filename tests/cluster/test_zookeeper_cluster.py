@@ -321,7 +321,9 @@ def test_zookeeper_restarted_or_losing_a_node(tmp_path, size):
                 produce_and_consume_one(cluster, "zkdown", b"900000777")  # beyond the load's numbers
                 ensemble.servers[0].start()
             else:
-                leader = next(s for s in ensemble.servers if _mode(s) == "leader")
+                # Asked until one answers "leader": a loaded JVM may not answer srvr within its 1 s.
+                leader = wait_until(lambda: next((s for s in ensemble.servers if _mode(s) == "leader"), None), 30,
+                                    "the ZooKeeper ensemble's leader")
                 leader.kill()
                 load.wait_more(300)
             # The controllers reconnect; one is active; metadata changes work again.
