@@ -51,13 +51,16 @@ async def wait_for(predicate, timeout_s: float, what: str):
 class NumberedProducer:
     """confluent-kafka's idempotent producer (acks=all) on a thread, writing numbered records
     round-robin to the partitions of ``topic``; what was acknowledged, per partition, in the
-    order the acknowledgements came."""
+    order the acknowledgements came. Bounded: it stops by itself after ``max_seconds`` or
+    ``max_records``, at a few thousand records a second at most (``poll_s`` per record slows it)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, max_seconds: float = 3600) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, max_seconds: float = 3600, *,
+                 max_records: int | None = None, message_timeout_ms: int = 300000, poll_s: float = 0.0) -> None:
         self.bootstrap, self.topic, self.partitions, self.max_seconds = bootstrap, topic, partitions, max_seconds
+        self.max_records, self.message_timeout_ms, self.poll_s = max_records, message_timeout_ms, poll_s
         self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
         self.errors: list = []
-        self.stop = threading.Event()
+        self.stop_flag = threading.Event()
         self.unflushed = -1
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -67,7 +70,7 @@ class NumberedProducer:
 
     def _run(self) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 300000})
+                             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms})
 
         def on_delivery(err, msg):
             if err is not None:
@@ -77,9 +80,9 @@ class NumberedProducer:
 
         i = 0
         deadline = time.monotonic() + self.max_seconds  # bounded: stops by itself
-        while not self.stop.is_set() and time.monotonic() < deadline:
+        while not self.stop_flag.is_set() and time.monotonic() < deadline and i != self.max_records:
             producer.produce(self.topic, value=str(i).encode(), partition=i % self.partitions, on_delivery=on_delivery)
-            producer.poll(0)
+            producer.poll(self.poll_s)
             i += 1
             if i % 100 == 0:
                 producer.poll(0.01)  # bounded rate: a few thousand records a second
@@ -90,7 +93,7 @@ class NumberedProducer:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.stop.set()
+        self.stop_flag.set()
         self.thread.join(180)
 
 
