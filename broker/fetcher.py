@@ -272,9 +272,11 @@ class ReplicaFetcher:
                     n = len(pd.records)
                     topic_stats.topic(key[0]).replication_bytes_in += n
                     topic_stats.all.replication_bytes_in += n
+            # The HW first (clamped to our LEO), then the log start: the leader's log start is at
+            # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
+            log_.update_high_watermark(pd.high_watermark)
             if pd.log_start_offset > log_.log_start_offset:
                 log_.maybe_increment_log_start_offset(pd.log_start_offset)
-            log_.update_high_watermark(pd.high_watermark)
             state.lag = max(0, pd.high_watermark - log_.log_end_offset)  # Kafka's FetcherLagMetrics ConsumerLag
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(key, state, pd)

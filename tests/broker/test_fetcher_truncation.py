@@ -53,7 +53,7 @@ def follower_log(path, time, epochs: list[tuple[int, int]]) -> Log:
 
 
 def fetcher_for(partition: Partition, time) -> tuple[ReplicaFetcher, PartitionFetchState]:
-    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000)
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None)
     fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)
     state = PartitionFetchState(partition, leader_epoch=4)
     fetcher.partitions[partition.key] = state
@@ -107,4 +107,22 @@ async def test_an_empty_follower_has_nothing_to_truncate(tmp_path, time):
     fetcher, state = fetcher_for(follower(log, time), time)
     await fetcher._truncate(ScriptedLeader({}))
     assert (log.log_end_offset, state.truncating) == (0, False)
+    log.close()
+
+
+def test_a_leader_log_start_beyond_the_followers_old_high_watermark_is_taken_after_the_new_one(tmp_path, time):
+    """The leader's log start offset (moved by DeleteRecords or retention, never past its HW)
+    may be above the follower's HW, which lags one fetch behind. The follower takes the
+    leader's HW first, then its log start (Kafka's processPartitionData order); the other way
+    round the log start is refused as above the HW, and the fetch fails again every round."""
+    log = follower_log(tmp_path / "t-0", time, [(4, 10)])
+    log.update_high_watermark(5)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    fetched = SimpleNamespace(error_code=0, high_watermark=15, log_start_offset=12,
+                              records=build_batch([Record(value=b"v", timestamp=1)] * 5, base_offset=10,
+                                                  partition_leader_epoch=4))
+    state.truncating = False
+    fetcher._process_partition(("t", 0), state, fetched)
+    assert (log.log_end_offset, log.high_watermark, log.log_start_offset) == (15, 15, 12)
+    assert state.delayed_until_ms == 0  # not backed off
     log.close()
