@@ -229,6 +229,11 @@ class ReplicaFetcher:
             log.info("%s-%d: truncating from %d to %d (leader epoch %d ends at %d on broker %d)", key[0], key[1],
                      leo, target, leader_epoch, leader_end_offset, self.source_id)
             log_.truncate_to(target)
+        else:
+            # Nothing to cut, but an epoch starting at our log end (one this broker led without
+            # appending) conflicts with the leader's history: it goes, as Kafka's truncateTo drops
+            # it; else the next round would ask about that same epoch again, for ever.
+            log_.leader_epoch_cache.truncate_from_end(leo)
         state.truncating = not done
 
     # -- fetching --------------------------------------------------------------------------

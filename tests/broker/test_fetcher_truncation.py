@@ -86,6 +86,24 @@ async def test_truncation_takes_as_many_rounds_as_the_epochs_need(tmp_path, time
     log.close()
 
 
+async def test_an_empty_epoch_of_the_follower_at_its_log_end_is_dropped_and_the_next_round_goes_older(tmp_path, time):
+    """The follower led epoch 2 without appending (its epoch cache ends 2@5, at its LEO); the
+    leader never had epoch 2 and answers its epoch 1, which the follower lacks. The follower's
+    epoch before 1 (0) ends where 2 starts, at its LEO: nothing to cut, but the conflicting empty
+    epoch goes (Kafka's truncateTo at or past the LEO truncates the epoch cache from the end),
+    so the next round asks about epoch 0 instead of asking about 2 for ever."""
+    log = follower_log(tmp_path / "t-0", time, [(0, 5)])
+    log.leader_epoch_cache.assign(2, 5)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    leader = ScriptedLeader({2: (1, 8), 0: (0, 5)})
+    await fetcher._truncate(leader)
+    await fetcher._truncate(leader)
+    assert leader.asked == [2, 0]
+    assert (log.log_end_offset, state.truncating) == (5, False)
+    assert log.leader_epoch_cache.latest_epoch() == 0
+    log.close()
+
+
 async def test_a_follower_without_leader_epochs_truncates_to_its_high_watermark(tmp_path, time):
     log = follower_log(tmp_path / "t-0", time, [(0, 5), (1, 2), (1, 3)])
     log.update_high_watermark(7)
