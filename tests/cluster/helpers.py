@@ -8,12 +8,13 @@ import asyncio
 import threading
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as ConsumerTP
 from confluent_kafka.admin import AdminClient
 
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
+from tests.support import wait_until
 
 
 def admin(cluster) -> AdminClient:
@@ -97,13 +98,27 @@ class NumberedProducer:
         self.thread.join(180)
 
 
+def high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: float = 60) -> int:
+    """The partition's high watermark, asked of its leader. librdkafka fails the query at once
+    (_UNKNOWN_PARTITION) while its metadata shows the partition without a leader it knows (a
+    leadership change under way): asked again until a leader answers."""
+    def ask() -> tuple[int] | None:
+        try:
+            return (consumer.get_watermark_offsets(ConsumerTP(topic, partition), timeout=30)[1],)
+        except KafkaException as exc:
+            if exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+                return None
+            raise
+    return wait_until(ask, timeout_s, 0.2, f"a leader to answer for {topic}-{partition}")[0]
+
+
 def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[int]]:
     """Every record of every partition, from the beginning to the high watermark, with
     confluent-kafka's Consumer (assigned partitions, no group)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
-        ends = {p: consumer.get_watermark_offsets(ConsumerTP(topic, p), timeout=30)[1] for p in range(partitions)}
+        ends = {p: high_watermark(consumer, topic, p) for p in range(partitions)}
         consumer.assign([ConsumerTP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         read: dict[int, list[int]] = {p: [] for p in range(partitions)}
         positions = {p: 0 for p in range(partitions)}
