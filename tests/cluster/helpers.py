@@ -107,6 +107,7 @@ def high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: fl
             return (consumer.get_watermark_offsets(ConsumerTP(topic, partition), timeout=30)[1],)
         except KafkaException as exc:
             if exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+                print(f"high watermark of {topic}-{partition} not answered yet: {exc}")
                 return None
             raise
     return wait_until(ask, timeout_s, 0.2, f"a leader to answer for {topic}-{partition}")[0]
