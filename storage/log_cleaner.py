@@ -207,6 +207,8 @@ class CleanTask:
                 for pos, header in iter_batch_headers(buf):
                     if header.is_control:
                         continue
+                    if self._aborted.is_set():
+                        self._check_aborted()
                     for record in decode_records(header, batch_body(buf, pos, header)):
                         if record.key is not None:
                             latest[record.key] = record.offset
@@ -222,6 +224,8 @@ class CleanTask:
                     if header.is_control:
                         out.write(buf[pos:pos + header.size])
                         continue
+                    if self._aborted.is_set():
+                        self._check_aborted()
                     records = decode_records(header, batch_body(buf, pos, header))
                     # tombstones go only from the clean head, once their batch is past the horizon
                     drop_tombstones = in_clean_head and header.max_timestamp < horizon
