@@ -202,6 +202,8 @@ class KafkaServer:
             self.collector.recovery_seconds = recovery_seconds
             for collector in (topic_stats, request_metrics, self.socket_server, self.collector):
                 self.metrics.registry.register(collector)
+        if self.lifecycle is not None:
+            self.apis.hold_until_live()  # wait_until_live serves them
         for ep in cfg.broker_listeners:
             port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
@@ -244,6 +246,8 @@ class KafkaServer:
         self.metadata_waiters.wait(lambda: self.broker_id in cache.brokers, 2**31,
                                    lambda ok: live.done() or live.set_result(ok))
         await live
+        assert self.apis is not None
+        self.apis.live()
         if isinstance(self.producer_ids, RPCProducerIdManager):
             self.producer_ids.maybe_request_next_block()
         log.info("broker %d is live (cluster %s, broker epoch %d, controller %d)", self.broker_id, self.cluster_id,
