@@ -39,16 +39,17 @@ from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
 
 from .broker_heartbeat import BrokerHeartbeatManager
-from .channel_manager import (LEADER_DURING_DELETE, LeaderAndIsrItem, LiveBroker, PartitionState, StopReplicaItem,
-                              UpdateMetadataItem)
+from .channel_manager import (LEADER_DURING_DELETE, Barrier, LeaderAndIsrItem, LiveBroker, PartitionState,
+                              StopReplicaItem, UpdateMetadataItem)
 from .cluster_control import FENCE, UNFENCE, ClusterControlManager
 from .configuration_control import BROKER, TOPIC, ConfigurationControlManager
 from .controller_purgatory import ControllerPurgatory
 from .controller_result import ControllerResult
+from .creation_watch import CreationWatch
 from .metadata_store import MetadataStore
 from .partition_change import NO_LEADER, NO_LEADER_CHANGE
 from .producer_id_control import ProducerIdControlManager
-from .replication_control import PREFERRED_ELECTION, ReplicationControlManager
+from .replication_control import PREFERRED_ELECTION, ZERO_UUID, ReplicationControlManager
 
 log = logging.getLogger("kbroker.controller")
 
@@ -155,6 +156,9 @@ class QuorumController:
         self.loaded_snapshot_offset = 0
         self._snapshot_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        self.creation_watch = CreationWatch(time, self._take_back_topic)
+        if channel is not None:
+            channel.on_leader_and_isr_answer = self.creation_watch.answered
 
     # ==================================================================================
     # lifecycle
@@ -212,6 +216,7 @@ class QuorumController:
             self._task = None
         for task in list(self._background):
             task.cancel()
+        self.creation_watch.close()
         self.purgatory.fail_all(ControllerStoppedError("controller stopped"))
 
     def _fatal(self, exc: BaseException) -> None:
@@ -727,14 +732,85 @@ class QuorumController:
             request.broker_id, request.broker_epoch))
 
     def create_topics(self, request, version: int) -> asyncio.Future:
+        """Answered once the new topics' replicas answered their LeaderAndIsr (up to the
+        request's timeout_ms): a topic a broker could not create is taken back and answered
+        KAFKA_STORAGE_ERROR (creation_watch.py)."""
         def op() -> ControllerResult:
             result = self.replication.create_topics(request.topics, request.validate_only)
+            replicas: dict[uuid.UUID, dict[int, list[int]]] = {}
+            for record in result.records:
+                if record.type == T.PARTITION:
+                    replicas.setdefault(record.topic_id, {})[record.partition_id] = list(record.replicas)
             for r in result.response:
                 if not r["error_code"] and not request.validate_only:
                     log.info("created topic %s (%d partitions, replication factor %d)", r["name"], r["num_partitions"],
                              r["replication_factor"])
+                    if self.channel is not None:
+                        self.creation_watch.watch(r["topic_id"], r["name"], replicas.get(r["topic_id"], {}),
+                                                  self.cluster.is_active)
             return ControllerResult(result.records, {"throttle_time_ms": 0, "topics": result.response})
-        return self._submit("create topics", op)
+        committed = self._submit("create topics", op)
+        if request.validate_only or request.timeout_ms <= 0 or self.channel is None:
+            return committed
+        task = asyncio.get_running_loop().create_task(self._answer_once_created(committed, request.timeout_ms),
+                                                      name="create-topics-answer")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _answer_once_created(self, committed: asyncio.Future, timeout_ms: int) -> dict:
+        response = await committed
+        created = [(i, t) for i, t in enumerate(response["topics"]) if not t["error_code"]]
+        if not created:
+            return response
+        outcomes = [self.creation_watch.outcome(t["topic_id"]) for _i, t in created]
+        waited = asyncio.get_running_loop().create_future()
+
+        def stop_waiting(_f: object = None) -> None:
+            if not waited.done():
+                waited.set_result(None)
+        timer = self.time.schedule(timeout_ms, stop_waiting)
+        asyncio.gather(*outcomes).add_done_callback(stop_waiting)
+        try:
+            await waited
+        finally:
+            timer.cancel()
+        for (i, t), outcome in zip(created, outcomes):
+            code, message = outcome.result() if outcome.done() else (ErrorCode.NONE, None)
+            failure = self.creation_watch.failure(t["topic_id"])
+            if failure is not None:
+                code, message = ErrorCode.KAFKA_STORAGE_ERROR, failure
+            if code:
+                response["topics"][i] = {"name": t["name"], "topic_id": ZERO_UUID, "error_code": code,
+                                         "error_message": message, "num_partitions": -1, "replication_factor": -1,
+                                         "configs": None}
+        return response
+
+    def _take_back_topic(self, topic_id: uuid.UUID, name: str, reason: str) -> None:
+        """A new topic a replica could not create: remove it (creation_watch.py); once that is
+        committed and every broker has acknowledged what came before, the watch hears so."""
+        def op() -> ControllerResult:
+            if topic_id not in self.replication.topics:
+                return ControllerResult([], None)
+            log.info("removing topic %s: %s", name, reason)
+            return ControllerResult([make_record(T.REMOVE_TOPIC, topic_id=topic_id)], None)
+
+        def removed(future: asyncio.Future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # the controller stopped: the next one loads the topic, the brokers recreate it
+            channel = self.channel
+            brokers = channel.brokers() if channel is not None else []
+            left = set(brokers)
+            if not left:
+                self.creation_watch.rolled_back(topic_id)
+                return
+            for b in brokers:
+                def heard(b: int = b) -> None:
+                    left.discard(b)
+                    if not left:
+                        self.creation_watch.rolled_back(topic_id)
+                channel.enqueue(b, Barrier(heard))  # type: ignore[union-attr]
+        self._submit("take back topic", op).add_done_callback(removed)
 
     def delete_topics(self, request, version: int) -> asyncio.Future:
         def op() -> ControllerResult:
