@@ -41,6 +41,11 @@ _VALID_ACKS = (-1, 0, 1)
 # idempotent producers and leadership changes are the client's business).
 _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
                                    ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
+# Rejections of the records themselves: Produce v8+ carries the reason in error_message (Kafka
+# fills it for its RecordValidationException, with record_errors; the other reasons are ours).
+_EXPLAINED_APPEND_ERRORS = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE,
+                                      ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                                      ErrorCode.UNSUPPORTED_COMPRESSION_TYPE})
 
 
 # (topic, partition, leader epoch or None)
@@ -189,6 +194,8 @@ class ReplicaManager:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
             if self.topic_stats is not None:
                 self.topic_stats.append_failed(topic)
+            if exc.error_code in _EXPLAINED_APPEND_ERRORS:  # Produce v8+ says why
+                return [partition_index, exc.error_code, -1, -1, -1, getattr(exc, "record_errors", []), str(exc)], -1
             return [partition_index, exc.error_code, -1, -1, -1], -1
         except Exception:
             log.exception("unexpected error appending to %s-%d", topic, partition_index)
