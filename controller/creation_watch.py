@@ -44,39 +44,49 @@ FAILED = frozenset({ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNKNOWN_SERVER_ERRO
 Outcome = tuple[int, str | None]
 
 
+# A watch's key: (topic id, its first new partition): 0 for a new topic, the topic's old
+# partition count for a CreatePartitions.
+Key = tuple[uuid.UUID, int]
+
+
 @dataclass
 class _Watch:
-    topic_id: uuid.UUID
+    key: Key
     name: str
     awaiting: set[tuple[int, int]]  # (broker id, partition)
     timer: TimerHandle | None = None
     failure: str | None = None
     waiters: list[asyncio.Future] = field(default_factory=list)
 
+    @property
+    def what(self) -> str:
+        return "topic" if self.key[1] == 0 else "new partitions"
+
 
 class CreationWatch:
-    def __init__(self, time: Time, rollback: Callable[[uuid.UUID, str, str], None]) -> None:
-        """``rollback(topic id, name, reason)``: take the topic back; the controller calls
-        ``rolled_back`` once that is committed and the brokers have heard."""
+    def __init__(self, time: Time, rollback: Callable[[Key, str, str], None]) -> None:
+        """``rollback(key, topic name, reason)``: take the topic (or its new partitions) back;
+        the controller calls ``rolled_back(key)`` once that is committed and the brokers have heard."""
         self.time = time
         self.rollback = rollback
-        self._watches: dict[uuid.UUID, _Watch] = {}
+        self._watches: dict[Key, _Watch] = {}
+        self._by_topic: dict[uuid.UUID, list[_Watch]] = {}
 
-    def watch(self, topic_id: uuid.UUID, name: str, replicas: dict[int, list[int]],
-              answering: Callable[[int], bool]) -> None:
-        """A new topic: ``replicas`` by partition; ``answering(broker)``: whether that broker
-        is expected to answer its LeaderAndIsr soon (registered and unfenced)."""
+    def watch(self, key: Key, name: str, replicas: dict[int, list[int]], answering: Callable[[int], bool]) -> None:
+        """New partitions (all of a new topic's): ``replicas`` by partition; ``answering(broker)``:
+        whether that broker is expected to answer its LeaderAndIsr soon (registered and unfenced)."""
         awaiting = {(b, pid) for pid, rs in replicas.items() for b in rs if answering(b)}
-        w = _Watch(topic_id, name, awaiting)
-        if not awaiting:
+        if not awaiting or key in self._watches:
             return
+        w = _Watch(key, name, awaiting)
         w.timer = self.time.schedule(WATCH_MS, lambda: self._settle(w, (ErrorCode.NONE, None)))
-        self._watches[topic_id] = w
+        self._watches[key] = w
+        self._by_topic.setdefault(key[0], []).append(w)
 
-    def outcome(self, topic_id: uuid.UUID) -> asyncio.Future:
-        """Resolved with the topic's ``Outcome`` (at once when it is not watched)."""
+    def outcome(self, key: Key) -> asyncio.Future:
+        """Resolved with the watch's ``Outcome`` (at once when there is none)."""
         future = asyncio.get_running_loop().create_future()
-        w = self._watches.get(topic_id)
+        w = self._watches.get(key)
         if w is None:
             future.set_result((ErrorCode.NONE, None))
         else:
@@ -86,38 +96,51 @@ class CreationWatch:
     def answered(self, broker_id: int, results: list[tuple[uuid.UUID, int, int]]) -> None:
         """A broker's LeaderAndIsr answer: (topic id, partition, error code) per partition."""
         for topic_id, pid, code in results:
-            w = self._watches.get(topic_id)
-            if w is None or w.failure is not None:
+            watches = self._by_topic.get(topic_id)
+            if not watches:
                 continue
-            if code in FAILED:
-                w.failure = (f"broker {broker_id} could not create the replica {w.name}-{pid} "
-                             f"({ErrorCode(code).name}); the topic was not created")
-                log.error("creating topic %s failed: %s; taking the topic back", w.name, w.failure)
-                if w.timer is not None:
-                    w.timer.cancel()
-                    w.timer = None
-                self.rollback(w.topic_id, w.name, w.failure)
-                continue
-            if code != ErrorCode.NONE:
-                continue
-            w.awaiting.discard((broker_id, pid))
-            if not w.awaiting:
-                self._settle(w, (ErrorCode.NONE, None))
+            for w in list(watches):
+                if w.failure is not None or (broker_id, pid) not in w.awaiting:
+                    continue
+                if code in FAILED:
+                    first = w.key[1]
+                    self._failed(w, f"broker {broker_id} could not create the replica {w.name}-{pid} "
+                                    f"({ErrorCode(code).name}); " + ("the topic was not created" if first == 0 else
+                                                                     f"partitions from {first} on were not added"))
+                    continue
+                if code != ErrorCode.NONE:
+                    continue
+                w.awaiting.discard((broker_id, pid))
+                if not w.awaiting:
+                    self._settle(w, (ErrorCode.NONE, None))
 
-    def failure(self, topic_id: uuid.UUID) -> str | None:
-        """Why the topic is being taken back (None: it is not, or not watched)."""
-        w = self._watches.get(topic_id)
+    def _failed(self, w: _Watch, failure: str) -> None:
+        w.failure = failure
+        log.error("creating %s of %s failed: %s; taking them back", w.what, w.name, failure)
+        if w.timer is not None:
+            w.timer.cancel()
+            w.timer = None
+        self.rollback(w.key, w.name, failure)
+
+    def failure(self, key: Key) -> str | None:
+        """Why the watched partitions are being taken back (None: they are not, or not watched)."""
+        w = self._watches.get(key)
         return None if w is None else w.failure
 
-    def rolled_back(self, topic_id: uuid.UUID) -> None:
-        w = self._watches.get(topic_id)
+    def rolled_back(self, key: Key) -> None:
+        w = self._watches.get(key)
         if w is not None:
             self._settle(w, (ErrorCode.KAFKA_STORAGE_ERROR, w.failure))
 
     def _settle(self, w: _Watch, outcome: Outcome) -> None:
-        if self._watches.get(w.topic_id) is not w:
+        if self._watches.get(w.key) is not w:
             return
-        del self._watches[w.topic_id]
+        del self._watches[w.key]
+        watches = self._by_topic.get(w.key[0], [])
+        if w in watches:
+            watches.remove(w)
+        if not watches:
+            self._by_topic.pop(w.key[0], None)
         if w.timer is not None:
             w.timer.cancel()
         for future in w.waiters:

@@ -1,6 +1,6 @@
-"""Topic creation is all-or-nothing (controller/creation_watch.py), on MockTime: a new topic a
-replica answers KAFKA_STORAGE_ERROR for is removed and answered so; a replica failing later
-(the topic settled) leaves the topic alone, as in Kafka."""
+"""Topic creation is all-or-nothing (controller/creation_watch.py), on MockTime: a new topic
+(or new partitions) a replica answers KAFKA_STORAGE_ERROR for is removed and answered so; a
+replica failing later (the creation settled) leaves the topic alone, as in Kafka."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 
 from controller.channel_manager import StopReplicaItem
 from controller.creation_watch import WATCH_MS
+from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
-from .helpers import Harness, create_topics
+from .helpers import Harness, create_topics, request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,3 +81,29 @@ async def test_a_storage_error_after_creation_settled_leaves_the_topic(h):
     h.channel.leader_and_isr_errors[2] = ErrorCode.KAFKA_STORAGE_ERROR
     await h.advance(9000 + 100)  # sessions expire: leaderships move, LeaderAndIsr answered with errors
     assert h.controller.replication.topic("t") is not None
+
+
+def grow(h, name: str, count: int):
+    return h.controller.create_partitions(request(ApiKey.CREATE_PARTITIONS, 3, topics=[
+        {"name": name, "count": count, "assignments": None}], timeout_ms=30000, validate_only=False))
+
+
+async def test_new_partitions_a_replica_cannot_create_are_taken_back_and_the_old_ones_stay_as_they_were(h):
+    await h.start_brokers(1, 2)
+    (created,) = await h.create(("t", 2, 2, {"retention.ms": "1234"}))
+    info = h.controller.replication.topic("t")
+    topic_id, before = info.topic_id, dict(info.parts)
+    h.channel.clear()
+    h.channel.leader_and_isr_errors[2] = ErrorCode.KAFKA_STORAGE_ERROR
+    (result,) = (await grow(h, "t", 4))["results"]
+    assert result["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "partitions from 2 on were not added" in result["error_message"]
+    info = h.controller.replication.topic("t")
+    assert info.topic_id == topic_id and info.parts == before  # same id, same partitions, same epochs
+    assert h.controller.configs.topic_configs("t") == {"retention.ms": "1234"}
+    for b in (1, 2):  # only the new partitions are deleted
+        assert {k for k, (_epoch, delete) in stopped(h, b).items() if delete} == {("t", 2), ("t", 3)}
+    del h.channel.leader_and_isr_errors[2]
+    (again,) = (await grow(h, "t", 4))["results"]
+    assert again["error_code"] == ErrorCode.NONE
+    assert sorted(h.controller.replication.topic("t").parts) == [0, 1, 2, 3]

@@ -1,4 +1,4 @@
-"""Issue 12 §5: CreateTopics is all-or-nothing. A topic whose logs cannot all be created (any
+"""Issue 12 §5: CreateTopics (and CreatePartitions) is all-or-nothing. A topic whose logs cannot all be created (any
 OSError on a broker: out of descriptors, out of disk space or inodes, a path that cannot be a
 directory) leaves nothing behind — neither in the metadata nor as directories on any broker —
 the client gets KAFKA_STORAGE_ERROR with a message, and the next request works (the retry,
@@ -24,7 +24,7 @@ from .frames import Raw, good_batch
 
 pytestmark = pytest.mark.timeout(180)
 
-CREATE_TOPICS, METADATA = 19, 3
+CREATE_TOPICS, METADATA, CREATE_PARTITIONS = 19, 3, 37
 
 
 def create_topic(port: int, name: str, partitions: int, replication_factor: int = 1,
@@ -38,6 +38,18 @@ def create_topic(port: int, name: str, partitions: int, replication_factor: int 
         resp = APIS[CREATE_TOPICS].response.parse(4, raw.response(), 4)
         (topic,) = resp.topics
         return topic.error_code, topic.error_message
+    finally:
+        raw.close()
+
+
+def create_partitions(port: int, name: str, count: int) -> tuple[int, str | None]:
+    raw = Raw(port, timeout=60)
+    try:
+        body = APIS[CREATE_PARTITIONS].request.build(1, {"topics": [{"name": name, "count": count, "assignments": None}],
+                                                         "timeout_ms": 30000, "validate_only": False})
+        raw.request(CREATE_PARTITIONS, 1, body)
+        (result,) = APIS[CREATE_PARTITIONS].response.parse(1, raw.response(), 4).results
+        return result.error_code, result.error_message
     finally:
         raw.close()
 
@@ -102,6 +114,32 @@ def test_a_topic_a_broker_cannot_create_is_taken_back_in_a_single_node(tmp_path)
         for p in range(8):
             produce_ok(broker.port, "boom", p)
         assert broker.proc.poll() is None
+    finally:
+        broker.kill()
+
+
+def test_new_partitions_a_broker_cannot_create_are_taken_back_and_the_topic_keeps_its_data(tmp_path):
+    data = tmp_path / "data"
+    broker = BrokerProcess(data).start()
+    try:
+        assert create_topic(broker.port, "grows", 2) == (ErrorCode.NONE, None)
+        produce_ok(broker.port, "grows", 0)
+        (data / "grows-3").write_bytes(b"not a directory")
+        code, message = create_partitions(broker.port, "grows", 5)
+        assert code == ErrorCode.KAFKA_STORAGE_ERROR, (code, message)
+        assert "grows-3" in message and "partitions from 2 on were not added" in message
+        assert sorted(topic_state(broker.port, "grows")[1]) == [0, 1]
+        assert leftovers(data, "grows") == ["grows-0", "grows-1"]
+        raw = Raw(broker.port)
+        try:  # the partition that was there keeps its records: the next batch follows them
+            answer = raw.produce_answers({("grows", 0): good_batch(2)}, version=7)[("grows", 0)]
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, 2)
+        finally:
+            raw.close()
+        (data / "grows-3").unlink()
+        assert create_partitions(broker.port, "grows", 5) == (ErrorCode.NONE, None)
+        assert sorted(topic_state(broker.port, "grows")[1]) == [0, 1, 2, 3, 4]
+        produce_ok(broker.port, "grows", 4)
     finally:
         broker.kill()
 
