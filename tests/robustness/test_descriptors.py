@@ -53,7 +53,8 @@ def test_the_controller_out_of_descriptors_postpones_its_flush_and_the_topic_is_
     """A combined node at its open files limit when a CreateTopics commits: the metadata log
     cannot get the descriptors to fsync with. That is no failed fsync: the flush is retried
     (before, the controller stopped as on a failed fsync and took the whole process down),
-    and once descriptors are back the topic is created and usable."""
+    and once descriptors are back the topic is created and usable; the high watermark
+    checkpoint task, failing meanwhile, recovers too."""
     limit = 200
     broker = limited_broker(tmp_path / "data", f"{limit}:{limit}").start()
     fillers: list[socket.socket] = []
@@ -72,6 +73,9 @@ def test_the_controller_out_of_descriptors_postpones_its_flush_and_the_topic_is_
         for _ in range(limit + 50):
             fillers.append(socket.create_connection(("127.0.0.1", broker.port), timeout=5))
         wait_until(lambda: fd_count(broker.pid) >= limit, 15, what="the broker to run out of descriptors")
+        # The high watermark checkpoint (every 5 s) cannot open its file meanwhile.
+        wait_until(lambda: "background task highwatermark-checkpoint failed" in broker.log_text(), 15,
+                   what="the checkpoint task to run out of descriptors")
         answer = create("squeezed")
         out = wait_until(lambda: any(m in broker.log_text() for m in ("flush postponed", "cannot go on")) and
                          broker.log_text(), 20, what="the metadata log flush to fail or wait")
@@ -81,6 +85,9 @@ def test_the_controller_out_of_descriptors_postpones_its_flush_and_the_topic_is_
             s.close()
         fillers.clear()
         assert answer() == [("squeezed", ErrorCode.NONE)]
+        # The background task lived through it and works again.
+        wait_until(lambda: "background task highwatermark-checkpoint succeeded after" in broker.log_text(), 15,
+                   what="the checkpoint task to recover")
         producer = Raw(broker.port)
         assert producer.produce({("squeezed", 1): good_batch(2)}) == {("squeezed", 1): ErrorCode.NONE}
         producer.close()
