@@ -186,6 +186,7 @@ class ForwardingManager:
 
     async def _forward(self, api_key: int, version: int, body: bytes, request: Any, respond: Respond) -> None:
         api = APIS[api_key]
+        asked_at = self.time.monotonic_ms()
         try:
             data = bytes(await self.call(lambda: self.channel.send_raw(api_key, version, body)))
         except asyncio.CancelledError:
@@ -217,7 +218,8 @@ class ForwardingManager:
                         if r.name in counts and self._partitions_led(r.name) < counts[r.name]:
                             r.error_code, r.error_message = ErrorCode.REQUEST_TIMED_OUT, None
                     respond(api.response.build(version, response))
-                self.waiters.wait(ready, request.timeout_ms, done)
+                left_ms = max(0, request.timeout_ms - int(self.time.monotonic_ms() - asked_at))
+                self.waiters.wait(ready, left_ms, done)
                 return
         respond(data)
 
