@@ -11,6 +11,7 @@ part-way through a topic's partitions)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -69,9 +70,15 @@ def topic_state(port: int, name: str, auto_create: bool = False) -> tuple[int, d
         raw.close()
 
 
-def leftovers(log_dir, name: str) -> list[str]:
-    """What a data dir holds of topic ``name``: partition dirs, and dirs being deleted."""
-    return sorted(p.name for p in log_dir.iterdir() if p.name.startswith(f"{name}-") and p.is_dir())
+# Deleted partition directories (<name>.<uuid>-delete) go this long after, as in Kafka.
+DELETE_DELAY = {"log.segment.delete.delay.ms": 300}
+
+
+def leftovers(log_dir, name: str, deleting: bool = False) -> list[str]:
+    """The partition directories of topic ``name`` in a data dir; ``deleting``: those renamed
+    to be deleted."""
+    pattern = re.compile(rf"{re.escape(name)}-\d+" + (r"\.[0-9a-f]+-delete" if deleting else ""))
+    return sorted(p.name for p in log_dir.iterdir() if pattern.fullmatch(p.name) and p.is_dir())
 
 
 def produce_ok(port: int, topic: str, partition: int) -> None:
@@ -88,6 +95,7 @@ def assert_taken_back(code: int, message: str | None, partition: str, port: int,
     assert topic_state(port, name)[0] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for log_dir in log_dirs:
         assert leftovers(log_dir, name) == [], log_dir
+        wait_until(lambda: leftovers(log_dir, name, deleting=True) == [], 15, what=f"{log_dir}'s deleted dirs to go")
 
 
 def auto_create_works(port: int, name: str, ports: dict[int, int]) -> None:
@@ -99,7 +107,7 @@ def auto_create_works(port: int, name: str, ports: dict[int, int]) -> None:
 
 def test_a_topic_a_broker_cannot_create_is_taken_back_in_a_single_node(tmp_path):
     data = tmp_path / "data"
-    broker = BrokerProcess(data).start()
+    broker = BrokerProcess(data, overrides=DELETE_DELAY).start()
     try:
         (data / "boom-5").write_bytes(b"not a directory")  # mkdir of partition 5 fails (EEXIST)
         code, message = create_topic(broker.port, "boom", 8)
@@ -120,7 +128,7 @@ def test_a_topic_a_broker_cannot_create_is_taken_back_in_a_single_node(tmp_path)
 
 def test_new_partitions_a_broker_cannot_create_are_taken_back_and_the_topic_keeps_its_data(tmp_path):
     data = tmp_path / "data"
-    broker = BrokerProcess(data).start()
+    broker = BrokerProcess(data, overrides=DELETE_DELAY).start()
     try:
         assert create_topic(broker.port, "grows", 2) == (ErrorCode.NONE, None)
         produce_ok(broker.port, "grows", 0)
@@ -158,7 +166,7 @@ def small_inode_disk(tmp_path):
 
 def test_enospc_part_way_through_a_topic_leaves_nothing_and_the_retry_works(tmp_path, small_inode_disk):
     data = small_inode_disk / "data"
-    broker = BrokerProcess(data, overrides={"metadata.log.dir": tmp_path / "metadata"})
+    broker = BrokerProcess(data, overrides={"metadata.log.dir": tmp_path / "metadata", **DELETE_DELAY})
     broker.output = tmp_path / "broker.out"
     broker.start()
     try:
@@ -175,7 +183,7 @@ def test_enospc_part_way_through_a_topic_leaves_nothing_and_the_retry_works(tmp_
 
 
 def test_a_topic_one_broker_of_three_cannot_create_is_taken_back_everywhere(tmp_path):
-    cluster = LocalCluster(tmp_path, 3, controller_props={"default.replication.factor": 3})
+    cluster = LocalCluster(tmp_path, 3, broker_props=DELETE_DELAY, controller_props={"default.replication.factor": 3})
     try:
         cluster.start()
         blocked = cluster.brokers[2].log_dir
