@@ -69,7 +69,8 @@ REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, repla
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 
-def _in_request_order(request_topics, results: list, denied: list[str], invalid: dict[tuple[str, int], int]) -> list:
+def _in_request_order(request_topics, results: list, denied: list[str],
+                      invalid: dict[tuple[str, int], tuple[int, str]]) -> list:
     """Produce results for every partition of the request, in its order: those appended
     (``results``), those of ``denied`` topics, those refused before the log (``invalid``)."""
     appended = {(t, r[0]): r for t, rs in results for r in rs}
@@ -80,7 +81,8 @@ def _in_request_order(request_topics, results: list, denied: list[str], invalid:
             if t in denied:
                 rows.append([p, ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1])
             elif (t, p) in invalid:
-                rows.append([p, invalid[(t, p)], -1, -1, -1])
+                code, message = invalid[(t, p)]
+                rows.append([p, code, -1, -1, -1, [], message])
             else:
                 rows.append(appended[(t, p)])
         out.append((t, rows))
@@ -234,7 +236,7 @@ class KafkaApis:
         topics = request.topics
         metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
         # Kafka's ProduceRequest.validateRecords, per partition, before the log's validator.
-        invalid: dict[tuple[str, int], int] = {}
+        invalid: dict[tuple[str, int], tuple[int, str]] = {}
         transactional = False
         for t, parts in topics:
             for p, records in parts:
@@ -243,7 +245,7 @@ class KafkaApis:
                     if not invalid:  # one line per request
                         log.warning("produce v%d from %s to %s-%d rejected: %s %s", version, ctx.peer, t, p,
                                     problem[0].name, problem[1])
-                    invalid[(t, p)] = problem[0]
+                    invalid[(t, p)] = (problem[0], f"{t}-{p}: {problem[1]}")
                 elif is_transactional_batch(records):
                     transactional = True
         if transactional:

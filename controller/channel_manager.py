@@ -144,6 +144,8 @@ class ControllerChannelManager:
         self.retry_backoff_max_ms = retry_backoff_max_ms
         self._queues: dict[int, _BrokerQueue] = {}
         self.stale_epoch = False  # a broker answered STALE_CONTROLLER_EPOCH: a newer controller exists
+        # Told each broker's LeaderAndIsr answer: (topic id, partition, error code) per partition.
+        self.on_leader_and_isr_answer: Callable[[int, list[tuple[uuid.UUID, int, int]]], None] | None = None
 
     # -- brokers -------------------------------------------------------------------------
 
@@ -256,6 +258,8 @@ class ControllerChannelManager:
             q.in_flight = False
             q.sent += 1
             self._check_response(q, api_key, response)
+            if isinstance(item, LeaderAndIsrItem) and self.on_leader_and_isr_answer is not None:
+                self._report_leader_and_isr(q.broker_id, item, response)
 
     def _check_response(self, q: _BrokerQueue, api_key: int, response) -> None:
         name = ApiKey(api_key).name
@@ -276,6 +280,19 @@ class ControllerChannelManager:
         if errors:
             log.warning("broker %d answered %s with partition errors: %s", q.broker_id, name,
                         ", ".join(f"{t or ''}-{p}: {_error_name(c)}" for t, p, c in errors[:10]))
+
+    def _report_leader_and_isr(self, broker_id: int, item: LeaderAndIsrItem, response) -> None:
+        ids = {topic: s.topic_id for (topic, _p), s in item.partitions.items()}
+        # v5+ answers by topic id, earlier versions by name.
+        results = [(t.topic_id, p.partition_index, p.error_code) for t in response.topics for p in t.partition_errors]
+        results += [(ids[p.topic_name], p.partition_index, p.error_code) for p in response.partition_errors
+                    if p.topic_name in ids]
+        if response.error_code:
+            results = [(s.topic_id, s.partition, response.error_code) for s in item.partitions.values()]
+        try:
+            self.on_leader_and_isr_answer(broker_id, results)  # type: ignore[misc]
+        except Exception:
+            log.exception("handling the LeaderAndIsr answer of broker %d failed", broker_id)
 
     # -- request bodies ------------------------------------------------------------------
 

@@ -165,8 +165,15 @@ class LogManager:
             return existing
         log_dir = min(self.log_dirs, key=lambda d: self._partitions_in[d])
         partition_dir = log_dir / f"{topic}-{partition}"
-        created = Log.open(partition_dir, config or self._config_for(topic), time=self.time,
-                           budget=self.segment_budget)
+        fresh = not os.path.lexists(partition_dir)
+        try:
+            created = Log.open(partition_dir, config or self._config_for(topic), time=self.time,
+                               budget=self.segment_budget)
+        except (OSError, KafkaStorageError) as exc:
+            # Out of descriptors or disk space, an unwritable directory: nothing half-made stays.
+            if fresh:
+                self._remove_partial_dir(partition_dir)
+            raise KafkaStorageError(f"cannot create the log of {topic}-{partition} in {log_dir}: {exc}") from exc
         if defer_dir_sync:
             self._unsynced_dirs.add(log_dir)
         else:
@@ -176,6 +183,23 @@ class LogManager:
         self._partitions_in[log_dir] += 1
         log.info("created log %s-%d in %s", topic, partition, log_dir)
         return created
+
+    @staticmethod
+    def _remove_partial_dir(partition_dir: Path) -> None:
+        """Remove what a failed ``Log.open`` left of a new partition directory. Renaming needs
+        no descriptor, so even out of them the directory stops being a partition at once (a
+        ``-delete`` directory, which the next start removes if removing it fails now)."""
+        doomed = partition_dir.with_name(f"{partition_dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+        try:
+            os.rename(partition_dir, doomed)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.error("cannot remove the partial log directory %s: %s", partition_dir, exc)
+            return
+        shutil.rmtree(doomed, ignore_errors=True)
+        if os.path.lexists(doomed):
+            log.warning("%s stays until the next start (removing it failed)", doomed)
 
     def sync_created_log_dirs(self) -> None:
         """fsync each log dir that ``get_or_create_log(defer_dir_sync=True)`` created in."""
