@@ -207,10 +207,7 @@ def bench_create(args) -> None:
               flush=True)
     finally:
         cluster.kill()
-        if os.environ.get("KBROKER_BENCH_KEEP"):
-            print(f"  (kept {root}: processes' logs)")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        keep_or_remove(root)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +237,9 @@ def bench_restart(args) -> None:
             # One topic of 1,000 at a time, each led and every broker live before the next
             # (a broker busy creating logs may miss heartbeats and be fenced for a while).
             cluster.wait_live(timeout_s=300)
+            fenced = cluster.controller.log_text().count("sent no heartbeat")
+            if fenced:
+                print(f"    {fenced} broker fencing(s) for missed heartbeats so far ({i:,} partitions)", flush=True)
             topics.append(f"big-{i // per_topic}")
             asyncio.run(create_topic(cluster.brokers[1].port, topics[-1], min(per_topic, total - i)))
             asyncio.run(wait_until(all_led, 900))
@@ -272,6 +272,14 @@ def bench_restart(args) -> None:
               f"{spread(times, ' s')} (goal <= 10 s)", flush=True)
     finally:
         cluster.kill()
+        keep_or_remove(root)
+
+
+def keep_or_remove(root: Path) -> None:
+    """KBROKER_BENCH_KEEP=1 keeps the cluster's directory (the processes' logs) for a look."""
+    if os.environ.get("KBROKER_BENCH_KEEP"):
+        print(f"  (kept {root}: processes' logs)")
+    else:
         shutil.rmtree(root, ignore_errors=True)
 
 
