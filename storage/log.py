@@ -126,6 +126,11 @@ class FlushPlan:
         self.truncations = truncations
         self._fds = fds
 
+    @property
+    def descriptors(self) -> int:
+        """Descriptors it holds until ``run`` closes them."""
+        return len(self._fds)
+
     def run(self) -> None:
         fds, self._fds = self._fds, []
         try:

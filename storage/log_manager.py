@@ -39,6 +39,7 @@ DELETE_SUFFIX = "-delete"
 METADATA_TOPIC = "__cluster_metadata"
 
 TopicPartition = tuple[str, int]
+FLUSH_PASS_MAX_FDS = 256  # descriptors the plans of one flush pass may hold (see flush_dirty_logs)
 
 
 class LogManager:
@@ -200,15 +201,24 @@ class LogManager:
         now = self.time.milliseconds()
         return sum(each.remove_expired_producers(now) for each in self._logs.values())
 
-    def flush_dirty_logs(self) -> list[FlushPlan]:
-        """The flush.ms / flush.messages pass: a plan for each log the policy says to flush.
-        The broker runs ``plan.run()`` off the loop, then ``plan.log.complete_flush(plan)``."""
-        plans = []
-        for each in self._logs.values():
-            if each.needs_flush_by_policy():
-                plan = each.begin_flush()
-                if plan is not None:
-                    plans.append(plan)
+    def flush_dirty_logs(self, max_fds: int = FLUSH_PASS_MAX_FDS) -> list[FlushPlan]:
+        """The flush.ms / flush.messages pass: a plan for each log the policy says to flush, the
+        longest unflushed first. The broker runs ``plan.run()`` off the loop, then
+        ``plan.log.complete_flush(plan)``. Each plan holds descriptors until it ran (a few per
+        segment), so one pass prepares plans holding about ``max_fds`` at most (always one):
+        with 10,000 partitions due at once, the rest wait for the next pass instead of
+        exhausting RLIMIT_NOFILE."""
+        due = [each for each in self._logs.values() if each.needs_flush_by_policy()]
+        due.sort(key=lambda each: each.time_since_last_flush_ms(), reverse=True)
+        plans: list[FlushPlan] = []
+        held = 0
+        for each in due:
+            if plans and held >= max_fds:
+                break
+            plan = each.begin_flush()
+            if plan is not None:
+                plans.append(plan)
+                held += plan.descriptors
         return plans
 
     def _write_checkpoints(self, file_name: str, value: Callable[[Log], int]) -> None:

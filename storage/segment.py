@@ -11,21 +11,26 @@ The rules, where Kafka keeps them:
 * ``recover`` validates batch after batch, rebuilds both indexes and cuts an invalid tail.
 * ``should_roll`` gathers every reason to start a new segment.
 
-Files are opened lazily. Only the active segment of each log stays open for good. A
-non-active segment opens only what its reads use, on first use: the ``.log`` mapped (our
-descriptor closed at once, the mapping keeps its own) and each index read-only, as an
-in-memory copy when small (no descriptor; see index.py). The time index is not opened by
-offset reads. Recovery and truncation reopen the files writable and drop those handles
-again when done. What non-active segments hold is counted against the ``OpenSegmentBudget``
-the segment is given (segment_budget.py: one per LogManager), which makes the least
-recently used give theirs up first. A cached segment usually holds one descriptor, so a
-log of as many segments as the budget has descriptors is read without opening a file.
-What a closed segment must still answer (size, largest timestamp) is kept in memory.
+Files are opened lazily and no segment holds a descriptor for good, the active one
+included, so descriptors are bounded by a budget, not by the number of partitions (issue
+12). The active segment's indexes live in memory and are written behind (index.py): they
+hold no descriptor. Its ``.log`` is opened on the first append or read (our descriptor for
+``pwrite``, and the mapping reads use). A non-active segment opens only what its reads use,
+on first use: the ``.log`` mapped (our descriptor closed at once, the mapping keeps its
+own) and each index read-only, as an in-memory copy when small (no descriptor). The time
+index is not opened by offset reads. Recovery and truncation reopen the indexes writable
+and persist them when done. What every segment holds is counted against the
+``OpenSegmentBudget`` the segment is given (segment_budget.py: one per LogManager), which
+makes the least recently used give theirs up first (an active one reopens its ``.log`` on
+next use: one ``open``). A cached non-active segment usually holds one descriptor, so a log
+of as many segments as the budget has descriptors is read without opening a file. What a
+closed segment must still answer (size, largest timestamp, next offset) is kept in memory.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +42,7 @@ from protocol.records import BatchHeader, batch_body, check_batch, decode_record
 from .file_records import FileRecords
 from .index import CorruptIndexError
 from .offset_index import INT32_MAX, OffsetIndex
-from .segment_budget import USED, OpenSegmentBudget
+from .segment_budget import ACTIVE_SEGMENT_FDS, USED, OpenSegmentBudget
 from .time_index import TimeIndex
 
 if TYPE_CHECKING:
@@ -104,7 +109,8 @@ class LogSegment:
                       roll_jitter_ms=random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0,
                       created_ms=now_ms)
         segment.activate()
-        segment.log_path.touch()
+        for path in (segment.log_path, segment.index_path, segment.time_index_path):
+            path.touch()
         return segment
 
     # -- lazily opened files -------------------------------------------------------------
@@ -116,14 +122,14 @@ class LogSegment:
             if not self.active:
                 self._records.release_fd()
             self._opened()
-        elif not self.active:
+        else:
             self.used = USED
         return self._records
 
     @property
     def offset_index(self) -> OffsetIndex:
-        """The active segment's is writable; a non-active segment's is a read-only copy unless
-        recovery or truncation opened it writable."""
+        """The active segment's is writable (in memory, no descriptor: see index.py); a
+        non-active segment's is a read-only copy unless recovery or truncation opened it writable."""
         if self._offset_index is None:
             self._offset_index = OffsetIndex(self.index_path, self.base_offset, self.max_index_size, self.active,
                                              read_only=not self.active)
@@ -144,18 +150,18 @@ class LogSegment:
         return self._time_index
 
     def _opened(self) -> None:
-        """A handle was opened: a non-active segment's new cost goes to the budget."""
-        if not self.active:
-            self.budget.update(self)
+        """A handle was opened: its cost goes to the budget."""
+        self.budget.update(self)
 
     def _set_active(self, active: bool) -> None:
-        if active != self.active:
-            self.active = active
-            self.budget.set_active(active)
+        self.active = active
 
     def held(self) -> tuple[int, int]:
-        """(descriptors, bytes of in-memory index copies) that the open handles hold."""
-        fds = self._records.held_fds if self._records is not None else 0
+        """(descriptors, bytes of in-memory index copies) that the open handles hold. An active
+        segment's open ``.log`` counts two: its descriptor, and the mapping a read may add
+        without telling the budget."""
+        records = self._records
+        fds = 0 if records is None else ACTIVE_SEGMENT_FDS if self.active else records.held_fds
         nbytes = 0
         for index in (self._offset_index, self._time_index):
             if index is not None:
@@ -165,8 +171,8 @@ class LogSegment:
 
     def _writable_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         """Both indexes, writable: a non-active segment's read-only copies are replaced by
-        writable mappings of the files, preallocated as for appends (recovery, truncation and
-        its final time-index entry), until ``_settle_inactive`` trims them."""
+        writable in-memory ones with room for appends (recovery, truncation and its final
+        time-index entry), until ``_settle_inactive`` persists them and turns them read-only."""
         if not self.active:
             self._drop_indexes(read_only=True)
             if self._offset_index is None:
@@ -221,13 +227,13 @@ class LogSegment:
         self.drop_index_copies()
 
     def close_files(self) -> None:
-        """Close what holds descriptors (the ``.log`` and any mapped index) of a non-active
-        segment; in-memory index copies stay."""
-        if self.active:
-            return
+        """Close what holds descriptors (the ``.log``, its mapping and any mapped index); in-memory
+        indexes stay, so an active segment keeps its entries and reopens its ``.log`` on the
+        next append or read. What the budget calls on the least recently used segments."""
         self.budget.files.discard(self)
         if self._records is not None:
             self._retired_maps = self._records.close()
+            self.budget.retired(self._retired_maps)
             self._records = None
         if self._offset_index is not None and self._offset_index.held_fds:
             self._offset_index.close()
@@ -245,14 +251,14 @@ class LogSegment:
             self._time_index = None
 
     def activate(self) -> None:
-        """Become the log's active segment: stay open, indexes preallocated for appends."""
+        """Become the log's active segment: writable indexes with room for appends, the
+        ``.log`` (re)opened writable on first use; what it holds stays in the budget."""
         self._set_active(True)
-        self.budget.discard(self)
         self._drop_indexes(read_only=True)
         for index in (self._offset_index, self._time_index):
             if index is not None:
-                index.max_index_size = self.max_index_size
                 index.resize(self.max_index_size)
+        self.budget.update(self)
 
     def on_become_inactive(self) -> None:
         """A newer segment took over (roll): final time-index entry, trim the files."""
@@ -263,14 +269,11 @@ class LogSegment:
     def append(self, buf: Buffer, batches: list[tuple[int, BatchHeader]]) -> None:
         """Append ``buf`` (batches back to back; ``batches`` = (position in buf, header)).
 
-        All or nothing: the space of the index entries is reserved first, then the data is
-        written; an OSError from either leaves the segment as it was and propagates. The
-        entries then go into reserved pages of the mappings, which cannot fail (so there is
-        no state to save for an undo).
+        All or nothing: an OSError from the write leaves the segment as it was and propagates.
+        The index entries then go to memory, which cannot fail (so there is no state to save
+        for an undo); they reach the files behind (index.py).
         """
         records, offset_index, time_index = self.records, self.offset_index, self.time_index
-        offset_index.reserve(len(batches))
-        time_index.reserve(len(batches))
         position = records.append(buf)
         self.size = records.size
         for relative_position, header in batches:
@@ -514,20 +517,32 @@ class LogSegment:
         return next_offset
 
     def dup_fds(self) -> list[int]:
-        """Duplicates of the three file descriptors, for a flush on another thread."""
-        return [self.records.dup_fd(), self.offset_index.dup_fd(), self.time_index.dup_fd()]
+        """Descriptors of the three files that the caller owns, for a flush on another thread
+        (the index entries persisted first). A closed ``.log`` is opened for this only."""
+        fds: list[int] = []
+        try:
+            fds.append(self._records.dup_fd() if self._records is not None else os.open(self.log_path, os.O_RDONLY))
+            fds.append(self.offset_index.dup_fd())
+            fds.append(self.time_index.dup_fd())
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     def close(self, keep_open: bool = False) -> None:
-        """Final time-index entry, indexes and ``.log`` trimmed to their used sizes, files
-        closed (``keep_open``: all but what reads use). The segment is no longer active."""
+        """Final time-index entry, indexes persisted and the ``.log`` trimmed to its used size,
+        files closed (``keep_open``: all but what reads use). The segment is no longer active
+        (unless persisting failed: then it raises and stays as it was)."""
         if self.active and self._time_index is not None:
             self._append_final_time_index_entry()
-        self._set_active(False)
         self._trim()
+        self._set_active(False)
         if keep_open:
             self._keep_read_handles()
         else:
             self.close_handles()
+            self._drop_indexes(read_only=False)
 
     def _append_final_time_index_entry(self) -> None:
         """Make the time index's last entry the segment's largest timestamp (Kafka's
@@ -539,6 +554,7 @@ class LogSegment:
     def delete(self) -> None:
         self._set_active(False)
         self.close_handles()
+        self._offset_index = self._time_index = None  # writable ones unpersisted: their files go
         for path in (self.log_path, self.index_path, self.time_index_path):
             path.unlink(missing_ok=True)
 

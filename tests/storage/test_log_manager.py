@@ -132,6 +132,33 @@ def test_retention_and_flush_passes(tmp_path):
     assert starts == {("t", p): logs[p].log_start_offset for p in range(2)}
 
 
+def test_a_flush_pass_holds_a_bounded_number_of_descriptors(tmp_path):
+    """Plans hold their descriptors until they ran: with many logs due at once, one pass
+    prepares plans holding about ``max_fds``, the longest unflushed first; the next passes
+    take the rest."""
+    time = MockTime()
+    manager = LogManager([tmp_path], LogConfig(flush_ms=1000), time=time)
+    manager.startup()
+    logs = []
+    for p in range(10):
+        log = manager.get_or_create_log("t", p)
+        fill(log, 1)
+        logs.append(log)
+        time.sleep(10)  # t-0 is the longest unflushed
+    time.sleep(1000)
+    flushed = []
+    while len(flushed) < len(logs):
+        plans = manager.flush_dirty_logs(max_fds=8)
+        assert plans and sum(plan.descriptors for plan in plans) < 8 + 4  # one plan: 3 files and the dir
+        for plan in plans:
+            plan.run()
+            plan.log.complete_flush(plan)
+            flushed.append(plan.log)
+    assert flushed == logs and all(log.recovery_point == log.log_end_offset for log in logs)
+    assert manager.flush_dirty_logs() == []
+    manager.shutdown()
+
+
 def test_corrupt_checkpoint_is_ignored_with_a_warning(tmp_path, caplog):
     manager = LogManager([tmp_path], CONFIG, time=MockTime())
     manager.startup()

@@ -1,0 +1,145 @@
+"""Many partitions on one broker (issue 12 §5): produce to every partition of a topic round-robin
+and read every partition back, over raw frames on one connection (Produce v7 and Fetch v4
+requests each covering a slice of the partitions). Shared by tests/robustness/test_partitions.py
+and bench/partitions_bench.py.
+
+Each record's value names its partition and round (``p<partition>-r<round>``), so what is read
+back can be checked against what was acknowledged."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections import deque
+
+from protocol.fast_codecs import (FetchPartition, FetchRequest, decode_fetch_response, decode_produce_response,
+                                  encode_fetch_request, encode_produce_request)
+from protocol.records import batch_body, decode_records, iter_batch_headers, Record, build_batch
+
+from .resources_support import read_frame
+
+PRODUCE_VERSION, FETCH_VERSION = 7, 4
+
+
+def value_of(partition: int, round_: int, pad: int = 0) -> bytes:
+    return f"p{partition}-r{round_}-".encode() + b"x" * pad
+
+
+class PartitionsClient:
+    """One connection; ``produce_round`` and ``read_all`` pipeline up to ``depth`` requests."""
+
+    def __init__(self, port: int, topic: str, partitions: int, *, per_request: int = 200, depth: int = 4,
+                 timeout_s: float = 120.0) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.per_request = per_request
+        self.depth = depth
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self._correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "PartitionsClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _slices(self) -> list[list[int]]:
+        ps = list(range(self.partitions))
+        return [ps[i:i + self.per_request] for i in range(0, len(ps), self.per_request)]
+
+    def _pipeline(self, frames, on_response) -> None:
+        """Send ``frames`` (an iterable of (correlation id, frame, context)) keeping ``depth`` in flight."""
+        in_flight: deque = deque()
+        for correlation_id, frame, context in frames:
+            if len(in_flight) >= self.depth:
+                self._receive(in_flight, on_response)
+            self.sock.sendall(frame)
+            in_flight.append((correlation_id, context))
+        while in_flight:
+            self._receive(in_flight, on_response)
+
+    def _receive(self, in_flight: deque, on_response) -> None:
+        correlation_id, context = in_flight.popleft()
+        resp = read_frame(self.sock)
+        got = struct.unpack_from(">i", resp, 0)[0]
+        assert got == correlation_id, f"correlation id {got}, expected {correlation_id}"
+        on_response(memoryview(resp)[4:], context)
+
+    def _next_id(self) -> int:
+        self._correlation += 1
+        return self._correlation
+
+    def produce_round(self, round_: int, acked: dict[int, list[tuple[int, bytes]]] | None = None,
+                      pad: int = 0, records_per_batch: int = 1) -> int:
+        """One batch (``records_per_batch`` records) to every partition, acks=1; returns the number of
+        records acknowledged. ``acked[partition]`` gets (base offset, value) per acknowledged record."""
+        now = int(time.time() * 1000)
+        count = 0
+
+        def frames():
+            for part_slice in self._slices():
+                batches = []
+                for p in part_slice:
+                    records = [Record(value=value_of(p, round_, pad) + str(i).encode(), timestamp=now)
+                               for i in range(records_per_batch)]
+                    batches.append((p, build_batch(records)))
+                cid = self._next_id()
+                frame = b"".join(bytes(c) for c in encode_produce_request(
+                    PRODUCE_VERSION, cid, "partitions", 1, 30000, [(self.topic, batches)]))
+                yield cid, frame, part_slice
+
+        def on_response(body, part_slice):
+            nonlocal count
+            results = decode_produce_response(PRODUCE_VERSION, body, 0)
+            for _topic, parts in results:
+                for partition, error, base_offset, *_rest in parts:
+                    if error:
+                        raise AssertionError(f"produce to {self.topic}-{partition}: error {error}")
+                    count += records_per_batch
+                    if acked is not None:
+                        for i in range(records_per_batch):
+                            acked.setdefault(partition, []).append(
+                                (base_offset + i, value_of(partition, round_, pad) + str(i).encode()))
+
+        self._pipeline(frames(), on_response)
+        return count
+
+    def read_all(self, max_bytes: int = 1 << 20) -> dict[int, list[tuple[int, bytes]]]:
+        """Every record of every partition from offset 0: {partition: [(offset, value)]}."""
+        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(self.partitions)}
+        offsets = {p: 0 for p in range(self.partitions)}
+        pending = set(range(self.partitions))
+        while pending:
+            todo = sorted(pending)
+            chunks = [todo[i:i + self.per_request] for i in range(0, len(todo), self.per_request)]
+
+            def frames():
+                for chunk in chunks:
+                    cid = self._next_id()
+                    req = FetchRequest(FETCH_VERSION, -1, 0, 0, max_bytes, 0, 0, -1,
+                                       [(self.topic, [FetchPartition(p, -1, offsets[p], -1, max_bytes)
+                                                      for p in chunk])], [], "")
+                    yield cid, encode_fetch_request(FETCH_VERSION, cid, "partitions", req), chunk
+
+            def on_response(body, _chunk):
+                resp = decode_fetch_response(FETCH_VERSION, body, 0)
+                for _topic, parts in resp.responses:
+                    for pd in parts:
+                        if pd.error_code:
+                            raise AssertionError(f"fetch {self.topic}-{pd.partition}: error {pd.error_code}")
+                        got_any = False
+                        buf = bytes(pd.records or b"")
+                        for pos, header in iter_batch_headers(buf):
+                            for record in decode_records(header, batch_body(buf, pos, header)):
+                                out[pd.partition].append((record.offset, record.value or b""))
+                                got_any = True
+                            offsets[pd.partition] = header.next_offset
+                        if not got_any or offsets[pd.partition] >= pd.high_watermark:
+                            pending.discard(pd.partition)
+
+            self._pipeline(frames(), on_response)
+        return out
