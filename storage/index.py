@@ -194,21 +194,25 @@ class AbstractIndex:
         self._check_writable()
         self.max_index_size = max(new_size - new_size % self.entry_size, self.size_in_bytes)
 
-    def trim_to_valid_size(self) -> None:
+    def trim_to_valid_size(self, create_empty: bool = True) -> None:
         """Persist, and take no more entries than it holds (on roll and close)."""
-        self.persist()
+        self.persist(create_empty=create_empty)
         self.length = self.opened_length = self.size_in_bytes
         self.max_index_size = self.length
 
     # -- persisting ----------------------------------------------------------------------
 
-    def persist(self, fd: int = -1) -> None:
+    def persist(self, fd: int = -1, create_empty: bool = True) -> None:
         """Write what changed since the last ``persist`` to the file (through ``fd`` when given,
         else a descriptor opened and closed here): the new entries, and a cut when entries
-        were dropped. An OSError leaves the entries in memory (a later ``persist`` retries)."""
+        were dropped. An OSError leaves the entries in memory (a later ``persist`` retries).
+        Without ``create_empty`` a missing file stays missing while there are no entries
+        (an active segment's index that never got one: creating files costs)."""
         if not self.dirty:
             return
         own = fd < 0
+        if own and not create_empty and self._file_length < 0 and not self._buf:
+            return
         if own:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -337,9 +341,10 @@ class AbstractIndex:
         return fd
 
     def close(self) -> None:
-        """Persist a writable index; unmap a mapped one. The object is not used afterwards."""
+        """Persist a writable index (no empty file is created); unmap a mapped one. The object
+        is not used afterwards."""
         if not self.read_only:
-            self.persist()
+            self.persist(create_empty=False)
         elif isinstance(self._buf, mmap.mmap):
             self._buf.close()  # never exported, so this cannot raise BufferError
         self._buf = b""

@@ -46,7 +46,9 @@ class LogManager:
     """Not thread-safe: call it from the broker's event-loop thread."""
 
     def __init__(self, log_dirs: list[Path], default_config: LogConfig, *, time: Time,
-                 topic_config: Callable[[str], LogConfig] | None = None) -> None:
+                 topic_config: Callable[[str], LogConfig] | None = None, max_open_files: int | None = None) -> None:
+        """``max_open_files``: descriptors all segments may hold at most (the broker's
+        ``log.open.files.max``); the open files limit bounds them too (segment_budget.py)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -61,7 +63,7 @@ class LogManager:
         self._partitions_in: dict[Path, int] = {d: 0 for d in self.log_dirs}
         self._unsynced_dirs: set[Path] = set()  # log dirs holding a new partition dir not yet fsync'd
         # Shared by every log here: what their non-active segments may keep open.
-        self.segment_budget = OpenSegmentBudget.from_open_files_limit()
+        self.segment_budget = OpenSegmentBudget.from_open_files_limit(max_open_files)
 
     # -- startup -------------------------------------------------------------------------
 

@@ -109,8 +109,7 @@ class LogSegment:
                       roll_jitter_ms=random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0,
                       created_ms=now_ms)
         segment.activate()
-        for path in (segment.log_path, segment.index_path, segment.time_index_path):
-            path.touch()
+        segment.log_path.touch()  # the indexes' files come with their first entries (index.py)
         return segment
 
     # -- lazily opened files -------------------------------------------------------------
@@ -191,11 +190,12 @@ class LogSegment:
             self._time_index.close()
             self._time_index = None
 
-    def _trim(self) -> None:
-        """Indexes opened writable and the ``.log`` cut to their used sizes."""
+    def _trim(self, create_empty: bool = True) -> None:
+        """Indexes opened writable persisted and the ``.log`` cut to its used size (``create_empty``:
+        see AbstractIndex.persist)."""
         for index in (self._offset_index, self._time_index):
             if index is not None and not index.read_only:
-                index.trim_to_valid_size()
+                index.trim_to_valid_size(create_empty)
         if self._records is not None:
             self._records.trim()
 
@@ -404,10 +404,14 @@ class LogSegment:
         """Sanity-check both indexes and take the largest timestamp from the time index.
 
         Returns why they need a rebuild (missing or corrupt), or None when they are fine.
+        The active segment's missing index is an empty one: it had no entry when the log
+        closed (no file is created for none), and the loader re-reads the active segment from
+        its last index entry anyway.
         """
-        for path in (self.index_path, self.time_index_path):
-            if not path.exists() and self.size > 0:
-                return f"{path.name} is missing"
+        if not self.active:
+            for path in (self.index_path, self.time_index_path):
+                if not path.exists() and self.size > 0:
+                    return f"{path.name} is missing"
         try:
             self.offset_index.sanity_check(self.size, next_offset_bound)
             self.time_index.sanity_check(self.size, next_offset_bound)
@@ -536,7 +540,7 @@ class LogSegment:
         (unless persisting failed: then it raises and stays as it was)."""
         if self.active and self._time_index is not None:
             self._append_final_time_index_entry()
-        self._trim()
+        self._trim(create_empty=keep_open)  # an empty index of a closing log: no file (see load_indexes)
         self._set_active(False)
         if keep_open:
             self._keep_read_handles()

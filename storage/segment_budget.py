@@ -55,13 +55,15 @@ class BudgetedSegment(Protocol):
     def drop_index_copies(self) -> None: ...
 
 
-def open_files_budget() -> int:
+def open_files_budget(max_fds: int | None = None) -> int:
     """Descriptors the segments may hold in all: the soft RLIMIT_NOFILE less an eighth (at
-    least 256) kept for sockets and every other file, and at most half of
-    vm.max_map_count (a cached segment's descriptors are its mappings'); never below
-    MIN_OPEN_FILES_BUDGET."""
+    least 256) kept for sockets and every other file, at most half of vm.max_map_count (a
+    cached segment's descriptors are its mappings'), and at most ``max_fds`` (the broker's
+    ``log.open.files.max``) when given; never below MIN_OPEN_FILES_BUDGET."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     budget = 1 << 20 if soft == resource.RLIM_INFINITY else soft - max(256, soft // 8)
+    if max_fds is not None:
+        budget = min(budget, max_fds)
     try:
         budget = min(budget, int(_MAX_MAP_COUNT.read_text()) // 2)
     except (OSError, ValueError):
@@ -138,6 +140,7 @@ class OpenSegmentBudget:
     def __init__(self, max_fds: int, max_copy_bytes: int = INDEX_COPY_BYTES) -> None:
         self.files = BudgetCache(max_fds, FILES, lambda segment: segment.close_files())
         self.copies = BudgetCache(max_copy_bytes, COPIES, lambda segment: segment.drop_index_copies())
+        self.max_fds: int | None = None  # the cap ``resize_to_open_files_limit`` keeps
         # Mappings of closed segments that were still being read (a Fetch response not yet
         # written) when their segment gave its files up: each holds a descriptor until closed,
         # so they are closed here once their readers are done, not when (if ever) the segment
@@ -145,13 +148,16 @@ class OpenSegmentBudget:
         self._retired: list[list[mmap.mmap]] = []
 
     @classmethod
-    def from_open_files_limit(cls) -> OpenSegmentBudget:
-        """Descriptors sized from the soft RLIMIT_NOFILE in force (``open_files_budget``)."""
-        return cls(open_files_budget())
+    def from_open_files_limit(cls, max_fds: int | None = None) -> OpenSegmentBudget:
+        """Descriptors sized from the soft RLIMIT_NOFILE in force, at most ``max_fds``
+        (``open_files_budget``)."""
+        budget = cls(open_files_budget(max_fds))
+        budget.max_fds = max_fds
+        return budget
 
     def resize_to_open_files_limit(self) -> None:
         """Resize the descriptor budget after the limit changed (``raise_open_files_limit``)."""
-        self.files.budget = open_files_budget()
+        self.files.budget = open_files_budget(self.max_fds)
 
     def retired(self, maps: list[mmap.mmap]) -> None:
         """A closed segment's mappings still exported: closed by a later ``update`` once free."""

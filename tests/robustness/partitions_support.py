@@ -108,6 +108,25 @@ class PartitionsClient:
         self._pipeline(frames(), on_response)
         return count
 
+    def not_served(self) -> list[int]:
+        """The partitions a Fetch from offset 0 answers with an error (NOT_LEADER_OR_FOLLOWER
+        until the restarted broker has been told it leads them)."""
+        failing = []
+
+        def frames():
+            for chunk in self._slices():
+                cid = self._next_id()
+                req = FetchRequest(FETCH_VERSION, -1, 0, 0, 1, 0, 0, -1,
+                                   [(self.topic, [FetchPartition(p, -1, 0, -1, 1) for p in chunk])], [], "")
+                yield cid, encode_fetch_request(FETCH_VERSION, cid, "partitions", req), chunk
+
+        def on_response(body, _chunk):
+            for _topic, parts in decode_fetch_response(FETCH_VERSION, body, 0).responses:
+                failing.extend(pd.partition for pd in parts if pd.error_code)
+
+        self._pipeline(frames(), on_response)
+        return failing
+
     def read_all(self, max_bytes: int = 1 << 20) -> dict[int, list[tuple[int, bytes]]]:
         """Every record of every partition from offset 0: {partition: [(offset, value)]}."""
         out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(self.partitions)}
@@ -143,3 +162,42 @@ class PartitionsClient:
 
             self._pipeline(frames(), on_response)
         return out
+
+
+def produce_for(port: int, chunks: list[tuple[str, list[int]]], seconds: float, *, records_per_batch: int = 10,
+                value_size: int = 100, depth: int = 4) -> tuple[int, int, float]:
+    """Produce (acks=1) request after request for ``seconds``, each to one chunk of ``chunks``
+    (a topic and its partitions, one batch each) in turn, ``depth`` requests in flight; returns
+    (records acknowledged, requests, seconds taken). For benchmarks: the partitions touched
+    are the only thing that changes between two calls with the same chunk sizes."""
+    client = PartitionsClient(port, "", 0, depth=depth)
+    batch = build_batch([Record(value=b"v" * value_size, timestamp=int(time.time() * 1000))
+                         for _ in range(records_per_batch)])
+    records = requests = 0
+    started = time.monotonic()
+    deadline = started + seconds
+
+    def frames():
+        i = 0
+        while time.monotonic() < deadline:
+            topic, partitions = chunks[i % len(chunks)]
+            i += 1
+            cid = client._next_id()
+            frame = b"".join(bytes(c) for c in encode_produce_request(
+                PRODUCE_VERSION, cid, "partitions", 1, 30000, [(topic, [(p, batch) for p in partitions])]))
+            yield cid, frame, None
+
+    def on_response(body, _context):
+        nonlocal records, requests
+        requests += 1
+        for topic, parts in decode_produce_response(PRODUCE_VERSION, body, 0):
+            for partition, error, *_rest in parts:
+                if error:
+                    raise AssertionError(f"produce to {topic}-{partition}: error {error}")
+                records += records_per_batch
+
+    try:
+        client._pipeline(frames(), on_response)
+    finally:
+        client.close()
+    return records, requests, time.monotonic() - started

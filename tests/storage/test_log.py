@@ -23,6 +23,7 @@ def test_directory_layout_and_topic_partition(tmp_path):
     log = open_log(tmp_path / "my-topic-with-dashes-7")
     assert (log.topic, log.partition) == ("my-topic-with-dashes-7"[:-2], 7)
     log.append_as_leader(batch(2), leader_epoch=0)
+    log.flush()  # the indexes' files come with their first entries, or a flush (storage/index.py)
     assert sorted(p.name for p in log.dir.iterdir()) == [
         "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
         "leader-epoch-checkpoint"]

@@ -10,7 +10,7 @@ import os
 import resource
 
 import pytest
-from storage_helpers import batch, check_consistent, open_log
+from storage_helpers import START_MS, batch, check_consistent, open_log
 
 from protocol.clock import MockTime
 from protocol.records import iter_batch_headers
@@ -224,6 +224,27 @@ def test_a_mapping_still_read_when_its_segment_gives_its_files_up_is_closed_once
         log.close()
 
 
+def test_index_files_come_with_entries_and_a_missing_active_index_is_an_empty_one(tmp_path, caplog):
+    """Creating files costs (a partition is created with one file, not three): an index file
+    appears with its first entry, a flush or a roll. A log closed before its active segment
+    got an offset-index entry has no .index, and loads without a rebuild."""
+    log = open_log(tmp_path / "t-0")  # index.interval.bytes 4096: a few small batches add no entry
+    assert [p.name for p in log.dir.iterdir() if p.suffix != ".log"] == []
+    fill(log, 3)
+    log.close()
+    names = {p.name for p in log.dir.iterdir()}
+    assert "00000000000000000000.index" not in names
+    assert "00000000000000000000.timeindex" in names  # the final entry: the largest timestamp
+    reopened = open_log(tmp_path / "t-0")
+    assert not reopened.recovery_report.needed_recovery and "rebuilding" not in caplog.text
+    assert reopened.log_end_offset == 6 and reopened.active_segment.max_timestamp_so_far == START_MS + 1
+    fill(reopened, 60)  # entries now, and rolls: every rolled segment has both files
+    reopened.roll()
+    assert all(s.index_path.exists() and s.time_index_path.exists() for s in reopened.segments[:-1])
+    check_consistent(reopened)
+    reopened.close()
+
+
 def test_the_descriptor_budget_comes_from_rlimit_nofile(monkeypatch, tmp_path):
     maps = tmp_path / "max_map_count"
     maps.write_text("65530\n")
@@ -240,6 +261,10 @@ def test_the_descriptor_budget_comes_from_rlimit_nofile(monkeypatch, tmp_path):
     maps.write_text("1000\n")
     limits["nofile"] = (20000, 20000)
     assert budget_module.open_files_budget() == 500
+    maps.write_text("65530\n")
+    assert budget_module.open_files_budget(1500) == 1500  # the broker's log.open.files.max
+    limits["nofile"] = (1024, 1024)
+    assert budget_module.open_files_budget(1500) == 1024 - 256  # the limit still bounds it
 
 
 def test_startup_raises_the_soft_limit_to_the_hard_one(monkeypatch, tmp_path):
@@ -255,6 +280,10 @@ def test_startup_raises_the_soft_limit_to_the_hard_one(monkeypatch, tmp_path):
     assert limits["nofile"] == (8192, 8192)
     assert manager.segment_budget.files.budget == 8192 - 1024
     manager.shutdown()
+    capped = LogManager([tmp_path / "capped"], LogConfig(), time=MockTime(), max_open_files=1500)
+    capped.startup()
+    assert capped.segment_budget.files.budget == 1500  # log.open.files.max, under the raised limit
+    capped.shutdown()
 
 
 def test_the_log_manager_shares_its_budget_among_its_logs(tmp_path):
