@@ -120,6 +120,45 @@ def scrape_cost(args, per_partition: bool) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
+class NullTransport:
+    """A transport that drops what is written: the request path timed without a socket."""
+
+    def write(self, data) -> None:
+        pass
+
+    def writelines(self, chunks) -> None:
+        pass
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def set_write_buffer_limits(self, high=None, low=None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def sides(round_index: int) -> tuple[str, str]:
+    """The order of the two sides in a round: on/off, then off/on, alternating."""
+    return ("on", "off") if round_index % 2 == 0 else ("off", "on")
+
+
+def cpu_us_per_request(conn, data: bytes, n: int) -> float:
+    """µs of process CPU per request: ``data`` (10 requests) fed to ``conn`` n / 10 times."""
+    conn.connection_made(NullTransport())
+    t0 = time.process_time()
+    for _ in range(n // 10):
+        conn.data_received(data)
+    return (time.process_time() - t0) / n * 1e6
+
+
 def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
     """µs of process CPU per request through KafkaConnection, metrics on and off, alternating."""
     import struct
@@ -133,25 +172,6 @@ def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
         def handle(self, ctx) -> None:
             ctx.send_response(b"\x00\x00\x00\x04abcd")
 
-    class Transport:
-        def write(self, data) -> None:
-            pass
-
-        def writelines(self, chunks) -> None:
-            pass
-
-        def get_extra_info(self, name, default=None):
-            return default
-
-        def set_write_buffer_limits(self, high=None, low=None) -> None:
-            pass
-
-        def pause_reading(self) -> None:
-            pass
-
-        def resume_reading(self) -> None:
-            pass
-
     def frame(correlation_id: int) -> bytes:
         raw = encode_request_header(0, 9, correlation_id, "bench", True) + b"x" * 100
         return struct.pack(">i", len(raw)) + raw
@@ -162,17 +182,12 @@ def micro(rounds: int, n: int = 20000) -> tuple[list[float], list[float]]:
         metrics = RequestMetrics() if metrics_on else None
         server = SocketServer(Answer(), max_request_size=1 << 20, max_inflight=100, metrics=metrics,
                               now=SYSTEM_TIME.nanoseconds)
-        conn = KafkaConnection(server, "PLAINTEXT")
-        conn.connection_made(Transport())
-        t0 = time.process_time()
-        for _ in range(n // 10):
-            conn.data_received(data)
-        return (time.process_time() - t0) / n * 1e6
+        return cpu_us_per_request(KafkaConnection(server, "PLAINTEXT"), data, n)
 
     on: list[float] = []
     off: list[float] = []
     for i in range(rounds):
-        for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
+        for side in sides(i):
             (on if side == "on" else off).append(run(side == "on"))
     return on, off
 
@@ -190,28 +205,6 @@ def micro_produce(rounds: int, n: int = 5000) -> tuple[list[float], list[float]]
     from protocol.client import KafkaClient
     from protocol.fast_codecs import encode_produce_request
     from protocol.records import Record, build_batch
-
-    class Transport:
-        def write(self, data) -> None:
-            pass
-
-        def writelines(self, chunks) -> None:
-            pass
-
-        def get_extra_info(self, name, default=None):
-            return default
-
-        def set_write_buffer_limits(self, high=None, low=None) -> None:
-            pass
-
-        def pause_reading(self) -> None:
-            pass
-
-        def resume_reading(self) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
 
     batch = bytes(build_batch([Record(value=b"v" * 100, timestamp=1)] * 10))
     data = b"".join(b"".join(bytes(c) for c in encode_produce_request(7, i, "bench", 1, 30000, [("bench", [(0, batch)])]))
@@ -232,17 +225,12 @@ def micro_produce(rounds: int, n: int = 5000) -> tuple[list[float], list[float]]
                     await client.create_topics([("bench", 1, 1, None)])
 
             def run(side: str) -> float:
-                conn = KafkaConnection(nodes[side].broker.socket_server, "PLAINTEXT")
-                conn.connection_made(Transport())
-                t0 = time.process_time()
-                for _ in range(n // 10):
-                    conn.data_received(data)
-                return (time.process_time() - t0) / n * 1e6
+                return cpu_us_per_request(KafkaConnection(nodes[side].broker.socket_server, "PLAINTEXT"), data, n)
 
             on: list[float] = []
             off: list[float] = []
             for i in range(rounds):
-                for side in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                for side in sides(i):
                     (on if side == "on" else off).append(run(side))
                     await asyncio.sleep(0.05)  # heartbeats and timers between rounds
             for side, node in nodes.items():
@@ -276,26 +264,14 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.micro_rounds:
-        on, off = micro(args.micro_rounds)
-        diffs = [a - b for a, b in zip(on, off)]
-        print(f"request path in process (KafkaConnection, mock transport, 10 requests per read), process CPU "
-              f"µs per request, {args.micro_rounds} alternating rounds:")
-        print(f"  metrics on  median {statistics.median(on):.2f} (range {spread(on)})")
-        print(f"  metrics off median {statistics.median(off):.2f} (range {spread(off)})")
-        print(f"  on minus off: median {statistics.median(diffs):+.2f} µs, per-round {spread(diffs)}\n", flush=True)
-        on, off = micro_produce(args.micro_rounds)
-        diffs = [a - b for a, b in zip(on, off)]
-        print(f"Produce (10 records of 100 B, acks=1) through a whole broker in process (connection, KafkaApis, "
-              f"ReplicaManager, Log), process CPU µs per request, {args.micro_rounds} alternating rounds:")
-        print(f"  metrics on  median {statistics.median(on):.2f} (range {spread(on)})")
-        print(f"  metrics off median {statistics.median(off):.2f} (range {spread(off)})")
-        print(f"  on minus off: median {statistics.median(diffs):+.2f} µs, per-round {spread(diffs)}; "
-              f"off/on {statistics.median(off) / statistics.median(on):.3f}\n", flush=True)
+        report_micro("request path in process (KafkaConnection, mock transport, 10 requests per read)",
+                     *micro(args.micro_rounds), args.micro_rounds)
+        report_micro("Produce (10 records of 100 B, acks=1) through a whole broker in process (connection, KafkaApis, "
+                     "ReplicaManager, Log)", *micro_produce(args.micro_rounds), args.micro_rounds, ratio=True)
 
     runs: dict[str, list[dict]] = {"on": [], "off": []}
     for i in range(args.rounds):
-        order = ("on", "off") if i % 2 == 0 else ("off", "on")
-        for side in order:
+        for side in sides(i):
             runs[side].append(run_broker(args, side == "on"))
         on, off = runs["on"][-1], runs["off"][-1]
         print(f"round {i + 1}: on {on['records_per_s']:.0f} rec/s {on['server_cpu_us_per_request']:.1f} µs/req | "
@@ -312,6 +288,15 @@ def main() -> int:
                   f"{r['median_ms']:.0f} ms (range {r['min_ms']:.0f}..{r['max_ms']:.0f}); page {r['bytes'] / 1024:.0f} KiB",
                   flush=True)
     return 0
+
+
+def report_micro(what: str, on: list[float], off: list[float], rounds: int, ratio: bool = False) -> None:
+    diffs = [a - b for a, b in zip(on, off)]
+    print(f"{what}, process CPU µs per request, {rounds} alternating rounds:")
+    print(f"  metrics on  median {statistics.median(on):.2f} (range {spread(on)})")
+    print(f"  metrics off median {statistics.median(off):.2f} (range {spread(off)})")
+    tail = f"; off/on {statistics.median(off) / statistics.median(on):.3f}" if ratio else ""
+    print(f"  on minus off: median {statistics.median(diffs):+.2f} µs, per-round {spread(diffs)}{tail}\n", flush=True)
 
 
 def report(runs: dict[str, list[dict]], args) -> None:

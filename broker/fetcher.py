@@ -229,6 +229,11 @@ class ReplicaFetcher:
             log.info("%s-%d: truncating from %d to %d (leader epoch %d ends at %d on broker %d)", key[0], key[1],
                      leo, target, leader_epoch, leader_end_offset, self.source_id)
             log_.truncate_to(target)
+        else:
+            # Nothing to cut, but an epoch starting at our log end (one this broker led without
+            # appending) conflicts with the leader's history: it goes, as Kafka's truncateTo drops
+            # it; else the next round would ask about that same epoch again, for ever.
+            log_.leader_epoch_cache.truncate_from_end(leo)
         state.truncating = not done
 
     # -- fetching --------------------------------------------------------------------------
@@ -272,9 +277,11 @@ class ReplicaFetcher:
                     n = len(pd.records)
                     topic_stats.topic(key[0]).replication_bytes_in += n
                     topic_stats.all.replication_bytes_in += n
+            # The HW first (clamped to our LEO), then the log start: the leader's log start is at
+            # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
+            log_.update_high_watermark(pd.high_watermark)
             if pd.log_start_offset > log_.log_start_offset:
                 log_.maybe_increment_log_start_offset(pd.log_start_offset)
-            log_.update_high_watermark(pd.high_watermark)
             state.lag = max(0, pd.high_watermark - log_.log_end_offset)  # Kafka's FetcherLagMetrics ConsumerLag
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(key, state, pd)

@@ -386,7 +386,10 @@ class Partition:
         return self.maybe_increment_high_watermark()
 
     def _is_caught_up(self, replica: Replica, now_ms: int, max_lag_ms: int) -> bool:
-        if self.log is None or replica.log_end_offset < 0:
+        """Kafka's isCaughtUp: at the leader's LEO, or caught up within ``max_lag_ms``. A follower
+        that has not fetched since this broker became leader (LEO unknown) counts from the
+        election, as ``Replica.reset`` set it: an ISR member gets the lag time for its first fetch."""
+        if self.log is None:
             return False
         if replica.log_end_offset >= self.log.log_end_offset:
             return True

@@ -53,7 +53,7 @@ def follower_log(path, time, epochs: list[tuple[int, int]]) -> Log:
 
 
 def fetcher_for(partition: Partition, time) -> tuple[ReplicaFetcher, PartitionFetchState]:
-    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000)
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None)
     fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)
     state = PartitionFetchState(partition, leader_epoch=4)
     fetcher.partitions[partition.key] = state
@@ -86,6 +86,24 @@ async def test_truncation_takes_as_many_rounds_as_the_epochs_need(tmp_path, time
     log.close()
 
 
+async def test_an_empty_epoch_of_the_follower_at_its_log_end_is_dropped_and_the_next_round_goes_older(tmp_path, time):
+    """The follower led epoch 2 without appending (its epoch cache ends 2@5, at its LEO); the
+    leader never had epoch 2 and answers its epoch 1, which the follower lacks. The follower's
+    epoch before 1 (0) ends where 2 starts, at its LEO: nothing to cut, but the conflicting empty
+    epoch goes (Kafka's truncateTo at or past the LEO truncates the epoch cache from the end),
+    so the next round asks about epoch 0 instead of asking about 2 for ever."""
+    log = follower_log(tmp_path / "t-0", time, [(0, 5)])
+    log.leader_epoch_cache.assign(2, 5)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    leader = ScriptedLeader({2: (1, 8), 0: (0, 5)})
+    await fetcher._truncate(leader)
+    await fetcher._truncate(leader)
+    assert leader.asked == [2, 0]
+    assert (log.log_end_offset, state.truncating) == (5, False)
+    assert log.leader_epoch_cache.latest_epoch() == 0
+    log.close()
+
+
 async def test_a_follower_without_leader_epochs_truncates_to_its_high_watermark(tmp_path, time):
     log = follower_log(tmp_path / "t-0", time, [(0, 5), (1, 2), (1, 3)])
     log.update_high_watermark(7)
@@ -107,4 +125,22 @@ async def test_an_empty_follower_has_nothing_to_truncate(tmp_path, time):
     fetcher, state = fetcher_for(follower(log, time), time)
     await fetcher._truncate(ScriptedLeader({}))
     assert (log.log_end_offset, state.truncating) == (0, False)
+    log.close()
+
+
+def test_a_leader_log_start_beyond_the_followers_old_high_watermark_is_taken_after_the_new_one(tmp_path, time):
+    """The leader's log start offset (moved by DeleteRecords or retention, never past its HW)
+    may be above the follower's HW, which lags one fetch behind. The follower takes the
+    leader's HW first, then its log start (Kafka's processPartitionData order); the other way
+    round the log start is refused as above the HW, and the fetch fails again every round."""
+    log = follower_log(tmp_path / "t-0", time, [(4, 10)])
+    log.update_high_watermark(5)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    fetched = SimpleNamespace(error_code=0, high_watermark=15, log_start_offset=12,
+                              records=build_batch([Record(value=b"v", timestamp=1)] * 5, base_offset=10,
+                                                  partition_leader_epoch=4))
+    state.truncating = False
+    fetcher._process_partition(("t", 0), state, fetched)
+    assert (log.log_end_offset, log.high_watermark, log.log_start_offset) == (15, 15, 12)
+    assert state.delayed_until_ms == 0  # not backed off
     log.close()

@@ -144,6 +144,20 @@ def test_pending_shrink_keeps_the_high_watermark_until_the_controller_agrees(rm,
     assert result(out) == (ErrorCode.NONE, 0)  # the delayed produce completes on the commit
 
 
+def test_a_new_leader_gives_its_isr_followers_the_lag_time_for_their_first_fetch(rm, sender, time):
+    """On becoming leader a follower's LEO is unknown until it fetches; an ISR member counts as
+    caught up at the election (Kafka's resetReplicaState), so it is not dropped before
+    replica.lag.time.max.ms has passed without it catching up."""
+    p = lead(rm)
+    time.sleep(LAG_MS // 2)
+    rm.maybe_shrink_isr()
+    assert sender.proposals == [] and p.isr == {1, 2, 3}
+    fetch(rm, 2, 0)  # broker 2 fetches; broker 3 never does
+    time.sleep(LAG_MS // 2 + 1)
+    rm.maybe_shrink_isr()
+    assert [isr for _, isr, _ in sender.proposals] == [[1, 2]]
+
+
 def test_a_leader_cut_off_from_the_controller_never_acknowledges_acks_all(rm, sender, time):
     """The isolation case: followers stop fetching, the shrink is never answered, so the HW
     cannot move and the acks=all write times out instead of being acknowledged."""

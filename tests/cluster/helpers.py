@@ -8,12 +8,13 @@ import asyncio
 import threading
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as ConsumerTP
 from confluent_kafka.admin import AdminClient
 
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
+from tests.support import wait_until
 
 
 def admin(cluster) -> AdminClient:
@@ -51,13 +52,16 @@ async def wait_for(predicate, timeout_s: float, what: str):
 class NumberedProducer:
     """confluent-kafka's idempotent producer (acks=all) on a thread, writing numbered records
     round-robin to the partitions of ``topic``; what was acknowledged, per partition, in the
-    order the acknowledgements came."""
+    order the acknowledgements came. Bounded: it stops by itself after ``max_seconds`` or
+    ``max_records``, at a few thousand records a second at most (``poll_s`` per record slows it)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, max_seconds: float = 3600) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, max_seconds: float = 3600, *,
+                 max_records: int | None = None, message_timeout_ms: int = 300000, poll_s: float = 0.0) -> None:
         self.bootstrap, self.topic, self.partitions, self.max_seconds = bootstrap, topic, partitions, max_seconds
+        self.max_records, self.message_timeout_ms, self.poll_s = max_records, message_timeout_ms, poll_s
         self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
         self.errors: list = []
-        self.stop = threading.Event()
+        self.stop_flag = threading.Event()
         self.unflushed = -1
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -67,7 +71,7 @@ class NumberedProducer:
 
     def _run(self) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 300000})
+                             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms})
 
         def on_delivery(err, msg):
             if err is not None:
@@ -77,9 +81,9 @@ class NumberedProducer:
 
         i = 0
         deadline = time.monotonic() + self.max_seconds  # bounded: stops by itself
-        while not self.stop.is_set() and time.monotonic() < deadline:
+        while not self.stop_flag.is_set() and time.monotonic() < deadline and i != self.max_records:
             producer.produce(self.topic, value=str(i).encode(), partition=i % self.partitions, on_delivery=on_delivery)
-            producer.poll(0)
+            producer.poll(self.poll_s)
             i += 1
             if i % 100 == 0:
                 producer.poll(0.01)  # bounded rate: a few thousand records a second
@@ -90,8 +94,23 @@ class NumberedProducer:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.stop.set()
+        self.stop_flag.set()
         self.thread.join(180)
+
+
+def high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: float = 60) -> int:
+    """The partition's high watermark, asked of its leader. librdkafka fails the query at once
+    (_UNKNOWN_PARTITION) while its metadata shows the partition without a leader it knows (a
+    leadership change under way): asked again until a leader answers."""
+    def ask() -> tuple[int] | None:
+        try:
+            return (consumer.get_watermark_offsets(ConsumerTP(topic, partition), timeout=30)[1],)
+        except KafkaException as exc:
+            if exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+                print(f"high watermark of {topic}-{partition} not answered yet: {exc}")
+                return None
+            raise
+    return wait_until(ask, timeout_s, 0.2, f"a leader to answer for {topic}-{partition}")[0]
 
 
 def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[int]]:
@@ -100,7 +119,7 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[int]
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
                          "enable.partition.eof": True})
     try:
-        ends = {p: consumer.get_watermark_offsets(ConsumerTP(topic, p), timeout=30)[1] for p in range(partitions)}
+        ends = {p: high_watermark(consumer, topic, p) for p in range(partitions)}
         consumer.assign([ConsumerTP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         read: dict[int, list[int]] = {p: [] for p in range(partitions)}
         positions = {p: 0 for p in range(partitions)}

@@ -151,8 +151,15 @@ async def test_sigterm_moves_leaderships_and_the_rebalance_gives_them_back_after
         b2 = cluster.brokers[2]
         b2.signal(signal.SIGTERM)
         assert b2.proc.wait(30) == 0
-        parts = await partitions_of(port, "pref")  # moved before it exited, not after a session
+        # Moved before it exited, not after a session: the controller let it go only once it led
+        # nothing. The other brokers learn the new leaders from the controller's LeaderAndIsr and
+        # UpdateMetadata, which may still be on their way.
+        parts = await partitions_of(cluster.controller.port, "pref")
         assert all(p.leader_id in (1, 3) for p in parts.values()), parts
+
+        async def moved_on_broker_1():
+            return all(p.leader_id in (1, 3) for p in (await partitions_of(port, "pref")).values())
+        await wait_for(moved_on_broker_1, 20, "broker 1 to see the leaderships moved")
 
         b2.start(60)
         await wait_for(in_sync_with_preferred_leaders, 30, "broker 2 leading its preferred partitions again")

@@ -167,8 +167,13 @@ async def test_sigterm_moves_the_leaderships_away_before_the_broker_exits(cluste
         assert b2.proc.wait(30) == 0
         # Before it exited, the controller had moved its leaderships (nobody waited for a session to lapse).
         assert "controlled shutdown complete (the controller lets it shut down)" in b2.log_text()
-        _md, t = await topic_metadata(cluster.brokers[1].port, "cs")
+        _md, t = await topic_metadata(cluster.controller.port, "cs")
         assert all(p.leader_id in (1, 3) for p in t.partitions), [p.leader_id for p in t.partitions]
+
+        async def moved_on_broker_1():  # it learns them from the controller, maybe a moment later
+            _md, t = await topic_metadata(cluster.brokers[1].port, "cs")
+            return all(p.leader_id in (1, 3) for p in t.partitions)
+        await wait_for(moved_on_broker_1, 20, "broker 1 to see the leaderships moved")
         count = len(delivered)
         await wait_for(lambda: resolved(len(delivered) > count + 300), 30, "the producer to go on")
     finally:
@@ -226,14 +231,16 @@ async def test_topic_config_changes_reach_every_broker_and_its_logs(cluster):
 async def test_create_partitions_grows_a_topic_and_refuses_to_shrink_it(cluster):
     client = admin(cluster)
     wait_futures(client.create_topics([NewTopic("grow", 2, 2)]))
+    # Answered once the broker that forwarded it knows the 5 partitions; the others learn them from
+    # the controller a moment later, and the client below may ask any of them.
     wait_futures(client.create_partitions([NewPartitions("grow", 5)]))
-    async with KafkaClient(cluster.bootstrap) as kc:
-        assert await kc.partitions_for("grow") == [0, 1, 2, 3, 4]
     for b in cluster.brokers.values():
         async def grown(port=b.port):
             _md, t = await topic_metadata(port, "grow")
             return len(t.partitions) == 5 and all(p.leader_id >= 0 for p in t.partitions)
         await wait_for(grown, 20, f"broker {b.broker_id} to see 5 partitions")
+    async with KafkaClient(cluster.bootstrap) as kc:
+        assert await kc.partitions_for("grow") == [0, 1, 2, 3, 4]
     with pytest.raises(KafkaException) as shrink:
         wait_futures(client.create_partitions([NewPartitions("grow", 3)]))
     assert shrink.value.args[0].name() == "INVALID_PARTITIONS"

@@ -9,10 +9,11 @@ brokers 3000 ms, heartbeats every 500 ms) so that takeovers happen within second
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-import threading
 import time
 import zlib
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -23,6 +24,8 @@ from controller.launcher import LocalCluster, ZooKeeperEnsemble, metadata
 from controller.metadata_store import decode_batches
 from controller.zookeeper_store import LOG_PATH
 from tests import support
+
+from .helpers import NumberedProducer, partitions_of
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,71 +64,26 @@ def create_topic(cluster: LocalCluster, name: str, partitions: int = PARTITIONS,
 
 
 def leaders(cluster: LocalCluster, port: int, topic: str) -> dict[int, int]:
-    md = metadata_v8(port, topic)
-    return {p.partition_index: p.leader_id for p in md.topics[0].partitions}
+    return {i: p.leader_id for i, p in asyncio.run(partitions_of(port, topic)).items()}
 
 
-def metadata_v8(port: int, topic: str):
-    from protocol.api_keys import ApiKey
-    from protocol.client import BrokerConnection
-
-    async def ask():
-        conn = BrokerConnection("127.0.0.1", port, client_id="test")
-        await conn.connect()
-        try:
-            return await conn.request(ApiKey.METADATA, {"topics": [{"name": topic}],
-                                                        "allow_auto_topic_creation": False}, version=8)
-        finally:
-            conn.close()
-    return asyncio.run(ask())
-
-
-class Load:
-    """An idempotent acks=all producer writing numbered records round-robin over the partitions
-    of ``topic`` in a thread, until stopped; what was acknowledged, per partition, in order."""
+class Load(NumberedProducer):
+    """The idempotent acks=all producer of tests/cluster/helpers over the partitions of
+    ``topic``, started and stopped by hand; ``verify`` reads every partition back."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-        self.errors: list = []
-        self.stop_flag = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(bootstrap, topic, PARTITIONS, max_records=300_000, message_timeout_ms=120000, poll_s=0.001)
 
     def start(self) -> "Load":
         self.thread.start()
         return self
-
-    @property
-    def count(self) -> int:
-        return sum(len(v) for v in self.acked.values())
-
-    def _run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": 120000})
-
-        def on_delivery(err, msg):
-            if err is not None:
-                self.errors.append(err)
-            else:
-                self.acked[msg.partition()].append(int(msg.value()))
-
-        i = 0
-        while not self.stop_flag.is_set() and i < 300_000:
-            producer.produce(self.topic, value=str(i).encode(), partition=i % PARTITIONS, on_delivery=on_delivery)
-            producer.poll(0.001)
-            i += 1
-            if i % 100 == 0:
-                time.sleep(0.01)
-        self.unflushed = producer.flush(120)
 
     def wait_more(self, n: int, timeout_s: float = 60) -> None:
         start = self.count
         wait_until(lambda: self.count >= start + n, timeout_s, f"{n} more acknowledged records")
 
     def stop(self) -> None:
-        self.stop_flag.set()
-        self.thread.join(150)
+        self.__exit__(None, None, None)
         assert not self.thread.is_alive()
         assert self.unflushed == 0 and self.errors == [], self.errors[:5]
 
@@ -171,11 +129,19 @@ def produce_and_consume_one(cluster: LocalCluster, topic: str, value: bytes) -> 
     assert int(value) in got
 
 
-def log_epochs(connect: str) -> dict[str, int]:
-    """Each metadata log entry in ZooKeeper and the controller epoch that wrote it."""
+@contextlib.contextmanager
+def zookeeper_client(connect: str) -> Iterator[KazooClient]:
     zk = KazooClient(hosts=connect)
     zk.start(timeout=15)
     try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+def log_epochs(connect: str) -> dict[str, int]:
+    """Each metadata log entry in ZooKeeper and the controller epoch that wrote it."""
+    with zookeeper_client(connect) as zk:
         out = {}
         names = sorted(zk.get_children(LOG_PATH))
         by_base: dict[str, list[str]] = {}
@@ -186,8 +152,6 @@ def log_epochs(connect: str) -> dict[str, int]:
             items, _ = decode_batches(data, what=base)
             out[base] = items[0][1]
         return out
-    finally:
-        zk.stop()
 
 
 STALE_CONTROLLER_EPOCH = 11
@@ -212,12 +176,8 @@ def zombie_update_metadata(port: int, controller_id: int, epoch: int) -> int:
 
 
 def controller_epoch(connect: str) -> int:
-    zk = KazooClient(hosts=connect)
-    zk.start(timeout=15)
-    try:
+    with zookeeper_client(connect) as zk:
         return int(zk.get("/controller_epoch")[0])
-    finally:
-        zk.stop()
 
 
 def test_kill_9_of_the_active_controller_under_load(zk_cluster, zookeeper_connect):
@@ -321,7 +281,9 @@ def test_zookeeper_restarted_or_losing_a_node(tmp_path, size):
                 produce_and_consume_one(cluster, "zkdown", b"900000777")  # beyond the load's numbers
                 ensemble.servers[0].start()
             else:
-                leader = next(s for s in ensemble.servers if _mode(s) == "leader")
+                # Asked until one answers "leader": a loaded JVM may not answer srvr within its 1 s.
+                leader = wait_until(lambda: next((s for s in ensemble.servers if _mode(s) == "leader"), None), 30,
+                                    "the ZooKeeper ensemble's leader")
                 leader.kill()
                 load.wait_more(300)
             # The controllers reconnect; one is active; metadata changes work again.

@@ -5,6 +5,7 @@ parts of an unfinished write, snapshots compacting the log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import pytest
@@ -42,16 +43,35 @@ async def close(*coordinators):
         await asyncio.get_running_loop().run_in_executor(None, c.close)
 
 
-def raw_client(connect: str) -> KazooClient:
-    zk = KazooClient(hosts=connect)
-    zk.start(timeout=15)
-    return zk
+@pytest.fixture
+def zk(zookeeper_connect):
+    """A plain kazoo client in the test's chroot (created first, as the coordinator does), to
+    look at (and tamper with) the znodes."""
+    hosts, _, chroot = zookeeper_connect.partition("/")
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=15)
+    client.ensure_path("/" + chroot)
+    client.chroot = "/" + chroot
+    yield client
+    client.stop()
 
 
-async def test_election_writes_kafkas_znodes_and_bumps_the_epoch(zookeeper_connect):
+@contextlib.asynccontextmanager
+async def active(connect: str, node_id: int = 3000):
+    """(coordinator, store, epoch): a controller that won the election, loaded its store and
+    claimed its epoch; closed on leaving."""
+    c = await coordinator(connect, node_id)
+    try:
+        store = c.new_store(await asyncio.wait_for(c.campaign(), 10))
+        await store.load()
+        yield c, store, await store.claim_epoch()
+    finally:
+        await close(c)
+
+
+async def test_election_writes_kafkas_znodes_and_bumps_the_epoch(zookeeper_connect, zk):
     a = await coordinator(zookeeper_connect, 3000)
     b = await coordinator(zookeeper_connect, 3001)
-    zk = raw_client(zookeeper_connect)
     try:
         term = await asyncio.wait_for(a.campaign(), 10)
         import json
@@ -66,17 +86,11 @@ async def test_election_writes_kafkas_znodes_and_bumps_the_epoch(zookeeper_conne
         term_b = await asyncio.wait_for(waiting, 10)
         assert term_b.epoch == 2 and json.loads(zk.get(CONTROLLER_PATH)[0])["brokerid"] == 3001
     finally:
-        zk.stop()
         await close(a, b)
 
 
-async def test_a_controller_whose_term_is_over_writes_nothing_even_before_it_notices(zookeeper_connect):
-    a = await coordinator(zookeeper_connect, 3000)
-    zk = raw_client(zookeeper_connect)
-    try:
-        store = a.new_store(await asyncio.wait_for(a.campaign(), 10))
-        await store.load()
-        epoch = await store.claim_epoch()
+async def test_a_controller_whose_term_is_over_writes_nothing_even_before_it_notices(zookeeper_connect, zk):
+    async with active(zookeeper_connect) as (_a, store, epoch):
         await store.wait_durable(store.append(topic_records("before", 2), epoch))
         entries = sorted(zk.get_children(LOG_PATH))
         # Another controller wins meanwhile (as after this one's session expired): it bumps the epoch.
@@ -88,72 +102,54 @@ async def test_a_controller_whose_term_is_over_writes_nothing_even_before_it_not
         assert sorted(zk.get_children(LOG_PATH)) == entries         # nothing written
         with pytest.raises(NotActiveError):
             store.append(topic_records("later", 1), epoch)          # and it now refuses at once
-    finally:
-        zk.stop()
-        await close(a)
 
 
 async def test_an_expired_session_ends_the_term_and_a_standby_takes_over(zookeeper_connect):
-    a = await coordinator(zookeeper_connect, 3000)
     b = await coordinator(zookeeper_connect, 3001)
     ended = []
-    a.on_not_active = ended.append
     try:
-        store = a.new_store(await asyncio.wait_for(a.campaign(), 10))
-        await store.load()
-        epoch = await store.claim_epoch()
-        waiting = asyncio.get_running_loop().create_task(b.campaign())
-        # Expire a's session, ZooKeeper's way: another client attaches to it and closes it.
-        session_id, password = a.zk.client_id
-        thief = KazooClient(hosts=zookeeper_connect, client_id=(session_id, password))
-        thief.start(timeout=15)
-        thief.stop()
-        term_b = await asyncio.wait_for(waiting, 15)
-        assert term_b.epoch == epoch + 1
-        with pytest.raises(NotActiveError):
-            await store.wait_durable(store.append(topic_records("zombie", 1), epoch))
-        async with asyncio.timeout(15):
-            while not ended:
-                await asyncio.sleep(0.05)
-        store_b = b.new_store(term_b)
-        loaded = await store_b.load()
-        assert not any(getattr(r, "name", None) == "zombie" for _o, r in loaded.log_records)
+        async with active(zookeeper_connect) as (a, store, epoch):
+            a.on_not_active = ended.append
+            waiting = asyncio.get_running_loop().create_task(b.campaign())
+            # Expire a's session, ZooKeeper's way: another client attaches to it and closes it.
+            session_id, password = a.zk.client_id
+            thief = KazooClient(hosts=zookeeper_connect, client_id=(session_id, password))
+            thief.start(timeout=15)
+            thief.stop()
+            term_b = await asyncio.wait_for(waiting, 15)
+            assert term_b.epoch == epoch + 1
+            with pytest.raises(NotActiveError):
+                await store.wait_durable(store.append(topic_records("zombie", 1), epoch))
+            async with asyncio.timeout(15):
+                while not ended:
+                    await asyncio.sleep(0.05)
+            store_b = b.new_store(term_b)
+            loaded = await store_b.load()
+            assert not any(getattr(r, "name", None) == "zombie" for _o, r in loaded.log_records)
     finally:
-        await close(a, b)
+        await close(b)
 
 
-async def test_ten_thousand_partitions_fit_in_znodes_and_reload(zookeeper_connect):
-    a = await coordinator(zookeeper_connect, 3000)
-    zk = raw_client(zookeeper_connect)
-    try:
-        store = a.new_store(await asyncio.wait_for(a.campaign(), 10))
-        await store.load()
-        epoch = await store.claim_epoch()
+async def test_ten_thousand_partitions_fit_in_znodes_and_reload(zookeeper_connect, zk):
+    async with active(zookeeper_connect) as (_a, store, epoch):
         records = topic_records("big", 10_000)
         await store.wait_durable(store.append(records, epoch))
         await store.snapshot(records, store.end_offset, epoch)
         for parent in (LOG_PATH, SNAPSHOT_DATA_PATH):
             for name in zk.get_children(parent):
                 assert zk.exists(f"{parent}/{name}").dataLength <= zs.PART_BYTES < ZNODE_LIMIT
-        await close(a)
-        b = await coordinator(zookeeper_connect, 3001)
-        a = b
+    b = await coordinator(zookeeper_connect, 3001)
+    try:
         store = b.new_store(await asyncio.wait_for(b.campaign(), 15))
         loaded = await store.load()
         assert loaded.snapshot_records == records and loaded.log_records == []
     finally:
-        zk.stop()
-        await close(a)
+        await close(b)
 
 
-async def test_a_write_of_several_parts_and_an_unfinished_one(zookeeper_connect, monkeypatch):
+async def test_a_write_of_several_parts_and_an_unfinished_one(zookeeper_connect, zk, monkeypatch):
     monkeypatch.setattr(zs, "PART_BYTES", 2048)  # force several parts per entry
-    a = await coordinator(zookeeper_connect, 3000)
-    zk = raw_client(zookeeper_connect)
-    try:
-        store = a.new_store(await asyncio.wait_for(a.campaign(), 10))
-        await store.load()
-        epoch = await store.claim_epoch()
+    async with active(zookeeper_connect) as (a, store, epoch):
         first = topic_records("one", 300)
         await store.wait_durable(store.append(first, epoch))
         second = topic_records("two", 300)
@@ -170,18 +166,10 @@ async def test_a_write_of_several_parts_and_an_unfinished_one(zookeeper_connect,
         assert not any(n.startswith(f"{base_two:020d}-") for n in zk.get_children(LOG_PATH))
         epoch = await store.claim_epoch()
         assert store.end_offset == base_two + 1                     # the log goes on where it ended
-    finally:
-        zk.stop()
-        await close(a)
 
 
-async def test_snapshots_compact_the_log_and_keep_two(zookeeper_connect):
-    a = await coordinator(zookeeper_connect, 3000)
-    zk = raw_client(zookeeper_connect)
-    try:
-        store = a.new_store(await asyncio.wait_for(a.campaign(), 10))
-        await store.load()
-        epoch = await store.claim_epoch()
+async def test_snapshots_compact_the_log_and_keep_two(zookeeper_connect, zk):
+    async with active(zookeeper_connect) as (a, store, epoch):
         state = []
         offsets = []
         for i in range(3):
@@ -202,6 +190,3 @@ async def test_snapshots_compact_the_log_and_keep_two(zookeeper_connect):
         loaded = await store.load()
         assert loaded.snapshot_offset == offsets[-1] and loaded.snapshot_records == state
         assert [r for _o, r in loaded.log_records] == tail
-    finally:
-        zk.stop()
-        await close(a)

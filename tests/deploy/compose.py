@@ -7,6 +7,7 @@ network ``<project>_default`` and label containers with their service.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +152,21 @@ class ComposeCluster:
         assert body["status"] == "success", body
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
+
+
+@contextlib.contextmanager
+def running(stack: ComposeCluster, timeout_s: float = 180) -> Iterator[ComposeCluster]:
+    """``stack`` brought up (if that fails: its logs printed, torn down, the error raised),
+    then torn down with its volumes, its logs printed first if a service is not healthy."""
+    try:
+        stack.up(timeout_s=timeout_s)
+    except Exception:
+        print(stack.logs())
+        stack.down()
+        raise
+    try:
+        yield stack
+    finally:
+        if any(not stack.healthy(s) for s in stack.services()):
+            print(stack.logs())
+        stack.down(volumes=True)

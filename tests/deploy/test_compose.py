@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.deploy.compose import BROKERS, HA_FILE, ComposeCluster, compose_commands, docker, wait_for
+from tests.deploy.compose import BROKERS, HA_FILE, ComposeCluster, compose_commands, docker, running, wait_for
 
 # What earlier tests wrote and the last one reads back after `down` + `up`: topic -> values.
 WRITTEN: dict[str, set[bytes]] = {}
@@ -25,19 +25,8 @@ WRITTEN: dict[str, set[bytes]] = {}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ComposeCluster]:
-    stack = ComposeCluster()
-    try:
-        stack.up()
-    except Exception:
-        print(stack.logs())
-        stack.down()
-        raise
-    try:
+    with running(ComposeCluster()) as stack:
         yield stack
-    finally:
-        if any(not stack.healthy(s) for s in stack.services()):
-            print(stack.logs())
-        stack.down(volumes=True)
 
 
 def create_topic(cluster: ComposeCluster, partitions: int = 3) -> str:

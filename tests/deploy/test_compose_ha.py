@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.deploy.compose import HA_FILE, ComposeCluster, docker, wait_for
+from tests.deploy.compose import HA_FILE, ComposeCluster, docker, running, wait_for
 from tests.deploy.test_compose import BackgroundProducer, check_nothing_acked_lost, create_topic, partition_state
 
 CONTROLLERS = {"controller": 100, "controller-2": 101, "controller-3": 102}
@@ -21,19 +21,8 @@ CONTROLLERS = {"controller": 100, "controller-2": 101, "controller-3": 102}
 def ha_cluster() -> Iterator[ComposeCluster]:
     if subprocess.run(["docker", "image", "inspect", "kbroker-zookeeper:latest"], capture_output=True).returncode:
         pytest.fail("image kbroker-zookeeper:latest not built: `make test` builds it with `make image`")
-    stack = ComposeCluster(files=(HA_FILE,))
-    try:
-        stack.up(timeout_s=240)
-    except Exception:
-        print(stack.logs())
-        stack.down()
-        raise
-    try:
+    with running(ComposeCluster(files=(HA_FILE,)), timeout_s=240) as stack:
         yield stack
-    finally:
-        if any(not stack.healthy(s) for s in stack.services()):
-            print(stack.logs())
-        stack.down(volumes=True)
 
 
 def controller_id_seen_by(cluster: ComposeCluster, service: str) -> int | None:
