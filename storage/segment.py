@@ -581,6 +581,12 @@ class LogSegment:
                 pass  # an index never written
             renamed.append(target)
         self.log_path, self.index_path, self.time_index_path = renamed
+        # a former active segment's indexes are in memory (written behind): they stay, for its
+        # readers, and would follow the files if ever persisted
+        if self._offset_index is not None:
+            self._offset_index.path = self.index_path
+        if self._time_index is not None:
+            self._time_index.path = self.time_index_path
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size})"
