@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -42,6 +43,7 @@ METADATA_TOPIC = "__cluster_metadata"
 
 TopicPartition = tuple[str, int]
 FLUSH_PASS_MAX_FDS = 256  # descriptors the plans of one flush pass may hold (see flush_dirty_logs)
+FLUSH_THREADS = 8  # threads fsyncing at shutdown (flush_all)
 
 
 class LogManager:
@@ -281,11 +283,44 @@ class LogManager:
 
     # -- shutdown ------------------------------------------------------------------------
 
+    def flush_all(self) -> None:
+        """Flush every log (synchronously): plans holding about FLUSH_PASS_MAX_FDS descriptors
+        at a time, their fsyncs run on FLUSH_THREADS threads (``FlushPlan.run`` is thread-safe;
+        the fsyncs of many files finish much sooner in parallel, the file system commits them
+        together: with 10,000 partitions a clean shutdown is mostly this). The first error is
+        raised once the plans already prepared have run."""
+        logs = list(self._logs.values())
+        i = 0
+        with ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flush") as pool:
+            while i < len(logs):
+                plans: list[FlushPlan] = []
+                held = 0
+                error: BaseException | None = None
+                while i < len(logs) and held < FLUSH_PASS_MAX_FDS:
+                    try:
+                        plan = logs[i].begin_flush()
+                    except KafkaStorageError as exc:
+                        error = exc
+                        break
+                    finally:
+                        i += 1
+                    if plan is not None:
+                        plans.append(plan)
+                        held += plan.descriptors
+                for plan, done in [(plan, pool.submit(plan.run)) for plan in plans]:
+                    try:
+                        done.result()
+                    except OSError as exc:
+                        error = error or KafkaStorageError(f"{plan.log.topic}-{plan.log.partition}: flush failed: {exc}")
+                        continue
+                    plan.log.complete_flush(plan)
+                if error is not None:
+                    raise error
+
     def shutdown(self) -> None:
         """Flush every log, write the four checkpoints, close (trim) the logs, then write
         the clean-shutdown marker in each log dir."""
-        for each in self._logs.values():
-            each.flush()
+        self.flush_all()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()

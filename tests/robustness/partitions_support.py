@@ -20,6 +20,9 @@ from protocol.records import batch_body, decode_records, iter_batch_headers, Rec
 from .resources_support import read_frame
 
 PRODUCE_VERSION, FETCH_VERSION = 7, 4
+# What a client retries: the partition moves (a restarted broker is told again that it leads).
+RETRIABLE = {5, 6}  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
+RETRY_BACKOFF_S = 0.1  # a client's retry.backoff.ms
 
 
 def value_of(partition: int, round_: int, pad: int = 0) -> bytes:
@@ -31,11 +34,14 @@ class PartitionsClient:
 
     def __init__(self, port: int, topic: str, partitions: int, *, per_request: int = 200, depth: int = 4,
                  timeout_s: float = 120.0) -> None:
+        """``timeout_s``: for one response, and for retrying partitions that answer a
+        RETRIABLE error (as a client does until delivery.timeout.ms)."""
         self.topic = topic
         self.partitions = partitions
         self.per_request = per_request
         self.depth = depth
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.timeout_s = timeout_s
         self._correlation = 0
 
     def close(self) -> None:
@@ -47,9 +53,16 @@ class PartitionsClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _slices(self) -> list[list[int]]:
-        ps = list(range(self.partitions))
+    def _slices(self, partitions: list[int] | None = None) -> list[list[int]]:
+        ps = list(range(self.partitions)) if partitions is None else partitions
         return [ps[i:i + self.per_request] for i in range(0, len(ps), self.per_request)]
+
+    def _retry(self, pending: set[int], deadline: float, errors: dict[int, int]) -> None:
+        """Before another pass over the partitions that answered a retriable error."""
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{self.topic}: partitions still failing after {self.timeout_s} s: "
+                                 f"{sorted(errors.items())[:10]}")
+        time.sleep(RETRY_BACKOFF_S)
 
     def _pipeline(self, frames, on_response) -> None:
         """Send ``frames`` (an iterable of (correlation id, frame, context)) keeping ``depth`` in flight."""
@@ -79,9 +92,11 @@ class PartitionsClient:
         records acknowledged. ``acked[partition]`` gets (base offset, value) per acknowledged record."""
         now = int(time.time() * 1000)
         count = 0
+        pending = set(range(self.partitions))
+        errors: dict[int, int] = {}
 
         def frames():
-            for part_slice in self._slices():
+            for part_slice in self._slices(sorted(pending)):
                 batches = []
                 for p in part_slice:
                     records = [Record(value=value_of(p, round_, pad) + str(i).encode(), timestamp=now)
@@ -97,16 +112,25 @@ class PartitionsClient:
             results = decode_produce_response(PRODUCE_VERSION, body, 0)
             for _topic, parts in results:
                 for partition, error, base_offset, *_rest in parts:
+                    if error in RETRIABLE:  # nothing written: sent again in the next pass
+                        errors[partition] = error
+                        continue
                     if error:
                         raise AssertionError(f"produce to {self.topic}-{partition}: error {error}")
+                    pending.discard(partition)
                     count += records_per_batch
                     if acked is not None:
                         for i in range(records_per_batch):
                             acked.setdefault(partition, []).append(
                                 (base_offset + i, value_of(partition, round_, pad) + str(i).encode()))
 
-        self._pipeline(frames(), on_response)
-        return count
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            errors.clear()
+            self._pipeline(frames(), on_response)
+            if not pending:
+                return count
+            self._retry(pending, deadline, errors)
 
     def not_served(self) -> list[int]:
         """The partitions a Fetch from offset 0 answers with an error (NOT_LEADER_OR_FOLLOWER
@@ -132,7 +156,12 @@ class PartitionsClient:
         out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(self.partitions)}
         offsets = {p: 0 for p in range(self.partitions)}
         pending = set(range(self.partitions))
+        errors: dict[int, int] = {}
+        deadline = time.monotonic() + self.timeout_s
         while pending:
+            if errors:
+                self._retry(pending, deadline, errors)
+                errors.clear()
             todo = sorted(pending)
             chunks = [todo[i:i + self.per_request] for i in range(0, len(todo), self.per_request)]
 
@@ -148,6 +177,9 @@ class PartitionsClient:
                 resp = decode_fetch_response(FETCH_VERSION, body, 0)
                 for _topic, parts in resp.responses:
                     for pd in parts:
+                        if pd.error_code in RETRIABLE:
+                            errors[pd.partition] = pd.error_code
+                            continue
                         if pd.error_code:
                             raise AssertionError(f"fetch {self.topic}-{pd.partition}: error {pd.error_code}")
                         got_any = False
