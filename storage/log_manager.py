@@ -42,7 +42,9 @@ DELETE_SUFFIX = "-delete"
 METADATA_TOPIC = "__cluster_metadata"
 
 TopicPartition = tuple[str, int]
-FLUSH_PASS_MAX_FDS = 256  # descriptors the plans of one flush pass may hold (see flush_dirty_logs)
+# Descriptors the plans of one flush pass may hold (see flush_dirty_logs): they come out of what
+# the segment budget leaves for sockets and everything else (at least 256, segment_budget.py).
+FLUSH_PASS_MAX_FDS = 64
 FLUSH_THREADS = 8  # threads fsyncing at shutdown (flush_all)
 
 
@@ -319,7 +321,11 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush every log, write the four checkpoints, close (trim) the logs, then write
-        the clean-shutdown marker in each log dir."""
+        the clean-shutdown marker in each log dir. The segments' files are closed first: the
+        flush opens what it fsyncs, and must not find every descriptor taken."""
+        for each in self._logs.values():
+            for segment in each.segments:
+                segment.close_files()
         self.flush_all()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()

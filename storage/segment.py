@@ -234,6 +234,10 @@ class LogSegment:
         next append or read. What the budget calls on the least recently used segments."""
         self.budget.files.discard(self)
         if self._records is not None:
+            try:
+                self._records.trim()  # a zero tail a truncation had to leave (file_records.py)
+            except OSError:
+                pass  # recovery cuts a zero tail too
             self._retired_maps = self._records.close()
             self.budget.retired(self._retired_maps)
             self._records = None
