@@ -140,7 +140,8 @@ class KafkaServer:
         cache.listeners.append(self.metadata_waiters.metadata_updated)
         self.config_repository = configs = ConfigRepository(cfg, self.broker_id, cache)
         self.log_manager = LogManager(cfg.log_dirs, configs.default_log_config(), time=self.time,
-                                      topic_config=configs.log_config_for)
+                                      topic_config=configs.log_config_for,
+                                      max_open_files=cfg["log.open.files.max"])
         loading_since = self.time.monotonic_ms()
         reports = self.log_manager.startup()
         recovery_seconds = (self.time.monotonic_ms() - loading_since) / 1000.0
