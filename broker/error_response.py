@@ -33,10 +33,16 @@ def _struct_arrays(fields: Sequence[Field]) -> list[Field]:
     return [f for f in fields if f.type.startswith("[]") and f.fields]
 
 
+# Response array -> the request arrays it answers, where Kafka named them differently and the
+# request has other arrays too (Fetch v7+: topics and forgotten_topics_data).
+_ARRAY_ALIASES = {"responses": ("topics", "topic_data")}
+
+
 def _counterpart(resp_field: Field, resp_arrays: list[Field], req_arrays: list[Field]) -> Field | None:
-    for f in req_arrays:
-        if f.name == resp_field.name:
-            return f
+    for name in (resp_field.name, *_ARRAY_ALIASES.get(resp_field.name, ())):
+        for f in req_arrays:
+            if f.name == name:
+                return f
     return req_arrays[0] if len(req_arrays) == 1 and len(resp_arrays) == 1 else None
 
 

@@ -186,6 +186,7 @@ class ForwardingManager:
 
     async def _forward(self, api_key: int, version: int, body: bytes, request: Any, respond: Respond) -> None:
         api = APIS[api_key]
+        asked_at = self.time.monotonic_ms()
         try:
             data = bytes(await self.call(lambda: self.channel.send_raw(api_key, version, body)))
         except asyncio.CancelledError:
@@ -217,7 +218,8 @@ class ForwardingManager:
                         if r.name in counts and self._partitions_led(r.name) < counts[r.name]:
                             r.error_code, r.error_message = ErrorCode.REQUEST_TIMED_OUT, None
                     respond(api.response.build(version, response))
-                self.waiters.wait(ready, request.timeout_ms, done)
+                left_ms = max(0, request.timeout_ms - int(self.time.monotonic_ms() - asked_at))
+                self.waiters.wait(ready, left_ms, done)
                 return
         respond(data)
 
@@ -271,9 +273,12 @@ class ControllerTopicAdmin:
                             "assignments": [{"partition_index": p, "broker_ids": r} for p, r in sorted(t.assignments.items())],
                             "configs": [{"name": k, "value": v} for k, v in t.configs.items()]} for t in topics],
                 "timeout_ms": timeout_ms, "validate_only": validate_only}
+        asked_at = self.forwarding.time.monotonic_ms()
         response = await self._ask(ApiKey.CREATE_TOPICS, body, len(topics), callback)
         if response is None:
             return
+        # The controller may have spent some of timeout_ms waiting for the new replicas.
+        left_ms = max(0, timeout_ms - int(self.forwarding.time.monotonic_ms() - asked_at))
         by_name = {r.name: (r.error_code, r.get("error_message")) for r in response.topics}
         results: list[TopicResult] = [by_name.get(t.name, (ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for the topic"))
                                       for t in topics]
@@ -293,7 +298,7 @@ class ControllerTopicAdmin:
                        if t.name in created and not self._topic_ready(t.name, created[t.name]) else r
                        for t, r in zip(topics, out)]
             callback(out)
-        self.waiters.wait(ready, timeout_ms, done)
+        self.waiters.wait(ready, left_ms, done)
 
     def _topic_ready(self, name: str, partitions: int) -> bool:
         info = self.metadata_cache.topics.get(name)

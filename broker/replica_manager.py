@@ -16,7 +16,8 @@ import logging
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from protocol.clock import Time
-from protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from protocol.errors import (ErrorCode, KafkaError, KafkaStorageError, NotLeaderOrFollowerError,
+                             UnknownTopicOrPartitionError)
 from protocol.fast_codecs import FetchPartitionData
 
 from .delayed_fetch import DelayedFetch, FetchPurgatory
@@ -40,6 +41,11 @@ _VALID_ACKS = (-1, 0, 1)
 # idempotent producers and leadership changes are the client's business).
 _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
                                    ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
+# Rejections of the records themselves: Produce v8+ carries the reason in error_message (Kafka
+# fills it for its RecordValidationException, with record_errors; the other reasons are ours).
+_EXPLAINED_APPEND_ERRORS = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE,
+                                      ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                                      ErrorCode.UNSUPPORTED_COMPRESSION_TYPE})
 
 
 # (topic, partition, leader epoch or None)
@@ -104,8 +110,13 @@ class ReplicaManager:
                           on_ineligible_replica=self._replica_ineligible)
             self.partitions[key] = p
         if p.log is None:
-            p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic),
-                                                       defer_dir_sync=defer_dir_sync)
+            try:
+                p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic),
+                                                           defer_dir_sync=defer_dir_sync)
+            except Exception:
+                if self.partitions.get(key) is p and p.leader_epoch < 0:
+                    del self.partitions[key]  # never acted on: as if the LeaderAndIsr had not come
+                raise
         return p
 
     def _isr_changed(self, partition: Partition, new_isr: list[int]) -> None:
@@ -183,6 +194,8 @@ class ReplicaManager:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
             if self.topic_stats is not None:
                 self.topic_stats.append_failed(topic)
+            if exc.error_code in _EXPLAINED_APPEND_ERRORS:  # Produce v8+ says why
+                return [partition_index, exc.error_code, -1, -1, -1, getattr(exc, "record_errors", []), str(exc)], -1
             return [partition_index, exc.error_code, -1, -1, -1], -1
         except Exception:
             log.exception("unexpected error appending to %s-%d", topic, partition_index)
@@ -330,9 +343,12 @@ class ReplicaManager:
             self._create_partitions(states, responses, to_lead, to_follow)
         finally:
             # New partition dirs are durable before this broker acts on them or answers.
-            self.log_manager.sync_created_log_dirs()
+            try:
+                self.log_manager.sync_created_log_dirs()
+            except OSError as exc:  # out of descriptors: the next LeaderAndIsr (or shutdown) syncs them
+                log.error("cannot fsync the log dirs of new partitions: %s", exc)
         if to_lead:
-            self._make_leaders(to_lead)
+            to_lead = self._make_leaders(to_lead, responses)
         if to_follow:
             self._make_followers(to_follow)
         self._leadership_changed([(p.topic, p.partition, st.leader_epoch) for p, st in to_lead],
@@ -368,7 +384,12 @@ class ReplicaManager:
             try:
                 partition = self._get_or_create_partition(st.topic, st.partition, defer_dir_sync=True)
             except KafkaError as exc:
+                log.error("LeaderAndIsr for %s-%d: %s", st.topic, st.partition, exc)
                 responses[key] = exc.error_code
+                continue
+            except OSError as exc:
+                log.error("LeaderAndIsr for %s-%d: cannot create the replica: %s", st.topic, st.partition, exc)
+                responses[key] = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
             responses[key] = ErrorCode.NONE
             (to_lead if st.leader == self.broker_id else to_follow).append((partition, st))
@@ -382,21 +403,35 @@ class ReplicaManager:
             except Exception:
                 log.exception("leadership listener failed")
 
-    def _make_leaders(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
+    def _make_leaders(self, items: list[tuple[Partition, LeaderAndIsrState]],
+                      responses: dict[tuple[str, int], int]) -> list[tuple[Partition, LeaderAndIsrState]]:
+        """Lead ``items``; returns those now led. One whose leader epoch cannot be written
+        (out of descriptors or disk space) is answered KAFKA_STORAGE_ERROR and left unled, as
+        Kafka's makeLeaders answers a KafkaStorageException."""
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_fetcher_for_partitions([p.key for p, _ in items])
+        led = []
         for partition, st in items:
             # The same leader told a new ISR: a change it proposed, committed, whose
             # LeaderAndIsr arrived before the AlterPartition answer (which is then ignored).
             same_leader = partition.is_leader and partition.leader_epoch == st.leader_epoch
             old_isr = len(partition.isr)
-            partition.make_leader(st)
+            try:
+                partition.make_leader(st)
+            except (OSError, KafkaStorageError) as exc:
+                log.error("LeaderAndIsr for %s-%d: cannot become leader: %s", st.topic, st.partition, exc)
+                partition.leader_id = -1
+                responses[partition.key] = ErrorCode.KAFKA_STORAGE_ERROR
+                self.try_complete_delayed_requests(partition.key)
+                continue
+            led.append((partition, st))
             if same_leader:
                 if len(st.isr) < old_isr:
                     self.isr_shrinks += 1
                 elif len(st.isr) > old_isr:
                     self.isr_expands += 1
             self.try_complete_delayed_requests(partition.key)
+        return led
 
     def _make_followers(self, items: list[tuple[Partition, LeaderAndIsrState]]) -> None:
         changed = []

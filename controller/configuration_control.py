@@ -80,6 +80,10 @@ class ConfigurationControlManager:
 
     # -- decisions -------------------------------------------------------------------------
 
+    def topic_config_records(self, topic: str) -> list:
+        """ConfigRecords that set the topic's overrides as they are now."""
+        return [config_record(topic, k, v) for k, v in sorted(self.configs.get(topic, {}).items())]
+
     def creation_records(self, topic: str, configs: Mapping[str, str | None]) -> tuple[int, str | None, list]:
         """(error, message, records) for a new topic's configs (null values are ignored, as Kafka does)."""
         clean = {k: v for k, v in configs.items() if v is not None}

@@ -11,6 +11,8 @@
 * ``wait_durable(offset)``: a future that resolves once every record up to ``offset`` is
   durable (group commit: one fsync covers every batch appended before it started). A failed
   fsync fails it with the error; the controller must then stop (its state is ahead of disk).
+  A flush that cannot even start for lack of descriptors (EMFILE, ENFILE) is no failed
+  fsync: it is tried again with backoff, the records staying pending meanwhile.
 * ``snapshot(records, offset, epoch)``: store records that recreate the whole state as of
   ``offset`` (every record below it), so that loading need not replay the log before it.
 * ``bytes_written``: bytes of log after the loaded snapshot plus every batch appended since
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import fcntl
 import logging
 import os
@@ -41,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from protocol.clock import Time
+from protocol.clock import Time, TimerHandle
 from protocol.errors import KafkaError
 from protocol.messages.metadata_records import (ApiMessageAndVersion, MetadataRecordError, MetadataRecordType,
                                                 decode_record, encode_record, make_record)
@@ -60,6 +63,11 @@ LOCK_FILE = ".metadata.lock"
 SNAPSHOTS_KEPT = 2
 # Records per batch in a snapshot file (a snapshot is not one atomic batch: the file is).
 SNAPSHOT_BATCH_RECORDS = 2000
+# A flush that cannot get descriptors (the process or the system is out of them) is tried
+# again after this, doubling up to the maximum; a failed fsync itself stays fatal.
+FLUSH_RETRY_MS = 10
+FLUSH_RETRY_MAX_MS = 1000
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 INT32_MAX = 2**31 - 1
 
 
@@ -152,6 +160,8 @@ class LocalMetadataStore:
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._flushing = False
         self._failure: BaseException | None = None
+        self._flush_retry: TimerHandle | None = None  # a flush waiting for descriptors
+        self._flush_retry_ms = FLUSH_RETRY_MS
         self._last_epoch = -1
         self._bytes_written = 0
 
@@ -305,19 +315,39 @@ class LocalMetadataStore:
         return future
 
     def _maybe_flush(self) -> None:
-        if self._flushing or not self._waiters or self._failure is not None:
+        if self._flushing or self._flush_retry is not None or not self._waiters or self._failure is not None:
             return
         try:
             plan = self._log.begin_flush()
         except KafkaError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in OUT_OF_DESCRIPTORS:
+                # Nothing failed to reach the disk: the descriptors to fsync with could not be
+                # had. Try again soon (the records stay pending; nobody is told they are durable).
+                self._retry_flush_later(exc)
+                return
             self._fail(exc)
             return
+        if self._flush_retry_ms != FLUSH_RETRY_MS:
+            log.info("metadata log flush prepared again")
+            self._flush_retry_ms = FLUSH_RETRY_MS
         if plan is None:
             self._complete_waiters()
             return
         self._flushing = True
         future = asyncio.get_running_loop().run_in_executor(self._executor, plan.run)
         future.add_done_callback(lambda f: self._flush_done(plan, f))
+
+    def _retry_flush_later(self, exc: BaseException) -> None:
+        delay = self._flush_retry_ms
+        level = logging.WARNING if delay == FLUSH_RETRY_MS else logging.DEBUG
+        log.log(level, "metadata log flush postponed: %s; retrying in %d ms", exc, delay)
+        self._flush_retry_ms = min(delay * 2, FLUSH_RETRY_MAX_MS)
+
+        def retry() -> None:
+            self._flush_retry = None
+            self._maybe_flush()
+        self._flush_retry = self.time.schedule(delay, retry)
 
     def _flush_done(self, plan, future: asyncio.Future) -> None:
         self._flushing = False
@@ -376,6 +406,9 @@ class LocalMetadataStore:
     # -- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._flush_retry is not None:
+            self._flush_retry.cancel()
+            self._flush_retry = None
         if self._log is not None:
             try:
                 if self._failure is None:

@@ -39,16 +39,17 @@ from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
 
 from .broker_heartbeat import BrokerHeartbeatManager
-from .channel_manager import (LEADER_DURING_DELETE, LeaderAndIsrItem, LiveBroker, PartitionState, StopReplicaItem,
-                              UpdateMetadataItem)
+from .channel_manager import (LEADER_DURING_DELETE, Barrier, LeaderAndIsrItem, LiveBroker, PartitionState,
+                              StopReplicaItem, UpdateMetadataItem)
 from .cluster_control import FENCE, UNFENCE, ClusterControlManager
 from .configuration_control import BROKER, TOPIC, ConfigurationControlManager
 from .controller_purgatory import ControllerPurgatory
 from .controller_result import ControllerResult
+from .creation_watch import CreationWatch
 from .metadata_store import MetadataStore
 from .partition_change import NO_LEADER, NO_LEADER_CHANGE
 from .producer_id_control import ProducerIdControlManager
-from .replication_control import PREFERRED_ELECTION, ReplicationControlManager
+from .replication_control import PREFERRED_ELECTION, ZERO_UUID, ReplicationControlManager
 
 log = logging.getLogger("kbroker.controller")
 
@@ -155,6 +156,9 @@ class QuorumController:
         self.loaded_snapshot_offset = 0
         self._snapshot_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        self.creation_watch = CreationWatch(time, self._take_back)
+        if channel is not None:
+            channel.on_leader_and_isr_answer = self.creation_watch.answered
 
     # ==================================================================================
     # lifecycle
@@ -212,6 +216,7 @@ class QuorumController:
             self._task = None
         for task in list(self._background):
             task.cancel()
+        self.creation_watch.close()
         self.purgatory.fail_all(ControllerStoppedError("controller stopped"))
 
     def _fatal(self, exc: BaseException) -> None:
@@ -286,6 +291,10 @@ class QuorumController:
                     if info is not None:
                         removed[info.name] = (info.topic_id, dict(info.parts))
                 self.replay(record, first + i)
+            for name, (topic_id, parts) in list(removed.items()):
+                again = self.replication.topics.get(topic_id)
+                if again is not None:  # new partitions taken back (_take_back): only they go
+                    removed[name] = (topic_id, {pid: p for pid, p in parts.items() if pid not in again.parts})
             self._last_written = last
         effects = self._effects(records, removed)
         response, future = result.response, event.future
@@ -381,16 +390,17 @@ class QuorumController:
                 out[s.leader] = (endpoint.host, endpoint.port)
         return out
 
-    def _full_state_items(self, broker_id: int) -> tuple[UpdateMetadataItem, LeaderAndIsrItem]:
-        partitions, mine = {}, {}
-        for info, pid, part in self.replication.all_partitions():
-            state = self._partition_state(info.name, info.topic_id, pid, part)
-            partitions[(info.name, pid)] = state
-            if broker_id in part.replicas:
-                mine[(info.name, pid)] = state
+    def _full_update_metadata(self) -> UpdateMetadataItem:
+        """Every partition's state, every topic's configs, the live brokers: the same for each
+        broker, so one item serves all of them (the channel encodes it once)."""
+        partitions = {(info.name, pid): self._partition_state(info.name, info.topic_id, pid, part)
+                      for info, pid, part in self.replication.all_partitions()}
         configs = {info.name: self.configs.topic_configs(info.name) for info in self.replication.topics.values()}
-        return (UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True),
-                LeaderAndIsrItem(mine, self._leader_endpoints(mine.values()), full=True))
+        return UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True)
+
+    def _full_leader_and_isr(self, broker_id: int, full: UpdateMetadataItem) -> LeaderAndIsrItem:
+        mine = {key: state for key, state in full.partitions.items() if broker_id in state.replicas}
+        return LeaderAndIsrItem(mine, self._leader_endpoints(mine.values()), full=True)
 
     def _effects(self, records: list[ApiMessageAndVersion], removed: dict) -> list[Callable[[], None]]:
         channel = self.channel
@@ -427,11 +437,13 @@ class QuorumController:
                 effects.append(lambda b=broker_id, e=reg.epoch, ep=endpoint: channel.add_broker(b, e, ep.host, ep.port))
         # Full states, for brokers registering, unfencing, asking, or at takeover.
         full_targets = sorted(b for b in self._wanted_full_state if self.cluster.is_registered(b))
+        full_metadata = self._full_update_metadata() if full_targets else None
         for broker_id in full_targets:
             reg = self.cluster.registration(broker_id)
             token = next(self._full_state_tokens)
             self._full_state[broker_id] = _FullState(reg.epoch, token)
-            um, lisr = self._full_state_items(broker_id)
+            assert full_metadata is not None
+            um, lisr = full_metadata, self._full_leader_and_isr(broker_id, full_metadata)
             effects.append(lambda b=broker_id, um=um, lisr=lisr, e=reg.epoch, tok=token: channel.enqueue_full_state(
                 b, um, lisr, lambda: self._full_state_delivered(b, e, tok)))
         # Incremental changes, to every other registered broker.
@@ -727,14 +739,113 @@ class QuorumController:
             request.broker_id, request.broker_epoch))
 
     def create_topics(self, request, version: int) -> asyncio.Future:
+        """Answered once the new topics' replicas answered their LeaderAndIsr (up to the
+        request's timeout_ms): a topic a broker could not create is taken back and answered
+        KAFKA_STORAGE_ERROR (creation_watch.py)."""
         def op() -> ControllerResult:
             result = self.replication.create_topics(request.topics, request.validate_only)
+            replicas: dict[uuid.UUID, dict[int, list[int]]] = {}
+            for record in result.records:
+                if record.type == T.PARTITION:
+                    replicas.setdefault(record.topic_id, {})[record.partition_id] = list(record.replicas)
             for r in result.response:
                 if not r["error_code"] and not request.validate_only:
                     log.info("created topic %s (%d partitions, replication factor %d)", r["name"], r["num_partitions"],
                              r["replication_factor"])
+                    if self.channel is not None:
+                        self.creation_watch.watch((r["topic_id"], 0), r["name"], replicas.get(r["topic_id"], {}),
+                                                  self.cluster.is_active)
             return ControllerResult(result.records, {"throttle_time_ms": 0, "topics": result.response})
-        return self._submit("create topics", op)
+        committed = self._submit("create topics", op)
+        if request.validate_only or request.timeout_ms <= 0 or self.channel is None:
+            return committed
+
+        def watched(t: dict) -> tuple[uuid.UUID, int]:
+            return t["topic_id"], 0
+
+        def failed(t: dict, code: int, message: str | None) -> dict:
+            return {"name": t["name"], "topic_id": ZERO_UUID, "error_code": code, "error_message": message,
+                    "num_partitions": -1, "replication_factor": -1, "configs": None}
+        return self._answer_once_created(committed, "topics", watched, failed, request.timeout_ms)
+
+    def _answer_once_created(self, committed: asyncio.Future, field: str,
+                             watched: Callable[[dict], tuple[uuid.UUID, int] | None],
+                             failed: Callable[[dict, int, str | None], dict], timeout_ms: int) -> asyncio.Future:
+        """The answer of CreateTopics / CreatePartitions once the creation watches of its
+        successful entries (``response[field]``; ``watched(entry)``: its watch key) ended, up
+        to ``timeout_ms``; an entry taken back becomes ``failed(entry, code, message)``."""
+        task = asyncio.get_running_loop().create_task(
+            self._await_created(committed, field, watched, failed, timeout_ms), name="creation-answer")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _await_created(self, committed: asyncio.Future, field: str,
+                             watched: Callable[[dict], tuple[uuid.UUID, int] | None],
+                             failed: Callable[[dict, int, str | None], dict], timeout_ms: int) -> dict:
+        response = await committed
+        created = [(i, t, key) for i, t in enumerate(response[field]) if not t["error_code"]
+                   for key in [watched(t)] if key is not None]
+        if not created:
+            return response
+        outcomes = [self.creation_watch.outcome(key) for _i, _t, key in created]
+        waited = asyncio.get_running_loop().create_future()
+
+        def stop_waiting(_f: object = None) -> None:
+            if not waited.done():
+                waited.set_result(None)
+        timer = self.time.schedule(timeout_ms, stop_waiting)
+        asyncio.gather(*outcomes).add_done_callback(stop_waiting)
+        try:
+            await waited
+        finally:
+            timer.cancel()
+        for (i, t, key), outcome in zip(created, outcomes):
+            code, message = outcome.result() if outcome.done() else (ErrorCode.NONE, None)
+            failure = self.creation_watch.failure(key)
+            if failure is not None:
+                code, message = ErrorCode.KAFKA_STORAGE_ERROR, failure
+            if code:
+                response[field][i] = failed(t, code, message)
+        return response
+
+    def _take_back(self, key: tuple[uuid.UUID, int], name: str, reason: str) -> None:
+        """New partitions a replica could not create (creation_watch.py): remove the topic
+        (key (id, 0)), or its partitions from ``key[1]`` on. Kafka's metadata has no record that
+        removes partitions, so the topic is removed and added again in the same batch, with its
+        id, configs and the partitions it keeps as they are (their leaders and epochs too);
+        ``_process`` tells the brokers to delete only the partitions dropped. Once that is
+        committed and every broker has acknowledged what came before, the watch hears so."""
+        topic_id, first = key
+
+        def op() -> ControllerResult:
+            info = self.replication.topics.get(topic_id)
+            if info is None or len(info.parts) <= first:
+                return ControllerResult([], None)
+            log.info("removing %s %s: %s", "topic" if first == 0 else f"partitions from {first} on of", name, reason)
+            records = [make_record(T.REMOVE_TOPIC, topic_id=topic_id)]
+            if first > 0:
+                records.append(make_record(T.TOPIC, name=name, topic_id=topic_id))
+                records += self.configs.topic_config_records(name)
+                records += [info.parts[pid].to_record(topic_id, pid) for pid in sorted(info.parts) if pid < first]
+            return ControllerResult(records, None)
+
+        def removed(future: asyncio.Future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # the controller stopped: the next one loads the topic, the brokers recreate it
+            channel = self.channel
+            brokers = channel.brokers() if channel is not None else []
+            left = set(brokers)
+            if not left:
+                self.creation_watch.rolled_back(key)
+                return
+            for b in brokers:
+                def heard(b: int = b) -> None:
+                    left.discard(b)
+                    if not left:
+                        self.creation_watch.rolled_back(key)
+                channel.enqueue(b, Barrier(heard))  # type: ignore[union-attr]
+        self._submit("take back new partitions", op).add_done_callback(removed)
 
     def delete_topics(self, request, version: int) -> asyncio.Future:
         def op() -> ControllerResult:
@@ -751,10 +862,35 @@ class QuorumController:
         return self._submit("delete topics", op)
 
     def create_partitions(self, request) -> asyncio.Future:
+        """Answered, like CreateTopics, once the new partitions' replicas answered their
+        LeaderAndIsr (up to timeout_ms); new partitions a broker could not create are taken
+        back and the topic answered KAFKA_STORAGE_ERROR."""
+        first_new: dict[str, tuple[uuid.UUID, int]] = {}
+
         def op() -> ControllerResult:
+            before = {t.name: len(info.parts) for t in request.topics
+                      for info in [self.replication.topic(t.name)] if info is not None}
             result = self.replication.create_partitions(request.topics, request.validate_only)
+            replicas: dict[uuid.UUID, dict[int, list[int]]] = {}
+            for record in result.records:
+                if record.type == T.PARTITION:
+                    replicas.setdefault(record.topic_id, {})[record.partition_id] = list(record.replicas)
+            for r in result.response:
+                info = self.replication.topic(r["name"])
+                if r["error_code"] or request.validate_only or info is None or self.channel is None:
+                    continue
+                key = (info.topic_id, before[r["name"]])
+                first_new[r["name"]] = key
+                self.creation_watch.watch(key, r["name"], replicas.get(info.topic_id, {}), self.cluster.is_active)
             return ControllerResult(result.records, {"throttle_time_ms": 0, "results": result.response})
-        return self._submit("create partitions", op)
+        committed = self._submit("create partitions", op)
+        if request.validate_only or request.timeout_ms <= 0 or self.channel is None:
+            return committed
+
+        def failed(r: dict, code: int, message: str | None) -> dict:
+            return {"name": r["name"], "error_code": code, "error_message": message}
+        return self._answer_once_created(committed, "results", lambda r: first_new.get(r["name"]), failed,
+                                         request.timeout_ms)
 
     def elect_leaders(self, request, version: int) -> asyncio.Future:
         election_type = request.election_type if version >= 1 else PREFERRED_ELECTION

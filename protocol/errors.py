@@ -527,6 +527,13 @@ class GroupSubscribedToTopicError(KafkaError):
 class InvalidRecordError(KafkaError):
     error_code = ErrorCode.INVALID_RECORD
 
+    def __init__(self, message: str = "", record_errors: list[tuple[int, str]] | None = None) -> None:
+        """``record_errors``: [(batch index, message)] of the records that failed validation
+        (Kafka's RecordValidationException: Produce v8+ answers them, ``message`` being its
+        "One or more records have been rejected ..." text)."""
+        super().__init__(message)
+        self.record_errors = list(record_errors or ())
+
 
 class UnstableOffsetCommitError(KafkaError):
     error_code = ErrorCode.UNSTABLE_OFFSET_COMMIT

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal, Sequence, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from .records import decode_uvarint
@@ -224,11 +224,30 @@ _PRODUCE_PART_V5 = struct.Struct(">ihqqq")    # + log_start_offset
 _EMPTY_V8 = b"\x00\x00\x00\x00\xff\xff"       # record_errors = [], error_message = null
 
 
-def encode_produce_response(version: int, correlation_id: int, responses: Sequence[tuple[str, Sequence[Sequence[int]]]],
+def _encode_nullable_string(out: bytearray, value: str | None) -> None:
+    if value is None:
+        out += b"\xff\xff"
+        return
+    raw = value.encode()[:32767]
+    out += _I16.pack(len(raw))
+    out += raw
+
+
+def _encode_record_errors(out: bytearray, record_errors: Sequence[tuple[int, str | None]], message: str | None) -> None:
+    out += _I32.pack(len(record_errors))
+    for batch_index, batch_message in record_errors:
+        out += _I32.pack(batch_index)
+        _encode_nullable_string(out, batch_message)
+    _encode_nullable_string(out, message)
+
+
+def encode_produce_response(version: int, correlation_id: int, responses: Sequence[tuple[str, Sequence[Sequence[Any]]]],
                             throttle_time_ms: int = 0) -> bytes:
     """A whole Produce v3-v8 response frame (size prefix included).
 
-    ``responses``: [(topic, [(partition, error_code, base_offset, log_append_time, log_start_offset)])].
+    ``responses``: [(topic, [(partition, error_code, base_offset, log_append_time, log_start_offset)])];
+    a row may add (record_errors, error_message): [(batch index, message)] and a message, which
+    v8+ carries (Kafka's RecordError list and PartitionResponse.errorMessage).
     """
     _check_version(version, PRODUCE_VERSIONS, "Produce response")
     out = bytearray(8)
@@ -240,9 +259,12 @@ def encode_produce_response(version: int, correlation_id: int, responses: Sequen
         out += raw
         out += _I32.pack(len(parts))
         for p in parts:
-            out += part.pack(*p) if version >= 5 else part.pack(*p[:4])
+            out += part.pack(*p[:5]) if version >= 5 else part.pack(*p[:4])
             if version >= 8:
-                out += _EMPTY_V8
+                if len(p) > 5:
+                    _encode_record_errors(out, p[5], p[6])
+                else:
+                    out += _EMPTY_V8
     out += _I32.pack(throttle_time_ms)
     _I32.pack_into(out, 0, len(out) - 4)
     _I32.pack_into(out, 4, correlation_id)

@@ -51,7 +51,8 @@ from protocol.compression import Compression, compress, decompress_bounded
 from protocol.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
 from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CONTROL_MASK, CRC_OFFSET, HEADER, HEADER_SIZE,
                               LOG_OVERHEAD, MAGIC_OFFSET, MAX_TIMESTAMP_OFFSET, NO_PARTITION_LEADER_EPOCH,
-                              RECORDS_OFFSET, TIMESTAMP_TYPE_MASK, BatchHeader, check_batch, read_header)
+                              RECORDS_OFFSET, TIMESTAMP_TYPE_MASK, BatchHeader, check_batch, decode_records,
+                              read_header)
 
 if TYPE_CHECKING:
     from protocol.records import Buffer, WritableBuffer
@@ -274,6 +275,9 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
             except ValueError as exc:
                 raise InvalidRecordError(f"{prefix}batch at byte {pos}: {exc}") from None
             status, index, detail = walk_records(body, 0, len(body), count, require_keys)
+        if status == WALK_NULL_KEY:
+            start, stop = (pos + RECORDS_OFFSET, pos + batch_size) if codec == 0 else (0, len(body))
+            raise _keyless_records_error(body, start, stop, header, where)
         if status:
             raise InvalidRecordError(f"{prefix}batch at byte {pos} ({count} records declared): "
                                      f"{walk_error_message(status, index, detail)}")
@@ -305,6 +309,18 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
     if pieces is None:
         return buf, batches
     return bytearray(b"".join(pieces)), batches
+
+
+def _keyless_records_error(body: Buffer, start: int, end: int, header: BatchHeader, where: str) -> InvalidRecordError:
+    """Kafka's RecordValidationException for records without a key on a compacted topic: one
+    RecordError (batch index, message) per such record, and its summary message. The records
+    are well-formed (the walk got to the key check), so they decode."""
+    message = f"Compacted topic cannot accept message without key in topic partition {where}."
+    records = decode_records(header, memoryview(body)[start:end])
+    errors = [(i, message) for i, r in enumerate(records) if r.key is None]
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return InvalidRecordError(f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                              f"and only showing the first three errors at most: [{shown}]", errors)
 
 
 def _rebuild(header: BatchHeader, records: Buffer, codec: int, max_timestamp: int, log_append_time: bool) -> bytes:

@@ -18,7 +18,7 @@ from . import (alter_partition, api_versions, configs, control, coordinator, fet
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
     # does (KAFKA-18659): librdkafka 2.0.2 sends compressed batches uncompressed unless Produce ∋ 0.
-    Api(ApiKey.PRODUCE, "Produce", produce.REQUEST, produce.RESPONSE, 3, 7, advertised_min=0),
+    Api(ApiKey.PRODUCE, "Produce", produce.REQUEST, produce.RESPONSE, 3, 8, advertised_min=0),
     Api(ApiKey.FETCH, "Fetch", fetch.REQUEST, fetch.RESPONSE, 4, 11),
     Api(ApiKey.LIST_OFFSETS, "ListOffsets", list_offsets.REQUEST, list_offsets.RESPONSE, 1, 5),
     Api(ApiKey.METADATA, "Metadata", metadata.REQUEST, metadata.RESPONSE, 0, 8),

@@ -184,8 +184,8 @@ def test_a_leader_and_isr_creating_many_partitions_fsyncs_the_log_dir_once_befor
     monkeypatch.setattr(storage.log_manager, "fsync_dir", lambda path: (events.append(("fsync", path)),
                                                                          real_fsync_dir(path)))
     real_make_leaders = rm._make_leaders
-    monkeypatch.setattr(rm, "_make_leaders", lambda items: (events.append(("lead", len(items))),
-                                                            real_make_leaders(items)))
+    monkeypatch.setattr(rm, "_make_leaders", lambda items, *rest: (events.append(("lead", len(items))),
+                                                                   real_make_leaders(items, *rest))[1])
     states = [LeaderAndIsrState("many", p, 1, 1, 0, [1, 2, 3], 0, [1, 2, 3]) for p in range(50)]
     error, results = rm.become_leader_or_follower(0, 1, states)
     assert error == 0 and set(results.values()) == {0} and len(results) == 50
@@ -196,3 +196,19 @@ def test_a_leader_and_isr_creating_many_partitions_fsyncs_the_log_dir_once_befor
     events.clear()
     rm.log_manager.get_or_create_log("single", 0)
     assert events == [("fsync", log_dir)]
+
+
+def test_a_partition_whose_log_cannot_be_created_is_answered_kafka_storage_error_alone(rm):
+    """Issue 12 §5: an OSError creating one partition's log (here a file where its directory
+    must go) answers that partition KAFKA_STORAGE_ERROR, leaves nothing of it, and the rest of
+    the LeaderAndIsr is applied."""
+    log_dir = rm.log_manager.log_dirs[0]
+    (log_dir / "t-1").write_bytes(b"not a directory")
+    states = [LeaderAndIsrState("t", p, 1, 1, 0, [1], 0, [1]) for p in range(3)]
+    error, results = rm.become_leader_or_follower(0, 1, states)
+    assert error == ErrorCode.NONE
+    assert results == {("t", 0): ErrorCode.NONE, ("t", 1): ErrorCode.KAFKA_STORAGE_ERROR, ("t", 2): ErrorCode.NONE}
+    assert rm.get_partition("t", 1) is None and rm.log_manager.get_log("t", 1) is None
+    assert rm.get_partition("t", 0).is_leader and rm.get_partition("t", 2).is_leader
+    assert sorted(p.name for p in log_dir.iterdir() if p.name.startswith("t-")) == ["t-0", "t-1", "t-2"]
+    assert (log_dir / "t-1").is_file()  # what was there before is not ours to remove

@@ -17,6 +17,7 @@ from controller.metadata_store import LocalMetadataStore
 from controller.quorum_controller import QuorumController, QuorumControllerConfig
 from protocol.api_keys import ApiKey
 from protocol.clock import MockTime
+from protocol.errors import ErrorCode
 from protocol.messages import APIS
 
 CLUSTER_ID = "test-cluster-id-0000000"
@@ -65,6 +66,10 @@ class RecordingChannel:
         self.auto_deliver = True
         self.idle = True
         self.undelivered: dict[int, list] = defaultdict(list)
+        # LeaderAndIsr answers, given to the controller at once (the error code per broker:
+        # none listed answer NONE); barriers enqueued on their own run at once.
+        self.on_leader_and_isr_answer = None
+        self.leader_and_isr_errors: dict[int, int] = {}
 
     def add_broker(self, broker_id, epoch, host, port):
         self.registered[broker_id] = (epoch, host, port)
@@ -77,11 +82,18 @@ class RecordingChannel:
     def enqueue(self, broker_id, item):
         if broker_id in self.registered:
             self.queues[broker_id].append(item)
+            if isinstance(item, LeaderAndIsrItem) and self.on_leader_and_isr_answer is not None:
+                code = self.leader_and_isr_errors.get(broker_id, ErrorCode.NONE)
+                self.on_leader_and_isr_answer(broker_id, [(s.topic_id, s.partition, code)
+                                                          for s in item.partitions.values()])
+            elif isinstance(item, Barrier) and self.auto_deliver:
+                item.callback()
 
     def enqueue_full_state(self, broker_id, um, lisr, on_delivered):
         self.enqueue(broker_id, um)
         self.enqueue(broker_id, lisr)
-        self.enqueue(broker_id, Barrier(on_delivered))
+        if broker_id in self.registered:
+            self.queues[broker_id].append(Barrier(on_delivered))
         if self.auto_deliver:
             on_delivered()
         else:

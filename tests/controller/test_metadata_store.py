@@ -3,6 +3,8 @@ and a kill -9 of a process writing records."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 import signal
 import subprocess
@@ -271,4 +273,32 @@ async def test_kill_9_keeps_every_record_whose_append_was_acknowledged(tmp_path)
         assert on_disk[offset].value == str(value), offset
     # Everything after the acknowledged prefix that survived is whole records too, in order.
     assert sorted(on_disk) == list(range(len(on_disk)))
+    store.close()
+
+
+async def test_a_flush_without_descriptors_is_retried_with_backoff_not_fatal(tmp_path, monkeypatch):
+    """EMFILE while duplicating the descriptors to fsync is no failed fsync: the records stay
+    pending (nobody is told they are durable) and the flush is tried again on the clock."""
+    time = MockTime()
+    store = LocalMetadataStore(tmp_path, time)
+    await store.load()
+    epoch = await store.claim_epoch()
+    real_dup = os.dup
+    refused = []
+
+    def no_descriptors(fd):
+        refused.append(time.monotonic_ms())
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "dup", no_descriptors)
+    offset = store.append([config(1)], epoch)
+    durable = store.wait_durable(offset)
+    time.sleep(10 + 20 + 40)
+    await asyncio.sleep(0)
+    assert not durable.done() and store.durable_end_offset <= offset
+    assert [t - refused[0] for t in refused] == [0, 10, 30, 70]  # 10 ms doubling
+    monkeypatch.setattr(os, "dup", real_dup)
+    time.sleep(80)
+    assert await durable == offset
+    assert store.append([config(2)], epoch) == offset + 1  # the store goes on
     store.close()

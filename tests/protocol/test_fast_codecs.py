@@ -31,7 +31,7 @@ FETCH_VERSIONS = list(range(H.FETCH_VERSIONS[0], H.FETCH_VERSIONS[1] + 1))
 
 
 def test_fast_codec_ranges_cover_what_we_advertise() -> None:
-    assert (APIS[ApiKey.PRODUCE].min_version, APIS[ApiKey.PRODUCE].max_version) == (3, 7)
+    assert (APIS[ApiKey.PRODUCE].min_version, APIS[ApiKey.PRODUCE].max_version) == (3, 8)
     assert H.PRODUCE_VERSIONS == (3, 8) and H.FETCH_VERSIONS == (4, 11)
     assert APIS[ApiKey.FETCH].advertise[0] >= H.FETCH_VERSIONS[0] and APIS[ApiKey.FETCH].max_version <= H.FETCH_VERSIONS[1]
     assert not any(produce.REQUEST.is_flexible(v) for v in PRODUCE_VERSIONS)
@@ -204,14 +204,7 @@ def test_fetch_codecs_refuse_other_versions(call, v) -> None:
 
 
 def _produce_response_strategy(v):
-    def fix(tree):
-        # The hot path carries no per-record errors: v8+ always sends record_errors [] and error_message null.
-        for topic in tree["responses"]:
-            for p in topic["partition_responses"]:
-                if v >= 8:
-                    p["record_errors"], p["error_message"] = [], None
-        return tree
-    return message_strategy(produce.RESPONSE, v).map(fix)
+    return message_strategy(produce.RESPONSE, v)
 
 
 def joined(chunks) -> bytes:
@@ -220,7 +213,9 @@ def joined(chunks) -> bytes:
 
 def encode_produce_response(v, tree, correlation_id):
     responses = [(t["name"], [(p["index"], p["error_code"], p["base_offset"], p["log_append_time_ms"],
-                               p.get("log_start_offset", -1)) for p in t["partition_responses"]])
+                               p.get("log_start_offset", -1),
+                               [(e["batch_index"], e["batch_index_error_message"]) for e in p.get("record_errors", [])],
+                               p.get("error_message")) for p in t["partition_responses"]])
                  for t in tree["responses"]]
     return H.encode_produce_response(v, correlation_id, responses, tree["throttle_time_ms"])
 

@@ -47,6 +47,12 @@ class Raw:
     def produce(self, partitions: dict[tuple[str, int], bytes | None], version: int = 7, acks: int = 1,
                 transactional_id: str | None = None) -> dict[tuple[str, int], int]:
         """One Produce request; {(topic, partition): error_code}."""
+        answers = self.produce_answers(partitions, version, acks, transactional_id)
+        return {key: p.error_code for key, p in answers.items()}
+
+    def produce_answers(self, partitions: dict[tuple[str, int], bytes | None], version: int = 8, acks: int = 1,
+                        transactional_id: str | None = None) -> dict:
+        """One Produce request; {(topic, partition): its parsed partition response}."""
         topics: dict[str, list] = {}
         for (topic, partition), records in partitions.items():
             topics.setdefault(topic, []).append({"index": partition, "records": records})
@@ -55,7 +61,7 @@ class Raw:
             "topic_data": [{"name": t, "partition_data": parts} for t, parts in topics.items()]})
         self.request(0, version, body)
         resp = APIS[0].response.parse(version, self.response(), 4)
-        return {(t.name, p.index): p.error_code for t in resp.responses for p in t.partition_responses}
+        return {(t.name, p.index): p for t in resp.responses for p in t.partition_responses}
 
 
 def good_batch(n: int = 3, value: bytes = b"v" * 20, ts: int = 1_700_000_000_000, **kw) -> bytes:
