@@ -19,6 +19,7 @@
 
     python bench/controller_bench.py [--only failover,create,restart,throughput] [--kills 10]
                                      [--rounds 3] [--restart-partitions 10000] [--duration 5]
+                                     [--restart-session-timeout-ms 9000]
 """
 
 from __future__ import annotations
@@ -207,10 +208,7 @@ def bench_create(args) -> None:
               flush=True)
     finally:
         cluster.kill()
-        if os.environ.get("KBROKER_BENCH_KEEP"):
-            print(f"  (kept {root}: processes' logs)")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        keep_or_remove(root)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,8 +222,11 @@ def metadata_log_bytes(metadata_dir: Path) -> tuple[int, int]:
 
 def bench_restart(args) -> None:
     root = Path(tempfile.mkdtemp(prefix="kbroker-cbench-"))
-    cluster = LocalCluster(root, 3, broker_props={"broker.heartbeat.interval.ms": 500})
+    session_ms = args.restart_session_timeout_ms
+    cluster = LocalCluster(root, 3, broker_props={"broker.heartbeat.interval.ms": 500},
+                           controller_props={"broker.session.timeout.ms": session_ms})
     total = args.restart_partitions
+    print(f"    broker.session.timeout.ms={session_ms}", flush=True)
     try:
         cluster.start()
         t0 = time.monotonic()
@@ -240,6 +241,9 @@ def bench_restart(args) -> None:
             # One topic of 1,000 at a time, each led and every broker live before the next
             # (a broker busy creating logs may miss heartbeats and be fenced for a while).
             cluster.wait_live(timeout_s=300)
+            fenced = cluster.controller.log_text().count("sent no heartbeat")
+            if fenced:
+                print(f"    {fenced} broker fencing(s) for missed heartbeats so far ({i:,} partitions)", flush=True)
             topics.append(f"big-{i // per_topic}")
             asyncio.run(create_topic(cluster.brokers[1].port, topics[-1], min(per_topic, total - i)))
             asyncio.run(wait_until(all_led, 900))
@@ -272,6 +276,14 @@ def bench_restart(args) -> None:
               f"{spread(times, ' s')} (goal <= 10 s)", flush=True)
     finally:
         cluster.kill()
+        keep_or_remove(root)
+
+
+def keep_or_remove(root: Path) -> None:
+    """KBROKER_BENCH_KEEP=1 keeps the cluster's directory (the processes' logs) for a look."""
+    if os.environ.get("KBROKER_BENCH_KEEP"):
+        print(f"  (kept {root}: processes' logs)")
+    else:
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -365,6 +377,9 @@ def main() -> int:
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--restart-partitions", type=int, default=10_000)
+    ap.add_argument("--restart-session-timeout-ms", type=int, default=9000,
+                    help="the restart section's broker.session.timeout.ms (Kafka's 9000 by default; a saturated "
+                         "machine creating 10,000 partitions may answer heartbeats late and fence brokers)")
     ap.add_argument("--duration", type=float, default=5.0)
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()}", flush=True)

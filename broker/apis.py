@@ -59,6 +59,10 @@ log = logging.getLogger("kbroker.apis")
 
 # A LeaderAndIsr of more partitions is applied in slices of this many, the loop turning between.
 LEADER_AND_ISR_SLICE = 50
+# What a broker serves before it is live (KafkaApis.hold_until_live): the controller's requests,
+# which make it live, and ApiVersions, which every client sends first.
+SERVED_BEFORE_LIVE = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA,
+                                ApiKey.API_VERSIONS})
 
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
 
@@ -113,6 +117,8 @@ class KafkaApis:
         # Controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) waiting behind a
         # LeaderAndIsr being applied in slices, the one applying first (see _in_controller_order).
         self._controller_requests: collections.deque[Callable[[], None]] = collections.deque()
+        # Requests held until the broker is live (see hold_until_live); None once it is.
+        self._held_until_live: list["RequestContext"] | None = None
         group_handlers: dict[int, Callable[["RequestContext"], None]] = {} if group_coordinator is None else {
             ApiKey.JOIN_GROUP: self.handle_join_group_request,
             ApiKey.SYNC_GROUP: self.handle_sync_group_request,
@@ -147,8 +153,30 @@ class KafkaApis:
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
 
     # -- dispatch --------------------------------------------------------------------------
+    def hold_until_live(self) -> None:
+        """Hold every request but the controller's (and ApiVersions) until ``live()``: a broker
+        with a controller opens its listeners before it registers (they must be bound to be
+        advertised, and the controller's LeaderAndIsr/UpdateMetadata come in through them), but
+        like Kafka's broker, which enables request processing only once the controller has
+        unfenced it, it serves clients only when the cluster knows it. Otherwise a client
+        connecting at once (a CreateTopics right after start) would meet a controller that
+        knows no live broker. Held requests keep their places: responses still go out in
+        request order on each connection."""
+        if self._held_until_live is None:
+            self._held_until_live = []
+
+    def live(self) -> None:
+        """Serve the held requests, in the order they came, and everything from now on."""
+        held, self._held_until_live = self._held_until_live, None
+        for ctx in held or ():
+            if not ctx.connection.closed:
+                self.handle(ctx)
+
     def handle(self, ctx: "RequestContext") -> None:
         header = ctx.header
+        if self._held_until_live is not None and header.api_key not in SERVED_BEFORE_LIVE:
+            self._held_until_live.append(ctx)
+            return
         handler = self.handlers.get(header.api_key)
         if handler is None:
             raise RemoteProtocolError(f"unknown api key {header.api_key}")

@@ -120,6 +120,9 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.roll.jitter.hours", "int", 0, low=0),
     _k("log.index.interval.bytes", "int", 4096, low=0),
     _k("log.index.size.max.bytes", "int", 10485760, low=4),
+    _k("log.open.files.max", "int", 1500, "descriptors all partitions' segment files may hold (kbroker's own; "
+       "the least recently used give theirs up): at most this, and at most the open files limit less an eighth",
+       low=64),
     _k("log.retention.hours", "int", 168),
     _k("log.retention.minutes", "int", None),
     _k("log.retention.ms", "long", None),

@@ -140,7 +140,8 @@ class KafkaServer:
         cache.listeners.append(self.metadata_waiters.metadata_updated)
         self.config_repository = configs = ConfigRepository(cfg, self.broker_id, cache)
         self.log_manager = LogManager(cfg.log_dirs, configs.default_log_config(), time=self.time,
-                                      topic_config=configs.log_config_for)
+                                      topic_config=configs.log_config_for,
+                                      max_open_files=cfg["log.open.files.max"])
         loading_since = self.time.monotonic_ms()
         reports = self.log_manager.startup()
         recovery_seconds = (self.time.monotonic_ms() - loading_since) / 1000.0
@@ -202,6 +203,8 @@ class KafkaServer:
             self.collector.recovery_seconds = recovery_seconds
             for collector in (topic_stats, request_metrics, self.socket_server, self.collector):
                 self.metrics.registry.register(collector)
+        if self.lifecycle is not None:
+            self.apis.hold_until_live()  # wait_until_live serves them
         for ep in cfg.broker_listeners:
             port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
@@ -244,6 +247,8 @@ class KafkaServer:
         self.metadata_waiters.wait(lambda: self.broker_id in cache.brokers, 2**31,
                                    lambda ok: live.done() or live.set_result(ok))
         await live
+        assert self.apis is not None
+        self.apis.live()
         if isinstance(self.producer_ids, RPCProducerIdManager):
             self.producer_ids.maybe_request_next_block()
         log.info("broker %d is live (cluster %s, broker epoch %d, controller %d)", self.broker_id, self.cluster_id,

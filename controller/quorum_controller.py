@@ -390,16 +390,17 @@ class QuorumController:
                 out[s.leader] = (endpoint.host, endpoint.port)
         return out
 
-    def _full_state_items(self, broker_id: int) -> tuple[UpdateMetadataItem, LeaderAndIsrItem]:
-        partitions, mine = {}, {}
-        for info, pid, part in self.replication.all_partitions():
-            state = self._partition_state(info.name, info.topic_id, pid, part)
-            partitions[(info.name, pid)] = state
-            if broker_id in part.replicas:
-                mine[(info.name, pid)] = state
+    def _full_update_metadata(self) -> UpdateMetadataItem:
+        """Every partition's state, every topic's configs, the live brokers: the same for each
+        broker, so one item serves all of them (the channel encodes it once)."""
+        partitions = {(info.name, pid): self._partition_state(info.name, info.topic_id, pid, part)
+                      for info, pid, part in self.replication.all_partitions()}
         configs = {info.name: self.configs.topic_configs(info.name) for info in self.replication.topics.values()}
-        return (UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True),
-                LeaderAndIsrItem(mine, self._leader_endpoints(mine.values()), full=True))
+        return UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True)
+
+    def _full_leader_and_isr(self, broker_id: int, full: UpdateMetadataItem) -> LeaderAndIsrItem:
+        mine = {key: state for key, state in full.partitions.items() if broker_id in state.replicas}
+        return LeaderAndIsrItem(mine, self._leader_endpoints(mine.values()), full=True)
 
     def _effects(self, records: list[ApiMessageAndVersion], removed: dict) -> list[Callable[[], None]]:
         channel = self.channel
@@ -439,11 +440,13 @@ class QuorumController:
                 effects.append(lambda b=broker_id, e=reg.epoch, ep=endpoint: channel.add_broker(b, e, ep.host, ep.port))
         # Full states, for brokers registering, unfencing, asking, or at takeover.
         full_targets = sorted(b for b in self._wanted_full_state if self.cluster.is_registered(b))
+        full_metadata = self._full_update_metadata() if full_targets else None
         for broker_id in full_targets:
             reg = self.cluster.registration(broker_id)
             token = next(self._full_state_tokens)
             self._full_state[broker_id] = _FullState(reg.epoch, token)
-            um, lisr = self._full_state_items(broker_id)
+            assert full_metadata is not None
+            um, lisr = full_metadata, self._full_leader_and_isr(broker_id, full_metadata)
             effects.append(lambda b=broker_id, um=um, lisr=lisr, e=reg.epoch, tok=token: channel.enqueue_full_state(
                 b, um, lisr, lambda: self._full_state_delivered(b, e, tok)))
         # Incremental changes, to every other registered broker.

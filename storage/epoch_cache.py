@@ -5,8 +5,9 @@ Kafka's ``LeaderEpochFileCache``: an ordered list of (epoch, start offset), pers
 Replication uses ``end_offset_for`` to answer OffsetForLeaderEpoch and to truncate a follower
 by leader epoch.
 
-Durability. Every change rewrites the file atomically (temp file, rename) but without an
-fsync: two fsyncs (file and directory) per change cost milliseconds each, and a LeaderAndIsr
+Durability. Every change rewrites the file atomically (temp file, rename; the first one
+creates it in place, and an empty file, left by a process that died in between, reads as no
+entries) but without an fsync: two fsyncs (file and directory) per change cost milliseconds each, and a LeaderAndIsr
 making this broker leader of a thousand new partitions paid them per partition (Kafka met
 the same cost, KAFKA-15046). A process killed with -9 leaves the page cache, so the file it
 finds on restart is exactly the cache it had. The fsync comes with the log's flush:
@@ -59,10 +60,13 @@ class LeaderEpochFileCache:
         self._log_end_offset = log_end_offset
         self._version = 0  # bumped by every write of the file
         self._synced_version = 0  # the newest write known to be fsynced
+        self._file_exists = True
         try:
             self._entries: list[EpochEntry] = self._file.read()
+            self._file_exists = self._file.path.exists()
         except CheckpointFormatError as exc:
-            log.warning("%s; starting with an empty leader epoch cache", exc)
+            if self._file.path.stat().st_size:  # (empty: created, and the process died before writing)
+                log.warning("%s; starting with an empty leader epoch cache", exc)
             self._entries = []
 
     @property
@@ -165,10 +169,15 @@ class LeaderEpochFileCache:
     def flush(self) -> None:
         """Write the file and fsync it (and its directory) now."""
         self._file.write(self._entries)
+        self._file_exists = True
         self._version += 1
         self._synced_version = self._version
 
     def _set(self, entries: list[EpochEntry]) -> None:
         self._entries = entries
-        self._file.write(entries, sync=False)
+        # The first write (a new partition's first leader epoch) creates the file in place,
+        # without a temp file and rename: an empty file reads as no entries.
+        if self._file_exists or not self._file.write_new(entries):
+            self._file.write(entries, sync=False)
+        self._file_exists = True
         self._version += 1

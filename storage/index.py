@@ -1,28 +1,26 @@
-"""AbstractIndex: a sparse, fixed-width, memory-mapped index file (Kafka's ``AbstractIndex``).
+"""AbstractIndex: a sparse, fixed-width index file (Kafka's ``AbstractIndex``).
 
 Each segment has two: the offset index (``.index``, 8-byte entries) and the time index
 (``.timeindex``, 12-byte entries). Entries are big-endian and sorted on every column the
-index is searched by. The file of the active segment is preallocated (sparse, by
-ftruncate) to ``segment.index.bytes`` and trimmed to ``entries * entry_size`` on roll and
-close; the number of entries of an existing file is its length over the entry size.
+index is searched by. The file holds exactly ``entries * entry_size`` bytes once persisted;
+the number of entries of an existing file is its length over the entry size.
+``segment.index.bytes`` bounds the entries of the active segment's index (``is_full``
+makes the segment roll), as the preallocated length of Kafka's does.
 
-Entries are written through a writable ``MAP_SHARED`` mapping: a ``pack_into`` is much
-cheaper than a small ``pwrite``, and every produce batch may add an entry. A store into a
-page of a sparse file whose block cannot be allocated is a SIGBUS, so the space is reserved
-ahead of the writes by writing zeros with ``pwrite`` in RESERVE_BYTES chunks (``reserve``): a
-full disk surfaces there, as an OSError the log reports as KAFKA_STORAGE_ERROR. Not
-``posix_fallocate``: it leaves unwritten extents, and the first store into one of those
-costs as much as a page fault into a hole (milliseconds on ext4), which every new segment
-would pay in both indexes on roll; zeros written ahead make later stores plain memory writes.
-No memoryview of the mapping ever leaves this class, so the mapping
-can be closed and replaced at any time (``resize``).
-
-A non-active segment's index is immutable, so reads do not need any of that: opened
-``read_only``, a small index (up to COPY_MAX_BYTES) is read into memory with one
-``pread`` and its descriptor closed at once; a larger one is mapped read-only and only the
-mapping's own descriptor stays. A non-active segment that serves reads thus holds no
-descriptor for a small index, and the copy is out of reach of page-cache eviction.
-Recovery and truncation of a non-active segment open it writable again.
+An index opened for writing (the active segment's, or one being rebuilt by recovery or
+truncation) keeps its entries in memory, in a ``bytearray``, and holds no descriptor and no
+mapping: an idle partition then costs no descriptor for its indexes, whatever the number
+of partitions (issue 12). Appends go to memory only (a ``pack`` and an extend: cheaper than
+a store into a mapping, and nothing can SIGBUS). The file is written behind, by ``persist``
+(one ``pwrite`` of what changed, and an ``ftruncate`` when entries were dropped), when the
+entries must be on disk: on roll and close (``trim_to_valid_size``), before a flush fsyncs
+the file (``dup_fd``), and when it turns read-only. Between those the file may lag behind
+memory; that is safe because the loader never trusts the active segment's index after an
+unclean shutdown (the active segment always holds or follows the recovery point, so it is
+re-validated and its index rebuilt), and a clean shutdown persists it. A full disk surfaces
+as an OSError from ``persist`` (the segment stays as it was). The file is not preallocated.
+Memory: about 20 bytes per ``index.interval.bytes`` (4 KiB) of the active segment, a 0.5 %
+overhead that Kafka pays in the page cache of its preallocated mappings.
 
 There is no checksum: the log rebuilds an index from its segment after a crash, and
 ``sanity_check`` (cheap: length, and ordering over a sample of entries including the
@@ -37,11 +35,30 @@ import struct
 from pathlib import Path
 
 SANITY_SAMPLES = 16
-RESERVE_BYTES = 64 * 1024  # space reserved ahead of index writes (8,192 offset-index entries)
 # A read-only index up to this size is copied into memory with one pread, a larger one mapped:
 # for small files the pread is cheaper than mapping and faulting in a binary search's pages,
 # and the copy needs no descriptor and cannot be evicted; for large files the mapping wins.
 COPY_MAX_BYTES = 64 * 1024
+
+
+def _read_file(path: Path) -> bytes | None:
+    """The whole file (None when missing), our descriptor closed again."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        length = os.fstat(fd).st_size
+        chunks, done = [], 0
+        while done < length:
+            chunk = os.pread(fd, length - done, done)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            done += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _read_only_entries(path: Path) -> mmap.mmap | bytes:
@@ -85,37 +102,41 @@ class AbstractIndex:
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int = -1, writable: bool = True, *,
                  read_only: bool = False) -> None:
-        """``writable``: preallocated to ``max_index_size`` for appends (the active segment);
-        otherwise mapped at its length. ``read_only``: for lookups only, no descriptor kept
-        (see the module docstring; a missing file reads as empty); ``max_index_size`` and
-        ``writable`` are ignored."""
+        """``writable``: room for entries up to ``max_index_size`` (the active segment);
+        otherwise no more than the file holds. Either way the entries are read into memory and
+        no descriptor is kept (see the module docstring). ``read_only``: for lookups only (a
+        copy, or a read-only mapping when large; a missing file reads as empty);
+        ``max_index_size`` and ``writable`` are ignored."""
         self.path = path
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
         self._warm_entries = self.WARM_SECTION_BYTES // self.entry_size
         self.read_only = read_only
-        self._fd = -1
-        self._buf: mmap.mmap | bytes | None = None  # the entries: a mapping, or a copy when read-only and small
-        self._reserved = 0  # bytes from the start known to have space (entries included)
+        # the entries: a mutable copy (writable), else a copy or a read-only mapping
+        self._buf: bytearray | mmap.mmap | bytes
+        missing = False
         if read_only:
             self._buf = _read_only_entries(path)
-            self.length = self.max_index_size = len(self._buf)
+            self.length = len(self._buf)
+            self.max_index_size = self.length
         else:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            self.length = os.fstat(self._fd).st_size
-            self.max_index_size = max_index_size if max_index_size > 0 else self.length
-        self.opened_length = self.length
+            data = _read_file(path)
+            missing = data is None
+            data = data or b""
+            self.length = len(data)
+            self.max_index_size = max(max_index_size, self.length) if writable else self.length
+            self._buf = bytearray(data[:self.length - self.length % self.entry_size])
+        self.opened_length = self.length  # what the file held when opened (sanity_check)
         self.entries = self.length // self.entry_size
-        if writable and not read_only:
-            self.resize(self.max_index_size)
-        elif not read_only:
-            self._map()
+        # Writable: the file's length (-1: no file yet), and how many bytes of the entries it holds.
+        self._file_length = -1 if missing else self.length
+        self._persisted = len(self._buf) if not read_only else 0
         self._refresh_last()
 
     @property
     def held_fds(self) -> int:
-        """Descriptors held: ours (none when read-only) and the mapping's."""
-        return (self._fd >= 0) + isinstance(self._buf, mmap.mmap)
+        """Descriptors held: a large read-only index's mapping's; none otherwise."""
+        return int(isinstance(self._buf, mmap.mmap))
 
     @property
     def in_memory(self) -> bool:
@@ -124,22 +145,26 @@ class AbstractIndex:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of memory held by a read-only copy."""
+        """Bytes of memory held by a read-only copy (a writable index's are not counted: they
+        cannot be dropped before they are persisted)."""
         return len(self._buf) if isinstance(self._buf, bytes) else 0
 
+    @property
+    def dirty(self) -> bool:
+        """Entries (or a truncation) not yet written to the file."""
+        return not self.read_only and (self._persisted < len(self._buf) or self._file_length != len(self._buf))
+
     def make_read_only(self) -> bool:
-        """Turn a writable index whose entries fit in COPY_MAX_BYTES into a read-only copy of
-        them (its mapping and descriptor closed; a roll keeps the final entries this way
-        instead of rereading the file). False, and nothing changed, when they do not fit."""
+        """Persist a writable index, then, when its entries fit in COPY_MAX_BYTES, keep them as a
+        read-only copy (a roll keeps the final entries this way instead of rereading the file).
+        False when they do not fit: the caller drops it (a read maps the file)."""
         if self.read_only:
             return True
-        size = self.size_in_bytes
-        if size > COPY_MAX_BYTES:
+        self.persist()
+        if self.size_in_bytes > COPY_MAX_BYTES:
             return False
-        data = self._buf[:size] if self._buf is not None else b""
-        self.close()
-        self._buf, self.read_only = data, True
-        self.length = self.opened_length = self.max_index_size = size
+        self._buf, self.read_only = bytes(self._buf), True
+        self.length = self.opened_length = self.max_index_size = self.size_in_bytes
         return True
 
     def _check_writable(self) -> None:
@@ -165,63 +190,57 @@ class AbstractIndex:
         return self.entries * self.entry_size
 
     def resize(self, new_size: int) -> None:
-        """Set the file (and mapping) length to ``new_size`` rounded down to whole entries."""
+        """Room for entries up to ``new_size`` bytes (never below the entries held)."""
         self._check_writable()
-        new_size -= new_size % self.entry_size
-        new_size = max(new_size, self.size_in_bytes)
-        if new_size != self.length:
-            self._unmap()
-            os.ftruncate(self._fd, new_size)
-            self.length = new_size
-            self._reserved = min(self._reserved, new_size)
-        self._map()
+        self.max_index_size = max(new_size - new_size % self.entry_size, self.size_in_bytes)
 
-    def trim_to_valid_size(self) -> None:
-        """Shrink the file to the entries in use (on roll and close)."""
-        self.resize(self.size_in_bytes)
-        self.opened_length = self.length
+    def trim_to_valid_size(self, create_empty: bool = True) -> None:
+        """Persist, and take no more entries than it holds (on roll and close)."""
+        self.persist(create_empty=create_empty)
+        self.length = self.opened_length = self.size_in_bytes
         self.max_index_size = self.length
 
-    def _map(self) -> None:
-        if self._buf is None and self.length > 0:
-            self._buf = mmap.mmap(self._fd, self.length, access=mmap.ACCESS_WRITE)
+    # -- persisting ----------------------------------------------------------------------
 
-    def _unmap(self) -> None:
-        if isinstance(self._buf, mmap.mmap):
-            self._buf.close()  # never exported, so this cannot raise BufferError
-        self._buf = None
+    def persist(self, fd: int = -1, create_empty: bool = True) -> None:
+        """Write what changed since the last ``persist`` to the file (through ``fd`` when given,
+        else a descriptor opened and closed here): the new entries, and a cut when entries
+        were dropped. An OSError leaves the entries in memory (a later ``persist`` retries).
+        Without ``create_empty`` a missing file stays missing while there are no entries
+        (an active segment's index that never got one: creating files costs)."""
+        if not self.dirty:
+            return
+        own = fd < 0
+        if own and not create_empty and self._file_length < 0 and not self._buf:
+            return
+        if own:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            data = memoryview(self._buf)
+            try:
+                start = self._persisted
+                while start < len(data):
+                    start += os.pwrite(fd, data[start:], start)
+            finally:
+                data.release()
+            if self._file_length > len(self._buf):
+                os.ftruncate(fd, len(self._buf))
+            self._persisted = self._file_length = len(self._buf)
+        finally:
+            if own:
+                os.close(fd)
 
     # -- entries -------------------------------------------------------------------------
 
     def entry(self, slot: int) -> tuple[int, int]:
-        buf = self._buf
-        assert buf is not None  # there are entries only while mapped or copied
-        return self.ENTRY.unpack_from(buf, slot * self.entry_size)
-
-    def reserve(self, n: int) -> None:
-        """Make sure the space of the next ``n`` entries is allocated, by writing zeros past
-        the entries (ENOSPC surfaces here, as OSError, never as a SIGBUS from a store into
-        the mapping)."""
-        end = (self.entries + n) * self.entry_size
-        if end > self._reserved:
-            self._check_writable()
-            start = max(self._reserved, self.entries * self.entry_size)  # never over an entry
-            end = min(self.length, max(end, start + RESERVE_BYTES))
-            zeros = memoryview(bytes(end - start))
-            done = 0
-            while start + done < end:
-                done += os.pwrite(self._fd, zeros[done:], start + done)
-            self._reserved = end
+        return self.ENTRY.unpack_from(self._buf, slot * self.entry_size)
 
     def _append_entry(self, key: int, value: int) -> None:
         if self.entries >= self.max_entries:
             raise ValueError(f"{self.path}: index is full ({self.entries} entries)")
-        position = self.entries * self.entry_size
-        if position + self.entry_size > self._reserved:  # the segment reserves ahead of its appends
-            self.reserve(1)
         buf = self._buf
-        assert isinstance(buf, mmap.mmap)  # appends go to a writable index: mapped once reserved
-        self.ENTRY.pack_into(buf, position, key, value)
+        assert isinstance(buf, bytearray)  # only a writable index takes entries (read-only ones are full)
+        buf += self.ENTRY.pack(key, value)
         self.entries += 1
         self.last = (key, value)
 
@@ -229,37 +248,31 @@ class AbstractIndex:
         self.last = self.entry(self.entries - 1) if self.entries else self.EMPTY_LAST
 
     def truncate_to_entries(self, n: int) -> None:
-        """Keep the first ``n`` entries; the dropped ones are zeroed so a later crash cannot
-        bring them back."""
+        """Keep the first ``n`` entries (the file follows on the next ``persist``)."""
         self._check_writable()
         if n < self.entries:
-            start, end = n * self.entry_size, self.entries * self.entry_size
             buf = self._buf
-            assert isinstance(buf, mmap.mmap)  # writable and holding entries: mapped
-            buf[start:end] = bytes(end - start)
+            assert isinstance(buf, bytearray)
+            del buf[n * self.entry_size:]
             self.entries = n
+            self._persisted = min(self._persisted, len(buf))
             self._refresh_last()
 
     def reset(self) -> None:
-        """Drop every entry (before a rebuild): the file is cut to zero and preallocated again."""
-        self._check_writable()
-        self._unmap()
-        os.ftruncate(self._fd, 0)
-        self.length = self.entries = self.opened_length = self._reserved = 0
-        self.last = self.EMPTY_LAST
-        self.resize(self.max_index_size)
+        """Drop every entry (before a rebuild); the file is cut on the next ``persist``."""
+        self.truncate_to_entries(0)
+        self.length = self.opened_length = 0
 
     def largest_lower_bound_slot_for(self, target: int, column: int = 0) -> int:
         """Slot of the largest entry whose ``column`` is <= ``target``; -1 if none is.
 
-        Binary search over the mapping, warm section first (see WARM_SECTION_BYTES).
+        Binary search, warm section first (see WARM_SECTION_BYTES).
         """
         n = self.entries
         if n == 0:
             return -1
         key_struct, key_offset = self.SEARCH_KEYS[column]
         unpack, buf, size = key_struct.unpack_from, self._buf, self.entry_size
-        assert buf is not None  # there are entries: mapped or copied
         first_hot = max(0, n - 1 - self._warm_entries)
         if unpack(buf, first_hot * size + key_offset)[0] < target:
             lo, hi = first_hot, n - 1
@@ -315,11 +328,23 @@ class AbstractIndex:
     # -- files ---------------------------------------------------------------------------
 
     def dup_fd(self) -> int:
-        """A descriptor of the file the caller owns (to fsync elsewhere)."""
-        return os.dup(self._fd) if self._fd >= 0 else os.open(self.path, os.O_RDONLY)
+        """A descriptor of the file the caller owns (to fsync elsewhere), the entries persisted
+        through it first."""
+        if self.read_only:
+            return os.open(self.path, os.O_RDONLY)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.persist(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def close(self) -> None:
-        self._unmap()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Persist a writable index (no empty file is created); unmap a mapped one. The object
+        is not used afterwards."""
+        if not self.read_only:
+            self.persist(create_empty=False)
+        elif isinstance(self._buf, mmap.mmap):
+            self._buf.close()  # never exported, so this cannot raise BufferError
+        self._buf = b""

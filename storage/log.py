@@ -135,6 +135,11 @@ class FlushPlan:
         self.epoch_cache_version = epoch_cache_version  # the leader-epoch-checkpoint write it fsyncs, if any
         self._fds = fds
 
+    @property
+    def descriptors(self) -> int:
+        """Descriptors it holds until ``run`` closes them."""
+        return len(self._fds)
+
     def run(self) -> None:
         fds, self._fds = self._fds, []
         try:

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -41,13 +42,19 @@ DELETE_SUFFIX = "-delete"
 METADATA_TOPIC = "__cluster_metadata"
 
 TopicPartition = tuple[str, int]
+# Descriptors the plans of one flush pass may hold (see flush_dirty_logs): they come out of what
+# the segment budget leaves for sockets and everything else (at least 256, segment_budget.py).
+FLUSH_PASS_MAX_FDS = 64
+FLUSH_THREADS = 8  # threads fsyncing at shutdown (flush_all)
 
 
 class LogManager:
     """Not thread-safe: call it from the broker's event-loop thread."""
 
     def __init__(self, log_dirs: list[Path], default_config: LogConfig, *, time: Time,
-                 topic_config: Callable[[str], LogConfig] | None = None) -> None:
+                 topic_config: Callable[[str], LogConfig] | None = None, max_open_files: int | None = None) -> None:
+        """``max_open_files``: descriptors all segments may hold at most (the broker's
+        ``log.open.files.max``); the open files limit bounds them too (segment_budget.py)."""
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -64,7 +71,7 @@ class LogManager:
         # Deleted partitions' directories, renamed ``-delete``, waiting file.delete.delay.ms: (when due, dir)
         self._dirs_to_delete: list[tuple[int, Path]] = []
         # Shared by every log here: what their non-active segments may keep open.
-        self.segment_budget = OpenSegmentBudget.from_open_files_limit()
+        self.segment_budget = OpenSegmentBudget.from_open_files_limit(max_open_files)
 
     # -- startup -------------------------------------------------------------------------
 
@@ -259,15 +266,24 @@ class LogManager:
         now = self.time.milliseconds()
         return sum(each.remove_expired_producers(now) for each in self._logs.values())
 
-    def flush_dirty_logs(self) -> list[FlushPlan]:
-        """The flush.ms / flush.messages pass: a plan for each log the policy says to flush.
-        The broker runs ``plan.run()`` off the loop, then ``plan.log.complete_flush(plan)``."""
-        plans = []
-        for each in self._logs.values():
-            if each.needs_flush_by_policy():
-                plan = each.begin_flush()
-                if plan is not None:
-                    plans.append(plan)
+    def flush_dirty_logs(self, max_fds: int = FLUSH_PASS_MAX_FDS) -> list[FlushPlan]:
+        """The flush.ms / flush.messages pass: a plan for each log the policy says to flush, the
+        longest unflushed first. The broker runs ``plan.run()`` off the loop, then
+        ``plan.log.complete_flush(plan)``. Each plan holds descriptors until it ran (a few per
+        segment), so one pass prepares plans holding about ``max_fds`` at most (always one):
+        with 10,000 partitions due at once, the rest wait for the next pass instead of
+        exhausting RLIMIT_NOFILE."""
+        due = [each for each in self._logs.values() if each.needs_flush_by_policy()]
+        due.sort(key=lambda each: each.time_since_last_flush_ms(), reverse=True)
+        plans: list[FlushPlan] = []
+        held = 0
+        for each in due:
+            if plans and held >= max_fds:
+                break
+            plan = each.begin_flush()
+            if plan is not None:
+                plans.append(plan)
+                held += plan.descriptors
         return plans
 
     def _write_checkpoints(self, file_name: str, value: Callable[[Log], int],
@@ -293,11 +309,48 @@ class LogManager:
 
     # -- shutdown ------------------------------------------------------------------------
 
+    def flush_all(self) -> None:
+        """Flush every log (synchronously): plans holding about FLUSH_PASS_MAX_FDS descriptors
+        at a time, their fsyncs run on FLUSH_THREADS threads (``FlushPlan.run`` is thread-safe;
+        the fsyncs of many files finish much sooner in parallel, the file system commits them
+        together: with 10,000 partitions a clean shutdown is mostly this). The first error is
+        raised once the plans already prepared have run."""
+        logs = list(self._logs.values())
+        i = 0
+        with ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flush") as pool:
+            while i < len(logs):
+                plans: list[FlushPlan] = []
+                held = 0
+                error: BaseException | None = None
+                while i < len(logs) and held < FLUSH_PASS_MAX_FDS:
+                    try:
+                        plan = logs[i].begin_flush()
+                    except KafkaStorageError as exc:
+                        error = exc
+                        break
+                    finally:
+                        i += 1
+                    if plan is not None:
+                        plans.append(plan)
+                        held += plan.descriptors
+                for plan, done in [(plan, pool.submit(plan.run)) for plan in plans]:
+                    try:
+                        done.result()
+                    except OSError as exc:
+                        error = error or KafkaStorageError(f"{plan.log.topic}-{plan.log.partition}: flush failed: {exc}")
+                        continue
+                    plan.log.complete_flush(plan)
+                if error is not None:
+                    raise error
+
     def shutdown(self) -> None:
         """Flush every log, write the four checkpoints, close (trim) the logs, then write
-        the clean-shutdown marker in each log dir."""
+        the clean-shutdown marker in each log dir. The segments' files are closed first: the
+        flush opens what it fsyncs, and must not find every descriptor taken."""
         for each in self._logs.values():
-            each.flush()
+            for segment in each.segments:
+                segment.close_files()
+        self.flush_all()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()

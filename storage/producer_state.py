@@ -424,26 +424,30 @@ class ProducerStateManager:
     def snapshot_offsets(self) -> list[int]:
         return list(self._snapshots)
 
-    def take_snapshot(self, offset: int) -> bool:
+    def take_snapshot(self, offset: int, sync: bool = True) -> bool:
         """Write the state as ``<offset>.snapshot`` (``offset`` = the log end offset it
-        reflects) atomically and durably, unless a snapshot at that offset holds it already
-        (only expiration or the log start can change the state without moving the log end).
-        Returns whether it wrote one. OSError propagates."""
+        reflects) atomically, and durably unless ``sync`` is False, unless a snapshot at that
+        offset holds it already (only expiration or the log start can change the state without
+        moving the log end). Returns whether it wrote one. OSError propagates.
+
+        Without ``sync`` a power loss may leave the file torn or empty: its CRC then fails and
+        loading ignores it (``truncate_and_reload``), replaying from an older one instead; a
+        killed process leaves it in the page cache, intact."""
         i = bisect.bisect_left(self._snapshots, offset)
         exists = i < len(self._snapshots) and self._snapshots[i] == offset
         if exists and not self._removed_since_snapshot:
             return False
-        write_atomically(self.dir / snapshot_file_name(offset), encode_snapshot(self.producers.values()))
+        write_atomically(self.dir / snapshot_file_name(offset), encode_snapshot(self.producers.values()), sync=sync)
         if not exists:
             self._snapshots.insert(i, offset)
         self._removed_since_snapshot = False
         return True
 
-    def try_take_snapshot(self, offset: int) -> bool:
+    def try_take_snapshot(self, offset: int, sync: bool = True) -> bool:
         """``take_snapshot``, a failure logged instead of raised: snapshots only save replay
         time (the state can always be rebuilt from the log)."""
         try:
-            return self.take_snapshot(offset)
+            return self.take_snapshot(offset, sync)
         except OSError as exc:
             log.error("%s: cannot write a producer state snapshot at offset %d: %s", self._name, offset, exc)
             return False

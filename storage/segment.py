@@ -11,16 +11,20 @@ The rules, where Kafka keeps them:
 * ``recover`` validates batch after batch, rebuilds both indexes and cuts an invalid tail.
 * ``should_roll`` gathers every reason to start a new segment.
 
-Files are opened lazily. Only the active segment of each log stays open for good. A
-non-active segment opens only what its reads use, on first use: the ``.log`` mapped (our
-descriptor closed at once, the mapping keeps its own) and each index read-only, as an
-in-memory copy when small (no descriptor; see index.py). The time index is not opened by
-offset reads. Recovery and truncation reopen the files writable and drop those handles
-again when done. What non-active segments hold is counted against the ``OpenSegmentBudget``
-the segment is given (segment_budget.py: one per LogManager), which makes the least
-recently used give theirs up first. A cached segment usually holds one descriptor, so a
-log of as many segments as the budget has descriptors is read without opening a file.
-What a closed segment must still answer (size, largest timestamp) is kept in memory.
+Files are opened lazily and no segment holds a descriptor for good, the active one
+included, so descriptors are bounded by a budget, not by the number of partitions (issue
+12). The active segment's indexes live in memory and are written behind (index.py): they
+hold no descriptor. Its ``.log`` is opened on the first append or read (our descriptor for
+``pwrite``, and the mapping reads use). A non-active segment opens only what its reads use,
+on first use: the ``.log`` mapped (our descriptor closed at once, the mapping keeps its
+own) and each index read-only, as an in-memory copy when small (no descriptor). The time
+index is not opened by offset reads. Recovery and truncation reopen the indexes writable
+and persist them when done. What every segment holds is counted against the
+``OpenSegmentBudget`` the segment is given (segment_budget.py: one per LogManager), which
+makes the least recently used give theirs up first (an active one reopens its ``.log`` on
+next use: one ``open``). A cached non-active segment usually holds one descriptor, so a log
+of as many segments as the budget has descriptors is read without opening a file. What a
+closed segment must still answer (size, largest timestamp, next offset) is kept in memory.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from protocol.records import BatchHeader, batch_body, check_batch, decode_record
 from .file_records import FileRecords
 from .index import CorruptIndexError
 from .offset_index import INT32_MAX, OffsetIndex
-from .segment_budget import USED, OpenSegmentBudget
+from .segment_budget import ACTIVE_SEGMENT_FDS, USED, OpenSegmentBudget
 from .time_index import TimeIndex
 
 if TYPE_CHECKING:
@@ -107,7 +111,7 @@ class LogSegment:
                       roll_jitter_ms=random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0,
                       created_ms=now_ms)
         segment.activate()
-        segment.log_path.touch()
+        segment.log_path.touch()  # the indexes' files come with their first entries (index.py)
         return segment
 
     # -- lazily opened files -------------------------------------------------------------
@@ -119,14 +123,14 @@ class LogSegment:
             if not self.active:
                 self._records.release_fd()
             self._opened()
-        elif not self.active:
+        else:
             self.used = USED
         return self._records
 
     @property
     def offset_index(self) -> OffsetIndex:
-        """The active segment's is writable; a non-active segment's is a read-only copy unless
-        recovery or truncation opened it writable."""
+        """The active segment's is writable (in memory, no descriptor: see index.py); a
+        non-active segment's is a read-only copy unless recovery or truncation opened it writable."""
         if self._offset_index is None:
             self._offset_index = OffsetIndex(self.index_path, self.base_offset, self.max_index_size, self.active,
                                              read_only=not self.active)
@@ -147,18 +151,18 @@ class LogSegment:
         return self._time_index
 
     def _opened(self) -> None:
-        """A handle was opened: a non-active segment's new cost goes to the budget."""
-        if not self.active:
-            self.budget.update(self)
+        """A handle was opened: its cost goes to the budget."""
+        self.budget.update(self)
 
     def _set_active(self, active: bool) -> None:
-        if active != self.active:
-            self.active = active
-            self.budget.set_active(active)
+        self.active = active
 
     def held(self) -> tuple[int, int]:
-        """(descriptors, bytes of in-memory index copies) that the open handles hold."""
-        fds = self._records.held_fds if self._records is not None else 0
+        """(descriptors, bytes of in-memory index copies) that the open handles hold. An active
+        segment's open ``.log`` counts two: its descriptor, and the mapping a read may add
+        without telling the budget."""
+        records = self._records
+        fds = 0 if records is None else ACTIVE_SEGMENT_FDS if self.active else records.held_fds
         nbytes = 0
         for index in (self._offset_index, self._time_index):
             if index is not None:
@@ -168,8 +172,8 @@ class LogSegment:
 
     def _writable_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         """Both indexes, writable: a non-active segment's read-only copies are replaced by
-        writable mappings of the files, preallocated as for appends (recovery, truncation and
-        its final time-index entry), until ``_settle_inactive`` trims them."""
+        writable in-memory ones with room for appends (recovery, truncation and its final
+        time-index entry), until ``_settle_inactive`` persists them and turns them read-only."""
         if not self.active:
             self._drop_indexes(read_only=True)
             if self._offset_index is None:
@@ -188,11 +192,12 @@ class LogSegment:
             self._time_index.close()
             self._time_index = None
 
-    def _trim(self) -> None:
-        """Indexes opened writable and the ``.log`` cut to their used sizes."""
+    def _trim(self, create_empty: bool = True) -> None:
+        """Indexes opened writable persisted and the ``.log`` cut to its used size (``create_empty``:
+        see AbstractIndex.persist)."""
         for index in (self._offset_index, self._time_index):
             if index is not None and not index.read_only:
-                index.trim_to_valid_size()
+                index.trim_to_valid_size(create_empty)
         if self._records is not None:
             self._records.trim()
 
@@ -224,13 +229,17 @@ class LogSegment:
         self.drop_index_copies()
 
     def close_files(self) -> None:
-        """Close what holds descriptors (the ``.log`` and any mapped index) of a non-active
-        segment; in-memory index copies stay."""
-        if self.active:
-            return
+        """Close what holds descriptors (the ``.log``, its mapping and any mapped index); in-memory
+        indexes stay, so an active segment keeps its entries and reopens its ``.log`` on the
+        next append or read. What the budget calls on the least recently used segments."""
         self.budget.files.discard(self)
         if self._records is not None:
+            try:
+                self._records.trim()  # a zero tail a truncation had to leave (file_records.py)
+            except OSError:
+                pass  # recovery cuts a zero tail too
             self._retired_maps = self._records.close()
+            self.budget.retired(self._retired_maps)
             self._records = None
         if self._offset_index is not None and self._offset_index.held_fds:
             self._offset_index.close()
@@ -248,14 +257,14 @@ class LogSegment:
             self._time_index = None
 
     def activate(self) -> None:
-        """Become the log's active segment: stay open, indexes preallocated for appends."""
+        """Become the log's active segment: writable indexes with room for appends, the
+        ``.log`` (re)opened writable on first use; what it holds stays in the budget."""
         self._set_active(True)
-        self.budget.discard(self)
         self._drop_indexes(read_only=True)
         for index in (self._offset_index, self._time_index):
             if index is not None:
-                index.max_index_size = self.max_index_size
                 index.resize(self.max_index_size)
+        self.budget.update(self)
 
     def on_become_inactive(self) -> None:
         """A newer segment took over (roll): final time-index entry, trim the files."""
@@ -266,14 +275,11 @@ class LogSegment:
     def append(self, buf: Buffer, batches: list[tuple[int, BatchHeader]]) -> None:
         """Append ``buf`` (batches back to back; ``batches`` = (position in buf, header)).
 
-        All or nothing: the space of the index entries is reserved first, then the data is
-        written; an OSError from either leaves the segment as it was and propagates. The
-        entries then go into reserved pages of the mappings, which cannot fail (so there is
-        no state to save for an undo).
+        All or nothing: an OSError from the write leaves the segment as it was and propagates.
+        The index entries then go to memory, which cannot fail (so there is no state to save
+        for an undo); they reach the files behind (index.py).
         """
         records, offset_index, time_index = self.records, self.offset_index, self.time_index
-        offset_index.reserve(len(batches))
-        time_index.reserve(len(batches))
         position = records.append(buf)
         self.size = records.size
         for relative_position, header in batches:
@@ -404,10 +410,14 @@ class LogSegment:
         """Sanity-check both indexes and take the largest timestamp from the time index.
 
         Returns why they need a rebuild (missing or corrupt), or None when they are fine.
+        The active segment's missing index is an empty one: it had no entry when the log
+        closed (no file is created for none), and the loader re-reads the active segment from
+        its last index entry anyway.
         """
-        for path in (self.index_path, self.time_index_path):
-            if not path.exists() and self.size > 0:
-                return f"{path.name} is missing"
+        if not self.active:
+            for path in (self.index_path, self.time_index_path):
+                if not path.exists() and self.size > 0:
+                    return f"{path.name} is missing"
         try:
             self.offset_index.sanity_check(self.size, next_offset_bound)
             self.time_index.sanity_check(self.size, next_offset_bound)
@@ -517,20 +527,32 @@ class LogSegment:
         return next_offset
 
     def dup_fds(self) -> list[int]:
-        """Duplicates of the three file descriptors, for a flush on another thread."""
-        return [self.records.dup_fd(), self.offset_index.dup_fd(), self.time_index.dup_fd()]
+        """Descriptors of the three files that the caller owns, for a flush on another thread
+        (the index entries persisted first). A closed ``.log`` is opened for this only."""
+        fds: list[int] = []
+        try:
+            fds.append(self._records.dup_fd() if self._records is not None else os.open(self.log_path, os.O_RDONLY))
+            fds.append(self.offset_index.dup_fd())
+            fds.append(self.time_index.dup_fd())
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     def close(self, keep_open: bool = False) -> None:
-        """Final time-index entry, indexes and ``.log`` trimmed to their used sizes, files
-        closed (``keep_open``: all but what reads use). The segment is no longer active."""
+        """Final time-index entry, indexes persisted and the ``.log`` trimmed to its used size,
+        files closed (``keep_open``: all but what reads use). The segment is no longer active
+        (unless persisting failed: then it raises and stays as it was)."""
         if self.active and self._time_index is not None:
             self._append_final_time_index_entry()
+        self._trim(create_empty=keep_open)  # an empty index of a closing log: no file (see load_indexes)
         self._set_active(False)
-        self._trim()
         if keep_open:
             self._keep_read_handles()
         else:
             self.close_handles()
+            self._drop_indexes(read_only=False)
 
     def _append_final_time_index_entry(self) -> None:
         """Make the time index's last entry the segment's largest timestamp (Kafka's
@@ -542,6 +564,7 @@ class LogSegment:
     def delete(self) -> None:
         self._set_active(False)
         self.close_handles()
+        self._offset_index = self._time_index = None  # writable ones unpersisted: their files go
         for path in (self.log_path, self.index_path, self.time_index_path):
             path.unlink(missing_ok=True)
 
@@ -562,6 +585,12 @@ class LogSegment:
                 pass  # an index never written
             renamed.append(target)
         self.log_path, self.index_path, self.time_index_path = renamed
+        # a former active segment's indexes are in memory (written behind): they stay, for its
+        # readers, and would follow the files if ever persisted
+        if self._offset_index is not None:
+            self._offset_index.path = self.index_path
+        if self._time_index is not None:
+            self._time_index.path = self.time_index_path
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size})"

@@ -1,19 +1,21 @@
-"""OpenSegmentBudget: what the non-active segments of a set of logs may hold open.
+"""OpenSegmentBudget: what the segments of a set of logs may hold open.
 
 One budget per owner: the broker's ``LogManager`` creates one and hands it to every Log it
 opens, which hands it to every LogSegment; a Log opened on its own (the controller's
 metadata log, tools, tests) gets one of its own. Nothing here is process-wide except the
 OS limit itself (``raise_open_files_limit``).
 
-A non-active segment opens what its reads use, lazily (see segment.py), and reports what
+A segment opens what its appends and reads use, lazily (see segment.py), and reports what
 it holds with ``update``. Two caches keep the totals bounded:
 
-* ``files``: descriptors (the ``.log`` mapping, mapped indexes), sized from RLIMIT_NOFILE
-  (``open_files_budget``); each active segment pins ``ACTIVE_SEGMENT_FDS`` against it, so
-  the room for non-active ones shrinks as partitions are added;
-* ``copies``: bytes of in-memory index copies (``INDEX_COPY_BYTES``), released
-  independently of the mappings, so an index copy outlives its segment's mapping (a
-  lookup that misses maps the ``.log`` only).
+* ``files``: descriptors (an active segment's ``.log`` and its mapping, a non-active one's
+  ``.log`` mapping and mapped indexes), sized from RLIMIT_NOFILE (``open_files_budget``).
+  Active segments are in it like the others (their indexes hold none), so the descriptors
+  of a broker are bounded by the budget whatever its number of partitions: an idle
+  partition gives its up when others need them, and reopens its ``.log`` on next use;
+* ``copies``: bytes of in-memory index copies of non-active segments (``INDEX_COPY_BYTES``),
+  released independently of the mappings, so an index copy outlives its segment's mapping
+  (a lookup that misses maps the ``.log`` only).
 
 The least recently used segments give theirs up first. Not thread-safe: the owner's thread.
 """
@@ -21,15 +23,18 @@ The least recently used segments give theirs up first. Not thread-safe: the owne
 from __future__ import annotations
 
 import logging
+import mmap
 import resource
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Protocol
 
+from .file_records import try_close
+
 log = logging.getLogger("kbroker.storage.segment")
 
 INDEX_COPY_BYTES = 64 << 20  # in-memory index copies non-active segments may hold in all
-ACTIVE_SEGMENT_FDS = 6  # what an active segment may hold: its three files and their mappings
+ACTIVE_SEGMENT_FDS = 2  # what an open active segment counts: its ``.log`` descriptor and mapping
 MIN_OPEN_FILES_BUDGET = 64
 _MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
 _NR_OPEN = Path("/proc/sys/fs/nr_open")
@@ -50,13 +55,15 @@ class BudgetedSegment(Protocol):
     def drop_index_copies(self) -> None: ...
 
 
-def open_files_budget() -> int:
+def open_files_budget(max_fds: int | None = None) -> int:
     """Descriptors the segments may hold in all: the soft RLIMIT_NOFILE less an eighth (at
-    least 256) kept for sockets and every other file, and at most half of
-    vm.max_map_count (a cached segment's descriptors are its mappings'); never below
-    MIN_OPEN_FILES_BUDGET."""
+    least 256) kept for sockets and every other file, at most half of vm.max_map_count (a
+    cached segment's descriptors are its mappings'), and at most ``max_fds`` (the broker's
+    ``log.open.files.max``) when given; never below MIN_OPEN_FILES_BUDGET."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     budget = 1 << 20 if soft == resource.RLIM_INFINITY else soft - max(256, soft // 8)
+    if max_fds is not None:
+        budget = min(budget, max_fds)
     try:
         budget = min(budget, int(_MAX_MAP_COUNT.read_text()) // 2)
     except (OSError, ValueError):
@@ -86,7 +93,7 @@ def raise_open_files_limit() -> int:
 
 class BudgetCache:
     """Segments holding a cost each; ``release(segment)`` frees the oldest while the costs
-    (plus ``pinned``) exceed ``budget``.
+    exceed ``budget``.
 
     The order is CLOCK (second chance), an LRU approximation: a read only sets this cache's
     bit in the segment's ``used`` instead of reordering a structure shared by every
@@ -96,7 +103,6 @@ class BudgetCache:
 
     def __init__(self, budget: int, bit: int, release: Callable[[BudgetedSegment], None]) -> None:
         self.budget = budget
-        self.pinned = 0  # cost held outside the cache (the active segments' descriptors)
         self.total = 0
         self._bit = bit
         self._release = release
@@ -114,7 +120,7 @@ class BudgetCache:
             self.total += cost
             segment.used |= self._bit
         costs = self._costs
-        while self.total + self.pinned > self.budget and len(costs) > 1:
+        while self.total > self.budget and len(costs) > 1:
             oldest = next(iter(costs))
             if oldest.used & self._bit:
                 oldest.used &= ~self._bit
@@ -128,24 +134,45 @@ class BudgetCache:
 
 
 class OpenSegmentBudget:
-    """The two caches of the module docstring: ``files`` (descriptors, with the active
-    segments' pinned) and ``copies`` (bytes of in-memory index copies)."""
+    """The two caches of the module docstring: ``files`` (descriptors) and ``copies`` (bytes
+    of in-memory index copies)."""
 
     def __init__(self, max_fds: int, max_copy_bytes: int = INDEX_COPY_BYTES) -> None:
         self.files = BudgetCache(max_fds, FILES, lambda segment: segment.close_files())
         self.copies = BudgetCache(max_copy_bytes, COPIES, lambda segment: segment.drop_index_copies())
+        self.max_fds: int | None = None  # the cap ``resize_to_open_files_limit`` keeps
+        # Mappings of closed segments that were still being read (a Fetch response not yet
+        # written) when their segment gave its files up: each holds a descriptor until closed,
+        # so they are closed here once their readers are done, not when (if ever) the segment
+        # is used again. The lists are the segments' own (file_records.py), pruned in place.
+        self._retired: list[list[mmap.mmap]] = []
 
     @classmethod
-    def from_open_files_limit(cls) -> OpenSegmentBudget:
-        """Descriptors sized from the soft RLIMIT_NOFILE in force (``open_files_budget``)."""
-        return cls(open_files_budget())
+    def from_open_files_limit(cls, max_fds: int | None = None) -> OpenSegmentBudget:
+        """Descriptors sized from the soft RLIMIT_NOFILE in force, at most ``max_fds``
+        (``open_files_budget``)."""
+        budget = cls(open_files_budget(max_fds))
+        budget.max_fds = max_fds
+        return budget
 
     def resize_to_open_files_limit(self) -> None:
         """Resize the descriptor budget after the limit changed (``raise_open_files_limit``)."""
-        self.files.budget = open_files_budget()
+        self.files.budget = open_files_budget(self.max_fds)
+
+    def retired(self, maps: list[mmap.mmap]) -> None:
+        """A closed segment's mappings still exported: closed by a later ``update`` once free."""
+        if maps and not any(listed is maps for listed in self._retired):
+            self._retired.append(maps)
+
+    def prune_retired(self) -> None:
+        if self._retired:
+            for maps in self._retired:
+                maps[:] = [m for m in maps if not try_close(m)]
+            self._retired = [maps for maps in self._retired if maps]
 
     def update(self, segment: BudgetedSegment) -> None:
         """``segment`` opened or closed handles: count what it holds now."""
+        self.prune_retired()
         fds, nbytes = segment.held()
         self.files.set(segment, fds)
         self.copies.set(segment, nbytes)
@@ -154,10 +181,6 @@ class OpenSegmentBudget:
         self.files.discard(segment)
         self.copies.discard(segment)
 
-    def set_active(self, active: bool) -> None:
-        """A segment became active (or stopped being): its descriptors are pinned."""
-        self.files.pinned += ACTIVE_SEGMENT_FDS if active else -ACTIVE_SEGMENT_FDS
-
     def __repr__(self) -> str:
-        return (f"OpenSegmentBudget(files {self.files.total}+{self.files.pinned} pinned of {self.files.budget}, "
+        return (f"OpenSegmentBudget(files {self.files.total} of {self.files.budget}, "
                 f"copies {self.copies.total} of {self.copies.budget} bytes)")

@@ -12,6 +12,7 @@ from controller.launcher import free_port
 from protocol.api_keys import ApiKey
 from protocol.client import SYSTEM_TIME
 from protocol.clock import MockTime
+from protocol.messages import APIS
 
 from .recording_broker import RecordingBroker
 
@@ -165,3 +166,37 @@ async def test_versions_are_negotiated_with_the_broker():
     finally:
         await channel.close()
         await broker.close()
+
+
+async def test_a_full_update_metadata_shared_by_brokers_is_encoded_once_with_each_broker_s_epoch():
+    """A controller taking over sends every broker the same full UpdateMetadata (every
+    partition: tens of thousands of entries, seconds to encode). One item serves all brokers:
+    it is encoded once and each broker's request carries that broker's epoch; the bytes are
+    those of encoding it for that broker."""
+    brokers = [await RecordingBroker(b).start() for b in (1, 2)]
+    channel = ControllerChannelManager(3000, time=SYSTEM_TIME)
+    channel.controller_epoch = 9
+    full = um(0, 1, 2, configs={"retention.ms": "5"})
+    full.full = True
+    built = []
+    real_body = channel.update_metadata_body
+    channel.update_metadata_body = lambda item, epoch: (built.append(epoch), real_body(item, epoch))[1]
+    try:
+        for broker, epoch in zip(brokers, (41, 1 << 40)):
+            channel.add_broker(broker.broker_id, epoch, "127.0.0.1", broker.port)
+            channel.enqueue(broker.broker_id, full)
+        for broker in brokers:
+            await broker.wait_for(lambda b=broker: len(b.received) == 1, what="the full UpdateMetadata")
+        assert built == [0]  # one encoding, for both
+        for broker, epoch in zip(brokers, (41, 1 << 40)):
+            [request] = broker.received
+            assert request.body.type == 2 and request.body.broker_epoch == epoch
+            assert (request.body.controller_id, request.body.controller_epoch) == (3000, 9)
+            assert [p.partition_index for p in request.body.topic_states[0].partition_states] == [0, 1, 2]
+        for version in (7, 8):
+            assert channel._encoded_update_metadata(full, version, -1) == APIS[ApiKey.UPDATE_METADATA].request.build(
+                version, real_body(full, -1))
+    finally:
+        await channel.close()
+        for broker in brokers:
+            await broker.close()

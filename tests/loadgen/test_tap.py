@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 import uuid
 
 
@@ -117,10 +118,12 @@ def test_confluent_kafka_through_the_tap_is_transparent_and_every_request_is_rec
         # connection's entry leaves the statistics once the brokers are known), once it stops changing.
         def sent() -> dict:
             return {b["nodeid"]: (b["tx"], b["req"]["Produce"]) for b in stats[-1]["brokers"].values()} if stats else {}
-        last, stable = {}, 0
+        # Under load the first statistics may come late: an empty count is not a stable one.
+        last, stable, deadline = {}, 0, time.monotonic() + 60
         while stable < 3:
+            assert time.monotonic() < deadline, f"librdkafka's statistics never settled: {last}"
             producer.poll(0.15)
-            stable = stable + 1 if sent() == last else 0
+            stable = stable + 1 if sent() == last and last else 0
             last = sent()
         consumer = Consumer({"bootstrap.servers": broker, "group.id": f"g-{uuid.uuid4().hex[:6]}",
                              "auto.offset.reset": "earliest", "enable.auto.commit": False, "client.id": "ck-c"})

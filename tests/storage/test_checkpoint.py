@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from storage import LeaderEpochFileCache, OffsetCheckpointFile
@@ -50,3 +53,25 @@ def test_leader_epoch_cache(tmp_path):
     assert cache.entries() == [(3, 25), (6, 28)]
     cache.clear()
     assert LeaderEpochFileCache(path, lambda: 0).entries() == []
+
+
+def test_the_leader_epoch_checkpoint_is_created_in_place_then_replaced_atomically(tmp_path, monkeypatch):
+    """The first entry (a new partition's first leader epoch) creates the file directly: one
+    file created instead of a temp file renamed into place. An empty file, left by a process
+    killed between creating and writing it, is the state before that write: no entries, no
+    warning. Later changes replace the file through a temp file."""
+    renamed = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (renamed.append(Path(dst).name), real_replace(src, dst)))
+    path = tmp_path / "leader-epoch-checkpoint"
+    cache = LeaderEpochFileCache(path, lambda: 0)
+    assert cache.assign(2, 0)
+    assert renamed == [] and path.read_text() == "0\n1\n2 0\n"
+    assert cache.assign(3, 10)
+    assert renamed == ["leader-epoch-checkpoint"] and path.read_text() == "0\n2\n2 0\n3 10\n"
+    empty = tmp_path / "empty" / "leader-epoch-checkpoint"
+    empty.parent.mkdir()
+    empty.write_bytes(b"")
+    cache = LeaderEpochFileCache(empty, lambda: 0)
+    assert cache.entries() == [] and cache.assign(4, 0)
+    assert renamed[-1] == "leader-epoch-checkpoint" and empty.read_text() == "0\n1\n4 0\n"

@@ -74,44 +74,74 @@ def test_enospc_on_a_real_small_filesystem(small_disk, tmp_path, monkeypatch):
     recovered.close()
 
 
-@pytest.mark.parametrize("target", ["data", "index"])
-def test_failed_write_is_undone(tmp_path, monkeypatch, target):
-    if target == "index":
-        monkeypatch.setattr("storage.index.RESERVE_BYTES", 1)  # every index entry reserves its block
+def test_failed_write_is_undone(tmp_path, monkeypatch):
     log = open_log(tmp_path / "t-0", index_interval_bytes=0)
     for _ in range(3):
         log.append_as_leader(batch(2), 0)
     before = (log.log_end_offset, log.size_in_bytes(), log.active_segment.offset_index.entries)
-    if target == "data":
-        real, failed = os.pwrite, []
+    real, failed = os.pwrite, []
 
-        def fail_once(fd, data, offset):
-            if not failed:
-                failed.append(offset)
-                real(fd, bytes(data)[: max(1, len(data) // 2)], offset)
-                raise OSError(errno.EIO, "I/O error (injected)")
-            return real(fd, data, offset)
-        monkeypatch.setattr(os, "pwrite", fail_once)
-    else:
-        # Index entries go through the mapping; their space is reserved (zeros written with
-        # pwrite) before the data is written, which is where a full disk shows up: let the
-        # time index's reservation fail after the offset index's went through.
-        real, reserved = os.pwrite, []
-
-        def fail_time_index(fd, data, offset):
-            name = os.readlink(f"/proc/self/fd/{fd}")
-            if name.endswith(".timeindex"):
-                raise OSError(errno.ENOSPC, "No space left on device (injected)")
-            reserved.append(name)
-            return real(fd, data, offset)
-        monkeypatch.setattr(os, "pwrite", fail_time_index)
+    def fail_once(fd, data, offset):
+        if not failed:
+            failed.append(offset)
+            real(fd, bytes(data)[: max(1, len(data) // 2)], offset)
+            raise OSError(errno.EIO, "I/O error (injected)")
+        return real(fd, data, offset)
+    monkeypatch.setattr(os, "pwrite", fail_once)
     with pytest.raises(KafkaStorageError):
         log.append_as_leader(batch(2) + batch(3), 0)
-    if target == "index":
-        assert [name.rsplit(".", 1)[1] for name in reserved] == ["index"]  # nothing reached the .log
     monkeypatch.undo()
     assert (log.log_end_offset, log.size_in_bytes(), log.active_segment.offset_index.entries) == before
     assert os.path.getsize(log.active_segment.log_path) == log.active_segment.size
     check_consistent(log)
     assert log.append_as_leader(batch(1), 0).first_offset == before[0]
     check_consistent(log)
+
+
+def fail_time_index_writes(monkeypatch) -> list[str]:
+    """Every pwrite to a .timeindex fails with ENOSPC; returns the names of the files written meanwhile."""
+    real, written = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.endswith(".timeindex"):
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        written.append(name)
+        return real(fd, data, offset)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    return written
+
+
+def test_a_full_disk_when_index_entries_are_persisted(tmp_path, monkeypatch):
+    """Index entries are written behind (storage/index.py): a full disk shows when they are
+    persisted, at a flush or a roll. That flush or append fails with KAFKA_STORAGE_ERROR, the
+    entries stay in memory and the log as it was; once there is room everything reaches the files."""
+    log = open_log(tmp_path / "t-0", index_interval_bytes=0, segment_bytes=1000)
+    while log.size_in_bytes() < 600:
+        log.append_as_leader(batch(2), 0)
+    active = log.active_segment
+    before = (log.log_end_offset, log.size_in_bytes(), active.offset_index.entries, active.time_index.entries)
+    recovery_point = log.recovery_point
+    written = fail_time_index_writes(monkeypatch)
+    with pytest.raises(KafkaStorageError):
+        log.flush()
+    assert log.recovery_point == recovery_point
+    with pytest.raises(KafkaStorageError):  # this one must roll: the old segment's indexes are persisted first
+        log.append_as_leader(batch(2, value_size=300), 0)
+    assert not [name for name in written if name.endswith(".log")]  # nothing reached the .log
+    monkeypatch.undo()
+    assert log.active_segment is active and active.active and log.num_segments == 1
+    assert (log.log_end_offset, log.size_in_bytes(), active.offset_index.entries) == before[:3]
+    assert active.time_index.entries >= before[3]  # perhaps the final entry of a roll that failed
+    check_consistent(log)
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+    assert os.path.getsize(active.time_index_path) == active.time_index.entries * 12
+    assert log.append_as_leader(batch(2, value_size=300), 0).first_offset == before[0]
+    assert log.num_segments == 2
+    check_consistent(log)
+    log.close()
+    reopened = open_log(tmp_path / "t-0", index_interval_bytes=0, segment_bytes=1000)
+    assert not reopened.recovery_report.needed_recovery and reopened.log_end_offset == before[0] + 2
+    check_consistent(reopened)
+    reopened.close()

@@ -45,12 +45,18 @@ def test_offset_index_rejects_non_increasing_and_overflowing_offsets(tmp_path):
         index.append(BASE + 2**31, 30)
 
 
-def test_preallocated_then_trimmed_and_reopened(tmp_path):
-    index = make_offset_index(tmp_path, [(BASE + i + 1, i * 10 + 10) for i in range(10)], max_size=1000)
-    assert os.path.getsize(index.path) == 1000 // 8 * 8
+def test_written_behind_then_trimmed_and_reopened(tmp_path):
+    index = make_offset_index(tmp_path, [(BASE + i + 1, i * 10 + 10) for i in range(5)], max_size=1000)
+    assert not index.path.exists() and index.held_fds == 0  # entries in memory, written behind
     assert index.max_entries == 125
+    fd = index.dup_fd()  # what a flush fsyncs: the entries are written first
+    os.close(fd)
+    assert os.path.getsize(index.path) == 40 and not index.dirty
+    for i in range(5, 10):
+        index.append(BASE + i + 1, i * 10 + 10)
+    assert os.path.getsize(index.path) == 40 and index.dirty
     index.trim_to_valid_size()
-    assert os.path.getsize(index.path) == 80
+    assert os.path.getsize(index.path) == 80 and index.max_entries == 10
     index.close()
     reopened = OffsetIndex(tmp_path / "x.index", BASE, 1000, writable=False)
     assert reopened.entries == 10 and reopened.lookup(BASE + 7) == (BASE + 7, 70)
@@ -68,17 +74,28 @@ def test_full_index(tmp_path):
         index.append(BASE + 10, 100)
 
 
-def test_truncate_zeroes_dropped_entries(tmp_path):
+def test_truncation_reaches_the_file_on_persist(tmp_path):
     index = make_offset_index(tmp_path, [(BASE + 10 * i + 9, 100 * i) for i in range(1, 8)], max_size=64)
+    index.persist()
+    assert os.path.getsize(index.path) == 56
     index.truncate_to(BASE + 39)  # drops the entry for 39 and later
     assert index.entries == 2 and index.last_offset == BASE + 29
-    assert open(index.path, "rb").read()[16:] == bytes(64 - 16)
-    index.truncate_to(BASE + 25)  # between entries: keeps 19 and drops 29
+    index.append(BASE + 45, 450)
+    index.persist()  # the dropped entries go, the new one is written in their place
+    assert open(index.path, "rb").read() == index.ENTRY.pack(19, 100) + index.ENTRY.pack(29, 200) + \
+        index.ENTRY.pack(45, 450)
+    index.truncate_to(BASE + 25)  # between entries: keeps 19 and drops 29 and 45
     assert index.entries == 1 and index.last_offset == BASE + 19
+    index.persist()
+    assert os.path.getsize(index.path) == 8
+    reopened = OffsetIndex(index.path, BASE, 64)
+    assert reopened.entries == 1 and reopened.lookup(BASE + 30) == (BASE + 19, 100)
 
 
 def test_untrimmed_preallocated_index_fails_the_sanity_check(tmp_path):
     make_offset_index(tmp_path, [(BASE + 1, 10), (BASE + 2, 20)], max_size=800).close()
+    with open(tmp_path / "x.index", "ab") as f:  # as an older broker's crash left it: preallocated
+        f.write(bytes(800 - 16))
     reopened = OffsetIndex(tmp_path / "x.index", BASE, 800, writable=True)
     assert reopened.entries == 100  # the file length says so; the zeros are caught below
     with pytest.raises(CorruptIndexError):

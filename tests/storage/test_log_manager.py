@@ -139,6 +139,33 @@ def test_retention_and_flush_passes(tmp_path):
     assert starts == {("t", p): logs[p].log_start_offset for p in range(2)}
 
 
+def test_a_flush_pass_holds_a_bounded_number_of_descriptors(tmp_path):
+    """Plans hold their descriptors until they ran: with many logs due at once, one pass
+    prepares plans holding about ``max_fds``, the longest unflushed first; the next passes
+    take the rest."""
+    time = MockTime()
+    manager = LogManager([tmp_path], LogConfig(flush_ms=1000), time=time)
+    manager.startup()
+    logs = []
+    for p in range(10):
+        log = manager.get_or_create_log("t", p)
+        fill(log, 1)
+        logs.append(log)
+        time.sleep(10)  # t-0 is the longest unflushed
+    time.sleep(1000)
+    flushed = []
+    while len(flushed) < len(logs):
+        plans = manager.flush_dirty_logs(max_fds=8)
+        assert plans and sum(plan.descriptors for plan in plans) < 8 + 4  # one plan: 3 files and the dir
+        for plan in plans:
+            plan.run()
+            plan.log.complete_flush(plan)
+            flushed.append(plan.log)
+    assert flushed == logs and all(log.recovery_point == log.log_end_offset for log in logs)
+    assert manager.flush_dirty_logs() == []
+    manager.shutdown()
+
+
 def test_corrupt_checkpoint_is_ignored_with_a_warning(tmp_path, caplog):
     manager = LogManager([tmp_path], CONFIG, time=MockTime())
     manager.startup()
@@ -149,3 +176,39 @@ def test_corrupt_checkpoint_is_ignored_with_a_warning(tmp_path, caplog):
     again.startup()
     assert again.get_log("t", 0).high_watermark == 0
     assert any("replication-offset-checkpoint" in r.getMessage() for r in caplog.records)
+
+
+def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_marker(tmp_path, monkeypatch):
+    """flush_all: every log's recovery point reaches its LEO (plans of a bounded number of
+    descriptors, fsynced on a pool of threads); one fsync failing fails the shutdown with
+    KAFKA_STORAGE_ERROR, after the other plans ran, and no clean-shutdown marker is written."""
+    import errno
+    import os
+
+    import pytest
+
+    from protocol.errors import KafkaStorageError
+    from storage import log_manager as manager_module
+
+    monkeypatch.setattr(manager_module, "FLUSH_PASS_MAX_FDS", 8)  # several batches of plans
+    manager = LogManager([tmp_path], CONFIG, time=MockTime())
+    manager.startup()
+    logs = [manager.get_or_create_log("t", p) for p in range(12)]
+    for log in logs:
+        fill(log, 3)
+    real_fsync, failed = os.fsync, []
+
+    def fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("t-5/00000000000000000000.log") and not failed:
+            failed.append(fd)
+            raise OSError(errno.EIO, "I/O error (injected)")
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(KafkaStorageError, match="t-5"):
+        manager.shutdown()
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert logs[5].recovery_point == 0
+    assert all(log.recovery_point == log.log_end_offset for log in logs[:5])  # the batches before it ran
+    manager.shutdown()  # the fsync works again: everything flushed, the marker written
+    assert all(log.recovery_point == log.log_end_offset for log in logs)
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()

@@ -1,7 +1,8 @@
-"""What non-active segments keep open: one descriptor (the ``.log`` mapping) and in-memory
-index copies, in two budgeted caches (descriptors sized from RLIMIT_NOFILE, copies by
-bytes), and how those copies stay consistent across roll, truncation, retention, recovery
-and reopening."""
+"""What segments keep open: a non-active one one descriptor (the ``.log`` mapping) and
+in-memory index copies, an active one its ``.log`` (descriptor and mapping) and in-memory
+indexes, in two budgeted caches (descriptors sized from RLIMIT_NOFILE, active segments
+included, so an idle partition gives its descriptors up; copies by bytes), and how those
+copies stay consistent across roll, truncation, retention, recovery and reopening."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import resource
 
 import pytest
-from storage_helpers import batch, check_consistent, open_log
+from storage_helpers import START_MS, batch, check_consistent, open_log
 
 from protocol.clock import MockTime
 from protocol.records import iter_batch_headers
@@ -59,7 +60,8 @@ def test_a_non_active_segment_holds_its_log_mapping_and_index_copies_only(tmp_pa
     assert paths.count(str(old.log_path)) == 1  # the mapping's own descriptor, not ours as well
     assert str(old.index_path) not in paths and str(old.time_index_path) not in paths
     active = log.active_segment
-    assert str(active.index_path) in paths  # the active segment keeps its files open for appends
+    assert active.held() == (ACTIVE_SEGMENT_FDS, 0) and paths.count(str(active.log_path)) <= ACTIVE_SEGMENT_FDS
+    assert str(active.index_path) not in paths and str(active.time_index_path) not in paths  # in memory
     check_consistent(log)
     log.close()
 
@@ -77,13 +79,13 @@ def test_an_offset_read_does_not_open_the_time_index(tmp_path):
 
 
 def test_the_descriptor_budget_keeps_index_copies_of_evicted_segments(tmp_path, monkeypatch):
-    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS + 3)  # the active segment's pinned, 3 for the rest
+    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS + 3)  # the active segment's, 3 for the rest
     log = open_log(tmp_path / "t-0", budget=budget, **CONFIG)
     fill(log, 40)
     expected = read_everything(log)
     mapped = [s for s in log.segments if not s.active and s._records is not None]
     assert len(mapped) <= 3
-    assert budget.files.total <= 3
+    assert budget.files.total <= ACTIVE_SEGMENT_FDS + 3
     copies = [s for s in log.segments if not s.active and s._offset_index is not None]
     assert len(copies) == log.num_segments - 1  # copies outlive the mappings
     opened = []
@@ -146,10 +148,8 @@ def test_retention_and_delete_leave_nothing_in_the_caches(tmp_path):
     deleted = [s for s in old if s not in log.segments]
     assert deleted and all(s not in budget.files._costs and s not in budget.copies._costs for s in deleted)
     assert all(s._records is None and s._offset_index is None for s in deleted)
-    remaining = log.segments[:-1]
-    assert budget.files.pinned == ACTIVE_SEGMENT_FDS
+    remaining = log.segments
     log.delete()
-    assert budget.files.pinned == 0
     assert all(s not in budget.files._costs and s not in budget.copies._costs for s in remaining)
     assert budget.files.total == 0 and budget.copies.total == 0
 
@@ -170,14 +170,79 @@ def test_recovery_of_non_active_segments_keeps_only_read_handles(tmp_path):
     recovered.close()
 
 
-def test_active_segments_are_pinned_against_the_descriptor_budget(tmp_path):
-    budget = OpenSegmentBudget(1000)
-    log = open_log(tmp_path / "t-0", budget=budget, **CONFIG)
-    assert budget.files.pinned == ACTIVE_SEGMENT_FDS
-    fill(log, 10)  # rolls move the pin to the new active segment
-    assert log.num_segments > 2 and budget.files.pinned == ACTIVE_SEGMENT_FDS
+def test_an_idle_active_segment_gives_its_descriptors_up_and_reopens_on_use(tmp_path):
+    """Active segments are in the descriptor budget like the others: with room for the
+    descriptors of one open active segment, logs take turns; each append or read reopens
+    what the last user of another log closed, and nothing is lost or reordered."""
+    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS)
+    logs = [open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(5)]
+    assert budget.files.total == 0  # loaded logs hold nothing until used
+    for round_ in range(7):  # rolls too (segment_bytes 600)
+        for log in logs:
+            log.append_as_leader(batch(2, value_size=100, ts=1_700_000_000_000 + round_), 0)
+            assert budget.files.total <= ACTIVE_SEGMENT_FDS
+            held = [other for other in logs if other.active_segment._records is not None]
+            assert held == [log]  # the one just used; every other gave its descriptor up
+    paths = open_paths()
+    assert sum(paths.count(str(log.active_segment.log_path)) for log in logs) <= ACTIVE_SEGMENT_FDS
+    assert not [p for p in paths if p.endswith((".index", ".timeindex"))]
+    for log in logs:
+        assert log.log_end_offset == 14 and log.num_segments > 2
+        assert read_everything(log) == [o - o % 2 for o in range(14)]
+        check_consistent(log)
+        log.flush()  # fsyncs the files of a closed active segment: opened for the flush only
+        assert log.recovery_point == 14
+    assert budget.files.total <= ACTIVE_SEGMENT_FDS
+    for log in logs:
+        log.close()
+    reopened = [open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(5)]
+    assert all(not log.recovery_report.needed_recovery and log.log_end_offset == 14 for log in reopened)
+    for log in reopened:
+        check_consistent(log)
+        log.close()
+
+
+def test_a_mapping_still_read_when_its_segment_gives_its_files_up_is_closed_once_free(tmp_path):
+    """A Fetch response may still hold a view of a segment's mapping when the budget closes
+    that segment's files: the mapping (and its descriptor) goes once the view is gone, on the
+    next opening of any segment, not only when that segment is used again."""
+    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS)
+    first, second, third = (open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(3))
+    fill(first, 1)
+    view = first.read(0, 1 << 20).records  # a response not yet written
+    fill(second, 1)  # the budget closes first's files, but its mapping is still read
+    assert first.active_segment._records is None
+    path = str(first.active_segment.log_path)
+    assert open_paths().count(path) == 1  # the mapping's descriptor, kept while the view lives
+    assert bytes(view[:8]) == bytes(8)  # still readable: base offset 0
+    del view
+    fill(third, 1)  # an opening of another log: first's old mapping is closed now
+    assert open_paths().count(path) == 0
+    assert budget._retired == []
+    for log in (first, second, third):
+        check_consistent(log)
+        log.close()
+
+
+def test_index_files_come_with_entries_and_a_missing_active_index_is_an_empty_one(tmp_path, caplog):
+    """Creating files costs (a partition is created with one file, not three): an index file
+    appears with its first entry, a flush or a roll. A log closed before its active segment
+    got an offset-index entry has no .index, and loads without a rebuild."""
+    log = open_log(tmp_path / "t-0")  # index.interval.bytes 4096: a few small batches add no entry
+    assert [p.name for p in log.dir.iterdir() if p.suffix != ".log"] == []
+    fill(log, 3)
     log.close()
-    assert budget.files.pinned == 0
+    names = {p.name for p in log.dir.iterdir()}
+    assert "00000000000000000000.index" not in names
+    assert "00000000000000000000.timeindex" in names  # the final entry: the largest timestamp
+    reopened = open_log(tmp_path / "t-0")
+    assert not reopened.recovery_report.needed_recovery and "rebuilding" not in caplog.text
+    assert reopened.log_end_offset == 6 and reopened.active_segment.max_timestamp_so_far == START_MS + 1
+    fill(reopened, 60)  # entries now, and rolls: every rolled segment has both files
+    reopened.roll()
+    assert all(s.index_path.exists() and s.time_index_path.exists() for s in reopened.segments[:-1])
+    check_consistent(reopened)
+    reopened.close()
 
 
 def test_the_descriptor_budget_comes_from_rlimit_nofile(monkeypatch, tmp_path):
@@ -196,6 +261,10 @@ def test_the_descriptor_budget_comes_from_rlimit_nofile(monkeypatch, tmp_path):
     maps.write_text("1000\n")
     limits["nofile"] = (20000, 20000)
     assert budget_module.open_files_budget() == 500
+    maps.write_text("65530\n")
+    assert budget_module.open_files_budget(1500) == 1500  # the broker's log.open.files.max
+    limits["nofile"] = (1024, 1024)
+    assert budget_module.open_files_budget(1500) == 1024 - 256  # the limit still bounds it
 
 
 def test_startup_raises_the_soft_limit_to_the_hard_one(monkeypatch, tmp_path):
@@ -211,6 +280,10 @@ def test_startup_raises_the_soft_limit_to_the_hard_one(monkeypatch, tmp_path):
     assert limits["nofile"] == (8192, 8192)
     assert manager.segment_budget.files.budget == 8192 - 1024
     manager.shutdown()
+    capped = LogManager([tmp_path / "capped"], LogConfig(), time=MockTime(), max_open_files=1500)
+    capped.startup()
+    assert capped.segment_budget.files.budget == 1500  # log.open.files.max, under the raised limit
+    capped.shutdown()
 
 
 def test_the_log_manager_shares_its_budget_among_its_logs(tmp_path):
@@ -218,13 +291,12 @@ def test_the_log_manager_shares_its_budget_among_its_logs(tmp_path):
     manager.startup()
     budget = manager.segment_budget
     logs = [manager.get_or_create_log("t", p) for p in range(2)]
-    assert budget.files.pinned == 2 * ACTIVE_SEGMENT_FDS
-    budget.files.budget = budget.files.pinned + 3  # 3 descriptors for both logs' older segments
+    budget.files.budget = 3  # 3 descriptors for both logs' segments
     for log in logs:
         fill(log, 20)
     expected = [read_everything(log) for log in logs]
     assert all(s.budget is budget for log in logs for s in log.segments)
-    mapped = [s for log in logs for s in log.segments if not s.active and s._records is not None]
+    mapped = [s for log in logs for s in log.segments if s._records is not None]
     assert len(mapped) <= 3 and budget.files.total <= 3
     assert [read_everything(log) for log in logs] == expected
     other = LogManager([tmp_path / "other"], LogConfig(**CONFIG), time=MockTime())
@@ -322,7 +394,6 @@ def test_budget_cache_releases_the_oldest_unused_first():
     assert released == [a] and cache.total == 3
     cache.set(a, 1)  # b still has its chance (the bit goes, b goes last), c has none
     assert released == [a, c] and list(cache._costs) == [d, a, b]
-    cache.pinned = 2  # the active segments' descriptors count against the budget
-    cache.set(d, 2)
+    cache.set(d, 4)  # over the budget on its own
     assert released == [a, c, b, a] and list(cache._costs) == [d]  # the one just set always stays
-    assert cache.total == 2
+    assert cache.total == 4
