@@ -114,6 +114,15 @@ class CreationWatch:
                 if not w.awaiting:
                     self._settle(w, (ErrorCode.NONE, None))
 
+    def broker_gone(self, broker_id: int) -> None:
+        """The broker was fenced or unregistered: no answer is waited for from it any more (its
+        replicas are created when it comes back and gets its full state)."""
+        for w in list(self._watches.values()):
+            if w.failure is None:
+                w.awaiting = {(b, pid) for b, pid in w.awaiting if b != broker_id}
+                if not w.awaiting:
+                    self._settle(w, (ErrorCode.NONE, None))
+
     def _failed(self, w: _Watch, failure: str) -> None:
         w.failure = failure
         log.error("creating %s of %s failed: %s; taking them back", w.what, w.name, failure)

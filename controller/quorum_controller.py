@@ -426,6 +426,9 @@ class QuorumController:
                 brokers_changed = True
                 if t == T.FENCE_BROKER or (t == T.BROKER_REGISTRATION_CHANGE and r.fenced == FENCE):
                     self._full_state.pop(r.id if t == T.FENCE_BROKER else r.broker_id, None)
+                    self.creation_watch.broker_gone(r.id if t == T.FENCE_BROKER else r.broker_id)
+                if t == T.UNREGISTER_BROKER:
+                    self.creation_watch.broker_gone(r.broker_id)
                 if t == T.UNFENCE_BROKER or (t == T.BROKER_REGISTRATION_CHANGE and r.fenced == UNFENCE):
                     self._wanted_full_state.add(r.id if t == T.UNFENCE_BROKER else r.broker_id)
         effects: list[Callable[[], None]] = []

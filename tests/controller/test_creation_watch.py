@@ -8,6 +8,7 @@ import pytest
 
 from controller.channel_manager import StopReplicaItem
 from controller.creation_watch import WATCH_MS
+from controller.quorum_controller import FENCE_CHECK_DEFER_MS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -107,3 +108,17 @@ async def test_new_partitions_a_replica_cannot_create_are_taken_back_and_the_old
     (again,) = (await grow(h, "t", 4))["results"]
     assert again["error_code"] == ErrorCode.NONE
     assert sorted(h.controller.replication.topic("t").parts) == [0, 1, 2, 3]
+
+
+async def test_a_replica_whose_broker_is_fenced_is_not_waited_for(h):
+    await h.start_brokers(1)
+    h.channel.on_leader_and_isr_answer = None  # broker 1 never answers: it died
+    req = create_topics(("t", 1, 1))
+    req.timeout_ms = 60000
+    answer = h.controller.create_topics(req, 7)
+    await h.advance(0)
+    await h.advance(9000 + FENCE_CHECK_DEFER_MS)  # its session expires: fenced
+    assert h.broker(1).fenced
+    assert answer.done()  # at the fencing, not at the 60 s timeout
+    (result,) = answer.result()["topics"]
+    assert result["error_code"] == ErrorCode.NONE

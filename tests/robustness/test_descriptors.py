@@ -25,7 +25,7 @@ def test_soft_open_files_limit_is_raised_to_the_hard_limit_and_logged(tmp_path):
     broker = limited_broker(tmp_path / "data", "1024:4096").start()
     try:
         limits = open(f"/proc/{broker.pid}/limits").read()
-        line = next(l for l in limits.splitlines() if l.startswith("Max open files"))
+        line = next(row for row in limits.splitlines() if row.startswith("Max open files"))
         assert line.split()[3:5] == ["4096", "4096"]
         assert "from 1024 to the hard limit 4096" in broker.log_text()
     finally:

@@ -97,5 +97,6 @@ def test_compacted_topics_need_keys():
     validate_client_batches(bytearray(keyless), max_message_bytes=10**6, log_append_time=False)
     with pytest.raises(KafkaError) as exc:
         validate_client_batches(keyless, max_message_bytes=10**6, log_append_time=False, require_keys=True)
-    assert exc.value.error_code == ErrorCode.INVALID_RECORD and "record 1" in str(exc.value)
-    assert "without key" in str(exc.value)
+    # Kafka's RecordValidationException: each keyless record by its index in the batch.
+    assert exc.value.error_code == ErrorCode.INVALID_RECORD and "batchIndex=1" in str(exc.value)
+    assert [(i, "without key" in m) for i, m in exc.value.record_errors] == [(1, True)]
