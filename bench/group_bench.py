@@ -202,27 +202,30 @@ def load_round(tmp: Path) -> tuple[float, float, float]:
     return load_ms, read_ms, longest
 
 
-async def consume_round(bootstrap: str, topic: str, total: int, group: str, mode: str) -> float:
-    """records/s reading the whole topic, as a group member or with the partitions assigned."""
+async def consume_round(bootstrap: str, topic: str, total: int, group: str, mode: str) -> tuple[float, float, float]:
+    """Reading the whole topic, as a group member or with the partitions assigned: (records/s,
+    ms until the first records — for a member, the join, SyncGroup and OffsetFetch are in there —,
+    records per CPU second of this client process)."""
     async with KafkaClient(bootstrap, client_id=f"bench-{mode}") as client:
         n = 0
-        t0 = time.perf_counter()
+        first = 0.0
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        source: GroupConsumer | Consumer
         if mode == "group":
-            gc = GroupConsumer(client, group, [topic], auto_offset_reset="earliest")
-            while n < total:
-                batch = await gc.getmany(1000)
-                n += sum(len(v) for v in batch.values())
-            elapsed = time.perf_counter() - t0
-            await gc.close(commit=False)
+            source = GroupConsumer(client, group, [topic], auto_offset_reset="earliest")
         else:
-            c = Consumer(client, auto_offset_reset="earliest")
-            c.assign([TopicPartition(topic, p) for p in range(6)])
-            c.seek_to_beginning()
-            while n < total:
-                batch = await c.getmany(1000)
-                n += sum(len(v) for v in batch.values())
-            elapsed = time.perf_counter() - t0
-        return n / elapsed
+            source = Consumer(client, auto_offset_reset="earliest")
+            source.assign([TopicPartition(topic, p) for p in range(6)])
+            source.seek_to_beginning()
+        while n < total:
+            batch = await source.getmany(1000)
+            n += sum(len(v) for v in batch.values())
+            if n and not first:
+                first = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        if isinstance(source, GroupConsumer):
+            await source.close(commit=False)
+        return n / elapsed, first * 1000, n / cpu
 
 
 async def setup(bootstrap: str, records: int) -> None:
@@ -241,6 +244,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--seconds", type=float, default=3.0, help="per OffsetCommit / Produce measurement")
     ap.add_argument("--load-only", action="store_true", help="only the coordinator load rounds (no broker)")
+    ap.add_argument("--consume-only", action="store_true", help="only the group vs assign consume rounds")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)")
     if args.load_only:
@@ -263,25 +267,47 @@ def main() -> None:
             commits, commit_p99, produces, produce_p99, joins, leaves, loads, reads, group_rates, assign_rates = \
                 ([] for _ in range(10))
             slices: list[float] = []
+            consumed: dict[str, list[tuple[float, float, float]]] = {"group": [], "assign": []}
+            if args.consume_only:  # the coordinator (and __consumer_offsets) set up outside the rounds
+                asyncio.run(consume_round(broker.bootstrap, "bench-consume", 1, "bench-warm-up", "group"))
             for r in range(args.rounds):
-                c, cp, p, pp = asyncio.run(offset_commit_round(broker.bootstrap, args.seconds))
-                commits.append(c), commit_p99.append(cp), produces.append(p), produce_p99.append(pp)
-                j, lv = asyncio.run(rebalance_round(broker.bootstrap, "bench-rebalance", f"bench-rb-{r}"))
-                joins.append(j), leaves.append(lv)
-                with tempfile.TemporaryDirectory(prefix="group-load-") as t:
-                    lo, rd, sl = load_round(Path(t))
-                loads.append(lo), reads.append(rd), slices.append(sl)
+                line = f"round {r + 1}: "
+                if not args.consume_only:
+                    c, cp, p, pp = asyncio.run(offset_commit_round(broker.bootstrap, args.seconds))
+                    commits.append(c), commit_p99.append(cp), produces.append(p), produce_p99.append(pp)
+                    j, lv = asyncio.run(rebalance_round(broker.bootstrap, "bench-rebalance", f"bench-rb-{r}"))
+                    joins.append(j), leaves.append(lv)
+                    with tempfile.TemporaryDirectory(prefix="group-load-") as t:
+                        lo, rd, sl = load_round(Path(t))
+                    loads.append(lo), reads.append(rd), slices.append(sl)
+                    line += (f"commit {c:,.0f}/s p99 {cp:.1f} ms | produce {p:,.0f}/s | 3 join {j:.0f} ms, 3→2 {lv:.0f} "
+                             f"ms | load {lo:.0f} ms (read {rd:.0f} ms, longest slice {sl:.1f} ms) | ")
                 order = ["group", "assign"] if r % 2 == 0 else ["assign", "group"]
                 for mode in order:
-                    rate = asyncio.run(consume_round(broker.bootstrap, "bench-consume", args.records, f"bench-c-{r}", mode))
-                    (group_rates if mode == "group" else assign_rates).append(rate)
-                print(f"round {r + 1}: commit {c:,.0f}/s p99 {cp:.1f} ms | produce {p:,.0f}/s | 3 join {j:.0f} ms, "
-                      f"3→2 {lv:.0f} ms | load {lo:.0f} ms (read {rd:.0f} ms, longest slice {sl:.1f} ms) | group {group_rates[-1]:,.0f} rec/s, "
-                      f"assign {assign_rates[-1]:,.0f} rec/s", flush=True)
+                    consumed[mode].append(asyncio.run(consume_round(broker.bootstrap, "bench-consume", args.records,
+                                                                    f"bench-c-{r}", mode)))
+                (g, gf, gc), (a, af, ac) = consumed["group"][-1], consumed["assign"][-1]
+                group_rates.append(g), assign_rates.append(a)
+                print(line + f"group {g:,.0f} rec/s (first records {gf:.0f} ms), assign {a:,.0f} rec/s (first {af:.0f} ms)"
+                      f", paired ratio {g / a:.2f}; per client CPU s: group {gc:,.0f}, assign {ac:,.0f}", flush=True)
         finally:
             broker.stop()
     med = statistics.median
     print()
+    paired = [g / a for g, a in zip(group_rates, assign_rates)]
+    cpu_paired = [g[2] / a[2] for g, a in zip(consumed["group"], consumed["assign"])]
+    consume_summary = (
+        f"Consume {args.records:,} records: group records/s {spread(group_rates)}; assign records/s "
+        f"{spread(assign_rates)}; ratio group/assign {med(group_rates) / med(assign_rates):.2f} (goal ≥ 0.9); "
+        f"paired by round (same load): median {med(paired):.2f} (range {min(paired):.2f}–{max(paired):.2f})\n"
+        f"  until the first records ms: group {spread([g[1] for g in consumed['group']])}; assign "
+        f"{spread([a[1] for a in consumed['assign']])}\n"
+        f"  records per client CPU second, paired ratio group/assign: median {med(cpu_paired):.2f} "
+        f"(range {min(cpu_paired):.2f}–{max(cpu_paired):.2f})")
+    if args.consume_only:
+        print(consume_summary)
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+        return
     print(f"OffsetCommit (100 partitions/commit) commits/s: {spread(commits)}; p99 ms: {spread(commit_p99)}")
     print(f"  peer Produce acks=all (100 records/request) requests/s: {spread(produces)}; p99 ms: {spread(produce_p99)}")
     print(f"  ratio commit/produce: {med(commits) / med(produces):.2f}")
@@ -289,8 +315,7 @@ def main() -> None:
     print(f"Coordinator load of 100,000 offset records ms: {spread(loads)}; peer: reading the log alone ms: "
           f"{spread(reads)}; ratio {med(loads) / med(reads):.2f}")
     print(f"  longest slice of the load (the event loop held at a time) ms: {spread(slices)}")
-    print(f"Consume {args.records:,} records: group records/s {spread(group_rates)}; assign records/s "
-          f"{spread(assign_rates)}; ratio group/assign {med(group_rates) / med(assign_rates):.2f} (goal ≥ 0.9)")
+    print(consume_summary)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

@@ -108,8 +108,9 @@ class KafkaApis:
         self.authorizer = AllowAllAuthorizer()
         self.group_coordinator = group_coordinator
         self.offsets_topic = offsets_topic
-        # LeaderAndIsr requests being applied in slices, the one applying first.
-        self._leader_and_isr_waiting: collections.deque[Callable[[], None]] = collections.deque()
+        # Controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) waiting behind a
+        # LeaderAndIsr being applied in slices, the one applying first (see _in_controller_order).
+        self._controller_requests: collections.deque[Callable[[], None]] = collections.deque()
         group_handlers: dict[int, Callable[["RequestContext"], None]] = {} if group_coordinator is None else {
             ApiKey.JOIN_GROUP: self.handle_join_group_request,
             ApiKey.SYNC_GROUP: self.handle_sync_group_request,
@@ -657,20 +658,50 @@ class KafkaApis:
                 if leader.broker_id not in self.metadata_cache.brokers:
                     self.metadata_cache.brokers[leader.broker_id] = BrokerInfo(
                         leader.broker_id, {listener: BrokerEndpoint(listener, leader.host_name, leader.port)})
-            if len(states) > LEADER_AND_ISR_SLICE or self._leader_and_isr_waiting:
+            if len(states) > LEADER_AND_ISR_SLICE or self._controller_requests:
                 self._apply_leader_and_isr_in_slices(ctx, api, req, grouped, states)
                 return
             error, results = self.replica_manager.become_leader_or_follower(req.controller_id, req.controller_epoch,
                                                                             states)
         self._answer_leader_and_isr(ctx, api, grouped, error, results)
 
+    def _in_controller_order(self, ctx: "RequestContext", apply: Callable[["RequestContext"], None]) -> None:
+        """Apply a controller request now, or after the controller requests before it when a
+        LeaderAndIsr is still being applied in slices: Kafka handles a controller's requests
+        one after the other, in the order they came (an UpdateMetadata or a StopReplica must
+        not overtake the LeaderAndIsr sent before it)."""
+        if not self._controller_requests:
+            apply(ctx)
+            return
+
+        def start() -> None:
+            try:
+                apply(ctx)
+            except Exception:  # (on the loop's turn: nobody above to close the connection)
+                log.exception("applying %s failed", APIS[ctx.header.api_key].name)
+                ctx.close_connection(f"{APIS[ctx.header.api_key].name} failed")
+            finally:
+                self._next_controller_request()
+        self._controller_requests.append(start)
+
+    def _next_controller_request(self) -> None:
+        """The controller request at the head of the queue is done: start the next, if any
+        (on the next turn of the loop; at once without a loop)."""
+        self._controller_requests.popleft()
+        if self._controller_requests:
+            following = self._controller_requests[0]
+            try:
+                asyncio.get_running_loop().call_soon(following)
+            except RuntimeError:  # driven without a loop (synchronous unit tests)
+                following()
+
     def _apply_leader_and_isr_in_slices(self, ctx: "RequestContext", api: Api, req, grouped, states) -> None:
         """A big LeaderAndIsr (a topic of thousands of partitions, a controller's full state)
         is applied LEADER_AND_ISR_SLICE partitions at a time, the loop turning between slices:
         creating a log costs milliseconds, and a loop held for seconds sends no heartbeat (the
         controller would fence this live broker, as Kafka's does not: its heartbeats leave from
-        their own thread) and serves no client. LeaderAndIsr requests are applied one after
-        another, in arrival order; the answer goes once every slice was applied."""
+        their own thread) and serves no client. Controller requests arriving meanwhile wait
+        behind it (``_in_controller_order``); the answer goes once every slice was applied."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # driven without a loop (synchronous unit tests): all at once
@@ -698,17 +729,13 @@ class KafkaApis:
                     return step()
                 loop.call_soon(step)
                 return
-            self._leader_and_isr_waiting.popleft()
             if -1 not in errors:  # (a failure closed the connection: the controller sends it again)
                 error = next((e for e in errors if e != ErrorCode.NONE), ErrorCode.NONE)
                 self._answer_leader_and_isr(ctx, api, grouped, error, results)
-            if self._leader_and_isr_waiting:
-                if loop is None:
-                    return self._leader_and_isr_waiting[0]()
-                loop.call_soon(self._leader_and_isr_waiting[0])
+            self._next_controller_request()
 
-        self._leader_and_isr_waiting.append(step)
-        if len(self._leader_and_isr_waiting) == 1:
+        self._controller_requests.append(step)
+        if len(self._controller_requests) == 1:
             step()
 
     def _answer_leader_and_isr(self, ctx: "RequestContext", api: Api, grouped, error: int,
@@ -736,6 +763,9 @@ class KafkaApis:
         return True
 
     def handle_update_metadata_request(self, ctx: "RequestContext") -> None:
+        self._in_controller_order(ctx, self._update_metadata)
+
+    def _update_metadata(self, ctx: "RequestContext") -> None:
         """The controller's view: the live (unfenced) brokers, the partitions' states and each
         topic's config overrides (kbroker's tag 10000: the whole set with every topic state).
         A FULL request (sent on registration and to every broker by a new controller)
@@ -803,6 +833,9 @@ class KafkaApis:
         cache.updated()
 
     def handle_stop_replica_request(self, ctx: "RequestContext") -> None:
+        self._in_controller_order(ctx, self._stop_replica)
+
+    def _stop_replica(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.STOP_REPLICA]
         req = self.parse(ctx, api)
         version = ctx.api_version

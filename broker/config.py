@@ -186,6 +186,8 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.cleanup.policy", "list", ["delete"], "default cleanup.policy of topics: delete, compact or both"),
     _k("log.cleaner.enable", "bool", True, "run the log cleaner (compaction of cleanup.policy=compact topics)"),
     _k("log.cleaner.backoff.ms", "long", 15000, "how long the cleaner waits when no log needs cleaning", low=0),
+    _k("log.cleaner.threads", "int", 1, "threads compacting logs off the event loop (at most one pass per log)",
+       low=1),
     _k("log.cleaner.delete.retention.ms", "long", 86400000, "default delete.retention.ms: how long tombstones "
        "stay after their segment was cleaned", low=0),
     _k("log.cleaner.min.cleanable.ratio", "double", 0.5, "default min.cleanable.dirty.ratio"),
@@ -206,7 +208,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
     "inter.broker.listener.name", "controller.quorum.voters",
     "socket.listen.backlog.size", "max.connections",
-    "log.preallocate", "log.cleaner.threads", "confluent.support.metrics.enable",
+    "log.preallocate", "confluent.support.metrics.enable",
 })
 
 ENV_PREFIX = "KBROKER_"

@@ -43,6 +43,7 @@ from storage.log_cleaner import LogCleaner
 from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
 from .broker_lifecycle import BrokerLifecycleManager, Listener
+from .cleaner_threads import CleanerThreads
 from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
 from .controller_channel import ControllerChannel
@@ -95,6 +96,7 @@ class KafkaServer:
         self.group_coordinator: GroupCoordinatorAdapter | None = None
         self.offsets_topic: OffsetsTopic | None = None
         self.log_cleaner: LogCleaner | None = None
+        self.cleaner_threads: CleanerThreads | None = None
         self.socket_server: SocketServer | None = None
         self.producer_ids: ProducerIdGenerator | None = None
         self.lifecycle: BrokerLifecycleManager | None = None
@@ -365,6 +367,9 @@ class KafkaServer:
         cfg = self.config
         lm = self.log_manager
         self._schedule_periodic("log-retention", cfg["log.retention.check.interval.ms"], lm.cleanup_logs)
+        # segments and partition dirs renamed .deleted / -delete go after file.delete.delay.ms (per topic; the
+        # broker's default sets the pace, at least once a second)
+        self._schedule_periodic("delete-files", min(1000, max(10, cfg["log.segment.delete.delay.ms"])), lm.delete_due)
         self._schedule_periodic("log-flush", min(cfg.flush_interval_ms, 1000), self._flush_pass)
         self._schedule_periodic("recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
                                 lm.checkpoint_recovery_points)
@@ -377,16 +382,12 @@ class KafkaServer:
         self._schedule_periodic("producer-id-expiration", cfg["producer.id.expiration.check.interval.ms"],
                                 lm.remove_expired_producers)
         if cfg["log.cleaner.enable"]:
+            # compaction passes run on log.cleaner.threads threads, off the event loop (broker/cleaner_threads.py)
             self.log_cleaner = LogCleaner(self.time, lm.all_logs)
-            self._schedule_periodic("log-cleaner", max(1, cfg["log.cleaner.backoff.ms"]), self._clean_logs)
-
-    def _clean_logs(self) -> None:
-        """Compact every log that needs it (cleanup.policy=compact over min.cleanable.dirty.ratio),
-        one after the other, on the event loop."""
-        assert self.log_cleaner is not None
-        for _ in range(len(self.log_manager.all_logs())):
-            if self.log_cleaner.clean_once() is None:
-                return
+            self.cleaner_threads = CleanerThreads(self.log_cleaner, cfg["log.cleaner.threads"],
+                                                  lm.checkpoint_cleaner_offsets)
+            self._schedule_periodic("log-cleaner", max(1, cfg["log.cleaner.backoff.ms"]),
+                                    self.cleaner_threads.maybe_clean)
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass
@@ -446,6 +447,8 @@ class KafkaServer:
             log.warning("shutdown: requests still in flight after %.1fs; closing their connections", timeout_s)
         self.socket_server.close_all()
         await self.fetcher_manager.shutdown()
+        if self.cleaner_threads is not None:
+            self.cleaner_threads.shutdown()
         await self._flush_idle.wait()  # a background flush still running finishes (and is recorded) first
         self._executor.shutdown(wait=True)
         self.log_manager.shutdown()

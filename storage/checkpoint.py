@@ -13,7 +13,10 @@ watermarks) and ``log-start-offset-checkpoint`` (one per log dir, entries
 ``epoch startOffset``).
 
 A write goes to ``<file>.tmp``, is fsynced, renamed over the file, and the directory is
-fsynced, so a crash leaves either the old or the new file, never a torn one.
+fsynced, so a crash leaves either the old or the new file, never a torn one. A write with
+``sync=False`` skips both fsyncs: the rename still makes it atomic for a process crash
+(kill -9 leaves the page cache, hence the new file, intact); its owner makes it durable
+later (the leader epoch cache's file is fsynced with its log's flush, see epoch_cache.py).
 """
 
 from __future__ import annotations
@@ -38,19 +41,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably: temp file, fsync, rename, fsync the directory."""
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory (without
+    the two fsyncs when ``sync`` is False: atomic, but durable only once the caller fsyncs)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 class CheckpointFile(Generic[E]):
@@ -64,10 +70,10 @@ class CheckpointFile(Generic[E]):
         self._format = format_entry
         self._parse = parse_entry
 
-    def write(self, entries: Iterable[E]) -> None:
+    def write(self, entries: Iterable[E], *, sync: bool = True) -> None:
         lines = [self._format(e) for e in entries]
         text = f"{VERSION}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
-        write_atomically(self.path, text.encode())
+        write_atomically(self.path, text.encode(), sync=sync)
 
     def read(self) -> list[E]:
         """The entries; [] when the file does not exist. Raises CheckpointFormatError."""

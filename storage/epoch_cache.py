@@ -1,9 +1,24 @@
 """LeaderEpochFileCache: which leader epoch began at which offset, for one partition.
 
 Kafka's ``LeaderEpochFileCache``: an ordered list of (epoch, start offset), persisted to
-``<partition dir>/leader-epoch-checkpoint`` (``0``, count, then ``epoch startOffset`` lines)
-atomically on every change. Replication uses ``end_offset_for`` to answer
-OffsetForLeaderEpoch and to truncate a follower by leader epoch.
+``<partition dir>/leader-epoch-checkpoint`` (``0``, count, then ``epoch startOffset`` lines).
+Replication uses ``end_offset_for`` to answer OffsetForLeaderEpoch and to truncate a follower
+by leader epoch.
+
+Durability. Every change rewrites the file atomically (temp file, rename) but without an
+fsync: two fsyncs (file and directory) per change cost milliseconds each, and a LeaderAndIsr
+making this broker leader of a thousand new partitions paid them per partition (Kafka met
+the same cost, KAFKA-15046). A process killed with -9 leaves the page cache, so the file it
+finds on restart is exactly the cache it had. The fsync comes with the log's flush:
+``Log.begin_flush`` puts the file (and its directory) into the FlushPlan whenever ``unsynced``,
+so before the recovery point moves past a batch, the entry for its epoch is durable. After a
+machine crash the entries above the recovery point may be older than they were; the loader
+re-validates those batches and assigns their epochs again from the batch headers (an epoch
+whose batches start at or below an entry's start replaces it, see ``assign``), and a log
+truncation is followed by ``truncate_from_end``. What cannot be rebuilt from headers is an
+epoch that has no batch (a leader that appended nothing): its leader assigns it again on the
+next LeaderAndIsr, and without it ``end_offset_for`` answers the previous epoch with the same
+end offset, which truncates a follower to the same place (the epoch held no records).
 """
 
 from __future__ import annotations
@@ -42,6 +57,8 @@ class LeaderEpochFileCache:
         self._file: CheckpointFile[EpochEntry] = CheckpointFile(
             path, lambda e: f"{e.epoch} {e.start_offset}", _parse)
         self._log_end_offset = log_end_offset
+        self._version = 0  # bumped by every write of the file
+        self._synced_version = 0  # the newest write known to be fsynced
         try:
             self._entries: list[EpochEntry] = self._file.read()
         except CheckpointFormatError as exc:
@@ -131,9 +148,27 @@ class LeaderEpochFileCache:
     def clear(self) -> None:
         self._set([])
 
+    @property
+    def unsynced(self) -> bool:
+        """The file was written since it was last fsynced (see the module docstring)."""
+        return self._version != self._synced_version
+
+    @property
+    def version(self) -> int:
+        """Which write of the file this is; ``mark_synced`` takes it back once fsynced."""
+        return self._version
+
+    def mark_synced(self, version: int) -> None:
+        """The file as of write ``version`` (and the directory entry) reached the disk."""
+        self._synced_version = max(self._synced_version, version)
+
     def flush(self) -> None:
+        """Write the file and fsync it (and its directory) now."""
         self._file.write(self._entries)
+        self._version += 1
+        self._synced_version = self._version
 
     def _set(self, entries: list[EpochEntry]) -> None:
         self._entries = entries
-        self.flush()
+        self._file.write(entries, sync=False)
+        self._version += 1

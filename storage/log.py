@@ -17,8 +17,15 @@ on client appends, replayed from headers on follower appends and at load (from t
 ``<offset>.snapshot``, taken at each roll and at ``close``), and follows truncation and the
 log start offset.
 
+Deletion is delayed as in Kafka: a segment leaving the log (retention, the log start offset,
+truncation, a compaction swap) is renamed to ``<name>.deleted`` and deleted by
+``delete_due_segments`` after ``file.delete.delay.ms`` on the injected clock, so whoever still
+holds it (a fetch in flight, the log cleaner) reads on.
+
 Durability: appends land in the page cache; ``flush`` (or ``begin_flush`` / ``FlushPlan.run``
-/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``. ``open``
+/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``, fsyncing the
+leader-epoch-checkpoint too when it was rewritten since (epoch_cache.py: its changes are not
+fsynced one by one). ``open``
 builds the log from what ``LogLoader`` (log_loader.py) loads: after an unclean shutdown it
 re-validates only the segments from the one holding the recovery point, so recovery time
 follows the unflushed tail, not the log size.
@@ -119,11 +126,13 @@ class FlushPlan:
     ``log.complete_flush(plan)`` on the log's thread advances the recovery point.
     """
 
-    def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int) -> None:
+    def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int,
+                 epoch_cache_version: int | None = None) -> None:
         self.log = log
         self.offset = offset
         self.dir_version = dir_version
         self.truncations = truncations
+        self.epoch_cache_version = epoch_cache_version  # the leader-epoch-checkpoint write it fsyncs, if any
         self._fds = fds
 
     def run(self) -> None:
@@ -164,10 +173,11 @@ class Log:
         self._dir_synced_version = 0
         self._truncations = 0
         self._hw_metadata: tuple[int, int, tuple[int, int]] | None = None  # (hw, truncations, metadata)
-        # The log cleaner's progress: below this offset the log is clean (compacted). Not kept
-        # across restarts: a restarted broker compacts its logs once more (Kafka keeps it in
-        # cleaner-offset-checkpoint).
+        # The log cleaner's progress: below this offset the log is clean (compacted). Kept across
+        # restarts in the log dir's cleaner-offset-checkpoint (LogManager).
         self.first_dirty_offset = self.log_start_offset
+        # Segments out of the log, renamed to .deleted, waiting file.delete.delay.ms: (when due, segment)
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
 
     # -- opening -------------------------------------------------------------------------
 
@@ -212,6 +222,11 @@ class Log:
     @property
     def segments(self) -> list[LogSegment]:
         return list(self._segments)
+
+    @property
+    def truncations(self) -> int:
+        """How many times the log was truncated (a pass of the log cleaner checks it did not change)."""
+        return self._truncations
 
     @property
     def num_segments(self) -> int:
@@ -475,16 +490,16 @@ class Log:
         """Swap the cleaner's output for ``old`` (consecutive non-active segments): ``cleaned``
         is ``<base>.log.cleaned`` holding the retained batches, fsynced. Crash-safe as Kafka's
         swap: renamed to ``.swap`` first (from then on a restart completes the swap, see
-        log_loader.py), the old segments deleted, then renamed to the segment's ``.log``; its
-        indexes are rebuilt from it."""
+        log_loader.py), the old segments renamed to ``.deleted`` (deleted after
+        file.delete.delay.ms), then renamed to the segment's ``.log``; its indexes are rebuilt
+        from it."""
         base = old[0].base_offset
         i = self._bases.index(base)
         assert self._segments[i:i + len(old)] == old and not old[-1].active
         swap = self.dir / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
         os.replace(cleaned, swap)
         fsync_dir(self.dir)
-        for segment in old:
-            segment.delete()
+        self._delete_segments(old)
         os.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
         fsync_dir(self.dir)
         segment = LogSegment(self.dir, base, budget=self.segment_budget, index_interval_bytes=self.config.index_interval_bytes,
@@ -565,9 +580,12 @@ class Log:
         if offset < self._bases[0]:
             self.truncate_fully_and_start_at(offset)
             return True
+        dropped = []
         while self._bases[-1] > offset:
             self._bases.pop()
-            self._segments.pop().delete()
+            dropped.append(self._segments.pop())
+        if dropped:
+            self._delete_segments(dropped)
             self._dir_version += 1
         active = self._segments[-1]
         active.activate()
@@ -576,6 +594,7 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.first_dirty_offset = min(self.first_dirty_offset, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         rebuild_producer_state(self.producer_state, self._segments, self._bases, self.log_start_offset,
                                self.log_end_offset)
@@ -585,12 +604,12 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (epoch cache cleared)."""
         self._truncations += 1
-        for segment in self._segments:
-            segment.delete()
+        self._delete_segments(self._segments)
         self._dir_version += 1
         self._segments = [self._new_segment(offset)]
         self._bases = [offset]
         self.log_start_offset = self.log_end_offset = self.recovery_point = self.high_watermark = offset
+        self.first_dirty_offset = offset
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully()
         log.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
@@ -634,14 +653,15 @@ class Log:
 
     def _delete_oldest_while(self, predicate: Callable[[LogSegment, LogSegment], bool], reason: str) -> int:
         count = 0
-        while len(self._segments) > 1:
-            segment, following = self._segments[0], self._segments[1]
+        while len(self._segments) > count + 1:
+            segment, following = self._segments[count], self._segments[count + 1]
             if following.base_offset > self.high_watermark or not predicate(segment, following):
                 break
-            del self._segments[0], self._bases[0]
-            segment.delete()
             count += 1
         if count:
+            doomed = self._segments[:count]
+            del self._segments[:count], self._bases[:count]
+            self._delete_segments(doomed)
             self._dir_version += 1
             if self._bases[0] > self.log_start_offset:
                 self.log_start_offset = self._bases[0]
@@ -650,6 +670,49 @@ class Log:
             log.info("%s-%d: deleted %d segments (%s); log start offset %d", self.topic, self.partition, count,
                      reason, self.log_start_offset)
         return count
+
+    # -- delayed deletion (Kafka's asyncDelete) -------------------------------------------
+
+    def _delete_segments(self, segments: list[LogSegment]) -> None:
+        """Segments just taken out of the log (retention, log start offset, truncation, a
+        compaction swap): renamed to ``.deleted`` now and deleted by ``delete_due_segments``
+        once ``file.delete.delay.ms`` has passed, so a reader still holding one (a fetch in
+        flight, the log cleaner) never finds its files gone. A delay of 0 deletes at once."""
+        delay = self.config.file_delete_delay_ms
+        if delay <= 0:
+            for segment in segments:
+                segment.delete()
+            return
+        due = self.time.milliseconds() + delay
+        for segment in list(segments):
+            segment.rename_to_deleted()
+            # a segment of the same name still waiting: the rename replaced its files already
+            for pending in [p for p in self._pending_deletes if p[1].log_path == segment.log_path]:
+                self._pending_deletes.remove(pending)
+                pending[1].close_handles()
+            self._pending_deletes.append((due, segment))
+
+    @property
+    def pending_deletes(self) -> list[LogSegment]:
+        """Segments renamed to ``.deleted``, not yet deleted."""
+        return [segment for _due, segment in self._pending_deletes]
+
+    def delete_due_segments(self, now_ms: int | None = None) -> int:
+        """Delete the ``.deleted`` segments whose file.delete.delay.ms has passed; returns how many."""
+        if not self._pending_deletes:
+            return 0
+        now = self.time.milliseconds() if now_ms is None else now_ms
+        due = [segment for when, segment in self._pending_deletes if when <= now]
+        if due:
+            self._pending_deletes = [p for p in self._pending_deletes if p[0] > now]
+            for segment in due:
+                segment.delete()
+        return len(due)
+
+    def _delete_all_pending(self) -> None:
+        for _due, segment in self._pending_deletes:
+            segment.delete()
+        self._pending_deletes = []
 
     # -- producer state ------------------------------------------------------------------
 
@@ -685,7 +748,9 @@ class Log:
         (and the directory's when segments were created or deleted). None if nothing to do."""
         target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
         dir_dirty = self._dir_version != self._dir_synced_version
-        if target <= self.recovery_point and not dir_dirty:
+        cache = self.leader_epoch_cache
+        epoch_version = cache.version if cache.unsynced else None  # written, not yet fsynced (epoch_cache.py)
+        if target <= self.recovery_point and not dir_dirty and epoch_version is None:
             return None
         first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         last = max(0, bisect.bisect_right(self._bases, max(target - 1, 0)) - 1)
@@ -694,13 +759,15 @@ class Log:
             if target > self.recovery_point:
                 for segment in self._segments[first:last + 1]:
                     fds.extend(segment.dup_fds())
-            if dir_dirty:
+            if epoch_version is not None:
+                fds.append(os.open(cache.path, os.O_RDONLY))
+            if dir_dirty or epoch_version is not None:  # (the checkpoint is renamed into place)
                 fds.append(os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
             raise KafkaStorageError(f"{self.topic}-{self.partition}: cannot prepare a flush: {exc}") from exc
-        return FlushPlan(self, target, fds, self._dir_version, self._truncations)
+        return FlushPlan(self, target, fds, self._dir_version, self._truncations, epoch_version)
 
     def complete_flush(self, plan: FlushPlan) -> None:
         """After ``plan.run()`` succeeded: advance the recovery point (unless the log was
@@ -708,6 +775,8 @@ class Log:
         if plan.truncations == self._truncations:
             self.recovery_point = max(self.recovery_point, min(plan.offset, self.log_end_offset))
         self._dir_synced_version = max(self._dir_synced_version, plan.dir_version)
+        if plan.epoch_cache_version is not None:
+            self.leader_epoch_cache.mark_synced(plan.epoch_cache_version)
         self._last_flush_ms = self.time.milliseconds()
 
     def unflushed_messages(self) -> int:
@@ -732,11 +801,13 @@ class Log:
             self._take_producer_snapshot()
         for segment in self._segments:
             segment.close()
+        self._delete_all_pending()  # nothing reads a closed log (a restart would remove them anyway)
 
     def delete(self) -> None:
         """Close and remove the partition directory with everything in it."""
         for segment in self._segments:
             segment.delete()
+        self._delete_all_pending()
         self._segments, self._bases = [], []
         shutil.rmtree(self.dir, ignore_errors=True)
 

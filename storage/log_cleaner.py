@@ -1,10 +1,10 @@
-"""LogCleaner: compaction of ``cleanup.policy=compact`` logs (Kafka's LogCleaner, one pass at a time).
+"""LogCleaner: compaction of ``cleanup.policy=compact`` logs (Kafka's LogCleaner and Cleaner).
 
 A compacted log keeps, for every key, at least its newest record: ``__consumer_offsets``
 (one offset record per group and partition, one metadata record per group) does not grow
 without bound, and neither does any other topic created with ``cleanup.policy=compact``.
 
-One pass over a log (``clean``):
+One pass over a log (``CleanTask``):
 
 1. The cleanable range: the non-active segments below the high watermark (Kafka's
    "first uncleanable offset"), stopping at the first segment with records younger than
@@ -18,23 +18,26 @@ One pass over a log (``clean``):
    ``delete.retention.ms``, so consumers that read the head had time to see it. A batch whose
    records all survive is copied as it is; one that lost some is re-encoded with the same
    base offset, last offset delta, timestamps, producer fields and compression; one that lost
-   all is dropped, except the group's last batch, kept empty (as Kafka's format allows) so the
-   cleaned segment ends where the group ended. Offsets never change: a compacted log has gaps.
+   all is dropped. Offsets never change: a compacted log has gaps (a cleaned segment may end
+   before the next one starts, or be empty).
 4. The swap (``Log.replace_segments``), crash-safe as Kafka's: ``.cleaned`` → ``.swap`` (a
-   restart completes a ``.swap`` and deletes a ``.cleaned``), old segments deleted, ``.swap`` →
-   ``.log``, indexes rebuilt.
+   restart completes a ``.swap`` and deletes a ``.cleaned``), old segments renamed
+   ``.deleted`` (deleted after ``file.delete.delay.ms``), ``.swap`` → ``.log``, indexes rebuilt.
 
-``clean_once`` picks the dirtiest compacted log whose dirty ratio (dirty bytes / cleanable
-bytes) reaches its ``min.cleanable.dirty.ratio`` and cleans it; the broker calls it on the
-injected clock every ``log.cleaner.backoff.ms``. Synchronous, like all of storage/: it runs
-on the broker's event loop, one log per call.
+Steps 2 and 3 — the reading and rewriting — need no Log state: ``LogCleaner.begin_clean`` takes
+views of the segments' mappings on the log's thread, ``CleanTask.run`` works from them on any
+thread (the broker's cleaner threads, broker/cleaner_threads.py), and ``complete_clean`` swaps
+on the log's thread, or drops the pass if the log was truncated, deleted or lost the segments
+meanwhile. ``clean`` does all three at once. ``grab_filthiest_log`` picks the compacted log
+with the highest dirty ratio (dirty bytes / cleanable bytes) at or over its
+``min.cleanable.dirty.ratio``. Where the dirty part starts survives restarts in the log dir's
+``cleaner-offset-checkpoint`` (log_manager.py).
 
-Differences from Kafka, kept small: the clean/dirty split is not checkpointed
-(``cleaner-offset-checkpoint``), so a restarted broker compacts each log once more; the
-delete horizon uses the batch's max timestamp (Kafka: the segment file's modification time,
-or KIP-534's horizon written into the batch); the offset map is a dict, not a bounded
-dedupe buffer; an idempotent producer's batch that loses all its records goes too (Kafka keeps
-an empty batch for its sequence state).
+Differences from Kafka, kept small: the delete horizon uses the batch's max timestamp (Kafka:
+the segment file's modification time, or KIP-534's horizon written into the batch); the offset
+map is a dict, not a bounded dedupe buffer; an idempotent producer's batch that loses all its
+records goes too (Kafka keeps an empty batch for its sequence state); the cleaned segment's
+indexes are rebuilt by the swap on the log's thread (Kafka's cleaner writes them as it cleans).
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Container, Mapping
 
 from crc32c import crc32c
 
@@ -113,99 +117,108 @@ def dirty_ratio(log_: Log, now_ms: int) -> tuple[float, int]:
     return (dirty / total if total else 0.0), dirty
 
 
-class LogCleaner:
-    def __init__(self, time: Time, logs: Callable[[], Mapping[tuple[str, int], Log]]) -> None:
-        """``logs``: the logs to look at (LogManager.all_logs)."""
-        self.time = time
-        self.logs = logs
-        self.passes = 0
+class CleanAborted(Exception):
+    """``CleanTask.abort`` was called (the broker shuts down, the log went away)."""
 
-    def clean_once(self) -> CleanerStats | None:
-        """Clean the dirtiest compacted log that needs it; None when none does."""
-        now = self.time.milliseconds()
-        best: tuple[float, Log] | None = None
-        for log_ in self.logs().values():
-            if not log_.config.compact:
-                continue
-            ratio, dirty = dirty_ratio(log_, now)
-            if dirty and ratio >= log_.config.min_cleanable_dirty_ratio and (best is None or ratio > best[0]):
-                best = (ratio, log_)
-        if best is None:
-            return None
-        return self.clean(best[1])
 
-    def clean(self, log_: Log) -> CleanerStats | None:
-        """One compaction pass over ``log_`` (see the module docstring); None if nothing is cleanable."""
-        started = self.time.monotonic_ms()
-        now = self.time.milliseconds()
-        segments = cleanable_segments(log_, now)
-        if not segments:
-            return None
-        bases = [s.base_offset for s in log_.segments]
-        end_offset = bases[bases.index(segments[-1].base_offset) + 1]
-        stats = CleanerStats(log_.topic, log_.partition, segments_before=len(segments),
-                             bytes_before=sum(s.size for s in segments), end_offset=end_offset)
-        latest = self._build_offset_map(segments)
-        first_dirty = log_.first_dirty_offset
-        horizon = now - log_.config.delete_retention_ms
-        for group in self._group(segments, log_.config.segment_bytes, bases):
-            cleaned = self._clean_group(log_, group, latest, first_dirty, horizon, stats)
-            new_segment = log_.replace_segments(group, cleaned)
-            stats.segments_after += 1
-            stats.bytes_after += new_segment.size
-        log_.first_dirty_offset = max(log_.first_dirty_offset, end_offset)
-        stats.duration_ms = int(self.time.monotonic_ms() - started)
-        self.passes += 1
-        log.info("%s", stats.summary())
-        return stats
+@dataclass
+class _Group:
+    """Consecutive segments rewritten into one cleaned segment, with what the cleaner thread reads."""
 
-    # -- the pass ----------------------------------------------------------------------------
+    segments: list[LogSegment]
+    next_bases: list[int]  # the base offset after each segment (where the next one starts)
+    buffers: list[memoryview]  # each segment's bytes, views of its mapping taken on the log's thread
+    cleaned: Path
 
-    @staticmethod
-    def _build_offset_map(segments: list[LogSegment]) -> dict[bytes, int]:
+
+class CleanTask:
+    """One compaction pass over one log, in three steps (Kafka's cleaner thread does the middle
+    one; the log's thread the others):
+
+    1. ``LogCleaner.begin_clean`` on the log's thread picks the segments and takes views of their
+       mappings (a mapping stays valid while viewed, even once its file is renamed or deleted).
+    2. ``run`` — thread-safe, like ``FlushPlan.run``: builds the offset map and writes each
+       group's ``.cleaned`` file from those views, touching no Log state. Appends (to the
+       active segment, never cleaned) and reads go on meanwhile.
+    3. ``LogCleaner.complete_clean`` on the log's thread swaps the cleaned segments in, unless
+       the log changed under the pass (truncated, segments gone, deleted): then the ``.cleaned``
+       files are dropped and the next pass starts over.
+    """
+
+    def __init__(self, log_: Log, groups: list[_Group], end_offset: int, first_dirty: int, horizon: int,
+                 stats: CleanerStats, started_ms: float, truncations: int) -> None:
+        self.log = log_
+        self.groups = groups
+        self.end_offset = end_offset
+        self.first_dirty = first_dirty
+        self.horizon = horizon
+        self.stats = stats
+        self.started_ms = started_ms
+        self.truncations = truncations
+        self.done = False  # run finished: every .cleaned file written and fsynced
+        self._aborted = threading.Event()
+        # Called by ``run`` after each group it wrote, on the thread running it (tests pause here).
+        self.on_group_cleaned: Callable[[CleanTask, int], None] | None = None
+
+    def abort(self) -> None:
+        """Make a running ``run`` stop at its next batch (and drop what it wrote). Thread-safe."""
+        self._aborted.set()
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted.is_set()
+
+    def run(self) -> None:
+        """Write the cleaned segments (thread-safe: reads only the views taken by begin_clean).
+        On any error, or an abort, the ``.cleaned`` files written so far are removed."""
+        try:
+            latest = self._build_offset_map()
+            for i, group in enumerate(self.groups):
+                self._clean_group(group, latest)
+                if self.on_group_cleaned is not None:
+                    self.on_group_cleaned(self, i)
+            self._check_aborted()
+        except BaseException:
+            self.discard()
+            raise
+        self.done = True
+
+    def discard(self) -> None:
+        """Remove the ``.cleaned`` files (a pass not swapped in) and release the views."""
+        for group in self.groups:
+            group.cleaned.unlink(missing_ok=True)
+        self.release()
+
+    def release(self) -> None:
+        for group in self.groups:
+            for view in group.buffers:
+                view.release()
+            group.buffers = []
+
+    def _check_aborted(self) -> None:
+        if self._aborted.is_set():
+            raise CleanAborted(f"{self.log.topic}-{self.log.partition}: cleaning aborted")
+
+    def _build_offset_map(self) -> dict[bytes, int]:
         latest: dict[bytes, int] = {}
-        for segment in segments:
-            buf = segment.records.buffer(segment.size)
-            for pos, header in iter_batch_headers(buf, 0, segment.size):
-                if header.is_control:
-                    continue
-                for record in decode_records(header, batch_body(buf, pos, header)):
-                    if record.key is not None:
-                        latest[record.key] = record.offset
-            del buf
+        for group in self.groups:
+            for buf in group.buffers:
+                self._check_aborted()
+                for pos, header in iter_batch_headers(buf):
+                    if header.is_control:
+                        continue
+                    for record in decode_records(header, batch_body(buf, pos, header)):
+                        if record.key is not None:
+                            latest[record.key] = record.offset
         return latest
 
-    @staticmethod
-    def _group(segments: list[LogSegment], max_bytes: int, bases: list[int]) -> list[list[LogSegment]]:
-        """Consecutive segments, each group at most ``max_bytes`` (before cleaning) and spanning
-        less than 2^31 offsets (the offset index stores offsets relative to the base)."""
-        groups: list[list[LogSegment]] = []
-        for segment in segments:
-            if groups:
-                group = groups[-1]
-                size = sum(s.size for s in group) + segment.size
-                next_base = bases[bases.index(segment.base_offset) + 1]
-                if size <= max_bytes and next_base - 1 - group[0].base_offset <= INT32_MAX:
-                    group.append(segment)
-                    continue
-            groups.append([segment])
-        return groups
-
-    def _clean_group(self, log_: Log, group: list[LogSegment], latest: dict[bytes, int], first_dirty: int,
-                     horizon: int, stats: CleanerStats) -> Path:
-        path = log_.dir / (file_name(group[0].base_offset, LOG_SUFFIX) + CLEANED_SUFFIX)
-        bases = [s.base_offset for s in log_.segments]
-        last_segment = group[-1]
-        with open(path, "wb") as out:
-            for segment in group:
-                next_base = bases[bases.index(segment.base_offset) + 1]
+    def _clean_group(self, group: _Group, latest: dict[bytes, int]) -> None:
+        stats, first_dirty, horizon = self.stats, self.first_dirty, self.horizon
+        with open(group.cleaned, "wb") as out:
+            for buf, next_base in zip(group.buffers, group.next_bases):
+                self._check_aborted()
                 in_clean_head = next_base <= first_dirty
-                buf = segment.records.buffer(segment.size)
-                last_pos = -1
-                if segment is last_segment:
-                    for last_pos, _h in iter_batch_headers(buf, 0, segment.size):
-                        pass
-                for pos, header in iter_batch_headers(buf, 0, segment.size):
+                for pos, header in iter_batch_headers(buf):
                     if header.is_control:
                         out.write(buf[pos:pos + header.size])
                         continue
@@ -224,14 +237,128 @@ class LogCleaner:
                     stats.records_kept += len(kept)
                     if len(kept) == len(records):
                         out.write(buf[pos:pos + header.size])
-                    elif kept or pos == last_pos:
-                        # the group's last batch stays, if need be empty, so the cleaned segment
-                        # ends where the group ended (a restart completing a .swap relies on it)
+                    elif kept:
                         out.write(rebuild_batch(header, kept))
-                del buf
+                    # a batch that kept nothing goes: consumers cannot step over an empty batch
+                    # (librdkafka reports MSG_SIZE_TOO_LARGE on a fetch of only that)
             out.flush()
             os.fsync(out.fileno())
-        return path
+
+
+class LogCleaner:
+    def __init__(self, time: Time, logs: Callable[[], Mapping[tuple[str, int], Log]]) -> None:
+        """``logs``: the logs to look at (LogManager.all_logs)."""
+        self.time = time
+        self.logs = logs
+        self.passes = 0
+        self.aborted_passes = 0
+
+    def grab_filthiest_log(self, busy: Container[Log] = ()) -> Log | None:
+        """The compacted log (not in ``busy``: being cleaned) with the highest dirty ratio at or
+        over its min.cleanable.dirty.ratio; None when none needs cleaning."""
+        now = self.time.milliseconds()
+        best: tuple[float, Log] | None = None
+        for log_ in self.logs().values():
+            if not log_.config.compact or log_ in busy:
+                continue
+            ratio, dirty = dirty_ratio(log_, now)
+            if dirty and ratio >= log_.config.min_cleanable_dirty_ratio and (best is None or ratio > best[0]):
+                best = (ratio, log_)
+        return None if best is None else best[1]
+
+    def clean_once(self) -> CleanerStats | None:
+        """Clean the dirtiest compacted log that needs it, synchronously; None when none does."""
+        log_ = self.grab_filthiest_log()
+        return None if log_ is None else self.clean(log_)
+
+    def clean(self, log_: Log) -> CleanerStats | None:
+        """One compaction pass over ``log_``, all three steps on this thread (see CleanTask);
+        None if nothing is cleanable."""
+        task = self.begin_clean(log_)
+        if task is None:
+            return None
+        task.run()
+        return self.complete_clean(task)
+
+    def begin_clean(self, log_: Log) -> CleanTask | None:
+        """Step 1, on the log's thread: the cleanable segments of ``log_`` grouped, with views of
+        their bytes; None if nothing is cleanable."""
+        started = self.time.monotonic_ms()
+        now = self.time.milliseconds()
+        segments = cleanable_segments(log_, now)
+        if not segments:
+            return None
+        bases = [s.base_offset for s in log_.segments]
+        end_offset = bases[bases.index(segments[-1].base_offset) + 1]
+        stats = CleanerStats(log_.topic, log_.partition, segments_before=len(segments),
+                             bytes_before=sum(s.size for s in segments), end_offset=end_offset)
+        groups = []
+        for group in self._group(segments, log_.config.segment_bytes, bases):
+            next_bases = [bases[bases.index(s.base_offset) + 1] for s in group]
+            buffers = [memoryview(s.records.buffer(s.size))[:s.size] for s in group]
+            cleaned = log_.dir / (file_name(group[0].base_offset, LOG_SUFFIX) + CLEANED_SUFFIX)
+            groups.append(_Group(group, next_bases, buffers, cleaned))
+        return CleanTask(log_, groups, end_offset, log_.first_dirty_offset,
+                         now - log_.config.delete_retention_ms, stats, started, log_.truncations)
+
+    def complete_clean(self, task: CleanTask) -> CleanerStats | None:
+        """Step 3, on the log's thread, after ``task.run()`` succeeded: swap the cleaned segments
+        in and move the log's first dirty offset. None (and the ``.cleaned`` files dropped) when
+        the log changed meanwhile: truncated, deleted, or some of the segments gone."""
+        log_ = task.log
+        stats = task.stats
+        try:
+            if not task.done or not self._still_current(task):
+                self.aborted_passes += 1
+                log.info("%s-%d: the log changed while it was being cleaned; the pass is dropped", log_.topic,
+                         log_.partition)
+                task.discard()
+                return None
+            task.release()
+            for i, group in enumerate(task.groups):
+                new_segment = log_.replace_segments(group.segments, group.cleaned)
+                stats.segments_after += 1
+                stats.bytes_after += new_segment.size
+        except BaseException:
+            task.discard()
+            raise
+        log_.first_dirty_offset = max(log_.first_dirty_offset, task.end_offset)
+        stats.duration_ms = int(self.time.monotonic_ms() - task.started_ms)
+        self.passes += 1
+        log.info("%s", stats.summary())
+        return stats
+
+    def _still_current(self, task: CleanTask) -> bool:
+        log_ = task.log
+        if self.logs().get((log_.topic, log_.partition)) is not log_ or log_.truncations != task.truncations:
+            return False
+        present = log_.segments
+        for group in task.groups:
+            first = group.segments[0]
+            if first not in present:
+                return False
+            i = present.index(first)
+            if present[i:i + len(group.segments)] != group.segments or i + len(group.segments) >= len(present):
+                return False
+        return True
+
+    # -- grouping ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _group(segments: list[LogSegment], max_bytes: int, bases: list[int]) -> list[list[LogSegment]]:
+        """Consecutive segments, each group at most ``max_bytes`` (before cleaning) and spanning
+        less than 2^31 offsets (the offset index stores offsets relative to the base)."""
+        groups: list[list[LogSegment]] = []
+        for segment in segments:
+            if groups:
+                group = groups[-1]
+                size = sum(s.size for s in group) + segment.size
+                next_base = bases[bases.index(segment.base_offset) + 1]
+                if size <= max_bytes and next_base - 1 - group[0].base_offset <= INT32_MAX:
+                    group.append(segment)
+                    continue
+            groups.append([segment])
+        return groups
 
 
 def rebuild_batch(header: BatchHeader, records: list[Record]) -> bytes:

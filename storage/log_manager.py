@@ -1,13 +1,14 @@
 """LogManager: every partition log under the broker's ``log.dirs`` (Kafka's ``LogManager``).
 
 Per log dir it keeps Kafka's files: ``recovery-point-offset-checkpoint``,
-``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` (high watermarks) and
-the ``.kafka_cleanshutdown`` marker, written last by a clean shutdown and removed by the
+``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` (high watermarks),
+``cleaner-offset-checkpoint`` (where each compacted log's dirty part starts, so a restart does not
+compact from the start again) and the ``.kafka_cleanshutdown`` marker, written last by a clean shutdown and removed by the
 next startup. Without the marker, logs are recovered from their checkpointed recovery
 points.
 
-The periodic work (retention, flush policy, checkpoints, producer id expiration) is exposed as plain methods; the
-broker schedules them and runs ``FlushPlan.run`` off the event loop. Not thread-safe.
+The periodic work (retention, delayed deletion, flush policy, checkpoints, producer id expiration)
+is exposed as plain methods; the broker schedules them and runs ``FlushPlan.run`` off the event loop. Not thread-safe.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
 # The controller's metadata log (``<metadata.log.dir>/__cluster_metadata-0``): not a partition of this broker's.
 METADATA_TOPIC = "__cluster_metadata"
@@ -59,6 +61,8 @@ class LogManager:
         # 10,000 would pay 10 million steps).
         self._partitions_in: dict[Path, int] = {d: 0 for d in self.log_dirs}
         self._unsynced_dirs: set[Path] = set()  # log dirs holding a new partition dir not yet fsync'd
+        # Deleted partitions' directories, renamed ``-delete``, waiting file.delete.delay.ms: (when due, dir)
+        self._dirs_to_delete: list[tuple[int, Path]] = []
         # Shared by every log here: what their non-active segments may keep open.
         self.segment_budget = OpenSegmentBudget.from_open_files_limit()
 
@@ -84,6 +88,7 @@ class LogManager:
             recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
+            cleaner_offsets = self._read_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT)
             for child in sorted(log_dir.iterdir()):
                 if not child.is_dir():
                     continue
@@ -102,6 +107,8 @@ class LogManager:
                                   recovery_point=recovery_points.get(tp, 0),
                                   log_start_offset=start_offsets.get(tp, 0), had_clean_shutdown=clean)
                 loaded.update_high_watermark(high_watermarks.get(tp, 0))
+                if tp in cleaner_offsets:
+                    self._restore_first_dirty_offset(loaded, cleaner_offsets[tp])
                 self._logs[tp] = loaded
                 self._log_dir_of[tp] = log_dir
                 self._partitions_in[log_dir] += 1
@@ -115,6 +122,17 @@ class LogManager:
             log.info("loaded %d logs from %s (%s shutdown)", self._partitions_in[log_dir],
                      log_dir, "clean" if clean else "unclean")
         return reports
+
+    @staticmethod
+    def _restore_first_dirty_offset(loaded: Log, checkpointed: int) -> None:
+        """As Kafka's LogCleanerManager.cleanableOffsets: a checkpointed offset outside [log start
+        offset, log end offset] (the log was truncated or its start moved on) is not trusted, and
+        cleaning starts from the log start offset."""
+        if loaded.log_start_offset <= checkpointed <= loaded.log_end_offset:
+            loaded.first_dirty_offset = checkpointed
+        else:
+            log.warning("%s-%d: cleaner checkpoint %d is outside [%d, %d]; cleaning from the log start offset",
+                        loaded.topic, loaded.partition, checkpointed, loaded.log_start_offset, loaded.log_end_offset)
 
     @staticmethod
     def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -166,8 +184,9 @@ class LogManager:
             self._unsynced_dirs.discard(log_dir)
 
     def delete_log(self, topic: str, partition: int) -> None:
-        """Close the log, rename its directory to ``<name>.<uuid>-delete``, then remove it
-        (a crash in between leaves a directory the next startup removes)."""
+        """Close the log, rename its directory to ``<name>.<uuid>-delete`` and remove that after
+        the log's file.delete.delay.ms (``delete_due``; a crash in between leaves a directory the
+        next startup removes), as Kafka's asynchronous log deletion."""
         tp = (topic, partition)
         removed = self._logs.pop(tp, None)
         if removed is None:
@@ -178,8 +197,24 @@ class LogManager:
         doomed = removed.dir.with_name(f"{removed.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         os.rename(removed.dir, doomed)
         fsync_dir(log_dir)
-        shutil.rmtree(doomed, ignore_errors=True)
+        delay = removed.config.file_delete_delay_ms
+        if delay <= 0:
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:
+            self._dirs_to_delete.append((self.time.milliseconds() + delay, doomed))
         log.info("deleted log %s-%d", topic, partition)
+
+    def delete_due(self) -> int:
+        """Remove the segments (``.deleted``) and deleted partitions' directories (``-delete``)
+        whose file.delete.delay.ms has passed; returns how many went."""
+        now = self.time.milliseconds()
+        count = sum(each.delete_due_segments(now) for each in self._logs.values())
+        due = [d for when, d in self._dirs_to_delete if when <= now]
+        if due:
+            self._dirs_to_delete = [p for p in self._dirs_to_delete if p[0] > now]
+            for doomed in due:
+                shutil.rmtree(doomed, ignore_errors=True)
+        return count + len(due)
 
     # -- periodic work -------------------------------------------------------------------
 
@@ -211,10 +246,17 @@ class LogManager:
                     plans.append(plan)
         return plans
 
-    def _write_checkpoints(self, file_name: str, value: Callable[[Log], int]) -> None:
+    def _write_checkpoints(self, file_name: str, value: Callable[[Log], int],
+                           which: Callable[[Log], bool] = lambda each: True) -> None:
         for log_dir in self.log_dirs:
-            offsets = {tp: value(each) for tp, each in self._logs.items() if self._log_dir_of[tp] == log_dir}
+            offsets = {tp: value(each) for tp, each in self._logs.items()
+                       if self._log_dir_of[tp] == log_dir and which(each)}
             OffsetCheckpointFile(log_dir / file_name).write(offsets)
+
+    def checkpoint_cleaner_offsets(self) -> None:
+        """Each compacted log's first dirty offset (Kafka writes it after every cleaning pass)."""
+        self._write_checkpoints(CLEANER_OFFSET_CHECKPOINT, lambda each: each.first_dirty_offset,
+                                lambda each: each.config.compact)
 
     def checkpoint_recovery_points(self) -> None:
         self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda each: each.recovery_point)
@@ -228,15 +270,19 @@ class LogManager:
     # -- shutdown ------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Flush every log, write the three checkpoints, close (trim) the logs, then write
+        """Flush every log, write the four checkpoints, close (trim) the logs, then write
         the clean-shutdown marker in each log dir."""
         for each in self._logs.values():
             each.flush()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
+        self.checkpoint_cleaner_offsets()
         for each in self._logs.values():
             each.close()
+        for _due, doomed in self._dirs_to_delete:
+            shutil.rmtree(doomed, ignore_errors=True)
+        self._dirs_to_delete = []
         for log_dir in self.log_dirs:
             fd = os.open(log_dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
             try:

@@ -26,6 +26,7 @@ What a closed segment must still answer (size, largest timestamp) is kept in mem
 from __future__ import annotations
 
 import mmap
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 # The log cleaner's files (Kafka's): a cleaned segment being written, and one ready to replace the originals.
 CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"
+# A segment removed from its log, waiting file.delete.delay.ms before its files go (Kafka's).
+DELETED_SUFFIX = ".deleted"
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -541,6 +544,24 @@ class LogSegment:
         self.close_handles()
         for path in (self.log_path, self.index_path, self.time_index_path):
             path.unlink(missing_ok=True)
+
+    def rename_to_deleted(self) -> None:
+        """The first step of Kafka's delayed deletion: close the files and rename each to
+        ``<name>.deleted`` (a newer one of that name is replaced); ``delete`` removes them
+        after ``file.delete.delay.ms``. A reader that holds the segment meanwhile reopens the
+        renamed files; views it already has stay valid (mappings outlive a rename or unlink).
+        A restart removes ``.deleted`` files (log_loader.py)."""
+        self._set_active(False)
+        self.close_handles()
+        renamed = []
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.replace(path, target)
+            except FileNotFoundError:
+                pass  # an index never written
+            renamed.append(target)
+        self.log_path, self.index_path, self.time_index_path = renamed
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size})"

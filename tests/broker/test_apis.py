@@ -369,3 +369,41 @@ async def test_a_big_leader_and_isr_is_applied_in_slices_the_loop_turning_betwee
     assert len(broker.rm.partitions) == n and len(broker.logs.all_logs()) == n
     assert broker.rm.partitions[("big", n - 1)].leader_epoch == 1
     assert all(broker.rm.partitions[("big", p)].leader_epoch == 0 for p in range(n - 1))
+
+
+async def test_controller_requests_behind_a_sliced_leader_and_isr_are_applied_after_it_in_order(broker):
+    """Kafka applies a controller's requests in the order they came. An UpdateMetadata and a
+    StopReplica arriving while a big LeaderAndIsr is still being applied slice by slice wait
+    for it: otherwise the StopReplica of a partition the pending slices have not created yet
+    would find nothing to stop, and the slice would create it afterwards."""
+    topic_id = uuid.uuid4()
+    n = 2 * LEADER_AND_ISR_SLICE + 10
+    parts = [(p, BROKER_ID, 0, [BROKER_ID]) for p in range(n)]
+    assert broker.update_metadata([("big", topic_id, parts, {})]) == ErrorCode.NONE
+    broker.send_leader_and_isr("big", topic_id, parts)
+    assert len(broker.rm.partitions) == LEADER_AND_ISR_SLICE  # the rest waits for the loop
+    broker.send(ApiKey.UPDATE_METADATA, 8, {
+        "controller_id": 3000, "controller_epoch": 1, "broker_epoch": 5, "type": 1, "topic_states": [],
+        "live_brokers": [{"id": b, "rack": None, "endpoints": [
+            {"port": 9092, "host": f"h{b}", "listener": "PLAINTEXT", "security_protocol": 0}]} for b in (BROKER_ID, 2)]})
+    broker.send(ApiKey.STOP_REPLICA, 4, {
+        "controller_id": 3000, "controller_epoch": 1, "broker_epoch": 5, "topic_states": [
+            {"topic_name": "big", "partition_states": [
+                {"partition_index": n - 1, "leader_epoch": 1, "delete_partition": True}]}]})
+    assert set(broker.cache.brokers) == {BROKER_ID}  # not applied ahead of the LeaderAndIsr
+    for _ in range(100):
+        if len(broker.transport.written) == 3:
+            break
+        await asyncio.sleep(0)
+    frames = list(broker.transport.written)
+    broker.transport.written[:] = frames[:1]
+    [leader_and_isr] = broker.responses(ApiKey.LEADER_AND_ISR, 7)
+    broker.transport.written[:] = frames[1:2]
+    [update] = broker.responses(ApiKey.UPDATE_METADATA, 8)
+    broker.transport.written[:] = frames[2:]
+    [stop] = broker.responses(ApiKey.STOP_REPLICA, 4)
+    assert leader_and_isr.error_code == update.error_code == stop.error_code == ErrorCode.NONE
+    assert [(e.partition_index, e.error_code) for e in stop.partition_errors] == [(n - 1, ErrorCode.NONE)]
+    assert set(broker.cache.brokers) == {BROKER_ID, 2}
+    assert broker.rm.get_partition("big", n - 1) is None and broker.logs.get_log("big", n - 1) is None
+    assert len(broker.rm.partitions) == n - 1

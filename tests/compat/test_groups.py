@@ -312,15 +312,23 @@ def test_bad_group_requests_get_kafkas_error_codes_and_disturb_nothing(node):
 
 # -- compaction of __consumer_offsets ------------------------------------------------------------
 def offsets_log_records(log_dir: Path, partition: int) -> list[list[bytes]]:
-    """The keys of __consumer_offsets-``partition``, segment by segment, read from its files."""
+    """The keys of __consumer_offsets-``partition``, segment by segment, read from its files.
+
+    The broker's cleaner swaps segments while this reads (the old ones renamed ``.deleted``,
+    the cleaned one renamed in): a ``.log`` listed but renamed before it was read means the
+    listing is stale, so the directory is read again."""
     from protocol.records import batch_body, decode_records, iter_batch_headers
 
-    out = []
-    for path in sorted((log_dir / f"__consumer_offsets-{partition}").glob("*.log")):
-        data = path.read_bytes()
-        out.append([r.key for pos, h in iter_batch_headers(data) if not h.is_control
-                    for r in decode_records(h, batch_body(data, pos, h))])
-    return out
+    while True:
+        out = []
+        try:
+            for path in sorted((log_dir / f"__consumer_offsets-{partition}").glob("*.log")):
+                data = path.read_bytes()
+                out.append([r.key for pos, h in iter_batch_headers(data) if not h.is_control
+                            for r in decode_records(h, batch_body(data, pos, h))])
+        except FileNotFoundError:
+            continue
+        return out
 
 
 def test_the_cleaner_keeps_one_offset_record_per_key_and_offsets_read_back_after_a_restart(broker_process):

@@ -387,3 +387,40 @@ def test_delete_removes_the_directory(tmp_path):
     log.delete()
     assert not (tmp_path / "t-0").exists()
     assert isinstance(Log.open(tmp_path / "t-0", LogConfig(), time=MockTime()), Log)
+
+
+def test_the_leader_epoch_checkpoint_is_written_at_once_and_fsynced_with_the_log_flush(tmp_path, monkeypatch):
+    """A new leader epoch costs no fsync (a LeaderAndIsr making this broker leader of a
+    thousand new partitions paid two per partition): the checkpoint file is rewritten at
+    once, so a killed process finds it, and fsynced, with its directory, by the next flush
+    of the log, before the recovery point can move past the epoch's batches."""
+    log = open_log(tmp_path / "t-0")
+    log.flush()  # the new segment files and the directory
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    cache = log.leader_epoch_cache
+    assert cache.assign(3, log.log_end_offset)  # what Partition.make_leader does
+    assert synced == [] and cache.unsynced
+    assert (log.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n3 0\n"
+    plan = log.begin_flush()
+    assert plan is not None  # nothing else to flush: the checkpoint alone asks for it
+    plan.run()
+    log.complete_flush(plan)
+    assert sorted(synced) == ["leader-epoch-checkpoint", "t-0"] and not cache.unsynced
+    synced.clear()
+    assert log.begin_flush() is None
+    # Written again while a flush is under way: that flush does not count for the newer write.
+    log.append_as_leader(batch(2), leader_epoch=4)
+    plan = log.begin_flush()
+    assert plan is not None
+    cache.assign(5, log.log_end_offset)
+    plan.run()
+    log.complete_flush(plan)
+    assert "leader-epoch-checkpoint (deleted)" in synced and cache.unsynced  # the file it replaced
+    log.flush()
+    assert not cache.unsynced and log.begin_flush() is None

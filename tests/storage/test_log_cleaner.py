@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from storage_helpers import START_MS
 
 from protocol.clock import MockTime
 from protocol.compression import Compression
 from protocol.records import Record, build_batch, check_batch, iter_batch_headers, iter_records
-from storage import Log, LogConfig
-from storage.log_cleaner import LogCleaner, dirty_ratio
+from storage import Log, LogConfig, LogManager
+from storage.checkpoint import OffsetCheckpointFile
+from storage.log_cleaner import CleanAborted, LogCleaner, dirty_ratio
+from storage.log_manager import CLEANER_OFFSET_CHECKPOINT
 from storage.segment import CLEANED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, file_name
 
 DAY_MS = 86_400_000
@@ -153,40 +156,140 @@ def test_partly_kept_batches_are_re_encoded_with_their_offsets_and_compression(t
     log.close()
 
 
+def partial_clean(log: Log, time: MockTime):
+    """A pass over the first two cleanable segments only, its .cleaned file written but not swapped
+    in (a crash before the swap): (the .cleaned path, the offsets the pass drops)."""
+    task = cleaner_for(log, time).begin_clean(log)
+    assert task is not None
+    group = task.groups[0]
+    assert len(group.segments) >= 2
+    group.segments, group.next_bases, group.buffers = group.segments[:2], group.next_bases[:2], group.buffers[:2]
+    task.groups = [group]
+    task.first_dirty = task.horizon = 0
+    latest = task._build_offset_map()
+    task.run()
+    task.release()
+    end = group.next_bases[-1]
+    return group.cleaned, {o for o, k, _v in records(log) if latest[k] > o and o < end}
+
+
 def test_an_interrupted_swap_is_completed_and_a_partial_clean_dropped_on_load(tmp_path):
     time = MockTime(start_ms=START_MS)
-    log = open_compacted(tmp_path / "t-0", time, segment_bytes=300)
+    log = open_compacted(tmp_path / "t-0", time, segment_bytes=600)
     for i in range(40):
         append(log, [(f"k{i % 4}".encode(), b"v" * 40)], time)
     log.roll()
-    segments = log.segments[:-1]
-    assert len(segments) >= 3
-    cleaner = cleaner_for(log, time)
-    latest = cleaner._build_offset_map(segments)
-    group = segments[:2]
-    from storage.log_cleaner import CleanerStats
-
-    cleaned = cleaner._clean_group(log, group, latest, 0, 0, CleanerStats("t", 0))
+    log.update_config(LogConfig(cleanup_policy="compact", segment_bytes=2000))  # groups of several segments
+    assert log.num_segments >= 4
+    cleaned, _dropped = partial_clean(log, time)
+    assert cleaned.exists()
     expected = records(log)
-    dropped = {(o, k, v) for o, k, v in expected if latest[k] > o and o < segments[2].base_offset}
     log.close()
     # crash 1: only the .cleaned file was written: it is dropped, the log is as before
-    reopened = open_compacted(tmp_path / "t-0", time, segment_bytes=300)
+    reopened = open_compacted(tmp_path / "t-0", time, segment_bytes=600)
     assert not cleaned.exists()
     reopened.update_high_watermark(reopened.log_end_offset)
     assert records(reopened) == expected
     reopened.close()
     # crash 2: renamed to .swap, old segments not yet deleted: the load completes the swap
-    log = open_compacted(tmp_path / "t-0", time, segment_bytes=300)
+    log = open_compacted(tmp_path / "t-0", time, segment_bytes=2000)
     log.update_high_watermark(log.log_end_offset)
-    cleaner = cleaner_for(log, time)
-    cleaned = cleaner._clean_group(log, log.segments[:2], latest, 0, 0, CleanerStats("t", 0))
+    cleaned, dropped = partial_clean(log, time)
     base = log.segments[0].base_offset
     log.close()
     os.replace(cleaned, tmp_path / "t-0" / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX))
-    reopened = open_compacted(tmp_path / "t-0", time, segment_bytes=300)
+    reopened = open_compacted(tmp_path / "t-0", time, segment_bytes=600)
     reopened.update_high_watermark(reopened.log_end_offset)
-    assert records(reopened) == sorted(set(expected) - dropped)
+    assert dropped and records(reopened) == [r for r in expected if r[0] not in dropped]
     names = [p.name for p in (tmp_path / "t-0").iterdir()]
     assert not any(n.endswith((SWAP_SUFFIX, CLEANED_SUFFIX)) for n in names)
     reopened.close()
+
+
+# -- the pass in three steps (begin on the log's thread, run on the cleaner's, complete) ----------
+
+def dirty_log(tmp_path, time: MockTime) -> Log:
+    log = open_compacted(tmp_path / "t-0", time)
+    for i in range(60):
+        append(log, [(f"k{i % 5}".encode(), f"v{i}".encode())], time)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    return log
+
+
+def test_appends_and_reads_go_on_while_the_pass_runs_and_the_swap_keeps_them(tmp_path):
+    time = MockTime(start_ms=START_MS)
+    log = dirty_log(tmp_path, time)
+    cleaner = cleaner_for(log, time)
+    task = cleaner.begin_clean(log)
+    assert task is not None
+    newest = {k: (o, v) for o, k, v in records(log)}
+    for i in range(30):  # the producer goes on: appends, and rolls, between begin and complete
+        append(log, [(f"n{i}".encode(), b"x" * 50)], time)
+    task.run()
+    assert all(g.cleaned.exists() for g in task.groups)
+    stats = cleaner.complete_clean(task)
+    assert stats is not None and stats.records_kept == 5
+    after = records(log)
+    assert [(o, k, v) for o, k, v in after if k.startswith(b"k")] == sorted((o, k, v) for k, (o, v) in newest.items())
+    assert [k for _o, k, _v in after if k.startswith(b"n")] == [f"n{i}".encode() for i in range(30)]
+    assert log.first_dirty_offset == stats.end_offset
+    log.close()
+
+
+def test_a_truncation_while_the_pass_runs_drops_the_pass(tmp_path):
+    time = MockTime(start_ms=START_MS)
+    log = dirty_log(tmp_path, time)
+    cleaner = cleaner_for(log, time)
+    task = cleaner.begin_clean(log)
+    task.run()
+    log.truncate_to(30)  # a follower truncating (to below what the pass read)
+    before = records(log)
+    assert cleaner.complete_clean(task) is None and cleaner.aborted_passes == 1
+    assert not any(g.cleaned.exists() for g in task.groups)
+    assert records(log) == before and log.first_dirty_offset == 0
+    log.close()
+
+
+def test_an_aborted_pass_leaves_no_file(tmp_path):
+    time = MockTime(start_ms=START_MS)
+    log = dirty_log(tmp_path, time)
+    task = cleaner_for(log, time).begin_clean(log)
+    assert len(task.groups) >= 2
+    task.on_group_cleaned = lambda t, i: t.abort()  # the broker shuts down after the first group
+    with pytest.raises(CleanAborted):
+        task.run()
+    assert not task.done and not any(g.cleaned.exists() for g in task.groups)
+    assert not list(log.dir.glob("*" + CLEANED_SUFFIX))
+    log.close()
+
+
+def test_the_cleaner_offset_checkpoint_keeps_the_clean_head_across_a_restart(tmp_path):
+    time = MockTime(start_ms=START_MS)
+    config = LogConfig(cleanup_policy="compact", segment_bytes=2000)
+    manager = LogManager([tmp_path], config, time=time)
+    manager.startup()
+    log = manager.get_or_create_log("t", 0)
+    for i in range(60):
+        append(log, [(f"k{i % 5}".encode(), f"v{i}".encode())], time)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    cleaner = LogCleaner(time, manager.all_logs)
+    first = cleaner.clean_once()
+    assert first is not None and log.first_dirty_offset == first.end_offset > 0
+    manager.checkpoint_cleaner_offsets()
+    assert f"t 0 {first.end_offset}" in (tmp_path / CLEANER_OFFSET_CHECKPOINT).read_text()
+    manager.shutdown()
+    again = LogManager([tmp_path], config, time=time)
+    again.startup()
+    reopened = again.get_log("t", 0)
+    assert reopened.first_dirty_offset == first.end_offset
+    assert dirty_ratio(reopened, time.milliseconds()) == (0.0, 0)  # nothing to clean again from zero
+    assert LogCleaner(time, again.all_logs).clean_once() is None
+    again.shutdown()
+    # a checkpoint beyond the log (it was truncated meanwhile) is not trusted
+    OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).write({("t", 0): 10**6})
+    third = LogManager([tmp_path], config, time=time)
+    third.startup()
+    assert third.get_log("t", 0).first_dirty_offset == third.get_log("t", 0).log_start_offset
+    third.shutdown()

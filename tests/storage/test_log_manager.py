@@ -90,7 +90,8 @@ def test_unclean_startup_recovers_from_checkpointed_recovery_points(tmp_path, ca
 
 def test_topic_config_and_delete_log(tmp_path):
     configs = {"small": LogConfig(segment_bytes=500)}
-    manager = LogManager([tmp_path], CONFIG, time=MockTime(), topic_config=lambda t: configs.get(t, CONFIG))
+    time = MockTime()
+    manager = LogManager([tmp_path], CONFIG, time=time, topic_config=lambda t: configs.get(t, CONFIG))
     manager.startup()
     assert manager.get_or_create_log("small", 0).config.segment_bytes == 500
     log = manager.get_or_create_log("big", 0)
@@ -99,6 +100,12 @@ def test_topic_config_and_delete_log(tmp_path):
     view = log.read(0, 1000).records  # a read in flight does not stop the deletion
     manager.delete_log("big", 0)
     assert manager.get_log("big", 0) is None and not (tmp_path / "big-0").exists()
+    # renamed <name>.<uuid>-delete, removed after file.delete.delay.ms (Kafka's asynchronous delete)
+    [doomed] = tmp_path.glob("*-delete")
+    time.sleep(CONFIG.file_delete_delay_ms - 1)
+    assert manager.delete_due() == 0 and doomed.exists()
+    time.sleep(1)
+    assert manager.delete_due() == 1
     assert not list(tmp_path.glob("*-delete"))
     assert len(view) > 0
     (tmp_path / "gone-0.0123abcd-delete").mkdir()  # an interrupted deletion
