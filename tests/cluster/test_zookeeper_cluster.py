@@ -286,8 +286,11 @@ def test_zookeeper_restarted_or_losing_a_node(tmp_path, size):
                                     "the ZooKeeper ensemble's leader")
                 leader.kill()
                 load.wait_more(300)
-            # The controllers reconnect; one is active; metadata changes work again.
+            # The controllers reconnect; one is active; metadata changes work again, once the brokers
+            # are live with it (a new active controller fences those that do not reach it within a
+            # session; a topic of replication factor 3 needs all three).
             cluster.wait_active_controller(60)
+            cluster.wait_live(timeout_s=60)
             create_topic(cluster, "after-zookeeper", 1)
             produce_and_consume_one(cluster, "after-zookeeper", b"99")
             load.wait_more(300)
