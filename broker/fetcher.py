@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from protocol.api_keys import ApiKey
 from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network, sleep
@@ -37,6 +37,8 @@ from protocol.records import iter_batch_headers
 if TYPE_CHECKING:
     from .config import KafkaConfig
     from .metadata_cache import MetadataCache
+    from storage import Log
+
     from .partition import Partition
 
 log = logging.getLogger("kbroker.fetcher")
@@ -205,7 +207,7 @@ class ReplicaFetcher:
         if hw < log_.log_end_offset:
             log.info("%s-%d: no leader epochs known; truncating from %d to the high watermark %d", key[0], key[1],
                      log_.log_end_offset, hw)
-            log_.truncate_to(hw)
+            self._truncate_log(log_, hw)
         state.truncating = False
 
     def _apply_truncation(self, key, state: PartitionFetchState, leader_epoch: int, leader_end_offset: int) -> None:
@@ -228,13 +230,19 @@ class ReplicaFetcher:
         if target < leo:
             log.info("%s-%d: truncating from %d to %d (leader epoch %d ends at %d on broker %d)", key[0], key[1],
                      leo, target, leader_epoch, leader_end_offset, self.source_id)
-            log_.truncate_to(target)
+            self._truncate_log(log_, target)
         else:
             # Nothing to cut, but an epoch starting at our log end (one this broker led without
             # appending) conflicts with the leader's history: it goes, as Kafka's truncateTo drops
             # it; else the next round would ask about that same epoch again, for ever.
             log_.leader_epoch_cache.truncate_from_end(leo)
         state.truncating = not done
+
+    def _truncate_log(self, log_: Log, offset: int) -> None:
+        below_recovery_point = offset < log_.recovery_point
+        log_.truncate_to(offset)
+        if below_recovery_point and self.manager.on_truncated_below_recovery_point is not None:
+            self.manager.on_truncated_below_recovery_point(log_)
 
     # -- fetching --------------------------------------------------------------------------
     async def _fetch(self, conn: BrokerConnection) -> bool:
@@ -329,6 +337,9 @@ class ReplicaFetcherManager:
         self.backoff_ms = config["replica.fetch.backoff.ms"]
         self.socket_timeout_ms = config["replica.socket.timeout.ms"]
         self.topic_stats = None  # BrokerTopicStats, for ReplicationBytesIn (set by the server when metrics are on)
+        # Called after a truncation below a log's recovery point (the server sets the LogManager's
+        # checkpoint_recovery_points_after_truncation): the lowered recovery point is written at once.
+        self.on_truncated_below_recovery_point: Callable[[Log], None] | None = None
         self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
 
     def add_fetcher_for_partitions(self, partitions: list["Partition"]) -> None:

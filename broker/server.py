@@ -181,6 +181,7 @@ class KafkaServer:
         topic_stats = BrokerTopicStats() if metrics_on else None
         request_metrics = RequestMetrics() if metrics_on else None
         self.fetcher_manager.topic_stats = topic_stats
+        self.fetcher_manager.on_truncated_below_recovery_point = self.log_manager.checkpoint_recovery_points_after_truncation
         self.replica_manager = ReplicaManager(
             broker_id=self.broker_id, time=self.time, log_manager=self.log_manager,
             metadata_cache=cache, log_config_for=configs.log_config_for,

@@ -287,8 +287,8 @@ class LogManager:
         return plans
 
     def _write_checkpoints(self, file_name: str, value: Callable[[Log], int],
-                           which: Callable[[Log], bool] = lambda each: True) -> None:
-        for log_dir in self.log_dirs:
+                           which: Callable[[Log], bool] = lambda each: True, dirs: list[Path] | None = None) -> None:
+        for log_dir in self.log_dirs if dirs is None else dirs:
             offsets = {tp: value(each) for tp, each in self._logs.items()
                        if self._log_dir_of[tp] == log_dir and which(each)}
             OffsetCheckpointFile(log_dir / file_name).write(offsets)
@@ -300,6 +300,15 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda each: each.recovery_point)
+
+    def checkpoint_recovery_points_after_truncation(self, truncated: Log) -> None:
+        """A follower truncated ``truncated`` below its recovery point: the recovery points of
+        its log dir are written now (Kafka's LogManager.truncateTo does the same), not at the
+        next periodic checkpoint. Else a crash in between would find the old, higher recovery
+        point, and recovery would not re-check what was appended after the truncation below it."""
+        log_dir = self._log_dir_of.get((truncated.topic, truncated.partition))
+        if log_dir is not None:
+            self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda each: each.recovery_point, dirs=[log_dir])
 
     def checkpoint_log_start_offsets(self) -> None:
         self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda each: each.log_start_offset)

@@ -15,7 +15,9 @@ from protocol.api_keys import ApiKey
 from protocol.clock import MockTime
 from protocol.records import Record, build_batch
 from storage import Log, LogConfig
+from storage.checkpoint import OffsetCheckpointFile
 from storage.epoch_cache import FILE_NAME as EPOCH_FILE
+from storage.log_manager import RECOVERY_POINT_CHECKPOINT, LogManager
 
 from .controller_fakes import response
 
@@ -53,7 +55,8 @@ def follower_log(path, time, epochs: list[tuple[int, int]]) -> Log:
 
 
 def fetcher_for(partition: Partition, time) -> tuple[ReplicaFetcher, PartitionFetchState]:
-    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None)
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None,
+                              on_truncated_below_recovery_point=None)
     fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)
     state = PartitionFetchState(partition, leader_epoch=4)
     fetcher.partitions[partition.key] = state
@@ -144,3 +147,25 @@ def test_a_leader_log_start_beyond_the_followers_old_high_watermark_is_taken_aft
     assert (log.log_end_offset, log.high_watermark, log.log_start_offset) == (15, 15, 12)
     assert state.delayed_until_ms == 0  # not backed off
     log.close()
+
+
+async def test_a_truncation_below_the_recovery_point_writes_the_recovery_point_checkpoint_at_once(tmp_path, time):
+    """Kafka's LogManager.truncateTo checkpoints the recovery points of the log's dir right after
+    a truncation: else a crash before the next periodic checkpoint finds the old, higher recovery
+    point and recovery skips what the follower appended after truncating below it."""
+    manager = LogManager([tmp_path], LogConfig(), time=time)
+    manager.startup()
+    log = manager.get_or_create_log("t", 0)
+    for epoch, n in [(0, 5), (1, 3)]:
+        log.append_as_follower(build_batch([Record(value=b"v", timestamp=1)] * n, base_offset=log.log_end_offset,
+                                           partition_leader_epoch=epoch))
+    log.flush()
+    manager.checkpoint_recovery_points()
+    checkpoint = OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT)
+    assert checkpoint.read() == {("t", 0): 8}
+    fetcher, state = fetcher_for(follower(log, time), time)
+    fetcher.manager.on_truncated_below_recovery_point = manager.checkpoint_recovery_points_after_truncation
+    await fetcher._truncate(ScriptedLeader({1: (0, 5)}))  # the leader never had epoch 1
+    assert (log.log_end_offset, log.recovery_point, state.truncating) == (5, 5, False)
+    assert checkpoint.read() == {("t", 0): 5}  # on disk now, not at the next periodic checkpoint
+    manager.shutdown()
