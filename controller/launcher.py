@@ -53,12 +53,12 @@ def metadata(port: int, host: str = "127.0.0.1", timeout_s: float = 5.0) -> Any:
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.settimeout(timeout_s)
         sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _read_exactly(sock, 4))[0]
-        frame = _read_exactly(sock, size)
+        size = struct.unpack(">i", read_exactly(sock, 4))[0]
+        frame = read_exactly(sock, size)
     return api.response.parse(1, frame, 4)
 
 
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
+def read_exactly(sock: socket.socket, n: int) -> bytes:
     data = bytearray()
     while len(data) < n:
         chunk = sock.recv(n - len(data))

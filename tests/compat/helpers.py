@@ -45,3 +45,24 @@ def assert_same_records(expected, got) -> None:
     assert len(got) == len(expected)
     for i, (e, g) in enumerate(zip(expected, got)):
         assert g == e, f"record {i}: expected {e!r}, got {g!r}"
+
+
+def consume_to_end(bootstrap: str, topic: str, group: str, **config) -> list[bytes]:
+    """Partition 0 of ``topic`` read by confluent-kafka from offset 0 (or, where retention took
+    it, from the log start: ``auto.offset.reset`` in ``config``) to its end-of-partition event."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "enable.partition.eof": True, **config})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    try:
+        while True:
+            m = c.poll(10)
+            assert m is not None, "no end-of-partition event within 10 s"
+            if m.error():
+                assert m.error().code() == -191, m.error()  # _PARTITION_EOF
+                return out
+            out.append(m.value())
+    finally:
+        c.close()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import signal
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from protocol.records import check_batch, iter_batch_headers
 
-from .helpers import stored_batches
+from .helpers import consume_to_end, stored_batches
 
 
 def produce_acked(bootstrap: str, topic: str, n: int, acks: str = "1") -> list[int]:
@@ -25,20 +25,7 @@ def produce_acked(bootstrap: str, topic: str, n: int, acks: str = "1") -> list[i
 
 
 def consume_all(bootstrap: str, topic: str) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "restart", "enable.auto.commit": False,
-                  "enable.partition.eof": True})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out = []
-    try:
-        while True:
-            m = c.poll(10)
-            assert m is not None, "no end-of-partition event within 10 s"
-            if m.error():
-                assert m.error().code() == -191, m.error()  # _PARTITION_EOF
-                return out
-            out.append(m.value())
-    finally:
-        c.close()
+    return consume_to_end(bootstrap, topic, "restart")
 
 
 def test_sigterm_keeps_every_acknowledged_record(broker_process):

@@ -9,6 +9,7 @@ import socket
 import struct
 import time
 
+from controller.launcher import read_exactly
 from protocol.client import KafkaClient
 from protocol.fast_codecs import (FetchPartition, FetchRequest, decode_produce_response, encode_fetch_request,
                                   encode_produce_request, encode_request_header)
@@ -66,16 +67,6 @@ def request_frame(api_key: int, version: int, body: bytes, correlation_id: int =
 def read_frame(sock: socket.socket) -> bytes:
     size = struct.unpack(">i", read_exactly(sock, 4))[0]
     return read_exactly(sock, size)
-
-
-def read_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        buf += chunk
-    return bytes(buf)
 
 
 def produce(sock: socket.socket, topic: str, partition: int, value: bytes, correlation_id: int = 1) -> int:

@@ -15,7 +15,9 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
+
+from tests.compat.helpers import consume_to_end
 
 from .frames import read_log
 
@@ -30,20 +32,7 @@ def segment_files(broker) -> set[str]:
 
 def consume_all(bootstrap: str, topic: str) -> list[bytes]:
     """Everything from the log start offset (offset 0 is gone: retention) to the end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "crash", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out = []
-    try:
-        while True:
-            m = c.poll(10)
-            assert m is not None, "no end-of-partition event within 10 s"
-            if m.error():
-                assert m.error().code() == -191, m.error()  # _PARTITION_EOF
-                return out
-            out.append(m.value())
-    finally:
-        c.close()
+    return consume_to_end(bootstrap, topic, "crash", **{"auto.offset.reset": "earliest"})
 
 
 @pytest.mark.timeout(240)

@@ -36,6 +36,7 @@ from protocol.records import (CRC_OFFSET, HEADER_SIZE, LENGTH_OFFSET, ATTRIBUTES
 from tests.support import BrokerProcess, wait_until
 
 from .frames import good_batch, read_log, rebuilt
+from .resources_support import rss_bytes
 
 SECONDS = float(os.environ.get("KBROKER_FUZZ_SECONDS", "20"))
 SEED = int(os.environ.get("KBROKER_FUZZ_SEED", str(random.randrange(2**32))))
@@ -59,14 +60,6 @@ def fd_targets(pid: int) -> list[str]:
         except OSError:
             pass
     return sorted(out)
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 # -- frames ------------------------------------------------------------------------------------
