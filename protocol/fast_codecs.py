@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Sequence, overload
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from .records import decode_uvarint, encode_uvarint
@@ -704,12 +704,17 @@ class UpdateMetadataPartitionState:
     topic_name: str = ""  # v0-4 only (ungrouped states)
 
 
+class UpdateMetadataTopicConfig(NamedTuple):
+    name: str
+    value: str
+
+
 @dataclass(slots=True)
 class UpdateMetadataTopicState:
     topic_name: str
     topic_id: uuid.UUID
     partition_states: list[UpdateMetadataPartitionState]
-    topic_configs: list[tuple[str, str]] = field(default_factory=list)  # (name, value); v6+, tag 10000
+    topic_configs: list[UpdateMetadataTopicConfig] = field(default_factory=list)  # v6+, tag 10000
 
 
 @dataclass(slots=True)
@@ -1075,14 +1080,14 @@ def _um_partition(r: _Reader, version: int, with_topic: bool) -> UpdateMetadataP
                                         offline, topic)  # type: ignore[arg-type]
 
 
-def _um_topic_configs(r: _Reader) -> list[tuple[str, str]]:
+def _um_topic_configs(r: _Reader) -> list[UpdateMetadataTopicConfig]:
     configs = []
     for _ in range(r.count(3)):
         name = r.string()
         value = r.string()
         r.tags()
-        configs.append((name, value))
-    return configs  # type: ignore[return-value]
+        configs.append(UpdateMetadataTopicConfig(name, value))  # type: ignore[arg-type]
+    return configs
 
 
 def decode_update_metadata_request(version: int, buf: Buffer, pos: int) -> UpdateMetadataRequest:

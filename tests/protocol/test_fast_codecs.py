@@ -756,7 +756,7 @@ def update_metadata_from_tree(tree, v, fill=True) -> H.UpdateMetadataRequest:
     return H.UpdateMetadataRequest(
         t["controller_id"], t["controller_epoch"], t["broker_epoch"], t["type"],
         [H.UpdateMetadataTopicState(ts["topic_name"], ts["topic_id"], [_um_partition(p) for p in ts["partition_states"]],
-                                    [(c["name"], c["value"]) for c in ts["topic_configs"]]) for ts in t["topic_states"]],
+                                    [H.UpdateMetadataTopicConfig(c["name"], c["value"]) for c in ts["topic_configs"]]) for ts in t["topic_states"]],
         [H.UpdateMetadataBroker(b["id"], [H.UpdateMetadataEndpoint(e["port"], e["host"], e["listener"],
                                                                    e["security_protocol"]) for e in b["endpoints"]],
                                 b["rack"], b["v0_host"], b["v0_port"]) for b in t["live_brokers"]],
@@ -822,5 +822,5 @@ def test_update_metadata_tags_in_any_order_and_unknown_tags_skipped() -> None:
     ours = H.decode_update_metadata_request(8, memoryview(body), 0)
     theirs = control.UPDATE_METADATA_REQUEST.parse(8, body)
     assert ours.type == theirs.type == 1
-    assert ours.topic_states[0].topic_configs == [("a", "b")]
+    assert ours.topic_states[0].topic_configs == [H.UpdateMetadataTopicConfig("a", "b")]
     assert DECODERS["update-metadata-request"](8, body) == without(plain(theirs), set())
