@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import re
 from typing import TYPE_CHECKING, Callable
@@ -762,14 +763,22 @@ class KafkaApis:
                     return step()
                 loop.call_soon(step)
                 return
+            gc.unfreeze()
             if -1 not in errors:  # (a failure closed the connection: the controller sends it again)
                 error = next((e for e in errors if e != ErrorCode.NONE), ErrorCode.NONE)
                 self._answer_leader_and_isr(ctx, api, grouped, error, results)
             self._next_controller_request()
 
-        self._controller_requests.append(step)
-        if len(self._controller_requests) == 1:
+        def start() -> None:
+            # Applying it creates objects by the ten thousand: the cyclic collector's full
+            # collections would scan the whole heap (every log, the controller's metadata)
+            # again and again meanwhile; what exists now is frozen until the last slice.
+            gc.freeze()
             step()
+
+        self._controller_requests.append(start)
+        if len(self._controller_requests) == 1:
+            start()
 
     def _answer_leader_and_isr(self, ctx: "RequestContext", api: Api, grouped, error: int,
                                results: dict[tuple[str, int], int]) -> None:
@@ -799,7 +808,7 @@ class KafkaApis:
         """One line per LeaderAndIsr (Kafka's state-change log has one per partition; that is
         kbroker.partition's DEBUG): what this broker leads and follows now, and what failed."""
         me = self.replica_manager.broker_id
-        led, followed, failed = [], [], []
+        led, followed, leaderless, failed = [], [], [], []
         for topic, _id, parts in grouped:
             for ps in parts:
                 key = (topic, ps.partition_index)
@@ -807,10 +816,13 @@ class KafkaApis:
                 if code:
                     failed.append(f"{topic}-{ps.partition_index}: {error_name(code)}")
                 else:
-                    (led if ps.leader == me else followed).append(key)
-        log.info("LeaderAndIsr applied for %d partition(s): leading %d%s; following %d%s%s",
-                 len(led) + len(followed) + len(failed), len(led), f" ({partition_names(led)})" if led else "",
+                    (led if ps.leader == me else followed if ps.leader >= 0 else leaderless).append(key)
+        log.info("LeaderAndIsr applied for %d partition(s): leading %d%s; following %d%s%s%s",
+                 len(led) + len(followed) + len(leaderless) + len(failed), len(led),
+                 f" ({partition_names(led)})" if led else "",
                  len(followed), f" ({partition_names(followed)})" if followed else "",
+                 f"; without a leader (offline, nothing to fetch) {len(leaderless)} ({partition_names(leaderless)})"
+                 if leaderless else "",
                  f"; {len(failed)} failed ({', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''})"
                  if failed else "")
 

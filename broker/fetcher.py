@@ -367,9 +367,9 @@ class ReplicaFetcherManager:
             fetcher.add_partitions(states)
             log.info("fetching %d partition(s) from broker %d: %s", len(states), source[0],
                      partition_names(sorted(states)))
-        if offline:
-            log.info("%d partition(s) have no leader (offline), nothing to fetch until one is elected: %s",
-                     len(offline), partition_names(offline))
+        if offline:  # (the LeaderAndIsr's line counts them)
+            log.debug("%d partition(s) have no leader (offline), nothing to fetch until one is elected: %s",
+                      len(offline), partition_names(offline))
         self._stop_idle()
 
     def remove_fetcher_for_partitions(self, keys) -> None:

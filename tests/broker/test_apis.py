@@ -7,6 +7,7 @@ by requests, as the controller sends them."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import struct
 import uuid
@@ -465,3 +466,24 @@ def test_a_log_loaded_at_start_up_is_taken_without_a_config_lookup(broker):
                                                       (1, BROKER_ID, 0, [BROKER_ID])]).error_code == ErrorCode.NONE
     assert asked == ["loaded"]  # partition 1 was created; partition 0's log was there
     assert broker.rm.partitions[("loaded", 0)].log is broker.logs.get_log("loaded", 0)
+
+
+async def test_the_heap_is_frozen_while_a_sliced_leader_and_isr_is_applied(broker):
+    """Applying a big LeaderAndIsr creates objects by the ten thousand, and each full
+    collection of the cyclic GC scanned the whole heap (every log) again: what exists is
+    frozen from the first slice to the last, and unfrozen when the answer goes."""
+    gc.unfreeze()
+    topic_id = uuid.uuid4()
+    parts = [(p, BROKER_ID, 0, [BROKER_ID]) for p in range(2 * LEADER_AND_ISR_SLICE + 10)]
+    assert broker.update_metadata([("big", topic_id, parts, {})]) == ErrorCode.NONE
+    between = []
+    asyncio.get_running_loop().call_soon(lambda: between.append(gc.get_freeze_count()))
+    broker.send_leader_and_isr("big", topic_id, parts)
+    assert gc.get_freeze_count() > 0
+    for _ in range(100):
+        if broker.transport.written:
+            break
+        await asyncio.sleep(0)
+    [response] = broker.responses(ApiKey.LEADER_AND_ISR, 7)
+    assert response.error_code == ErrorCode.NONE
+    assert between[0] > 0 and gc.get_freeze_count() == 0
