@@ -861,6 +861,17 @@ class _Reader:
             self.pos = stop
 
 
+def _read_control_request_head(r: _Reader, req: LeaderAndIsrRequest | UpdateMetadataRequest, kraft: bool,
+                               broker_epoch: bool) -> None:
+    """controller id, isKRaftController (if ``kraft``), controller epoch, broker epoch (if ``broker_epoch``)."""
+    req.controller_id = r.int32()
+    if kraft:
+        req.is_kraft_controller = r.bool()
+    req.controller_epoch = r.int32()
+    if broker_epoch:
+        req.broker_epoch = r.int64()
+
+
 def _lisr_partition(r: _Reader, version: int, with_topic: bool) -> LeaderAndIsrPartitionState:
     topic = r.string() if with_topic else ""
     index, controller_epoch, leader, leader_epoch = r.fixed(_I32X4)
@@ -885,12 +896,8 @@ def decode_leader_and_isr_request(version: int, buf: Buffer, pos: int) -> Leader
     """Decode a LeaderAndIsr v0-7 body starting at ``pos``."""
     _check_version(version, LEADER_AND_ISR_VERSIONS, "LeaderAndIsr request")
     r = _Reader(buf, pos, len(buf), version >= _LISR_FLEXIBLE)
-    req = LeaderAndIsrRequest(r.int32(), 0)
-    if version >= 7:
-        req.is_kraft_controller = r.bool()
-    req.controller_epoch = r.int32()
-    if version >= 2:
-        req.broker_epoch = r.int64()
+    req = LeaderAndIsrRequest(0, 0)
+    _read_control_request_head(r, req, version >= 7, version >= 2)
     if version >= 5:
         req.type = r.int8()
     if version <= 1:
@@ -962,30 +969,44 @@ class _Writer:
         self.out += data
 
 
+def _control_request_head(out: bytearray, req: LeaderAndIsrRequest | UpdateMetadataRequest, kraft: bool,
+                          broker_epoch: bool) -> None:
+    """controller id, isKRaftController (if ``kraft``), controller epoch, broker epoch (if ``broker_epoch``)."""
+    out += _I32.pack(req.controller_id)
+    if kraft:
+        out.append(1 if req.is_kraft_controller else 0)
+    out += _I32.pack(req.controller_epoch)
+    if broker_epoch:
+        out += _I64.pack(req.broker_epoch)
+
+
+def _partition_state_head(w: _Writer, ps: LeaderAndIsrPartitionState | UpdateMetadataPartitionState, epoch: int,
+                          with_topic: bool) -> None:
+    """The fields both partition states start with: [topic], partition, controller epoch,
+    leader, leader epoch, ISR, partition epoch (UpdateMetadata's ZkVersion), replicas."""
+    out = w.out
+    if with_topic:
+        w.string(ps.topic_name)
+    out += _I32X4.pack(ps.partition_index, ps.controller_epoch, ps.leader, ps.leader_epoch)
+    w.int32s(ps.isr)
+    out += _I32.pack(epoch)
+    w.int32s(ps.replicas)
+
+
 def encode_leader_and_isr_request(version: int, req: LeaderAndIsrRequest) -> bytes:
     """A LeaderAndIsr v0-7 body: v0-1 send ``ungrouped_partition_states`` (with topic names),
     v2+ ``topic_states``."""
     _check_version(version, LEADER_AND_ISR_VERSIONS, "LeaderAndIsr request")
     w = _Writer(version >= _LISR_FLEXIBLE)
     out = w.out
-    out += _I32.pack(req.controller_id)
-    if version >= 7:
-        out.append(1 if req.is_kraft_controller else 0)
-    out += _I32.pack(req.controller_epoch)
-    if version >= 2:
-        out += _I64.pack(req.broker_epoch)
+    _control_request_head(out, req, version >= 7, version >= 2)
     if version >= 5:
         out += _I8.pack(req.type)
 
     def partitions(states: Sequence[LeaderAndIsrPartitionState], with_topic: bool) -> None:
         w.length(len(states), True)
         for ps in states:
-            if with_topic:
-                w.string(ps.topic_name)
-            out.extend(_I32X4.pack(ps.partition_index, ps.controller_epoch, ps.leader, ps.leader_epoch))
-            w.int32s(ps.isr)
-            out.extend(_I32.pack(ps.partition_epoch))
-            w.int32s(ps.replicas)
+            _partition_state_head(w, ps, ps.partition_epoch, with_topic)
             if version >= 3:
                 w.int32s(ps.adding_replicas)
                 w.int32s(ps.removing_replicas)
@@ -1094,12 +1115,8 @@ def decode_update_metadata_request(version: int, buf: Buffer, pos: int) -> Updat
     """Decode an UpdateMetadata v0-8 body starting at ``pos``."""
     _check_version(version, UPDATE_METADATA_VERSIONS, "UpdateMetadata request")
     r = _Reader(buf, pos, len(buf), version >= _UM_FLEXIBLE)
-    req = UpdateMetadataRequest(r.int32(), 0)
-    if version >= 8:
-        req.is_kraft_controller = r.bool()
-    req.controller_epoch = r.int32()
-    if version >= 5:
-        req.broker_epoch = r.int64()
+    req = UpdateMetadataRequest(0, 0)
+    _read_control_request_head(r, req, version >= 8, version >= 5)
     if version <= 4:
         req.ungrouped_partition_states = [_um_partition(r, version, True) for _ in range(r.count(26))]
     else:
@@ -1145,22 +1162,12 @@ def encode_update_metadata_request(version: int, req: UpdateMetadataRequest) -> 
     _check_version(version, UPDATE_METADATA_VERSIONS, "UpdateMetadata request")
     w = _Writer(version >= _UM_FLEXIBLE)
     out = w.out
-    out += _I32.pack(req.controller_id)
-    if version >= 8:
-        out.append(1 if req.is_kraft_controller else 0)
-    out += _I32.pack(req.controller_epoch)
-    if version >= 5:
-        out += _I64.pack(req.broker_epoch)
+    _control_request_head(out, req, version >= 8, version >= 5)
 
     def partitions(states: Sequence[UpdateMetadataPartitionState], with_topic: bool) -> None:
         w.length(len(states), True)
         for ps in states:
-            if with_topic:
-                w.string(ps.topic_name)
-            out.extend(_I32X4.pack(ps.partition_index, ps.controller_epoch, ps.leader, ps.leader_epoch))
-            w.int32s(ps.isr)
-            out.extend(_I32.pack(ps.zk_version))
-            w.int32s(ps.replicas)
+            _partition_state_head(w, ps, ps.zk_version, with_topic)
             if version >= 4:
                 w.int32s(ps.offline_replicas)
             w.no_tags()

@@ -158,6 +158,15 @@ class Broker:
                 for p, leader, epoch, replicas in parts]}],
             "live_leaders": []})
 
+    async def sliced_answer(self):
+        """The answer to a LeaderAndIsr applied in slices: once the loop has turned enough."""
+        for _ in range(100):
+            if self.transport.written:
+                break
+            await asyncio.sleep(0)
+        [response] = self.responses(ApiKey.LEADER_AND_ISR, 7)
+        return response
+
     def create_online(self, topic, partitions=1, configs=None) -> uuid.UUID:
         """What the controller sends for a new topic this broker leads: UpdateMetadata, then LeaderAndIsr."""
         topic_id = uuid.uuid4()
@@ -420,11 +429,7 @@ async def test_a_leader_and_isr_is_logged_in_one_line_not_one_per_partition(brok
     assert broker.update_metadata([("big", topic_id, parts, {})], brokers=(BROKER_ID, 2)) == ErrorCode.NONE
     with caplog.at_level(logging.DEBUG):
         broker.send_leader_and_isr("big", topic_id, parts)
-        for _ in range(100):
-            if broker.transport.written:
-                break
-            await asyncio.sleep(0)
-    [response] = broker.responses(ApiKey.LEADER_AND_ISR, 7)
+        response = await broker.sliced_answer()
     assert response.error_code == ErrorCode.NONE
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and r.name == "kbroker.apis"]
     assert lines == [f"LeaderAndIsr applied for {n} partition(s): leading {n // 2} (big-1, big-3, big-5, big-7, "
@@ -480,10 +485,6 @@ async def test_the_heap_is_frozen_while_a_sliced_leader_and_isr_is_applied(broke
     asyncio.get_running_loop().call_soon(lambda: between.append(gc.get_freeze_count()))
     broker.send_leader_and_isr("big", topic_id, parts)
     assert gc.get_freeze_count() > 0
-    for _ in range(100):
-        if broker.transport.written:
-            break
-        await asyncio.sleep(0)
-    [response] = broker.responses(ApiKey.LEADER_AND_ISR, 7)
+    response = await broker.sliced_answer()
     assert response.error_code == ErrorCode.NONE
     assert between[0] > 0 and gc.get_freeze_count() == 0
