@@ -781,7 +781,7 @@ class _Reader:
             if shift >= 35:
                 raise _malformed("unsigned varint longer than 5 bytes")
 
-    def fixed(self, s: struct.Struct) -> tuple:
+    def fixed(self, s: struct.Struct) -> tuple[Any, ...]:
         pos = self.pos
         if pos + s.size > self.end:
             raise _malformed("truncated")
@@ -789,18 +789,22 @@ class _Reader:
         return s.unpack_from(self.buf, pos)
 
     def int8(self) -> int:
-        return self.fixed(_I8)[0]
+        value: int = self.fixed(_I8)[0]
+        return value
 
     def int16(self) -> int:
-        return self.fixed(_I16)[0]
+        value: int = self.fixed(_I16)[0]
+        return value
 
     def int32(self) -> int:
-        return self.fixed(_I32)[0]
+        value: int = self.fixed(_I32)[0]
+        return value
 
     def int64(self) -> int:
-        return self.fixed(_I64)[0]
+        value: int = self.fixed(_I64)[0]
+        return value
 
-    def bool(self) -> bool:
+    def flag(self) -> bool:
         pos = self.pos
         if pos >= self.end:
             raise _malformed("truncated")
@@ -866,7 +870,7 @@ def _read_control_request_head(r: _Reader, req: LeaderAndIsrRequest | UpdateMeta
     """controller id, isKRaftController (if ``kraft``), controller epoch, broker epoch (if ``broker_epoch``)."""
     req.controller_id = r.int32()
     if kraft:
-        req.is_kraft_controller = r.bool()
+        req.is_kraft_controller = r.flag()
     req.controller_epoch = r.int32()
     if broker_epoch:
         req.broker_epoch = r.int64()
@@ -884,7 +888,7 @@ def _lisr_partition(r: _Reader, version: int, with_topic: bool) -> LeaderAndIsrP
         ps.adding_replicas = r.int32s()
         ps.removing_replicas = r.int32s()
     if version >= 1:
-        ps.is_new = r.bool()
+        ps.is_new = r.flag()
     if version >= 6:
         ps.leader_recovery_state = r.int8()
     if r.flexible:

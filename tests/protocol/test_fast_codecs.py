@@ -756,7 +756,8 @@ def update_metadata_from_tree(tree, v, fill=True) -> H.UpdateMetadataRequest:
     return H.UpdateMetadataRequest(
         t["controller_id"], t["controller_epoch"], t["broker_epoch"], t["type"],
         [H.UpdateMetadataTopicState(ts["topic_name"], ts["topic_id"], [_um_partition(p) for p in ts["partition_states"]],
-                                    [H.UpdateMetadataTopicConfig(c["name"], c["value"]) for c in ts["topic_configs"]]) for ts in t["topic_states"]],
+                                    [H.UpdateMetadataTopicConfig(c["name"], c["value"]) for c in ts["topic_configs"]])
+         for ts in t["topic_states"]],
         [H.UpdateMetadataBroker(b["id"], [H.UpdateMetadataEndpoint(e["port"], e["host"], e["listener"],
                                                                    e["security_protocol"]) for e in b["endpoints"]],
                                 b["rack"], b["v0_host"], b["v0_port"]) for b in t["live_brokers"]],
