@@ -219,21 +219,38 @@ def _containers(value: Any) -> Any:
 def make_record(record_type: int, version: int | None = None, **fields: Any) -> ApiMessageAndVersion:
     """A record of ``record_type`` with ``fields`` set and every other field at its default.
     Unknown field names raise TypeError (a typo must not silently become a default)."""
-    message = RECORDS[record_type]
     v = WRITE_VERSIONS[record_type] if version is None else version
+    active, inactive, known = _field_defaults(record_type, v)
     data = Container()
-    known = set()
-    for f in message.fields:
-        if f.active(v):
-            known.add(f.name)
-            data[f.name] = _containers(fields[f.name]) if f.name in fields else f.default_value(v)
-    for f in message.fields:  # fields of other versions at their defaults, as decoding gives them
-        if f.name not in data:
-            data[f.name] = f.default_value(v)
+    for name, default in active:
+        data[name] = _containers(fields[name]) if name in fields else _containers(default)
+    for name, default in inactive:  # fields of other versions at their defaults, as decoding gives them
+        data[name] = _containers(default)
     unknown = set(fields) - known
     if unknown:
-        raise TypeError(f"{message.name} v{v} has no field(s) {', '.join(sorted(unknown))}")
+        raise TypeError(f"{RECORDS[record_type].name} v{v} has no field(s) {', '.join(sorted(unknown))}")
     return ApiMessageAndVersion(MetadataRecordType(record_type), v, data)
+
+
+# (record type, version) -> ((name, default) of the fields of that version, of the others, the names of the
+# first): what make_record fills in, worked out once (a broker's fencing makes tens of thousands of records).
+_DEFAULTS: dict[tuple[int, int], tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...], frozenset[str]]] = {}
+
+
+def _field_defaults(record_type: int, v: int
+                    ) -> tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...], frozenset[str]]:
+    found = _DEFAULTS.get((record_type, v))
+    if found is None:
+        fields = RECORDS[record_type].fields
+        active = tuple((f.name, f.default_value(v)) for f in fields if f.active(v))
+        names = {name for name, _ in active}
+        inactive = []
+        for f in fields:
+            if f.name not in names:
+                names.add(f.name)
+                inactive.append((f.name, f.default_value(v)))
+        found = _DEFAULTS[(record_type, v)] = (active, tuple(inactive), frozenset(name for name, _ in active))
+    return found
 
 
 def encode_record(record: ApiMessageAndVersion) -> bytes:

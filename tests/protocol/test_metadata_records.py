@@ -88,3 +88,23 @@ def test_every_record_type_has_a_write_version_it_defines():
     assert set(WRITE_VERSIONS) == set(RECORDS) == {t.value for t in T}
     for key, version in WRITE_VERSIONS.items():
         assert RECORDS[key].min_version <= version <= RECORDS[key].max_version
+
+
+@pytest.mark.parametrize("record_type", sorted(RECORDS))
+def test_made_records_hold_every_field_at_its_default_and_share_no_default(record_type) -> None:
+    """make_record works out each (type, version)'s defaults once: a record still holds every
+    field of the schema (those of other versions too) at the schema's default, and no two
+    records share a default list or struct."""
+    message = RECORDS[record_type]
+    for v in range(message.min_version, message.max_version + 1):
+        a, b = make_record(record_type, v), make_record(record_type, v)
+        expected = {}
+        for f in message.fields:
+            if f.active(v):
+                expected[f.name] = f.default_value(v)
+        for f in message.fields:
+            expected.setdefault(f.name, f.default_value(v))
+        assert dict(a.data) == expected
+        for name, value in a.data.items():
+            if isinstance(value, (list, dict)):
+                assert value is not b.data[name]
