@@ -171,20 +171,21 @@ def test_recovery_of_non_active_segments_keeps_only_read_handles(tmp_path):
 
 
 def test_an_idle_active_segment_gives_its_descriptors_up_and_reopens_on_use(tmp_path):
-    """Active segments are in the descriptor budget like the others: with room for the
-    descriptors of one open active segment, logs take turns; each append or read reopens
-    what the last user of another log closed, and nothing is lost or reordered."""
-    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS)
+    """Active segments are in the descriptor budget like the others: with room for one
+    descriptor, logs take turns; each append or read reopens what the last user of another
+    log closed (or opens its file for that write only), and nothing is lost or reordered."""
+    budget = OpenSegmentBudget(1)
     logs = [open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(5)]
     assert budget.files.total == 0  # loaded logs hold nothing until used
     for round_ in range(7):  # rolls too (segment_bytes 600)
         for log in logs:
             log.append_as_leader(batch(2, value_size=100, ts=1_700_000_000_000 + round_), 0)
-            assert budget.files.total <= ACTIVE_SEGMENT_FDS
-            held = [other for other in logs if other.active_segment._records is not None]
-            assert held == [log]  # the one just used; every other gave its descriptor up
+            assert budget.files.total <= 1  # an appending active segment holds its .log descriptor only
+            held = [other for other in logs if any(s.held()[0] for s in other.segments)]
+            assert len(held) <= 1  # the others gave their descriptors up (or wrote without keeping one)
+            assert sum(open_paths().count(str(s.log_path)) for other in logs for s in other.segments) <= 1
     paths = open_paths()
-    assert sum(paths.count(str(log.active_segment.log_path)) for log in logs) <= ACTIVE_SEGMENT_FDS
+    assert sum(paths.count(str(log.active_segment.log_path)) for log in logs) <= 1
     assert not [p for p in paths if p.endswith((".index", ".timeindex"))]
     for log in logs:
         assert log.log_end_offset == 14 and log.num_segments > 2
@@ -192,7 +193,7 @@ def test_an_idle_active_segment_gives_its_descriptors_up_and_reopens_on_use(tmp_
         check_consistent(log)
         log.flush()  # fsyncs the files of a closed active segment: opened for the flush only
         assert log.recovery_point == 14
-    assert budget.files.total <= ACTIVE_SEGMENT_FDS
+    assert budget.files.total <= ACTIVE_SEGMENT_FDS  # the last read's: its .log descriptor and mapping
     for log in logs:
         log.close()
     reopened = [open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(5)]
@@ -210,13 +211,15 @@ def test_a_mapping_still_read_when_its_segment_gives_its_files_up_is_closed_once
     first, second, third = (open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(3))
     fill(first, 1)
     view = first.read(0, 1 << 20).records  # a response not yet written
-    fill(second, 1)  # the budget closes first's files, but its mapping is still read
-    assert first.active_segment._records is None
+    fill(second, 1)
+    assert second.read(0, 1 << 20).records  # the budget closes first's files, but its mapping is still read
+    assert first.active_segment.held() == (0, 0)
     path = str(first.active_segment.log_path)
     assert open_paths().count(path) == 1  # the mapping's descriptor, kept while the view lives
     assert bytes(view[:8]) == bytes(8)  # still readable: base offset 0
     del view
-    fill(third, 1)  # an opening of another log: first's old mapping is closed now
+    fill(third, 1)
+    assert third.read(0, 1 << 20).records  # an opening of another log: first's old mapping is closed now
     assert open_paths().count(path) == 0
     assert budget._retired == []
     for log in (first, second, third):
