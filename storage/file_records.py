@@ -23,6 +23,10 @@ the data, and leaves the shrink for later (``trim``).
 A mapping holds a descriptor of its own (CPython's mmap dup()s the one it is given), so a
 segment that only serves reads can close ours (``release_fd``): it then costs one
 descriptor, not two. The next write, truncation or larger mapping reopens the file.
+``close_fds`` gives both up but keeps the object (its sizes): an active segment evicted
+from the descriptor budget reopens with one ``open`` on its next append (no ``fstat``, no
+new object). ``on_open``, when set, is called after every descriptor or mapping this opens
+after construction, so the owner's budget counts what is really held.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from protocol.records import Buffer
@@ -53,12 +57,14 @@ class FileRecords:
 
     def __init__(self, path: Path, size: int | None = None, retired: list[mmap.mmap] | None = None) -> None:
         self.path = path
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._path = os.fspath(path)  # opened on many appends (issue 12): converted once
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         self._closed = False
         self.file_size = os.fstat(self._fd).st_size
         self.size = self.file_size if size is None else min(size, self.file_size)
         self._map: mmap.mmap | None = None
         self._retired: list[mmap.mmap] = retired if retired is not None else []
+        self.on_open: Callable[[], None] | None = None  # see the module docstring
 
     # -- writing -------------------------------------------------------------------------
 
@@ -83,6 +89,18 @@ class FileRecords:
         if self.size > self.file_size:
             self.file_size = self.size
         return position
+
+    def append_closing(self, data: Buffer) -> int:
+        """``append``, with the file opened for this write only when our descriptor is closed
+        (``on_open`` is not told: the descriptor is not held after the call)."""
+        if self._fd >= 0:
+            return self.append(data)
+        self._fd = os.open(self._path, os.O_RDWR)
+        try:
+            return self.append(data)
+        finally:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
 
     def truncate_to(self, new_size: int) -> int:
         """Drop the bytes from ``new_size`` on; returns how many were dropped."""
@@ -127,6 +145,8 @@ class FileRecords:
                 self._retire_map(m)
             self._prune_retired()
             m = self._map = mmap.mmap(self._file(), self.size, access=mmap.ACCESS_READ)
+            if self.on_open is not None:
+                self.on_open()
         return m
 
     def slice(self, start: int, end: int) -> memoryview:
@@ -152,7 +172,9 @@ class FileRecords:
         if self._fd < 0:
             if self._closed:
                 raise ValueError(f"{self.path}: closed")
-            self._fd = os.open(self.path, os.O_RDWR)
+            self._fd = os.open(self._path, os.O_RDWR)
+            if self.on_open is not None:
+                self.on_open()
         return self._fd
 
     def release_fd(self) -> None:
@@ -163,6 +185,16 @@ class FileRecords:
             os.close(self._fd)
             self._fd = -1
 
+    def close_fds(self) -> None:
+        """Give up our descriptor and the mapping (kept until its views are gone if read):
+        the file reopens on next use, as it was (sizes kept, nothing re-read)."""
+        if self._map is not None:
+            self._retire_map(self._map)
+        self._prune_retired()
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
     @property
     def held_fds(self) -> int:
         """Descriptors held: ours (unless released) and the current mapping's."""
@@ -170,17 +202,12 @@ class FileRecords:
 
     def dup_fd(self) -> int:
         """A descriptor of the file the caller owns (to fsync elsewhere)."""
-        return os.dup(self._fd) if self._fd >= 0 else os.open(self.path, os.O_RDONLY)
+        return os.dup(self._fd) if self._fd >= 0 else os.open(self._path, os.O_RDONLY)
 
     def close(self) -> list[mmap.mmap]:
         """Close the file; returns the mappings still exported (the next FileRecords of this
         file must know them before it shrinks the file)."""
         if not self._closed:
             self._closed = True
-            if self._map is not None:
-                self._retire_map(self._map)
-            self._prune_retired()
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            self.close_fds()
         return self._retired

@@ -42,7 +42,7 @@ from protocol.records import BatchHeader, batch_body, check_batch, decode_record
 from .file_records import FileRecords
 from .index import CorruptIndexError
 from .offset_index import INT32_MAX, OffsetIndex
-from .segment_budget import ACTIVE_SEGMENT_FDS, USED, OpenSegmentBudget
+from .segment_budget import NEVER, USED, OpenSegmentBudget
 from .time_index import TimeIndex
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ class LogSegment:
         self.created_ms = created_ms
         self.active = False
         self.used = 0  # bits of the budget's caches that saw it used (see BudgetCache)
+        self.last_miss = NEVER  # see OpenSegmentBudget.admit
         try:
             self.size = self.log_path.stat().st_size
         except FileNotFoundError:
@@ -118,14 +119,17 @@ class LogSegment:
 
     @property
     def records(self) -> FileRecords:
-        if self._records is None:
-            self._records = FileRecords(self.log_path, self.size, self._retired_maps)
+        records = self._records
+        if records is None:
+            records = FileRecords(self.log_path, self.size, self._retired_maps)
             if not self.active:
-                self._records.release_fd()
+                records.release_fd()
+            records.on_open = self._opened  # what it reopens or maps later is counted then
+            self._records = records
             self._opened()
         else:
             self.used = USED
-        return self._records
+        return records
 
     @property
     def offset_index(self) -> OffsetIndex:
@@ -158,11 +162,10 @@ class LogSegment:
         self.active = active
 
     def held(self) -> tuple[int, int]:
-        """(descriptors, bytes of in-memory index copies) that the open handles hold. An active
-        segment's open ``.log`` counts two: its descriptor, and the mapping a read may add
-        without telling the budget."""
+        """(descriptors, bytes of in-memory index copies) that the open handles hold: what is
+        really held (the ``.log`` tells the budget of every descriptor or mapping it opens)."""
         records = self._records
-        fds = 0 if records is None else ACTIVE_SEGMENT_FDS if self.active else records.held_fds
+        fds = 0 if records is None else records.held_fds
         nbytes = 0
         for index in (self._offset_index, self._time_index):
             if index is not None:
@@ -209,8 +212,13 @@ class LogSegment:
             if index is not None and not index.read_only:
                 index.make_read_only()
         self._drop_indexes(read_only=False)
-        if self._records is not None:
-            self._records.release_fd()
+        records = self._records
+        if records is not None:
+            if records.held_fds:
+                records.release_fd()
+            else:  # a former active segment that had given its files up: opened on next read
+                records.close()
+                self._records = None
         self.budget.update(self)
 
     def _settle_inactive(self) -> None:
@@ -233,14 +241,18 @@ class LogSegment:
         indexes stay, so an active segment keeps its entries and reopens its ``.log`` on the
         next append or read. What the budget calls on the least recently used segments."""
         self.budget.files.discard(self)
-        if self._records is not None:
+        records = self._records
+        if records is not None:
             try:
-                self._records.trim()  # a zero tail a truncation had to leave (file_records.py)
+                records.trim()  # a zero tail a truncation had to leave (file_records.py)
             except OSError:
                 pass  # recovery cuts a zero tail too
-            self._retired_maps = self._records.close()
+            if self.active:  # the object stays: the next append reopens the file, nothing else
+                records.close_fds()
+            else:
+                records.close()
+                self._records = None
             self.budget.retired(self._retired_maps)
-            self._records = None
         if self._offset_index is not None and self._offset_index.held_fds:
             self._offset_index.close()
             self._offset_index = None
@@ -279,8 +291,15 @@ class LogSegment:
         The index entries then go to memory, which cannot fail (so there is no state to save
         for an undo); they reach the files behind (index.py).
         """
-        records, offset_index, time_index = self.records, self.offset_index, self.time_index
-        position = records.append(buf)
+        records, offset_index, time_index = self._records, self.offset_index, self.time_index
+        if records is None:
+            records = self.records
+            position = records.append(buf)
+        elif records.held_fds or self.budget.admit(self):
+            self.used = USED
+            position = records.append(buf)  # reopens a closed file for good (counted: on_open)
+        else:
+            position = records.append_closing(buf)  # opened for this write only (see admit)
         self.size = records.size
         for relative_position, header in batches:
             self._index_batch(position + relative_position, header, offset_index, time_index)

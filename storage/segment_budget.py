@@ -18,6 +18,15 @@ it holds with ``update``. Two caches keep the totals bounded:
   (a lookup that misses maps the ``.log`` only).
 
 The least recently used segments give theirs up first. Not thread-safe: the owner's thread.
+
+An append to an active segment whose ``.log`` was closed does not always reopen it for good
+(``admit``): when the budget is full, it is reopened for good (evicting the oldest) only if
+the segment's previous miss is less than a budget's worth of misses ago, the reuse distance
+at which keeping it would have paid; otherwise the write opens the file for itself and closes
+it (one ``open``, one ``close``, no cache work). Appends spread round-robin over more
+partitions than the budget holds (issue 12: 10,000 partitions, ~768 descriptors) would
+otherwise evict on every append and never hit; a set of partitions that fits the budget
+is admitted on its second miss and then hits.
 """
 
 from __future__ import annotations
@@ -34,19 +43,21 @@ from .file_records import try_close
 log = logging.getLogger("kbroker.storage.segment")
 
 INDEX_COPY_BYTES = 64 << 20  # in-memory index copies non-active segments may hold in all
-ACTIVE_SEGMENT_FDS = 2  # what an open active segment counts: its ``.log`` descriptor and mapping
+ACTIVE_SEGMENT_FDS = 2  # the most an active segment holds: its ``.log`` descriptor and mapping
 MIN_OPEN_FILES_BUDGET = 64
 _MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
 _NR_OPEN = Path("/proc/sys/fs/nr_open")
 
 FILES, COPIES = 1, 2  # bits of a segment's ``used``, one per cache
 USED = FILES | COPIES  # what a read sets: the segment was used, for both caches
+NEVER = -(1 << 62)  # a segment's ``last_miss`` before its first
 
 
 class BudgetedSegment(Protocol):
     """What the budget needs of a segment (LogSegment is one)."""
 
     used: int  # the caches' bits, set on use, cleared by the cache (second chance)
+    last_miss: int  # the budget's ``misses`` at this segment's last one (``admit``)
 
     def held(self) -> tuple[int, int]: ...  # (descriptors, bytes of index copies)
 
@@ -146,6 +157,7 @@ class OpenSegmentBudget:
         # so they are closed here once their readers are done, not when (if ever) the segment
         # is used again. The lists are the segments' own (file_records.py), pruned in place.
         self._retired: list[list[mmap.mmap]] = []
+        self.misses = 0  # appends that found their active segment's .log closed (``admit``)
 
     @classmethod
     def from_open_files_limit(cls, max_fds: int | None = None) -> OpenSegmentBudget:
@@ -158,6 +170,14 @@ class OpenSegmentBudget:
     def resize_to_open_files_limit(self) -> None:
         """Resize the descriptor budget after the limit changed (``raise_open_files_limit``)."""
         self.files.budget = open_files_budget(self.max_fds)
+
+    def admit(self, segment: BudgetedSegment) -> bool:
+        """An append found ``segment``'s file closed: whether to reopen it for good (the
+        module docstring) rather than for this write only."""
+        self.misses = misses = self.misses + 1
+        last, segment.last_miss = segment.last_miss, misses
+        files = self.files
+        return files.total < files.budget or misses - last <= files.budget
 
     def retired(self, maps: list[mmap.mmap]) -> None:
         """A closed segment's mappings still exported: closed by a later ``update`` once free."""

@@ -171,20 +171,21 @@ def test_recovery_of_non_active_segments_keeps_only_read_handles(tmp_path):
 
 
 def test_an_idle_active_segment_gives_its_descriptors_up_and_reopens_on_use(tmp_path):
-    """Active segments are in the descriptor budget like the others: with room for the
-    descriptors of one open active segment, logs take turns; each append or read reopens
-    what the last user of another log closed, and nothing is lost or reordered."""
-    budget = OpenSegmentBudget(ACTIVE_SEGMENT_FDS)
+    """Active segments are in the descriptor budget like the others: with room for one
+    descriptor, logs take turns; each append or read reopens what the last user of another
+    log closed (or opens its file for that write only), and nothing is lost or reordered."""
+    budget = OpenSegmentBudget(1)
     logs = [open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(5)]
     assert budget.files.total == 0  # loaded logs hold nothing until used
     for round_ in range(7):  # rolls too (segment_bytes 600)
         for log in logs:
             log.append_as_leader(batch(2, value_size=100, ts=1_700_000_000_000 + round_), 0)
-            assert budget.files.total <= ACTIVE_SEGMENT_FDS
-            held = [other for other in logs if other.active_segment._records is not None]
-            assert held == [log]  # the one just used; every other gave its descriptor up
+            assert budget.files.total <= 1  # an appending active segment holds its .log descriptor only
+            held = [other for other in logs if any(s.held()[0] for s in other.segments)]
+            assert len(held) <= 1  # the others gave their descriptors up (or wrote without keeping one)
+            assert sum(open_paths().count(str(s.log_path)) for other in logs for s in other.segments) <= 1
     paths = open_paths()
-    assert sum(paths.count(str(log.active_segment.log_path)) for log in logs) <= ACTIVE_SEGMENT_FDS
+    assert sum(paths.count(str(log.active_segment.log_path)) for log in logs) <= 1
     assert not [p for p in paths if p.endswith((".index", ".timeindex"))]
     for log in logs:
         assert log.log_end_offset == 14 and log.num_segments > 2
@@ -192,7 +193,7 @@ def test_an_idle_active_segment_gives_its_descriptors_up_and_reopens_on_use(tmp_
         check_consistent(log)
         log.flush()  # fsyncs the files of a closed active segment: opened for the flush only
         assert log.recovery_point == 14
-    assert budget.files.total <= ACTIVE_SEGMENT_FDS
+    assert budget.files.total <= ACTIVE_SEGMENT_FDS  # the last read's: its .log descriptor and mapping
     for log in logs:
         log.close()
     reopened = [open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(5)]
@@ -210,13 +211,15 @@ def test_a_mapping_still_read_when_its_segment_gives_its_files_up_is_closed_once
     first, second, third = (open_log(tmp_path / f"t-{p}", budget=budget, **CONFIG) for p in range(3))
     fill(first, 1)
     view = first.read(0, 1 << 20).records  # a response not yet written
-    fill(second, 1)  # the budget closes first's files, but its mapping is still read
-    assert first.active_segment._records is None
+    fill(second, 1)
+    assert second.read(0, 1 << 20).records  # the budget closes first's files, but its mapping is still read
+    assert first.active_segment.held() == (0, 0)
     path = str(first.active_segment.log_path)
     assert open_paths().count(path) == 1  # the mapping's descriptor, kept while the view lives
     assert bytes(view[:8]) == bytes(8)  # still readable: base offset 0
     del view
-    fill(third, 1)  # an opening of another log: first's old mapping is closed now
+    fill(third, 1)
+    assert third.read(0, 1 << 20).records  # an opening of another log: first's old mapping is closed now
     assert open_paths().count(path) == 0
     assert budget._retired == []
     for log in (first, second, third):
@@ -397,3 +400,84 @@ def test_budget_cache_releases_the_oldest_unused_first():
     cache.set(d, 4)  # over the budget on its own
     assert released == [a, c, b, a] and list(cache._costs) == [d]  # the one just set always stays
     assert cache.total == 4
+
+
+def log_fds(logs) -> int:
+    """Descriptors this process holds of the logs' segment files (/proc/self/fd)."""
+    paths = open_paths()
+    return sum(paths.count(str(s.log_path)) for log in logs for s in log.segments)
+
+
+def test_an_active_segment_counts_what_it_really_holds(tmp_path):
+    """An appending active segment holds its .log descriptor only and counts 1 (not 2, which
+    would halve what the budget keeps open); a read adds the mapping, counted when made."""
+    budget = OpenSegmentBudget(1000)
+    log = open_log(tmp_path / "t-0", budget=budget, segment_bytes=1 << 20)
+    fill(log, 2)
+    active = log.active_segment
+    assert active.held() == (1, 0) and budget.files.total == 1 and log_fds([log]) == 1
+    assert log.read(0, 1 << 20).records
+    assert active.held() == (2, 0) and budget.files.total == 2 and log_fds([log]) == 2
+    active.close_files()  # as an eviction: nothing held, the next append reopens the .log only
+    assert active.held() == (0, 0) and budget.files.total == 0 and log_fds([log]) == 0
+    fill(log, 1)
+    assert active.held() == (1, 0) and budget.files.total == 1 and log_fds([log]) == 1
+    check_consistent(log)
+    log.close()
+
+
+def count_opens(monkeypatch) -> list[str]:
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **kw: opened.append(os.fspath(path)) or real_open(path, *a, **kw))
+    return opened
+
+
+def test_appends_round_robin_over_more_logs_than_the_budget_holds_evict_nothing(tmp_path, monkeypatch):
+    """10 logs written in turn, 4 descriptors: keeping a reopened file would never pay (its next
+    append comes after 9 others), so the logs that hold one keep it and the others open their
+    file for each write and close it; descriptors stay within the budget throughout."""
+    budget = OpenSegmentBudget(4)
+    logs = [open_log(tmp_path / f"t-{p}", budget=budget, segment_bytes=1 << 20) for p in range(10)]
+    for log in logs:
+        log.active_segment.close_files()  # as after loading many logs: nothing held
+    fill_round = lambda: [log.append_as_leader(batch(2, value_size=100), 0) for log in logs]  # noqa: E731
+    fill_round()
+    holders = [log for log in logs if log.active_segment.held()[0]]
+    assert len(holders) == 4 and budget.files.total == 4
+    opened = count_opens(monkeypatch)
+    for _ in range(5):
+        for log in logs:
+            log.append_as_leader(batch(2, value_size=100), 0)
+            assert budget.files.total <= 4 and log_fds(logs) <= 4
+        assert [log for log in logs if log.active_segment.held()[0]] == holders  # no eviction
+    assert len(opened) == 5 * 6  # one open per append of the 6 others, none for the holders
+    for log in logs:
+        assert log.log_end_offset == 12 and read_everything(log) == [o - o % 2 for o in range(12)]
+        check_consistent(log)
+        log.close()
+
+
+def test_logs_that_fit_the_budget_are_admitted_on_their_second_miss_then_hit(tmp_path, monkeypatch):
+    budget = OpenSegmentBudget(4)
+    logs = [open_log(tmp_path / f"t-{p}", budget=budget, segment_bytes=1 << 20) for p in range(10)]
+    for log in logs:
+        log.active_segment.close_files()
+    for _ in range(2):
+        for log in logs:
+            log.append_as_leader(batch(2, value_size=100), 0)
+    hot = [log for log in logs if not log.active_segment.held()[0]][:3]
+    for log in hot:  # a first miss (a reuse distance over the budget): written, not kept
+        log.append_as_leader(batch(2, value_size=100), 0)
+        assert not log.active_segment.held()[0]
+    for log in hot:  # a second one, 3 misses later: kept, evicting the oldest
+        log.append_as_leader(batch(2, value_size=100), 0)
+        assert log.active_segment.held() == (1, 0) and budget.files.total <= 4
+    opened = count_opens(monkeypatch)
+    for _ in range(5):
+        for log in hot:
+            log.append_as_leader(batch(2, value_size=100), 0)
+    assert opened == [] and log_fds(logs) <= 4
+    for log in logs:
+        check_consistent(log)
+        log.close()
