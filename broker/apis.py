@@ -8,8 +8,9 @@ to the active controller), the ``ConfigRepository`` (DescribeConfigs), the produ
 generator (InitProducerId), the name of the listener other brokers connect to and this
 broker's epoch (control requests for an older registration are refused).
 
-Produce and Fetch, the busiest APIs, use the hand-written codecs of protocol/fast_codecs.py; every
-other API is decoded and encoded with its construct schema (protocol/messages). A handler
+Produce and Fetch, the busiest APIs, and the controller's LeaderAndIsr and UpdateMetadata (a full
+state holds every partition of the cluster) use the hand-written codecs of protocol/fast_codecs.py;
+every other API is decoded and encoded with its construct schema (protocol/messages). A handler
 answers through ``ctx.send_response`` now or later (delayed operations), or
 ``send_no_response`` (acks=0). An error for one partition goes into that partition's slot; a body that does not
 decode closes the connection with one log line (there is no response to put an error in).
@@ -19,14 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import re
 from typing import TYPE_CHECKING, Callable
 
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError, RemoteProtocolError
-from protocol.fast_codecs import (decode_fetch_request, decode_produce_request, encode_fetch_response,
-                              encode_produce_response, response_header)
+from protocol.fast_codecs import (LeaderAndIsrPartitionError, LeaderAndIsrResponse, LeaderAndIsrTopicError,
+                                  decode_fetch_request, decode_leader_and_isr_request, decode_produce_request,
+                                  decode_update_metadata_request, encode_fetch_response,
+                                  encode_leader_and_isr_response, encode_produce_response, response_header)
 from protocol.messages import APIS, response_is_flexible
 from protocol.records import is_transactional_batch, produce_records_error
 from protocol.schema import Api, SchemaError
@@ -38,7 +42,7 @@ from .fetch_params import FetchParams
 from .forwarding import FORWARDED_APIS, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .metrics import count_errors
-from .partition import LeaderAndIsrState
+from .partition import LeaderAndIsrState, error_name, partition_names
 from .replica_manager import is_internal_topic
 
 from .topic_admin import NewTopic
@@ -666,8 +670,8 @@ class KafkaApis:
 
     def handle_leader_and_isr_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.LEADER_AND_ISR]
-        req = self.parse(ctx, api)
         version = ctx.api_version
+        req = decode_leader_and_isr_request(version, memoryview(ctx.frame), ctx.body_offset)
         if version <= 1:
             grouped = [(ps.topic_name, None, [ps]) for ps in req.ungrouped_partition_states]
         else:
@@ -759,28 +763,68 @@ class KafkaApis:
                     return step()
                 loop.call_soon(step)
                 return
+            gc.unfreeze()
             if -1 not in errors:  # (a failure closed the connection: the controller sends it again)
                 error = next((e for e in errors if e != ErrorCode.NONE), ErrorCode.NONE)
                 self._answer_leader_and_isr(ctx, api, grouped, error, results)
             self._next_controller_request()
 
-        self._controller_requests.append(step)
-        if len(self._controller_requests) == 1:
+        def start() -> None:
+            # Applying it creates objects by the ten thousand: the cyclic collector's full
+            # collections would scan the whole heap (every log, the controller's metadata)
+            # again and again meanwhile; what exists now is frozen until the last slice.
+            gc.freeze()
             step()
+
+        self._controller_requests.append(start)
+        if len(self._controller_requests) == 1:
+            start()
 
     def _answer_leader_and_isr(self, ctx: "RequestContext", api: Api, grouped, error: int,
                                results: dict[tuple[str, int], int]) -> None:
         version = ctx.api_version
         if version <= 4:
-            body = {"error_code": error, "partition_errors": [
-                {"topic_name": t, "partition_index": p, "error_code": code} for (t, p), code in results.items()]}
+            response = LeaderAndIsrResponse(error, [LeaderAndIsrPartitionError(p, code, t)
+                                                    for (t, p), code in results.items()])
+            errors = [e.error_code for e in response.partition_errors]
         else:
-            body = {"error_code": error, "topics": [
-                {"topic_id": topic_id, "partition_errors": [
-                    {"partition_index": ps.partition_index, "error_code": results.get((topic, ps.partition_index), 0)}
-                    for ps in parts]} for topic, topic_id, parts in grouped]}
-        self.send(ctx, api, body)
+            response = LeaderAndIsrResponse(error, topics=[
+                LeaderAndIsrTopicError(topic_id, [LeaderAndIsrPartitionError(
+                    ps.partition_index, results.get((topic, ps.partition_index), 0)) for ps in parts])
+                for topic, topic_id, parts in grouped])
+            errors = [e.error_code for t in response.topics for e in t.partition_errors]
+        if self.request_metrics is not None:
+            stats = self.request_metrics.api(api.key)
+            for code in (error, *errors):
+                if code:
+                    stats.error(code)
+        body = encode_leader_and_isr_response(version, response)
+        ctx.send_response(frame_response(api.key, version, ctx.header.correlation_id, body))
+        if error == ErrorCode.NONE:
+            self._log_leader_and_isr(grouped, results)
         self.metadata_cache.updated()  # whoever waits for this broker to act on new metadata
+
+    def _log_leader_and_isr(self, grouped, results: dict[tuple[str, int], int]) -> None:
+        """One line per LeaderAndIsr (Kafka's state-change log has one per partition; that is
+        kbroker.partition's DEBUG): what this broker leads and follows now, and what failed."""
+        me = self.replica_manager.broker_id
+        led, followed, leaderless, failed = [], [], [], []
+        for topic, _id, parts in grouped:
+            for ps in parts:
+                key = (topic, ps.partition_index)
+                code = results.get(key, ErrorCode.NONE)
+                if code:
+                    failed.append(f"{topic}-{ps.partition_index}: {error_name(code)}")
+                else:
+                    (led if ps.leader == me else followed if ps.leader >= 0 else leaderless).append(key)
+        log.info("LeaderAndIsr applied for %d partition(s): leading %d%s; following %d%s%s%s",
+                 len(led) + len(followed) + len(leaderless) + len(failed), len(led),
+                 f" ({partition_names(led)})" if led else "",
+                 len(followed), f" ({partition_names(followed)})" if followed else "",
+                 f"; without a leader (offline, nothing to fetch) {len(leaderless)} ({partition_names(leaderless)})"
+                 if leaderless else "",
+                 f"; {len(failed)} failed ({', '.join(failed[:10])}{' ...' if len(failed) > 10 else ''})"
+                 if failed else "")
 
     def _broker_epoch_stale(self, ctx: "RequestContext", request_epoch: int) -> bool:
         """Kafka's isBrokerEpochStale: a control request sent to an earlier registration of
@@ -801,7 +845,7 @@ class KafkaApis:
         A FULL request (sent on registration and to every broker by a new controller)
         replaces what this broker knew."""
         api = APIS[ApiKey.UPDATE_METADATA]
-        req = self.parse(ctx, api)
+        req = decode_update_metadata_request(ctx.api_version, memoryview(ctx.frame), ctx.body_offset)
         if self._cluster_action_denied(ctx):
             return self.send(ctx, api, {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
         rm = self.replica_manager
@@ -833,7 +877,7 @@ class KafkaApis:
                         {c.name: c.value for c in ts.topic_configs} if version >= 6 else None)
                        for ts in req.topic_states]
         deleted: list[tuple[str, int]] = []  # partitions of deleted topics: their committed offsets go too
-        if req.get("type") == REQUEST_TYPE_FULL:
+        if req.type == REQUEST_TYPE_FULL:
             named = {topic for topic, _id, _parts, _configs in grouped}
             for name in [t for t in cache.topics if t not in named]:
                 deleted += [(name, p) for p in cache.topics[name].partitions]

@@ -33,20 +33,30 @@ class ConfigRepository:
         self.config = config
         self.broker_id = broker_id
         self.metadata_cache = metadata_cache
+        # LogConfig (immutable) per set of overrides, for the broker's topic defaults of the
+        # time: thousands of partitions of one topic share one, built once.
+        self._log_configs: dict[tuple[tuple[tuple[str, str], ...], frozenset[tuple[str, str]]], LogConfig] = {}
 
     # -- topic configs ---------------------------------------------------------------------
     def default_log_config(self) -> LogConfig:
-        return LogConfig.from_topic_properties(self.config.topic_defaults())
+        return self._log_config({})
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         info = self.metadata_cache.topics.get(topic)
         return info.configs if info is not None else {}
 
     def log_config_for(self, topic: str) -> LogConfig:
-        overrides = self.topic_overrides(topic)
-        if not overrides:
-            return self.default_log_config()
-        return LogConfig.from_topic_properties({**self.config.topic_defaults(), **overrides})
+        return self._log_config(self.topic_overrides(topic))
+
+    def _log_config(self, overrides: dict[str, str]) -> LogConfig:
+        defaults = self.config.topic_defaults()
+        key = (tuple(defaults.items()), frozenset(overrides.items()))
+        found = self._log_configs.get(key)
+        if found is None:
+            if len(self._log_configs) >= 1024:  # topics come and go: a bound, not an index of every topic
+                self._log_configs.clear()
+            found = self._log_configs[key] = LogConfig.from_topic_properties({**defaults, **overrides})
+        return found
 
     # -- DescribeConfigs -------------------------------------------------------------------
     def describe_configs(self, resource_type: int, name: str) -> tuple[int, str | None, list[ConfigEntry]]:

@@ -34,6 +34,8 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.fast_codecs import FetchPartition, FetchRequest
 from protocol.records import iter_batch_headers
 
+from .partition import partition_names
+
 if TYPE_CHECKING:
     from .config import KafkaConfig
     from .metadata_cache import MetadataCache
@@ -344,9 +346,10 @@ class ReplicaFetcherManager:
 
     def add_fetcher_for_partitions(self, partitions: list["Partition"]) -> None:
         grouped: dict[tuple[int, str, int], dict] = {}
+        offline = []
         for p in partitions:
             if p.leader_id < 0:
-                log.info("%s-%d has no leader (offline); nothing to fetch until one is elected", p.topic, p.partition)
+                offline.append(p.key)
                 continue
             endpoint = self.metadata_cache.broker_endpoint(p.leader_id, self.listener_name)
             if endpoint is None:
@@ -362,7 +365,11 @@ class ReplicaFetcherManager:
             if fetcher is None:
                 fetcher = self.fetchers[source] = ReplicaFetcher(self, *source)
             fetcher.add_partitions(states)
-            log.info("fetching %s from broker %d", ", ".join(sorted(f"{t}-{p}" for t, p in states)), source[0])
+            log.info("fetching %d partition(s) from broker %d: %s", len(states), source[0],
+                     partition_names(sorted(states)))
+        if offline:  # (the LeaderAndIsr's line counts them)
+            log.debug("%d partition(s) have no leader (offline), nothing to fetch until one is elected: %s",
+                      len(offline), partition_names(offline))
         self._stop_idle()
 
     def remove_fetcher_for_partitions(self, keys) -> None:

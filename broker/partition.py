@@ -41,18 +41,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.partition")
 
 
-def _error_name(code: int) -> str:
+def error_name(code: int) -> str:
     try:
         return ErrorCode(code).name
     except ValueError:
         return f"error {code}"
+
+def partition_names(keys, limit: int = 10) -> str:
+    """``t-0, t-1, ...`` for a log line: at most ``limit`` names, then how many more (a
+    LeaderAndIsr can hold tens of thousands of partitions; one line says what it did)."""
+    keys = list(keys)
+    shown = ", ".join(f"{t}-{p}" for t, p in keys[:limit])
+    return shown if len(keys) <= limit else f"{shown} and {len(keys) - limit} more"
+
 
 FETCH_LOG_END = 0          # followers read up to the log end offset
 FETCH_HIGH_WATERMARK = 1   # consumers (read_uncommitted) read up to the high watermark
 FETCH_TXN_COMMITTED = 2    # read_committed: the last stable offset (= HW without transactions)
 
 
-@dataclass
+@dataclass(slots=True)
 class LeaderAndIsrState:
     """One partition's state as the controller sends it (LeaderAndIsr)."""
 
@@ -308,8 +316,9 @@ class Partition:
             # Epoch → start offset, so followers can find where this epoch's log begins (KIP-101).
             self.log.leader_epoch_cache.assign(state.leader_epoch, leo)
             self.leader_epoch_start_offset = leo
-            log.info("%s-%d: leader at epoch %d from offset %d, ISR %s", self.topic, self.partition,
-                     state.leader_epoch, leo, sorted(self.isr))
+            # (ReplicaManager logs one line per LeaderAndIsr; this one per partition is for debugging)
+            log.debug("%s-%d: leader at epoch %d from offset %d, ISR %s", self.topic, self.partition,
+                      state.leader_epoch, leo, sorted(self.isr))
         self.leader_epoch = state.leader_epoch
         self.leader_id = self.local_broker_id
         if is_new_epoch or not was_leader:
@@ -455,7 +464,7 @@ class Partition:
                          self.topic, self.partition, sorted(proposal.proposed_isr), ErrorCode(error).name)
                 return False
             log.warning("%s-%d: ISR change to %s failed (%s); retrying", self.topic, self.partition,
-                        sorted(proposal.proposed_isr), _error_name(error))
+                        sorted(proposal.proposed_isr), error_name(error))
             return True
         if result.leader_epoch != self.leader_epoch or result.partition_epoch < self.partition_epoch:
             log.info("%s-%d: ignoring a stale AlterPartition answer %r (leader epoch %d, partition epoch %d)",

@@ -111,8 +111,10 @@ class ReplicaManager:
             self.partitions[key] = p
         if p.log is None:
             try:
-                p.log = self.log_manager.get_or_create_log(topic, partition, self.log_config_for(topic),
-                                                           defer_dir_sync=defer_dir_sync)
+                # A log loaded at start-up is taken as it is (its config came with it): the topic's
+                # config is looked up only to create one.
+                p.log = self.log_manager.get_log(topic, partition) or self.log_manager.get_or_create_log(
+                    topic, partition, self.log_config_for(topic), defer_dir_sync=defer_dir_sync)
             except Exception:
                 if self.partitions.get(key) is p and p.leader_epoch < 0:
                     del self.partitions[key]  # never acted on: as if the LeaderAndIsr had not come

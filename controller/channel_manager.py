@@ -42,6 +42,11 @@ from protocol.api_keys import ApiKey
 from protocol.client import DEFAULT_NETWORK, BrokerConnection, Network, sleep
 from protocol.clock import Time
 from protocol.errors import ErrorCode, UnsupportedVersionError
+from protocol.fast_codecs import (LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState, LeaderAndIsrRequest,
+                                  LeaderAndIsrTopicState, UpdateMetadataBroker, UpdateMetadataEndpoint,
+                                  UpdateMetadataPartitionState, UpdateMetadataRequest, UpdateMetadataTopicConfig,
+                                  UpdateMetadataTopicState, decode_leader_and_isr_response,
+                                  encode_leader_and_isr_request, encode_update_metadata_request)
 from protocol.messages import APIS
 
 log = logging.getLogger("kbroker.controller.channel")
@@ -247,7 +252,10 @@ class ControllerChannelManager:
                 api_key, version, body = self._build(item, q, conn)
                 if isinstance(body, bytes):
                     raw = await conn.request_raw(api_key, version, body)
-                    response = APIS[api_key].response.parse(version, raw, 0)
+                    if api_key == ApiKey.LEADER_AND_ISR:  # an answer for every partition: hand-written
+                        response = decode_leader_and_isr_response(version, raw, 0)
+                    else:
+                        response = APIS[api_key].response.parse(version, raw, 0)
                 else:
                     response = await conn.request(api_key, body, version)
             except UnsupportedVersionError as exc:
@@ -314,16 +322,20 @@ class ControllerChannelManager:
     # -- request bodies ------------------------------------------------------------------
 
     def _build(self, item, q: _BrokerQueue, conn: BrokerConnection) -> tuple[int, int, dict | bytes]:
-        """(API key, version, the request body: a dict to encode, or bytes already encoded)."""
+        """(API key, version, the request body: a dict to encode, or bytes already encoded).
+        LeaderAndIsr and UpdateMetadata (a full state: every partition) go through the
+        hand-written codecs of protocol/fast_codecs.py."""
         epoch = self.controller_epoch
         if isinstance(item, UpdateMetadataItem):
             version = conn.version_for(ApiKey.UPDATE_METADATA, *UPDATE_METADATA_VERSIONS)
             if item.full:
                 return ApiKey.UPDATE_METADATA, version, self._encoded_update_metadata(item, version, q.broker_epoch)
-            return ApiKey.UPDATE_METADATA, version, self.update_metadata_body(item, q.broker_epoch)
+            return ApiKey.UPDATE_METADATA, version, encode_update_metadata_request(
+                version, self.update_metadata_body(item, q.broker_epoch))
         if isinstance(item, LeaderAndIsrItem):
             version = conn.version_for(ApiKey.LEADER_AND_ISR, *LEADER_AND_ISR_VERSIONS)
-            return ApiKey.LEADER_AND_ISR, version, self.leader_and_isr_body(item, q.broker_epoch)
+            return ApiKey.LEADER_AND_ISR, version, encode_leader_and_isr_request(
+                version, self.leader_and_isr_body(item, q.broker_epoch))
         if isinstance(item, StopReplicaItem):
             version = conn.version_for(ApiKey.STOP_REPLICA, *STOP_REPLICA_VERSIONS)
             topics: dict[str, list] = {}
@@ -336,52 +348,50 @@ class ControllerChannelManager:
         raise TypeError(f"unknown channel item {item!r}")
 
     def _encoded_update_metadata(self, item: UpdateMetadataItem, version: int, broker_epoch: int) -> bytes:
-        """A full UpdateMetadata (every partition: tens of thousands of entries, seconds to
-        encode) is encoded once for all brokers, then only its broker epoch is written in:
-        an int64 after the fixed-size controller id, isKRaftController (v8+) and controller
-        epoch."""
+        """A full UpdateMetadata (every partition: tens of thousands of entries) is encoded
+        once for all brokers, then only its broker epoch is written in: an int64 after the
+        fixed-size controller id, isKRaftController (v8+) and controller epoch."""
         key = (version, self.controller_epoch)
         encoded = item.encoded.get(key)
         if encoded is None:
-            encoded = APIS[ApiKey.UPDATE_METADATA].request.build(version, self.update_metadata_body(item, 0))
+            encoded = encode_update_metadata_request(version, self.update_metadata_body(item, 0))
             item.encoded[key] = encoded
         at = _BROKER_EPOCH_AT[version]
         return encoded[:at] + _I64.pack(broker_epoch) + encoded[at + 8:]
 
-    def update_metadata_body(self, item: UpdateMetadataItem, broker_epoch: int) -> dict:
+    def update_metadata_body(self, item: UpdateMetadataItem, broker_epoch: int) -> UpdateMetadataRequest:
         epoch = self.controller_epoch
-        topics: dict[str, dict] = {}
+        topics: dict[str, UpdateMetadataTopicState] = {}
         for (topic, _p), s in sorted(item.partitions.items()):
-            t = topics.setdefault(topic, {"topic_name": topic, "topic_id": s.topic_id, "partition_states": []})
-            t["partition_states"].append({
-                "partition_index": s.partition, "controller_epoch": epoch, "leader": s.leader,
-                "leader_epoch": s.leader_epoch, "isr": list(s.isr), "zk_version": s.partition_epoch,
-                "replicas": list(s.replicas), "offline_replicas": list(s.offline_replicas)})
+            t = topics.get(topic)
+            if t is None:
+                t = topics[topic] = UpdateMetadataTopicState(topic, s.topic_id, [])
+            t.partition_states.append(UpdateMetadataPartitionState(
+                s.partition, epoch, s.leader, s.leader_epoch, s.isr, s.partition_epoch, s.replicas, s.offline_replicas))
         for topic, configs in item.topic_configs.items():
             if topic in topics:
-                topics[topic]["topic_configs"] = [{"name": k, "value": v} for k, v in sorted(configs.items())]
-        return {"controller_id": self.controller_id, "controller_epoch": epoch, "broker_epoch": broker_epoch,
-                "type": REQUEST_TYPE_FULL if item.full else REQUEST_TYPE_INCREMENTAL,
-                "topic_states": list(topics.values()),
-                "live_brokers": [{"id": b.broker_id, "rack": b.rack, "endpoints": [
-                    {"port": port, "host": host, "listener": listener, "security_protocol": sp}
-                    for listener, host, port, sp in b.endpoints]} for b in item.live_brokers]}
+                topics[topic].topic_configs = [UpdateMetadataTopicConfig(k, v) for k, v in sorted(configs.items())]
+        return UpdateMetadataRequest(
+            self.controller_id, epoch, broker_epoch, REQUEST_TYPE_FULL if item.full else REQUEST_TYPE_INCREMENTAL,
+            list(topics.values()),
+            [UpdateMetadataBroker(b.broker_id, [UpdateMetadataEndpoint(port, host, listener, sp)
+                                                for listener, host, port, sp in b.endpoints], b.rack)
+             for b in item.live_brokers])
 
-    def leader_and_isr_body(self, item: LeaderAndIsrItem, broker_epoch: int) -> dict:
+    def leader_and_isr_body(self, item: LeaderAndIsrItem, broker_epoch: int) -> LeaderAndIsrRequest:
         epoch = self.controller_epoch
-        topics: dict[str, dict] = {}
+        topics: dict[str, LeaderAndIsrTopicState] = {}
         for (topic, _p), s in sorted(item.partitions.items()):
-            t = topics.setdefault(topic, {"topic_name": topic, "topic_id": s.topic_id, "partition_states": []})
-            t["partition_states"].append({
-                "partition_index": s.partition, "controller_epoch": epoch, "leader": s.leader,
-                "leader_epoch": s.leader_epoch, "isr": list(s.isr), "partition_epoch": s.partition_epoch,
-                "replicas": list(s.replicas), "adding_replicas": [], "removing_replicas": [], "is_new": s.is_new,
-                "leader_recovery_state": s.leader_recovery_state})
-        return {"controller_id": self.controller_id, "controller_epoch": epoch, "broker_epoch": broker_epoch,
-                "type": REQUEST_TYPE_FULL if item.full else REQUEST_TYPE_INCREMENTAL,
-                "topic_states": list(topics.values()),
-                "live_leaders": [{"broker_id": b, "host_name": host, "port": port}
-                                 for b, (host, port) in sorted(item.leaders.items())]}
+            t = topics.get(topic)
+            if t is None:
+                t = topics[topic] = LeaderAndIsrTopicState(topic, s.topic_id, [])
+            t.partition_states.append(LeaderAndIsrPartitionState(
+                s.partition, epoch, s.leader, s.leader_epoch, s.isr, s.partition_epoch, s.replicas, (), (), s.is_new,
+                s.leader_recovery_state))
+        return LeaderAndIsrRequest(
+            self.controller_id, epoch, broker_epoch, REQUEST_TYPE_FULL if item.full else REQUEST_TYPE_INCREMENTAL,
+            list(topics.values()),
+            [LeaderAndIsrLiveLeader(b, host, port) for b, (host, port) in sorted(item.leaders.items())])
 
     async def close(self) -> None:
         queues = list(self._queues.values())

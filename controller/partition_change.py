@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType, make_record
@@ -69,17 +69,17 @@ class PartitionRegistration:
 
     def merge(self, record: ApiMessageAndVersion) -> "PartitionRegistration":
         """This partition after a PartitionChangeRecord (replay)."""
-        changes: dict = {"partition_epoch": self.partition_epoch + 1}
-        if record.isr is not None:
-            changes["isr"] = tuple(record.isr)
-        if record.replicas is not None:
-            changes["replicas"] = tuple(record.replicas)
-        if record.leader != NO_LEADER_CHANGE:
-            changes["leader"] = record.leader
-            changes["leader_epoch"] = self.leader_epoch + 1
-        if record.leader_recovery_state != NO_RECOVERY_STATE_CHANGE:
-            changes["leader_recovery_state"] = record.leader_recovery_state
-        return replace(self, **changes)
+        # (built directly, not with dataclasses.replace: replayed for every partition of a
+        # broker's fencing or unfencing, tens of thousands at a time)
+        data = record.data
+        isr, replicas, leader = data.isr, data.replicas, data.leader
+        recovery = data.leader_recovery_state
+        changed_leader = leader != NO_LEADER_CHANGE
+        return PartitionRegistration(
+            self.replicas if replicas is None else tuple(replicas), self.isr if isr is None else tuple(isr),
+            leader if changed_leader else self.leader, self.leader_epoch + 1 if changed_leader else self.leader_epoch,
+            self.partition_epoch + 1,
+            self.leader_recovery_state if recovery == NO_RECOVERY_STATE_CHANGE else recovery)
 
     @property
     def has_leader(self) -> bool:

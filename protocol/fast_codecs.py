@@ -16,11 +16,12 @@ Versions: Produce 3-8 (non-flexible), Fetch 4-11 (non-flexible).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Sequence, overload
 
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
-from .records import decode_uvarint
+from .records import decode_uvarint, encode_uvarint
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -38,6 +39,7 @@ _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_ZERO_UUID = uuid.UUID(int=0)
 _HEADER_FIXED = struct.Struct(">hhi")
 _HH = struct.Struct(">hi")  # acks, timeout
 _FETCH_TOP_V4 = struct.Struct(">iiiib")      # replica_id, max_wait, min_bytes, max_bytes, isolation
@@ -602,3 +604,621 @@ def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchRespo
     except struct.error:
         raise _malformed("fetch response is truncated") from None
     return FetchResponse(throttle, error_code, session_id, responses)
+
+
+# ---------------------------------------------------------------------------
+# The controller's LeaderAndIsr and UpdateMetadata (and LeaderAndIsr's response)
+#
+# A full state carries every partition of the cluster (tens of thousands of entries), sent on
+# every broker registration and to every broker by a new controller: construct spends seconds
+# on one, in the process that also runs the broker. These cover every version the broker
+# accepts (LeaderAndIsr 0-7, flexible 4+; UpdateMetadata 0-8, flexible 6+), with the layouts of
+# protocol/messages/control.py: decoded values carry the fields of construct's Containers
+# under the same names (fields a version lacks at the schema's defaults), so handlers read
+# them the same way. Unknown tagged fields are skipped; a repeated known tag overrides.
+
+LEADER_AND_ISR_VERSIONS = (0, 7)
+UPDATE_METADATA_VERSIONS = (0, 8)
+_LISR_FLEXIBLE = 4
+_UM_FLEXIBLE = 6
+_UM_TYPE_TAG = 0                 # UpdateMetadata v8+: the request type, tagged
+_UM_TOPIC_CONFIGS_TAG = 10000    # kbroker's topic config overrides (messages/control.py)
+_I32X4 = struct.Struct(">iiii")
+_II = struct.Struct(">ii")
+_IH = struct.Struct(">ih")
+_UUID = struct.Struct(">16s")
+
+
+@dataclass(slots=True)
+class LeaderAndIsrPartitionState:
+    partition_index: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: Sequence[int]
+    partition_epoch: int
+    replicas: Sequence[int]
+    adding_replicas: Sequence[int] = ()
+    removing_replicas: Sequence[int] = ()
+    is_new: bool = False
+    leader_recovery_state: int = 0
+    topic_name: str = ""  # v0-1 only (ungrouped states)
+
+
+@dataclass(slots=True)
+class LeaderAndIsrTopicState:
+    topic_name: str
+    topic_id: uuid.UUID
+    partition_states: list[LeaderAndIsrPartitionState]
+
+
+@dataclass(slots=True)
+class LeaderAndIsrLiveLeader:
+    broker_id: int
+    host_name: str
+    port: int
+
+
+@dataclass(slots=True)
+class LeaderAndIsrRequest:
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int = -1
+    type: int = 0
+    topic_states: list[LeaderAndIsrTopicState] = field(default_factory=list)            # v2+
+    live_leaders: list[LeaderAndIsrLiveLeader] = field(default_factory=list)
+    ungrouped_partition_states: list[LeaderAndIsrPartitionState] = field(default_factory=list)  # v0-1
+    is_kraft_controller: bool = False
+
+
+@dataclass(slots=True)
+class LeaderAndIsrPartitionError:
+    partition_index: int
+    error_code: int
+    topic_name: str = ""  # v0-4 only
+
+
+@dataclass(slots=True)
+class LeaderAndIsrTopicError:
+    topic_id: uuid.UUID
+    partition_errors: list[LeaderAndIsrPartitionError]
+
+
+@dataclass(slots=True)
+class LeaderAndIsrResponse:
+    error_code: int
+    partition_errors: list[LeaderAndIsrPartitionError] = field(default_factory=list)  # v0-4
+    topics: list[LeaderAndIsrTopicError] = field(default_factory=list)                # v5+
+
+
+@dataclass(slots=True)
+class UpdateMetadataPartitionState:
+    partition_index: int
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: Sequence[int]
+    zk_version: int
+    replicas: Sequence[int]
+    offline_replicas: Sequence[int] = ()
+    topic_name: str = ""  # v0-4 only (ungrouped states)
+
+
+class UpdateMetadataTopicConfig(NamedTuple):
+    name: str
+    value: str
+
+
+@dataclass(slots=True)
+class UpdateMetadataTopicState:
+    topic_name: str
+    topic_id: uuid.UUID
+    partition_states: list[UpdateMetadataPartitionState]
+    topic_configs: list[UpdateMetadataTopicConfig] = field(default_factory=list)  # v6+, tag 10000
+
+
+@dataclass(slots=True)
+class UpdateMetadataEndpoint:
+    port: int
+    host: str
+    listener: str
+    security_protocol: int
+
+
+@dataclass(slots=True)
+class UpdateMetadataBroker:
+    id: int
+    endpoints: list[UpdateMetadataEndpoint] = field(default_factory=list)  # v1+
+    rack: str | None = ""       # v2+
+    v0_host: str = ""           # v0 only
+    v0_port: int = 0
+
+
+@dataclass(slots=True)
+class UpdateMetadataRequest:
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int = -1
+    type: int = 0
+    topic_states: list[UpdateMetadataTopicState] = field(default_factory=list)                    # v5+
+    live_brokers: list[UpdateMetadataBroker] = field(default_factory=list)
+    ungrouped_partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)  # v0-4
+    is_kraft_controller: bool = False
+
+
+class _Reader:
+    """A cursor over one frame for the flexible and non-flexible layouts alike: compact
+    (uvarint length + 1) or classic lengths, every length checked against what remains."""
+
+    __slots__ = ("buf", "pos", "end", "flexible")
+
+    def __init__(self, buf: Buffer, pos: int, end: int, flexible: bool) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.end = end
+        self.flexible = flexible
+
+    def uvarint(self) -> int:
+        buf, pos = self.buf, self.pos
+        if pos >= self.end:
+            raise _malformed("truncated varint")
+        b = buf[pos]
+        if b < 0x80:
+            self.pos = pos + 1
+            return b
+        result = b & 0x7F
+        shift = 7
+        while True:
+            pos += 1
+            if pos >= self.end:
+                raise _malformed("truncated varint")
+            b = buf[pos]
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                self.pos = pos + 1
+                return result
+            shift += 7
+            if shift >= 35:
+                raise _malformed("unsigned varint longer than 5 bytes")
+
+    def fixed(self, s: struct.Struct) -> tuple[Any, ...]:
+        pos = self.pos
+        if pos + s.size > self.end:
+            raise _malformed("truncated")
+        self.pos = pos + s.size
+        return s.unpack_from(self.buf, pos)
+
+    def int8(self) -> int:
+        value: int = self.fixed(_I8)[0]
+        return value
+
+    def int16(self) -> int:
+        value: int = self.fixed(_I16)[0]
+        return value
+
+    def int32(self) -> int:
+        value: int = self.fixed(_I32)[0]
+        return value
+
+    def int64(self) -> int:
+        value: int = self.fixed(_I64)[0]
+        return value
+
+    def flag(self) -> bool:
+        pos = self.pos
+        if pos >= self.end:
+            raise _malformed("truncated")
+        self.pos = pos + 1
+        return self.buf[pos] != 0
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=bytes(self.fixed(_UUID)[0]))
+
+    def length(self, nullable: bool, what: str) -> int:
+        """A string's or array's length; -1 is null (refused unless ``nullable``)."""
+        if self.flexible:
+            n = self.uvarint() - 1
+        else:
+            n = self.int16() if what == "string" else self.int32()
+        if n < -1 or (n == -1 and not nullable):
+            raise _malformed(f"{what} length {n}")
+        return n
+
+    def string(self, nullable: bool = False) -> str | None:
+        n = self.length(nullable, "string")
+        if n == -1:
+            return None
+        pos = self.pos
+        stop = pos + n
+        if stop > self.end:
+            raise _malformed(f"string of {n} bytes runs past the frame")
+        self.pos = stop
+        try:
+            return str(self.buf[pos:stop], "utf-8")
+        except UnicodeDecodeError:
+            raise _malformed("string is not UTF-8") from None
+
+    def count(self, min_item: int) -> int:
+        n = self.length(False, "array")
+        if n * min_item > self.end - self.pos:
+            raise _malformed(f"array of {n} entries cannot fit in the frame")
+        return n
+
+    def int32s(self) -> tuple[int, ...]:
+        n = self.count(4)
+        pos = self.pos
+        self.pos = pos + 4 * n
+        return struct.unpack_from(f">{n}i", self.buf, pos)
+
+    def tags(self, known: dict[int, Callable[["_Reader"], None]] | None = None) -> None:
+        """A tagged-field block: known tags are read by their callable (within the tag's bytes,
+        as Kafka's readers do), the others skipped."""
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            size = self.uvarint()
+            stop = self.pos + size
+            if stop > self.end:
+                raise _malformed("tagged field runs past the frame")
+            read = known.get(tag) if known else None
+            if read is not None:
+                read(_Reader(self.buf, self.pos, stop, True))
+            self.pos = stop
+
+
+def _read_control_request_head(r: _Reader, req: LeaderAndIsrRequest | UpdateMetadataRequest, kraft: bool,
+                               broker_epoch: bool) -> None:
+    """controller id, isKRaftController (if ``kraft``), controller epoch, broker epoch (if ``broker_epoch``)."""
+    req.controller_id = r.int32()
+    if kraft:
+        req.is_kraft_controller = r.flag()
+    req.controller_epoch = r.int32()
+    if broker_epoch:
+        req.broker_epoch = r.int64()
+
+
+def _lisr_partition(r: _Reader, version: int, with_topic: bool) -> LeaderAndIsrPartitionState:
+    topic = r.string() if with_topic else ""
+    index, controller_epoch, leader, leader_epoch = r.fixed(_I32X4)
+    isr = r.int32s()
+    partition_epoch = r.int32()
+    replicas = r.int32s()
+    ps = LeaderAndIsrPartitionState(index, controller_epoch, leader, leader_epoch, isr, partition_epoch, replicas,
+                                    topic_name=topic)  # type: ignore[arg-type]
+    if version >= 3:
+        ps.adding_replicas = r.int32s()
+        ps.removing_replicas = r.int32s()
+    if version >= 1:
+        ps.is_new = r.flag()
+    if version >= 6:
+        ps.leader_recovery_state = r.int8()
+    if r.flexible:
+        r.tags()
+    return ps
+
+
+def decode_leader_and_isr_request(version: int, buf: Buffer, pos: int) -> LeaderAndIsrRequest:
+    """Decode a LeaderAndIsr v0-7 body starting at ``pos``."""
+    _check_version(version, LEADER_AND_ISR_VERSIONS, "LeaderAndIsr request")
+    r = _Reader(buf, pos, len(buf), version >= _LISR_FLEXIBLE)
+    req = LeaderAndIsrRequest(0, 0)
+    _read_control_request_head(r, req, version >= 7, version >= 2)
+    if version >= 5:
+        req.type = r.int8()
+    if version <= 1:
+        req.ungrouped_partition_states = [_lisr_partition(r, version, True) for _ in range(r.count(26))]
+    else:
+        for _ in range(r.count(3)):
+            name = r.string()
+            topic_id = r.uuid() if version >= 5 else _ZERO_UUID
+            parts = [_lisr_partition(r, version, False) for _ in range(r.count(24))]
+            if r.flexible:
+                r.tags()
+            req.topic_states.append(LeaderAndIsrTopicState(name, topic_id, parts))  # type: ignore[arg-type]
+    for _ in range(r.count(7)):
+        broker_id = r.int32()
+        host = r.string()
+        port = r.int32()
+        if r.flexible:
+            r.tags()
+        req.live_leaders.append(LeaderAndIsrLiveLeader(broker_id, host, port))  # type: ignore[arg-type]
+    if r.flexible:
+        r.tags()
+    return req
+
+
+class _Writer:
+    """Appends Kafka's encodings to a bytearray, compact in flexible versions."""
+
+    __slots__ = ("out", "flexible")
+
+    def __init__(self, flexible: bool) -> None:
+        self.out = bytearray()
+        self.flexible = flexible
+
+    def uvarint(self, value: int) -> None:
+        if value < 0x80:
+            self.out.append(value)
+        else:
+            self.out += encode_uvarint(value)
+
+    def length(self, n: int, wide: bool) -> None:
+        if self.flexible:
+            self.uvarint(n + 1)
+        else:
+            self.out += (_I32 if wide else _I16).pack(n)
+
+    def string(self, value: str | None) -> None:
+        if value is None:
+            self.length(-1, False)
+            return
+        raw = value.encode()
+        if not self.flexible and len(raw) > 32767:
+            raise LocalProtocolError("string longer than 32767 bytes")
+        self.length(len(raw), False)
+        self.out += raw
+
+    def int32s(self, values: Sequence[int]) -> None:
+        n = len(values)
+        self.length(n, True)
+        if n:
+            self.out += struct.pack(f">{n}i", *values)
+
+    def no_tags(self) -> None:
+        if self.flexible:
+            self.out.append(0)
+
+    def tag(self, tag: int, data: bytes | bytearray) -> None:
+        self.uvarint(tag)
+        self.uvarint(len(data))
+        self.out += data
+
+
+def _control_request_head(out: bytearray, req: LeaderAndIsrRequest | UpdateMetadataRequest, kraft: bool,
+                          broker_epoch: bool) -> None:
+    """controller id, isKRaftController (if ``kraft``), controller epoch, broker epoch (if ``broker_epoch``)."""
+    out += _I32.pack(req.controller_id)
+    if kraft:
+        out.append(1 if req.is_kraft_controller else 0)
+    out += _I32.pack(req.controller_epoch)
+    if broker_epoch:
+        out += _I64.pack(req.broker_epoch)
+
+
+def _partition_state_head(w: _Writer, ps: LeaderAndIsrPartitionState | UpdateMetadataPartitionState, epoch: int,
+                          with_topic: bool) -> None:
+    """The fields both partition states start with: [topic], partition, controller epoch,
+    leader, leader epoch, ISR, partition epoch (UpdateMetadata's ZkVersion), replicas."""
+    out = w.out
+    if with_topic:
+        w.string(ps.topic_name)
+    out += _I32X4.pack(ps.partition_index, ps.controller_epoch, ps.leader, ps.leader_epoch)
+    w.int32s(ps.isr)
+    out += _I32.pack(epoch)
+    w.int32s(ps.replicas)
+
+
+def encode_leader_and_isr_request(version: int, req: LeaderAndIsrRequest) -> bytes:
+    """A LeaderAndIsr v0-7 body: v0-1 send ``ungrouped_partition_states`` (with topic names),
+    v2+ ``topic_states``."""
+    _check_version(version, LEADER_AND_ISR_VERSIONS, "LeaderAndIsr request")
+    w = _Writer(version >= _LISR_FLEXIBLE)
+    out = w.out
+    _control_request_head(out, req, version >= 7, version >= 2)
+    if version >= 5:
+        out += _I8.pack(req.type)
+
+    def partitions(states: Sequence[LeaderAndIsrPartitionState], with_topic: bool) -> None:
+        w.length(len(states), True)
+        for ps in states:
+            _partition_state_head(w, ps, ps.partition_epoch, with_topic)
+            if version >= 3:
+                w.int32s(ps.adding_replicas)
+                w.int32s(ps.removing_replicas)
+            if version >= 1:
+                out.append(1 if ps.is_new else 0)
+            if version >= 6:
+                out.extend(_I8.pack(ps.leader_recovery_state))
+            w.no_tags()
+
+    if version <= 1:
+        partitions(req.ungrouped_partition_states, True)
+    else:
+        w.length(len(req.topic_states), True)
+        for ts in req.topic_states:
+            w.string(ts.topic_name)
+            if version >= 5:
+                out += ts.topic_id.bytes
+            partitions(ts.partition_states, False)
+            w.no_tags()
+    w.length(len(req.live_leaders), True)
+    for leader in req.live_leaders:
+        out += _I32.pack(leader.broker_id)
+        w.string(leader.host_name)
+        out += _I32.pack(leader.port)
+        w.no_tags()
+    w.no_tags()
+    return bytes(out)
+
+
+def decode_leader_and_isr_response(version: int, buf: Buffer, pos: int = 0) -> LeaderAndIsrResponse:
+    """Decode a LeaderAndIsr v0-7 response body (the controller's side)."""
+    _check_version(version, LEADER_AND_ISR_VERSIONS, "LeaderAndIsr response")
+    r = _Reader(buf, pos, len(buf), version >= _LISR_FLEXIBLE)
+    resp = LeaderAndIsrResponse(r.int16())
+    if version <= 4:
+        for _ in range(r.count(8)):
+            topic = r.string()
+            index, code = r.fixed(_IH)
+            if r.flexible:
+                r.tags()
+            resp.partition_errors.append(LeaderAndIsrPartitionError(index, code, topic))  # type: ignore[arg-type]
+    else:
+        for _ in range(r.count(18)):
+            topic_id = r.uuid()
+            errors = []
+            for _ in range(r.count(7)):
+                index, code = r.fixed(_IH)
+                r.tags()
+                errors.append(LeaderAndIsrPartitionError(index, code))
+            r.tags()
+            resp.topics.append(LeaderAndIsrTopicError(topic_id, errors))
+    if r.flexible:
+        r.tags()
+    return resp
+
+
+def encode_leader_and_isr_response(version: int, resp: LeaderAndIsrResponse) -> bytes:
+    """A LeaderAndIsr v0-7 response body: v0-4 ``partition_errors`` (with topic names), v5+ ``topics``."""
+    _check_version(version, LEADER_AND_ISR_VERSIONS, "LeaderAndIsr response")
+    w = _Writer(version >= _LISR_FLEXIBLE)
+    out = w.out
+    out += _I16.pack(resp.error_code)
+    if version <= 4:
+        w.length(len(resp.partition_errors), True)
+        for pe in resp.partition_errors:
+            w.string(pe.topic_name)
+            out += _IH.pack(pe.partition_index, pe.error_code)
+            w.no_tags()
+    else:
+        w.length(len(resp.topics), True)
+        for te in resp.topics:
+            out += te.topic_id.bytes
+            w.length(len(te.partition_errors), True)
+            for pe in te.partition_errors:
+                out += _IH.pack(pe.partition_index, pe.error_code)
+                out.append(0)
+            out.append(0)
+    w.no_tags()
+    return bytes(out)
+
+
+def _um_partition(r: _Reader, version: int, with_topic: bool) -> UpdateMetadataPartitionState:
+    topic = r.string() if with_topic else ""
+    index, controller_epoch, leader, leader_epoch = r.fixed(_I32X4)
+    isr = r.int32s()
+    zk_version = r.int32()
+    replicas = r.int32s()
+    offline = r.int32s() if version >= 4 else ()
+    if r.flexible:
+        r.tags()
+    return UpdateMetadataPartitionState(index, controller_epoch, leader, leader_epoch, isr, zk_version, replicas,
+                                        offline, topic)  # type: ignore[arg-type]
+
+
+def _um_topic_configs(r: _Reader) -> list[UpdateMetadataTopicConfig]:
+    configs = []
+    for _ in range(r.count(3)):
+        name = r.string()
+        value = r.string()
+        r.tags()
+        configs.append(UpdateMetadataTopicConfig(name, value))  # type: ignore[arg-type]
+    return configs
+
+
+def decode_update_metadata_request(version: int, buf: Buffer, pos: int) -> UpdateMetadataRequest:
+    """Decode an UpdateMetadata v0-8 body starting at ``pos``."""
+    _check_version(version, UPDATE_METADATA_VERSIONS, "UpdateMetadata request")
+    r = _Reader(buf, pos, len(buf), version >= _UM_FLEXIBLE)
+    req = UpdateMetadataRequest(0, 0)
+    _read_control_request_head(r, req, version >= 8, version >= 5)
+    if version <= 4:
+        req.ungrouped_partition_states = [_um_partition(r, version, True) for _ in range(r.count(26))]
+    else:
+        for _ in range(r.count(3)):
+            name = r.string()
+            topic_id = r.uuid() if version >= 7 else _ZERO_UUID
+            parts = [_um_partition(r, version, False) for _ in range(r.count(24))]
+            ts = UpdateMetadataTopicState(name, topic_id, parts)  # type: ignore[arg-type]
+            if r.flexible:
+                def configs(tr: _Reader, ts: UpdateMetadataTopicState = ts) -> None:
+                    ts.topic_configs = _um_topic_configs(tr)
+                r.tags({_UM_TOPIC_CONFIGS_TAG: configs})
+            req.topic_states.append(ts)
+    for _ in range(r.count(4)):
+        b = UpdateMetadataBroker(r.int32())
+        if version == 0:
+            b.v0_host = r.string()  # type: ignore[assignment]
+            b.v0_port = r.int32()
+        else:
+            for _ in range(r.count(4)):
+                port = r.int32()
+                host = r.string()
+                listener = r.string() if version >= 3 else ""
+                security_protocol = r.int16()
+                if r.flexible:
+                    r.tags()
+                b.endpoints.append(UpdateMetadataEndpoint(port, host, listener, security_protocol))  # type: ignore[arg-type]
+        if version >= 2:
+            b.rack = r.string(nullable=True)
+        if r.flexible:
+            r.tags()
+        req.live_brokers.append(b)
+    if r.flexible:
+        def request_type(tr: _Reader) -> None:
+            req.type = tr.int8()
+        r.tags({_UM_TYPE_TAG: request_type} if version >= 8 else None)
+    return req
+
+
+def encode_update_metadata_request(version: int, req: UpdateMetadataRequest) -> bytes:
+    """An UpdateMetadata v0-8 body: v0-4 send ``ungrouped_partition_states`` (with topic names),
+    v5+ ``topic_states``; tagged fields at their defaults (type 0, no topic configs) are not written."""
+    _check_version(version, UPDATE_METADATA_VERSIONS, "UpdateMetadata request")
+    w = _Writer(version >= _UM_FLEXIBLE)
+    out = w.out
+    _control_request_head(out, req, version >= 8, version >= 5)
+
+    def partitions(states: Sequence[UpdateMetadataPartitionState], with_topic: bool) -> None:
+        w.length(len(states), True)
+        for ps in states:
+            _partition_state_head(w, ps, ps.zk_version, with_topic)
+            if version >= 4:
+                w.int32s(ps.offline_replicas)
+            w.no_tags()
+
+    if version <= 4:
+        partitions(req.ungrouped_partition_states, True)
+    else:
+        w.length(len(req.topic_states), True)
+        for ts in req.topic_states:
+            w.string(ts.topic_name)
+            if version >= 7:
+                out += ts.topic_id.bytes
+            partitions(ts.partition_states, False)
+            if w.flexible:
+                if ts.topic_configs:
+                    cw = _Writer(True)
+                    cw.length(len(ts.topic_configs), True)
+                    for name, value in ts.topic_configs:
+                        cw.string(name)
+                        cw.string(value)
+                        cw.no_tags()
+                    out.append(1)
+                    w.tag(_UM_TOPIC_CONFIGS_TAG, cw.out)
+                else:
+                    out.append(0)
+    w.length(len(req.live_brokers), True)
+    for b in req.live_brokers:
+        out += _I32.pack(b.id)
+        if version == 0:
+            w.string(b.v0_host)
+            out += _I32.pack(b.v0_port)
+        else:
+            w.length(len(b.endpoints), True)
+            for e in b.endpoints:
+                out += _I32.pack(e.port)
+                w.string(e.host)
+                if version >= 3:
+                    w.string(e.listener)
+                out += _I16.pack(e.security_protocol)
+                w.no_tags()
+        if version >= 2:
+            w.string(b.rack)
+        w.no_tags()
+    if w.flexible:
+        if version >= 8 and req.type != 0:
+            out.append(1)
+            w.tag(_UM_TYPE_TAG, _I8.pack(req.type))
+        else:
+            out.append(0)
+    return bytes(out)

@@ -7,6 +7,8 @@ by requests, as the controller sends them."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import struct
 import uuid
 
@@ -155,6 +157,15 @@ class Broker:
                  "isr": list(replicas), "partition_epoch": epoch, "replicas": list(replicas), "is_new": True}
                 for p, leader, epoch, replicas in parts]}],
             "live_leaders": []})
+
+    async def sliced_answer(self):
+        """The answer to a LeaderAndIsr applied in slices: once the loop has turned enough."""
+        for _ in range(100):
+            if self.transport.written:
+                break
+            await asyncio.sleep(0)
+        [response] = self.responses(ApiKey.LEADER_AND_ISR, 7)
+        return response
 
     def create_online(self, topic, partitions=1, configs=None) -> uuid.UUID:
         """What the controller sends for a new topic this broker leads: UpdateMetadata, then LeaderAndIsr."""
@@ -407,3 +418,73 @@ async def test_controller_requests_behind_a_sliced_leader_and_isr_are_applied_af
     assert set(broker.cache.brokers) == {BROKER_ID, 2}
     assert broker.rm.get_partition("big", n - 1) is None and broker.logs.get_log("big", n - 1) is None
     assert len(broker.rm.partitions) == n - 1
+
+
+async def test_a_leader_and_isr_is_logged_in_one_line_not_one_per_partition(broker, caplog):
+    """A full state holds every partition (10,000 and more): the broker says what it applied in
+    one INFO line, naming the first partitions; the per-partition lines are DEBUG."""
+    topic_id = uuid.uuid4()
+    n = 2 * LEADER_AND_ISR_SLICE + 10
+    parts = [(p, BROKER_ID if p % 2 else 2, 0, [BROKER_ID, 2]) for p in range(n)]
+    assert broker.update_metadata([("big", topic_id, parts, {})], brokers=(BROKER_ID, 2)) == ErrorCode.NONE
+    with caplog.at_level(logging.DEBUG):
+        broker.send_leader_and_isr("big", topic_id, parts)
+        response = await broker.sliced_answer()
+    assert response.error_code == ErrorCode.NONE
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and r.name == "kbroker.apis"]
+    assert lines == [f"LeaderAndIsr applied for {n} partition(s): leading {n // 2} (big-1, big-3, big-5, big-7, "
+                     f"big-9, big-11, big-13, big-15, big-17, big-19 and {n // 2 - 10} more); following {n // 2} "
+                     f"(big-0, big-2, big-4, big-6, big-8, big-10, big-12, big-14, big-16, big-18 and {n // 2 - 10} "
+                     f"more)"]
+    per_partition = [r for r in caplog.records if r.levelno >= logging.INFO and r.name == "kbroker.partition"]
+    assert per_partition == []
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG
+            and r.name == "kbroker.partition"][:1] == ["big-1: leader at epoch 0 from offset 0, ISR [1, 2]"]
+
+
+def test_log_configs_are_built_once_per_set_of_overrides(broker):
+    """Thousands of partitions of a topic share one LogConfig; a change of the topic's
+    overrides gives a new one."""
+    configs = broker.configs
+    topic_id = uuid.uuid4()
+    assert broker.update_metadata([("a", topic_id, [(0, BROKER_ID, 0, [BROKER_ID])], {}),
+                                   ("b", uuid.uuid4(), [(0, BROKER_ID, 0, [BROKER_ID])], {})]) == ErrorCode.NONE
+    assert configs.log_config_for("a") is configs.log_config_for("b") is configs.default_log_config()
+    assert broker.update_metadata([("a", topic_id, [(0, BROKER_ID, 0, [BROKER_ID])],
+                                    {"retention.ms": "5000"})]) == ErrorCode.NONE
+    changed = configs.log_config_for("a")
+    assert changed.retention_ms == 5000 and changed is configs.log_config_for("a")
+    assert configs.log_config_for("b").retention_ms == configs.default_log_config().retention_ms != 5000
+
+
+def test_a_log_loaded_at_start_up_is_taken_without_a_config_lookup(broker):
+    """The first LeaderAndIsr after a restart finds every log loaded: the topic's config is
+    looked up only to create a log."""
+    topic_id = uuid.uuid4()
+    broker.logs.get_or_create_log("loaded", 0, broker.configs.default_log_config())
+    assert broker.update_metadata([("loaded", topic_id, [(0, BROKER_ID, 0, [BROKER_ID]), (1, BROKER_ID, 0, [BROKER_ID])],
+                                    {})]) == ErrorCode.NONE
+    asked = []
+    real = broker.rm.log_config_for
+    broker.rm.log_config_for = lambda topic: (asked.append(topic), real(topic))[1]
+    assert broker.leader_and_isr("loaded", topic_id, [(0, BROKER_ID, 0, [BROKER_ID]),
+                                                      (1, BROKER_ID, 0, [BROKER_ID])]).error_code == ErrorCode.NONE
+    assert asked == ["loaded"]  # partition 1 was created; partition 0's log was there
+    assert broker.rm.partitions[("loaded", 0)].log is broker.logs.get_log("loaded", 0)
+
+
+async def test_the_heap_is_frozen_while_a_sliced_leader_and_isr_is_applied(broker):
+    """Applying a big LeaderAndIsr creates objects by the ten thousand, and each full
+    collection of the cyclic GC scanned the whole heap (every log) again: what exists is
+    frozen from the first slice to the last, and unfrozen when the answer goes."""
+    gc.unfreeze()
+    topic_id = uuid.uuid4()
+    parts = [(p, BROKER_ID, 0, [BROKER_ID]) for p in range(2 * LEADER_AND_ISR_SLICE + 10)]
+    assert broker.update_metadata([("big", topic_id, parts, {})]) == ErrorCode.NONE
+    between = []
+    asyncio.get_running_loop().call_soon(lambda: between.append(gc.get_freeze_count()))
+    broker.send_leader_and_isr("big", topic_id, parts)
+    assert gc.get_freeze_count() > 0
+    response = await broker.sliced_answer()
+    assert response.error_code == ErrorCode.NONE
+    assert between[0] > 0 and gc.get_freeze_count() == 0
