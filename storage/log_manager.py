@@ -26,6 +26,7 @@ from protocol.errors import KafkaStorageError
 
 from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir
 from .config import LogConfig
+from .epoch_cache import EpochCacheWrite
 from .log import FlushPlan, Log, parse_topic_partition
 from .log_loader import RecoveryReport
 from .segment_budget import OpenSegmentBudget, raise_open_files_limit
@@ -46,6 +47,7 @@ TopicPartition = tuple[str, int]
 # the segment budget leaves for sockets and everything else (at least 256, segment_budget.py).
 FLUSH_PASS_MAX_FDS = 64
 FLUSH_THREADS = 8  # threads fsyncing at shutdown (flush_all)
+EPOCH_WRITES_PER_PASS = 1000  # leader epoch files one background pass writes at most (epoch_cache_writes)
 
 
 class LogManager:
@@ -96,23 +98,28 @@ class LogManager:
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
             cleaner_offsets = self._read_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT)
-            for child in sorted(log_dir.iterdir()):
-                if not child.is_dir():
-                    continue
-                if child.name.endswith(DELETE_SUFFIX):
+            with os.scandir(log_dir) as entries:
+                children = sorted(entry.name for entry in entries if entry.is_dir())
+            configs: dict[str, LogConfig] = {}  # per topic, not per partition
+            for name in children:
+                child = log_dir / name
+                if name.endswith(DELETE_SUFFIX):
                     shutil.rmtree(child, ignore_errors=True)
                     continue
                 try:
-                    tp = parse_topic_partition(child.name)
+                    tp = parse_topic_partition(name)
                 except ValueError:
                     continue
                 if tp[0] == METADATA_TOPIC:
                     continue  # a controller's metadata log sharing the directory (Kafka's LogManager skips it too)
                 if tp in self._logs:
-                    raise KafkaStorageError(f"{child.name} exists in both {self._log_dir_of[tp]} and {log_dir}")
-                loaded = Log.open(child, self._config_for(tp[0]), time=self.time, budget=self.segment_budget,
-                                  recovery_point=recovery_points.get(tp, 0),
-                                  log_start_offset=start_offsets.get(tp, 0), had_clean_shutdown=clean)
+                    raise KafkaStorageError(f"{name} exists in both {self._log_dir_of[tp]} and {log_dir}")
+                config = configs.get(tp[0])
+                if config is None:
+                    config = configs[tp[0]] = self._config_for(tp[0])
+                loaded = Log.open(child, config, time=self.time, budget=self.segment_budget,
+                                  recovery_point=recovery_points.get(tp, 0), log_start_offset=start_offsets.get(tp, 0),
+                                  had_clean_shutdown=clean, names=os.listdir(child))
                 loaded.update_high_watermark(high_watermarks.get(tp, 0))
                 if tp in cleaner_offsets:
                     self._restore_first_dirty_offset(loaded, cleaner_offsets[tp])
@@ -286,6 +293,23 @@ class LogManager:
                 held += plan.descriptors
         return plans
 
+    def epoch_cache_writes(self, max_count: int = EPOCH_WRITES_PER_PASS) -> list[EpochCacheWrite]:
+        """The background pass of the leader epoch caches: a write (``EpochCacheWrite.run``, for
+        a thread off the event loop) for each cache whose entries below its log's LEO are not in
+        its file, at most ``max_count`` (epoch_cache.py: the log's flush writes one before its
+        recovery point may pass it anyway; these keep what a restart after kill -9 must rebuild
+        small)."""
+        writes: list[EpochCacheWrite] = []
+        for each in self._logs.values():
+            cache = each.leader_epoch_cache
+            if cache.write_needed():
+                pending = cache.pending_write()
+                if pending is not None:
+                    writes.append(pending)
+                    if len(writes) >= max_count:
+                        break
+        return writes
+
     def _write_checkpoints(self, file_name: str, value: Callable[[Log], int],
                            which: Callable[[Log], bool] = lambda each: True, dirs: list[Path] | None = None) -> None:
         for log_dir in self.log_dirs if dirs is None else dirs:
@@ -327,6 +351,14 @@ class LogManager:
         logs = list(self._logs.values())
         i = 0
         with ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flush") as pool:
+            # The leader epoch files that need writing, written on the threads (begin_flush would
+            # write each on this one); a failure is raised by that log's begin_flush below.
+            writes = [each.leader_epoch_cache.pending_write() for each in logs if each.leader_epoch_cache.write_needed()]
+            for done in [pool.submit(write.run) for write in writes if write is not None]:
+                try:
+                    done.result()
+                except OSError:
+                    pass
             while i < len(logs):
                 plans: list[FlushPlan] = []
                 held = 0
