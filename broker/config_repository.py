@@ -33,10 +33,13 @@ class ConfigRepository:
         self.config = config
         self.broker_id = broker_id
         self.metadata_cache = metadata_cache
+        # LogConfig (immutable) by its properties: a LeaderAndIsr for 10,000 partitions asks for
+        # one per partition, and parsing the properties each time cost seconds.
+        self._log_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
 
     # -- topic configs ---------------------------------------------------------------------
     def default_log_config(self) -> LogConfig:
-        return LogConfig.from_topic_properties(self.config.topic_defaults())
+        return self._log_config(self.config.topic_defaults())
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         info = self.metadata_cache.topics.get(topic)
@@ -46,7 +49,17 @@ class ConfigRepository:
         overrides = self.topic_overrides(topic)
         if not overrides:
             return self.default_log_config()
-        return LogConfig.from_topic_properties({**self.config.topic_defaults(), **overrides})
+        return self._log_config({**self.config.topic_defaults(), **overrides})
+
+    def _log_config(self, props: dict[str, str]) -> LogConfig:
+        key = tuple(sorted(props.items()))
+        found = self._log_configs.get(key)
+        if found is None:
+            found = LogConfig.from_topic_properties(props)  # raises on a bad value: nothing cached
+            if len(self._log_configs) >= 1024:  # (configs changed that often: start over)
+                self._log_configs.clear()
+            self._log_configs[key] = found
+        return found
 
     # -- DescribeConfigs -------------------------------------------------------------------
     def describe_configs(self, resource_type: int, name: str) -> tuple[int, str | None, list[ConfigEntry]]:
