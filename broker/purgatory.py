@@ -54,14 +54,8 @@ class DelayedOperation:
     # -- the contract ------------------------------------------------------------------
     def force_complete(self) -> bool:
         """Complete now; True only for the one caller that actually completed it."""
-        if self.completed:
+        if not self._finish():
             return False
-        self.completed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._purgatory is not None:
-            self._purgatory._unwatch(self)
         try:
             self.on_complete()
         except Exception:  # a failing callback must not break whoever triggered completion
@@ -71,6 +65,14 @@ class DelayedOperation:
     def cancel(self) -> bool:
         """Drop the operation without completing it (its requester went away: the connection
         closed): no ``on_complete``, timer cancelled, unwatched. True if it was still waiting."""
+        if not self._finish():
+            return False
+        if self._purgatory is not None:
+            self._purgatory.cancelled += 1
+        return True
+
+    def _finish(self) -> bool:
+        """Mark it completed, cancel its timer and unwatch it; False if it already was."""
         if self.completed:
             return False
         self.completed = True
@@ -79,7 +81,6 @@ class DelayedOperation:
             self._timer = None
         if self._purgatory is not None:
             self._purgatory._unwatch(self)
-            self._purgatory.cancelled += 1
         return True
 
     def _expire(self) -> None:
