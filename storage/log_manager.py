@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
@@ -46,7 +46,7 @@ TopicPartition = tuple[str, int]
 # Descriptors the plans of one flush pass may hold (see flush_dirty_logs): they come out of what
 # the segment budget leaves for sockets and everything else (at least 256, segment_budget.py).
 FLUSH_PASS_MAX_FDS = 64
-FLUSH_THREADS = 8  # threads fsyncing at shutdown (flush_all)
+FLUSH_THREADS = 32  # threads fsyncing at shutdown (flush_all): concurrent fsyncs share journal commits
 EPOCH_WRITES_PER_PASS = 1000  # leader epoch files one background pass writes at most (epoch_cache_writes)
 
 
@@ -343,13 +343,15 @@ class LogManager:
     # -- shutdown ------------------------------------------------------------------------
 
     def flush_all(self) -> None:
-        """Flush every log (synchronously): plans holding about FLUSH_PASS_MAX_FDS descriptors
-        at a time, their fsyncs run on FLUSH_THREADS threads (``FlushPlan.run`` is thread-safe;
-        the fsyncs of many files finish much sooner in parallel, the file system commits them
-        together: with 10,000 partitions a clean shutdown is mostly this). The first error is
-        raised once the plans already prepared have run."""
+        """Flush every log (synchronously): plans holding at most about the segments' descriptor
+        budget at a time (``shutdown`` closed every segment's files first, so that share is free;
+        at least FLUSH_PASS_MAX_FDS), their fsyncs run on FLUSH_THREADS threads (``FlushPlan.run``
+        is thread-safe; the fsyncs of many files finish much sooner in parallel, the file system
+        commits them together: after a kill -9 and restart with 10,000 partitions a clean
+        shutdown is mostly this), a new plan prepared as soon as one finished. The first error
+        is raised once the plans already prepared have run."""
         logs = list(self._logs.values())
-        i = 0
+        max_fds = max(FLUSH_PASS_MAX_FDS, self.segment_budget.files.budget)
         with ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flush") as pool:
             # The leader epoch files that need writing, written on the threads (begin_flush would
             # write each on this one); a failure is raised by that log's begin_flush below.
@@ -359,11 +361,11 @@ class LogManager:
                     done.result()
                 except OSError:
                     pass
-            while i < len(logs):
-                plans: list[FlushPlan] = []
-                held = 0
-                error: BaseException | None = None
-                while i < len(logs) and held < FLUSH_PASS_MAX_FDS:
+            pending: dict[Future, tuple[FlushPlan, int]] = {}  # plan, the descriptors it holds
+            held, i = 0, 0
+            error: BaseException | None = None
+            while True:
+                while i < len(logs) and error is None and (held < max_fds or not pending):
                     try:
                         plan = logs[i].begin_flush()
                     except KafkaStorageError as exc:
@@ -372,17 +374,23 @@ class LogManager:
                     finally:
                         i += 1
                     if plan is not None:
-                        plans.append(plan)
-                        held += plan.descriptors
-                for plan, done in [(plan, pool.submit(plan.run)) for plan in plans]:
+                        fds = plan.descriptors  # (before run() closes them)
+                        pending[pool.submit(plan.run)] = (plan, fds)
+                        held += fds
+                if not pending:
+                    break
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for done in finished:
+                    plan, fds = pending.pop(done)
+                    held -= fds
                     try:
                         done.result()
                     except OSError as exc:
                         error = error or KafkaStorageError(f"{plan.log.topic}-{plan.log.partition}: flush failed: {exc}")
                         continue
                     plan.log.complete_flush(plan)
-                if error is not None:
-                    raise error
+            if error is not None:
+                raise error
 
     def shutdown(self) -> None:
         """Flush every log, write the four checkpoints, close (trim) the logs, then write

@@ -228,18 +228,42 @@ def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_
     KAFKA_STORAGE_ERROR, after the other plans ran, and no clean-shutdown marker is written."""
     import errno
     import os
+    import threading
 
     import pytest
 
     from protocol.errors import KafkaStorageError
     from storage import log_manager as manager_module
 
-    monkeypatch.setattr(manager_module, "FLUSH_PASS_MAX_FDS", 8)  # several batches of plans
+    from storage.log import FlushPlan, Log
+
+    monkeypatch.setattr(manager_module, "FLUSH_PASS_MAX_FDS", 8)
     manager = LogManager([tmp_path], CONFIG, time=MockTime())
     manager.startup()
+    manager.segment_budget.files.budget = 8  # plans holding about 8 descriptors at a time
     logs = [manager.get_or_create_log("t", p) for p in range(12)]
     for log in logs:
         fill(log, 3)
+    held, most, lock = [0], [0], threading.Lock()
+    real_begin, real_run = Log.begin_flush, FlushPlan.run
+
+    def begin_flush(self, offset=None):
+        plan = real_begin(self, offset)
+        if plan is not None:
+            with lock:
+                held[0] += plan.descriptors
+                most[0] = max(most[0], held[0])
+        return plan
+
+    def run(self):
+        n = self.descriptors
+        try:
+            real_run(self)
+        finally:
+            with lock:  # (FlushPlan.run runs on the pool's threads)
+                held[0] -= n
+    monkeypatch.setattr(Log, "begin_flush", begin_flush)
+    monkeypatch.setattr(FlushPlan, "run", run)
     real_fsync, failed = os.fsync, []
 
     def fsync(fd):
@@ -256,3 +280,4 @@ def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_
     manager.shutdown()  # the fsync works again: everything flushed, the marker written
     assert all(log.recovery_point == log.log_end_offset for log in logs)
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert 4 < most[0] <= 8 + 5  # (a plan: the .log, its two indexes, the leader-epoch-checkpoint, the dir)
