@@ -50,7 +50,7 @@ from protocol.records import BatchHeader, check_batch, read_header, set_base_off
 
 from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
-from .epoch_cache import LeaderEpochFileCache
+from .epoch_cache import EpochEntry, LeaderEpochFileCache
 from .log_loader import LoadedLog, LogLoader, rebuild_producer_state
 from .log_validator import validate_client_batches
 from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
@@ -127,7 +127,7 @@ class FlushPlan:
     """
 
     def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int,
-                 epoch_entries: list | None = None) -> None:
+                 epoch_entries: list[EpochEntry] | None = None) -> None:
         self.log = log
         self.offset = offset
         self.dir_version = dir_version

@@ -361,7 +361,7 @@ class LogManager:
                     done.result()
                 except OSError:
                     pass
-            pending: dict[Future, tuple[FlushPlan, int]] = {}  # plan, the descriptors it holds
+            pending: dict[Future[None], tuple[FlushPlan, int]] = {}  # plan, the descriptors it holds
             held, i = 0, 0
             error: BaseException | None = None
             while True:
