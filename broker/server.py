@@ -409,11 +409,15 @@ class KafkaServer:
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass
-        (so recovery after a crash only rescans the active segment), off the event loop."""
+        (so recovery after a crash only rescans the active segment), off the event loop; and
+        write the leader epoch files whose entries below the LEO changed (storage/epoch_cache.py:
+        a change of the cache only changes memory; the flush writes one before the recovery point
+        passes it, these keep what a restart after kill -9 rebuilds small)."""
         if not self._flush_idle.is_set():
             return
         plans = self.log_manager.flush_dirty_logs()
-        if not plans:
+        epoch_writes = self.log_manager.epoch_cache_writes()
+        if not plans and not epoch_writes:
             return
         self._flush_idle.clear()
         loop = asyncio.get_running_loop()
@@ -421,6 +425,16 @@ class KafkaServer:
         now = self.time.nanoseconds
 
         def run_all():
+            failed = 0
+            for write in epoch_writes:
+                try:
+                    write.run()
+                except OSError as exc:  # the log's next flush writes it (and fails loudly if it must)
+                    if not failed:
+                        log.warning("cannot write %s: %s", write.cache.path, exc)
+                    failed += 1
+            if failed > 1:
+                log.warning("%d leader epoch files could not be written in this pass", failed)
             for plan in plans:
                 started = now()
                 plan.run()

@@ -16,7 +16,7 @@ A write goes to ``<file>.tmp``, is fsynced, renamed over the file, and the direc
 fsynced, so a crash leaves either the old or the new file, never a torn one. A write with
 ``sync=False`` skips both fsyncs: the rename still makes it atomic for a process crash
 (kill -9 leaves the page cache, hence the new file, intact); its owner makes it durable
-later (the leader epoch cache's file is fsynced with its log's flush, see epoch_cache.py).
+later (the leader epoch cache's file is written and fsynced with its log's flush, see epoch_cache.py).
 """
 
 from __future__ import annotations
@@ -102,10 +102,16 @@ class CheckpointFile(Generic[E]):
 
     def read(self) -> list[E]:
         """The entries; [] when the file does not exist. Raises CheckpointFormatError."""
+        entries = self.read_or_none()
+        return [] if entries is None else entries
+
+    def read_or_none(self) -> list[E] | None:
+        """The entries; None when the file does not exist. Raises CheckpointFormatError."""
         try:
-            text = self.path.read_text()
+            with open(self.path, "rb") as f:  # (builtin open: cheaper than Path.read_text, once per partition at start)
+                text = f.read().decode()
         except FileNotFoundError:
-            return []
+            return None
         lines = text.splitlines()
         try:
             version, count = int(lines[0]), int(lines[1])

@@ -5,30 +5,62 @@ Kafka's ``LeaderEpochFileCache``: an ordered list of (epoch, start offset), pers
 Replication uses ``end_offset_for`` to answer OffsetForLeaderEpoch and to truncate a follower
 by leader epoch.
 
-Durability. Every change rewrites the file atomically (temp file, rename; the first one
-creates it in place, and an empty file, left by a process that died in between, reads as no
-entries) but without an fsync: two fsyncs (file and directory) per change cost milliseconds each, and a LeaderAndIsr
-making this broker leader of a thousand new partitions paid them per partition (Kafka met
-the same cost, KAFKA-15046). A process killed with -9 leaves the page cache, so the file it
-finds on restart is exactly the cache it had. The fsync comes with the log's flush:
-``Log.begin_flush`` puts the file (and its directory) into the FlushPlan whenever ``unsynced``,
-so before the recovery point moves past a batch, the entry for its epoch is durable. After a
-machine crash the entries above the recovery point may be older than they were; the loader
-re-validates those batches and assigns their epochs again from the batch headers (an epoch
-whose batches start at or below an entry's start replaces it, see ``assign``), and a log
-truncation is followed by ``truncate_from_end``. What cannot be rebuilt from headers is an
-epoch that has no batch (a leader that appended nothing): its leader assigns it again on the
-next LeaderAndIsr, and without it ``end_offset_for`` answers the previous epoch with the same
-end offset, which truncates a follower to the same place (the epoch held no records).
+When the file is written (Kafka's KAFKA-15046 and KAFKA-16541 go the same way). A change
+(``assign``, ``truncate_from_end``, ``truncate_from_start``) only changes the entries in
+memory; ``clear`` (the log was deleted and starts again) alone writes at once. The file is
+written, atomically (temp file, rename; the first write creates it in place, and an empty
+file, left by a process that died in between, reads as no entries), by:
+
+* the log's flush, before the recovery point may move: ``Log.begin_flush(target)`` writes the
+  file when the entries starting below ``target`` differ from the file's (``write_needed``),
+  and puts it (and the directory) into the FlushPlan to fsync when they differ from what is
+  known durable (``sync_needed``);
+* a background pass (the broker's flush pass, ``LogManager.epoch_cache_writes``), off the
+  event loop, for caches whose entries below the log end offset (LEO) differ from the file's;
+* a clean shutdown (``LogManager.shutdown``: a flush up to the LEO, then ``Log.close``).
+
+An entry starting at the LEO (a leader that appended nothing in its epoch) is never a reason
+to write: loading drops it anyway (``truncate_from_end(LEO)``, as Kafka's loader), and its
+leader assigns it again on the next LeaderAndIsr. So a broker made leader of 10,000 partitions
+at start, or loading 10,000 logs whose latest epoch appended nothing, writes no file for it.
+
+What survives a crash. Let RP be the recovery point the loader uses (the log dir's
+checkpoint: at most the log's recovery point when it was written, and rewritten at once when
+a follower truncates below it, ``LogManager.checkpoint_recovery_points_after_truncation``).
+
+1. Below RP the file (durably, for a power loss too) holds what the cache held: the recovery
+   point moves to ``target`` only through a flush begun after the file was written (and, when
+   needed, fsynced) with the entries below ``target``. Afterwards the entries below ``target``
+   change only by a log truncation below it (which voids that flush's advance and lowers the
+   recovery point to the truncation offset) or by ``truncate_from_start`` (point 3).
+2. At or above RP the file may lack entries (assigned since) or hold entries the cache
+   dropped (truncated since). After an unclean shutdown the loader re-validates every batch
+   from the segment holding RP, at base offset X <= RP: it first drops the file's entries
+   starting at or after X, then assigns each epoch again from the batch headers
+   (log_loader.py). Only an epoch without any batch is not rebuilt; such an entry is the
+   latest one, starting at the LEO (an ``assign`` at the same offset replaces it), and losing
+   it does not change how a follower truncates: its leader assigns it again on its next
+   LeaderAndIsr, and meanwhile ``end_offset_for`` answers the previous epoch with the same end
+   offset (the LEO). After a clean shutdown every entry below the LEO was written and fsynced.
+3. Entries wholly below the log start offset that ``truncate_from_start`` dropped may still be
+   in the file; loading applies ``truncate_from_start`` again with the checkpointed log start
+   offset (Kafka flushes that truncation asynchronously too).
+
+Concurrency: the entries are the owning Log's thread's; the file may also be written by a
+background thread (``EpochCacheWrite.run``), so writes go under a lock and a write never
+replaces the file with an older state than it holds (the versions say which is newer: the
+problem Kafka met in KAFKA-17142, an older snapshot written over a newer one).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .checkpoint import CheckpointFile, CheckpointFormatError
+from .checkpoint import CheckpointFile, CheckpointFormatError, fsync_dir
 
 log = logging.getLogger("kbroker.storage.epoch")
 
@@ -47,27 +79,65 @@ def _parse(fields: list[str]) -> EpochEntry:
     return EpochEntry(int(epoch), int(offset))
 
 
+def _below(entries: list[EpochEntry], offset: int) -> list[EpochEntry]:
+    """The entries starting below ``offset`` (a prefix: start offsets increase)."""
+    n = len(entries)
+    while n and entries[n - 1].start_offset >= offset:
+        n -= 1
+    return entries if n == len(entries) else entries[:n]
+
+
+class EpochCacheWrite:
+    """One write of a cache's file with its entries as they were when it was made
+    (``LeaderEpochFileCache.pending_write``). ``run`` is thread-safe: the background pass runs
+    it off the event loop."""
+
+    __slots__ = ("cache", "version", "entries")
+
+    def __init__(self, cache: LeaderEpochFileCache, version: int, entries: list[EpochEntry]) -> None:
+        self.cache = cache
+        self.version = version
+        self.entries = entries
+
+    def run(self, sync: bool = False) -> None:
+        """Write the file unless it holds this state or a newer one already; with ``sync``,
+        fsync it and its directory too (whichever state it holds, this one or newer)."""
+        self.cache._write(self.version, self.entries, sync)
+
+
 class LeaderEpochFileCache:
-    """Not thread-safe: the owning Log's thread only.
+    """The entries are for the owning Log's thread only; the file is written under a lock
+    (see the module docstring).
 
     ``log_end_offset`` is a callable returning the log's current LEO (the end offset of
-    the latest epoch).
+    the latest epoch). ``exists``: whether the file exists, when the caller listed the
+    directory already (None: look).
     """
 
-    def __init__(self, path: Path, log_end_offset: Callable[[], int]) -> None:
+    def __init__(self, path: Path, log_end_offset: Callable[[], int], *, exists: bool | None = None) -> None:
         self._file: CheckpointFile[EpochEntry] = CheckpointFile(
             path, lambda e: f"{e.epoch} {e.start_offset}", _parse)
         self._log_end_offset = log_end_offset
-        self._version = 0  # bumped by every write of the file
-        self._synced_version = 0  # the newest write known to be fsynced
-        self._file_exists = True
+        # The entries: a list replaced, never changed in place (a pending write keeps the one it was made with).
+        self._entries: list[EpochEntry] = []
+        self._version = 0  # bumped by every change of the entries
+        self._lock = threading.Lock()  # the file and the two fields below
+        self._file_version = 0  # the change the file holds
+        self._file_entries: list[EpochEntry] = []  # what it holds
+        self._synced_entries: list[EpochEntry] = []  # what is known to be durable (fsynced)
+        self._file_exists = exists is not False
+        if exists is False:
+            return
         try:
-            self._entries: list[EpochEntry] = self._file.read()
-            self._file_exists = self._file.path.exists()
+            entries = self._file.read_or_none()
         except CheckpointFormatError as exc:
-            if self._file.path.stat().st_size:  # (empty: created, and the process died before writing)
+            if os.stat(self._file.path).st_size:  # (empty: created, and the process died before writing)
                 log.warning("%s; starting with an empty leader epoch cache", exc)
-            self._entries = []
+            entries = []
+        if entries is None:
+            self._file_exists = False
+            entries = []
+        self._entries = self._file_entries = self._synced_entries = entries
 
     @property
     def path(self) -> Path:
@@ -98,6 +168,7 @@ class LeaderEpochFileCache:
         Ignored for a negative epoch or when the latest entry already has this epoch with
         an earlier start. Otherwise entries with an epoch >= ``epoch`` or a start offset
         >= ``start_offset`` are dropped from the end first. Returns whether it changed.
+        In memory only (see the module docstring).
         """
         if epoch < 0:
             return False
@@ -130,14 +201,15 @@ class LeaderEpochFileCache:
         return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
     def truncate_from_end(self, end_offset: int) -> None:
-        """Drop entries that start at or after ``end_offset`` (the log was truncated there)."""
-        kept = [e for e in self._entries if e.start_offset < end_offset]
+        """Drop entries that start at or after ``end_offset`` (the log was truncated there).
+        In memory only (see the module docstring)."""
+        kept = _below(self._entries, end_offset)
         if len(kept) != len(self._entries):
             self._set(kept)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at ``start_offset``: drop epochs wholly before it and move the
-        start of the epoch that contains it up to it."""
+        start of the epoch that contains it up to it. In memory only (see the module docstring)."""
         keep_from = 0
         for i, entry in enumerate(self._entries):
             if entry.start_offset <= start_offset:
@@ -150,34 +222,75 @@ class LeaderEpochFileCache:
         self._set([EpochEntry(first.epoch, start_offset)] + self._entries[keep_from + 1:])
 
     def clear(self) -> None:
+        """No entries (the log was deleted and starts again): the file is written at once, so
+        that no entry of the history before survives a crash."""
         self._set([])
+        self.write()
+
+    # -- the file ------------------------------------------------------------------------
 
     @property
-    def unsynced(self) -> bool:
-        """The file was written since it was last fsynced (see the module docstring)."""
-        return self._version != self._synced_version
+    def dirty(self) -> bool:
+        """The file does not hold the entries as they are now (at or above the LEO included)."""
+        return self._version != self._file_version
 
-    @property
-    def version(self) -> int:
-        """Which write of the file this is; ``mark_synced`` takes it back once fsynced."""
-        return self._version
+    def write_needed(self, below: int | None = None) -> bool:
+        """The entries starting below ``below`` (default: the LEO) differ from the file's."""
+        if self._version == self._file_version:
+            return False
+        offset = self._log_end_offset() if below is None else below
+        return _below(self._entries, offset) != _below(self._file_entries, offset)
 
-    def mark_synced(self, version: int) -> None:
-        """The file as of write ``version`` (and the directory entry) reached the disk."""
-        self._synced_version = max(self._synced_version, version)
+    def sync_needed(self, below: int | None = None) -> bool:
+        """The entries starting below ``below`` (default: the LEO) differ from those known durable."""
+        offset = self._log_end_offset() if below is None else below
+        return _below(self._entries, offset) != _below(self._synced_entries, offset)
+
+    def pending_write(self) -> EpochCacheWrite | None:
+        """A write of the entries as they are now; None when the file holds them already."""
+        if self._version == self._file_version:
+            return None
+        return EpochCacheWrite(self, self._version, self._entries)
+
+    def write(self, sync: bool = False) -> None:
+        """Write the file now (if it does not hold the entries already); ``sync``: and fsync it."""
+        self._write(self._version, self._entries, sync)
+        if sync:
+            self.mark_synced(self._entries)
+
+    def open_for_sync(self) -> tuple[int, list[EpochEntry]]:
+        """A read-only descriptor of the file and the entries it holds, for a FlushPlan to fsync;
+        once fsynced, ``mark_synced`` takes the entries back. Raises OSError."""
+        with self._lock:
+            return os.open(self._file.path, os.O_RDONLY), self._file_entries
+
+    def mark_synced(self, entries: list[EpochEntry]) -> None:
+        """The file holding ``entries`` (and the directory entry) reached the disk."""
+        self._synced_entries = entries
 
     def flush(self) -> None:
         """Write the file and fsync it (and its directory) now."""
-        self._file.write(self._entries)
-        self._file_exists = True
-        self._version += 1
-        self._synced_version = self._version
+        self.write(sync=True)
+
+    def _write(self, version: int, entries: list[EpochEntry], sync: bool) -> None:
+        with self._lock:
+            if version <= self._file_version:  # the file holds this state or a newer one
+                if sync and self._file_exists:
+                    fd = os.open(self._file.path, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    fsync_dir(self._file.path.parent)
+                return
+            # The first write (a new partition's first leader epoch) creates the file in place,
+            # without a temp file and rename: an empty file reads as no entries.
+            if sync or self._file_exists or not self._file.write_new(entries):
+                self._file.write(entries, sync=sync)
+            self._file_exists = True
+            self._file_version = version
+            self._file_entries = entries
 
     def _set(self, entries: list[EpochEntry]) -> None:
         self._entries = entries
-        # The first write (a new partition's first leader epoch) creates the file in place,
-        # without a temp file and rename: an empty file reads as no entries.
-        if self._file_exists or not self._file.write_new(entries):
-            self._file.write(entries, sync=False)
-        self._file_exists = True
         self._version += 1

@@ -23,9 +23,9 @@ truncation, a compaction swap) is renamed to ``<name>.deleted`` and deleted by
 holds it (a fetch in flight, the log cleaner) reads on.
 
 Durability: appends land in the page cache; ``flush`` (or ``begin_flush`` / ``FlushPlan.run``
-/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``, fsyncing the
-leader-epoch-checkpoint too when it was rewritten since (epoch_cache.py: its changes are not
-fsynced one by one). ``open``
+/ ``complete_flush`` to fsync off the event loop) advances ``recovery_point``, writing and
+fsyncing the leader-epoch-checkpoint first when the epochs below the new recovery point are
+not in it durably (epoch_cache.py: a change of the cache only changes memory). ``open``
 builds the log from what ``LogLoader`` (log_loader.py) loads: after an unclean shutdown it
 re-validates only the segments from the one holding the recovery point, so recovery time
 follows the unflushed tail, not the log size.
@@ -50,7 +50,7 @@ from protocol.records import BatchHeader, check_batch, read_header, set_base_off
 
 from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
-from .epoch_cache import LeaderEpochFileCache
+from .epoch_cache import EpochEntry, LeaderEpochFileCache
 from .log_loader import LoadedLog, LogLoader, rebuild_producer_state
 from .log_validator import validate_client_batches
 from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
@@ -127,12 +127,12 @@ class FlushPlan:
     """
 
     def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int,
-                 epoch_cache_version: int | None = None) -> None:
+                 epoch_entries: list[EpochEntry] | None = None) -> None:
         self.log = log
         self.offset = offset
         self.dir_version = dir_version
         self.truncations = truncations
-        self.epoch_cache_version = epoch_cache_version  # the leader-epoch-checkpoint write it fsyncs, if any
+        self.epoch_entries = epoch_entries  # what the leader-epoch-checkpoint it fsyncs holds, if it does
         self._fds = fds
 
     @property
@@ -188,7 +188,8 @@ class Log:
 
     @classmethod
     def open(cls, dir: Path, config: LogConfig, *, time: Time, budget: OpenSegmentBudget | None = None,
-             recovery_point: int = 0, log_start_offset: int = 0, had_clean_shutdown: bool = True) -> Log:
+             recovery_point: int = 0, log_start_offset: int = 0, had_clean_shutdown: bool = True,
+             names: list[str] | None = None) -> Log:
         """Open (creating if needed) the log in ``dir``, recovering it if need be.
 
         After an unclean shutdown the segments from the one containing
@@ -199,18 +200,25 @@ class Log:
         ``budget`` bounds what the non-active segments keep open; the ``LogManager`` shares
         its own among its logs. Without one, the log gets a budget of its own, sized from
         the open files limit.
+
+        ``names``: what ``os.listdir(dir)`` returns, when the caller knows ``dir`` exists and has
+        listed it already (``LogManager.startup``); else it is created if need be and listed.
+        One listing serves the loader, the producer state and the leader epoch cache.
         """
         dir = Path(dir)
-        dir.mkdir(parents=True, exist_ok=True)
+        if names is None:
+            dir.mkdir(parents=True, exist_ok=True)
+            names = os.listdir(dir)
         topic, partition = parse_topic_partition(dir.name)
         if budget is None:
             budget = OpenSegmentBudget.from_open_files_limit()
         opened: Log  # bound below; the cache asks the log for its LEO only once it exists
-        leader_epoch_cache = LeaderEpochFileCache(dir / EPOCH_FILE_NAME, lambda: opened.log_end_offset)
-        producer_state = ProducerStateManager(dir, time, config.producer_id_expiration_ms)
+        leader_epoch_cache = LeaderEpochFileCache(dir / EPOCH_FILE_NAME, lambda: opened.log_end_offset,
+                                                  exists=EPOCH_FILE_NAME in names)
+        producer_state = ProducerStateManager(dir, time, config.producer_id_expiration_ms, names=names)
         loaded = LogLoader(dir, topic, partition, config, time, budget, had_clean_shutdown=had_clean_shutdown,
                            log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
-                           leader_epoch_cache=leader_epoch_cache, producer_state=producer_state).load()
+                           leader_epoch_cache=leader_epoch_cache, producer_state=producer_state).load(names)
         opened = cls(dir, config, time, budget, loaded, leader_epoch_cache, producer_state)
         return opened
 
@@ -452,11 +460,7 @@ class Log:
     def _maybe_assign_epoch(self, epoch: int, start_offset: int) -> None:
         latest = self.leader_epoch_cache.latest_epoch()
         if epoch >= 0 and (latest is None or epoch > latest):
-            try:
-                self.leader_epoch_cache.assign(epoch, start_offset)
-            except OSError as exc:
-                log.error("%s-%d: cannot write %s: %s", self.topic, self.partition, self.leader_epoch_cache.path, exc)
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
+            self.leader_epoch_cache.assign(epoch, start_offset)  # in memory (written by a flush, epoch_cache.py)
 
     # -- rolling -------------------------------------------------------------------------
 
@@ -750,29 +754,39 @@ class Log:
 
     def begin_flush(self, offset: int | None = None) -> FlushPlan | None:
         """Prepare a flush up to ``offset`` (default LEO): duplicates the descriptors to fsync
-        (and the directory's when segments were created or deleted). None if nothing to do."""
+        (and the directory's when segments were created or deleted). The leader epoch cache's
+        file is written first when its entries below the target are not in it, and fsynced
+        with the rest when they are not known durable (epoch_cache.py). None if nothing to do."""
         target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
         dir_dirty = self._dir_version != self._dir_synced_version
         cache = self.leader_epoch_cache
-        epoch_version = cache.version if cache.unsynced else None  # written, not yet fsynced (epoch_cache.py)
-        if target <= self.recovery_point and not dir_dirty and epoch_version is None:
+        try:
+            if cache.write_needed(target):
+                cache.write()
+        except OSError as exc:
+            log.error("%s-%d: cannot write %s: %s", self.topic, self.partition, cache.path, exc)
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: cannot prepare a flush: {exc}") from exc
+        epoch_sync = cache.sync_needed(target)
+        if target <= self.recovery_point and not dir_dirty and not epoch_sync:
             return None
         first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
         last = max(0, bisect.bisect_right(self._bases, max(target - 1, 0)) - 1)
         fds: list[int] = []
+        epoch_entries = None
         try:
             if target > self.recovery_point:
                 for segment in self._segments[first:last + 1]:
                     fds.extend(segment.dup_fds())
-            if epoch_version is not None:
-                fds.append(os.open(cache.path, os.O_RDONLY))
-            if dir_dirty or epoch_version is not None:  # (the checkpoint is renamed into place)
+            if epoch_sync:
+                fd, epoch_entries = cache.open_for_sync()
+                fds.append(fd)
+            if dir_dirty or epoch_sync:  # (the checkpoint is renamed into place)
                 fds.append(os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
             raise KafkaStorageError(f"{self.topic}-{self.partition}: cannot prepare a flush: {exc}") from exc
-        return FlushPlan(self, target, fds, self._dir_version, self._truncations, epoch_version)
+        return FlushPlan(self, target, fds, self._dir_version, self._truncations, epoch_entries)
 
     def complete_flush(self, plan: FlushPlan) -> None:
         """After ``plan.run()`` succeeded: advance the recovery point (unless the log was
@@ -780,8 +794,8 @@ class Log:
         if plan.truncations == self._truncations:
             self.recovery_point = max(self.recovery_point, min(plan.offset, self.log_end_offset))
         self._dir_synced_version = max(self._dir_synced_version, plan.dir_version)
-        if plan.epoch_cache_version is not None:
-            self.leader_epoch_cache.mark_synced(plan.epoch_cache_version)
+        if plan.epoch_entries is not None:
+            self.leader_epoch_cache.mark_synced(plan.epoch_entries)
         self._last_flush_ms = self.time.milliseconds()
 
     def unflushed_messages(self) -> int:
@@ -796,14 +810,25 @@ class Log:
         return unflushed > 0 and (unflushed >= self.config.flush_messages
                                   or self.time_since_last_flush_ms() >= self.config.flush_ms)
 
+    def _write_epoch_cache(self) -> None:
+        """The leader epoch cache's file, when its entries below the LEO are not in it (a failure is logged)."""
+        cache = self.leader_epoch_cache
+        if cache.write_needed():
+            try:
+                cache.write()
+            except OSError as exc:
+                log.error("%s-%d: cannot write %s: %s", self.topic, self.partition, cache.path, exc)
+
     # -- closing -------------------------------------------------------------------------
 
     def close(self, *, snapshot: bool = True) -> None:
-        """Take a producer state snapshot at the LEO (unless ``snapshot`` is False: the log
-        is about to be deleted), trim the indexes and the active ``.log`` to their used
+        """Take a producer state snapshot at the LEO and write the leader epoch cache's file
+        when its entries below the LEO are not in it (not fsynced: ``flush`` does that; unless
+        ``snapshot`` is False: the log is about to be deleted), trim the indexes and the active ``.log`` to their used
         sizes and close every file."""
         if snapshot and self._segments:
             self._take_producer_snapshot()
+            self._write_epoch_cache()
         for segment in self._segments:
             segment.close()
         self._delete_all_pending()  # nothing reads a closed log (a restart would remove them anyway)

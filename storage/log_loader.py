@@ -7,10 +7,11 @@
 2. one LogSegment per ``.log``, or a new empty one at the log start offset when there is
    none; the last is the active segment;
 3. after an unclean shutdown the segments from the one holding the recovery point on are
-   re-validated batch by batch (CRC included), their indexes rebuilt and their leader
-   epochs put back in the epoch cache. Earlier segments, and all of them after a clean
-   shutdown, only have their indexes sanity-checked (rebuilt when missing or corrupt),
-   and the active one has the batches after its last index entry re-read;
+   re-validated batch by batch (CRC included), their indexes rebuilt and the leader epoch
+   cache's entries from their start rebuilt from the batch headers (epoch_cache.py says
+   why). Earlier segments, and all of them after a clean shutdown, only have their indexes
+   sanity-checked (rebuilt when missing or corrupt), and the active one has the batches
+   after its last index entry re-read;
 4. the first invalid batch, or a segment that does not start where the previous one
    ended, cuts the log there: the later segments are deleted and one line says what
    went (a WARNING; INFO when only a zero tail of the last segment was cut: no data lost);
@@ -38,7 +39,6 @@ from pathlib import Path
 from typing import Iterator
 
 from protocol.clock import Time
-from protocol.errors import KafkaStorageError
 from protocol.records import BatchHeader, iter_batch_headers
 
 from .config import LogConfig
@@ -52,6 +52,16 @@ from .segment_budget import OpenSegmentBudget
 log = logging.getLogger("kbroker.storage.loader")
 
 _STRAY_SUFFIXES = (".deleted", CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
+_LOG_SWAP = LOG_SUFFIX + SWAP_SUFFIX
+_LOG = LOG_SUFFIX[1:]  # what follows the first dot of a segment's file name
+_INDEXES = (INDEX_SUFFIX[1:], TIME_INDEX_SUFFIX[1:])
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass
@@ -123,14 +133,16 @@ class LogLoader:
         self._bases: list[int] = []
         self._dir_changed = False
 
-    def load(self) -> LoadedLog:
-        """Steps 1-7 of the module docstring."""
+    def load(self, names: list[str] | None = None) -> LoadedLog:
+        """Steps 1-7 of the module docstring. ``names``: the directory's listing, when the
+        caller has it (else it is listed here)."""
         started = self.time.monotonic_ms()
         report = self.report
         cfg = self.config
+        now = self.time.milliseconds()
         self._segments = [LogSegment(self.dir, base, budget=self.budget, index_interval_bytes=cfg.index_interval_bytes,
-                                     max_index_size=cfg.segment_index_bytes, created_ms=self.time.milliseconds())
-                          for base in self._remove_stray_files_and_find_segments()]
+                                     max_index_size=cfg.segment_index_bytes, created_ms=now)
+                          for base in self._remove_stray_files_and_find_segments(names)]
         if not self._segments:
             self._segments = [self._new_segment(self.log_start_offset_checkpoint)]
         self._bases = [s.base_offset for s in self._segments]
@@ -167,27 +179,32 @@ class LogLoader:
         self._dir_changed = True
         return segment
 
-    def _remove_stray_files_and_find_segments(self) -> list[int]:
+    def _remove_stray_files_and_find_segments(self, names: list[str] | None) -> list[int]:
         """Base offsets of the segments on disk; stray files of interrupted operations and
-        indexes without a ``.log`` are removed."""
-        for swap in sorted(self.dir.glob("*" + LOG_SUFFIX + SWAP_SUFFIX)):
-            self._complete_swap(swap)
+        indexes without a ``.log`` are removed. One listing of the directory (``names``, or
+        listed here), a second only after completing an interrupted swap."""
+        if names is None:
+            names = os.listdir(self.dir)
+        swaps = sorted(name for name in names if name.endswith(_LOG_SWAP))
+        if swaps:
+            for swap in swaps:
+                self._complete_swap(self.dir / swap)
+            names = os.listdir(self.dir)
         bases, index_files = set(), []
-        for path in self.dir.iterdir():
-            name = path.name
+        for name in names:
             if name.endswith(_STRAY_SUFFIXES):
-                path.unlink(missing_ok=True)
+                _unlink(self.dir / name)
                 continue
             stem, _dot, suffix = name.partition(".")
             if len(stem) != 20 or not stem.isdigit():
                 continue
-            if "." + suffix == LOG_SUFFIX:
+            if suffix == _LOG:
                 bases.add(int(stem))
-            elif "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                index_files.append((int(stem), path))
-        for base, path in index_files:
+            elif suffix in _INDEXES:
+                index_files.append((int(stem), name))
+        for base, name in index_files:
             if base not in bases:
-                path.unlink(missing_ok=True)
+                _unlink(self.dir / name)
         return sorted(bases)
 
     def _complete_swap(self, swap: Path) -> None:
@@ -222,6 +239,10 @@ class LogLoader:
             first_to_recover = len(segments)
         else:
             first_to_recover = max(0, bisect.bisect_right(bases, self.recovery_point_checkpoint) - 1)
+            # From the first re-validated batch on, the leader epoch cache's file may lack entries
+            # or hold ones the cache had dropped (its changes are written later, epoch_cache.py,
+            # point 2): they go, and the batch headers assign their epochs again (_assign_epoch).
+            self.leader_epoch_cache.truncate_from_end(bases[first_to_recover])
         for i, segment in enumerate(segments):
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             compacted = self.config.compact  # batches may skip offsets
@@ -254,11 +275,7 @@ class LogLoader:
         cache, epoch = self.leader_epoch_cache, header.partition_leader_epoch
         latest = cache.latest_epoch()
         if epoch >= 0 and (latest is None or epoch > latest):
-            try:
-                cache.assign(epoch, header.base_offset)
-            except OSError as exc:
-                log.error("%s-%d: cannot write %s: %s", self.topic, self.partition, cache.path, exc)
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
+            cache.assign(epoch, header.base_offset)
 
     def _drop_segments_after(self, i: int, result: RecoverResult) -> None:
         """Recovery cut segment ``i`` (or found the next one does not follow it): delete

@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +26,7 @@ from protocol.errors import KafkaStorageError
 
 from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir
 from .config import LogConfig
+from .epoch_cache import EpochCacheWrite
 from .log import FlushPlan, Log, parse_topic_partition
 from .log_loader import RecoveryReport
 from .segment_budget import OpenSegmentBudget, raise_open_files_limit
@@ -45,7 +46,8 @@ TopicPartition = tuple[str, int]
 # Descriptors the plans of one flush pass may hold (see flush_dirty_logs): they come out of what
 # the segment budget leaves for sockets and everything else (at least 256, segment_budget.py).
 FLUSH_PASS_MAX_FDS = 64
-FLUSH_THREADS = 8  # threads fsyncing at shutdown (flush_all)
+FLUSH_THREADS = 32  # threads fsyncing at shutdown (flush_all): concurrent fsyncs share journal commits
+EPOCH_WRITES_PER_PASS = 1000  # leader epoch files one background pass writes at most (epoch_cache_writes)
 
 
 class LogManager:
@@ -96,23 +98,28 @@ class LogManager:
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             high_watermarks = self._read_checkpoint(log_dir / HIGH_WATERMARK_CHECKPOINT)
             cleaner_offsets = self._read_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT)
-            for child in sorted(log_dir.iterdir()):
-                if not child.is_dir():
-                    continue
-                if child.name.endswith(DELETE_SUFFIX):
+            with os.scandir(log_dir) as entries:
+                children = sorted(entry.name for entry in entries if entry.is_dir())
+            configs: dict[str, LogConfig] = {}  # per topic, not per partition
+            for name in children:
+                child = log_dir / name
+                if name.endswith(DELETE_SUFFIX):
                     shutil.rmtree(child, ignore_errors=True)
                     continue
                 try:
-                    tp = parse_topic_partition(child.name)
+                    tp = parse_topic_partition(name)
                 except ValueError:
                     continue
                 if tp[0] == METADATA_TOPIC:
                     continue  # a controller's metadata log sharing the directory (Kafka's LogManager skips it too)
                 if tp in self._logs:
-                    raise KafkaStorageError(f"{child.name} exists in both {self._log_dir_of[tp]} and {log_dir}")
-                loaded = Log.open(child, self._config_for(tp[0]), time=self.time, budget=self.segment_budget,
-                                  recovery_point=recovery_points.get(tp, 0),
-                                  log_start_offset=start_offsets.get(tp, 0), had_clean_shutdown=clean)
+                    raise KafkaStorageError(f"{name} exists in both {self._log_dir_of[tp]} and {log_dir}")
+                config = configs.get(tp[0])
+                if config is None:
+                    config = configs[tp[0]] = self._config_for(tp[0])
+                loaded = Log.open(child, config, time=self.time, budget=self.segment_budget,
+                                  recovery_point=recovery_points.get(tp, 0), log_start_offset=start_offsets.get(tp, 0),
+                                  had_clean_shutdown=clean, names=os.listdir(child))
                 loaded.update_high_watermark(high_watermarks.get(tp, 0))
                 if tp in cleaner_offsets:
                     self._restore_first_dirty_offset(loaded, cleaner_offsets[tp])
@@ -286,6 +293,23 @@ class LogManager:
                 held += plan.descriptors
         return plans
 
+    def epoch_cache_writes(self, max_count: int = EPOCH_WRITES_PER_PASS) -> list[EpochCacheWrite]:
+        """The background pass of the leader epoch caches: a write (``EpochCacheWrite.run``, for
+        a thread off the event loop) for each cache whose entries below its log's LEO are not in
+        its file, at most ``max_count`` (epoch_cache.py: the log's flush writes one before its
+        recovery point may pass it anyway; these keep what a restart after kill -9 must rebuild
+        small)."""
+        writes: list[EpochCacheWrite] = []
+        for each in self._logs.values():
+            cache = each.leader_epoch_cache
+            if cache.write_needed():
+                pending = cache.pending_write()
+                if pending is not None:
+                    writes.append(pending)
+                    if len(writes) >= max_count:
+                        break
+        return writes
+
     def _write_checkpoints(self, file_name: str, value: Callable[[Log], int],
                            which: Callable[[Log], bool] = lambda each: True, dirs: list[Path] | None = None) -> None:
         for log_dir in self.log_dirs if dirs is None else dirs:
@@ -319,19 +343,29 @@ class LogManager:
     # -- shutdown ------------------------------------------------------------------------
 
     def flush_all(self) -> None:
-        """Flush every log (synchronously): plans holding about FLUSH_PASS_MAX_FDS descriptors
-        at a time, their fsyncs run on FLUSH_THREADS threads (``FlushPlan.run`` is thread-safe;
-        the fsyncs of many files finish much sooner in parallel, the file system commits them
-        together: with 10,000 partitions a clean shutdown is mostly this). The first error is
-        raised once the plans already prepared have run."""
+        """Flush every log (synchronously): plans holding at most about the segments' descriptor
+        budget at a time (``shutdown`` closed every segment's files first, so that share is free;
+        at least FLUSH_PASS_MAX_FDS), their fsyncs run on FLUSH_THREADS threads (``FlushPlan.run``
+        is thread-safe; the fsyncs of many files finish much sooner in parallel, the file system
+        commits them together: after a kill -9 and restart with 10,000 partitions a clean
+        shutdown is mostly this), a new plan prepared as soon as one finished. The first error
+        is raised once the plans already prepared have run."""
         logs = list(self._logs.values())
-        i = 0
+        max_fds = max(FLUSH_PASS_MAX_FDS, self.segment_budget.files.budget)
         with ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flush") as pool:
-            while i < len(logs):
-                plans: list[FlushPlan] = []
-                held = 0
-                error: BaseException | None = None
-                while i < len(logs) and held < FLUSH_PASS_MAX_FDS:
+            # The leader epoch files that need writing, written on the threads (begin_flush would
+            # write each on this one); a failure is raised by that log's begin_flush below.
+            writes = [each.leader_epoch_cache.pending_write() for each in logs if each.leader_epoch_cache.write_needed()]
+            for done in [pool.submit(write.run) for write in writes if write is not None]:
+                try:
+                    done.result()
+                except OSError:
+                    pass
+            pending: dict[Future[None], tuple[FlushPlan, int]] = {}  # plan, the descriptors it holds
+            held, i = 0, 0
+            error: BaseException | None = None
+            while True:
+                while i < len(logs) and error is None and (held < max_fds or not pending):
                     try:
                         plan = logs[i].begin_flush()
                     except KafkaStorageError as exc:
@@ -340,17 +374,23 @@ class LogManager:
                     finally:
                         i += 1
                     if plan is not None:
-                        plans.append(plan)
-                        held += plan.descriptors
-                for plan, done in [(plan, pool.submit(plan.run)) for plan in plans]:
+                        fds = plan.descriptors  # (before run() closes them)
+                        pending[pool.submit(plan.run)] = (plan, fds)
+                        held += fds
+                if not pending:
+                    break
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for done in finished:
+                    plan, fds = pending.pop(done)
+                    held -= fds
                     try:
                         done.result()
                     except OSError as exc:
                         error = error or KafkaStorageError(f"{plan.log.topic}-{plan.log.partition}: flush failed: {exc}")
                         continue
                     plan.log.complete_flush(plan)
-                if error is not None:
-                    raise error
+            if error is not None:
+                raise error
 
     def shutdown(self) -> None:
         """Flush every log, write the four checkpoints, close (trim) the logs, then write

@@ -298,13 +298,15 @@ class ProducerStateManager:
     start and end) come from the owning Log, which decides when to snapshot and replay.
     """
 
-    def __init__(self, dir: Path, time: Time, max_producer_id_expiration_ms: int) -> None:
+    def __init__(self, dir: Path, time: Time, max_producer_id_expiration_ms: int, *,
+                 names: list[str] | None = None) -> None:
+        """``names``: the directory's listing, when the caller has it (else it is listed here)."""
         self.dir = Path(dir)
         self.time = time
         self.producer_id_expiration_ms = max_producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self._name = self.dir.name
-        self._snapshots: list[int] = self._list_snapshots()
+        self._snapshots: list[int] = self._list_snapshots(names)
         self._removed_since_snapshot = False  # producers forgotten at an unchanged log end
 
     def __repr__(self) -> str:
@@ -473,11 +475,12 @@ class ProducerStateManager:
         except OSError as exc:
             log.error("%s: cannot delete producer state snapshot at offset %d: %s", self._name, offset, exc)
 
-    def _list_snapshots(self) -> list[int]:
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
+    def _list_snapshots(self, names: list[str] | None) -> list[int]:
+        if names is None:
+            try:
+                names = os.listdir(self.dir)
+            except FileNotFoundError:
+                return []
         offsets = []
         for name in names:
             stem = name[:-len(SNAPSHOT_SUFFIX)]

@@ -59,8 +59,11 @@ for line in sys.stdin:
         cache.assign(int(args[0]), log.log_end_offset)
     elif cmd == "append":
         log.append_as_follower(bytes.fromhex(args[0]))
-    elif cmd == "truncate":
+    elif cmd == "truncate":  # as the fetcher does (broker/fetcher.py _truncate_log)
+        below_recovery_point = int(args[0]) < log.recovery_point
         log.truncate_to(int(args[0]))
+        if below_recovery_point:
+            manager.checkpoint_recovery_points_after_truncation(log)
     elif cmd == "flush":
         log.flush()
         manager.checkpoint_recovery_points()

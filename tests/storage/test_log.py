@@ -390,11 +390,13 @@ def test_delete_removes_the_directory(tmp_path):
     assert isinstance(Log.open(tmp_path / "t-0", LogConfig(), time=MockTime()), Log)
 
 
-def test_the_leader_epoch_checkpoint_is_written_at_once_and_fsynced_with_the_log_flush(tmp_path, monkeypatch):
-    """A new leader epoch costs no fsync (a LeaderAndIsr making this broker leader of a
-    thousand new partitions paid two per partition): the checkpoint file is rewritten at
-    once, so a killed process finds it, and fsynced, with its directory, by the next flush
-    of the log, before the recovery point can move past the epoch's batches."""
+def test_the_leader_epoch_checkpoint_is_written_and_fsynced_by_the_flush_before_the_recovery_point_passes(
+        tmp_path, monkeypatch):
+    """A new leader epoch costs no write (a LeaderAndIsr making this broker leader of 10,000
+    partitions paid one per partition): the cache changes in memory, and an epoch at the LEO
+    asks for nothing. Once the epoch has batches, the log's flush writes the file before it
+    prepares the plan and fsyncs it (and its directory) with the segments, so the recovery
+    point never passes an epoch entry that is not on disk (epoch_cache.py)."""
     log = open_log(tmp_path / "t-0")
     log.flush()  # the new segment files and the directory
     synced: list[str] = []
@@ -405,23 +407,72 @@ def test_the_leader_epoch_checkpoint_is_written_at_once_and_fsynced_with_the_log
         real_fsync(fd)
     monkeypatch.setattr(os, "fsync", recording_fsync)
     cache = log.leader_epoch_cache
+    path = log.dir / "leader-epoch-checkpoint"
     assert cache.assign(3, log.log_end_offset)  # what Partition.make_leader does
-    assert synced == [] and cache.unsynced
-    assert (log.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n3 0\n"
+    assert not path.exists() and log.begin_flush() is None and synced == []
+    log.append_as_leader(batch(2), leader_epoch=3)
+    assert not path.exists()
     plan = log.begin_flush()
-    assert plan is not None  # nothing else to flush: the checkpoint alone asks for it
+    assert path.read_text() == "0\n1\n3 0\n"  # written before the plan can move the recovery point
     plan.run()
     log.complete_flush(plan)
-    assert sorted(synced) == ["leader-epoch-checkpoint", "t-0"] and not cache.unsynced
+    assert log.recovery_point == 2
+    assert "leader-epoch-checkpoint" in synced and "t-0" in synced and not cache.sync_needed()
     synced.clear()
     assert log.begin_flush() is None
-    # Written again while a flush is under way: that flush does not count for the newer write.
+    # Changed again while a flush is under way: that flush does not count for the newer entries.
     log.append_as_leader(batch(2), leader_epoch=4)
     plan = log.begin_flush()
-    assert plan is not None
-    cache.assign(5, log.log_end_offset)
+    assert plan is not None and path.read_text() == "0\n2\n3 0\n4 2\n"
+    log.append_as_leader(batch(2), leader_epoch=5)
     plan.run()
     log.complete_flush(plan)
-    assert "leader-epoch-checkpoint (deleted)" in synced and cache.unsynced  # the file it replaced
+    assert cache.sync_needed() and cache.write_needed()
     log.flush()
-    assert not cache.unsynced and log.begin_flush() is None
+    assert not cache.sync_needed() and log.begin_flush() is None
+    assert path.read_text() == "0\n3\n3 0\n4 2\n5 4\n"
+
+
+def test_after_a_kill_the_epochs_below_the_recovery_point_are_there(tmp_path):
+    """kill -9 (another Log opened on the directory, unclean, from the recovery point the
+    first one reached): recovery re-reads only the segment holding the recovery point, so the
+    epochs of the earlier segments must come from the file, which the flush wrote. Those of
+    the re-read segments come back from the batch headers, written or not."""
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    for epoch in range(6):
+        log.leader_epoch_cache.assign(epoch, log.log_end_offset)
+        log.append_as_leader(batch(2, value_size=60), leader_epoch=epoch)
+    assert log.num_segments >= 4
+    log.flush()
+    for epoch in (6, 7):  # after the flush: in memory only
+        log.leader_epoch_cache.assign(epoch, log.log_end_offset)
+        log.append_as_leader(batch(2, value_size=60), leader_epoch=epoch)
+    log.leader_epoch_cache.assign(8, log.log_end_offset)  # a leader that appended nothing yet
+    expected = [e for e in log.leader_epoch_cache.entries() if e.start_offset < log.log_end_offset]
+    assert len(expected) == 8
+    recovered = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300), time=MockTime(),
+                         recovery_point=log.recovery_point - 2, had_clean_shutdown=False)
+    assert recovered.recovery_report.segments_recovered < log.num_segments  # (the first one is never closed)
+    assert recovered.leader_epoch_cache.entries() == expected
+
+
+def test_after_a_kill_an_epoch_truncated_but_not_yet_written_does_not_come_back(tmp_path):
+    """A follower truncation drops an epoch in memory only; the log then grows again with
+    another leader's batches of an older epoch. After kill -9 the file still holds the dropped
+    entry, now below the LEO: recovery, which re-reads from the recovery point (at most the
+    truncation offset), must not keep it (epoch_cache.py, point 2)."""
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    for epoch in range(4):
+        log.append_as_follower(follower_batch(log.log_end_offset, 2, epoch=epoch, value_size=60))
+    log.append_as_follower(follower_batch(log.log_end_offset, 2, epoch=5, value_size=60))  # this one's own, not replicated
+    log.flush()
+    diverged = log.log_end_offset - 2
+    assert (5, diverged) in log.leader_epoch_cache.entries()
+    log.truncate_to(diverged)  # the new leader (epoch 6) has epoch 3's batches there
+    log.append_as_follower(follower_batch(diverged, 2, epoch=3, value_size=60))
+    log.append_as_follower(follower_batch(log.log_end_offset, 2, epoch=6, value_size=60))
+    expected = log.leader_epoch_cache.entries()
+    assert expected[-2:] == [(3, 6), (6, diverged + 2)]
+    recovered = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300), time=MockTime(),
+                         recovery_point=log.recovery_point, had_clean_shutdown=False)  # (the first one is never closed)
+    assert recovered.leader_epoch_cache.entries() == expected

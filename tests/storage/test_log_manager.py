@@ -4,6 +4,7 @@ clean-shutdown marker, and the retention/flush/checkpoint passes."""
 from __future__ import annotations
 
 import logging
+import os
 
 from storage_helpers import batch, check_consistent
 
@@ -166,6 +167,49 @@ def test_a_flush_pass_holds_a_bounded_number_of_descriptors(tmp_path):
     manager.shutdown()
 
 
+def test_leader_epoch_files_are_written_by_the_background_pass_and_the_clean_shutdown(tmp_path, monkeypatch):
+    """A new leader epoch only changes memory. The background pass writes the files of caches
+    whose entries below the LEO are not in them (at most ``max_count`` a pass), a clean shutdown
+    the rest. A cache whose only change is an epoch at the LEO (a leader that appended nothing,
+    as after a restart: every partition's LeaderAndIsr) costs no write and no fsync, not even at
+    shutdown: loading drops such an entry anyway (storage/epoch_cache.py)."""
+    manager = LogManager([tmp_path], CONFIG, time=MockTime())
+    manager.startup()
+    logs = [manager.get_or_create_log("t", p) for p in range(3)]
+    files = [log.dir / "leader-epoch-checkpoint" for log in logs]
+    for log in logs:
+        log.leader_epoch_cache.assign(1, 0)  # Partition.make_leader
+    assert manager.epoch_cache_writes() == []
+    for log in logs:
+        log.append_as_leader(batch(2), leader_epoch=1)
+    writes = manager.epoch_cache_writes(max_count=2)
+    assert [w.cache for w in writes] == [logs[0].leader_epoch_cache, logs[1].leader_epoch_cache]
+    for write in writes:
+        write.run()
+    assert [f.exists() for f in files] == [True, True, False]
+    assert [w.cache for w in manager.epoch_cache_writes()] == [logs[2].leader_epoch_cache]
+    manager.shutdown()
+    assert [f.read_text() for f in files] == ["0\n1\n1 0\n"] * 3
+
+    again = LogManager([tmp_path], CONFIG, time=MockTime())
+    again.startup()
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    for p in range(3):
+        log = again.get_log("t", p)
+        assert log.leader_epoch_cache.entries() == [(1, 0)]
+        log.leader_epoch_cache.assign(2, log.log_end_offset)
+    assert again.epoch_cache_writes() == []
+    again.shutdown()
+    assert [f.read_text() for f in files] == ["0\n1\n1 0\n"] * 3
+    assert "leader-epoch-checkpoint" not in synced and CLEAN_SHUTDOWN_FILE in synced
+
+
 def test_corrupt_checkpoint_is_ignored_with_a_warning(tmp_path, caplog):
     manager = LogManager([tmp_path], CONFIG, time=MockTime())
     manager.startup()
@@ -184,18 +228,42 @@ def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_
     KAFKA_STORAGE_ERROR, after the other plans ran, and no clean-shutdown marker is written."""
     import errno
     import os
+    import threading
 
     import pytest
 
     from protocol.errors import KafkaStorageError
     from storage import log_manager as manager_module
 
-    monkeypatch.setattr(manager_module, "FLUSH_PASS_MAX_FDS", 8)  # several batches of plans
+    from storage.log import FlushPlan, Log
+
+    monkeypatch.setattr(manager_module, "FLUSH_PASS_MAX_FDS", 8)
     manager = LogManager([tmp_path], CONFIG, time=MockTime())
     manager.startup()
+    manager.segment_budget.files.budget = 8  # plans holding about 8 descriptors at a time
     logs = [manager.get_or_create_log("t", p) for p in range(12)]
     for log in logs:
         fill(log, 3)
+    held, most, lock = [0], [0], threading.Lock()
+    real_begin, real_run = Log.begin_flush, FlushPlan.run
+
+    def begin_flush(self, offset=None):
+        plan = real_begin(self, offset)
+        if plan is not None:
+            with lock:
+                held[0] += plan.descriptors
+                most[0] = max(most[0], held[0])
+        return plan
+
+    def run(self):
+        n = self.descriptors
+        try:
+            real_run(self)
+        finally:
+            with lock:  # (FlushPlan.run runs on the pool's threads)
+                held[0] -= n
+    monkeypatch.setattr(Log, "begin_flush", begin_flush)
+    monkeypatch.setattr(FlushPlan, "run", run)
     real_fsync, failed = os.fsync, []
 
     def fsync(fd):
@@ -212,3 +280,4 @@ def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_
     manager.shutdown()  # the fsync works again: everything flushed, the marker written
     assert all(log.recovery_point == log.log_end_offset for log in logs)
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert 4 < most[0] <= 8 + 5  # (a plan: the .log, its two indexes, the leader-epoch-checkpoint, the dir)

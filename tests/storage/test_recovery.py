@@ -121,6 +121,8 @@ def test_torn_tail_and_zero_tail(tmp_path, caplog):
 def test_epoch_cache_tail_past_the_recovered_end_is_dropped(tmp_path):
     log = build(tmp_path / "t-0")
     log.leader_epoch_cache.assign(9, log.log_end_offset + 100)
+    log.flush()  # as a clean shutdown: the file is written, with the entry past the end
+    assert "9 " in (log.dir / "leader-epoch-checkpoint").read_text()
     del log
     recovered = reopen(tmp_path / "t-0", clean=True)
     assert recovered.leader_epoch_cache.entries() == [(1, 0), (2, 40)]
