@@ -40,6 +40,7 @@ from protocol.clock import Time
 from storage import LogManager
 from storage.checkpoint import write_atomically
 from storage.log_cleaner import LogCleaner
+from storage.log import run_flush_plans
 
 from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
@@ -435,10 +436,7 @@ class KafkaServer:
                     failed += 1
             if failed > 1:
                 log.warning("%d leader epoch files could not be written in this pass", failed)
-            for plan in plans:
-                started = now()
-                plan.run()
-                durations.append(now() - started)
+            return run_flush_plans(plans, now, durations)
 
         def done(fut: asyncio.Future) -> None:
             self._flush_idle.set()
@@ -448,8 +446,13 @@ class KafkaServer:
             if fut.exception() is not None:
                 log.error("background flush failed: %s", fut.exception())
                 return
-            for plan in plans:
+            succeeded, failures = fut.result()
+            for plan in succeeded:
                 plan.log.complete_flush(plan)
+            if failures:  # their recovery points stay; the next pass tries again
+                plan, exc = failures[0]
+                log.error("background flush of %s failed: %s%s", plan, exc,
+                          f" (and {len(failures) - 1} more in this pass)" if len(failures) > 1 else "")
 
         asyncio.ensure_future(loop.run_in_executor(self._executor, run_all)).add_done_callback(done)
 

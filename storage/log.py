@@ -146,11 +146,35 @@ class FlushPlan:
             for fd in fds:
                 os.fsync(fd)
         finally:
-            for fd in fds:
-                os.close(fd)
+            for fd in fds:  # every one, whatever failed before
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def __repr__(self) -> str:
         return f"FlushPlan({self.log.dir.name} up to {self.offset}, {len(self._fds)} files)"
+
+
+def run_flush_plans(plans: list[FlushPlan], now: Callable[[], int] | None = None,
+                    durations: list[int] | None = None) -> tuple[list[FlushPlan], list[tuple[FlushPlan, OSError]]]:
+    """Run every plan (thread-safe, off the logs' thread): one that fails (an fsync's EIO, a
+    full disk) neither stops the others nor keeps its descriptors (``run`` closes them).
+    Returns (the plans that succeeded, to ``complete_flush`` on the logs' thread; the failures).
+    With ``now`` and ``durations``, appends each plan's run time in ``now``'s unit."""
+    done: list[FlushPlan] = []
+    failed: list[tuple[FlushPlan, OSError]] = []
+    for plan in plans:
+        started = now() if now is not None else 0
+        try:
+            plan.run()
+        except OSError as exc:
+            failed.append((plan, exc))
+            continue
+        if now is not None and durations is not None:
+            durations.append(now() - started)
+        done.append(plan)
+    return done, failed
 
 
 class Log:

@@ -16,6 +16,7 @@ from protocol.errors import InvalidRecordError, OffsetOutOfRangeError
 from protocol.records import (CRC_OFFSET, LAST_OFFSET_DELTA_OFFSET, LOG_APPEND_TIME, RECORDS_COUNT_OFFSET, Record,
                               build_batch, check_batch, compute_crc, iter_batch_headers, iter_records)
 from storage import Log, LogConfig, OffsetsOutOfOrderError, TimestampAndOffset
+from storage.log import run_flush_plans
 from storage.segment_budget import ACTIVE_SEGMENT_FDS, OpenSegmentBudget
 
 
@@ -341,6 +342,36 @@ def test_flush_policy_and_split_flush(tmp_path):
     log.complete_flush(plan)
     assert log.recovery_point == 6  # a truncation during the flush keeps the recovery point down
     assert log.begin_flush() is None
+
+
+def test_a_failing_flush_plan_neither_stops_the_others_nor_keeps_its_descriptors(tmp_path):
+    """The broker's flush pass runs many plans off the loop (run_flush_plans): one whose fsync
+    fails (here: a descriptor gone bad, EBADF; EIO in life) is reported, the others still run
+    and are completed, and every descriptor the plans held is closed."""
+    time = MockTime()
+    logs = [open_log(tmp_path / f"t-{i}", time) for i in range(3)]
+    for log in logs:
+        fill(log, 3)
+    plans = [log.begin_flush() for log in logs]
+    held = [fd for plan in plans for fd in plan._fds]
+    bad = plans[1]._fds[0]
+    os.close(bad)  # (nothing opens a file between here and the check: its number is not reused)
+    durations: list[int] = []
+    done, failed = run_flush_plans(plans, time.nanoseconds, durations)
+    assert done == [plans[0], plans[2]] and [p for p, _ in failed] == [plans[1]] and len(durations) == 2
+    for plan in done:
+        plan.log.complete_flush(plan)
+    assert [log.recovery_point for log in logs] == [3, 0, 3]
+    still_open = [fd for fd in held if fd != bad and _is_open(fd)]
+    assert still_open == []
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def test_only_a_bounded_number_of_segments_keep_files_open(tmp_path):
