@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import gc
 import logging
 import re
 from typing import TYPE_CHECKING, Callable
@@ -35,6 +34,7 @@ from protocol.messages import APIS, response_is_flexible
 from protocol.records import is_transactional_batch, produce_records_error
 from protocol.schema import Api, SchemaError
 
+from . import heap
 from .authorizer import AllowAllAuthorizer, Operation, ResourceType
 from .coordinator.adapter import error_response
 from .error_response import error_response_body
@@ -763,7 +763,7 @@ class KafkaApis:
                     return step()
                 loop.call_soon(step)
                 return
-            gc.unfreeze()
+            heap.release()
             if -1 not in errors:  # (a failure closed the connection: the controller sends it again)
                 error = next((e for e in errors if e != ErrorCode.NONE), ErrorCode.NONE)
                 self._answer_leader_and_isr(ctx, api, grouped, error, results)
@@ -772,8 +772,9 @@ class KafkaApis:
         def start() -> None:
             # Applying it creates objects by the ten thousand: the cyclic collector's full
             # collections would scan the whole heap (every log, the controller's metadata)
-            # again and again meanwhile; what exists now is frozen until the last slice.
-            gc.freeze()
+            # again and again meanwhile; what exists now is frozen until the last slice
+            # (and after it, while the broker's start holds it too: broker/heap.py).
+            heap.hold()
             step()
 
         self._controller_requests.append(start)

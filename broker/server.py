@@ -42,6 +42,7 @@ from storage.checkpoint import write_atomically
 from storage.log_cleaner import LogCleaner
 from storage.log import run_flush_plans
 
+from . import heap
 from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
 from .broker_lifecycle import BrokerLifecycleManager, Listener
@@ -132,7 +133,7 @@ class KafkaServer:
             if self.lifecycle is not None:
                 await self.wait_until_live()
         finally:
-            gc.unfreeze()  # (start_services froze what it loaded; see there)
+            heap.release()  # (start_services froze what it loaded; see there)
 
     async def start_services(self) -> None:
         cfg = self.config
@@ -147,7 +148,7 @@ class KafkaServer:
         self.log_manager = LogManager(cfg.log_dirs, configs.default_log_config(), time=self.time,
                                       topic_config=configs.log_config_for,
                                       max_open_files=cfg["log.open.files.max"])
-        gc.freeze()  # (see below: in one process with the controller, its metadata is loaded by now)
+        heap.hold()  # (see below: in one process with the controller, its metadata is loaded by now)
         loading_since = self.time.monotonic_ms()
         reports = self.log_manager.startup()
         recovery_seconds = (self.time.monotonic_ms() - loading_since) / 1000.0
@@ -158,7 +159,7 @@ class KafkaServer:
         # until this broker is live (``startup``): its full collections scanned it all again and
         # again while the start's requests were applied, 0.3-0.5 s each, seconds in all.
         # (A frozen object is still freed when its last reference goes; unfreezing gives the
-        # collector back whatever became cyclic garbage meanwhile.)
+        # collector back whatever became cyclic garbage meanwhile.) broker/heap.py counts the holds.
         gc.freeze()
         for d in cfg.log_dirs:
             if (d / LEGACY_TOPICS_FILE).exists():

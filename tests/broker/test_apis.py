@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from broker import heap
 from broker.apis import LEADER_AND_ISR_SLICE, KafkaApis
 from broker.config import KafkaConfig
 from broker.config_repository import ConfigRepository
@@ -471,6 +472,23 @@ def test_a_log_loaded_at_start_up_is_taken_without_a_config_lookup(broker):
                                                       (1, BROKER_ID, 0, [BROKER_ID])]).error_code == ErrorCode.NONE
     assert asked == ["loaded"]  # partition 1 was created; partition 0's log was there
     assert broker.rm.partitions[("loaded", 0)].log is broker.logs.get_log("loaded", 0)
+
+
+async def test_a_leader_and_isr_applied_during_the_start_leaves_the_heap_frozen(broker):
+    """gc.unfreeze is global: the end of a sliced LeaderAndIsr must not unfreeze what the
+    broker's start still holds (broker/heap.py); the start's end does."""
+    gc.unfreeze()
+    heap.hold()  # what KafkaServer.start_services takes until the broker is live
+    try:
+        topic_id = uuid.uuid4()
+        parts = [(p, BROKER_ID, 0, [BROKER_ID]) for p in range(LEADER_AND_ISR_SLICE + 10)]
+        assert broker.update_metadata([("during", topic_id, parts, {})]) == ErrorCode.NONE
+        broker.send_leader_and_isr("during", topic_id, parts)
+        assert (await broker.sliced_answer()).error_code == ErrorCode.NONE
+        assert gc.get_freeze_count() > 0 and heap.holds() == 1
+    finally:
+        heap.release()
+    assert gc.get_freeze_count() == 0 and heap.holds() == 0
 
 
 async def test_the_heap_is_frozen_while_a_sliced_leader_and_isr_is_applied(broker):
