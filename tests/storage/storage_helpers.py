@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from protocol.clock import MockTime
@@ -58,3 +59,15 @@ def check_consistent(log: Log) -> list:
             assert timestamp <= segment.max_timestamp_so_far
     assert expected == log.log_end_offset, (expected, log.log_end_offset)
     return headers
+
+
+def record_fsyncs(monkeypatch) -> list[str]:
+    """From now on, the base name of every file (or directory) fsynced, in order."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    return synced

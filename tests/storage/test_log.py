@@ -8,7 +8,7 @@ import os
 import struct
 
 import pytest
-from storage_helpers import START_MS, batch, check_consistent, follower_batch, open_log
+from storage_helpers import START_MS, batch, check_consistent, follower_batch, open_log, record_fsyncs
 
 from protocol.clock import MockTime
 from protocol.compression import Compression
@@ -430,13 +430,7 @@ def test_the_leader_epoch_checkpoint_is_written_and_fsynced_by_the_flush_before_
     point never passes an epoch entry that is not on disk (epoch_cache.py)."""
     log = open_log(tmp_path / "t-0")
     log.flush()  # the new segment files and the directory
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def recording_fsync(fd: int) -> None:
-        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    synced = record_fsyncs(monkeypatch)
     cache = log.leader_epoch_cache
     path = log.dir / "leader-epoch-checkpoint"
     assert cache.assign(3, log.log_end_offset)  # what Partition.make_leader does

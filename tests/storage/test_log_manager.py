@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-from storage_helpers import batch, check_consistent
+from storage_helpers import batch, check_consistent, record_fsyncs
 
 from protocol.clock import MockTime
 from storage import LogConfig, LogManager, OffsetCheckpointFile
@@ -193,13 +193,7 @@ def test_leader_epoch_files_are_written_by_the_background_pass_and_the_clean_shu
 
     again = LogManager([tmp_path], CONFIG, time=MockTime())
     again.startup()
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def recording_fsync(fd: int) -> None:
-        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    synced = record_fsyncs(monkeypatch)
     for p in range(3):
         log = again.get_log("t", p)
         assert log.leader_epoch_cache.entries() == [(1, 0)]
