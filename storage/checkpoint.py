@@ -33,12 +33,17 @@ class CheckpointFormatError(ValueError):
     """The file exists but is not a well-formed version-0 checkpoint."""
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
+    """Open ``path`` with ``flags`` (0o644 if they create it), fsync it, close it."""
+    fd = os.open(path, flags, 0o644)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
 def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:

@@ -60,7 +60,7 @@ import threading
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from .checkpoint import CheckpointFile, CheckpointFormatError, fsync_dir
+from .checkpoint import CheckpointFile, CheckpointFormatError, fsync_dir, fsync_path
 
 log = logging.getLogger("kbroker.storage.epoch")
 
@@ -276,11 +276,7 @@ class LeaderEpochFileCache:
         with self._lock:
             if version <= self._file_version:  # the file holds this state or a newer one
                 if sync and self._file_exists:
-                    fd = os.open(self._file.path, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
+                    fsync_path(self._file.path)
                     fsync_dir(self._file.path.parent)
                 return
             # The first write (a new partition's first leader epoch) creates the file in place,

@@ -24,7 +24,7 @@ from typing import Callable
 from protocol.clock import Time
 from protocol.errors import KafkaStorageError
 
-from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir
+from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir, fsync_path
 from .config import LogConfig
 from .epoch_cache import EpochCacheWrite
 from .log import FlushPlan, Log, parse_topic_partition
@@ -410,11 +410,7 @@ class LogManager:
             shutil.rmtree(doomed, ignore_errors=True)
         self._dirs_to_delete = []
         for log_dir in self.log_dirs:
-            fd = os.open(log_dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT, 0o644)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(log_dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT)
             fsync_dir(log_dir)
         self._logs.clear()
         self._log_dir_of.clear()
