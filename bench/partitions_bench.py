@@ -5,10 +5,15 @@ One broker process (``python -m broker serve``, under ``prlimit --nofile=SOFT:HA
 ``--nofile`` is given), 10 topics of 1,000 partitions ("wide") and one of 100 ("narrow").
 Then, in each of ``--rounds`` rounds:
 
-* produce throughput (acks=1, one connection, 4 requests in flight, each request one batch of
-  10 x 100-byte records to each of 100 partitions): ``--seconds`` over the 100 narrow
-  partitions, then ``--seconds`` over all 10,000 (request after request, round-robin), and
-  the ratio wide/narrow of records/s; the broker's CPU per request for both;
+* the first pass right after the broker started (round 0: after the topics were created;
+  later rounds: after the previous round's kill -9 and recovery): one request to each chunk
+  of 100 partitions, every partition once: records/s (the cost of touching each log first);
+* a 3 s warm-up over all partitions (every round alike), then produce throughput (acks=1,
+  one connection, 4 requests in flight, each request one batch of 10 x 100-byte records to
+  each of 100 partitions) over the 100 narrow partitions and over all 10,000 (request after
+  request, round-robin), interleaved in 2 s slices (narrow, wide, narrow, ...) for
+  ``--seconds`` each, so that whatever else the machine does falls on both alike; the ratio
+  wide/narrow of records/s, and the broker's CPU per request for both;
 * RSS and descriptors of the broker after producing (every partition holds data);
 * clean start: SIGTERM, wait for the exit, start again: seconds from launch to live (its
   Metadata lists it) and to every partition served (a Fetch answers without error);
@@ -17,7 +22,7 @@ Then, in each of ``--rounds`` rounds:
 
 Prints each round, then the median and spread (min-max) over the rounds; never pass/fail.
 Usage: python bench/partitions_bench.py [--rounds 3] [--seconds 10] [--nofile 1024:1024]
-                                        [--topics 10] [--per-topic 1000]
+                                        [--topics 10] [--per-topic 1000] [--override KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -53,12 +58,30 @@ def chunks_of(topics: list[str], per_topic: int) -> list[tuple[str, list[int]]]:
     return out
 
 
-def throughput(broker: BrokerProcess, chunks, seconds: float) -> tuple[float, float]:
-    """(records/s, broker CPU µs per request)."""
-    cpu0 = cpu_seconds(broker.pid)
-    records, requests, elapsed = produce_for(broker.port, chunks, seconds)
-    cpu = cpu_seconds(broker.pid) - cpu0
-    return records / elapsed, cpu * 1e6 / max(1, requests)
+SLICE_S = 2.0  # interleaved narrow/wide slices
+WARMUP_S = 3.0
+
+
+def interleaved(broker: BrokerProcess, runs: dict[str, list], seconds: float) -> dict[str, tuple[float, float]]:
+    """Each of ``runs`` (name -> chunks) for ``seconds`` in all, in SLICE_S slices taken in
+    turn: name -> (records/s, broker CPU µs per request)."""
+    totals = {name: [0, 0, 0.0, 0.0] for name in runs}  # records, requests, seconds, CPU seconds
+    for _ in range(max(1, round(seconds / SLICE_S))):
+        for name, chunks in runs.items():
+            cpu0 = cpu_seconds(broker.pid)
+            records, requests, elapsed = produce_for(broker.port, chunks, min(SLICE_S, seconds))
+            t = totals[name]
+            t[0] += records
+            t[1] += requests
+            t[2] += elapsed
+            t[3] += cpu_seconds(broker.pid) - cpu0
+    return {name: (t[0] / t[2], t[3] * 1e6 / max(1, t[1])) for name, t in totals.items()}
+
+
+def first_pass(broker: BrokerProcess, chunks) -> float:
+    """records/s of one request to each chunk (every partition once), e.g. right after a start."""
+    records, _requests, elapsed = produce_for(broker.port, chunks, 600.0, max_requests=len(chunks))
+    return records / elapsed
 
 
 def all_served(broker: BrokerProcess, topics: dict[str, int]) -> bool:
@@ -95,6 +118,8 @@ def main() -> None:
     ap.add_argument("--per-topic", type=int, default=1000)
     ap.add_argument("--nofile", help="SOFT:HARD for prlimit (default: this shell's limits)")
     ap.add_argument("--start-timeout", type=float, default=600.0)
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config override (repeatable), e.g. log.open.files.max=20000")
     args = ap.parse_args()
     wide = [f"wide{i}" for i in range(args.topics)]
     topics = {**{t: args.per_topic for t in wide}, "narrow": PER_REQUEST}
@@ -106,7 +131,8 @@ def main() -> None:
         results.setdefault(key, []).append(value)
 
     with tempfile.TemporaryDirectory(prefix="kbroker-partitions-") as tmp:
-        broker = BrokerProcess(Path(tmp) / "data", prefix=prefix)
+        overrides = dict(kv.split("=", 1) for kv in args.override)
+        broker = BrokerProcess(Path(tmp) / "data", prefix=prefix, overrides=overrides)
         try:
             broker.start(args.start_timeout)
             t0 = time.monotonic()
@@ -119,10 +145,11 @@ def main() -> None:
                   flush=True)
             narrow = chunks_of(["narrow"], PER_REQUEST)
             spread = chunks_of(wide, args.per_topic)
-            produce_for(broker.port, spread, 3.0)  # every partition holds data before the first round
             for r in range(args.rounds):
-                narrow_rate, narrow_cpu = throughput(broker, narrow, args.seconds)
-                wide_rate, wide_cpu = throughput(broker, spread, args.seconds)
+                note("first pass after start records/s", first_pass(broker, spread))
+                produce_for(broker.port, spread, WARMUP_S)
+                rates = interleaved(broker, {"narrow": narrow, "wide": spread}, args.seconds)
+                (narrow_rate, narrow_cpu), (wide_rate, wide_cpu) = rates["narrow"], rates["wide"]
                 note("narrow records/s", narrow_rate)
                 note("wide records/s", wide_rate)
                 note("wide/narrow throughput", wide_rate / narrow_rate)
@@ -144,13 +171,14 @@ def main() -> None:
                 live, served = timed_start(broker, topics, args.start_timeout)
                 note("kill -9 recovery: live s", live)
                 note("kill -9 recovery: all served s", served)
-                print(f"round {r}: narrow {narrow_rate:,.0f} rec/s ({narrow_cpu:.0f} us/req), wide {wide_rate:,.0f} "
+                print(f"round {r}: first pass {results['first pass after start records/s'][-1]:,.0f} rec/s; "
+                      f"narrow {narrow_rate:,.0f} rec/s ({narrow_cpu:.0f} us/req), wide {wide_rate:,.0f} "
                       f"rec/s ({wide_cpu:.0f} us/req), ratio {wide_rate / narrow_rate:.2f}; RSS {rss:.0f} MiB, "
                       f"{fds} fds; clean start {results['clean start: live s'][-1]:.1f} s live / "
                       f"{results['clean start: all served s'][-1]:.1f} s served; kill -9 {live:.1f} s live / "
                       f"{served:.1f} s served", flush=True)
             print(f"\nload average at the end: {os.getloadavg()}; {total} partitions; "
-                  f"{args.seconds:.0f} s per throughput run")
+                  f"{args.seconds:.0f} s each of narrow and wide per round, in 2 s slices")
             for key, values in results.items():
                 fmt = ".2f" if "/" in key and "s" not in key.split()[-1] else ".1f"
                 print(summary(key, values, "", ".2f" if key == "wide/narrow throughput" else fmt))

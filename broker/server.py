@@ -411,15 +411,13 @@ class KafkaServer:
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass
-        (so recovery after a crash only rescans the active segment), off the event loop; and
-        write the leader epoch files whose entries below the LEO changed (storage/epoch_cache.py:
-        a change of the cache only changes memory; the flush writes one before the recovery point
-        passes it, these keep what a restart after kill -9 rebuilds small)."""
+        (so recovery after a crash only rescans the active segment), off the event loop. The
+        leader epoch files are not this pass's: a log's flush writes its file before the
+        recovery point passes an entry, a clean shutdown writes the rest (storage/epoch_cache.py)."""
         if not self._flush_idle.is_set():
             return
         plans = self.log_manager.flush_dirty_logs()
-        epoch_writes = self.log_manager.epoch_cache_writes()
-        if not plans and not epoch_writes:
+        if not plans:
             return
         self._flush_idle.clear()
         loop = asyncio.get_running_loop()
@@ -427,16 +425,6 @@ class KafkaServer:
         now = self.time.nanoseconds
 
         def run_all():
-            failed = 0
-            for write in epoch_writes:
-                try:
-                    write.run()
-                except OSError as exc:  # the log's next flush writes it (and fails loudly if it must)
-                    if not failed:
-                        log.warning("cannot write %s: %s", write.cache.path, exc)
-                    failed += 1
-            if failed > 1:
-                log.warning("%d leader epoch files could not be written in this pass", failed)
             return run_flush_plans(plans, now, durations)
 
         def done(fut: asyncio.Future) -> None:

@@ -26,7 +26,6 @@ from protocol.errors import KafkaStorageError
 
 from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir, fsync_path
 from .config import LogConfig
-from .epoch_cache import EpochCacheWrite
 from .log import FlushPlan, Log, parse_topic_partition
 from .log_loader import RecoveryReport
 from .segment_budget import OpenSegmentBudget, raise_open_files_limit
@@ -47,7 +46,6 @@ TopicPartition = tuple[str, int]
 # the segment budget leaves for sockets and everything else (at least 256, segment_budget.py).
 FLUSH_PASS_MAX_FDS = 64
 FLUSH_THREADS = 32  # threads fsyncing at shutdown (flush_all): concurrent fsyncs share journal commits
-EPOCH_WRITES_PER_PASS = 1000  # leader epoch files one background pass writes at most (epoch_cache_writes)
 
 
 class LogManager:
@@ -292,23 +290,6 @@ class LogManager:
                 plans.append(plan)
                 held += plan.descriptors
         return plans
-
-    def epoch_cache_writes(self, max_count: int = EPOCH_WRITES_PER_PASS) -> list[EpochCacheWrite]:
-        """The background pass of the leader epoch caches: a write (``EpochCacheWrite.run``, for
-        a thread off the event loop) for each cache whose entries below its log's LEO are not in
-        its file, at most ``max_count`` (epoch_cache.py: the log's flush writes one before its
-        recovery point may pass it anyway; these keep what a restart after kill -9 must rebuild
-        small)."""
-        writes: list[EpochCacheWrite] = []
-        for each in self._logs.values():
-            cache = each.leader_epoch_cache
-            if cache.write_needed():
-                pending = cache.pending_write()
-                if pending is not None:
-                    writes.append(pending)
-                    if len(writes) >= max_count:
-                        break
-        return writes
 
     def _write_checkpoints(self, file_name: str, value: Callable[[Log], int],
                            which: Callable[[Log], bool] = lambda each: True, dirs: list[Path] | None = None) -> None:

@@ -197,8 +197,9 @@ class PartitionsClient:
 
 
 def produce_for(port: int, chunks: list[tuple[str, list[int]]], seconds: float, *, records_per_batch: int = 10,
-                value_size: int = 100, depth: int = 4) -> tuple[int, int, float]:
-    """Produce (acks=1) request after request for ``seconds``, each to one chunk of ``chunks``
+                value_size: int = 100, depth: int = 4, max_requests: int | None = None) -> tuple[int, int, float]:
+    """Produce (acks=1) request after request for ``seconds`` (or until ``max_requests`` were
+    sent), each to one chunk of ``chunks``
     (a topic and its partitions, one batch each) in turn, ``depth`` requests in flight; returns
     (records acknowledged, requests, seconds taken). For benchmarks: the partitions touched
     are the only thing that changes between two calls with the same chunk sizes."""
@@ -211,7 +212,7 @@ def produce_for(port: int, chunks: list[tuple[str, list[int]]], seconds: float, 
 
     def frames():
         i = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and (max_requests is None or i < max_requests):
             topic, partitions = chunks[i % len(chunks)]
             i += 1
             cid = client._next_id()

@@ -35,9 +35,8 @@ PER_TOPIC = 1000
 
 def data_fds(broker: BrokerProcess) -> int:
     """Descriptors the broker holds of its partitions' files (segment files and their mappings;
-    not the controller's metadata log, which has a budget of its own, nor the one
-    leader-epoch-checkpoint the broker's flush pass may be writing at that moment, off the
-    event loop: storage/epoch_cache.py)."""
+    not the controller's metadata log, which has a budget of its own, nor a
+    leader-epoch-checkpoint a flush may be writing at that moment: storage/epoch_cache.py)."""
     root, n = str(broker.log_dir) + "/", 0
     for name in os.listdir(f"/proc/{broker.pid}/fd"):
         try:

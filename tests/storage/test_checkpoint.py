@@ -109,7 +109,7 @@ def test_leader_epoch_changes_stay_in_memory_and_an_epoch_at_the_log_end_never_a
 
 
 def test_a_leader_epoch_write_never_replaces_the_file_with_an_older_state(tmp_path):
-    """A write made earlier (the background pass's, run off the event loop) that runs after a
+    """A write made earlier (a clean shutdown's, run on another thread) that runs after a
     newer one leaves the newer file in place (Kafka's KAFKA-17142 problem)."""
     path = tmp_path / "leader-epoch-checkpoint"
     cache = LeaderEpochFileCache(path, lambda: 100)

@@ -167,27 +167,24 @@ def test_a_flush_pass_holds_a_bounded_number_of_descriptors(tmp_path):
     manager.shutdown()
 
 
-def test_leader_epoch_files_are_written_by_the_background_pass_and_the_clean_shutdown(tmp_path, monkeypatch):
-    """A new leader epoch only changes memory. The background pass writes the files of caches
-    whose entries below the LEO are not in them (at most ``max_count`` a pass), a clean shutdown
-    the rest. A cache whose only change is an epoch at the LEO (a leader that appended nothing,
-    as after a restart: every partition's LeaderAndIsr) costs no write and no fsync, not even at
-    shutdown: loading drops such an entry anyway (storage/epoch_cache.py)."""
+def test_leader_epoch_files_are_written_by_the_flush_and_the_clean_shutdown_only(tmp_path, monkeypatch):
+    """A new leader epoch and the appends at it only change memory: no flush pass writes the
+    file until the recovery point is to pass the entry (the log's flush), a clean shutdown
+    writes the rest. A cache whose only change is an epoch at the LEO (a leader that appended
+    nothing, as after a restart: every partition's LeaderAndIsr) costs no write and no fsync,
+    not even at shutdown: loading drops such an entry anyway (storage/epoch_cache.py)."""
     manager = LogManager([tmp_path], CONFIG, time=MockTime())
     manager.startup()
     logs = [manager.get_or_create_log("t", p) for p in range(3)]
     files = [log.dir / "leader-epoch-checkpoint" for log in logs]
     for log in logs:
         log.leader_epoch_cache.assign(1, 0)  # Partition.make_leader
-    assert manager.epoch_cache_writes() == []
     for log in logs:
         log.append_as_leader(batch(2), leader_epoch=1)
-    writes = manager.epoch_cache_writes(max_count=2)
-    assert [w.cache for w in writes] == [logs[0].leader_epoch_cache, logs[1].leader_epoch_cache]
-    for write in writes:
-        write.run()
-    assert [f.exists() for f in files] == [True, True, False]
-    assert [w.cache for w in manager.epoch_cache_writes()] == [logs[2].leader_epoch_cache]
+    assert manager.flush_dirty_logs() == []  # Kafka's default flush policy: nothing due
+    assert [f.exists() for f in files] == [False, False, False]
+    logs[0].flush()  # the recovery point passes the entry: the file first
+    assert [f.exists() for f in files] == [True, False, False]
     manager.shutdown()
     assert [f.read_text() for f in files] == ["0\n1\n1 0\n"] * 3
 
@@ -198,7 +195,7 @@ def test_leader_epoch_files_are_written_by_the_background_pass_and_the_clean_shu
         log = again.get_log("t", p)
         assert log.leader_epoch_cache.entries() == [(1, 0)]
         log.leader_epoch_cache.assign(2, log.log_end_offset)
-    assert again.epoch_cache_writes() == []
+    assert again.flush_dirty_logs() == []
     again.shutdown()
     assert [f.read_text() for f in files] == ["0\n1\n1 0\n"] * 3
     assert "leader-epoch-checkpoint" not in synced and CLEAN_SHUTDOWN_FILE in synced
