@@ -14,7 +14,9 @@ Then, in each of ``--rounds`` rounds:
   request, round-robin), interleaved in 2 s slices (narrow, wide, narrow, ...) for
   ``--seconds`` each, so that whatever else the machine does falls on both alike; the ratio
   wide/narrow of records/s, and the broker's CPU per request for both;
-* RSS and descriptors of the broker after producing (every partition holds data);
+* RSS and descriptors of the broker after producing (every partition holds data), and the
+  RSS's file-backed part (mapped pages of segment files and write windows: page cache the
+  kernel may reclaim, not the broker's own memory);
 * clean start: SIGTERM, wait for the exit, start again: seconds from launch to live (its
   Metadata lists it) and to every partition served (a Fetch answers without error);
 * kill -9 recovery: one more produce round over all partitions (unflushed), SIGKILL, start:
@@ -48,6 +50,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def rss_file_bytes(pid: int) -> int:
+    """RssFile of /proc/<pid>/status: the file-backed pages of the RSS."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def chunks_of(topics: list[str], per_topic: int) -> list[tuple[str, list[int]]]:
@@ -157,6 +168,7 @@ def main() -> None:
                 note("wide CPU us/request", wide_cpu)
                 rss, fds = rss_bytes(broker.pid) / 2**20, fd_count(broker.pid)
                 note("RSS MiB (after producing)", rss)
+                note("RSS file-backed MiB (after producing)", rss_file_bytes(broker.pid) / 2**20)
                 note("descriptors (after producing)", fds)
                 assert broker.stop(args.start_timeout) == 0
                 live, served = timed_start(broker, topics, args.start_timeout)

@@ -10,7 +10,8 @@ cases in the same run, repeated in rounds that alternate:
 * other: N fetches parked on another partition.
 
 Prints p50/p99 per case and round, the medians over rounds, and the ratios against "none".
-Numbers, never pass/fail. Usage: python bench/robustness_bench.py [--parked 1000] [--produces 2000] [--rounds 3] [--before ../main]
+Numbers, never pass/fail.
+Usage: python bench/robustness_bench.py [--parked 1000] [--produces 2000] [--rounds 3] [--before ../main]
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ def main() -> None:
             print(f"  ZooKeeper standbys (zookeeper.session.timeout.ms={args.zk_session_ms}):")
             zk_times = failover_rounds(directory / "fo-zk", args.rounds, args.zk_session_ms,
                                        ensemble.connect + "/failover")
-            print(f"  peer: one local controller restarted at once:")
+            print("  peer: one local controller restarted at once:")
             local_times = failover_rounds(directory / "fo-local", args.rounds, args.zk_session_ms, None)
             print(f"  zookeeper standby takeover: {summary(zk_times)}")
             print(f"  local controller restart:   {summary(local_times)}")

@@ -27,6 +27,35 @@ descriptor, not two. The next write, truncation or larger mapping reopens the fi
 from the descriptor budget reopens with one ``open`` on its next append (no ``fstat``, no
 new object). ``on_open``, when set, is called after every descriptor or mapping this opens
 after construction, so the owner's budget counts what is really held.
+
+Write windows (``append_windowed``). An active segment whose ``.log`` the descriptor budget
+did not admit (segment_budget.py: appends spread over more partitions than the budget holds)
+would open and close its file on every append: with 10,000 partitions written round-robin
+that open/close (path walk, file setup, release) was most of what an append costs beyond a
+held descriptor's (issue 12, bench/partitions_bench.py). Such appends instead copy into a
+*write window*: a writable shared mapping of ``WINDOW_BYTES`` of the file from the page that
+holds the end on (storage/_write_window.c), which holds no descriptor (CPython's mmap dup()s
+one) and costs one open/ftruncate/mmap/close per window, not per append. Where the module
+is not built, ``append_windowed`` is ``append_closing``. What this changes, and why each is
+safe:
+
+* the file is extended (sparse, ftruncate) to the window's end ahead of the data: a zero
+  tail, as a truncation may leave one. Loading re-reads the active segment's last batches
+  after a clean shutdown and re-validates from the recovery point after a crash, and cuts a
+  zero tail either way (log_loader.py); a roll, a close and a clean shutdown ``trim`` it, and
+  ``_drop_tail`` unmaps the window before it shrinks the file (a store past EOF would be a
+  SIGBUS);
+* a store into a page that cannot be had (no space for a page of the sparse file, an I/O
+  error reading one back, a file shrunk by someone else) is a SIGBUS: the module turns a
+  fault inside its copy into OSError(EIO), so it ends like a failed pwrite (the bytes of the
+  failed write are cut, KAFKA_STORAGE_ERROR for that partition), never the broker's death;
+* durability is unchanged: a store into a MAP_SHARED page dirties the page cache page, and
+  the flush's fsync of the file writes it like any written page; ``kill -9`` loses nothing
+  a pwrite would have kept;
+* memory: pages wholly behind the end are given back every ``WINDOW_RELEASE_BYTES``
+  (madvise: only this process's mapping of them, the page cache keeps them), so a window
+  adds a page or two to the RSS; ``vm.max_map_count`` bounds the number of windows (the budget's
+  ``windows`` cache, least recently used first).
 """
 
 from __future__ import annotations
@@ -39,8 +68,17 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from protocol.records import Buffer
 
+try:
+    from ._write_window import Window
+except ImportError:  # not built (setup.py): appends without a descriptor open and close the file
+    Window = None  # type: ignore[assignment,misc]
+
 _ZERO_CHUNK = 1 << 20
 _EMPTY = memoryview(b"")
+WINDOWS = Window is not None
+PAGE_SIZE = mmap.PAGESIZE
+WINDOW_BYTES = 256 << 10  # the file range one write window maps (module docstring)
+WINDOW_RELEASE_BYTES = 4 << 10  # written pages behind a window's end are given back this often (a page)
 
 
 def try_close(m: mmap.mmap) -> bool:
@@ -65,6 +103,9 @@ class FileRecords:
         self._map: mmap.mmap | None = None
         self._retired: list[mmap.mmap] = retired if retired is not None else []
         self.on_open: Callable[[], None] | None = None  # see the module docstring
+        self._window: Window | None = None  # see "Write windows"
+        self._released = 0  # file position below which the window's pages were given back
+        self.on_window: Callable[[bool], None] | None = None  # told when a window is mapped (True) or unmapped
 
     # -- writing -------------------------------------------------------------------------
 
@@ -102,6 +143,60 @@ class FileRecords:
             fd, self._fd = self._fd, -1
             os.close(fd)
 
+    def append_windowed(self, data: Buffer) -> int:
+        """``append`` through the write window (module docstring), which is mapped first when
+        the data does not fit the current one; no descriptor is held after the call.
+        ``append_closing`` where the window module is not built."""
+        if Window is None:
+            return self.append_closing(data)
+        position, n = self.size, len(data)
+        window = self._window
+        if window is None or position + n > window.offset + window.length:
+            window = self._map_window(position + n)
+        try:
+            window.write(position - window.offset, data)
+        except OSError:
+            self._drop_tail(position, position + n)  # unmaps the window first
+            raise
+        self.size = end = position + n
+        if end - self._released >= WINDOW_RELEASE_BYTES:
+            window.release(end - window.offset)
+            self._released = end - end % PAGE_SIZE
+        return position
+
+    def _map_window(self, end: int) -> Window:
+        """A window from the page holding ``size`` to at least ``end`` (WINDOW_BYTES or more),
+        the file extended to its end when shorter."""
+        self.close_window()
+        start = self.size - self.size % PAGE_SIZE
+        stop = start + max(WINDOW_BYTES, -(-(end - start) // PAGE_SIZE) * PAGE_SIZE)
+        fd = self._fd if self._fd >= 0 else os.open(self._path, os.O_RDWR)
+        try:
+            if self.file_size < stop:
+                os.ftruncate(fd, stop)
+                self.file_size = stop
+            window = Window(fd, start, stop - start)
+        finally:
+            if fd != self._fd:
+                os.close(fd)
+        self._window, self._released = window, start
+        if self.on_window is not None:
+            self.on_window(True)
+        return window
+
+    def close_window(self) -> None:
+        """Unmap the write window, if any (what a later append needs is mapped again)."""
+        window = self._window
+        if window is not None:
+            self._window = None
+            window.close()
+            if self.on_window is not None:
+                self.on_window(False)
+
+    @property
+    def has_window(self) -> bool:
+        return self._window is not None
+
     def truncate_to(self, new_size: int) -> int:
         """Drop the bytes from ``new_size`` on; returns how many were dropped."""
         if new_size >= self.size:
@@ -114,6 +209,7 @@ class FileRecords:
     def _drop_tail(self, start: int, end: int) -> None:
         """Make [start, end) unreadable to recovery: shrink the file to ``start`` when no
         live mapping reaches past it, else overwrite the range with zeros."""
+        self.close_window()  # never a store past EOF (module docstring)
         if self._map is not None and len(self._map) > start:
             self._retire_map(self._map)
         self._prune_retired()
@@ -129,7 +225,9 @@ class FileRecords:
             pass  # best effort: the caller is already handling a failed write
 
     def trim(self) -> None:
-        """Shrink the file to ``size`` if a truncation had to leave a zero tail."""
+        """Unmap the write window and shrink the file to ``size`` if a window or a truncation
+        left a zero tail."""
+        self.close_window()
         if self.file_size > self.size:
             self._drop_tail(self.size, self.file_size)
 
@@ -177,6 +275,10 @@ class FileRecords:
                 self.on_open()
         return self._fd
 
+    def fd(self) -> int:
+        """Our descriptor (reopened, and counted, if it was closed): for the caller's use now."""
+        return self._file()
+
     def release_fd(self) -> None:
         """Map all ``size`` bytes, then close our descriptor: reads go on through the mapping
         (which holds its own). For segments that only serve reads."""
@@ -209,5 +311,6 @@ class FileRecords:
         file must know them before it shrinks the file)."""
         if not self._closed:
             self._closed = True
+            self.close_window()
             self.close_fds()
         return self._retired

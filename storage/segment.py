@@ -29,6 +29,7 @@ closed segment must still answer (size, largest timestamp, next offset) is kept 
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import random
@@ -125,6 +126,7 @@ class LogSegment:
             if not self.active:
                 records.release_fd()
             records.on_open = self._opened  # what it reopens or maps later is counted then
+            records.on_window = self._window_changed
             self._records = records
             self._opened()
         else:
@@ -157,6 +159,18 @@ class LogSegment:
     def _opened(self) -> None:
         """A handle was opened: its cost goes to the budget."""
         self.budget.update(self)
+
+    def _window_changed(self, mapped: bool) -> None:
+        """The ``.log``'s write window was mapped or unmapped: the budget's ``windows`` count it."""
+        if mapped:
+            self.budget.windows.set(self, 1)
+        else:
+            self.budget.windows.discard(self)
+
+    def close_window(self) -> None:
+        """Unmap the ``.log``'s write window (the budget's ``windows`` cache releases it so)."""
+        if self._records is not None:
+            self._records.close_window()
 
     def _set_active(self, active: bool) -> None:
         self.active = active
@@ -243,10 +257,11 @@ class LogSegment:
         self.budget.files.discard(self)
         records = self._records
         if records is not None:
-            try:
-                records.trim()  # a zero tail a truncation had to leave (file_records.py)
-            except OSError:
-                pass  # recovery cuts a zero tail too
+            if not (self.active and records.has_window):  # a write window's zero tail is its own
+                try:
+                    records.trim()  # a zero tail a truncation had to leave (file_records.py)
+                except OSError:
+                    pass  # recovery cuts a zero tail too
             if self.active:  # the object stays: the next append reopens the file, nothing else
                 records.close_fds()
             else:
@@ -295,11 +310,18 @@ class LogSegment:
         if records is None:
             records = self.records
             position = records.append(buf)
-        elif records.held_fds or self.budget.admit(self):
+        elif records.held_fds:
             self.used = USED
-            position = records.append(buf)  # reopens a closed file for good (counted: on_open)
+            position = records.append(buf)
         else:
-            position = records.append_closing(buf)  # opened for this write only (see admit)
+            self.used = USED
+            first_miss = self.last_miss == NEVER
+            if self.budget.admit(self):
+                position = records.append(buf)  # reopens a closed file for good (counted: on_open)
+            elif first_miss and not records.has_window:  # a partition written once maps no window
+                position = records.append_closing(buf)  # opened for this write only
+            else:  # no descriptor held after it: through the write window (file_records.py)
+                position = records.append_windowed(buf)
         self.size = records.size
         for relative_position, header in batches:
             self._index_batch(position + relative_position, header, offset_index, time_index)
@@ -505,7 +527,7 @@ class LogSegment:
                 on_batch(header)
             position += header.size
             next_offset = header.next_offset
-        zero_tail = error is not None and _is_zeros(buf, position, end)
+        zero_tail = error is not None and _is_zeros(buf, position, end, records.fd())
         if zero_tail:
             error = f"zero tail from byte {position}"
         del buf
@@ -615,10 +637,27 @@ class LogSegment:
         return f"LogSegment({self.log_path}, size={self.size})"
 
 
-def _is_zeros(buf: Buffer, start: int, end: int) -> bool:
-    """Whether buf[start:end] is all zero bytes (what preallocation or a truncation leaves)."""
+def _is_zeros(buf: Buffer, start: int, end: int, fd: int | None = None) -> bool:
+    """Whether buf[start:end] is all zero bytes (what a write window, preallocation or a
+    truncation leaves). With ``fd`` (the file ``buf`` maps), holes are skipped unread
+    (lseek SEEK_DATA: a write window's tail is a hole, up to WINDOW_BYTES per partition to
+    read after a crash otherwise); a file system without it reports everything as data."""
     while start < end:
-        stop = min(end, start + (1 << 20))
+        if fd is not None:
+            try:
+                start = os.lseek(fd, start, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # nothing but holes from start on
+                    return True
+                fd = None  # no SEEK_DATA here: read it all
+            if start >= end:
+                return True
+            stop = end
+            if fd is not None:
+                stop = min(end, os.lseek(fd, start, os.SEEK_HOLE))
+            stop = min(stop, start + (1 << 20))
+        else:
+            stop = min(end, start + (1 << 20))
         if buf[start:stop] != bytes(stop - start):
             return False
         start = stop

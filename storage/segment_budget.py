@@ -6,7 +6,7 @@ metadata log, tools, tests) gets one of its own. Nothing here is process-wide ex
 OS limit itself (``raise_open_files_limit``).
 
 A segment opens what its appends and reads use, lazily (see segment.py), and reports what
-it holds with ``update``. Two caches keep the totals bounded:
+it holds with ``update``. Three caches keep the totals bounded:
 
 * ``files``: descriptors (an active segment's ``.log`` and its mapping, a non-active one's
   ``.log`` mapping and mapped indexes), sized from RLIMIT_NOFILE (``open_files_budget``).
@@ -15,18 +15,22 @@ it holds with ``update``. Two caches keep the totals bounded:
   partition gives its up when others need them, and reopens its ``.log`` on next use;
 * ``copies``: bytes of in-memory index copies of non-active segments (``INDEX_COPY_BYTES``),
   released independently of the mappings, so an index copy outlives its segment's mapping
-  (a lookup that misses maps the ``.log`` only).
+  (a lookup that misses maps the ``.log`` only);
+* ``windows``: write windows of active segments appended to without a descriptor
+  (file_records.py, "Write windows"): mappings, not descriptors, so bounded by
+  ``vm.max_map_count`` (``write_windows_budget``), one each.
 
 The least recently used segments give theirs up first. Not thread-safe: the owner's thread.
 
 An append to an active segment whose ``.log`` was closed does not always reopen it for good
 (``admit``): when the budget is full, it is reopened for good (evicting the oldest) only if
 the segment's previous miss is less than a budget's worth of misses ago, the reuse distance
-at which keeping it would have paid; otherwise the write opens the file for itself and closes
-it (one ``open``, one ``close``, no cache work). Appends spread round-robin over more
-partitions than the budget holds (issue 12: 10,000 partitions, ~768 descriptors) would
-otherwise evict on every append and never hit; a set of partitions that fits the budget
-is admitted on its second miss and then hits.
+at which keeping it would have paid; otherwise nothing is evicted and the write goes through
+the segment's write window (no descriptor held; on the segment's first miss, the file is
+opened for that write and closed instead, so a partition written once maps nothing). Appends
+spread round-robin over more partitions than the budget holds (issue 12: 10,000 partitions,
+~768 descriptors) would otherwise evict on every append and never hit; a set of partitions
+that fits the budget is admitted on its second miss and then hits.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ MIN_OPEN_FILES_BUDGET = 64
 _MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
 _NR_OPEN = Path("/proc/sys/fs/nr_open")
 
-FILES, COPIES = 1, 2  # bits of a segment's ``used``, one per cache
-USED = FILES | COPIES  # what a read sets: the segment was used, for both caches
+FILES, COPIES, WINDOWS = 1, 2, 4  # bits of a segment's ``used``, one per cache
+USED = FILES | COPIES | WINDOWS  # what a read or an append sets: the segment was used, for every cache
+MAX_WRITE_WINDOWS = 1 << 16
 NEVER = -(1 << 62)  # a segment's ``last_miss`` before its first
 
 
@@ -64,6 +69,8 @@ class BudgetedSegment(Protocol):
     def close_files(self) -> None: ...
 
     def drop_index_copies(self) -> None: ...
+
+    def close_window(self) -> None: ...
 
 
 def open_files_budget(max_fds: int | None = None) -> int:
@@ -80,6 +87,16 @@ def open_files_budget(max_fds: int | None = None) -> int:
     except (OSError, ValueError):
         pass
     return max(MIN_OPEN_FILES_BUDGET, budget)
+
+
+def write_windows_budget() -> int:
+    """Write windows the segments may hold in all: a quarter of vm.max_map_count (the
+    descriptor budget's mappings take at most half, open_files_budget), at most
+    MAX_WRITE_WINDOWS."""
+    try:
+        return max(MIN_OPEN_FILES_BUDGET, min(MAX_WRITE_WINDOWS, int(_MAX_MAP_COUNT.read_text()) // 4))
+    except (OSError, ValueError):
+        return MIN_OPEN_FILES_BUDGET
 
 
 def raise_open_files_limit() -> int:
@@ -145,12 +162,14 @@ class BudgetCache:
 
 
 class OpenSegmentBudget:
-    """The two caches of the module docstring: ``files`` (descriptors) and ``copies`` (bytes
-    of in-memory index copies)."""
+    """The three caches of the module docstring: ``files`` (descriptors), ``copies`` (bytes
+    of in-memory index copies) and ``windows`` (write windows)."""
 
-    def __init__(self, max_fds: int, max_copy_bytes: int = INDEX_COPY_BYTES) -> None:
+    def __init__(self, max_fds: int, max_copy_bytes: int = INDEX_COPY_BYTES, max_windows: int | None = None) -> None:
         self.files = BudgetCache(max_fds, FILES, lambda segment: segment.close_files())
         self.copies = BudgetCache(max_copy_bytes, COPIES, lambda segment: segment.drop_index_copies())
+        self.windows = BudgetCache(write_windows_budget() if max_windows is None else max_windows, WINDOWS,
+                                   lambda segment: segment.close_window())
         self.max_fds: int | None = None  # the cap ``resize_to_open_files_limit`` keeps
         # Mappings of closed segments that were still being read (a Fetch response not yet
         # written) when their segment gave its files up: each holds a descriptor until closed,
@@ -200,7 +219,9 @@ class OpenSegmentBudget:
     def discard(self, segment: BudgetedSegment) -> None:
         self.files.discard(segment)
         self.copies.discard(segment)
+        self.windows.discard(segment)
 
     def __repr__(self) -> str:
         return (f"OpenSegmentBudget(files {self.files.total} of {self.files.budget}, "
-                f"copies {self.copies.total} of {self.copies.budget} bytes)")
+                f"copies {self.copies.total} of {self.copies.budget} bytes, "
+                f"windows {self.windows.total} of {self.windows.budget})")

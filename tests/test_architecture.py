@@ -29,12 +29,12 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def find_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
-    """Every module of the packages: dotted name -> file."""
+    """Every module of the packages: dotted name -> file (a C extension's: its ``.pyi`` stub)."""
     modules = {}
     for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
+        for path in sorted((root / package).rglob("*.py")) + sorted((root / package).rglob("*.pyi")):
             if "__pycache__" not in path.parts:
-                modules[module_name(path, root)] = path
+                modules.setdefault(module_name(path, root), path)
     return modules
 
 

@@ -218,7 +218,6 @@ def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_
     descriptors, fsynced on a pool of threads); one fsync failing fails the shutdown with
     KAFKA_STORAGE_ERROR, after the other plans ran, and no clean-shutdown marker is written."""
     import errno
-    import os
     import threading
 
     import pytest

@@ -1,0 +1,13 @@
+# The C module storage/_write_window.c (built by setup.py; optional).
+from typing import Any
+
+PAGE_SIZE: int
+
+class Window:
+    offset: int
+    length: int
+    closed: bool
+    def __init__(self, fd: int, offset: int, length: int) -> None: ...
+    def write(self, position: int, data: Any) -> None: ...
+    def release(self, end: int) -> None: ...
+    def close(self) -> None: ...
