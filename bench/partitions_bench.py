@@ -52,15 +52,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def rss_file_bytes(pid: int) -> int:
-    """RssFile of /proc/<pid>/status: the file-backed pages of the RSS."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("RssFile:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def chunks_of(topics: list[str], per_topic: int) -> list[tuple[str, list[int]]]:
     out = []
     for start in range(0, per_topic, PER_REQUEST):
@@ -168,7 +159,7 @@ def main() -> None:
                 note("wide CPU us/request", wide_cpu)
                 rss, fds = rss_bytes(broker.pid) / 2**20, fd_count(broker.pid)
                 note("RSS MiB (after producing)", rss)
-                note("RSS file-backed MiB (after producing)", rss_file_bytes(broker.pid) / 2**20)
+                note("RSS file-backed MiB (after producing)", rss_bytes(broker.pid, "RssFile") / 2**20)
                 note("descriptors (after producing)", fds)
                 assert broker.stop(args.start_timeout) == 0
                 live, served = timed_start(broker, topics, args.start_timeout)

@@ -424,9 +424,6 @@ class KafkaServer:
         durations: list[int] = []
         now = self.time.nanoseconds
 
-        def run_all():
-            return run_flush_plans(plans, now, durations)
-
         def done(fut: asyncio.Future) -> None:
             self._flush_idle.set()
             if self.collector is not None:
@@ -443,7 +440,8 @@ class KafkaServer:
                 log.error("background flush of %s failed: %s%s", plan, exc,
                           f" (and {len(failures) - 1} more in this pass)" if len(failures) > 1 else "")
 
-        asyncio.ensure_future(loop.run_in_executor(self._executor, run_all)).add_done_callback(done)
+        asyncio.ensure_future(loop.run_in_executor(self._executor, run_flush_plans, plans, now, durations)
+                              ).add_done_callback(done)
 
     # -- shutdown --------------------------------------------------------------------------
     async def shutdown(self) -> None:

@@ -60,6 +60,7 @@ safe:
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
@@ -275,9 +276,27 @@ class FileRecords:
                 self.on_open()
         return self._fd
 
-    def fd(self) -> int:
-        """Our descriptor (reopened, and counted, if it was closed): for the caller's use now."""
-        return self._file()
+    def is_zeros(self, start: int, end: int) -> bool:
+        """Whether [start, end) (within ``size``) is all zero bytes: what a write window,
+        preallocation or a truncation leaves. Holes are skipped unread (lseek SEEK_DATA: a write
+        window's tail is one, up to WINDOW_BYTES per partition to read after a crash otherwise);
+        a file system without SEEK_DATA reports everything as data, and all of it is read."""
+        buf, fd = self.buffer(end), self._file()
+        while start < end:
+            stop = end
+            try:
+                start = os.lseek(fd, start, os.SEEK_DATA)
+                if start >= end:
+                    return True
+                stop = min(end, os.lseek(fd, start, os.SEEK_HOLE))
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # nothing but holes from start on
+                    return True
+            stop = min(stop, start + _ZERO_CHUNK)
+            if buf[start:stop] != bytes(stop - start):
+                return False
+            start = stop
+        return True
 
     def release_fd(self) -> None:
         """Map all ``size`` bytes, then close our descriptor: reads go on through the mapping

@@ -29,7 +29,6 @@ closed segment must still answer (size, largest timestamp, next offset) is kept 
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import random
@@ -310,13 +309,10 @@ class LogSegment:
         if records is None:
             records = self.records
             position = records.append(buf)
-        elif records.held_fds:
-            self.used = USED
-            position = records.append(buf)
         else:
             self.used = USED
-            first_miss = self.last_miss == NEVER
-            if self.budget.admit(self):
+            first_miss = self.last_miss == NEVER  # read before admit() records this miss
+            if records.held_fds or self.budget.admit(self):
                 position = records.append(buf)  # reopens a closed file for good (counted: on_open)
             elif first_miss and not records.has_window:  # a partition written once maps no window
                 position = records.append_closing(buf)  # opened for this write only
@@ -527,7 +523,7 @@ class LogSegment:
                 on_batch(header)
             position += header.size
             next_offset = header.next_offset
-        zero_tail = error is not None and _is_zeros(buf, position, end, records.fd())
+        zero_tail = error is not None and records.is_zeros(position, end)
         if zero_tail:
             error = f"zero tail from byte {position}"
         del buf
@@ -636,29 +632,3 @@ class LogSegment:
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self.size})"
 
-
-def _is_zeros(buf: Buffer, start: int, end: int, fd: int | None = None) -> bool:
-    """Whether buf[start:end] is all zero bytes (what a write window, preallocation or a
-    truncation leaves). With ``fd`` (the file ``buf`` maps), holes are skipped unread
-    (lseek SEEK_DATA: a write window's tail is a hole, up to WINDOW_BYTES per partition to
-    read after a crash otherwise); a file system without it reports everything as data."""
-    while start < end:
-        if fd is not None:
-            try:
-                start = os.lseek(fd, start, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # nothing but holes from start on
-                    return True
-                fd = None  # no SEEK_DATA here: read it all
-            if start >= end:
-                return True
-            stop = end
-            if fd is not None:
-                stop = min(end, os.lseek(fd, start, os.SEEK_HOLE))
-            stop = min(stop, start + (1 << 20))
-        else:
-            stop = min(end, start + (1 << 20))
-        if buf[start:stop] != bytes(stop - start):
-            return False
-        start = stop
-    return True

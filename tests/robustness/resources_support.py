@@ -31,12 +31,13 @@ def socket_count(pid: int) -> int:
     return n
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """``field`` of /proc/<pid>/status in bytes: the RSS, or a part of it (RssAnon, RssFile)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 def create_topics(bootstrap: str, topics: list[tuple[str, int]], configs: dict | None = None) -> None:

@@ -312,28 +312,34 @@ def test_kill_9_loses_nothing_appended_through_windows(tmp_path, seed):
     manager.shutdown()
 
 
-def test_the_zero_tail_check_skips_holes_and_still_finds_data_after_them(tmp_path):
-    """Recovery's zero-tail check (segment._is_zeros) with the file's descriptor: a hole is not
-    read, a nonzero byte after a hole (written, or only dirty in the page cache) is found."""
-    import mmap
-
-    from storage.segment import _is_zeros
+def test_the_zero_tail_check_skips_holes_and_still_finds_data_after_them(tmp_path, monkeypatch):
+    """Recovery's zero-tail check (FileRecords.is_zeros): a hole is not read, a nonzero byte after
+    a hole (written, or only dirty in the page cache) is found; so on a file system without
+    SEEK_DATA, where everything is read."""
+    from storage._write_window import Window
     path = tmp_path / "f"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     os.ftruncate(fd, 64 * PAGE)  # all hole
     os.pwrite(fd, b"\1" * 10, 0)
-    buf = mmap.mmap(fd, 64 * PAGE, access=mmap.ACCESS_READ)
-    assert _is_zeros(buf, 10, 64 * PAGE, fd) and _is_zeros(buf, 10, 64 * PAGE)
-    assert not _is_zeros(buf, 5, 64 * PAGE, fd)
-    os.pwrite(fd, b"\0" * 100 + b"\2", 40 * PAGE)  # data after a hole, zeros before it in its page
-    for check_fd in (fd, None):
-        assert not _is_zeros(buf, 10, 64 * PAGE, check_fd)
-        assert _is_zeros(buf, 10, 40 * PAGE + 100, check_fd)
-        assert _is_zeros(buf, 40 * PAGE + 101, 64 * PAGE, check_fd)
-    from storage._write_window import Window
-    window = Window(fd, 50 * PAGE, 4 * PAGE)  # only dirty in the page cache, through a mapping
-    window.write(PAGE + 7, b"\3")
-    assert not _is_zeros(buf, 40 * PAGE + 101, 64 * PAGE, fd)
-    window.close()
-    buf.close()
+    records = file_records.FileRecords(path)
+    real_lseek = os.lseek
+
+    def no_seek_data(fd, pos, how):
+        if how in (os.SEEK_DATA, os.SEEK_HOLE):
+            raise OSError(22, "Invalid argument (injected: no SEEK_DATA)")
+        return real_lseek(fd, pos, how)
+    for seek_data in (True, False):
+        if not seek_data:
+            monkeypatch.setattr(file_records.os, "lseek", no_seek_data)
+        os.pwrite(fd, b"\0", 40 * PAGE + 100)
+        assert records.is_zeros(10, 64 * PAGE) and not records.is_zeros(5, 64 * PAGE)
+        os.pwrite(fd, b"\2", 40 * PAGE + 100)  # data after a hole, zeros before it in its page
+        assert not records.is_zeros(10, 64 * PAGE)
+        assert records.is_zeros(10, 40 * PAGE + 100) and records.is_zeros(40 * PAGE + 101, 64 * PAGE)
+        window = Window(fd, 50 * PAGE, 4 * PAGE)  # only dirty in the page cache, through a mapping
+        window.write(PAGE + 7, b"\3")
+        assert not records.is_zeros(40 * PAGE + 101, 64 * PAGE)
+        window.write(PAGE + 7, b"\0")
+        window.close()
+    records.close()
     os.close(fd)
