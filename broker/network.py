@@ -44,6 +44,7 @@ from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import request_is_flexible
 
 from .metrics import MAX_VERSION, ListenerStats, RequestMetrics
+from .security.principal import ANONYMOUS, KafkaPrincipal
 
 log = logging.getLogger("kbroker.network")
 
@@ -191,6 +192,17 @@ class RequestContext:
         return self.connection.listener_name
 
     @property
+    def principal(self) -> KafkaPrincipal:
+        """Who sent the request: the connection's authenticated principal (User:ANONYMOUS
+        on a listener without authentication)."""
+        return self.connection.principal
+
+    @property
+    def client_host(self) -> str:
+        """The client's address without the port (what ACLs' host field is matched with)."""
+        return self.connection.client_host
+
+    @property
     def answered(self) -> bool:
         return self._slot.done
 
@@ -249,6 +261,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.flow: FlowControl | None = None
         self.peer = "?"
+        self.client_host = "?"
+        self.principal: KafkaPrincipal = ANONYMOUS
         self._pending: collections.deque[_Slot] = collections.deque()
         self._max_inflight = server.max_inflight
         self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
@@ -286,6 +300,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
+            self.client_host = peer[0]
         # Keep the socket's write buffer from ballooning: pause at 4 MiB, resume at 1 MiB.
         transport.set_write_buffer_limits(high=4 << 20, low=1 << 20)
         self.server.connection_opened(self)
