@@ -44,6 +44,7 @@ from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .metrics import count_errors
 from .partition import LeaderAndIsrState, error_name, partition_names
 from .replica_manager import is_internal_topic
+from .sasl_server import answer_sasl_outside_authentication
 
 from .topic_admin import NewTopic
 
@@ -66,7 +67,7 @@ LEADER_AND_ISR_SLICE = 50
 # What a broker serves before it is live (KafkaApis.hold_until_live): the controller's requests,
 # which make it live, and ApiVersions, which every client sends first.
 SERVED_BEFORE_LIVE = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA,
-                                ApiKey.API_VERSIONS})
+                                ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
 
@@ -150,6 +151,9 @@ class KafkaApis:
             ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr_request,
             ApiKey.STOP_REPLICA: self.handle_stop_replica_request,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
+            # On a SASL listener they never get here (broker/sasl_server.py); elsewhere: ILLEGAL_SASL_STATE.
+            ApiKey.SASL_HANDSHAKE: answer_sasl_outside_authentication,
+            ApiKey.SASL_AUTHENTICATE: answer_sasl_outside_authentication,
             **{key: self.handle_forwarded_request for key in FORWARDED_APIS},
             **group_handlers,
         }

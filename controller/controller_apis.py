@@ -19,6 +19,8 @@ from protocol.errors import ErrorCode, RemoteProtocolError
 from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
+from broker.sasl_server import answer_sasl_outside_authentication
+
 
 log = logging.getLogger("kbroker.controller.apis")
 
@@ -51,7 +53,8 @@ class ControllerApis:
             ApiKey.ELECT_LEADERS: lambda r, v: self.controller.elect_leaders(r, v),
             ApiKey.DESCRIBE_CONFIGS: lambda r, v: self.controller.describe_configs(r),
         }
-        self.handlers = set(self.operations) | {ApiKey.API_VERSIONS, ApiKey.METADATA}
+        self.handlers = set(self.operations) | {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.SASL_HANDSHAKE,
+                                                ApiKey.SASL_AUTHENTICATE}
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers)
 
     def handle(self, ctx) -> None:
@@ -62,6 +65,8 @@ class ControllerApis:
         api = APIS[key]
         if key == ApiKey.API_VERSIONS:
             return self._handle_api_versions(ctx, api)
+        if key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            return answer_sasl_outside_authentication(ctx)
         if not api.supports(header.api_version):
             raise RemoteProtocolError(f"unsupported version {header.api_version} of {api.name} "
                                       f"(supported {api.min_version}-{api.max_version})")
