@@ -48,6 +48,7 @@ from .partition import LeaderAndIsrState, error_name, partition_names
 from .replica_manager import is_internal_topic
 from .security import request_checks
 from .security.credentials import CredentialCache
+from .sasl_server import answer_sasl_outside_authentication
 
 from .topic_admin import NewTopic
 
@@ -70,7 +71,7 @@ LEADER_AND_ISR_SLICE = 50
 # What a broker serves before it is live (KafkaApis.hold_until_live): the controller's requests,
 # which make it live, and ApiVersions, which every client sends first.
 SERVED_BEFORE_LIVE = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA,
-                                ApiKey.API_VERSIONS})
+                                ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 _NOTHING: frozenset[str] = frozenset()
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
@@ -199,6 +200,9 @@ class KafkaApis:
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls_request,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials_request,
+            # On a SASL listener they never get here (broker/sasl_server.py); elsewhere: ILLEGAL_SASL_STATE.
+            ApiKey.SASL_HANDSHAKE: answer_sasl_outside_authentication,
+            ApiKey.SASL_AUTHENTICATE: answer_sasl_outside_authentication,
             **{key: self.handle_forwarded_request for key in FORWARDED_APIS},
             **group_handlers,
         }

@@ -30,6 +30,8 @@ from protocol.errors import ErrorCode, RemoteProtocolError
 from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
+from broker.sasl_server import answer_sasl_outside_authentication
+
 
 log = logging.getLogger("kbroker.controller.apis")
 
@@ -81,7 +83,8 @@ class ControllerApis:
             ApiKey.DELETE_ACLS: lambda r, v: self.controller.delete_acls(r, v),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r, v: self.controller.alter_user_scram_credentials(r),
         }
-        self.handlers = set(self.operations) | {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.DESCRIBE_ACLS}
+        self.handlers = set(self.operations) | {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.DESCRIBE_ACLS,
+                                                ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers)
 
     def handle(self, ctx) -> None:
@@ -92,6 +95,8 @@ class ControllerApis:
         api = APIS[key]
         if key == ApiKey.API_VERSIONS:
             return self._handle_api_versions(ctx, api)
+        if key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            return answer_sasl_outside_authentication(ctx)
         if not api.supports(header.api_version):
             raise RemoteProtocolError(f"unsupported version {header.api_version} of {api.name} "
                                       f"(supported {api.min_version}-{api.max_version})")

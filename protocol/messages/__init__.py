@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..api_keys import ApiKey
 from ..schema import Api, Message
 from . import (acls, alter_partition, api_versions, configs, control, coordinator, fetch, groups, leader_epoch,
-               lifecycle, list_offsets, metadata, offset_commit, produce, producer, scram, topics)
+               lifecycle, list_offsets, metadata, offset_commit, produce, producer, sasl, scram, topics)
 
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
@@ -25,6 +25,10 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.FIND_COORDINATOR, "FindCoordinator", coordinator.FIND_COORDINATOR_REQUEST,
         coordinator.FIND_COORDINATOR_RESPONSE, 0, 4),
     Api(ApiKey.API_VERSIONS, "ApiVersions", api_versions.REQUEST, api_versions.RESPONSE, 0, 4),
+    # Authentication on SASL listeners (broker/sasl_server.py); elsewhere ILLEGAL_SASL_STATE.
+    Api(ApiKey.SASL_HANDSHAKE, "SaslHandshake", sasl.SASL_HANDSHAKE_REQUEST, sasl.SASL_HANDSHAKE_RESPONSE, 0, 1),
+    Api(ApiKey.SASL_AUTHENTICATE, "SaslAuthenticate", sasl.SASL_AUTHENTICATE_REQUEST, sasl.SASL_AUTHENTICATE_RESPONSE,
+        0, 2),
     Api(ApiKey.CREATE_TOPICS, "CreateTopics", topics.CREATE_TOPICS_REQUEST, topics.CREATE_TOPICS_RESPONSE, 2, 4),
     Api(ApiKey.DELETE_TOPICS, "DeleteTopics", topics.DELETE_TOPICS_REQUEST, topics.DELETE_TOPICS_RESPONSE, 1, 3),
     Api(ApiKey.INIT_PRODUCER_ID, "InitProducerId", producer.INIT_PRODUCER_ID_REQUEST,
