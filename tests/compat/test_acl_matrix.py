@@ -117,7 +117,9 @@ CONSUME = [("alice", "orders", OK), ("eve", "public", OK),  # User:*
            ("eve", "pub-news", OK), ("eve", "orders", TAF), ("bob", "bob-locked", OK),  # the DENY is Write only
            ("carol", "orders", TAF)]
 VISIBLE = {"alice": {"orders", "public", "pub-news"}, "bob": {"bob-data", "bob-locked", "public", "pub-news"},
-           "eve": {"public", "pub-news"}, "carol": {"carol", "public", "pub-news"}, "admin": set(TOPICS)}
+           "eve": {"public", "pub-news"}, "carol": {"carol", "public", "pub-news"}}
+STABLE = set(TOPICS) - {"doomed"}  # what no cell creates or deletes
+VISIBLE["admin"] = STABLE
 GROUPS = [("alice", "g-alice", "orders", OK), ("alice", "g-bob", "orders", GAF), ("eve", "g-alice", "public", GAF),
           ("bob", "g-bob", "bob-data", OK)]
 
@@ -158,7 +160,7 @@ def ck_consume(m, user, topic) -> int:
 def ck_visible(m, user) -> set:
     from confluent_kafka.admin import AdminClient
     md = AdminClient(m.librdkafka(user)).list_topics(timeout=10)
-    return {t for t in md.topics if not t.startswith("__")}
+    return {t for t in md.topics if t in STABLE}  # (topics other tests create or delete aside)
 
 
 def ck_group(m, user, group, topic) -> int:
@@ -427,4 +429,69 @@ def test_kcat(matrix):
         assert (user, topic, kcat_consume(matrix, user, topic)) == (user, topic, expected)
     for user, expected in VISIBLE.items():
         listed = json.loads(kcat(matrix, user, "-L", "-J").stdout)
-        assert (user, {t["topic"] for t in listed["topics"] if not t["topic"].startswith("__")}) == (user, expected)
+        assert (user, {t["topic"] for t in listed["topics"] if t["topic"] in STABLE}) == (user, expected)
+
+
+# -- the control plane: an authenticated client is no controller ----------------------------
+
+async def test_cluster_action_probe_from_an_authenticated_client(matrix):
+    """alice (SASL) sends the controller's requests: each is refused with CLUSTER_AUTHORIZATION_FAILED
+    and the partition keeps its data and offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from protocol.api_keys import ApiKey
+    from protocol.client import BrokerConnection, Network
+    from protocol.client.security import ClientSecurity
+
+    before = ck_read_all(matrix, "orders")
+    security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                               "sasl.username": "alice", "sasl.password": USERS["alice"]})
+    conn = BrokerConnection("127.0.0.1", matrix.sasl, network=Network(security), request_timeout_ms=10000)
+    await conn.connect()
+    try:
+        stop = await conn.request(ApiKey.STOP_REPLICA, {
+            "controller_id": 1, "controller_epoch": 1000, "broker_epoch": -1, "topic_states": [
+                {"topic_name": "orders", "partition_states": [
+                    {"partition_index": 0, "leader_epoch": 1000, "delete_partition": True}]}]}, 4)
+        assert stop.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+        lisr = await conn.request(ApiKey.LEADER_AND_ISR, {
+            "controller_id": 1, "controller_epoch": 1000, "broker_epoch": -1, "type": 2, "topic_states": [
+                {"topic_name": "orders", "topic_id": uuid.uuid4(), "partition_states": [
+                    {"partition_index": 0, "controller_epoch": 1000, "leader": 9, "leader_epoch": 1000, "isr": [9],
+                     "partition_epoch": 1000, "replicas": [9], "is_new": False}]}], "live_leaders": []}, 7)
+        assert lisr.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+        um = await conn.request(ApiKey.UPDATE_METADATA, {
+            "controller_id": 1, "controller_epoch": 1000, "broker_epoch": -1, "type": 2, "topic_states": [],
+            "live_brokers": []}, 8)
+        assert um.error_code == E.CLUSTER_AUTHORIZATION_FAILED
+    finally:
+        conn.close()
+    assert ck_read_all(matrix, "orders") == before and len(before) >= 2
+    consumer = Consumer({**matrix.librdkafka("admin"), "group.id": "probe-check"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition("orders", 0), timeout=10)
+        assert (low, high) == (0, len(before))
+    finally:
+        consumer.close()
+    assert "is Denied operation = ClusterAction" in matrix.process.log_text()
+
+
+def ck_read_all(m, topic) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({**m.librdkafka("admin"), "group.id": f"read-{uuid.uuid4()}", "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    return out
+                continue
+            out.append(msg.value())
+        raise AssertionError("did not reach the end")
+    finally:
+        consumer.close()
