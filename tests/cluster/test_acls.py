@@ -258,3 +258,23 @@ def scram_of(client, user: str):
     except Exception:  # noqa: BLE001 - RESOURCE_NOT_FOUND when the user has no credential
         return None
     return [(info.mechanism, info.iterations) for info in description.scram_credential_infos]
+
+
+def test_a_new_controller_sends_the_acls_in_every_broker_s_full_state(cluster):
+    """A controller that starts again loads the ACLs from its metadata log and sends every
+    broker its full state, which replaces what the broker had: were the ACLs missing from it,
+    the brokers would drop theirs."""
+    a = admin(cluster)
+    binding = AclBinding(ResourceType.TOPIC, "kept", ResourcePatternType.PREFIXED, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    wait_futures(a.create_acls([binding]))
+    expected = [(2, "kept", 4, "User:alice", "*", 3, 3)]
+    wait_acls_everywhere(cluster, expected)
+    logs = {b.broker_id: b.log_text().count("ACLs loaded from the controller") for b in cluster.brokers.values()}
+    cluster.controller.stop()
+    cluster.controller.start(60)
+    for b in cluster.brokers.values():  # each got a new full state ...
+        wait_until(lambda: b.log_text().count("ACLs loaded from the controller") > logs[b.broker_id], timeout_s=30,
+                   what=f"broker {b.broker_id}'s full state from the new controller")
+    wait_acls_everywhere(cluster, expected)  # ... with the ACLs in it
+    assert describe_acls_on(cluster.controller.port) == expected
