@@ -372,8 +372,10 @@ class StandardAuthorizer:
     def authorize(self, ctx: "RequestContext", operation: int, resource_type: int, name: str,
                   log_if_denied: bool = True) -> bool:
         """Whether the request's principal may do ``operation`` on the resource."""
-        return self.check(ctx.principal, ctx.client_host, operation, resource_type, name,
-                          ctx if log_if_denied else None)
+        principal, host = ctx.principal, ctx.client_host
+        if self._cache.get((principal, host, operation, resource_type, name)) is True:
+            return True  # the hot path (a produce request's topic): one dictionary lookup
+        return self.check(principal, host, operation, resource_type, name, ctx if log_if_denied else None)
 
     def check(self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int, name: str,
               ctx: "RequestContext | None" = None, audit_denial: bool = True) -> bool:
