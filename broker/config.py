@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from .security.authorizer import AUTHORIZER_CLASS_NAMES, STANDARD_AUTHORIZER, parse_super_users
+from .security.listeners import is_security_key, resolve_security
+
 log = logging.getLogger("kbroker.config")
 
 LONG_MAX = 2**63 - 1
@@ -92,6 +95,50 @@ GROUP_COORDINATOR_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "segment size of __consumer_offsets", low=1),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000,
               "how long an offset commit or group metadata write waits for all in-sync replicas", low=1),
+)
+
+# Transport and authentication (broker/security/listeners.py resolves them per listener: a key
+# under ``listener.name.<listener>.`` wins over the plain one). Kafka's names and defaults.
+SECURITY_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("listener.security.protocol.map", "list", None, "listener name -> PLAINTEXT, SSL, SASL_PLAINTEXT or "
+              "SASL_SSL (default: each of those four names maps to itself; other names, when the map is unset, to "
+              "PLAINTEXT)"),
+    ConfigKey("security.inter.broker.protocol", "string", None, "the protocol of the listener other brokers and the "
+              "controller connect to (Kafka's default PLAINTEXT; unset: the first broker listener)",
+              choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ConfigKey("inter.broker.listener.name", "string", None, "the listener other brokers and the controller connect to"),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", "the SASL mechanism of inter-broker links"),
+    ConfigKey("sasl.mechanism.controller.protocol", "string", "GSSAPI", "the SASL mechanism brokers use towards the "
+              "controller"),
+    ConfigKey("sasl.enabled.mechanisms", "list", ["GSSAPI"], "SASL mechanisms a SASL listener accepts: PLAIN, "
+              "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not implemented)"),
+    ConfigKey("sasl.jaas.config", "string", None, "JAAS login module configuration (per listener and mechanism: "
+              "listener.name.<l>.<mechanism>.sasl.jaas.config)"),
+    ConfigKey("connections.max.reauth.ms", "long", 0, "longest session of a SASL connection before it must "
+              "re-authenticate (KIP-368); 0: no limit", low=0),
+    ConfigKey("connection.failed.authentication.delay.ms", "int", 100, "how long a connection that failed to "
+              "authenticate waits before its error is sent and it is closed", low=0),
+    ConfigKey("sasl.server.max.receive.size", "int", 524288, "largest frame accepted before authentication", low=1),
+    ConfigKey("principal.builder.class", "string", None, "Kafka's DefaultKafkaPrincipalBuilder (the only builder)"),
+    ConfigKey("ssl.principal.mapping.rules", "string", "DEFAULT", "RULE:pattern/replacement/[LU] rules mapping a "
+              "client certificate's distinguished name to a principal name"),
+    ConfigKey("ssl.client.auth", "string", "none", "client certificates: none, requested or required",
+              choices=("none", "requested", "required")),
+    ConfigKey("ssl.keystore.type", "string", None, "PEM or PKCS12 (Kafka's default JKS cannot be read)"),
+    ConfigKey("ssl.keystore.location", "string", None, "the keystore file"),
+    ConfigKey("ssl.keystore.password", "string", None, "the PKCS12 keystore's password"),
+    ConfigKey("ssl.key.password", "string", None, "the private key's password (an encrypted PEM key)"),
+    ConfigKey("ssl.keystore.certificate.chain", "string", None, "inline PEM certificate chain (ssl.keystore.type=PEM)"),
+    ConfigKey("ssl.keystore.key", "string", None, "inline PEM private key (ssl.keystore.type=PEM)"),
+    ConfigKey("ssl.truststore.type", "string", None, "PEM or PKCS12"),
+    ConfigKey("ssl.truststore.location", "string", None, "the truststore file"),
+    ConfigKey("ssl.truststore.password", "string", None, "the PKCS12 truststore's password"),
+    ConfigKey("ssl.truststore.certificates", "string", None, "inline PEM CA certificates (ssl.truststore.type=PEM)"),
+    ConfigKey("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"], "TLS versions (TLSv1.2 and TLSv1.3 only)"),
+    ConfigKey("ssl.protocol", "string", "TLSv1.3", "TLS, TLSv1.2 or TLSv1.3"),
+    ConfigKey("ssl.cipher.suites", "list", None, "cipher suites (IANA or OpenSSL names); unset: OpenSSL's defaults"),
+    ConfigKey("ssl.endpoint.identification.algorithm", "string", "https", "https: the certificate of a broker this "
+              "one connects to must name its host; empty: not checked"),
 )
 
 KEYS: dict[str, ConfigKey] = {k.name: k for k in (
@@ -196,23 +243,33 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.cleaner.min.cleanable.ratio", "double", 0.5, "default min.cleanable.dirty.ratio"),
     _k("log.cleaner.min.compaction.lag.ms", "long", 0, "default min.compaction.lag.ms", low=0),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
+    # Authorization (Kafka's keys and defaults; broker/security/authorizer.py).
+    _k("authorizer.class.name", "string", "", "the authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+       "(ACLs kept by the controller); empty: none, every request is allowed"),
+    _k("super.users", "string", None, "principals allowed everything, separated by semicolons (User:admin;User:broker)"),
+    _k("allow.everyone.if.no.acl.found", "bool", False, "allow a request on a resource no ACL names"),
     # Metrics (kbroker's keys: Kafka exposes JMX instead).
     _k("metrics.enabled", "bool", True, "collect metrics (false: no request/topic counters and no endpoint)"),
     _k("metrics.listener", "string", None, "where /metrics and /health are served, http://host:port (port 0: a free "
        "one, logged); unset: not served"),
     _k("metrics.partition.series.enabled", "bool", True, "per-partition series (HW, LEO, lag, size); false drops "
        "them to bound cardinality"),
+    *SECURITY_KEYS,
 )}
 
 # Kafka keys that mean nothing here; accepted without a warning.
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "num.replica.fetchers",
     "background.threads",
-    "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "listener.security.protocol.map",
-    "inter.broker.listener.name", "controller.quorum.voters",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "controller.quorum.voters",
     "socket.listen.backlog.size", "max.connections",
     "log.preallocate", "confluent.support.metrics.enable",
+    # Java's TLS implementation choices: nothing to choose here (OpenSSL through Python's ssl).
+    "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
 })
+
+_SECURITY_KEY_NAMES = {k.name: k for k in SECURITY_KEYS}
 
 ENV_PREFIX = "KBROKER_"
 # KBROKER_ variables that belong to the CLI or the tests, not to the broker's configuration.
@@ -260,7 +317,7 @@ class KafkaConfig:
         for name, key in KEYS.items():
             self.values[name] = key.parse(props[name]) if name in props else key.default
         for name in props:
-            if name not in KEYS and name not in IGNORED_KAFKA_KEYS:
+            if name not in KEYS and name not in IGNORED_KAFKA_KEYS and not is_security_key(name, _SECURITY_KEY_NAMES):
                 log.warning("unknown configuration key %r ignored", name)
         if self.values["node.id"] is not None and "broker.id" not in props:
             self.values["broker.id"] = self.values["node.id"]
@@ -341,8 +398,19 @@ class KafkaConfig:
         if self.values["message.max.bytes"] > self.values["socket.request.max.bytes"]:
             log.warning("message.max.bytes (%d) is larger than socket.request.max.bytes (%d)",
                         self.values["message.max.bytes"], self.values["socket.request.max.bytes"])
+        authorizer = self.values["authorizer.class.name"]
+        if authorizer and authorizer not in AUTHORIZER_CLASS_NAMES:
+            raise ConfigError(f"authorizer.class.name: {authorizer} is not an authorizer kbroker has "
+                              f"(use {STANDARD_AUTHORIZER}, or leave it empty for none)")
+        try:
+            parse_super_users(self.values["super.users"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         # Parse the endpoints now, so a bad listener fails at startup naming its key.
         _ = (self.listeners, self.advertised_listeners, self.controller_quorum_bootstrap_servers)
+        # Security: every listener's protocol and settings resolved, and anything kbroker
+        # recognises but does not implement refused, naming the key (broker/security/listeners.py).
+        self.security = resolve_security(self, KEYS, _SECURITY_KEY_NAMES, ConfigError)
 
     # -- derived values, resolved as Kafka resolves them ---------------------------------
     @property

@@ -323,11 +323,16 @@ def count_errors(body, stats: ApiStats) -> None:
 # -- the network (Kafka's socket-server-metrics) --------------------------------------------
 
 class ListenerStats:
-    __slots__ = ("name", "accepted", "closed", "bytes_in", "bytes_out", "read_paused_ns")
+    __slots__ = ("name", "accepted", "closed", "bytes_in", "bytes_out", "read_paused_ns", "auth_succeeded",
+                 "auth_failed", "reauth_succeeded")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.accepted = self.closed = self.bytes_in = self.bytes_out = self.read_paused_ns = 0
+        # Kafka's successful-authentication-total (every connection that became ready: PLAINTEXT
+        # ones too, as Kafka counts them), failed-authentication-total (TLS handshakes and SASL
+        # exchanges that failed), successful-reauthentication-total (KIP-368).
+        self.auth_succeeded = self.auth_failed = self.reauth_succeeded = 0
 
 
 # -- what the broker holds, read at scrape time ---------------------------------------------

@@ -34,7 +34,8 @@ import asyncio
 import collections
 import logging
 import socket
-from typing import Any, Callable, Protocol
+import ssl
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from protocol.client import SYSTEM_TIME
 from protocol.clock import Time, TimerHandle
@@ -45,6 +46,9 @@ from protocol.messages import APIS, request_is_flexible
 
 from .metrics import MAX_VERSION, ListenerStats, RequestMetrics
 from .security.principal import ANONYMOUS, KafkaPrincipal
+
+if TYPE_CHECKING:
+    from .security.principal_mapper import SslPrincipalMapper
 
 log = logging.getLogger("kbroker.network")
 
@@ -263,6 +267,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = "?"
         self.client_host = "?"
         self.principal: KafkaPrincipal = ANONYMOUS
+        # SASL listeners: the authentication state machine every request passes through
+        # first (broker/sasl_server.py); None elsewhere.
+        self.sasl: Any = None  # a broker.sasl_server.SaslServerAuthenticator
         self._pending: collections.deque[_Slot] = collections.deque()
         self._max_inflight = server.max_inflight
         self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
@@ -306,9 +313,39 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.server.connection_opened(self)
         if self.lstats is not None:
             self.lstats.accepted += 1
+        server = self.server
+        if server.listener_auth or server.principal_mappers:
+            self._authenticate_transport(transport)
+        elif self.lstats is not None:
+            self.lstats.auth_succeeded += 1  # PLAINTEXT: ready at once (Kafka counts it too)
         pool = self.server.memory_pool
         if pool is not None and pool.exhausted:
             self.set_memory_paused(True)
+
+    def _authenticate_transport(self, transport) -> None:
+        """A TLS client certificate's principal (ssl.principal.mapping.rules), and the SASL
+        state machine on a SASL listener."""
+        auth = self.server.listener_auth.get(self.listener_name)
+        mapper = self.server.principal_mappers.get(self.listener_name)
+        if mapper is not None and auth is None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            if der:
+                from .security.principal_mapper import NoMatchingRule, distinguished_name
+
+                try:
+                    self.principal = KafkaPrincipal.user(mapper.name(distinguished_name(der)))
+                except (NoMatchingRule, ValueError) as exc:
+                    if self.lstats is not None:
+                        self.lstats.auth_failed += 1
+                    self.close(f"failed authentication on listener {self.listener_name}: {exc}")
+                    return
+                log.info("%s authenticated by its TLS certificate as %s on listener %s", self.peer, self.principal,
+                         self.listener_name)
+        if auth is not None:
+            self.sasl = auth.authenticator(self)
+        elif self.lstats is not None:
+            self.lstats.auth_succeeded += 1
 
     def connection_lost(self, exc) -> None:
         if self.framer.buffered and not self.closed:
@@ -336,6 +373,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 except Exception:
                     log.exception("cancelling a request of a closed connection from %s failed", self.peer)
         self.framer = _CLOSED_FRAMER
+        if self.sasl is not None:
+            self.sasl.connection_closed()
         pool = self.server.memory_pool
         if pool is not None and self.reserved:
             self._give_back(pool)
@@ -369,6 +408,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             frames = self.framer.feed(data)
         except (FrameTooLarge, NegativeFrameSize) as exc:
+            sasl = self.sasl
+            if sasl is not None and not sasl.complete:  # sasl.server.max.receive.size before authentication
+                sasl.fail(f"invalid receive size before authentication: {exc}")
+                return
             self.close(str(exc))
             return
         # Responses that are ready while this read is processed leave in one writev.
@@ -464,8 +507,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             slot.size = len(frame) + 4
         self._pending.append(slot)
         ctx = RequestContext(header, frame, self, slot)
+        sasl = self.sasl
         try:
-            self.dispatcher.handle(ctx)
+            if sasl is None:
+                self.dispatcher.handle(ctx)
+            else:
+                sasl.handle(ctx)
         except RemoteProtocolError as exc:
             self.close(f"api_key={header.api_key} v{header.api_version} correlation_id={header.correlation_id}: {exc}")
             return
@@ -581,6 +628,10 @@ class SocketServer:
         self.idle_closed = 0
         self.memory_pool = RequestMemoryPool(queued_max_request_bytes, self) if queued_max_request_bytes > 0 else None
         self.read_buffer = memoryview(bytearray(_READ_BUFFER_SIZE))  # every read lands here first
+        # Security, per listener name (start() fills them from the listener's ListenerSecurity).
+        self.listener_auth: dict[str, Any] = {}  # SASL listeners: their ListenerAuthentication
+        self.principal_mappers: dict[str, "SslPrincipalMapper"] = {}  # TLS listeners
+        self.tls_contexts: dict[str, ssl.SSLContext] = {}
 
     # -- connections ------------------------------------------------------------------------
     def connection_opened(self, conn: KafkaConnection) -> None:
@@ -632,14 +683,37 @@ class SocketServer:
             self._schedule_idle_check()
         return closed
 
-    async def start(self, listener_name: str, host: str, port: int) -> int:
+    async def start(self, listener_name: str, host: str, port: int, tls: ssl.SSLContext | None = None,
+                    principal_mapper: "SslPrincipalMapper | None" = None, authentication: Any = None) -> int:
+        """Listen on ``host:port``: TLS with ``tls`` (a client certificate's principal mapped
+        by ``principal_mapper``), SASL with ``authentication`` (broker/sasl_server.py's
+        ListenerAuthentication: ``authenticator(connection)`` makes a connection's state
+        machine); neither is PLAINTEXT (broker/security/links.py's start_listener)."""
         loop = asyncio.get_running_loop()
         if self.metrics is not None:
             self.listener_stats.setdefault(listener_name, ListenerStats(listener_name))
-        server = await loop.create_server(lambda: KafkaConnection(self, listener_name), host or None, port,
-                                          reuse_address=True, backlog=1024)
+        factory: Callable[[], asyncio.BaseProtocol] = lambda: KafkaConnection(self, listener_name)  # noqa: E731
+        server: asyncio.AbstractServer
+        if authentication is not None:
+            self.listener_auth[listener_name] = authentication
+        if tls is not None:
+            self.tls_contexts[listener_name] = tls
+            tls.sslobject_class = _counting_sslobject(self, listener_name)
+            if principal_mapper is not None:
+                self.principal_mappers[listener_name] = principal_mapper
+            server = await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024, ssl=tls,
+                                              ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S)
+        else:
+            server = await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024)
         self.servers.append((listener_name, server))
         return server.sockets[0].getsockname()[1]
+
+    def tls_handshake_failed(self, listener_name: str, exc: BaseException) -> None:
+        stats = self.listener_stats.get(listener_name)
+        if stats is not None:
+            stats.auth_failed += 1
+        log.info("failed authentication on listener %s: TLS handshake failed: %s", listener_name,
+                 getattr(exc, "reason", None) or exc)
 
     def bound_port(self, listener_name: str | None = None) -> int:
         for name, server in self.servers:
@@ -687,6 +761,13 @@ class SocketServer:
                                           ("connection_close", "closed", "Connections closed"),
                                           ("incoming_byte", "bytes_in", "Bytes read from clients"),
                                           ("outgoing_byte", "bytes_out", "Bytes of responses written"))]
+        families += [(CounterMetricFamily(f"kafka_server_socket_server_metrics_{n}", doc, labels=["listener"]), field)
+                     for n, field, doc in (
+                         ("successful_authentication", "auth_succeeded", "Connections that authenticated (Kafka "
+                          "counts every connection that became ready, PLAINTEXT ones too)"),
+                         ("failed_authentication", "auth_failed", "Failed authentications: TLS handshakes and SASL "
+                          "exchanges"),
+                         ("successful_reauthentication", "reauth_succeeded", "SASL re-authentications (KIP-368)"))]
         paused = CounterMetricFamily("kbroker_network_read_paused_seconds", "Time connections spent with reading "
                                      "paused by flow control (requests in flight at queued.max.requests, or a full "
                                      "write buffer), summed over connections", labels=["listener"])
@@ -708,3 +789,25 @@ class SocketServer:
             conn.close()
         for _name, server in self.servers:
             server.close()
+
+
+
+_TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def _counting_sslobject(server: SocketServer, listener_name: str) -> type[ssl.SSLObject]:
+    """The SSLObject class of a listener's TLS context: a handshake that fails (a plaintext
+    client, a certificate the truststore does not trust, no common protocol) is counted as a
+    failed authentication, as Kafka counts it, and logged once."""
+
+    class CountingSSLObject(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise
+            except ssl.SSLError as exc:
+                server.tls_handshake_failed(listener_name, exc)
+                raise
+
+    return CountingSSLObject

@@ -57,12 +57,16 @@ from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, Met
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from .metrics import BrokerCollector, BrokerTopicStats, RequestMetrics
 from .metrics_endpoint import ProcessMetrics
+from .security.authorizer import StandardAuthorizer
+from .security.credentials import CredentialCache
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
                            RPCProducerIdManager)
 from .replica_manager import ReplicaManager
 from .scheduler import PeriodicTask
+from .security.credentials import CredentialCache
+from .security.links import network_for, start_listener
 from .topic_admin import NotController, TopicAdmin
 
 log = logging.getLogger("kbroker.server")
@@ -85,6 +89,16 @@ class KafkaServer:
         self.config = config
         self.time = time
         self.network = network
+        # The broker's SCRAM credentials, replayed from the controller's metadata; every SASL
+        # listener's SCRAM exchanges read it.
+        self.credential_cache = CredentialCache()
+        # Outgoing links authenticate as the listener they reach says (broker/security/listeners.py):
+        # followers to leaders on the inter-broker listener, the broker to the controller on its listener.
+        self.inter_broker_network = network_for(config, self.inter_broker_listener,
+                                                config.security.inter_broker_mechanism, network)
+        controller_names = config["controller.listener.names"] or []
+        self.controller_network = network_for(config, controller_names[0].upper() if controller_names else None,
+                                              config.security.controller_mechanism, network)
         self.broker_id = config.broker_id
         self.cluster_id: str | None = None
         self.controller_servers = list(controller_servers or config.controller_quorum_bootstrap_servers)
@@ -115,6 +129,13 @@ class KafkaServer:
         self.bound_ports: dict[str, int] = {}
         self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
         self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
+        # The broker's one cache of SCRAM credentials: filled from the controller's records
+        # (KafkaApis' UpdateMetadata), read by the SCRAM authenticator.
+        self.credential_cache = CredentialCache()
+        # authorizer.class.name's authorizer (None: every request allowed); its ACLs come from
+        # the controller's records too.
+        self.authorizer: StandardAuthorizer | None = StandardAuthorizer.from_config(
+            config, self.metrics.authorizer_metrics())
 
     @property
     def has_controller(self) -> bool:
@@ -190,7 +211,7 @@ class KafkaServer:
             self.topic_admin = NotController()
         self.fetcher_manager = ReplicaFetcherManager(
             broker_id=self.broker_id, time=self.time, metadata_cache=cache, config=cfg,
-            network=self.network, listener_name=self.inter_broker_listener)
+            network=self.inter_broker_network, listener_name=self.inter_broker_listener)
         metrics_on = self.metrics.enabled
         topic_stats = BrokerTopicStats() if metrics_on else None
         request_metrics = RequestMetrics() if metrics_on else None
@@ -206,7 +227,8 @@ class KafkaServer:
             replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
-            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics)
+            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics,
+            authorizer=self.authorizer, credential_cache=self.credential_cache)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
@@ -221,9 +243,8 @@ class KafkaServer:
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them
         for ep in cfg.broker_listeners:
-            port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
+            port = await start_listener(self.socket_server, cfg, ep, self.credential_cache)
             self.bound_ports[ep.listener_name] = port
-            log.info("listening on %s://%s:%d", ep.listener_name, ep.host or "0.0.0.0", port)
         self._schedule_background_tasks()
         self.started = True
         if self.lifecycle is not None:
@@ -271,7 +292,7 @@ class KafkaServer:
 
     def _channel(self, purpose: str, timeout_ms: int | None = None) -> ControllerChannel:
         channel = ControllerChannel(self.controller_servers, broker_id=self.broker_id, purpose=purpose, time=self.time,
-                                    network=self.network,
+                                    network=self.controller_network,
                                     request_timeout_ms=timeout_ms or self.config["controller.socket.timeout.ms"])
         self._channels.append(channel)
         return channel
@@ -291,7 +312,10 @@ class KafkaServer:
         controller and other brokers connect to)."""
         eps = self.advertised_endpoints()
         eps.sort(key=lambda ep: ep.listener_name != self.inter_broker_listener)
-        return [Listener(ep.listener_name, ep.host, ep.port) for ep in eps]
+        listeners = self.config.security.listeners
+        return [Listener(ep.listener_name, ep.host, ep.port,
+                         listeners[ep.listener_name].protocol_id if ep.listener_name in listeners else 0)
+                for ep in eps]
 
     def _on_cluster_id(self, cluster_id: str) -> None:
         """First contact with the controller told the cluster id: it is this data's from now on."""
@@ -355,8 +379,10 @@ class KafkaServer:
 
     @property
     def inter_broker_listener(self) -> str:
-        """The listener other brokers (followers' fetchers) connect to: the first broker listener."""
-        return self.config.broker_listeners[0].listener_name
+        """The listener other brokers (followers' fetchers) and the controller connect to:
+        inter.broker.listener.name, or the listener named after security.inter.broker.protocol,
+        or the first broker listener."""
+        return self.config.security.inter_broker_listener or self.config.broker_listeners[0].listener_name
 
     def advertised_endpoints(self) -> list[Endpoint]:
         controller_names = {n.upper() for n in (self.config["controller.listener.names"] or [])}

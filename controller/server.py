@@ -29,6 +29,8 @@ from broker.config import ConfigError, KafkaConfig, read_properties
 from broker.metrics import RequestMetrics
 from broker.metrics_endpoint import ProcessMetrics
 from broker.network import SocketServer
+from broker.security.credentials import CredentialCache
+from broker.security.links import network_for, start_listener
 from protocol.client import DEFAULT_NETWORK, Network
 from protocol.client import SYSTEM_TIME
 from protocol.clock import Time
@@ -74,6 +76,12 @@ class ControllerServer:
         self.config = config
         self.time = time
         self.network = network
+        # How the controller reaches brokers (LeaderAndIsr, UpdateMetadata, StopReplica): their
+        # inter-broker listener, with its security and this process's credentials for it.
+        self.broker_network = network_for(config, config.security.inter_broker_listener,
+                                          config.security.inter_broker_mechanism, network)
+        # SCRAM credentials of the controller's own SASL listener.
+        self.credential_cache = CredentialCache()
         self.node_id = config.node_id
         self.cluster_id: str | None = None
         self.store = None  # LocalMetadataStore, or the ZooKeeperMetadataStore of the current term
@@ -104,11 +112,11 @@ class ControllerServer:
         try:
             self.store.acquire_lock()
             self.cluster_id = self._load_meta_properties(directory)
-            self.channel = ControllerChannelManager(self.node_id, time=self.time, network=self.network,
+            self.channel = ControllerChannelManager(self.node_id, time=self.time, network=self.broker_network,
                                                     request_timeout_ms=cfg["controller.socket.timeout.ms"])
             self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
                                                self.store, time=self.time, channel=self.channel,
-                                               on_fatal=self._on_fatal)
+                                               on_fatal=self._on_fatal, authorizer_metrics=self._authorizer_metrics())
             await self.controller.start()
             if self.metrics is not None and self.metrics.enabled:
                 self.metrics.registry.register(ControllerCollector(lambda: self.controller))
@@ -130,14 +138,13 @@ class ControllerServer:
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
-            metrics=request_metrics, now=self.time.nanoseconds)
+            metrics=request_metrics, now=self.time.nanoseconds, time=self.time)
         if request_metrics is not None:
             self.metrics.registry.register(request_metrics)
             self.metrics.registry.register(self.socket_server)
         for ep in cfg.controller_listeners:
-            port = await self.socket_server.start(ep.listener_name, ep.host, ep.port)
+            port = await start_listener(self.socket_server, cfg, ep, self.credential_cache)
             self.bound_ports[ep.listener_name] = port
-            log.info("listening on %s://%s:%d", ep.listener_name, ep.host or "0.0.0.0", port)
 
     # -- controller.metadata.store=zookeeper: standby until elected ----------------------
 
@@ -170,6 +177,9 @@ class ControllerServer:
         log.info("controller %d started as a standby (cluster %s, ZooKeeper %s%s)", self.node_id, self.cluster_id,
                  self.coordinator.hosts, self.coordinator.chroot)
 
+    def _authorizer_metrics(self):
+        return self.metrics.authorizer_metrics() if self.metrics is not None else None
+
     def _active_controller_id(self) -> int:
         """What the standby names as the controller: the election's winner, but never itself
         (it has won and is still loading, or its term just ended): -1 then."""
@@ -189,11 +199,12 @@ class ControllerServer:
                 continue
             self._term_over = asyncio.Event()
             self.store = self.coordinator.new_store(term)
-            self.channel = ControllerChannelManager(self.node_id, time=self.time, network=self.network,
+            self.channel = ControllerChannelManager(self.node_id, time=self.time, network=self.broker_network,
                                                     request_timeout_ms=cfg["controller.socket.timeout.ms"])
             self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
                                                self.store, time=self.time, channel=self.channel,
-                                               on_fatal=lambda exc: self._end_term(f"controller failed: {exc}"))
+                                               on_fatal=lambda exc: self._end_term(f"controller failed: {exc}"),
+                                               authorizer_metrics=self._authorizer_metrics())
             try:
                 await self.controller.start()
             except Exception as exc:  # noqa: BLE001 - lost the term while loading: back to standby

@@ -19,6 +19,7 @@ import collections
 import importlib.metadata
 import itertools
 import socket
+import ssl
 import struct
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Sequence, cast, overload
 
@@ -29,6 +30,8 @@ from ..errors import ErrorCode, KafkaError, RequestTimedOutError, UnsupportedVer
 from ..framing import Framer, FrameTooLarge, NegativeFrameSize
 from ..messages import APIS, request_is_flexible, response_is_flexible
 from .clock import SYSTEM_TIME
+from .sasl import SaslError, SaslMechanism, mechanism_for
+from .security import PLAINTEXT, ClientSecurity
 
 if TYPE_CHECKING:
     from ..fast_codecs import ProduceResults, Records
@@ -56,6 +59,14 @@ class KafkaConnectionError(KafkaError):
     invalid_metadata = True
 
 
+class AuthenticationError(KafkaError):
+    """TLS or SASL authentication with a broker failed (Kafka's SaslAuthenticationException /
+    SslAuthenticationException): not retriable, the configuration must change."""
+
+    error_code = ErrorCode.SASL_AUTHENTICATION_FAILED
+    retriable = False
+
+
 def wire_error(code: int, what: str, message: str | None = None) -> KafkaError:
     """The KafkaError subclass for ``code``, with a message naming what failed."""
     try:
@@ -67,12 +78,24 @@ def wire_error(code: int, what: str, message: str | None = None) -> KafkaError:
 
 class Network:
     """Opens outgoing TCP connections: the one place the client creates sockets, so that a
-    simulated network can replace it (pass ``network=`` to any class below)."""
+    simulated network can replace it (pass ``network=`` to any class below).
+
+    ``security`` (protocol.client.security): every connection it opens speaks TLS when the
+    security protocol is SSL or SASL_SSL (the server's certificate checked against the
+    truststore, and its host name unless ssl.endpoint.identification.algorithm is empty), and
+    ``BrokerConnection`` authenticates with SASL when it is SASL_PLAINTEXT or SASL_SSL."""
+
+    def __init__(self, security: ClientSecurity | None = None) -> None:
+        self.security = security or PLAINTEXT
 
     async def open_connection(self, host: str, port: int, protocol_factory: Callable[[], asyncio.Protocol],
                               timeout_s: float) -> tuple[asyncio.Transport, asyncio.Protocol]:
         loop = asyncio.get_running_loop()
+        security = getattr(self, "security", PLAINTEXT)
         async with asyncio.timeout(timeout_s):
+            if security.ssl_context is not None:
+                return await loop.create_connection(protocol_factory, host, port, ssl=security.ssl_context,
+                                                    server_hostname=host, ssl_handshake_timeout=timeout_s)
             return await loop.create_connection(protocol_factory, host, port)
 
 
@@ -112,6 +135,7 @@ class BrokerConnection(asyncio.Protocol):
         self._correlation_ids = itertools.count()
         self._writable = asyncio.Event()
         self._closed: KafkaConnectionError | None = None
+        self.session_lifetime_ms = 0  # SASL (KIP-368): the broker ends the session after this long (0: never)
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.host}:{self.port}>"
@@ -124,13 +148,48 @@ class BrokerConnection(asyncio.Protocol):
         """Open the connection and negotiate API versions."""
         try:
             await self._network.open_connection(self.host, self.port, lambda: self, self.request_timeout_ms / 1000)
+        except ssl.SSLError as exc:
+            raise AuthenticationError(f"TLS handshake with {self.host}:{self.port} failed: {exc}") from exc
         except (OSError, TimeoutError) as exc:
             raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc or 'timed out'}") from exc
         try:
             await self._negotiate_api_versions()
+            security = getattr(self._network, "security", PLAINTEXT)
+            if security.uses_sasl:
+                await self.authenticate(security)
         except BaseException:
             self.close()
             raise
+
+    async def authenticate(self, security: ClientSecurity) -> None:
+        """SASL: SaslHandshake v1 naming the mechanism, then its messages in SaslAuthenticate
+        requests until both sides are done (KIP-152). A refusal raises the broker's error:
+        UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED (with its message), ..."""
+        assert security.mechanism is not None
+        version = self.version_for(ApiKey.SASL_HANDSHAKE, min_v=1)
+        response = await self.request(ApiKey.SASL_HANDSHAKE, {"mechanism": security.mechanism}, version)
+        if response.error_code:
+            raise wire_error(response.error_code, f"SaslHandshake with {self.host}:{self.port}",
+                             f"{security.mechanism} is not enabled (the broker enables {', '.join(response.mechanisms)})"
+                             if response.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM else None)
+        try:
+            mechanism: SaslMechanism = mechanism_for(security.mechanism, security.username, security.password,
+                                                     security.jaas_options, self._time.milliseconds)
+            message: bytes | None = mechanism.initial()
+            auth_version = self.version_for(ApiKey.SASL_AUTHENTICATE)
+            lifetime = 0
+            while message is not None:
+                answer = await self.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": message}, auth_version)
+                if answer.error_code:
+                    raise wire_error(answer.error_code, f"SASL {security.mechanism} with {self.host}:{self.port}",
+                                     answer.error_message)
+                lifetime = getattr(answer, "session_lifetime_ms", 0) or 0
+                message = mechanism.evaluate(bytes(answer.auth_bytes))
+                if message is None and not mechanism.complete:
+                    raise SaslError(f"{security.mechanism}: the exchange ended before it completed")
+        except SaslError as exc:
+            raise AuthenticationError(f"{self.host}:{self.port}: {exc}") from None
+        self.session_lifetime_ms = lifetime
 
     async def _negotiate_api_versions(self) -> None:
         version = _FIRST_API_VERSIONS_VERSION

@@ -1,0 +1,368 @@
+"""TLS and SASL with the real clients (issue 25): one broker process with a listener per
+protocol — PLAINTEXT, SSL (client certificates requested, mapped by
+ssl.principal.mapping.rules), MTLS (SSL, certificates required), SASL_PLAINTEXT (PLAIN and
+OAUTHBEARER) and SASL_SSL (PLAIN) — and kcat, confluent-kafka, kafka-python and aiokafka
+producing and consuming over each. Refusals come as Kafka's errors within a second and the
+connection closes; a plaintext client on the TLS port is closed and the broker gives back
+its descriptors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+
+from cli.certs import make_certs
+from controller.launcher import BrokerProcess, free_port
+from protocol.client import BrokerConnection, KafkaClient, Network
+from protocol.client.security import ClientSecurity
+from protocol.errors import ErrorCode, KafkaError
+from tests.robustness.resources_support import fd_count, request_frame
+from tests.support import wait_until
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+OAUTH_JAAS = ('org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+              'unsecuredLoginStringClaim_sub="admin";')
+FIXED = "Authentication failed during authentication due to invalid credentials with SASL mechanism PLAIN"
+N = 200
+
+
+class SecureBroker:
+    def __init__(self, directory):
+        self.certs = directory / "certs"
+        self.keystores = make_certs(self.certs, ["localhost"], ["alice", "mallory"])
+        self.ca = str(self.certs / "ca.pem")
+        self.ports = {name: free_port() for name in ("SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL")}
+        plain_port = free_port()
+        listeners = ",".join([f"PLAINTEXT://127.0.0.1:{plain_port}"]
+                             + [f"{n}://127.0.0.1:{p}" for n, p in self.ports.items()])
+        self.process = BrokerProcess(directory / "data", plain_port, 1, {
+            "listeners": listeners,
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                              "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.keystores["localhost"]),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": self.ca,
+            "listener.name.ssl.ssl.client.auth": "requested", "listener.name.mtls.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=clients,.*$/$1/U,DEFAULT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+            "group.initial.rebalance.delay.ms": "0", "offsets.topic.replication.factor": "1",
+        })
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    # each client's settings for a listener ------------------------------------------------
+    def librdkafka(self, listener: str, user: str = "alice", password: str = "alice-secret") -> dict:
+        conf = {"bootstrap.servers": self.bootstrap(listener)}
+        if listener in ("SSL", "MTLS", "SASL_SSL"):
+            conf.update({"ssl.ca.location": self.ca})
+        if listener == "MTLS":
+            conf.update({"ssl.certificate.location": str(self.keystores["alice"]),
+                         "ssl.key.location": str(self.keystores["alice"])})
+        conf["security.protocol"] = {"SSL": "ssl", "MTLS": "ssl", "SASL_PLAINTEXT": "sasl_plaintext",
+                                     "SASL_SSL": "sasl_ssl"}[listener]
+        if listener.startswith("SASL"):
+            conf.update({"sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
+        return conf
+
+    def python_client(self, listener: str) -> dict:
+        conf: dict = {"security_protocol": {"MTLS": "SSL"}.get(listener, listener)}
+        if listener.startswith("SASL"):
+            conf.update({"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"})
+        return conf
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    broker = SecureBroker(tmp_path_factory.mktemp("secure"))
+    broker.process.start(60)
+    yield broker
+    broker.process.stop()
+
+
+LISTENERS = ["SSL", "MTLS", "SASL_PLAINTEXT", "SASL_SSL"]
+
+
+def values(tag: str) -> list[bytes]:
+    return [f"{tag}-{i}".encode() for i in range(N)]
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_kcat(secure, listener):
+    args = [a for k, v in secure.librdkafka(listener).items() if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
+    topic = f"kcat-{listener.lower()}"
+    data = "\n".join(v.decode() for v in values(topic)) + "\n"
+    subprocess.run(["kcat", "-b", secure.bootstrap(listener), *args, "-P", "-t", topic, "-X", "acks=all"],
+                   input=data, text=True, check=True, timeout=60)
+    out = subprocess.run(["kcat", "-b", secure.bootstrap(listener), *args, "-C", "-t", topic, "-o", "beginning", "-e"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout == data
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_confluent_kafka(secure, listener):
+    from confluent_kafka import Consumer, Producer
+
+    topic = f"ck-{listener.lower()}"
+    producer = Producer({**secure.librdkafka(listener), "acks": "all"})
+    for v in values(topic):
+        producer.produce(topic, v)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**secure.librdkafka(listener), "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < N and time.monotonic() < deadline:
+        m = consumer.poll(1)
+        if m is not None and not m.error():
+            got.append(m.value())
+    consumer.close()
+    assert got == values(topic)
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_kafka_python(secure, listener):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    tls = {"ssl_cafile": secure.ca, "ssl_check_hostname": True} if "SSL" in listener or listener == "MTLS" else {}
+    if listener == "MTLS":
+        tls.update({"ssl_certfile": str(secure.keystores["alice"]), "ssl_keyfile": str(secure.keystores["alice"])})
+    conf = {**secure.python_client(listener), **tls}
+    topic = f"kp-{listener.lower()}"
+    producer = KafkaProducer(bootstrap_servers=secure.bootstrap(listener), acks="all", **conf)
+    for v in values(topic):
+        producer.send(topic, v)
+    producer.flush(30)
+    producer.close(10)
+    consumer = KafkaConsumer(bootstrap_servers=secure.bootstrap(listener), group_id=None, consumer_timeout_ms=20_000,
+                             **conf)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    got = []
+    for msg in consumer:
+        got.append(msg.value)
+        if len(got) == N:
+            break
+    consumer.close()
+    assert got == values(topic)
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+async def test_aiokafka(secure, listener):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+
+    conf = secure.python_client(listener)
+    if "SSL" in listener or listener == "MTLS":
+        conf["ssl_context"] = create_ssl_context(
+            cafile=secure.ca, **({"certfile": str(secure.keystores["alice"]), "keyfile": str(secure.keystores["alice"])}
+                                 if listener == "MTLS" else {}))
+    topic = f"aio-{listener.lower()}"
+    producer = AIOKafkaProducer(bootstrap_servers=secure.bootstrap(listener), acks="all", **conf)
+    await producer.start()
+    try:
+        for v in values(topic):
+            await producer.send(topic, v)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=secure.bootstrap(listener), **conf)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        got = []
+        async with asyncio.timeout(30):
+            while len(got) < N:
+                for msgs in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                    got.extend(m.value for m in msgs)
+    finally:
+        await consumer.stop()
+    assert got == values(topic)
+
+
+def test_mtls_principal_comes_from_the_mapped_certificate_name(secure):
+    from confluent_kafka.admin import AdminClient
+
+    before = secure.process.log_text().count("authenticated by its TLS certificate as User:ALICE on listener MTLS")
+    admin = AdminClient(secure.librdkafka("MTLS"))
+    assert admin.list_topics(timeout=10).brokers
+    wait_until(lambda: secure.process.log_text().count(
+        "authenticated by its TLS certificate as User:ALICE on listener MTLS") > before, 10, what="the mapped principal")
+
+
+def test_mtls_without_a_certificate_fails_the_handshake(secure):
+    ctx = ssl.create_default_context(cafile=secure.ca)
+    answer = None
+    with socket.create_connection(("127.0.0.1", secure.ports["MTLS"]), timeout=5) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(request_frame(18, 0, b""))
+                answer = tls.recv(4)  # TLS 1.3: the server's refusal arrives after the client's Finished
+        except (ssl.SSLError, ConnectionResetError):
+            pass
+    assert not answer  # an alert or a close, never an ApiVersions answer
+    wait_until(lambda: "TLS handshake failed" in secure.process.log_text(), 10, what="the handshake failure logged")
+
+
+def test_oauthbearer_unsecured_with_confluent_kafka(secure):
+    from confluent_kafka import Consumer, Producer
+
+    conf = {"bootstrap.servers": secure.bootstrap("SASL_PLAINTEXT"), "security.protocol": "sasl_plaintext",
+            "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.config": "principal=alice lifeSeconds=3600",
+            "enable.sasl.oauthbearer.unsecure.jwt": True}
+    producer = Producer(conf)
+    for v in values("oauth"):
+        producer.produce("oauth", v)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": "oauth-g", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["oauth"])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < N and time.monotonic() < deadline:
+        m = consumer.poll(1)
+        if m is not None and not m.error():
+            got.append(m.value())
+    consumer.close()
+    assert got == values("oauth")
+
+
+def librdkafka_error(conf: dict) -> tuple[str, float]:
+    """The first error a confluent-kafka client reports, and how long it took."""
+    from confluent_kafka import Producer
+
+    errors: list = []
+    start = time.monotonic()
+    producer = Producer({**conf, "error_cb": errors.append})
+    deadline = start + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.05)
+    assert errors, "no error reported"
+    return errors[0].str(), time.monotonic() - start
+
+
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_wrong_password_and_unknown_user_get_the_same_kafka_error_within_a_second(secure, listener):
+    wrong, t1 = librdkafka_error(secure.librdkafka(listener, "alice", "wrong"))
+    unknown, t2 = librdkafka_error(secure.librdkafka(listener, "nobody", "alice-secret"))
+    assert FIXED in wrong and FIXED in unknown
+    assert re.sub(r"\d+ms", "", wrong) == re.sub(r"\d+ms", "", unknown)
+    assert t1 < 1.0 and t2 < 1.0
+
+
+def connection(secure, listener: str, **props) -> BrokerConnection:
+    security = ClientSecurity.from_properties({"security.protocol": listener, "ssl.truststore.type": "PEM",
+                                               "ssl.truststore.location": secure.ca, **props})
+    return BrokerConnection("127.0.0.1", secure.ports[listener], network=Network(security), request_timeout_ms=5000)
+
+
+async def test_refusals_through_the_bundled_client_then_the_close(secure):
+    conn = connection(secure, "SASL_SSL", **{"sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                                             "sasl.password": "nope"})
+    start = time.monotonic()
+    with pytest.raises(KafkaError) as info:
+        await conn.connect()
+    assert info.value.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and FIXED in str(info.value)
+    assert 0.1 <= time.monotonic() - start < 1.0  # connection.failed.authentication.delay.ms, then the answer
+    conn = connection(secure, "SASL_SSL", **{"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+                                             "sasl.password": "alice-secret"})
+    with pytest.raises(KafkaError) as info:
+        await conn.connect()
+    assert info.value.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM and "enables PLAIN" in str(info.value)
+    conn = connection(secure, "SASL_SSL", **{"sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                                             "sasl.password": "alice-secret"})
+    await conn.connect()
+    assert conn.connected
+    conn.close()
+
+
+async def test_expired_oauthbearer_token_is_refused_within_a_second(secure):
+    from protocol.client.sasl import unsecured_token
+
+    token, _ = unsecured_token({"unsecuredLoginStringClaim_sub": "alice", "unsecuredLoginLifetimeSeconds": "1"},
+                               int(time.time() * 1000) - 5000)  # expired 4 s ago
+    conn = connection(secure, "SASL_PLAINTEXT", **{
+        "sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config": OAUTH_JAAS.replace(
+            'unsecuredLoginStringClaim_sub="admin"', f'kbroker.token="{token}"')})
+    start = time.monotonic()
+    with pytest.raises(KafkaError) as info:
+        await conn.connect()
+    assert time.monotonic() - start < 1.0
+    assert info.value.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and '{"status":"invalid_token"}' in str(info.value)
+
+
+async def test_the_bundled_client_over_every_listener(secure):
+    for listener, props in [("SSL", {}), ("MTLS", {"ssl.keystore.type": "PEM",
+                                                  "ssl.keystore.location": str(secure.keystores["alice"])}),
+                            ("SASL_PLAINTEXT", {"sasl.mechanism": "PLAIN", "sasl.jaas.config": PLAIN_JAAS.replace(
+                                'username="admin" password="admin-secret"', 'username="alice" password="alice-secret"')}),
+                            ("SASL_PLAINTEXT", {"sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config": OAUTH_JAAS})]:
+        security = ClientSecurity.from_properties({"security.protocol": "SSL" if listener == "MTLS" else listener,
+                                                   "ssl.truststore.type": "PEM", "ssl.truststore.location": secure.ca,
+                                                   **props})
+        async with KafkaClient(secure.bootstrap(listener), network=Network(security)) as client:
+            topic = f"bundled-{listener.lower()}-{props.get('sasl.mechanism', 'tls').lower()}"
+            await client.create_topics([(topic, 1, 1, None)])
+            metadata = await client.refresh_metadata([topic])
+            assert topic in metadata.topics
+
+
+def test_plaintext_client_on_the_tls_port_is_closed_and_descriptors_come_back(secure):
+    pid = secure.process.pid
+    fds = fd_count(pid)
+    for _ in range(50):
+        with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=5) as sock:
+            sock.sendall(request_frame(18, 0, b""))  # an ApiVersions in the clear: not a ClientHello
+            sock.settimeout(5)
+            assert sock.recv(65536)[:1] in (b"", b"\x15")  # closed, at most after a TLS alert
+    wait_until(lambda: fd_count(pid) <= fds, 10, what="the broker's descriptors to come back")
+
+
+def test_authentication_metrics_per_listener(tmp_path):
+    """successful/failed authentication totals, per listener, in the Prometheus endpoint."""
+    certs = make_certs(tmp_path / "certs", ["localhost"], [])
+    ports = {"PLAINTEXT": free_port(), "SASL_SSL": free_port()}
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "inter.broker.listener.name": "PLAINTEXT", "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs["localhost"]), "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        "metrics.listener": f"http://127.0.0.1:{metrics_port}"}).start(60)
+    try:
+        base = {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}", "security.protocol": "sasl_ssl",
+                "ssl.ca.location": str(tmp_path / "certs" / "ca.pem"), "sasl.mechanism": "PLAIN"}
+        librdkafka_error({**base, "sasl.username": "alice", "sasl.password": "wrong"})
+        from confluent_kafka.admin import AdminClient
+        assert AdminClient({**base, "sasl.username": "alice", "sasl.password": "alice-secret"}).list_topics(timeout=10)
+        with socket.create_connection(("127.0.0.1", ports["SASL_SSL"]), timeout=5) as sock:
+            sock.sendall(b"\x00\x00\x00\x10 not a ClientHello")
+            sock.settimeout(5)
+            sock.recv(100)
+
+        def series() -> dict[str, float]:
+            import urllib.request
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+            return {m.group(1): float(m.group(2)) for m in re.finditer(
+                r'^(kafka_server_socket_server_metrics_\w+_authentication_total\{listener="SASL_SSL"\}) (\S+)$',
+                text, re.M)}
+        name = 'kafka_server_socket_server_metrics_{}_authentication_total{{listener="SASL_SSL"}}'
+        wait_until(lambda: series().get(name.format("failed"), 0) >= 2, 10, what="two failed authentications")
+        got = series()
+        assert got[name.format("successful")] >= 1 and got[name.format("failed")] == 2, json.dumps(got)
+    finally:
+        broker.stop()
