@@ -58,7 +58,6 @@ from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from .metrics import BrokerCollector, BrokerTopicStats, RequestMetrics
 from .metrics_endpoint import ProcessMetrics
 from .security.authorizer import StandardAuthorizer
-from .security.credentials import CredentialCache
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
@@ -129,9 +128,6 @@ class KafkaServer:
         self.bound_ports: dict[str, int] = {}
         self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
         self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
-        # The broker's one cache of SCRAM credentials: filled from the controller's records
-        # (KafkaApis' UpdateMetadata), read by the SCRAM authenticator.
-        self.credential_cache = CredentialCache()
         # authorizer.class.name's authorizer (None: every request allowed); its ACLs come from
         # the controller's records too.
         self.authorizer: StandardAuthorizer | None = StandardAuthorizer.from_config(
