@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError, RemoteProtocolError
-from protocol.fast_codecs import (LeaderAndIsrPartitionError, LeaderAndIsrResponse, LeaderAndIsrTopicError,
+from protocol.fast_codecs import (FetchPartitionData, LeaderAndIsrPartitionError, LeaderAndIsrResponse, LeaderAndIsrTopicError,
                                   decode_fetch_request, decode_leader_and_isr_request, decode_produce_request,
                                   decode_update_metadata_request, encode_fetch_response,
                                   encode_leader_and_isr_response, encode_produce_response, response_header)
@@ -35,15 +35,19 @@ from protocol.records import is_transactional_batch, produce_records_error
 from protocol.schema import Api, SchemaError
 
 from . import heap
-from .authorizer import AllowAllAuthorizer, Operation, ResourceType
+from .security.authorizer import (CLUSTER_NAME, ERROR_MESSAGES, AclBindingFilter, Operation, ResourceType,
+                                  StandardAuthorizer, supported_operations_bits)
+from .security.metadata import SecurityMetadata, describe_acls_resources, describe_scram_credentials
 from .coordinator.adapter import error_response
 from .error_response import error_response_body
 from .fetch_params import FetchParams
-from .forwarding import FORWARDED_APIS, NoControllerForwarding
+from .forwarding import FORWARDED_APIS, NoControllerForwarding, error_response as forwarding_error_response
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .metrics import count_errors
 from .partition import LeaderAndIsrState, error_name, partition_names
 from .replica_manager import is_internal_topic
+from .security import request_checks
+from .security.credentials import CredentialCache
 from .sasl_server import answer_sasl_outside_authentication
 
 from .topic_admin import NewTopic
@@ -69,6 +73,7 @@ LEADER_AND_ISR_SLICE = 50
 SERVED_BEFORE_LIVE = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA,
                                 ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
+_NOTHING: frozenset[str] = frozenset()
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
@@ -94,6 +99,42 @@ def _in_request_order(request_topics, results: list, denied: list[str],
     return out
 
 
+def _fetch_in_request_order(request_topics, results: list, denied: set[str]) -> list:
+    """Fetch results for every topic of the request, in its order: those read, and
+    TOPIC_AUTHORIZATION_FAILED for every partition of the ``denied`` topics."""
+    read = iter(results)  # one entry per topic fetched, in the request's order
+    out = []
+    for t, parts in request_topics:
+        if t in denied:
+            out.append((t, [FetchPartitionData(fp.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in parts]))
+        else:
+            out.append(next(read))
+    return out
+
+
+def _merged_by_topic(topics: list, allowed: set[str], respond: Callable[[dict], None], field: str,
+                     refused_partitions: Callable[..., list]) -> Callable[[dict], None]:
+    """A group API's ``respond`` that puts the topics the principal was refused back into the
+    answer (``refused_partitions(topic)``: their partition entries), in the request's order.
+    An answer without topics (a group-level error) goes as it is."""
+    def merged(body: dict) -> None:
+        answered = body.get(field)
+        if not answered and body.get("error_code"):
+            return respond(body)
+        got: dict[str, list] = {}
+        for t in answered or ():
+            got.setdefault(t["name"], []).extend(t["partitions"])
+        out: list[dict] = []
+        for t in topics:
+            if t.name not in allowed:
+                out.append({"name": t.name, "partitions": refused_partitions(t)})
+            elif t.name in got:
+                out.append({"name": t.name, "partitions": got.pop(t.name)})
+        body[field] = out
+        respond(body)
+    return merged
+
+
 def frame_response(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
     header = response_header(correlation_id, response_is_flexible(api_key, version))
     size = len(header) + len(body)
@@ -106,7 +147,9 @@ class KafkaApis:
                  inter_broker_listener: str, forwarding: "Forwarding | None" = None,
                  broker_epoch: Callable[[], int] = lambda: -1,
                  group_coordinator: "GroupCoordinatorAdapter | None" = None,
-                 offsets_topic: "OffsetsTopic | None" = None, request_metrics: "RequestMetrics | None" = None) -> None:
+                 offsets_topic: "OffsetsTopic | None" = None, request_metrics: "RequestMetrics | None" = None,
+                 authorizer: StandardAuthorizer | None = None, credential_cache: "CredentialCache | None" = None
+                 ) -> None:
         self.replica_manager = replica_manager
         self.request_metrics = request_metrics  # error codes answered, per API (None: metrics off)
         self.metadata_cache = metadata_cache
@@ -116,7 +159,11 @@ class KafkaApis:
         self.producer_ids = producer_ids
         self.inter_broker_listener = inter_broker_listener
         self.broker_epoch = broker_epoch
-        self.authorizer = AllowAllAuthorizer()
+        # None: no authorizer.class.name, every request allowed (Kafka's default).
+        self.authorizer = authorizer
+        self.credential_cache = credential_cache if credential_cache is not None else CredentialCache()
+        # ACL bindings and SCRAM credentials, replayed from the controller's UpdateMetadata.
+        self.security_metadata = SecurityMetadata(authorizer, self.credential_cache)
         self.group_coordinator = group_coordinator
         self.offsets_topic = offsets_topic
         # Controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) waiting behind a
@@ -151,6 +198,8 @@ class KafkaApis:
             ApiKey.LEADER_AND_ISR: self.handle_leader_and_isr_request,
             ApiKey.STOP_REPLICA: self.handle_stop_replica_request,
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
+            ApiKey.DESCRIBE_ACLS: self.handle_describe_acls_request,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials_request,
             # On a SASL listener they never get here (broker/sasl_server.py); elsewhere: ILLEGAL_SASL_STATE.
             ApiKey.SASL_HANDSHAKE: answer_sasl_outside_authentication,
             ApiKey.SASL_AUTHENTICATE: answer_sasl_outside_authentication,
@@ -220,8 +269,22 @@ class KafkaApis:
             body = error_response_body(api, ctx.api_version, request, code, message)
         self.send(ctx, api, body)
 
-    def authorize(self, ctx: "RequestContext", operation: Operation, resource_type: ResourceType, name: str) -> bool:
-        return self.authorizer.authorize(ctx, operation, resource_type, name)
+    def authorize(self, ctx: "RequestContext", operation: int, resource_type: int, name: str,
+                  log_if_denied: bool = True) -> bool:
+        """Kafka's AuthHelper.authorize: allowed when no authorizer is configured."""
+        authorizer = self.authorizer
+        return authorizer is None or authorizer.authorize(ctx, operation, resource_type, name, log_if_denied)
+
+    def authorized_names(self, ctx: "RequestContext", operation: int, resource_type: int, names,
+                         log_if_denied: bool = True) -> set[str]:
+        """Kafka's filterByAuthorized: the names (each checked once) the principal may act on."""
+        return {n for n in set(names) if self.authorize(ctx, operation, resource_type, n, log_if_denied)}
+
+    def authorized_operations(self, ctx: "RequestContext", resource_type: int, name: str) -> int:
+        authorizer = self.authorizer
+        if authorizer is None:
+            return supported_operations_bits(resource_type)
+        return authorizer.authorized_operations(ctx, resource_type, name)
 
     def parse(self, ctx: "RequestContext", api: Api):
         try:
@@ -243,6 +306,10 @@ class KafkaApis:
         correlation_id = ctx.header.correlation_id
         topics = request.topics
         metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
+        txn_id = request.transactional_id
+        if txn_id is not None and not self.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            # Kafka: the whole request fails, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+            return self._refuse_produce(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, metrics)
         # Kafka's ProduceRequest.validateRecords, per partition, before the log's validator.
         invalid: dict[tuple[str, int], tuple[int, str]] = {}
         transactional = False
@@ -261,18 +328,11 @@ class KafkaApis:
             # ids (transactions are not supported; InitProducerId answers the same).
             log.warning("produce v%d from %s with transactional batches (transactional id %r) rejected: %s", version,
                         ctx.peer, request.transactional_id, "transactions are not supported")
-            code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            results = [(t, [[p, code, -1, -1, -1] for p, _ in parts]) for t, parts in topics]
-            if metrics is not None:
-                for _t, parts in topics:
-                    for _p in parts:
-                        metrics.error(code)
-            if acks == 0:
-                ctx.close_connection(f"acks=0 produce failed: {code.name}")
-            else:
-                ctx.send_response(encode_produce_response(version, correlation_id, results))
-            return
-        denied = [t for t, _ in topics if not self.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)]
+            return self._refuse_produce(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, metrics)
+        if self.authorizer is None:
+            denied = _NOTHING
+        else:
+            denied = {t for t, _ in topics if not self.authorizer.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)}
         if denied or invalid:
             topics = [(t, [(p, r) for p, r in parts if (t, p) not in invalid]) for t, parts in topics if t not in denied]
 
@@ -299,6 +359,18 @@ class KafkaApis:
         if op is not None:
             ctx.on_cancel(op.cancel)
 
+    def _refuse_produce(self, ctx: "RequestContext", request, code: ErrorCode, metrics) -> None:
+        """Answer every partition of a Produce with ``code`` (acks=0: close the connection)."""
+        results = [(t, [[p, code, -1, -1, -1] for p, _ in parts]) for t, parts in request.topics]
+        if metrics is not None:
+            for _t, parts in request.topics:
+                for _p in parts:
+                    metrics.error(code)
+        if request.acks == 0:
+            ctx.close_connection(f"acks=0 produce failed: {code.name}")
+        else:
+            ctx.send_response(encode_produce_response(ctx.api_version, ctx.header.correlation_id, results))
+
     def _reject_old_produce(self, ctx: "RequestContext") -> None:
         """Produce v0-2 (message format 0/1): advertised for librdkafka's sake, never accepted."""
         api = APIS[ApiKey.PRODUCE]
@@ -322,23 +394,34 @@ class KafkaApis:
                                               error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
             ctx.send_response(chunks)
             return
-        if request.replica_id >= 0 and not self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, ""):
-            chunks, _ = encode_fetch_response(version, correlation_id, [],
-                                              error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-            ctx.send_response(chunks)
-            return
         params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
                              request.isolation_level)
+        topics = request.topics
+        denied: set[str] = set()
+        if self.authorizer is not None:
+            # Kafka: a follower needs CLUSTER_ACTION on the cluster, else every partition is
+            # TOPIC_AUTHORIZATION_FAILED; a consumer needs READ on each topic.
+            if request.replica_id >= 0:
+                if not self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+                    denied = {t for t, _ in topics}
+            else:
+                denied = {t for t, _ in topics if not self.authorizer.authorize(ctx, Operation.READ, ResourceType.TOPIC, t)}
+            if denied:
+                topics = [(t, parts) for t, parts in topics if t not in denied]
 
         def respond(results: list) -> None:
+            if denied:
+                results = _fetch_in_request_order(request.topics, results, denied)
             if topic_stats is not None:
                 self._fetch_stats(results, topic_stats, request.replica_id >= 0)
             chunks, _ = encode_fetch_response(version, correlation_id, results)
             ctx.send_response(chunks)
 
         topic_stats = self.replica_manager.topic_stats
+        if not topics and denied:
+            return respond([])
 
-        op = self.replica_manager.fetch_messages(params, request.topics, respond)
+        op = self.replica_manager.fetch_messages(params, topics, respond)
         if op is not None:
             ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
 
@@ -373,11 +456,16 @@ class KafkaApis:
         version = ctx.api_version
         client = req.replica_id < 0 and req.replica_id != -2
         isolation = req.isolation_level if (client and version >= 2) else (0 if client else None)
+        allowed = self.authorized_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
         topics = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 out = {"partition_index": p.partition_index}
+                if t.name not in allowed:
+                    out.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, timestamp=-1, offset=-1)
+                    parts.append(out)
+                    continue
                 try:
                     ts, offset, epoch = self.replica_manager.fetch_offset_for_timestamp(
                         t.name, p.partition_index, p.timestamp, isolation, p.current_leader_epoch, client)
@@ -401,9 +489,27 @@ class KafkaApis:
             names = [t.name for t in req.topics]
             explicit = True
         allow_auto = req.allow_auto_topic_creation if version >= 4 else True
+        names = [n for n in names if n is not None]
+        # Kafka: topics the principal may not DESCRIBE are left out of an all-topics answer and
+        # TOPIC_AUTHORIZATION_FAILED when named; a named topic that does not exist and would be
+        # auto-created needs CREATE (on the cluster or the topic), else it is refused likewise.
+        refused: set[str] = set()
+        if self.authorizer is not None:
+            described = self.authorized_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names, explicit)
+            if not explicit:
+                names = [n for n in names if n in described]
+            else:
+                refused = {n for n in names if n not in described}
+                missing = {n for n in described if not cache.contains_topic(n)}
+                if (missing and allow_auto and self.config_repository.config["auto.create.topics.enable"]
+                        and not self.authorize(ctx, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False)):
+                    refused |= missing - self.authorized_names(ctx, Operation.CREATE, ResourceType.TOPIC, missing)
+        with_ops = version >= 8 and req.include_topic_authorized_operations
         topics = []
         for name in names:
-            if name is None:
+            if name in refused:
+                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "is_internal": is_internal_topic(name), "partitions": []})
                 continue
             if explicit and not cache.contains_topic(name):
                 code = self.topic_admin.maybe_auto_create_topic(name, allow_auto)
@@ -414,16 +520,20 @@ class KafkaApis:
             if info is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []})
                 continue
-            topics.append(self._topic_metadata(info, version, ctx.listener_name))
+            entry = self._topic_metadata(info, version, ctx.listener_name)
+            if with_ops:
+                entry["topic_authorized_operations"] = self.authorized_operations(ctx, ResourceType.TOPIC, name)
+            topics.append(entry)
         brokers = []
         for b in cache.alive_brokers():
             ep = b.endpoint(ctx.listener_name) or next(iter(b.endpoints.values()), None)
             if ep is not None:
                 brokers.append({"node_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack})
-        self.send(ctx, api, {
-            "brokers": brokers, "cluster_id": cache.cluster_id, "controller_id": self._client_controller_id(),
-            "topics": topics,
-        })
+        body = {"brokers": brokers, "cluster_id": cache.cluster_id, "controller_id": self._client_controller_id(),
+                "topics": topics}
+        if 8 <= version <= 10 and req.include_cluster_authorized_operations:
+            body["cluster_authorized_operations"] = self.authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+        self.send(ctx, api, body)
 
     def _client_controller_id(self) -> int:
         """The controller id clients see: the active controller when it is also a live broker
@@ -485,14 +595,17 @@ class KafkaApis:
         results: list[dict | None] = []
         to_create: list[tuple[int, NewTopic]] = []  # (slot in results, topic) for the topic admin
         seen: set[str] = set()
+        # Kafka's controller: CREATE on the cluster allows every topic, else CREATE on each.
+        cluster_create = self.authorize(ctx, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False)
         for t in req.topics:
             if t.name in seen:
                 results.append({"name": t.name, "error_code": ErrorCode.INVALID_REQUEST,
                                 "error_message": "topic listed twice"})
                 continue
             seen.add(t.name)
-            if not self.authorize(ctx, Operation.CREATE, ResourceType.TOPIC, t.name):
-                results.append({"name": t.name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            if not cluster_create and not self.authorize(ctx, Operation.CREATE, ResourceType.TOPIC, t.name):
+                results.append({"name": t.name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                "error_message": "Authorization failed."})
                 continue
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
             configs = {c.name: c.value for c in t.configs}
@@ -513,9 +626,18 @@ class KafkaApis:
         req = self.parse(ctx, api)
         results: list[dict | None] = []
         to_delete: list[tuple[int, str]] = []  # (slot in results, name) for the topic admin
+        # Kafka's controller: DELETE on the cluster allows every topic; else a topic the
+        # principal may not DESCRIBE is refused before anyone says whether it exists, and one
+        # it may describe but not DELETE after.
+        cluster_delete = self.authorize(ctx, Operation.DELETE, ResourceType.CLUSTER, CLUSTER_NAME, False)
         for name in req.topic_names:
-            if not self.authorize(ctx, Operation.DELETE, ResourceType.TOPIC, name):
-                results.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "error_message": None})
+            refused = not cluster_delete and (
+                not self.authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
+                or (self.metadata_cache.contains_topic(name)
+                    and not self.authorize(ctx, Operation.DELETE, ResourceType.TOPIC, name)))
+            if refused:
+                results.append({"name": name, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                "error_message": ERROR_MESSAGES[ErrorCode.TOPIC_AUTHORIZATION_FAILED]})
                 continue
             to_delete.append((len(results), name))
             results.append(None)
@@ -528,22 +650,63 @@ class KafkaApis:
         self.topic_admin.delete_topics([name for _, name in to_delete], respond, timeout_ms=req.timeout_ms)
 
     def handle_forwarded_request(self, ctx: "RequestContext") -> None:
-        """CreatePartitions, IncrementalAlterConfigs, AlterConfigs, ElectLeaders: the active
-        controller decides; the request goes there as it came and its answer comes back."""
+        """CreatePartitions, IncrementalAlterConfigs, AlterConfigs, ElectLeaders, CreateAcls,
+        DeleteAcls, AlterUserScramCredentials: the active controller decides; the request goes
+        there as it came and its answer comes back. This broker runs the controller's
+        authorization first, with the client's principal (security/request_checks.py): refused
+        entries are answered here and left out of what is forwarded (the request re-encoded),
+        a request refused whole is not forwarded."""
         api = APIS[ctx.header.api_key]
         req = self.parse(ctx, api)
         version, correlation_id = ctx.api_version, ctx.header.correlation_id
+        if api.key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS) and self._acl_request_invalid(ctx, api, req):
+            return
+        body = bytes(memoryview(ctx.frame)[ctx.body_offset:])
+        complete = None
+        if self.authorizer is not None:
+            checked = request_checks.screen(api.key, req, lambda *a: self.authorize(ctx, *a),
+                                            self.metadata_cache.contains_topic)
+            if checked.error is not None:
+                return self.send(ctx, api, forwarding_error_response(api.key, req, checked.error,
+                                                                     ERROR_MESSAGES.get(checked.error)))
+            if checked.complete is not None:
+                complete = checked.complete
+                if checked.request is None:
+                    return self.send(ctx, api, complete(request_checks.empty_response(api.key)))
+                body = api.request.build(version, checked.request)
+        elif api.key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS):
+            # Kafka's AclApis: no authorizer, no ACLs.
+            return self.send(ctx, api, forwarding_error_response(
+                api.key, req, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured."))
 
-        def respond(body: bytes) -> None:
-            ctx.send_response(frame_response(api.key, version, correlation_id, body))
+        def respond(data: bytes) -> None:
+            if complete is not None:
+                try:
+                    data = api.response.build(version, complete(api.response.parse(version, data)))
+                except SchemaError:
+                    log.warning("%s: the controller's answer does not parse; passed on as it is", api.name)
+            ctx.send_response(frame_response(api.key, version, correlation_id, data))
 
-        self.forwarding.forward(api.key, version, bytes(memoryview(ctx.frame)[ctx.body_offset:]), req, respond)
+        self.forwarding.forward(api.key, version, body, req, respond)
 
     def handle_describe_configs_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.DESCRIBE_CONFIGS]
         req = self.parse(ctx, api)
         results = []
         for res in req.resources:
+            # Kafka: DESCRIBE_CONFIGS on the topic, or on the cluster for a broker (or broker logger).
+            if res.resource_type == 2:
+                refused = not self.authorize(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name)
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif res.resource_type in (4, 8):
+                refused = not self.authorize(ctx, Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)
+                code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            else:
+                refused = False
+            if refused:
+                results.append({"error_code": code, "error_message": ERROR_MESSAGES[code], "configs": [],
+                                "resource_type": res.resource_type, "resource_name": res.resource_name})
+                continue
             keys = None if res.configuration_keys is None else set(res.configuration_keys)
             code, message, entries = self.config_repository.describe_configs(res.resource_type, res.resource_name)
             configs = [{"name": name, "value": value, "read_only": read_only, "config_source": source,
@@ -559,11 +722,18 @@ class KafkaApis:
         api = APIS[ApiKey.INIT_PRODUCER_ID]
         req = self.parse(ctx, api)
         if req.transactional_id is not None:
-            log.warning("InitProducerId with transactional id %r from %s refused: transactions are not supported",
-                        req.transactional_id, ctx.peer)
+            # Kafka checks WRITE on the transactional id first; allowed or not, this broker has
+            # no transaction coordinator and answers the same.
+            if self.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+                log.warning("InitProducerId with transactional id %r from %s refused: transactions are not "
+                            "supported", req.transactional_id, ctx.peer)
             return self.send(ctx, api, {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                         "producer_id": -1, "producer_epoch": -1})
-        if not self.authorize(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, "kafka-cluster"):
+        # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
+        authorizer = self.authorizer
+        if authorizer is not None and not (
+                authorizer.authorize(ctx, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, False)
+                or authorizer.authorize_by_resource_type(ctx, Operation.WRITE, ResourceType.TOPIC)):
             return self.send(ctx, api, {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                         "producer_id": -1, "producer_epoch": -1})
 
@@ -572,6 +742,59 @@ class KafkaApis:
                                  "producer_epoch": 0 if not error else -1})
 
         self.producer_ids.generate(respond)
+
+    # -- ACLs and SCRAM credentials (answered from this broker's copy of the controller's records)
+    def _acl_request_invalid(self, ctx: "RequestContext", api: Api, req) -> bool:
+        """A CreateAcls or DeleteAcls with an UNKNOWN (0, or unknown) type, pattern type,
+        operation or permission does not parse in Kafka (the request classes refuse it), and
+        the connection is closed; so here."""
+        v0 = ctx.api_version == 0
+        if api.key == ApiKey.CREATE_ACLS:
+            bad = any(0 in (c.resource_type, 3 if v0 else c.resource_pattern_type, c.operation, c.permission_type)
+                      for c in req.creations)
+        else:
+            bad = any(AclBindingFilter.of(f.resource_type_filter, f.resource_name_filter,
+                                          3 if v0 else f.pattern_type_filter, f.principal_filter, f.host_filter,
+                                          f.operation, f.permission_type).is_unknown() for f in req.filters)
+        if bad:
+            raise RemoteProtocolError(f"{api.name} holds an UNKNOWN resource type, pattern type, operation or "
+                                      "permission")
+        return False
+
+    def handle_describe_acls_request(self, ctx: "RequestContext") -> None:
+        """DESCRIBE on the cluster; the bindings matching the filter, grouped by resource
+        pattern (Kafka's AclApis.handleDescribeAcls). No authorizer: SECURITY_DISABLED."""
+        api = APIS[ApiKey.DESCRIBE_ACLS]
+        req = self.parse(ctx, api)
+        acl_filter = AclBindingFilter.of(req.resource_type_filter, req.resource_name_filter, req.pattern_type_filter,
+                                         req.principal_filter, req.host_filter, req.operation, req.permission_type)
+        if acl_filter.is_unknown():
+            raise RemoteProtocolError("DescribeAcls filter holds UNKNOWN elements")
+        if not self.authorize(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            return self.send(ctx, api, {"throttle_time_ms": 0, "error_code": code, "error_message": ERROR_MESSAGES[code],
+                                        "resources": []})
+        if self.authorizer is None:
+            return self.send(ctx, api, {"throttle_time_ms": 0, "error_code": ErrorCode.SECURITY_DISABLED,
+                                        "error_message": "No Authorizer is configured on the broker", "resources": []})
+        self.send(ctx, api, {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+                             "resources": describe_acls_resources(self.authorizer.acls(acl_filter))})
+
+    def handle_describe_user_scram_credentials_request(self, ctx: "RequestContext") -> None:
+        """DESCRIBE on the cluster; each user's mechanisms and iterations from this broker's
+        credential cache (Kafka's ScramImage.describe): every user when none is named, a user
+        named twice DUPLICATE_RESOURCE, one without credentials RESOURCE_NOT_FOUND."""
+        api = APIS[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS]
+        req = self.parse(ctx, api)
+        if not self.authorize(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            message = ERROR_MESSAGES[code]
+            return self.send(ctx, api, {"throttle_time_ms": 0, "error_code": code, "error_message": message,
+                                        "results": [{"user": "", "error_code": code, "error_message": message,
+                                                     "credential_infos": []} for _u in req.users or ()]})
+        self.send(ctx, api, {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+                             "results": describe_scram_credentials(self.credential_cache,
+                                                                   None if not req.users else [u.name for u in req.users])})
 
     # -- the group coordinator -------------------------------------------------------------
     def handle_find_coordinator_request(self, ctx: "RequestContext") -> None:
@@ -582,11 +805,35 @@ class KafkaApis:
         req = self.parse(ctx, api)
         version = ctx.api_version
         gc, offsets_topic = self.group_coordinator, self.offsets_topic
+        # Kafka: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional id
+        # (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key.
+        keys = [req.key] if version < 4 else list(req.coordinator_keys)
+        refused = {}
+        if self.authorizer is not None:
+            for key in keys:
+                if req.key_type == 0 and not self.authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, key):
+                    refused[key] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+                elif req.key_type == 1 and not self.authorize(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                                              key):
+                    refused[key] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        send = lambda body: self.send(ctx, api, body)  # noqa: E731
+        if refused:
+            def one(key: str, code: int) -> dict:
+                return {"error_code": code, "error_message": ERROR_MESSAGES[code], "node_id": -1, "host": "", "port": -1}
+            if version < 4:
+                return send(one(req.key, refused[req.key]))
+            req.coordinator_keys = [k for k in keys if k not in refused]
+
+            def send(body: dict) -> None:  # type: ignore[misc]
+                found = iter(body["coordinators"])
+                body["coordinators"] = [{"key": k, **one(k, refused[k])} if k in refused else next(found) for k in keys]
+                self.send(ctx, api, body)
+            if not req.coordinator_keys:
+                return send({"coordinators": []})
         if gc is None or offsets_topic is None:
-            return self.send(ctx, api, error_response(api.key, req, version, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return send(error_response(api.key, req, version, ErrorCode.COORDINATOR_NOT_AVAILABLE))
         listener = ctx.listener_name
-        gc.find_coordinator(req, version, lambda partition: offsets_topic.locate(partition, listener),
-                            lambda body: self.send(ctx, api, body))
+        gc.find_coordinator(req, version, lambda partition: offsets_topic.locate(partition, listener), send)
 
     def _group_request(self, ctx: "RequestContext"):
         api = APIS[ctx.header.api_key]
@@ -596,66 +843,176 @@ class KafkaApis:
         """The client's address as Kafka shows it in DescribeGroups: "/127.0.0.1"."""
         return "/" + ctx.peer.rsplit(":", 1)[0]
 
+    def _group_denied(self, ctx: "RequestContext", api: Api, req, operation: int, group_id: str) -> bool:
+        """Answer the whole group request GROUP_AUTHORIZATION_FAILED unless the principal may
+        do ``operation`` on the group."""
+        if self.authorize(ctx, operation, ResourceType.GROUP, group_id):
+            return False
+        self.send(ctx, api, error_response(api.key, req, ctx.api_version, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        return True
+
     def handle_join_group_request(self, ctx: "RequestContext") -> None:
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if self._group_denied(ctx, api, req, Operation.READ, req.group_id):
+            return
         self.group_coordinator.join_group(req, ctx.api_version, ctx.client_id, self._client_host(ctx), respond)
 
     def handle_sync_group_request(self, ctx: "RequestContext") -> None:
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if self._group_denied(ctx, api, req, Operation.READ, req.group_id):
+            return
         self.group_coordinator.sync_group(req, ctx.api_version, respond)
 
     def handle_heartbeat_request(self, ctx: "RequestContext") -> None:
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if self._group_denied(ctx, api, req, Operation.READ, req.group_id):
+            return
         self.group_coordinator.heartbeat(req, ctx.api_version, respond)
 
     def handle_leave_group_request(self, ctx: "RequestContext") -> None:
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if self._group_denied(ctx, api, req, Operation.READ, req.group_id):
+            return
         self.group_coordinator.leave_group(req, ctx.api_version, respond)
 
     def handle_offset_commit_request(self, ctx: "RequestContext") -> None:
+        """READ on the group (else every partition GROUP_AUTHORIZATION_FAILED), and READ on
+        each topic (else its partitions TOPIC_AUTHORIZATION_FAILED), as Kafka's KafkaApis."""
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if self._group_denied(ctx, api, req, Operation.READ, req.group_id):
+            return
+        if self.authorizer is not None:
+            topics = list(req.topics)
+            allowed = self.authorized_names(ctx, Operation.READ, ResourceType.TOPIC, (t.name for t in topics))
+            if len(allowed) < len({t.name for t in topics}):
+                req.topics = [t for t in topics if t.name in allowed]
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                respond = _merged_by_topic(topics, allowed, respond, "topics", lambda t: [
+                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions])
         self.group_coordinator.offset_commit(req, ctx.api_version, respond)
 
     def handle_offset_fetch_request(self, ctx: "RequestContext") -> None:
+        """DESCRIBE on the group; named topics the principal may not DESCRIBE answer
+        TOPIC_AUTHORIZATION_FAILED, and all-topics answers leave them out."""
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if self._group_denied(ctx, api, req, Operation.DESCRIBE, req.group_id):
+            return
+        if self.authorizer is not None and req.topics is None:
+            send = respond
+
+            def respond(body: dict) -> None:
+                body["topics"] = [t for t in body.get("topics", [])
+                                  if self.authorize(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t["name"], False)]
+                send(body)
+        elif self.authorizer is not None:
+            topics = list(req.topics)
+            allowed = self.authorized_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+            if len(allowed) < len({t.name for t in topics}):
+                req.topics = [t for t in topics if t.name in allowed]
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                respond = _merged_by_topic(topics, allowed, respond, "topics", lambda t: [
+                    {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                     "error_code": code} for p in t.partition_indexes])
         self.group_coordinator.offset_fetch(req, ctx.api_version, respond)
 
     def handle_offset_delete_request(self, ctx: "RequestContext") -> None:
+        """DELETE on the group; READ on each topic (else TOPIC_AUTHORIZATION_FAILED)."""
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if self._group_denied(ctx, api, req, Operation.DELETE, req.group_id):
+            return
+        if self.authorizer is not None:
+            topics = list(req.topics)
+            allowed = self.authorized_names(ctx, Operation.READ, ResourceType.TOPIC, (t.name for t in topics))
+            if len(allowed) < len({t.name for t in topics}):
+                req.topics = [t for t in topics if t.name in allowed]
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                respond = _merged_by_topic(topics, allowed, respond, "topics", lambda t: [
+                    {"partition_index": p.partition_index, "error_code": code} for p in t.partitions])
         self.group_coordinator.offset_delete(req, ctx.api_version, respond)
 
     def handle_list_groups_request(self, ctx: "RequestContext") -> None:
+        """Every group with DESCRIBE on the cluster, else those the principal may DESCRIBE."""
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        if not self.authorize(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, False):
+            send = respond
+
+            def respond(body: dict) -> None:
+                body["groups"] = [g for g in body["groups"]
+                                  if self.authorize(ctx, Operation.DESCRIBE, ResourceType.GROUP, g["group_id"], False)]
+                send(body)
         self.group_coordinator.list_groups(req, ctx.api_version, respond)
 
     def handle_describe_groups_request(self, ctx: "RequestContext") -> None:
+        """DESCRIBE on each group (else its entry GROUP_AUTHORIZATION_FAILED), with what the
+        principal may do to each when asked (v3+)."""
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        groups = list(req.groups)
+        allowed = self.authorized_names(ctx, Operation.DESCRIBE, ResourceType.GROUP, groups)
+        with_ops = ctx.api_version >= 3 and req.include_authorized_operations
+        if len(allowed) < len(set(groups)) or (with_ops and self.authorizer is not None):
+            req.groups = [g for g in groups if g in allowed]
+            send = respond
+            refused_group = {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_state": "",
+                             "protocol_type": "", "protocol_data": "", "members": []}
+
+            def respond(body: dict) -> None:
+                described = iter(body["groups"])
+                out = []
+                for g in groups:
+                    if g not in allowed:
+                        out.append({**refused_group, "group_id": g})
+                        continue
+                    entry = next(described)
+                    if with_ops:
+                        entry["authorized_operations"] = self.authorized_operations(ctx, ResourceType.GROUP, g)
+                    out.append(entry)
+                body["groups"] = out
+                send(body)
         self.group_coordinator.describe_groups(req, ctx.api_version, respond)
 
     def handle_delete_groups_request(self, ctx: "RequestContext") -> None:
+        """DELETE on each group (else GROUP_AUTHORIZATION_FAILED for it)."""
         api, req, respond = self._group_request(ctx)
         assert self.group_coordinator is not None
+        names = list(dict.fromkeys(req.groups_names))
+        allowed = self.authorized_names(ctx, Operation.DELETE, ResourceType.GROUP, names)
+        if len(allowed) < len(names):
+            req.groups_names = [g for g in names if g in allowed]
+            send = respond
+
+            def respond(body: dict) -> None:
+                got = {r["group_id"]: r for r in body["results"]}
+                body["results"] = [got.get(g) or {"group_id": g, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+                                   for g in names]
+                send(body)
         self.group_coordinator.delete_groups(req, ctx.api_version, respond)
 
     # -- replication and the control plane -------------------------------------------------
     def handle_offset_for_leader_epoch_request(self, ctx: "RequestContext") -> None:
         api = APIS[ApiKey.OFFSET_FOR_LEADER_EPOCH]
         req = self.parse(ctx, api)
+        # Kafka (KIP-320): CLUSTER_ACTION on the cluster (followers), else DESCRIBE on each topic.
+        if self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, False):
+            allowed = None
+        else:
+            allowed = self.authorized_names(ctx, Operation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
         topics = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
                 partition = self.replica_manager.get_partition(t.topic, p.partition)
-                if partition is None:
+                if allowed is not None and t.topic not in allowed:
+                    error, epoch, end = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1
+                elif partition is None:
                     error, epoch, end = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
                 else:
                     # Only the leader answers, except for the debugging replica id -2.
@@ -667,9 +1024,12 @@ class KafkaApis:
         self.send(ctx, api, {"topics": topics})
 
     def _cluster_action_denied(self, ctx: "RequestContext") -> bool:
-        if self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, "kafka-cluster"):
+        """Kafka's authorizeClusterOperation(CLUSTER_ACTION): the controller's requests come
+        from a principal holding CLUSTER_ACTION on the cluster (a super user, or granted it)."""
+        if self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             return False
-        log.warning("%s from %s denied: no ClusterAction permission", APIS[ctx.header.api_key].name, ctx.peer)
+        log.warning("%s from %s (%s) refused: CLUSTER_AUTHORIZATION_FAILED, no ClusterAction permission",
+                    APIS[ctx.header.api_key].name, ctx.peer, ctx.principal)
         return True
 
     def handle_leader_and_isr_request(self, ctx: "RequestContext") -> None:
@@ -845,10 +1205,10 @@ class KafkaApis:
         self._in_controller_order(ctx, self._update_metadata)
 
     def _update_metadata(self, ctx: "RequestContext") -> None:
-        """The controller's view: the live (unfenced) brokers, the partitions' states and each
-        topic's config overrides (kbroker's tag 10000: the whole set with every topic state).
-        A FULL request (sent on registration and to every broker by a new controller)
-        replaces what this broker knew."""
+        """The controller's view: the live (unfenced) brokers, the partitions' states, each
+        topic's config overrides (kbroker's tag 10000: the whole set with every topic state) and
+        the security records (tag 10001: ACLs and SCRAM credentials). A FULL request (sent on
+        registration and to every broker by a new controller) replaces what this broker knew."""
         api = APIS[ApiKey.UPDATE_METADATA]
         req = decode_update_metadata_request(ctx.api_version, memoryview(ctx.frame), ctx.body_offset)
         if self._cluster_action_denied(ctx):
@@ -862,6 +1222,8 @@ class KafkaApis:
             return self.send(ctx, api, {"error_code": ErrorCode.STALE_BROKER_EPOCH})
         version = ctx.api_version
         rm.controller_epoch = req.controller_epoch
+        if req.metadata_records or req.type == REQUEST_TYPE_FULL:
+            self.security_metadata.apply(req.metadata_records, req.type == REQUEST_TYPE_FULL)
         cache = self.metadata_cache
         cache.controller_id = req.controller_id
         brokers = {}

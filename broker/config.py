@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from .security.authorizer import AUTHORIZER_CLASS_NAMES, STANDARD_AUTHORIZER, parse_super_users
 from .security.listeners import is_security_key, resolve_security
 
 log = logging.getLogger("kbroker.config")
@@ -242,6 +243,11 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.cleaner.min.cleanable.ratio", "double", 0.5, "default min.cleanable.dirty.ratio"),
     _k("log.cleaner.min.compaction.lag.ms", "long", 0, "default min.compaction.lag.ms", low=0),
     _k("kbroker.shutdown.timeout.ms", "long", 10000, "how long graceful shutdown waits for in-flight requests"),
+    # Authorization (Kafka's keys and defaults; broker/security/authorizer.py).
+    _k("authorizer.class.name", "string", "", "the authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+       "(ACLs kept by the controller); empty: none, every request is allowed"),
+    _k("super.users", "string", None, "principals allowed everything, separated by semicolons (User:admin;User:broker)"),
+    _k("allow.everyone.if.no.acl.found", "bool", False, "allow a request on a resource no ACL names"),
     # Metrics (kbroker's keys: Kafka exposes JMX instead).
     _k("metrics.enabled", "bool", True, "collect metrics (false: no request/topic counters and no endpoint)"),
     _k("metrics.listener", "string", None, "where /metrics and /health are served, http://host:port (port 0: a free "
@@ -392,6 +398,14 @@ class KafkaConfig:
         if self.values["message.max.bytes"] > self.values["socket.request.max.bytes"]:
             log.warning("message.max.bytes (%d) is larger than socket.request.max.bytes (%d)",
                         self.values["message.max.bytes"], self.values["socket.request.max.bytes"])
+        authorizer = self.values["authorizer.class.name"]
+        if authorizer and authorizer not in AUTHORIZER_CLASS_NAMES:
+            raise ConfigError(f"authorizer.class.name: {authorizer} is not an authorizer kbroker has "
+                              f"(use {STANDARD_AUTHORIZER}, or leave it empty for none)")
+        try:
+            parse_super_users(self.values["super.users"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         # Parse the endpoints now, so a bad listener fails at startup naming its key.
         _ = (self.listeners, self.advertised_listeners, self.controller_quorum_bootstrap_servers)
         # Security: every listener's protocol and settings resolved, and anything kbroker

@@ -2,7 +2,8 @@
 AutoTopicCreationManager), and waiting for their effect on this broker's metadata.
 
 Clients may send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
-AlterConfigs and ElectLeaders to any broker; the controller decides them. Clients do not
+AlterConfigs, ElectLeaders, CreateAcls, DeleteAcls and AlterUserScramCredentials to any
+broker; the controller decides them. Clients do not
 notice the hop:
 
 * ``ForwardingManager.forward`` relays a request as it came (same API version, same body
@@ -52,7 +53,7 @@ log = logging.getLogger("kbroker.forwarding")
 RETRY_BACKOFF_MS = 50
 RETRY_BACKOFF_MAX_MS = 1000
 FORWARDED_APIS = (ApiKey.CREATE_PARTITIONS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS,
-                  ApiKey.ELECT_LEADERS)
+                  ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
 
 Respond = Callable[[bytes], None]
 
@@ -73,6 +74,16 @@ def error_response(api_key: int, request: Any, code: int, message: str | None) -
         return {"throttle_time_ms": 0, "responses": [
             {"error_code": code, "error_message": message, "resource_type": r.resource_type,
              "resource_name": r.resource_name} for r in request.resources]}
+    if api_key == ApiKey.CREATE_ACLS:
+        return {"throttle_time_ms": 0, "results": [{"error_code": code, "error_message": message}
+                                                   for _c in request.creations]}
+    if api_key == ApiKey.DELETE_ACLS:
+        return {"throttle_time_ms": 0, "filter_results": [{"error_code": code, "error_message": message,
+                                                           "matching_acls": []} for _f in request.filters]}
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
+        return {"throttle_time_ms": 0, "results": [{"user": u, "error_code": code, "error_message": message}
+                                                   for u in users]}
     if api_key == ApiKey.ELECT_LEADERS:
         return {"throttle_time_ms": 0, "error_code": code, "replica_election_results": [
             {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": message}

@@ -253,6 +253,7 @@ class ProcessMetrics:
         self.endpoint: MetricsEndpoint | None = None
         self.loop_lag: EventLoopLagMonitor | None = None
         self.per_partition: bool = config["metrics.partition.series.enabled"]
+        self._authorizer_metrics = None
         if not self.enabled or not serve:
             return
         ProcessCollector(registry=self.registry)
@@ -262,6 +263,16 @@ class ProcessMetrics:
         if listener:
             host, port = parse_metrics_listener(listener)
             self.endpoint = MetricsEndpoint(self.registry, host, port, time=time, health=lambda: self.state)
+
+    def authorizer_metrics(self):
+        """The process's AuthorizerMetrics (denials per operation, bindings loaded), shared by
+        its broker and controller authorizers; registered on first use when metrics are on."""
+        if self._authorizer_metrics is None:
+            from .security.authorizer import AuthorizerMetrics
+            self._authorizer_metrics = AuthorizerMetrics()
+            if self.enabled:
+                self.registry.register(self._authorizer_metrics)  # type: ignore[arg-type]
+        return self._authorizer_metrics
 
     @property
     def port(self) -> int | None:

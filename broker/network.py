@@ -42,7 +42,7 @@ from protocol.clock import Time, TimerHandle
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
-from protocol.messages import request_is_flexible
+from protocol.messages import APIS, request_is_flexible
 
 from .metrics import MAX_VERSION, ListenerStats, RequestMetrics
 from .security.principal import ANONYMOUS, KafkaPrincipal
@@ -487,12 +487,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except RemoteProtocolError as exc:
             self.close(f"unreadable request header: {exc}")
             return
+        if header.api_key not in APIS:
+            # Kafka's ApiKeys.forId fails while parsing the header: InvalidRequestException, the
+            # connection closed without a response, and nothing counted for a key no API has.
+            self.close(f"unknown api key {header.api_key} (correlation_id={header.correlation_id})")
+            return
         self.requests += 1
         slot = _Slot(header)
         metrics = self.metrics
         if metrics is not None:
             stats = slot.stats = metrics.api(header.api_key)
-            stats.versions[min(header.api_version, MAX_VERSION - 1)] += 1
+            # Any int16 arrives here: a negative version, or one past the table, counts as "other".
+            # Whether the version is served is the dispatcher's to answer (ApiVersions: an
+            # UNSUPPORTED_VERSION v0 response; any other API: the connection closed).
+            version = header.api_version
+            stats.versions[version if 0 <= version < MAX_VERSION - 1 else MAX_VERSION - 1] += 1
             slot.t_read = self._t_read
             slot.t_start = self._t_cursor  # when the request before it in this read was done with
             slot.size = len(frame) + 4

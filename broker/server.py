@@ -57,6 +57,8 @@ from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, Met
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from .metrics import BrokerCollector, BrokerTopicStats, RequestMetrics
 from .metrics_endpoint import ProcessMetrics
+from .security.authorizer import StandardAuthorizer
+from .security.credentials import CredentialCache
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
@@ -127,6 +129,13 @@ class KafkaServer:
         self.bound_ports: dict[str, int] = {}
         self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
         self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
+        # The broker's one cache of SCRAM credentials: filled from the controller's records
+        # (KafkaApis' UpdateMetadata), read by the SCRAM authenticator.
+        self.credential_cache = CredentialCache()
+        # authorizer.class.name's authorizer (None: every request allowed); its ACLs come from
+        # the controller's records too.
+        self.authorizer: StandardAuthorizer | None = StandardAuthorizer.from_config(
+            config, self.metrics.authorizer_metrics())
 
     @property
     def has_controller(self) -> bool:
@@ -218,7 +227,8 @@ class KafkaServer:
             replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
-            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics)
+            group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics,
+            authorizer=self.authorizer, credential_cache=self.credential_cache)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],

@@ -5,7 +5,8 @@ controller enqueues *items* that already hold the state to send (captured when t
 behind them were decided, released here only after they were durable):
 
 * ``UpdateMetadataItem``: partition states of any topics, each topic's id and config
-  overrides, and the live brokers;
+  overrides, the live brokers, and the security records (ACLs, SCRAM credentials: the whole
+  set in a full state, the changes otherwise);
 * ``LeaderAndIsrItem``: partition states for partitions the broker replicates, the
   endpoints of their leaders, and whether it is the broker's full state;
 * ``StopReplicaItem``: partitions to stop (and delete);
@@ -91,13 +92,18 @@ class UpdateMetadataItem:
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     live_brokers: tuple[LiveBroker, ...] = ()
     full: bool = False
+    # Security records (ACLs, SCRAM credentials), each framed as in the metadata log: the whole
+    # set in a full state, the records of the changes otherwise (in order).
+    records: tuple[bytes, ...] = ()
     # (version, controller epoch) -> the request body encoded for broker epoch 0: a full state
     # item is shared by every broker and encoded once (_encoded_update_metadata).
     encoded: dict[tuple[int, int], bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def merge(self, newer: "UpdateMetadataItem") -> "UpdateMetadataItem":
+        # A newer full state holds every security record; changes after an older one replay on top of it.
+        records = newer.records if newer.full else self.records + newer.records
         return UpdateMetadataItem({**self.partitions, **newer.partitions}, {**self.topic_configs, **newer.topic_configs},
-                                  newer.live_brokers, self.full or newer.full)
+                                  newer.live_brokers, self.full or newer.full, records)
 
 
 @dataclass
@@ -376,7 +382,7 @@ class ControllerChannelManager:
             list(topics.values()),
             [UpdateMetadataBroker(b.broker_id, [UpdateMetadataEndpoint(port, host, listener, sp)
                                                 for listener, host, port, sp in b.endpoints], b.rack)
-             for b in item.live_brokers])
+             for b in item.live_brokers], metadata_records=list(item.records))
 
     def leader_and_isr_body(self, item: LeaderAndIsrItem, broker_epoch: int) -> LeaderAndIsrRequest:
         epoch = self.controller_epoch

@@ -34,13 +34,17 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from broker.metrics import TIME_BUCKETS, FastHistogram
+from broker.security.authorizer import (AclBindingFilter, AuthorizerMetrics, StandardAcl, StandardAuthorizer,
+                                        parse_super_users)
+from broker.security.metadata import SECURITY_RECORD_TYPES, describe_acls_resources
 from protocol.clock import Time, TimerHandle
 from protocol.errors import ErrorCode
-from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
+from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, encode_record, make_record
 
 from .broker_heartbeat import BrokerHeartbeatManager
 from .channel_manager import (LEADER_DURING_DELETE, Barrier, LeaderAndIsrItem, LiveBroker, PartitionState,
                               StopReplicaItem, UpdateMetadataItem)
+from .acl_control import AclControlManager
 from .cluster_control import FENCE, UNFENCE, ClusterControlManager
 from .configuration_control import BROKER, TOPIC, ConfigurationControlManager
 from .controller_purgatory import ControllerPurgatory
@@ -50,6 +54,7 @@ from .metadata_store import MetadataStore
 from .partition_change import NO_LEADER, NO_LEADER_CHANGE
 from .producer_id_control import ProducerIdControlManager
 from .replication_control import PREFERRED_ELECTION, ZERO_UUID, ReplicationControlManager
+from .scram_control import ScramControlManager
 
 log = logging.getLogger("kbroker.controller")
 
@@ -78,6 +83,10 @@ class QuorumControllerConfig:
     topic_defaults: dict = field(default_factory=dict)
     snapshot_max_bytes: int = 20 * 1024 * 1024
     snapshot_max_interval_ms: int = 3_600_000
+    # authorizer.class.name set: the controller keeps an authorizer over its ACLs (ControllerApis)
+    authorizer_enabled: bool = False
+    super_users: frozenset = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
 
     @classmethod
     def from_kafka_config(cls, config, cluster_id: str) -> "QuorumControllerConfig":
@@ -91,7 +100,10 @@ class QuorumControllerConfig:
             num_partitions=config["num.partitions"], default_replication_factor=config["default.replication.factor"],
             delete_topic_enable=config["delete.topic.enable"], topic_defaults=config.topic_defaults(),
             snapshot_max_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
-            snapshot_max_interval_ms=config["metadata.log.max.snapshot.interval.ms"])
+            snapshot_max_interval_ms=config["metadata.log.max.snapshot.interval.ms"],
+            authorizer_enabled=bool(config["authorizer.class.name"]),
+            super_users=parse_super_users(config["super.users"]),
+            allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
 
 
 class ControllerStoppedError(Exception):
@@ -115,7 +127,8 @@ class _FullState:
 
 class QuorumController:
     def __init__(self, config: QuorumControllerConfig, store: MetadataStore, *, time: Time, channel=None,
-                 rng: random.Random | None = None, on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 rng: random.Random | None = None, on_fatal: Callable[[BaseException], None] | None = None,
+                 authorizer_metrics: AuthorizerMetrics | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = config.cluster_id
@@ -131,6 +144,13 @@ class QuorumController:
             default_replication_factor=config.default_replication_factor,
             delete_topic_enable=config.delete_topic_enable, rng=self.rng)
         self.producer_ids = ProducerIdControlManager(self.cluster)
+        # The authorizer ControllerApis checks requests with (None: no authorizer.class.name);
+        # the AclControlManager keeps its bindings in step with the replayed records.
+        self.authorizer: StandardAuthorizer | None = (StandardAuthorizer(
+            config.super_users, config.allow_everyone_if_no_acl_found, authorizer_metrics, config.node_id)
+            if config.authorizer_enabled else None)
+        self.acls = AclControlManager(self.authorizer, self.rng)
+        self.scram = ScramControlManager()
         self.heartbeats = BrokerHeartbeatManager(time, config.session_timeout_ms)
         self.features: dict[str, int] = {}
         self.purgatory = ControllerPurgatory()
@@ -344,6 +364,10 @@ class QuorumController:
             self.configs.replay(record)
         elif t == T.PRODUCER_IDS:
             self.producer_ids.replay(record)
+        elif t in (T.ACCESS_CONTROL_ENTRY, T.REMOVE_ACCESS_CONTROL_ENTRY):
+            self.acls.replay(record)
+        elif t in (T.USER_SCRAM_CREDENTIAL, T.REMOVE_USER_SCRAM_CREDENTIAL):
+            self.scram.replay(record)
         elif t == T.FEATURE_LEVEL:
             self.features[record.name] = record.feature_level
         elif t == T.NO_OP:
@@ -355,7 +379,12 @@ class QuorumController:
         """Records that recreate the whole state (what a snapshot holds)."""
         features = [make_record(T.FEATURE_LEVEL, name=k, feature_level=v) for k, v in sorted(self.features.items())]
         return (features + self.cluster.snapshot_records() + self.replication.snapshot_records()
-                + self.configs.snapshot_records() + self.producer_ids.snapshot_records())
+                + self.configs.snapshot_records() + self.producer_ids.snapshot_records()
+                + self.security_records())
+
+    def security_records(self) -> list[ApiMessageAndVersion]:
+        """The ACL bindings and SCRAM credentials as records: what a broker's full state carries."""
+        return self.acls.snapshot_records() + self.scram.snapshot_records()
 
     def state_summary(self) -> dict:
         """The whole replicated state as plain values (tests compare it across reloads)."""
@@ -367,6 +396,8 @@ class QuorumController:
                        for info in sorted(self.replication.topics.values(), key=lambda i: i.name)},
             "configs": {k: dict(v) for k, v in sorted(self.configs.configs.items())},
             "next_producer_id": self.producer_ids.next_producer_id,
+            "acls": dict(self.acls.acls),
+            "scram": dict(self.scram.credentials),
         }
 
     # ==================================================================================
@@ -396,7 +427,8 @@ class QuorumController:
         partitions = {(info.name, pid): self._partition_state(info.name, info.topic_id, pid, part)
                       for info, pid, part in self.replication.all_partitions()}
         configs = {info.name: self.configs.topic_configs(info.name) for info in self.replication.topics.values()}
-        return UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True)
+        return UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True,
+                                  records=tuple(encode_record(r) for r in self.security_records()))
 
     def _full_leader_and_isr(self, broker_id: int, full: UpdateMetadataItem) -> LeaderAndIsrItem:
         mine = {key: state for key, state in full.partitions.items() if broker_id in state.replicas}
@@ -409,6 +441,7 @@ class QuorumController:
         changed: dict[tuple[uuid.UUID, int], bool] = {}
         config_topics: set[str] = set()
         brokers_changed = False
+        security = [encode_record(r) for r in records if r.type in SECURITY_RECORD_TYPES]
         for r in records:
             t = r.type
             if t == T.PARTITION:
@@ -450,7 +483,7 @@ class QuorumController:
             effects.append(lambda b=broker_id, um=um, lisr=lisr, e=reg.epoch, tok=token: channel.enqueue_full_state(
                 b, um, lisr, lambda: self._full_state_delivered(b, e, tok)))
         # Incremental changes, to every other registered broker.
-        if not (changed or config_topics or removed or brokers_changed):
+        if not (changed or config_topics or removed or brokers_changed or security):
             return effects
         partitions: dict[tuple[str, int], PartitionState] = {}
         for (topic_id, pid), is_new in changed.items():
@@ -475,7 +508,7 @@ class QuorumController:
                                                       part.isr, part.partition_epoch, part.replicas)
                 for replica in part.replicas:
                     stop.setdefault(replica, StopReplicaItem()).partitions[(name, pid)] = (LEADER_DURING_DELETE, True)
-        um = UpdateMetadataItem({**partitions, **deleted}, topic_configs, self._live_brokers())
+        um = UpdateMetadataItem({**partitions, **deleted}, topic_configs, self._live_brokers(), records=tuple(security))
         lisr_for: dict[int, dict] = {}
         for key, state in partitions.items():
             if (state.topic_id, state.partition) in changed:
@@ -933,6 +966,51 @@ class QuorumController:
             responses.append({"error_code": code, "error_message": message, "resource_type": resource.resource_type,
                               "resource_name": resource.resource_name})
         return ControllerResult(records, {"throttle_time_ms": 0, "responses": responses})
+
+    def create_acls(self, request, version: int) -> asyncio.Future:
+        """CreateAcls (v0: every binding LITERAL): one result per creation."""
+        bindings = [StandardAcl.of(c.resource_type, c.resource_name, c.resource_pattern_type if version >= 1 else 3,
+                                   c.principal, c.host, c.operation, c.permission_type) for c in request.creations]
+
+        def op() -> ControllerResult:
+            result = self.acls.create_acls(bindings)
+            return ControllerResult(result.records, {"throttle_time_ms": 0, "results": [
+                {"error_code": code, "error_message": message} for code, message in result.response]})
+        return self._submit("create acls", op)
+
+    def delete_acls(self, request, version: int) -> asyncio.Future:
+        """DeleteAcls: per filter, the bindings it matched (and deleted)."""
+        filters = [AclBindingFilter.of(f.resource_type_filter, f.resource_name_filter,
+                                       f.pattern_type_filter if version >= 1 else 3, f.principal_filter, f.host_filter,
+                                       f.operation, f.permission_type) for f in request.filters]
+
+        def op() -> ControllerResult:
+            result = self.acls.delete_acls(filters)
+            return ControllerResult(result.records, {"throttle_time_ms": 0, "filter_results": [
+                {"error_code": code, "error_message": message, "matching_acls": [
+                    {"error_code": 0, "error_message": None, "resource_type": int(a.resource_type),
+                     "resource_name": a.resource_name, "pattern_type": int(a.pattern_type), "principal": a.principal,
+                     "host": a.host, "operation": int(a.operation), "permission_type": int(a.permission_type)}
+                    for a in matched]} for code, message, matched in result.response]})
+        return self._submit("delete acls", op)
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> asyncio.Future:
+        """DescribeAcls' answer from the controller's own bindings."""
+        def op() -> ControllerResult:
+            return ControllerResult([], {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+                                         "resources": describe_acls_resources(
+                                             acl for acl in self.acls.acls.values() if acl_filter.matches(acl))})
+        return self._submit("describe acls", op)
+
+    def alter_user_scram_credentials(self, request) -> asyncio.Future:
+        deletions = [(d.name, d.mechanism) for d in request.deletions]
+        upsertions = [(u.name, u.mechanism, u.iterations, bytes(u.salt), bytes(u.salted_password))
+                      for u in request.upsertions]
+
+        def op() -> ControllerResult:
+            result = self.scram.alter_credentials(deletions, upsertions)
+            return ControllerResult(result.records, {"throttle_time_ms": 0, "results": result.response})
+        return self._submit("alter user scram credentials", op)
 
     # -- reads (no records; answered once everything decided before them is durable) -----
 

@@ -116,7 +116,7 @@ class ControllerServer:
                                                     request_timeout_ms=cfg["controller.socket.timeout.ms"])
             self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
                                                self.store, time=self.time, channel=self.channel,
-                                               on_fatal=self._on_fatal)
+                                               on_fatal=self._on_fatal, authorizer_metrics=self._authorizer_metrics())
             await self.controller.start()
             if self.metrics is not None and self.metrics.enabled:
                 self.metrics.registry.register(ControllerCollector(lambda: self.controller))
@@ -177,6 +177,9 @@ class ControllerServer:
         log.info("controller %d started as a standby (cluster %s, ZooKeeper %s%s)", self.node_id, self.cluster_id,
                  self.coordinator.hosts, self.coordinator.chroot)
 
+    def _authorizer_metrics(self):
+        return self.metrics.authorizer_metrics() if self.metrics is not None else None
+
     def _active_controller_id(self) -> int:
         """What the standby names as the controller: the election's winner, but never itself
         (it has won and is still loading, or its term just ended): -1 then."""
@@ -200,7 +203,8 @@ class ControllerServer:
                                                     request_timeout_ms=cfg["controller.socket.timeout.ms"])
             self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
                                                self.store, time=self.time, channel=self.channel,
-                                               on_fatal=lambda exc: self._end_term(f"controller failed: {exc}"))
+                                               on_fatal=lambda exc: self._end_term(f"controller failed: {exc}"),
+                                               authorizer_metrics=self._authorizer_metrics())
             try:
                 await self.controller.start()
             except Exception as exc:  # noqa: BLE001 - lost the term while loading: back to standby

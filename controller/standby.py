@@ -90,3 +90,20 @@ class StandbyController:
     def metadata(self, topics: list[str] | None, listener: str | None = None) -> asyncio.Future:
         return self._answer({"throttle_time_ms": 0, "brokers": [], "cluster_id": self.cluster_id,
                              "controller_id": self.active_controller_id(), "topics": []})
+
+    def create_acls(self, request, version: int) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "results": [
+            {"error_code": NOT_CONTROLLER, "error_message": MESSAGE} for _c in request.creations]})
+
+    def delete_acls(self, request, version: int) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "filter_results": [
+            {"error_code": NOT_CONTROLLER, "error_message": MESSAGE, "matching_acls": []} for _f in request.filters]})
+
+    def describe_acls(self, acl_filter) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE,
+                             "resources": []})
+
+    def alter_user_scram_credentials(self, request) -> asyncio.Future:
+        users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
+        return self._answer({"throttle_time_ms": 0, "results": [
+            {"user": u, "error_code": NOT_CONTROLLER, "error_message": MESSAGE} for u in users]})

@@ -623,6 +623,7 @@ _LISR_FLEXIBLE = 4
 _UM_FLEXIBLE = 6
 _UM_TYPE_TAG = 0                 # UpdateMetadata v8+: the request type, tagged
 _UM_TOPIC_CONFIGS_TAG = 10000    # kbroker's topic config overrides (messages/control.py)
+_UM_METADATA_RECORDS_TAG = 10001  # kbroker's security records (messages/control.py)
 _I32X4 = struct.Struct(">iiii")
 _II = struct.Struct(">ii")
 _IH = struct.Struct(">ih")
@@ -744,6 +745,7 @@ class UpdateMetadataRequest:
     live_brokers: list[UpdateMetadataBroker] = field(default_factory=list)
     ungrouped_partition_states: list[UpdateMetadataPartitionState] = field(default_factory=list)  # v0-4
     is_kraft_controller: bool = False
+    metadata_records: list[bytes] = field(default_factory=list)  # v6+, tag 10001: framed metadata records
 
 
 class _Reader:
@@ -1156,8 +1158,27 @@ def decode_update_metadata_request(version: int, buf: Buffer, pos: int) -> Updat
     if r.flexible:
         def request_type(tr: _Reader) -> None:
             req.type = tr.int8()
-        r.tags({_UM_TYPE_TAG: request_type} if version >= 8 else None)
+
+        def metadata_records(tr: _Reader) -> None:
+            req.metadata_records = _um_metadata_records(tr)
+        known: dict[int, Callable[[_Reader], None]] = {_UM_METADATA_RECORDS_TAG: metadata_records}
+        if version >= 8:
+            known[_UM_TYPE_TAG] = request_type
+        r.tags(known)
     return req
+
+
+def _um_metadata_records(r: _Reader) -> list[bytes]:
+    records = []
+    for _ in range(r.count(2)):
+        n = r.length(False, "bytes")
+        pos = r.pos
+        if pos + n > r.end:
+            raise _malformed(f"record of {n} bytes runs past the frame")
+        r.pos = pos + n
+        records.append(bytes(r.buf[pos:pos + n]))
+        r.tags()
+    return records
 
 
 def encode_update_metadata_request(version: int, req: UpdateMetadataRequest) -> bytes:
@@ -1216,9 +1237,18 @@ def encode_update_metadata_request(version: int, req: UpdateMetadataRequest) -> 
             w.string(b.rack)
         w.no_tags()
     if w.flexible:
+        tags = []
         if version >= 8 and req.type != 0:
-            out.append(1)
-            w.tag(_UM_TYPE_TAG, _I8.pack(req.type))
-        else:
-            out.append(0)
+            tags.append((_UM_TYPE_TAG, _I8.pack(req.type)))
+        if req.metadata_records:
+            rw = _Writer(True)
+            rw.length(len(req.metadata_records), True)
+            for record in req.metadata_records:
+                rw.length(len(record), True)
+                rw.out += record
+                rw.no_tags()
+            tags.append((_UM_METADATA_RECORDS_TAG, bytes(rw.out)))
+        w.uvarint(len(tags))
+        for tag, data in tags:
+            w.tag(tag, data)
     return bytes(out)

@@ -205,8 +205,12 @@ class BrokerConnection(asyncio.Protocol):
             unsupported = error == ErrorCode.UNSUPPORTED_VERSION
             response = api.response.parse(0 if unsupported else version, frame, 4)
             if unsupported and version > 0:
-                theirs = {k.api_key: k.max_version for k in response.api_keys}.get(ApiKey.API_VERSIONS, 0)
-                version = min(version - 1, theirs)
+                lo, hi = {k.api_key: (k.min_version, k.max_version)
+                          for k in response.api_keys}.get(ApiKey.API_VERSIONS, (0, 0))
+                if hi < 0 or lo > hi:  # a range no request can be sent in
+                    raise UnsupportedVersionError(f"{self.host}:{self.port} refused ApiVersions v{version} and "
+                                                  f"lists ApiVersions v{lo}-{hi}")
+                version = min(version - 1, hi)
                 continue
             if response.error_code:
                 raise wire_error(response.error_code, f"ApiVersions v{version} to {self.host}:{self.port}")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ..api_keys import ApiKey
 from ..schema import Api, Message
-from . import (alter_partition, api_versions, configs, control, coordinator, fetch, groups, leader_epoch, lifecycle,
-               list_offsets, metadata, offset_commit, produce, producer, sasl, topics)
+from . import (acls, alter_partition, api_versions, configs, control, coordinator, fetch, groups, leader_epoch,
+               lifecycle, list_offsets, metadata, offset_commit, produce, producer, sasl, scram, topics)
 
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
@@ -69,6 +69,16 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.ELECT_LEADERS, "ElectLeaders", topics.ELECT_LEADERS_REQUEST, topics.ELECT_LEADERS_RESPONSE, 0, 2),
     Api(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", configs.INCREMENTAL_ALTER_CONFIGS_REQUEST,
         configs.INCREMENTAL_ALTER_CONFIGS_RESPONSE, 0, 1),
+    # Authorization and SCRAM credentials (broker/security): CreateAcls, DeleteAcls and
+    # AlterUserScramCredentials are forwarded to the controller; the Describe APIs are answered
+    # from the broker's own copy of the controller's records.
+    Api(ApiKey.DESCRIBE_ACLS, "DescribeAcls", acls.DESCRIBE_ACLS_REQUEST, acls.DESCRIBE_ACLS_RESPONSE, 0, 3),
+    Api(ApiKey.CREATE_ACLS, "CreateAcls", acls.CREATE_ACLS_REQUEST, acls.CREATE_ACLS_RESPONSE, 0, 3),
+    Api(ApiKey.DELETE_ACLS, "DeleteAcls", acls.DELETE_ACLS_REQUEST, acls.DELETE_ACLS_RESPONSE, 0, 3),
+    Api(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, "DescribeUserScramCredentials",
+        scram.DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST, scram.DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE, 0, 0),
+    Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", scram.ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
+        scram.ALTER_USER_SCRAM_CREDENTIALS_RESPONSE, 0, 0),
 )}
 
 

@@ -2,11 +2,19 @@
 kbroker's controller speaks): LeaderAndIsr (4) v0-7, StopReplica (5) v0-4, UpdateMetadata (6)
 v0-8, field for field as Kafka 3.9's JSON (3.4+: isKRaftController, KIP-866).
 
-One extension of kbroker's own, in the protocol's own extension mechanism (a tagged field, so
-Kafka's fields stay byte-exact and other parsers skip it): UpdateMetadata's TopicState carries
-``topic_configs`` (tag 10000, flexible versions 6+), the topic's complete set of config
-overrides as [{name, value}]. The controller always sends the whole set with every topic
-state, so a broker replaces what it had: an absent tag means the topic has no overrides.
+Two extensions of kbroker's own, in the protocol's own extension mechanism (tagged fields, so
+Kafka's fields stay byte-exact and other parsers skip them), both flexible versions 6+:
+
+* UpdateMetadata's TopicState carries ``topic_configs`` (tag 10000), the topic's complete set
+  of config overrides as [{name, value}]. The controller always sends the whole set with every
+  topic state, so a broker replaces what it had: an absent tag means the topic has no overrides.
+* UpdateMetadata carries ``metadata_records`` (tag 10001): the controller's security records
+  (AccessControlEntryRecord, RemoveAccessControlEntryRecord, UserScramCredentialRecord,
+  RemoveUserScramCredentialRecord), each framed as in the metadata log
+  (metadata_records.encode_record). A FULL request (type 2) holds the whole set and replaces
+  what the broker had (an absent tag: none at all); an incremental one holds the records of
+  the changes since, replayed in order.
+
 Tags from 10000 up are kbroker's; Kafka numbers its own tags from 0.
 """
 
@@ -14,6 +22,7 @@ from ..schema import Field as F, Message
 
 # The first tag number kbroker uses for its own tagged fields (Kafka numbers its tags from 0).
 KBROKER_TOPIC_CONFIGS_TAG = 10000
+KBROKER_METADATA_RECORDS_TAG = 10001
 
 _LEADER_AND_ISR_PARTITION = [
     F("topic_name", "string", "0-1"),
@@ -137,6 +146,10 @@ UPDATE_METADATA_REQUEST = Message("UpdateMetadataRequest", 6, "0-8", "6+", [
             F("security_protocol", "int16", "1+"),
         ]),
         F("rack", "string", "2+", nullable="0+"),
+    ]),
+    # kbroker's extension (see the module docstring): the controller's security records.
+    F("metadata_records", "[]UpdateMetadataRecord", "6+", tag=KBROKER_METADATA_RECORDS_TAG, tagged="6+", fields=[
+        F("record", "bytes", "6+"),
     ]),
 ])
 

@@ -128,6 +128,35 @@ BROKER_REGISTRATION_CHANGE_RECORD = Message("BrokerRegistrationChangeRecord", 17
 
 NO_OP_RECORD = Message("NoOpRecord", 20, "0", "0+", [])
 
+USER_SCRAM_CREDENTIAL_RECORD = Message("UserScramCredentialRecord", 11, "0", "0+", [
+    F("name", "string"),
+    F("mechanism", "int8"),
+    F("salt", "bytes"),
+    F("stored_key", "bytes"),
+    F("server_key", "bytes"),
+    F("iterations", "int32"),
+])
+
+ACCESS_CONTROL_ENTRY_RECORD = Message("AccessControlEntryRecord", 18, "0", "0+", [
+    F("id", "uuid"),
+    F("resource_type", "int8"),
+    F("resource_name", "string"),
+    F("pattern_type", "int8"),
+    F("principal", "string"),
+    F("host", "string"),
+    F("operation", "int8"),
+    F("permission_type", "int8"),
+])
+
+REMOVE_ACCESS_CONTROL_ENTRY_RECORD = Message("RemoveAccessControlEntryRecord", 19, "0", "0+", [
+    F("id", "uuid"),
+])
+
+REMOVE_USER_SCRAM_CREDENTIAL_RECORD = Message("RemoveUserScramCredentialRecord", 22, "0", "0+", [
+    F("name", "string"),
+    F("mechanism", "int8"),
+])
+
 
 class MetadataRecordType(enum.IntEnum):
     """Kafka's MetadataRecordType numbers (the record's api key)."""
@@ -141,16 +170,22 @@ class MetadataRecordType(enum.IntEnum):
     FENCE_BROKER = 7
     UNFENCE_BROKER = 8
     REMOVE_TOPIC = 9
+    USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
+    ACCESS_CONTROL_ENTRY = 18
+    REMOVE_ACCESS_CONTROL_ENTRY = 19
     NO_OP = 20
+    REMOVE_USER_SCRAM_CREDENTIAL = 22
 
 
 RECORDS: dict[int, Message] = {int(m.api_key): m for m in (
     REGISTER_BROKER_RECORD, UNREGISTER_BROKER_RECORD, TOPIC_RECORD, PARTITION_RECORD, CONFIG_RECORD,
     PARTITION_CHANGE_RECORD, FENCE_BROKER_RECORD, UNFENCE_BROKER_RECORD, REMOVE_TOPIC_RECORD, FEATURE_LEVEL_RECORD,
-    PRODUCER_IDS_RECORD, BROKER_REGISTRATION_CHANGE_RECORD, NO_OP_RECORD) if m.api_key is not None}
+    PRODUCER_IDS_RECORD, BROKER_REGISTRATION_CHANGE_RECORD, NO_OP_RECORD, USER_SCRAM_CREDENTIAL_RECORD,
+    ACCESS_CONTROL_ENTRY_RECORD, REMOVE_ACCESS_CONTROL_ENTRY_RECORD, REMOVE_USER_SCRAM_CREDENTIAL_RECORD)
+    if m.api_key is not None}
 
 # The version of each record kbroker writes: the layouts of Kafka's metadata.version 3.3-IV3
 # (KIP-841: RegisterBrokerRecord v1 and BrokerRegistrationChangeRecord v1 carry

@@ -7,7 +7,11 @@ import struct
 
 import asyncio
 
+import pytest
+
+from broker.metrics import RequestMetrics
 from broker.network import FlowControl, KafkaConnection, SocketServer
+from protocol.clock import MockTime
 from protocol.errors import RemoteProtocolError
 from protocol.fast_codecs import encode_request_header
 
@@ -52,13 +56,13 @@ class FakeApis:
         self.contexts = []
 
     def handle(self, ctx):
-        if ctx.header.api_key == 99:
-            raise RemoteProtocolError("unknown api key 99")
+        if ctx.header.api_key == 47:  # a key the protocol knows and this dispatcher does not serve
+            raise RemoteProtocolError("api key 47 is not served here")
         self.contexts.append(ctx)
 
 
-def request(api_key, correlation_id, body=b""):
-    raw = encode_request_header(api_key, 0, correlation_id, "t", False) + body
+def request(api_key, correlation_id, body=b"", version=0):
+    raw = encode_request_header(api_key, version, correlation_id, "t", False) + body
     return struct.pack(">i", len(raw)) + raw
 
 
@@ -141,10 +145,44 @@ def test_unreadable_header_closes_only_this_connection(caplog):
 
 def test_handler_protocol_error_closes_with_one_line(caplog):
     conn, apis, transport = make()
-    conn.data_received(request(99, 5))
+    conn.data_received(request(47, 5))
     assert transport.closed
     assert len([r for r in caplog.records if r.name == "kbroker.network"]) == 1
-    assert "unknown api key 99" in caplog.text
+    assert "api key 47 is not served here" in caplog.text
+
+
+INT16_EDGES = (-32768, -129, -65, -64, -2, -1, 63, 64, 32767)  # 0-62 have their own slots
+
+
+@pytest.mark.parametrize("version", INT16_EDGES)
+@pytest.mark.parametrize("api_key", [18, 3])  # ApiVersions (answered UNSUPPORTED_VERSION v0), Metadata (closed)
+def test_any_int16_version_reaches_the_dispatcher_and_counts_as_other(caplog, api_key, version):
+    """Issue 24 §4: a version below -64 raised IndexError out of data_received (uvloop's "Fatal
+    error on transport"), and -1 counted as the highest version. The version's answer is the
+    dispatcher's (tests/compat/test_bad_input.py drives it against a real broker)."""
+    metrics = RequestMetrics()
+    conn, apis, transport = make(server=SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=10,
+                                                     metrics=metrics, now=MockTime().nanoseconds))
+    conn.data_received(request(api_key, 7, version=version) + request(api_key, 8))
+    assert [(c.header.api_version, c.header.correlation_id) for c in apis.contexts] == [(version, 7), (0, 8)]
+    assert not transport.closed and "Traceback" not in caplog.text
+    versions = metrics.api(api_key).versions
+    assert (versions[0], versions[-1], sum(versions)) == (1, 1, 2)  # the last slot is "other"
+
+
+@pytest.mark.parametrize("api_key", [-32768, -100, -1, 17, 99, 1000, 32767])
+def test_an_unknown_api_key_closes_before_any_bookkeeping(caplog, api_key):
+    """Kafka's ApiKeys.forId fails in the header: the connection closes with one line, nothing
+    is dispatched, nothing counted (a key of -100 raised IndexError in RequestMetrics.api)."""
+    metrics = RequestMetrics()
+    conn, apis, transport = make(server=SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=10,
+                                                     metrics=metrics, now=MockTime().nanoseconds))
+    keys_before = len(metrics.by_key)
+    conn.data_received(request(api_key, 5))
+    assert transport.closed and apis.contexts == [] and transport.written == []
+    assert [r.getMessage() for r in caplog.records if r.name == "kbroker.network"] == [
+        f"closing connection from 127.0.0.1:5555: unknown api key {api_key} (correlation_id=5)"]
+    assert len(metrics.by_key) == keys_before and not any(s for s in metrics.by_key if s is not None)
 
 
 def test_late_response_after_close_is_dropped():

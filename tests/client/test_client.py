@@ -119,6 +119,23 @@ async def test_api_versions_falls_back_per_kip511(their_api_versions, expected_v
         conn.close()
 
 
+@pytest.mark.parametrize("their_max", [-1, -32768])
+async def test_api_versions_fallback_never_goes_below_zero(their_max):
+    """A broker that answers UNSUPPORTED_VERSION listing a negative ApiVersions max: the client
+    gives up with UnsupportedVersionError (it sent a ValueError out of connect(), building a v-1
+    request)."""
+    def respond(header, body):
+        listed = {ApiKey.API_VERSIONS: (0, their_max)}
+        return response(header.correlation_id, api_versions_body(0, listed, ErrorCode.UNSUPPORTED_VERSION))
+
+    async with FakeBroker(respond) as fake:
+        conn = BrokerConnection("127.0.0.1", fake.port)
+        with pytest.raises(UnsupportedVersionError, match=f"ApiVersions v0-{their_max}"):
+            await conn.connect()
+        assert fake.requests == [(ApiKey.API_VERSIONS, 3)]
+        assert not conn.connected
+
+
 async def test_version_for_without_overlap_names_both_ranges():
     def respond(header, body):
         if header.api_key == ApiKey.API_VERSIONS:

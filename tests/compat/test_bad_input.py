@@ -126,6 +126,46 @@ def test_unsupported_version_of_metadata_closes(threaded_broker, good_producer, 
     assert any("unsupported version 50 of Metadata" in w for w in kbroker_warnings(caplog))
 
 
+def tracebacks(caplog) -> list[str]:
+    """Records carrying an exception, or asyncio's "Fatal error on transport": what escaped a handler."""
+    return [r.getMessage() for r in caplog.records if r.exc_info or "Fatal error" in r.getMessage()]
+
+
+NEGATIVE_VERSIONS = (-1, -2, -65, -32768)
+
+
+def test_negative_versions_of_api_versions_get_error_35_in_a_v0_body(threaded_broker, good_producer, caplog):
+    """Issue 24 §4: a version below -64 raised IndexError in the network layer's metrics (uvloop
+    logged "Fatal error on transport" and dropped the connection). Kafka answers ApiVersions of
+    a version it does not speak with UNSUPPORTED_VERSION in a v0 body, on a connection that stays."""
+    raw = Raw(threaded_broker.port)
+    for i, version in enumerate(NEGATIVE_VERSIONS):
+        raw.request(18, version, b"", correlation_id=100 + i)
+        resp = raw.response()
+        assert struct.unpack_from(">i", resp, 0)[0] == 100 + i
+        body = APIS[18].response.parse(0, resp, 4)
+        assert body.error_code == 35 and [k.api_key for k in body.api_keys] == [18]
+    raw.request(18, 0, b"", correlation_id=7)
+    assert APIS[18].response.parse(0, raw.response(), 4).error_code == 0
+    raw.close()
+    assert tracebacks(caplog) == []
+
+
+@pytest.mark.parametrize("version", NEGATIVE_VERSIONS)
+def test_a_negative_version_of_metadata_closes_with_one_line(threaded_broker, good_producer, caplog, version):
+    """Any other API: Kafka's header parsing throws InvalidRequestException and closes the
+    connection without a response; here the usual one-line close."""
+    raw = Raw(threaded_broker.port)
+    raw.request(3, version, b"")
+    assert raw.closed_by_broker()
+    threaded_broker.call(lambda: None)  # the broker's loop has logged the close
+    assert [w for w in kbroker_warnings(caplog) if "closing connection" in w] == [
+        f"closing connection from {raw.sock.getsockname()[0]}:{raw.sock.getsockname()[1]}: api_key=3 v{version} "
+        f"correlation_id=1: unsupported version {version} of Metadata "
+        f"(supported {APIS[3].min_version}-{APIS[3].max_version})"]
+    assert tracebacks(caplog) == []
+
+
 def test_unsupported_api_versions_version_gets_error_35_in_a_v0_body(threaded_broker, good_producer):
     raw = Raw(threaded_broker.port)
     raw.request(18, 99, b"", correlation_id=42)

@@ -200,3 +200,26 @@ async def test_a_full_update_metadata_shared_by_brokers_is_encoded_once_with_eac
         await channel.close()
         for broker in brokers:
             await broker.close()
+
+
+async def test_security_records_merge_in_order_and_a_full_state_supersedes_them():
+    """Records of merged incremental items are all sent, in order; a full state's records
+    replace the pending ones, and changes after it are sent behind them."""
+    broker = await RecordingBroker(1).start()
+    channel = ControllerChannelManager(3000, time=SYSTEM_TIME)
+    channel.controller_epoch = 7
+    try:
+        channel.add_broker(1, 55, "127.0.0.1", broker.port)
+        channel.enqueue(1, UpdateMetadataItem(records=(b"a",)))
+        channel.enqueue(1, UpdateMetadataItem(records=(b"b", b"c")))
+        channel.enqueue(1, lisr(0))
+        channel.enqueue(1, UpdateMetadataItem(records=(b"d",)))
+        channel.enqueue(1, UpdateMetadataItem(records=(b"all",), full=True))
+        channel.enqueue(1, UpdateMetadataItem(records=(b"e",)))
+        await broker.wait_for(lambda: len(broker.received) == 3, what="3 requests")
+        first, _lisr, last = (r.body for r in broker.received)
+        assert [r.record for r in first.metadata_records] == [b"a", b"b", b"c"] and first.type == 1
+        assert [r.record for r in last.metadata_records] == [b"all", b"e"] and last.type == 2
+    finally:
+        await channel.close()
+        await broker.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ from controller.launcher import free_port, port_open
 from controller.server import ControllerServer, check_controller_config, serve
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
+from protocol.errors import ErrorCode
+from protocol.fast_codecs import encode_request_header
+from protocol.messages import APIS
 
 from .recording_broker import RecordingBroker
 
@@ -85,3 +89,44 @@ async def test_a_failed_fsync_stops_the_controller_with_status_1(tmp_path, monke
         await broker.close()
         if not task.done():
             task.cancel()
+
+
+async def test_negative_versions_and_unknown_keys_on_the_controller_listener(tmp_path, caplog):
+    """Issue 24 §4 on the controller's listener (the same SocketServer, with request metrics of
+    its own when serve() runs it): ApiVersions of a version it does not speak is answered
+    UNSUPPORTED_VERSION in a v0 body; any other API at a negative version, or an unknown key,
+    closes the connection with one line; nothing escapes as a traceback."""
+    port = free_port()
+    task = asyncio.get_running_loop().create_task(serve(KafkaConfig(props(tmp_path, port))))
+    try:
+        async with asyncio.timeout(30):
+            while not port_open(port):
+                await asyncio.sleep(0.02)
+
+        async def exchange(api_key: int, version: int) -> bytes:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                raw = encode_request_header(api_key, version, 9, "bad-client", False)
+                writer.write(struct.pack(">i", len(raw)) + raw)
+                async with asyncio.timeout(10):
+                    return await reader.read(1 << 16)  # b"": closed without an answer
+            finally:
+                writer.close()
+
+        for version in (-1, -65, -32768):
+            answer = await exchange(ApiKey.API_VERSIONS, version)
+            body = APIS[ApiKey.API_VERSIONS].response.parse(0, answer, 8)
+            assert struct.unpack_from(">i", answer, 4)[0] == 9 and body.error_code == ErrorCode.UNSUPPORTED_VERSION
+            assert await exchange(ApiKey.BROKER_HEARTBEAT, version) == b""
+        for key in (-100, -1, 1000):
+            assert await exchange(key, 0) == b""
+        conn = BrokerConnection("127.0.0.1", port)
+        await conn.connect()  # the controller still serves
+        assert (await conn.request(ApiKey.METADATA, {"topics": None})).cluster_id
+        conn.close()
+        closes = [r.getMessage() for r in caplog.records if "closing connection" in r.getMessage()]
+        assert len(closes) == 6, closes
+        assert [r.getMessage() for r in caplog.records if r.exc_info or "Fatal error" in r.getMessage()] == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -124,6 +124,8 @@ def control_tree(x):
         out = {f.name: control_tree(getattr(x, f.name)) for f in dataclasses.fields(x)}
         if "topic_configs" in out:
             out["topic_configs"] = [{"name": n, "value": v} for n, v in x.topic_configs]
+        if "metadata_records" in out:
+            out["metadata_records"] = [{"record": r} for r in x.metadata_records]
         return out
     if isinstance(x, (list, tuple)):
         return [control_tree(i) for i in x]
@@ -482,7 +484,8 @@ def rich_update_metadata(v):
             "live_brokers": [{"id": 0, "v0_host": "h0", "v0_port": 9, "rack": None, "endpoints": [
                 {"port": 9092, "host": "hôst", "listener": "PLAINTEXT", "security_protocol": 0},
                 {"port": 9093, "host": "h", "listener": "SSL", "security_protocol": 1}]},
-                {"id": 1, "v0_host": "", "v0_port": 10, "rack": "r1", "endpoints": []}]}
+                {"id": 1, "v0_host": "", "v0_port": 10, "rack": "r1", "endpoints": []}],
+            "metadata_records": [{"record": b"\x01\x12\x00" + bytes(40)}, {"record": b""}]}
 
 
 def rich_leader_and_isr_response(v):
@@ -761,7 +764,8 @@ def update_metadata_from_tree(tree, v, fill=True) -> H.UpdateMetadataRequest:
         [H.UpdateMetadataBroker(b["id"], [H.UpdateMetadataEndpoint(e["port"], e["host"], e["listener"],
                                                                    e["security_protocol"]) for e in b["endpoints"]],
                                 b["rack"], b["v0_host"], b["v0_port"]) for b in t["live_brokers"]],
-        [_um_partition(p) for p in t["ungrouped_partition_states"]], t["is_kraft_controller"])
+        [_um_partition(p) for p in t["ungrouped_partition_states"]], t["is_kraft_controller"],
+        [bytes(r["record"]) for r in t["metadata_records"]])
 
 
 def leader_and_isr_response_from_tree(tree, v, fill=True) -> H.LeaderAndIsrResponse:

@@ -16,6 +16,8 @@ import uuid
 import pytest
 from hypothesis import given, settings
 
+from kafka.protocol.admin.acl import (CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+                                      DescribeAclsRequest, DescribeAclsResponse)
 from kafka.protocol.admin.configs import (AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest,
                                          DescribeConfigsResponse, IncrementalAlterConfigsRequest,
                                          IncrementalAlterConfigsResponse)
@@ -24,6 +26,8 @@ from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsRespon
 from kafka.protocol.admin.topics import (CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
                                         CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, ElectLeadersRequest,
                                         ElectLeadersResponse)
+from kafka.protocol.admin.users import (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+                                        DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse)
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.group import (HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
@@ -78,6 +82,11 @@ KP = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     ApiKey.CREATE_PARTITIONS: (CreatePartitionsRequest, CreatePartitionsResponse),
     ApiKey.ELECT_LEADERS: (ElectLeadersRequest, ElectLeadersResponse),
+    ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse),
+    ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse),
+    ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
 }
 
 # Broker-internal APIs: kafka-python 3.0.12 dropped their schemas (test_schema_conformance checks

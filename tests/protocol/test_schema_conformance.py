@@ -245,7 +245,8 @@ def test_flexibility_of_known_cases() -> None:
 
 
 def test_kbroker_tagged_fields_are_only_where_documented() -> None:
-    """The one extension: UpdateMetadata's TopicState.topic_configs, tag 10000, v6+ (control.py)."""
+    """The extensions: UpdateMetadata's TopicState.topic_configs, tag 10000, and its
+    metadata_records, tag 10001, both v6+ (control.py)."""
     found = []
 
     def walk(path, fields):
@@ -256,7 +257,8 @@ def test_kbroker_tagged_fields_are_only_where_documented() -> None:
 
     for msg in MESSAGES:
         walk(f"{msg.name}.", msg.fields)
-    assert found == [("UpdateMetadataRequest.topic_states.topic_configs", 10000, "6+")]
+    assert found == [("UpdateMetadataRequest.topic_states.topic_configs", 10000, "6+"),
+                     ("UpdateMetadataRequest.metadata_records", 10001, "6+")]
     req = control.UPDATE_METADATA_REQUEST
     topic = {"topic_name": "t", "partition_states": [], "topic_configs": [{"name": "retention.ms", "value": "1"}]}
     body = {"controller_id": 1, "controller_epoch": 1, "topic_states": [topic], "live_brokers": []}

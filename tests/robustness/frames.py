@@ -18,8 +18,10 @@ from protocol.records import (ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER, HEADER_SIZE
 class Raw:
     """A bare TCP connection speaking frames."""
 
-    def __init__(self, port: int, timeout: float = 10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 10.0, source: str | None = None):
+        """``source``: the local address to connect from (127.0.0.2: another host to ACLs)."""
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.correlation_id = 0
 
     def request(self, api_key: int, version: int, body: bytes, flexible: bool = False) -> int:
@@ -43,6 +45,13 @@ class Raw:
 
     def close(self) -> None:
         self.sock.close()
+
+    def ask(self, api_key: int, version: int, body: dict):
+        """One request built from its schema; its parsed response."""
+        from protocol.messages import request_is_flexible, response_is_flexible
+        api = APIS[api_key]
+        self.request(api_key, version, api.request.build(version, body), request_is_flexible(api_key, version))
+        return api.response.parse(version, self.response(), 5 if response_is_flexible(api_key, version) else 4)
 
     def produce(self, partitions: dict[tuple[str, int], bytes | None], version: int = 7, acks: int = 1,
                 transactional_id: str | None = None) -> dict[tuple[str, int], int]:

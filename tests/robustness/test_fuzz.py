@@ -13,13 +13,16 @@ a consumer on the side check nothing acknowledged is lost. Asserted:
   within a bound of its baseline;
 * nothing invalid reached any log: every partition directory is read back and every batch
   CRC-checked and decoded record by record, offsets contiguous;
-* the canary lost nothing and holds each acknowledged record once.
+* the canary lost nothing and holds each acknowledged record once;
+* the broker's log holds no traceback and no "Fatal error" (an exception that escaped a
+  protocol callback or a handler), not only no crash.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import struct
 import threading
@@ -31,8 +34,7 @@ import pytest
 from protocol.compression import Compression, compress
 from protocol.fast_codecs import encode_request_header
 from protocol.messages import APIS, request_is_flexible
-from protocol.records import (CRC_OFFSET, HEADER_SIZE, LENGTH_OFFSET, ATTRIBUTES_OFFSET, iter_batch_headers,
-                              read_header)
+from protocol.records import (CRC_OFFSET, HEADER_SIZE, LENGTH_OFFSET, ATTRIBUTES_OFFSET)
 from tests.support import BrokerProcess, wait_until
 
 from .frames import good_batch, read_log, rebuilt
@@ -46,6 +48,11 @@ API_VERSIONS_PROBE = struct.pack(">hhi", 18, 0, 0x7FFFFFF0) + b"\x00\x05probe"
 # Requests whose valid forms change the cluster (create or delete topics and partitions, move
 # leaders, fence brokers): only random bodies for these, never mutated valid ones.
 STATEFUL = {19, 20, 37, 33, 44, 43, 4, 5, 6, 7, 56, 62, 63, 67}
+# Header fields (api key, api version) at the ends of an int16 and around the tables indexed by them.
+INT16_EDGES = (-32768, -129, -65, -64, 63, 64, 32767)
+# What the broker's log must never hold: an exception that escaped (asyncio's "Fatal error on
+# transport ...", or any traceback: a handler's unexpected error is logged with one).
+LOG_FAILURES = re.compile(r"^.*(Traceback \(most recent call last\)|Fatal error).*$", re.MULTILINE)
 
 
 def fd_count(pid: int) -> int:
@@ -157,9 +164,9 @@ def fuzz_frame(rng: random.Random, apis: dict[int, tuple[int, int]], correlation
     if rng.random() < 0.03:  # not even a header
         body = rng.randbytes(rng.randrange(0, 64))
         return struct.pack(">i", len(body)) + body
-    api_key = rng.choice(sorted(apis)) if rng.random() < 0.97 else rng.randrange(-5, 100)
+    api_key = rng.choice(sorted(apis)) if rng.random() < 0.97 else rng.choice((rng.randrange(-5, 100), *INT16_EDGES))
     lo, hi = apis.get(api_key, (0, 0))
-    version = rng.randrange(lo, hi + 1) if rng.random() < 0.95 else rng.randrange(-2, hi + 5)
+    version = rng.randrange(lo, hi + 1) if rng.random() < 0.95 else rng.choice((rng.randrange(-2, hi + 5), *INT16_EDGES))
     body = None
     if api_key in APIS and APIS[api_key].supports(version) and rng.random() < 0.8:
         body = valid_body(rng, api_key, version)
@@ -388,5 +395,15 @@ def run_fuzz(tmp_path: Path, seed: int, seconds: float) -> None:
         assert set(canary.acked) <= set(got), f"{len(set(canary.acked) - set(got))} acknowledged canary records lost"
     finally:
         broker.stop()
+        check_broker_log(broker.log_text())
     # nothing invalid reached any log: read every partition back, as a consumer would
     assert check_logs(log_dir) > 0
+
+
+def check_broker_log(text: str) -> None:
+    """Bad input gets an error code or a one-line close: no traceback, no "Fatal error"."""
+    found = list(LOG_FAILURES.finditer(text))
+    if found:
+        first = found[0].start()
+        raise AssertionError(f"{len(found)} traceback(s) or fatal error(s) in the broker's log; the first:\n"
+                             f"{text[first:first + 3000]}")
