@@ -65,7 +65,6 @@ from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, Prod
                            RPCProducerIdManager)
 from .replica_manager import ReplicaManager
 from .scheduler import PeriodicTask
-from .security.credentials import CredentialCache
 from .security.links import network_for, start_listener
 from .topic_admin import NotController, TopicAdmin
 
@@ -89,9 +88,6 @@ class KafkaServer:
         self.config = config
         self.time = time
         self.network = network
-        # The broker's SCRAM credentials, replayed from the controller's metadata; every SASL
-        # listener's SCRAM exchanges read it.
-        self.credential_cache = CredentialCache()
         # Outgoing links authenticate as the listener they reach says (broker/security/listeners.py):
         # followers to leaders on the inter-broker listener, the broker to the controller on its listener.
         self.inter_broker_network = network_for(config, self.inter_broker_listener,

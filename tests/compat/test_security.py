@@ -56,15 +56,18 @@ class SecureBroker:
             "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
             "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
             "group.initial.rebalance.delay.ms": "0", "offsets.topic.replication.factor": "1",
         })
+        self.plaintext = f"127.0.0.1:{plain_port}"
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
 
     # each client's settings for a listener ------------------------------------------------
-    def librdkafka(self, listener: str, user: str = "alice", password: str = "alice-secret") -> dict:
+    def librdkafka(self, listener: str, user: str = "alice", password: str = "alice-secret",
+                   mechanism: str = "PLAIN") -> dict:
         conf = {"bootstrap.servers": self.bootstrap(listener)}
         if listener in ("SSL", "MTLS", "SASL_SSL"):
             conf.update({"ssl.ca.location": self.ca})
@@ -74,7 +77,7 @@ class SecureBroker:
         conf["security.protocol"] = {"SSL": "ssl", "MTLS": "ssl", "SASL_PLAINTEXT": "sasl_plaintext",
                                      "SASL_SSL": "sasl_ssl"}[listener]
         if listener.startswith("SASL"):
-            conf.update({"sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
+            conf.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
         return conf
 
     def python_client(self, listener: str) -> dict:
@@ -278,11 +281,11 @@ async def test_refusals_through_the_bundled_client_then_the_close(secure):
         await conn.connect()
     assert info.value.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and FIXED in str(info.value)
     assert 0.1 <= time.monotonic() - start < 1.0  # connection.failed.authentication.delay.ms, then the answer
-    conn = connection(secure, "SASL_SSL", **{"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
-                                             "sasl.password": "alice-secret"})
+    conn = connection(secure, "SASL_SSL", **{"sasl.mechanism": "OAUTHBEARER", "sasl.jaas.config": OAUTH_JAAS})
     with pytest.raises(KafkaError) as info:
         await conn.connect()
-    assert info.value.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM and "enables PLAIN" in str(info.value)
+    assert info.value.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    assert "enables PLAIN, SCRAM-SHA-256, SCRAM-SHA-512" in str(info.value)
     conn = connection(secure, "SASL_SSL", **{"sasl.mechanism": "PLAIN", "sasl.username": "alice",
                                              "sasl.password": "alice-secret"})
     await conn.connect()
@@ -364,5 +367,173 @@ def test_authentication_metrics_per_listener(tmp_path):
         wait_until(lambda: series().get(name.format("failed"), 0) >= 2, 10, what="two failed authentications")
         got = series()
         assert got[name.format("successful")] >= 1 and got[name.format("failed")] == 2, json.dumps(got)
+    finally:
+        broker.stop()
+
+
+# -- SCRAM: users created through AlterUserScramCredentials (KIP-554) ---------------------------
+
+def scram_users(secure, *alterations) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": secure.plaintext})
+    for future in admin.alter_user_scram_credentials(list(alterations)).values():
+        future.result(10)
+
+
+def upsert(user: str, mechanism: str, password: str, iterations: int = 4096):
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    return UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")],
+                                                                  iterations), password.encode())
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_with_every_client(secure, mechanism):
+    from aiokafka.helpers import create_ssl_context
+    from confluent_kafka import Consumer, Producer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    user = f"scram-{mechanism[-3:]}"
+    created = time.monotonic()
+    scram_users(secure, upsert(user, mechanism, "s3cret", 8192))
+    conf = secure.librdkafka("SASL_SSL", user, "s3cret", mechanism)
+    # the credential reaches the broker from the controller: a login succeeds within a second
+    from confluent_kafka.admin import AdminClient
+    wait_until(lambda: not librdkafka_error_or_none({**conf, "socket.timeout.ms": 500}), 5, 0.05, "a SCRAM login")
+    assert time.monotonic() - created < 1.5
+
+    topic = f"scram-{mechanism.lower()}"
+    args = [a for k, v in conf.items() if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
+    data = "".join(f"kcat-{i}\n" for i in range(N))
+    subprocess.run(["kcat", "-b", secure.bootstrap("SASL_SSL"), *args, "-P", "-t", topic], input=data, text=True,
+                   check=True, timeout=60)
+    producer = Producer({**conf, "acks": "all"})
+    for i in range(N):
+        producer.produce(topic, f"ck-{i}".encode())
+    assert producer.flush(30) == 0
+    python_conf = {"security_protocol": "SASL_SSL", "sasl_mechanism": mechanism, "sasl_plain_username": user,
+                   "sasl_plain_password": "s3cret"}
+    kp = KafkaProducer(bootstrap_servers=secure.bootstrap("SASL_SSL"), ssl_cafile=secure.ca, acks="all", **python_conf)
+    for i in range(N):
+        kp.send(topic, f"kp-{i}".encode())
+    kp.flush(30)
+    kp.close(10)
+
+    async def aiokafka_round_trip() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+        from aiokafka import TopicPartition as AioTP
+        ctx = create_ssl_context(cafile=secure.ca)
+        producer = AIOKafkaProducer(bootstrap_servers=secure.bootstrap("SASL_SSL"), ssl_context=ctx, **python_conf)
+        await producer.start()
+        try:
+            for i in range(N):
+                await producer.send(topic, f"aio-{i}".encode())
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=secure.bootstrap("SASL_SSL"), ssl_context=ctx, **python_conf)
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            tp = AioTP(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            async with asyncio.timeout(30):
+                while len(got) < 4 * N:
+                    for msgs in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                        got.extend(m.value for m in msgs)
+        finally:
+            await consumer.stop()
+        return got
+    expected = ([f"kcat-{i}".encode() for i in range(N)] + [f"ck-{i}".encode() for i in range(N)]
+                + [f"kp-{i}".encode() for i in range(N)] + [f"aio-{i}".encode() for i in range(N)])
+    assert asyncio.run(aiokafka_round_trip()) == expected
+    consumer = KafkaConsumer(bootstrap_servers=secure.bootstrap("SASL_SSL"), ssl_cafile=secure.ca, group_id=None,
+                             consumer_timeout_ms=20_000, **python_conf)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    got = [m.value for _, m in zip(range(4 * N), consumer)]
+    consumer.close()
+    assert got == expected
+    c = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < 4 * N and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert got == expected
+    # a wrong password, and a user that does not exist, get the same fixed message
+    wrong = librdkafka_error({**conf, "sasl.password": "nope"})[0]
+    unknown = librdkafka_error({**conf, "sasl.username": "nobody"})[0]
+    fixed = FIXED.replace("PLAIN", mechanism)
+    assert fixed in wrong and fixed in unknown
+
+
+def librdkafka_error_or_none(conf: dict) -> str | None:
+    """None when a confluent-kafka client authenticates (a metadata round trip), else its first error."""
+    from confluent_kafka.admin import AdminClient
+    errors: list = []
+    admin = AdminClient({**conf, "error_cb": errors.append})
+    try:
+        admin.list_topics(timeout=2)
+    except Exception as exc:  # noqa: BLE001
+        return str(exc)
+    return str(errors[0]) if errors else None
+
+
+async def test_deleted_scram_credential_fails_the_next_login_and_ends_a_reauthenticating_session(tmp_path):
+    """KIP-368 with librdkafka: sessions last connections.max.reauth.ms; confluent-kafka
+    re-authenticates before the end (counted), until the credential is deleted: then its
+    re-authentication fails and the connection closes, and a new login fails."""
+    from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
+
+    certs = make_certs(tmp_path / "certs", ["localhost"], [])
+    ports = {"PLAINTEXT": free_port(), "SASL_SSL": free_port()}
+    metrics_port = free_port()
+    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "inter.broker.listener.name": "PLAINTEXT", "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs["localhost"]), "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "connections.max.reauth.ms": "1500", "metrics.listener": f"http://127.0.0.1:{metrics_port}"}).start(60)
+    try:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"})
+        for f in admin.alter_user_scram_credentials([upsert("dora", "SCRAM-SHA-256", "pw")]).values():
+            f.result(10)
+        conf = {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}", "security.protocol": "sasl_ssl",
+                "ssl.ca.location": str(tmp_path / "certs" / "ca.pem"), "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "dora", "sasl.password": "pw"}
+        wait_until(lambda: not librdkafka_error_or_none(conf), 5, 0.05, "dora's login")
+        errors: list = []
+        from confluent_kafka import Producer
+        producer = Producer({**conf, "error_cb": errors.append, "acks": "all"})
+
+        def reauthentications() -> float:
+            import urllib.request
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+            m = re.search(r'^kafka_server_socket_server_metrics_successful_reauthentication_total'
+                          r'\{listener="SASL_SSL"\} (\S+)$', text, re.M)
+            return float(m.group(1)) if m else 0.0
+
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # 5 s of produce: sessions of 1.5 s re-authenticated on the way
+            producer.produce("reauth", b"x")
+            producer.poll(0.05)
+        assert producer.flush(10) == 0 and not errors
+        assert reauthentications() >= 2
+        for f in admin.alter_user_scram_credentials(
+                [UserScramCredentialDeletion("dora", ScramMechanism.SCRAM_SHA_256)]).values():
+            f.result(10)
+        deadline = time.monotonic() + 10
+        while not errors and time.monotonic() < deadline:
+            producer.produce("reauth", b"y")
+            producer.poll(0.1)
+        assert errors, "the session went on after its credential was deleted"
+        assert "SCRAM-SHA-256" in errors[0].str() and "re-authentication" in errors[0].str(), errors[0].str()
+        assert librdkafka_error_or_none(conf)  # and a new login fails
     finally:
         broker.stop()
