@@ -8,8 +8,8 @@ ScramSaslServer and KIP-84), reading credentials from the broker's ``CredentialC
    credential; the server nonce comes from ``secrets``.
 2. client-final ``c=<base64 of the gs2 header>,r=<nonce>,p=<proof>``: the channel binding
    must repeat the first message's header (``biws`` for ``n,,``), the nonce must be the
-   combined one (or the client nonce followed by it, as librdkafka 2.0 sends it), and H(proof XOR HMAC(StoredKey, AuthMessage)) must be StoredKey. The answer
-   is server-final ``v=<HMAC(ServerKey, AuthMessage)>``.
+   combined one (or the client nonce followed by it, as librdkafka 2.0 sends it), and
+   H(proof XOR HMAC(StoredKey, AuthMessage)) must be StoredKey. The answer is server-final ``v=<HMAC(ServerKey, AuthMessage)>``.
 
 An unknown user is answered from a fake credential (a salt derived from the user name under
 a per-process secret, so that asking twice gives the same salt, and random keys): the same

@@ -399,7 +399,6 @@ def test_scram_with_every_client(secure, mechanism):
     scram_users(secure, upsert(user, mechanism, "s3cret", 8192))
     conf = secure.librdkafka("SASL_SSL", user, "s3cret", mechanism)
     # the credential reaches the broker from the controller: a login succeeds within a second
-    from confluent_kafka.admin import AdminClient
     wait_until(lambda: not librdkafka_error_or_none({**conf, "socket.timeout.ms": 500}), 5, 0.05, "a SCRAM login")
     assert time.monotonic() - created < 1.5
 
