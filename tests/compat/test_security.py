@@ -536,3 +536,32 @@ async def test_deleted_scram_credential_fails_the_next_login_and_ends_a_reauthen
         assert librdkafka_error_or_none(conf)  # and a new login fails
     finally:
         broker.stop()
+
+
+async def test_the_bundled_client_reauthenticates_before_its_session_ends(tmp_path):
+    """KIP-368 on kbroker's own client (what inter-broker and controller links use): with
+    connections.max.reauth.ms=1000 a connection used for 3.5 s re-authenticates (between its
+    requests) instead of being closed by the broker."""
+    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port()}
+    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS, "connections.max.reauth.ms": "1000"})
+    await asyncio.to_thread(broker.start, 60)
+    try:
+        security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                                   "sasl.username": "alice", "sasl.password": "alice-secret"})
+        conn = BrokerConnection("127.0.0.1", ports["SASL_PLAINTEXT"], network=Network(security))
+        await conn.connect()
+        assert conn.session_lifetime_ms == 1000
+        from protocol.api_keys import ApiKey
+        deadline = time.monotonic() + 3.5
+        requests = 0
+        while time.monotonic() < deadline:
+            await asyncio.gather(*(conn.request(ApiKey.METADATA, {"topics": []}, 1) for _ in range(5)))
+            requests += 5
+            await asyncio.sleep(0.05)
+        assert conn.connected and conn.reauthentications >= 2, (conn.reauthentications, requests)
+        conn.close()
+    finally:
+        broker.stop()
