@@ -565,3 +565,55 @@ async def test_the_bundled_client_reauthenticates_before_its_session_ends(tmp_pa
         conn.close()
     finally:
         broker.stop()
+
+
+def kbroker(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    import sys
+    return subprocess.run([sys.executable, "-m", "cli", *args], input=input, capture_output=True, text=True, timeout=60)
+
+
+def test_cli_client_commands_take_command_config_and_kcat_style_properties(secure, tmp_path):
+    config = tmp_path / "client.properties"
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" '
+            'password="alice-secret";')
+    config.write_text("# a Kafka client properties file\nsecurity.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                      f"sasl.jaas.config={jaas}\nssl.truststore.type=PEM\nssl.truststore.location={secure.ca}\n")
+    bootstrap = ["-b", secure.bootstrap("SASL_SSL")]
+    assert kbroker("topics", "create", "-t", "cli-secure", *bootstrap, "--command-config", str(config)).returncode == 0
+    done = kbroker("produce", "-t", "cli-secure", *bootstrap, "--command-config", str(config), input="a\nb\nc\n")
+    assert done.returncode == 0, done.stderr
+    # kcat's -X with librdkafka's names, no file
+    x = ["-X", "security.protocol=sasl_ssl", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=alice",
+         "-X", "sasl.password=alice-secret", "-X", f"ssl.ca.location={secure.ca}"]
+    out = kbroker("consume", "-t", "cli-secure", *bootstrap, *x, "--from-beginning", "-e")
+    assert out.returncode == 0 and out.stdout.split() == ["a", "b", "c"], out.stderr
+    health = kbroker("health", *bootstrap, *x)
+    assert health.returncode == 0, health.stderr
+    wrong = kbroker("health", *bootstrap, *x[:-4], "-X", "sasl.password=nope", "-X", f"ssl.ca.location={secure.ca}")
+    assert wrong.returncode == 1 and FIXED in wrong.stderr
+    plaintext = kbroker("health", "-b", secure.bootstrap("SSL"), "-X", "security.protocol=SSL",
+                        "-X", f"ssl.ca.location={secure.ca}", "-X", "ssl.endpoint.identification.algorithm=https")
+    assert plaintext.returncode == 0, plaintext.stderr
+
+
+def test_kbroker_certs_writes_pem_and_pkcs12_keystores(tmp_path):
+    import os
+    out = kbroker("certs", "--dir", str(tmp_path / "c"), "--broker", "broker-1", "--san", "10.0.0.1",
+                  "--client", "alice", "--pkcs12", "changeit")
+    assert out.returncode == 0, out.stderr
+    names = sorted(os.listdir(tmp_path / "c"))
+    assert names == ["alice.p12", "alice.pem", "broker-1.p12", "broker-1.pem", "ca-key.pem", "ca.pem", "truststore.p12"]
+    for private in ("alice.pem", "broker-1.pem", "ca-key.pem", "alice.p12"):
+        assert (tmp_path / "c" / private).stat().st_mode & 0o077 == 0
+    from cryptography import x509
+    cert = x509.load_pem_x509_certificates((tmp_path / "c" / "broker-1.pem").read_bytes())[0]
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {"broker-1", "localhost"} <= set(sans.get_values_for_type(x509.DNSName))
+    assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} == {"10.0.0.1", "127.0.0.1"}
+    # both keystore kinds load as a listener's keystore (and the PKCS12 truststore as a truststore)
+    from protocol.client.tls import client_context, server_context
+    server_context({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(tmp_path / "c" / "broker-1.p12"),
+                    "ssl.keystore.password": "changeit"})
+    server_context({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp_path / "c" / "broker-1.pem")})
+    client_context({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(tmp_path / "c" / "truststore.p12"),
+                    "ssl.truststore.password": "changeit"})
