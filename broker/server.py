@@ -66,6 +66,7 @@ from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, Prod
 from .replica_manager import ReplicaManager
 from .scheduler import PeriodicTask
 from .security.links import network_for, start_listener
+from .security.reconfigure import ListenerReconfiguration
 from .topic_admin import NotController, TopicAdmin
 
 log = logging.getLogger("kbroker.server")
@@ -125,6 +126,7 @@ class KafkaServer:
         self.bound_ports: dict[str, int] = {}
         self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
         self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
+        self.reconfiguration: ListenerReconfiguration | None = None  # TLS key stores reloaded live
         # The broker's one cache of SCRAM credentials: filled from the controller's records
         # (KafkaApis' UpdateMetadata), read by the SCRAM authenticator.
         self.credential_cache = CredentialCache()
@@ -238,6 +240,8 @@ class KafkaServer:
                 self.metrics.registry.register(collector)
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them
+        self.apis.listener_reconfiguration = self.reconfiguration = ListenerReconfiguration(
+            self.broker_id, cfg.security, self.socket_server)
         for ep in cfg.broker_listeners:
             port = await start_listener(self.socket_server, cfg, ep, self.credential_cache)
             self.bound_ports[ep.listener_name] = port

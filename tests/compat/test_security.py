@@ -617,3 +617,66 @@ def test_kbroker_certs_writes_pem_and_pkcs12_keystores(tmp_path):
     server_context({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tmp_path / "c" / "broker-1.pem")})
     client_context({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": str(tmp_path / "c" / "truststore.p12"),
                     "ssl.truststore.password": "changeit"})
+
+
+def served_serial(port: int, ca: str) -> int:
+    """The serial number of the certificate a TLS listener presents to a new connection."""
+    from cryptography import x509
+    ctx = ssl.create_default_context(cafile=ca)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+
+
+async def test_key_store_reloaded_by_alter_configs_and_sighup_while_connections_keep_working(tmp_path):
+    import signal
+
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from cli.certs import CertificateAuthority, broker_subject
+
+    certs = tmp_path / "certs"
+    make_certs(certs, [], [])
+    ca = CertificateAuthority.load_or_create(certs)
+    keystore = certs / "broker.pem"
+
+    def renew() -> int:
+        key, cert = ca.issue(broker_subject("localhost"), ["localhost", "127.0.0.1"])
+        keystore.write_bytes(ca.keystore_pem(key, cert))
+        return cert.serial_number
+
+    first = renew()
+    ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
+    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "inter.broker.listener.name": "PLAINTEXT", "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)})
+    await asyncio.to_thread(broker.start, 60)
+    try:
+        assert served_serial(ports["SSL"], str(certs / "ca.pem")) == first
+        security = ClientSecurity.from_properties({"security.protocol": "SSL", "ssl.ca.location": str(certs / "ca.pem")})
+        established = BrokerConnection("127.0.0.1", ports["SSL"], network=Network(security))
+        await established.connect()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"})
+
+        def alter(name: str, value: str):
+            resource = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+                ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+            return admin.incremental_alter_configs([resource])[resource].result(10)
+
+        second = renew()  # renewed in place: the same location again reloads it
+        await asyncio.to_thread(alter, "listener.name.ssl.ssl.keystore.location", str(keystore))
+        assert served_serial(ports["SSL"], str(certs / "ca.pem")) == second
+        from protocol.api_keys import ApiKey
+        assert (await established.request(ApiKey.METADATA, {"topics": []}, 1)).brokers  # still working
+        # a key store that does not load is refused, and the listener keeps its certificate
+        (certs / "bad.pem").write_text("not a key store")
+        with pytest.raises(Exception, match="INVALID_CONFIG"):
+            await asyncio.to_thread(alter, "listener.name.ssl.ssl.keystore.location", str(certs / "bad.pem"))
+        assert served_serial(ports["SSL"], str(certs / "ca.pem")) == second
+        third = renew()
+        broker.signal(signal.SIGHUP)
+        wait_until(lambda: served_serial(ports["SSL"], str(certs / "ca.pem")) == third, 10, what="the SIGHUP reload")
+        assert (await established.request(ApiKey.METADATA, {"topics": []}, 1)).brokers
+        established.close()
+    finally:
+        broker.stop()
