@@ -67,8 +67,9 @@ test-images:
 soak: test-deps
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
-# The fuzz run of tests/robustness/test_fuzz.py for 10 minutes (make test runs it for 20 s);
-# KBROKER_FUZZ_SEED=<seed> replays a failed run's frames.
+# The fuzz run of tests/robustness/test_fuzz.py for 10 minutes (make test runs it for 20 s), and
+# its SASL frames / TLS garbage run for 60 s (make test: 6 s); KBROKER_FUZZ_SEED=<seed> replays a
+# failed run's frames.
 fuzz: test-deps
 	KBROKER_FUZZ_SECONDS=$${KBROKER_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/robustness/test_fuzz.py $(PYTEST_ARGS)
 

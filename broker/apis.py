@@ -162,6 +162,7 @@ class KafkaApis:
         # None: no authorizer.class.name, every request allowed (Kafka's default).
         self.authorizer = authorizer
         self.credential_cache = credential_cache if credential_cache is not None else CredentialCache()
+        self.listener_reconfiguration = None  # broker/security/reconfigure.py: key stores reloaded live
         # ACL bindings and SCRAM credentials, replayed from the controller's UpdateMetadata.
         self.security_metadata = SecurityMetadata(authorizer, self.credential_cache)
         self.group_coordinator = group_coordinator
@@ -682,6 +683,11 @@ class KafkaApis:
         version, correlation_id = ctx.api_version, ctx.header.correlation_id
         if api.key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS) and self._acl_request_invalid(ctx, api, req):
             return
+        reconfiguration = self.listener_reconfiguration
+        if reconfiguration is not None and reconfiguration.handles(api.key, req):
+            # this broker's key stores (KIP-226): applied here (broker/security/reconfigure.py)
+            allowed = self.authorize(ctx, Operation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME)
+            return self.send(ctx, api, reconfiguration.apply(api.key, req, allowed))
         body = bytes(memoryview(ctx.frame)[ctx.body_offset:])
         complete = None
         if self.authorizer is not None:
