@@ -67,8 +67,9 @@ test-images:
 soak: test-deps
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
-# The fuzz run of tests/robustness/test_fuzz.py for 10 minutes (make test runs it for 20 s);
-# KBROKER_FUZZ_SEED=<seed> replays a failed run's frames.
+# The fuzz run of tests/robustness/test_fuzz.py for 10 minutes (make test runs it for 20 s), and
+# its SASL frames / TLS garbage run for 60 s (make test: 6 s); KBROKER_FUZZ_SEED=<seed> replays a
+# failed run's frames.
 fuzz: test-deps
 	KBROKER_FUZZ_SECONDS=$${KBROKER_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/robustness/test_fuzz.py $(PYTEST_ARGS)
 
@@ -90,9 +91,10 @@ lint: $(STAMP) typecheck
 
 # ---------------------------------------------------------------------------------------------
 # Docker images, built with no image registry: each base is a Debian bookworm root file system
-# made with debootstrap and `docker import`ed (deploy/docker/base-image.sh); steps whose result
-# exists are skipped (the base images, the dependency wheels, an unchanged kbroker wheel; docker
-# build's own cache for the rest), so a second `make image` takes seconds.
+# made with debootstrap and `docker import`ed (deploy/docker/base-image.sh), which unmounts what
+# debootstrap left mounted in it and deletes it once imported; steps whose result exists are
+# skipped (the base images, the dependency wheels, an unchanged kbroker wheel; docker build's own
+# cache for the rest), so a second `make image` takes seconds.
 DOCKER_BUILD := DOCKER_BUILDKIT=0 docker build -q
 WHEELS       := build/wheels
 ROOTFS       := build/docker
@@ -126,5 +128,10 @@ image-zookeeper:
 	deploy/docker/base-image.sh kbroker-zookeeper-base:bookworm $(ROOTFS)/rootfs-zookeeper openjdk-17-jre-headless,libzookeeper-java
 	$(DOCKER_BUILD) -t kbroker-zookeeper:latest deploy/docker/zookeeper >/dev/null
 
+# build/ (wheels; root file systems while an image is built) goes too: anything mounted below it
+# (a debootstrap interrupted before base-image.sh could unmount) is unmounted first, and rm does
+# not cross into another file system should that fail.
 clean:
+	deploy/docker/unmount-below.sh build
+	rm -rf --one-file-system build
 	rm -rf $(VENV) data .pytest_cache .hypothesis .mypy_cache

@@ -58,14 +58,15 @@ from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from .metrics import BrokerCollector, BrokerTopicStats, RequestMetrics
 from .metrics_endpoint import ProcessMetrics
 from .security.authorizer import StandardAuthorizer
+from .security.credentials import CredentialCache
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
 from .producer_ids import (FILE_NAME as PRODUCER_ID_FILE, LocalBlockSource, ProducerIdGenerator, ProducerIdManager,
                            RPCProducerIdManager)
 from .replica_manager import ReplicaManager
 from .scheduler import PeriodicTask
-from .security.credentials import CredentialCache
 from .security.links import network_for, start_listener
+from .security.reconfigure import ListenerReconfiguration
 from .topic_admin import NotController, TopicAdmin
 
 log = logging.getLogger("kbroker.server")
@@ -88,9 +89,6 @@ class KafkaServer:
         self.config = config
         self.time = time
         self.network = network
-        # The broker's SCRAM credentials, replayed from the controller's metadata; every SASL
-        # listener's SCRAM exchanges read it.
-        self.credential_cache = CredentialCache()
         # Outgoing links authenticate as the listener they reach says (broker/security/listeners.py):
         # followers to leaders on the inter-broker listener, the broker to the controller on its listener.
         self.inter_broker_network = network_for(config, self.inter_broker_listener,
@@ -128,6 +126,10 @@ class KafkaServer:
         self.bound_ports: dict[str, int] = {}
         self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
         self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
+        self.reconfiguration: ListenerReconfiguration | None = None  # TLS key stores reloaded live
+        # The broker's one cache of SCRAM credentials: filled from the controller's records
+        # (KafkaApis' UpdateMetadata), read by the SCRAM authenticator.
+        self.credential_cache = CredentialCache()
         # authorizer.class.name's authorizer (None: every request allowed); its ACLs come from
         # the controller's records too.
         self.authorizer: StandardAuthorizer | None = StandardAuthorizer.from_config(
@@ -238,6 +240,8 @@ class KafkaServer:
                 self.metrics.registry.register(collector)
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them
+        self.apis.listener_reconfiguration = self.reconfiguration = ListenerReconfiguration(
+            self.broker_id, cfg.security, self.socket_server)
         for ep in cfg.broker_listeners:
             port = await start_listener(self.socket_server, cfg, ep, self.credential_cache)
             self.bound_ports[ep.listener_name] = port

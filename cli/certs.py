@@ -166,7 +166,7 @@ def make_certs(directory: Path, brokers: list[str], clients: list[str], sans: li
 def run(args) -> int:
     directory = Path(args.dir)
     brokers = args.broker or ["localhost"]
-    paths = make_certs(directory, brokers, args.client or [], args.san or [], args.pkcs12, args.key_password)
+    paths = make_certs(directory, brokers, args.clients or [], args.san or [], args.pkcs12, args.key_password)
     ca = directory / "ca.pem"
     print(f"CA: {ca} (its key: {directory / 'ca-key.pem'}; keep it private)")
     for name, path in paths.items():
@@ -180,7 +180,7 @@ def run(args) -> int:
     print(f"ssl.truststore.type=PEM\nssl.truststore.location={ca}")
     print("\n# a client (--command-config FILE):")
     print(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca}")
-    for name in args.client or []:
+    for name in args.clients or []:
         print(f"# mutual TLS as {name}:\nssl.keystore.type=PEM\nssl.keystore.location={paths[name]}")
         break
     print(f"\n# kcat: -X security.protocol=ssl -X ssl.ca.location={ca}")

@@ -13,6 +13,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 
+from cli.common import client_network
 from protocol.client import BrokerConnection
 
 FALLBACK = "127.0.0.1:9092"
@@ -45,9 +46,11 @@ def _address(server: str) -> tuple[str, int]:
 async def run(args: argparse.Namespace) -> int:
     """Ask each address in turn (``-b`` may list several); healthy if one answers."""
     failures = []
+    network = client_network(args)
     for server in args.bootstrap_server.split(","):
         host, port = _address(server)
-        conn = BrokerConnection(host, port, client_id="kbroker-health", request_timeout_ms=args.timeout_ms)
+        conn = BrokerConnection(host, port, client_id="kbroker-health", request_timeout_ms=args.timeout_ms,
+                                network=network)
         try:
             await conn.connect()
         except Exception as exc:  # any failure is "not healthy", said in one line

@@ -12,6 +12,7 @@
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker health [-b HOST:PORT] [--timeout-ms MS]
     kbroker dump-log FILE [--print-records]
+    kbroker certs [--dir DIR] [--broker NAME ...] [--client NAME ...] [--pkcs12 PASSWORD]
     kbroker record --listen HOST:PORT --upstream HOST:PORT --out DIR
     kbroker loadgen synth|replay|demo ...
 
@@ -36,7 +37,7 @@ from typing import Callable, TypeAlias
 
 import uvloop
 
-from cli.common import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, UsageError
+from cli.common import BOOTSTRAP_ENV, DEFAULT_BOOTSTRAP, UsageError, client_network
 from protocol.client import KafkaClient
 from protocol.errors import KafkaError
 
@@ -87,6 +88,10 @@ def client_command(commands: Subcommands, name: str, run: str, help: str, *,
     default = os.environ.get(BOOTSTRAP_ENV, bootstrap_default or DEFAULT_BOOTSTRAP)
     sub.add_argument("-b", "--bootstrap-server", default=default,
                      help="host:port[,host:port...] (default $KBROKER_BOOTSTRAP_SERVER or %(default)s)")
+    sub.add_argument("--command-config", metavar="FILE",
+                     help="Kafka client properties: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.* ...")
+    sub.add_argument("-X", dest="property", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                     help="a client property, as kcat takes them (repeatable; wins over --command-config)")
     sub.set_defaults(run=run, client=True, bare=bare)
     return sub
 
@@ -340,10 +345,23 @@ def _add_loadgen(commands: Subcommands) -> None:
     demo.add_argument("--master", default="local[*]", help="Spark master (default %(default)s)")
 
 
+def _add_certs(commands: Subcommands) -> None:
+    certs = local_command(commands, "certs", "cli.certs:run",
+                          "make a development CA, broker and client certificates (PEM; PKCS12 on request)")
+    certs.add_argument("--dir", default="./certs", help="where to write them (default %(default)s; created 0700)")
+    certs.add_argument("--broker", action="append", metavar="NAME",
+                       help="a broker certificate for NAME (its CN and a SAN; repeatable; default localhost)")
+    certs.add_argument("--san", action="append", metavar="NAME|IP", help="another SAN on every broker certificate")
+    certs.add_argument("--client", dest="clients", action="append", metavar="NAME",
+                       help="a client certificate, subject CN=NAME,OU=clients,O=kbroker (repeatable)")
+    certs.add_argument("--pkcs12", metavar="PASSWORD", help="also write NAME.p12 keystores and truststore.p12")
+    certs.add_argument("--key-password", metavar="PASSWORD", help="encrypt the PEM private keys (ssl.key.password)")
+
+
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
     _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_groups, _add_acls, _add_users,
-    _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen]
+    _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -364,7 +382,7 @@ def resolve(target: str) -> Callable:
 
 
 async def _run_client(run: Callable, args: argparse.Namespace) -> int:
-    async with KafkaClient(args.bootstrap_server, client_id="kbroker-cli") as client:
+    async with KafkaClient(args.bootstrap_server, client_id="kbroker-cli", network=client_network(args)) as client:
         return await run(client, args)
 
 

@@ -38,6 +38,8 @@ async def serve(config: KafkaConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # kbroker's extension (Kafka has none): SIGHUP reloads the TLS listeners' key stores.
+    loop.add_signal_handler(signal.SIGHUP, server.reload_key_stores)
     log = logging.getLogger("kbroker")
     try:
         starting = asyncio.ensure_future(server.startup())
@@ -58,6 +60,6 @@ async def serve(config: KafkaConfig) -> int:
             log.info("signal received, shutting down")
     finally:
         await server.shutdown()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
     return 0 if server.failure is None else 1

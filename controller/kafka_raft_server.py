@@ -108,6 +108,11 @@ class KafkaRaftServer:
         finally:
             await self.metrics.close()
 
+    def reload_key_stores(self) -> None:
+        """SIGHUP (kbroker serve): every TLS listener's key stores read again from their files."""
+        if self.broker is not None and self.broker.reconfiguration is not None:
+            self.broker.reconfiguration.reload_all()
+
     def bound_port(self, listener_name: str = "PLAINTEXT") -> int:
         if self.broker is not None and listener_name in self.broker.bound_ports:
             return self.broker.bound_port(listener_name)

@@ -29,7 +29,7 @@ from broker.config import ConfigError, KafkaConfig, read_properties
 from broker.metrics import RequestMetrics
 from broker.metrics_endpoint import ProcessMetrics
 from broker.network import SocketServer
-from broker.security.credentials import CredentialCache
+from broker.security.credentials import MECHANISMS as SCRAM_MECHANISMS, ScramCredential
 from broker.security.links import network_for, start_listener
 from protocol.client import DEFAULT_NETWORK, Network
 from protocol.client import SYSTEM_TIME
@@ -70,6 +70,22 @@ def check_controller_config(config: KafkaConfig) -> None:
                           f"({', '.join(str(e) for e in config.listeners)})")
 
 
+class ControllerCredentials:
+    """The SCRAM credentials a controller's own SASL listener checks logins against: those its
+    metadata holds (UserScramCredentialRecords), read as the broker's CredentialCache is. A
+    standby controller (ZooKeeper) holds none until it becomes active."""
+
+    def __init__(self, server: "ControllerServer") -> None:
+        self.server = server
+
+    def get(self, mechanism: str, user: str) -> ScramCredential | None:
+        controller = self.server.controller
+        scram = SCRAM_MECHANISMS.get(mechanism)
+        if controller is None or scram is None:
+            return None
+        return controller.scram.credentials.get((user, scram.type_id))
+
+
 class ControllerServer:
     def __init__(self, config: KafkaConfig, time: Time = SYSTEM_TIME, network: Network = DEFAULT_NETWORK) -> None:
         check_controller_config(config)
@@ -80,8 +96,8 @@ class ControllerServer:
         # inter-broker listener, with its security and this process's credentials for it.
         self.broker_network = network_for(config, config.security.inter_broker_listener,
                                           config.security.inter_broker_mechanism, network)
-        # SCRAM credentials of the controller's own SASL listener.
-        self.credential_cache = CredentialCache()
+        # SCRAM credentials of the controller's own SASL listener: the active controller's.
+        self.credential_cache = ControllerCredentials(self)
         self.node_id = config.node_id
         self.cluster_id: str | None = None
         self.store = None  # LocalMetadataStore, or the ZooKeeperMetadataStore of the current term

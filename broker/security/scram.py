@@ -8,8 +8,8 @@ ScramSaslServer and KIP-84), reading credentials from the broker's ``CredentialC
    credential; the server nonce comes from ``secrets``.
 2. client-final ``c=<base64 of the gs2 header>,r=<nonce>,p=<proof>``: the channel binding
    must repeat the first message's header (``biws`` for ``n,,``), the nonce must be the
-   combined one, and H(proof XOR HMAC(StoredKey, AuthMessage)) must be StoredKey. The answer
-   is server-final ``v=<HMAC(ServerKey, AuthMessage)>``.
+   combined one (or the client nonce followed by it, as librdkafka 2.0 sends it), and
+   H(proof XOR HMAC(StoredKey, AuthMessage)) must be StoredKey. The answer is server-final ``v=<HMAC(ServerKey, AuthMessage)>``.
 
 An unknown user is answered from a fake credential (a salt derived from the user name under
 a per-process secret, so that asking twice gives the same salt, and random keys): the same
@@ -59,6 +59,7 @@ class ScramServer(SaslServerMechanism):
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
+        self._client_nonce = ""
 
     def evaluate(self, token: bytes) -> bytes:
         try:
@@ -103,6 +104,7 @@ class ScramServer(SaslServerMechanism):
         self._user, self._credential = user, credential
         self._gs2_header = f"{flag},{authz},"
         self._client_first_bare = bare
+        self._client_nonce = nonce
         self._nonce = nonce + self.server_nonce()
         self._server_first = (f"r={self._nonce},s={base64.b64encode(credential.salt).decode()},"
                               f"i={credential.iterations}")
@@ -124,7 +126,11 @@ class ScramServer(SaslServerMechanism):
         if not hmac.compare_digest(binding.encode(), expected_binding.encode()):
             raise AuthenticationFailed(f"{self.mechanism}: channel binding {binding!r} does not match "
                                        f"the first message's header ({expected_binding!r})")
-        if not hmac.compare_digest(nonce.encode("utf-8"), self._nonce.encode("utf-8")):
+        # The combined nonce, or (librdkafka before 2.x's way, which Kafka's ScramSaslServer long
+        # accepted with endsWith) the client nonce followed by the combined one: kcat 1.7 sends it.
+        legacy = self._client_nonce + self._nonce
+        if not (hmac.compare_digest(nonce.encode("utf-8"), self._nonce.encode("utf-8"))
+                or hmac.compare_digest(nonce.encode("utf-8"), legacy.encode("utf-8"))):
             raise AuthenticationFailed(f"{self.mechanism}: the nonce is not the combined one")
         try:
             proof = base64.b64decode(proof_b64, validate=True)

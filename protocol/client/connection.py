@@ -18,6 +18,7 @@ import asyncio
 import collections
 import importlib.metadata
 import itertools
+import random
 import socket
 import ssl
 import struct
@@ -136,6 +137,10 @@ class BrokerConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._closed: KafkaConnectionError | None = None
         self.session_lifetime_ms = 0  # SASL (KIP-368): the broker ends the session after this long (0: never)
+        self.reauthentications = 0
+        self._authenticating = False  # the SASL exchange's own requests pass the gate
+        self._auth_gate: asyncio.Event | None = None  # holds new requests while re-authenticating
+        self._reauth_timer: TimerHandle | None = None
 
     def __repr__(self) -> str:
         return f"<BrokerConnection {self.host}:{self.port}>"
@@ -165,6 +170,40 @@ class BrokerConnection(asyncio.Protocol):
         """SASL: SaslHandshake v1 naming the mechanism, then its messages in SaslAuthenticate
         requests until both sides are done (KIP-152). A refusal raises the broker's error:
         UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED (with its message), ..."""
+        assert security.mechanism is not None
+        self._authenticating = True
+        try:
+            await self._authenticate(security)
+        finally:
+            self._authenticating = False
+        if self.session_lifetime_ms > 0:
+            # KIP-368: re-authenticate before the session ends, at 85-95% of it as Kafka's clients do.
+            delay = self.session_lifetime_ms * random.uniform(0.85, 0.95)
+            self._reauth_timer = self._time.schedule(delay, lambda: self._start_reauthentication(security))
+
+    def _start_reauthentication(self, security: ClientSecurity) -> None:
+        self._reauth_timer = None
+        if self._closed is None and self._transport is not None:
+            task = asyncio.get_running_loop().create_task(self._reauthenticate(security))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def _reauthenticate(self, security: ClientSecurity) -> None:
+        """New requests wait; those in flight are answered; then SaslHandshake and the exchange
+        again on this connection (the broker answers them in order, between requests)."""
+        self._auth_gate = gate = asyncio.Event()
+        try:
+            while self._inflight and self._closed is None:
+                await asyncio.wait([self._inflight[-1].future])
+            if self._closed is None:
+                await self.authenticate(security)
+                self.reauthentications += 1
+        except Exception as exc:  # noqa: BLE001 - any failure ends the session, as the broker would
+            self.close(KafkaConnectionError(f"re-authentication with {self.host}:{self.port} failed: {exc}"))
+        finally:
+            self._auth_gate = None
+            gate.set()
+
+    async def _authenticate(self, security: ClientSecurity) -> None:
         assert security.mechanism is not None
         version = self.version_for(ApiKey.SASL_HANDSHAKE, min_v=1)
         response = await self.request(ApiKey.SASL_HANDSHAKE, {"mechanism": security.mechanism}, version)
@@ -303,6 +342,9 @@ class BrokerConnection(asyncio.Protocol):
                     timeout_ms: float) -> bytearray | None:
         """Write the frame ``encode(correlation_id)`` gives; return the response frame (or
         None without one). Waits first while the transport's buffer is full."""
+        gate = self._auth_gate
+        if gate is not None and not self._authenticating:
+            await gate.wait()  # a re-authentication is under way
         if not self._writable.is_set():
             await self._writable.wait()
         if self._closed is not None or self._transport is None:
@@ -322,6 +364,9 @@ class BrokerConnection(asyncio.Protocol):
             self.close(KafkaConnectionError(f"connection to {self.host}:{self.port} closed after a request timed out"))
 
     def _fail_pending(self, error: KafkaConnectionError) -> None:
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
         if self._closed is None:
             self._closed = error
         self._writable.set()  # wake writers, who then see the connection is closed

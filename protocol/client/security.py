@@ -11,6 +11,7 @@ SaslAuthenticate) right after ApiVersions when it is SASL.
 
 from __future__ import annotations
 
+import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -47,6 +48,7 @@ class ClientSecurity:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str | None]) -> "ClientSecurity":
+        props = with_librdkafka_aliases(props)
         protocol = str(props.get("security.protocol") or "PLAINTEXT").strip().upper()
         if protocol not in SECURITY_PROTOCOLS:
             raise SecurityConfigError(f"security.protocol: {protocol} is not PLAINTEXT, SSL, SASL_PLAINTEXT or "
@@ -80,3 +82,61 @@ class ClientSecurity:
 
 
 PLAINTEXT = ClientSecurity()
+
+# Kafka client properties the client reads (the rest of a command-config file is not its business).
+SECURITY_PROPERTIES = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.jaas.config", "sasl.username", "sasl.password", "sasl.mechanisms",
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates", "ssl.enabled.protocols", "ssl.protocol",
+    "ssl.cipher.suites", "ssl.endpoint.identification.algorithm",
+    # librdkafka's (kcat's -X) names, mapped onto Kafka's
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.cipher.suites",
+})
+
+
+def with_librdkafka_aliases(props: Mapping[str, str | None]) -> dict[str, str | None]:
+    """librdkafka's TLS names (what kcat users pass with -X) as Kafka's: ssl.ca.location is a
+    PEM truststore, ssl.certificate.location + ssl.key.location a PEM keystore (read inline),
+    ssl.endpoint.identification.algorithm=none is empty."""
+    out = dict(props)
+    ca = out.pop("ssl.ca.location", None)
+    if ca and not out.get("ssl.truststore.location"):
+        out["ssl.truststore.location"] = ca
+        out.setdefault("ssl.truststore.type", "PEM")
+    cert, key = out.pop("ssl.certificate.location", None), out.pop("ssl.key.location", None)
+    if cert and key and not out.get("ssl.keystore.location"):
+        try:
+            with open(str(cert), encoding="ascii") as c, open(str(key), encoding="ascii") as k:
+                out["ssl.keystore.certificate.chain"], out["ssl.keystore.key"] = c.read(), k.read()
+        except OSError as exc:
+            raise SecurityConfigError(f"ssl.certificate.location: cannot read {cert} or {key}: {exc.strerror}") \
+                from None
+        out.setdefault("ssl.keystore.type", "PEM")
+    elif cert or key:
+        raise SecurityConfigError("ssl.certificate.location: needs ssl.key.location too (and the other way round)")
+    if str(out.get("ssl.endpoint.identification.algorithm") or "").lower() == "none":
+        out["ssl.endpoint.identification.algorithm"] = ""
+    return out
+
+
+def read_client_properties(path: str) -> dict[str, str]:
+    """A Kafka client properties file (``--command-config``): key=value or key: value lines,
+    # and ! comments, trailing backslash continuations."""
+    props: dict[str, str] = {}
+    pending = ""
+    with open(path, encoding="utf-8") as f:
+        for raw in f.read().splitlines():
+            line = (pending + raw.strip()) if pending else raw.strip()
+            pending = ""
+            if not line or line[0] in "#!":
+                continue
+            if line.endswith("\\"):
+                pending = line[:-1]
+                continue
+            m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+            if m is None:
+                props[line] = ""
+            else:
+                props[m.group(1)] = m.group(2)
+    return props

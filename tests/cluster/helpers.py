@@ -56,8 +56,11 @@ class NumberedProducer:
     ``max_records``, at a few thousand records a second at most (``poll_s`` per record slows it)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, max_seconds: float = 3600, *,
-                 max_records: int | None = None, message_timeout_ms: int = 300000, poll_s: float = 0.0) -> None:
+                 max_records: int | None = None, message_timeout_ms: int = 300000, poll_s: float = 0.0,
+                 config: dict | None = None) -> None:
+        """``config``: more librdkafka settings (security.protocol, sasl.*, ssl.*, ...)."""
         self.bootstrap, self.topic, self.partitions, self.max_seconds = bootstrap, topic, partitions, max_seconds
+        self.config = dict(config or {})
         self.max_records, self.message_timeout_ms, self.poll_s = max_records, message_timeout_ms, poll_s
         self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
         self.errors: list = []
@@ -71,7 +74,7 @@ class NumberedProducer:
 
     def _run(self) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms})
+                             "linger.ms": 5, "message.timeout.ms": self.message_timeout_ms, **self.config})
 
         def on_delivery(err, msg):
             if err is not None:
@@ -113,11 +116,11 @@ def high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: fl
     return wait_until(ask, timeout_s, 0.2, f"a leader to answer for {topic}-{partition}")[0]
 
 
-def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[int]]:
+def read_all(bootstrap: str, topic: str, partitions: int, config: dict | None = None) -> dict[int, list[int]]:
     """Every record of every partition, from the beginning to the high watermark, with
-    confluent-kafka's Consumer (assigned partitions, no group)."""
+    confluent-kafka's Consumer (assigned partitions, no group); ``config``: more settings."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
+                         "enable.partition.eof": True, **(config or {})})
     try:
         ends = {p: high_watermark(consumer, topic, p) for p in range(partitions)}
         consumer.assign([ConsumerTP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

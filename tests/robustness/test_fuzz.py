@@ -407,3 +407,157 @@ def check_broker_log(text: str) -> None:
         first = found[0].start()
         raise AssertionError(f"{len(found)} traceback(s) or fatal error(s) in the broker's log; the first:\n"
                              f"{text[first:first + 3000]}")
+
+
+# -- SASL frames and TLS garbage (issue 25) ------------------------------------------------------
+
+# CI: a few seconds; make fuzz (KBROKER_FUZZ_SECONDS=600): 60 s.
+SECURITY_SECONDS = min(60.0, float(os.environ["KBROKER_FUZZ_SECONDS"])) if "KBROKER_FUZZ_SECONDS" in os.environ else 6.0
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";')
+
+
+def sasl_frame(api_key: int, version: int, cid: int, body: dict | bytes) -> bytes:
+    if isinstance(body, dict):
+        body = APIS[api_key].request.build(version, body)
+    raw = encode_request_header(api_key, version, cid, "fuzz", request_is_flexible(api_key, version)) + body
+    return struct.pack(">i", len(raw)) + raw
+
+
+def sasl_conversation(rng: random.Random) -> list[bytes]:
+    """A SASL exchange gone wrong in one of many ways: mechanisms real and not, tokens valid,
+    mutated, empty or 1 MB, requests out of order, a client-first message repeated, raw
+    (v0) tokens, frames of garbage."""
+    from protocol.client.sasl import PlainClient, ScramClient
+
+    out: list[bytes] = []
+    cid = 1
+    if rng.random() < 0.5:
+        out.append(sasl_frame(18, rng.choice((0, 3)), cid, b"" if rng.random() < 0.5 else
+                              APIS[18].request.build(3, {"client_software_name": "f", "client_software_version": "1"})))
+        cid += 1
+    mechanism = rng.choice(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "", "x" * 300))
+    version = rng.choice((0, 1, 1, 1))
+    out.append(sasl_frame(17, version, cid, {"mechanism": mechanism}))
+    cid += 1
+    if mechanism == "PLAIN":
+        token = PlainClient("alice", rng.choice(("alice-secret", "wrong"))).initial()
+    elif mechanism.startswith("SCRAM"):
+        token = ScramClient(mechanism, "alice", "x").initial()
+    else:
+        token = rng.randbytes(rng.randrange(0, 64))
+    for _ in range(rng.randrange(1, 4)):
+        kind = rng.randrange(8)
+        if kind == 0:
+            payload = mutate(rng, token)
+        elif kind == 1:
+            payload = b""
+        elif kind == 2:
+            payload = rng.randbytes(1 << 20)  # 1 MB: above sasl.server.max.receive.size
+        elif kind == 3:  # another request before authentication completes
+            out.append(sasl_frame(3, 1, cid, {"topics": []}))
+            cid += 1
+            continue
+        elif kind == 4:
+            out.append(rng.randbytes(rng.randrange(1, 32)))  # garbage, not even a frame
+            continue
+        else:
+            payload = token
+        if version == 0:
+            out.append(struct.pack(">i", len(payload)) + payload)
+        else:
+            out.append(sasl_frame(36, rng.choice((0, 1, 2)), cid, {"auth_bytes": payload}))
+        cid += 1
+    return out
+
+
+def client_hello() -> bytes:
+    """A real TLS ClientHello, from a client SSLObject over memory BIOs."""
+    import ssl
+    ctx = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+def tls_garbage(rng: random.Random, hello: bytes) -> bytes:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return mutate(rng, hello)
+    if kind == 1:
+        return hello[:rng.randrange(len(hello))]
+    if kind == 2:
+        return sasl_frame(18, 0, 1, b"")  # a plaintext Kafka client on the TLS port
+    return rng.randbytes(rng.randrange(1, 4096))
+
+
+def drain(sock: socket.socket, seconds: float) -> None:
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(65536):
+            pass
+    except OSError:
+        pass
+
+
+@pytest.mark.timeout(SECURITY_SECONDS + 180)
+def test_fuzz_sasl_frames_and_tls_garbage(tmp_path):
+    print(f"security fuzz seed {SEED} ({SECURITY_SECONDS:.0f} s): rerun with KBROKER_FUZZ_SEED={SEED}")
+    from cli.certs import make_certs
+    from protocol.client import BrokerConnection, Network
+    from protocol.client.security import ClientSecurity
+    from tests.support import free_port
+
+    import asyncio
+    rng = random.Random(SEED)
+    keystores = make_certs(tmp_path / "certs", ["localhost"], [])
+    port, sasl_port, tls_port = free_port(), free_port(), free_port()
+    broker = BrokerProcess(tmp_path / "data", port, 1, overrides={
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},SSL://127.0.0.1:{tls_port}",
+        "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS, "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystores["localhost"]), "connection.failed.authentication.delay.ms": "10"}).start()
+    security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                               "sasl.username": "alice", "sasl.password": "alice-secret"})
+
+    async def login() -> None:
+        conn = BrokerConnection("127.0.0.1", sasl_port, network=Network(security), request_timeout_ms=10000)
+        await conn.connect()
+        conn.close()
+    try:
+        asyncio.run(login())
+        hello = client_hello()
+        base_sockets = len([t for t in fd_targets(broker.pid) if t.startswith("socket:")])
+        base_rss = rss_bytes(broker.pid)
+        conversations = 0
+        deadline = time.monotonic() + SECURITY_SECONDS
+        while time.monotonic() < deadline:
+            conversations += 1
+            tls = rng.random() < 0.3
+            with socket.create_connection(("127.0.0.1", tls_port if tls else sasl_port), timeout=10) as sock:
+                try:
+                    for chunk in ([tls_garbage(rng, hello)] if tls else sasl_conversation(rng)):
+                        sock.sendall(chunk)
+                except OSError:
+                    pass  # closed by the broker on the way
+                drain(sock, 0.05 if rng.random() < 0.8 else 0.5)
+            if conversations % 50 == 0:
+                asyncio.run(login())  # the listener still authenticates a real client
+        asyncio.run(login())
+        assert broker.proc.poll() is None, broker.log_text()[-3000:]
+        print(f"{conversations} hostile conversations")
+
+        def sockets_back() -> bool:
+            return len([t for t in fd_targets(broker.pid) if t.startswith("socket:")]) <= base_sockets
+        wait_until(sockets_back, 30, what="the broker's sockets back to the baseline")
+        grown = rss_bytes(broker.pid) - base_rss
+        assert grown < 64 * 2**20, f"RSS grew by {grown / 2**20:.0f} MiB"
+    except BaseException:
+        print(f"SECURITY FUZZ FAILED with seed {SEED}: KBROKER_FUZZ_SEED={SEED}")
+        raise
+    finally:
+        broker.stop()
+        check_broker_log(broker.log_text())

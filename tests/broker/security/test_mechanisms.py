@@ -230,3 +230,32 @@ def test_oauthbearer_exchange_and_expired_token():
 def test_oauthbearer_hostile_messages(message):
     with pytest.raises(AuthenticationFailed):
         OAuthBearerServer({}, lambda: NOW).evaluate(message)
+
+
+def test_scram_accepts_librdkafka_2_0_final_nonce():
+    """librdkafka 2.0 (Debian's kcat) sends the client nonce followed by the combined one;
+    Kafka's server accepted it (endsWith), and so does kbroker — nothing else."""
+    cache = CredentialCache()
+    cache.put("SCRAM-SHA-256", "user", make_credential(SCRAM_SHA_256, "pencil"))
+
+    def final_with(nonce_of):
+        client = ScramClient("SCRAM-SHA-256", "user", "pencil", nonce="cnonce")
+        server = ScramServer("SCRAM-SHA-256", cache, server_nonce=lambda: "snonce")
+        first = server.evaluate(client.initial())
+        final = client.evaluate(first).decode().replace("r=cnoncesnonce", f"r={nonce_of}")
+        # recompute the proof over the message as sent, as librdkafka does
+        import hashlib
+        import hmac as _hmac
+        salted = hashlib.pbkdf2_hmac("sha256", b"pencil", cache.get("SCRAM-SHA-256", "user").salt, 4096)
+        ck = _hmac.digest(salted, b"Client Key", "sha256")
+        without = final[:final.rindex(",p=")]
+        auth = f"{client.client_first_bare},{first.decode()},{without}".encode()
+        sig = _hmac.digest(hashlib.sha256(ck).digest(), auth, "sha256")
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(ck, sig))).decode()
+        return server, f"{without},p={proof}".encode()
+
+    server, final = final_with("cnoncecnoncesnonce")
+    assert server.evaluate(final).startswith(b"v=")
+    server, final = final_with("xxcnoncesnonce")
+    with pytest.raises(AuthenticationFailed, match="nonce"):
+        server.evaluate(final)
