@@ -328,10 +328,12 @@ class KafkaApis:
         # Then per partition: an unauthorized topic, an unknown partition (the replica manager
         # answers it), else ProduceRequest.validateRecords; what passes goes on to the log cut to
         # its one whole batch (a tail that is no batch is dropped: Kafka's trimInvalidBytes).
-        if self.authorizer is None:
-            denied = _NOTHING
-        else:
-            denied = {t for t, _ in topics if not self.authorizer.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)}
+        denied: frozenset[str] | set[str] = _NOTHING
+        authorizer = self.authorizer
+        if authorizer is not None:
+            for t, _ in topics:
+                if not authorizer.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t):
+                    denied = {t} | denied
         invalid: dict[tuple[str, int], tuple[int, str]] = {}
         trimmed = False
         checked = []
