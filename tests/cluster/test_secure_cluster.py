@@ -99,3 +99,45 @@ async def test_sasl_ssl_everywhere_replicates_and_fails_over(tmp_path):
         for b in brokers.values():
             b.kill()
         controller.kill()
+
+
+async def test_mutual_tls_between_brokers_and_the_controller(tmp_path):
+    """The other way Kafka secures the control plane: SSL listeners with ssl.client.auth=required,
+    each process presenting its listener's key store as its client certificate (and mapped to a
+    principal by ssl.principal.mapping.rules): brokers register, replicate and stay in sync."""
+    keystores = make_certs(tmp_path / "certs", ["localhost"], [])
+    ca = str(tmp_path / "certs" / "ca.pem")
+    common = {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:SSL",
+        "inter.broker.listener.name": "INTERNAL", "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/broker-$1/,DEFAULT",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystores["localhost"]),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": ca}
+    controller = ControllerProcess(tmp_path / "controller", free_port(), 3000, common)
+    brokers = {}
+    for i in (1, 2, 3):
+        port, internal = free_port(), free_port()
+        brokers[i] = BrokerProcess(tmp_path / f"broker-{i}", port, i, {
+            **common, "process.roles": "broker", "node.id": i, "controller.listener.names": "CONTROLLER",
+            "controller.quorum.bootstrap.servers": controller.address,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
+            "min.insync.replicas": 2, "offsets.topic.replication.factor": 3})
+    controller.start(30)
+    try:
+        for b in brokers.values():
+            b.launch()
+        for b in brokers.values():
+            b.wait_ready(60)
+        async with KafkaClient(brokers[1].bootstrap) as admin:
+            await admin.create_topics([("mtls", 1, 3, None)])
+        with NumberedProducer(brokers[1].bootstrap, "mtls", 1, 60, max_records=2000) as producer:
+            await asyncio.to_thread(wait_until, lambda: producer.count >= 2000, 60, 0.05, "2,000 acks=all records")
+        assert not producer.errors
+        assert "authenticated by its TLS certificate as User:broker-localhost on listener INTERNAL" in \
+            brokers[2].log_text() + brokers[3].log_text() + brokers[1].log_text()
+        assert "authenticated by its TLS certificate as User:broker-localhost on listener CONTROLLER" in \
+            controller.log_text()
+    finally:
+        for b in brokers.values():
+            b.kill()
+        controller.kill()
