@@ -139,6 +139,18 @@ SECURITY_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("ssl.cipher.suites", "list", None, "cipher suites (IANA or OpenSSL names); unset: OpenSSL's defaults"),
     ConfigKey("ssl.endpoint.identification.algorithm", "string", "https", "https: the certificate of a broker this "
               "one connects to must name its host; empty: not checked"),
+    # OAUTHBEARER tokens of an OIDC issuer (KIP-768), broker side: the keys from a JWKS file
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.url", "string", None, "file:// URL of the issuer's JSON Web Key Set; "
+              "set: OAUTHBEARER tokens must be signed by one of its keys (unset: Kafka's unsecured validator)"),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, "how often the key set is read again",
+              low=1),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100, "(an HTTPS endpoint's; unused)"),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10000, "(an HTTPS endpoint's; unused)"),
+    ConfigKey("sasl.oauthbearer.expected.audience", "list", None, "a token's aud must hold one of these"),
+    ConfigKey("sasl.oauthbearer.expected.issuer", "string", None, "a token's iss must be this"),
+    ConfigKey("sasl.oauthbearer.sub.claim.name", "string", "sub", "the claim naming the principal"),
+    ConfigKey("sasl.oauthbearer.scope.claim.name", "string", "scope", "the claim holding the scope"),
+    ConfigKey("sasl.oauthbearer.clock.skew.seconds", "int", 30, "clock skew allowed when checking exp and iat", low=0),
 )
 
 KEYS: dict[str, ConfigKey] = {k.name: k for k in (

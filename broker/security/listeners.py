@@ -45,8 +45,13 @@ KBROKER_PRINCIPAL_BUILDER = "kbroker.DefaultKafkaPrincipalBuilder"
 
 _KERBEROS = "Kerberos (GSSAPI) is not implemented by kbroker"
 _CALLBACKS = "custom (Java) callback handlers and login classes cannot be loaded by kbroker"
-_OIDC = ("the OAUTHBEARER validator for an OIDC issuer's keys (KIP-768) is not built in kbroker: only the unsecured "
-         "validator (unsecuredValidator* JAAS options) is")
+_OIDC = ("fetching OAUTHBEARER tokens from an OIDC token endpoint (KIP-768's client side) is not built in kbroker: its "
+         "clients use unsecured tokens or a given one")
+# The callback handlers kbroker is (Kafka's names): accepted as a value of sasl.server.callback.handler.class.
+BUILT_IN_HANDLERS = frozenset({
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler"})
 # Kafka security keys kbroker recognises and does not implement: set (anywhere, under a
 # listener prefix too), they stop the process at start.
 UNIMPLEMENTED: dict[str, str] = {
@@ -59,12 +64,7 @@ UNIMPLEMENTED: dict[str, str] = {
        for k in ("sasl.login.refresh.buffer.seconds", "sasl.login.refresh.min.period.seconds",
                  "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.connect.timeout.ms",
                  "sasl.login.read.timeout.ms", "sasl.login.retry.backoff.ms", "sasl.login.retry.backoff.max.ms")},
-    **{k: _OIDC for k in ("sasl.oauthbearer.jwks.endpoint.url", "sasl.oauthbearer.token.endpoint.url",
-                          "sasl.oauthbearer.expected.audience", "sasl.oauthbearer.expected.issuer",
-                          "sasl.oauthbearer.sub.claim.name", "sasl.oauthbearer.scope.claim.name",
-                          "sasl.oauthbearer.clock.skew.seconds", "sasl.oauthbearer.jwks.endpoint.refresh.ms",
-                          "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
-                          "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms")},
+    "sasl.oauthbearer.token.endpoint.url": _OIDC,
     "ssl.engine.factory.class": "custom (Java) SSL engine factories cannot be loaded by kbroker",
     "ssl.provider": "security providers are Java's; kbroker's TLS is OpenSSL through Python's ssl module",
     "security.providers": "security providers are Java's; kbroker's TLS is OpenSSL through Python's ssl module",
@@ -228,6 +228,8 @@ def _refuse_unimplemented(originals: dict[str, Any], ConfigError: type[Exception
             continue
         if str(value).strip().lower() in _OFF_VALUES.get(key, ()):
             continue
+        if key == "sasl.server.callback.handler.class" and _mech == "OAUTHBEARER" and str(value).strip() in BUILT_IN_HANDLERS:
+            continue
         raise ConfigError(f"{name}: {reason} (the setting is refused rather than ignored)")
 
 
@@ -322,6 +324,17 @@ def _resolve_listener(config: Any, originals: dict[str, Any], keys: Mapping[str,
             elif mech == "PLAIN":
                 raise ConfigError(f"{jaas_key}: listener {name} enables PLAIN but has no JAAS configuration for it "
                                   f'(users as user_<name>="<password>")')
+            if mech == "OAUTHBEARER" and values["sasl.oauthbearer.jwks.endpoint.url"]:
+                from .oauthbearer_jwks import JwksError, jwks_path
+                try:
+                    jwks_path(values["sasl.oauthbearer.jwks.endpoint.url"])
+                except JwksError as exc:
+                    raise ConfigError(f"{where['sasl.oauthbearer.jwks.endpoint.url']}: {exc}") from None
+            if mech == "OAUTHBEARER" and mech in sec.jaas:
+                skew = sec.jaas[mech].options.get("unsecuredValidatorAllowableClockSkewMs", "0").strip() or "0"
+                if not skew.isdigit():
+                    raise ConfigError(f"{jaas_key}: unsecuredValidatorAllowableClockSkewMs={skew!r} is not a "
+                                      "non-negative number of ms")
             reauth_key = f"listener.name.{name.lower()}.{mech.lower()}.connections.max.reauth.ms"
             sec.reauth_ms[mech] = (keys["connections.max.reauth.ms"].parse(originals[reauth_key])
                                    if reauth_key in originals else values["connections.max.reauth.ms"])

@@ -42,7 +42,7 @@ def test_explicit_map_must_name_every_listener():
 @pytest.mark.parametrize("key, value", [
     ("sasl.kerberos.service.name", "kafka"), ("listener.name.internal.sasl.kerberos.service.name", "kafka"),
     ("sasl.server.callback.handler.class", "x.Y"), ("listener.name.a.plain.sasl.server.callback.handler.class", "x.Y"),
-    ("sasl.login.class", "x.Y"), ("sasl.oauthbearer.jwks.endpoint.url", "file:///jwks.json"),
+    ("sasl.login.class", "x.Y"), ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
     ("ssl.engine.factory.class", "x.Y"), ("security.providers", "x"), ("delegation.token.secret.key", "k"),
     ("zookeeper.set.acl", "true"), ("zookeeper.ssl.client.enable", "true"), ("zookeeper.ssl.keystore.location", "x"),
 ])
@@ -123,3 +123,15 @@ def test_controller_listener_security_for_a_broker_alone():
                                               "sasl.mechanism.controller.protocol": "SCRAM-SHA-256"})
     assert c.security.listener("CONTROLLER").protocol == "SASL_SSL"
     assert c.security.controller_mechanism == "SCRAM-SHA-256"
+
+
+def test_oauthbearer_jwks_url_is_a_file_and_kafka_validator_class_is_accepted():
+    props = {"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
+             "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class":
+                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"}
+    c = config(listeners="SASL_PLAINTEXT://:1", **props, **{"sasl.oauthbearer.jwks.endpoint.url": "file:///k.json"})
+    assert c.security.listener("SASL_PLAINTEXT").values["sasl.oauthbearer.jwks.endpoint.url"] == "file:///k.json"
+    refused("sasl.oauthbearer.jwks.endpoint.url: https://idp/jwks: only file:// URLs", listeners="SASL_PLAINTEXT://:1",
+            **props, **{"sasl.oauthbearer.jwks.endpoint.url": "https://idp/jwks"})
+    refused("sasl.server.callback.handler.class: custom", listeners="SASL_PLAINTEXT://:1",
+            **{**props, "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": "com.acme.H"})
