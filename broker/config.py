@@ -244,6 +244,11 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "ends is replaced by a standby", low=1),
     _k("zookeeper.connection.timeout.ms", "int", None, "how long a controller waits to connect to ZooKeeper "
        "(default: zookeeper.session.timeout.ms)", low=1),
+    _k("zookeeper.set.acl", "bool", False, "the znodes the controllers create are readable and writable by their "
+       "SASL identity only (zookeeper.sasl.jaas.config)"),
+    _k("zookeeper.sasl.jaas.config", "string", None, "kbroker's: the JAAS Client section Kafka reads from its JVM's "
+       "login file, inline: org.apache.zookeeper.server.auth.DigestLoginModule required username=... password=...; "
+       "(SASL DIGEST-MD5 to ZooKeeper)"),
     # The log cleaner (storage/log_cleaner.py): compaction of cleanup.policy=compact topics.
     _k("log.cleanup.policy", "list", ["delete"], "default cleanup.policy of topics: delete, compact or both"),
     _k("log.cleaner.enable", "bool", True, "run the log cleaner (compaction of cleanup.policy=compact topics)"),

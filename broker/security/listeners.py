@@ -70,12 +70,12 @@ UNIMPLEMENTED: dict[str, str] = {
     "security.providers": "security providers are Java's; kbroker's TLS is OpenSSL through Python's ssl module",
     "delegation.token.master.key": "delegation tokens are not implemented by kbroker",
     "delegation.token.secret.key": "delegation tokens are not implemented by kbroker",
-    "zookeeper.set.acl": "ACLs on the ZooKeeper store's znodes are not implemented by kbroker",
     "zookeeper.ssl.client.enable": "TLS to ZooKeeper is not implemented by kbroker",
     "zookeeper.clientCnxnSocket": "TLS to ZooKeeper is not implemented by kbroker",
 }
 # Refused only when set to something other than these (their off values).
-_OFF_VALUES = {"zookeeper.set.acl": ("false",), "zookeeper.ssl.client.enable": ("false",)}
+_OFF_VALUES = {"zookeeper.ssl.client.enable": ("false",)}
+ZOOKEEPER_DIGEST_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 _DEFAULT_NOTE = ", Kafka's default"
 _MECHANISM_KEYS = ("sasl.jaas.config", "connections.max.reauth.ms", "sasl.server.callback.handler.class",
                    "sasl.login.callback.handler.class", "sasl.login.class")
@@ -164,6 +164,7 @@ class SecurityConfig:
     inter_broker_listener: str | None
     inter_broker_mechanism: str | None  # for a SASL inter-broker listener
     controller_mechanism: str | None  # for a SASL controller listener
+    zookeeper_sasl: tuple[str, str] | None = None  # (username, password): SASL DIGEST-MD5 to ZooKeeper
 
     def listener(self, name: str) -> ListenerSecurity:
         return self.listeners[name.upper()]
@@ -214,7 +215,28 @@ def resolve_security(config: Any, keys: Mapping[str, Any], security_keys: Mappin
     if controller_names and controller_names[0] in listeners and listeners[controller_names[0]].uses_sasl:
         ctl_mech = _link_mechanism(config, listeners[controller_names[0]], "sasl.mechanism.controller.protocol",
                                    "controller", ConfigError)
-    return SecurityConfig(listeners, inter_broker, ib_mech, ctl_mech)
+    return SecurityConfig(listeners, inter_broker, ib_mech, ctl_mech, _zookeeper_credentials(config, ConfigError))
+
+
+def _zookeeper_credentials(config: Any, ConfigError: type[Exception]) -> tuple[str, str] | None:
+    """(username, password) for SASL DIGEST-MD5 to ZooKeeper, from zookeeper.sasl.jaas.config."""
+    text = config["zookeeper.sasl.jaas.config"]
+    if not text:
+        if config["zookeeper.set.acl"]:
+            raise ConfigError("zookeeper.set.acl: true needs the controllers' SASL identity in zookeeper.sasl.jaas.config "
+                              f"({ZOOKEEPER_DIGEST_MODULE} required username=\"...\" password=\"...\";)")
+        return None
+    try:
+        entry = parse_single_jaas(str(text))
+    except JaasError as exc:
+        raise ConfigError(f"zookeeper.sasl.jaas.config: {exc}") from None
+    if entry.login_module != ZOOKEEPER_DIGEST_MODULE:
+        raise ConfigError(f"zookeeper.sasl.jaas.config: {entry.login_module} is not implemented: only "
+                          f"{ZOOKEEPER_DIGEST_MODULE} (SASL DIGEST-MD5)")
+    user, password = entry.options.get("username"), entry.options.get("password")
+    if not user or password is None:
+        raise ConfigError("zookeeper.sasl.jaas.config: username and password are required")
+    return user, password
 
 
 def _refuse_unimplemented(originals: dict[str, Any], ConfigError: type[Exception]) -> None:
@@ -222,8 +244,9 @@ def _refuse_unimplemented(originals: dict[str, Any], ConfigError: type[Exception
         _listener, key = _base_key(name)
         _mech, key = _mechanism_key(key)
         reason = UNIMPLEMENTED.get(key)
-        if reason is None and (key.startswith("zookeeper.ssl.") or key.startswith("zookeeper.sasl.")):
-            reason = "ZooKeeper TLS and SASL settings are not implemented by kbroker"
+        if reason is None and (key.startswith("zookeeper.ssl.") or key.startswith("zookeeper.sasl.")) \
+                and key != "zookeeper.sasl.jaas.config":
+            reason = "ZooKeeper TLS settings, and SASL ones other than zookeeper.sasl.jaas.config, are not implemented"
         if reason is None:
             continue
         if str(value).strip().lower() in _OFF_VALUES.get(key, ()):

@@ -44,14 +44,26 @@ def test_explicit_map_must_name_every_listener():
     ("sasl.server.callback.handler.class", "x.Y"), ("listener.name.a.plain.sasl.server.callback.handler.class", "x.Y"),
     ("sasl.login.class", "x.Y"), ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
     ("ssl.engine.factory.class", "x.Y"), ("security.providers", "x"), ("delegation.token.secret.key", "k"),
-    ("zookeeper.set.acl", "true"), ("zookeeper.ssl.client.enable", "true"), ("zookeeper.ssl.keystore.location", "x"),
+    ("zookeeper.ssl.client.enable", "true"), ("zookeeper.ssl.keystore.location", "x"),
+    ("zookeeper.sasl.client.username", "x"),
 ])
 def test_unimplemented_security_keys_stop_the_start_naming_the_key(key, value):
     refused(f"^{key.replace('.', '[.]')}: ", listeners="PLAINTEXT://:1", **{key: value})
 
 
 def test_unimplemented_keys_at_their_off_values_are_accepted():
-    config(listeners="PLAINTEXT://:1", **{"zookeeper.set.acl": "false"})
+    config(listeners="PLAINTEXT://:1", **{"zookeeper.ssl.client.enable": "false"})
+
+
+def test_zookeeper_sasl_and_acls():
+    jaas = 'org.apache.zookeeper.server.auth.DigestLoginModule required username="kb" password="pw";'
+    c = config(listeners="PLAINTEXT://:1", **{"zookeeper.set.acl": "true", "zookeeper.sasl.jaas.config": jaas})
+    assert c.security.zookeeper_sasl == ("kb", "pw")
+    refused("zookeeper.set.acl: true needs the controllers' SASL identity", listeners="PLAINTEXT://:1",
+            **{"zookeeper.set.acl": "true"})
+    refused("zookeeper.sasl.jaas.config: com.sun.security.auth.module.Krb5LoginModule is not implemented",
+            listeners="PLAINTEXT://:1", **{"zookeeper.sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule "
+                                                                       "required;"})
 
 
 def test_jks_keystores_are_refused_with_kip651_advice():
