@@ -91,9 +91,10 @@ lint: $(STAMP) typecheck
 
 # ---------------------------------------------------------------------------------------------
 # Docker images, built with no image registry: each base is a Debian bookworm root file system
-# made with debootstrap and `docker import`ed (deploy/docker/base-image.sh); steps whose result
-# exists are skipped (the base images, the dependency wheels, an unchanged kbroker wheel; docker
-# build's own cache for the rest), so a second `make image` takes seconds.
+# made with debootstrap and `docker import`ed (deploy/docker/base-image.sh), which unmounts what
+# debootstrap left mounted in it and deletes it once imported; steps whose result exists are
+# skipped (the base images, the dependency wheels, an unchanged kbroker wheel; docker build's own
+# cache for the rest), so a second `make image` takes seconds.
 DOCKER_BUILD := DOCKER_BUILDKIT=0 docker build -q
 WHEELS       := build/wheels
 ROOTFS       := build/docker
@@ -127,5 +128,10 @@ image-zookeeper:
 	deploy/docker/base-image.sh kbroker-zookeeper-base:bookworm $(ROOTFS)/rootfs-zookeeper openjdk-17-jre-headless,libzookeeper-java
 	$(DOCKER_BUILD) -t kbroker-zookeeper:latest deploy/docker/zookeeper >/dev/null
 
+# build/ (wheels; root file systems while an image is built) goes too: anything mounted below it
+# (a debootstrap interrupted before base-image.sh could unmount) is unmounted first, and rm does
+# not cross into another file system should that fail.
 clean:
+	deploy/docker/unmount-below.sh build
+	rm -rf --one-file-system build
 	rm -rf $(VENV) data .pytest_cache .hypothesis .mypy_cache

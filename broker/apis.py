@@ -25,13 +25,13 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode, KafkaError, RemoteProtocolError
+from protocol.errors import CorruptRecordError, ErrorCode, KafkaError, RemoteProtocolError
 from protocol.fast_codecs import (FetchPartitionData, LeaderAndIsrPartitionError, LeaderAndIsrResponse, LeaderAndIsrTopicError,
                                   decode_fetch_request, decode_leader_and_isr_request, decode_produce_request,
                                   decode_update_metadata_request, encode_fetch_response,
                                   encode_leader_and_isr_response, encode_produce_response, response_header)
 from protocol.messages import APIS, response_is_flexible
-from protocol.records import is_transactional_batch, produce_records_error
+from protocol.records import first_batch_is_transactional, next_batch_size, produce_records_error
 from protocol.schema import Api, SchemaError
 
 from . import heap
@@ -311,31 +311,50 @@ class KafkaApis:
         if txn_id is not None and not self.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
             # Kafka: the whole request fails, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
             return self._refuse_produce(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, metrics)
-        # Kafka's ProduceRequest.validateRecords, per partition, before the log's validator.
-        invalid: dict[tuple[str, int], tuple[int, str]] = {}
-        transactional = False
-        for t, parts in topics:
-            for p, records in parts:
-                problem = produce_records_error(version, records)
-                if problem is not None:
-                    if not invalid:  # one line per request
-                        log.warning("produce v%d from %s to %s-%d rejected: %s %s", version, ctx.peer, t, p,
-                                    problem[0].name, problem[1])
-                    invalid[(t, p)] = (problem[0], f"{t}-{p}: {problem[1]}")
-                elif is_transactional_batch(records):
-                    transactional = True
+        # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords
+        # reads each partition's first batch header until one is transactional: a corrupt header
+        # there (batchLength under 14, magic outside 0..2) fails the whole request.
+        try:
+            transactional = any(first_batch_is_transactional(records) for _t, parts in topics for _p, records in parts)
+        except CorruptRecordError as exc:
+            log.warning("produce v%d from %s rejected: CORRUPT_MESSAGE %s", version, ctx.peer, exc)
+            return self._refuse_produce(ctx, request, ErrorCode.CORRUPT_MESSAGE, metrics, str(exc))
         if transactional:
             # No transactional id, or one: either way this broker authorizes no transactional
             # ids (transactions are not supported; InitProducerId answers the same).
             log.warning("produce v%d from %s with transactional batches (transactional id %r) rejected: %s", version,
                         ctx.peer, request.transactional_id, "transactions are not supported")
             return self._refuse_produce(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, metrics)
+        # Then per partition: an unauthorized topic, an unknown partition (the replica manager
+        # answers it), else ProduceRequest.validateRecords; what passes goes on to the log cut to
+        # its one whole batch (a tail that is no batch is dropped: Kafka's trimInvalidBytes).
         if self.authorizer is None:
             denied = _NOTHING
         else:
             denied = {t for t, _ in topics if not self.authorizer.authorize(ctx, Operation.WRITE, ResourceType.TOPIC, t)}
-        if denied or invalid:
-            topics = [(t, [(p, r) for p, r in parts if (t, p) not in invalid]) for t, parts in topics if t not in denied]
+        invalid: dict[tuple[str, int], tuple[int, str]] = {}
+        trimmed = False
+        checked = []
+        for t, parts in topics:
+            if t in denied:
+                continue
+            kept = []
+            for p, records in parts:
+                if self.metadata_cache.contains_partition(t, p):
+                    problem = produce_records_error(version, records)
+                    if problem is not None:
+                        if not invalid:  # one line per request
+                            log.warning("produce v%d from %s to %s-%d rejected: %s %s", version, ctx.peer, t, p,
+                                        problem[0].name, problem[1])
+                        invalid[(t, p)] = (problem[0], f"{t}-{p}: {problem[1]}")
+                        continue
+                    size = next_batch_size(records, 0, len(records))
+                    if size is not None and size < len(records):
+                        records, trimmed = records[:size], True
+                kept.append((p, records))
+            checked.append((t, kept))
+        if denied or invalid or trimmed:
+            topics = checked
 
         def respond(results: list) -> None:
             if denied or invalid:
@@ -360,9 +379,11 @@ class KafkaApis:
         if op is not None:
             ctx.on_cancel(op.cancel)
 
-    def _refuse_produce(self, ctx: "RequestContext", request, code: ErrorCode, metrics) -> None:
-        """Answer every partition of a Produce with ``code`` (acks=0: close the connection)."""
-        results = [(t, [[p, code, -1, -1, -1] for p, _ in parts]) for t, parts in request.topics]
+    def _refuse_produce(self, ctx: "RequestContext", request, code: ErrorCode, metrics, message: str | None = None) -> None:
+        """Kafka's handleError for a Produce: ``code`` (and ``message``, v8+) for every partition;
+        with acks=0 the connection is closed instead, so the client notices."""
+        extra = [[], message] if message is not None else []
+        results = [(t, [[p, code, -1, -1, -1, *extra] for p, _ in parts]) for t, parts in request.topics]
         if metrics is not None:
             for _t, parts in request.topics:
                 for _p in parts:

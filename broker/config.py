@@ -518,9 +518,11 @@ class KafkaConfig:
         return v["log.flush.interval.ms"] if v["log.flush.interval.ms"] is not None else v["log.flush.scheduler.interval.ms"]
 
     def topic_defaults(self) -> dict[str, str]:
-        """The broker-level defaults of topic-level configs, under their topic-level names."""
+        """Every topic-level config a topic may set (TOPIC_CONFIG_SYNONYMS), under its topic-level
+        name, with the value a topic that does not set it gets: from this broker's config, or
+        Kafka's default for a config kbroker accepts without acting on it."""
         v = self.values
-        return {
+        acted_on = {
             "segment.bytes": str(v["log.segment.bytes"]),
             "segment.ms": str(self.roll_ms),
             "segment.jitter.ms": str(self.roll_jitter_ms),
@@ -535,12 +537,127 @@ class KafkaConfig:
             "flush.ms": str(self.flush_interval_ms),
             "min.insync.replicas": str(v["min.insync.replicas"]),
             "file.delete.delay.ms": str(v["log.segment.delete.delay.ms"]),
-            "producer.id.expiration.ms": str(v["producer.id.expiration.ms"]),
             "cleanup.policy": ",".join(v["log.cleanup.policy"]),
             "delete.retention.ms": str(v["log.cleaner.delete.retention.ms"]),
             "min.cleanable.dirty.ratio": str(v["log.cleaner.min.cleanable.ratio"]),
             "min.compaction.lag.ms": str(v["log.cleaner.min.compaction.lag.ms"]),
+            "unclean.leader.election.enable": str(v["unclean.leader.election.enable"]).lower(),
         }
+        out = {}
+        for key, synonyms in TOPIC_CONFIG_SYNONYMS.items():
+            if key in acted_on:
+                out[key] = acted_on[key]
+            else:  # accepted, not acted on: the broker key's value as given, else Kafka's default
+                given = [str(self.originals[name]).strip() for name in synonyms if name in self.originals]
+                out[key] = given[0] if given else PASSIVE_TOPIC_DEFAULTS[key]
+        return out
+
+    def log_config_defaults(self) -> dict[str, str]:
+        """What storage.LogConfig is built from: the topic defaults and the broker-level
+        settings the log obeys that are no topic configs (producer.id.expiration.ms)."""
+        return {**self.topic_defaults(), "producer.id.expiration.ms": str(self.values["producer.id.expiration.ms"])}
+
+    def topic_default_sources(self) -> dict[str, int]:
+        """DescribeConfigs' config_source of each topic config a topic does not set, as Kafka's
+        ConfigHelper.createTopicConfigEntry finds it: its broker synonyms (TOPIC_CONFIG_SYNONYMS)
+        looked up in the dynamic broker configs (kbroker has none), the static ones (what
+        server.properties, the environment or --override set) and the defaults, in that order;
+        the list is kept from the first entry named after the config's own broker key (so a
+        topic whose retention comes from a static log.retention.hours reads DEFAULT_CONFIG, as
+        in Kafka); the first entry's source, or DEFAULT_CONFIG when none is left."""
+        out = {}
+        for key, synonyms in TOPIC_CONFIG_SYNONYMS.items():
+            found = [(name, CONFIG_SOURCE_STATIC_BROKER) for name in synonyms if name in self.originals]
+            found += [(name, CONFIG_SOURCE_DEFAULT) for name in synonyms if _broker_default(name) is not None]
+            while found and found[0][0] != synonyms[0]:
+                found.pop(0)
+            out[key] = found[0][1] if found else CONFIG_SOURCE_DEFAULT
+        return out
+
+
+def _broker_default(name: str) -> Any:
+    key = KEYS.get(name)
+    return key.default if key is not None else PASSIVE_BROKER_DEFAULTS.get(name)
+
+
+# DescribeConfigs config_source values (Kafka's DescribeConfigsResponse.ConfigSource).
+CONFIG_SOURCE_DYNAMIC_TOPIC = 1
+CONFIG_SOURCE_DYNAMIC_BROKER = 2
+CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER = 3
+CONFIG_SOURCE_STATIC_BROKER = 4
+CONFIG_SOURCE_DEFAULT = 5
+
+# Every topic-level config kbroker accepts (CreateTopics, AlterConfigs, IncrementalAlterConfigs)
+# and DescribeConfigs lists for a topic: Kafka's LogConfig names, each with its broker-level
+# synonyms, its own broker key first (Kafka's ServerTopicConfigSynonyms; DynamicBrokerConfig's
+# synonym lists for the time-unit families). No broker-only key (producer.id.expiration.ms) is here.
+TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "cleanup.policy": ("log.cleanup.policy",),
+    "compression.type": ("compression.type",),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
+    "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
+    "flush.messages": ("log.flush.interval.messages",),
+    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    "follower.replication.throttled.replicas": (),
+    "index.interval.bytes": ("log.index.interval.bytes",),
+    "leader.replication.throttled.replicas": (),
+    "local.retention.bytes": ("log.local.retention.bytes",),
+    "local.retention.ms": ("log.local.retention.ms",),
+    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
+    "max.message.bytes": ("message.max.bytes",),
+    "message.downconversion.enable": ("log.message.downconversion.enable",),
+    "message.format.version": ("log.message.format.version",),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
+    "message.timestamp.difference.max.ms": ("log.message.timestamp.difference.max.ms",),
+    "message.timestamp.type": ("log.message.timestamp.type",),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms",),
+    "min.insync.replicas": ("min.insync.replicas",),
+    "preallocate": ("log.preallocate",),
+    "remote.storage.enable": (),
+    "retention.bytes": ("log.retention.bytes",),
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "segment.bytes": ("log.segment.bytes",),
+    "segment.index.bytes": ("log.index.size.max.bytes",),
+    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
+}
+# Kafka's (3.x) defaults of the broker keys behind the topic configs kbroker accepts without
+# acting on them (none of these keys is in KEYS), and of the topic configs that have no broker key.
+PASSIVE_BROKER_DEFAULTS: dict[str, str] = {
+    "log.cleaner.max.compaction.lag.ms": str(LONG_MAX),
+    "log.local.retention.bytes": "-2",
+    "log.local.retention.ms": "-2",
+    "log.message.downconversion.enable": "true",
+    "log.message.format.version": "3.0-IV1",
+    "log.message.timestamp.after.max.ms": str(LONG_MAX),
+    "log.message.timestamp.before.max.ms": str(LONG_MAX),
+    "log.message.timestamp.difference.max.ms": str(LONG_MAX),
+    "log.preallocate": "false",
+}
+PASSIVE_TOPIC_DEFAULTS: dict[str, str] = {
+    **{topic: PASSIVE_BROKER_DEFAULTS[synonyms[0]] for topic, synonyms in TOPIC_CONFIG_SYNONYMS.items()
+       if synonyms and synonyms[0] in PASSIVE_BROKER_DEFAULTS},
+    "follower.replication.throttled.replicas": "",
+    "leader.replication.throttled.replicas": "",
+    "remote.storage.enable": "false",
+}
+
+
+def topic_config_entries(overrides: Mapping[str, str], defaults: Mapping[str, str],
+                         default_sources: Mapping[str, int] | None = None) -> list[tuple[str, str, int]]:
+    """DescribeConfigs of a topic, as (name, value, config_source): every topic config
+    (``defaults``: KafkaConfig.topic_defaults()), the topic's own value where it sets one
+    (DYNAMIC_TOPIC_CONFIG), else the default with its source (``default_sources``:
+    KafkaConfig.topic_default_sources(); DEFAULT_CONFIG where it names none). Every key can be
+    sent back unchanged by AlterConfigs; Kafka's read_only is false and is_sensitive false for all."""
+    sources = default_sources or {}
+    entries = [(k, overrides[k], CONFIG_SOURCE_DYNAMIC_TOPIC) if k in overrides
+               else (k, v, sources.get(k, CONFIG_SOURCE_DEFAULT)) for k, v in sorted(defaults.items())]
+    entries += [(k, v, CONFIG_SOURCE_DYNAMIC_TOPIC) for k, v in sorted(overrides.items()) if k not in defaults]
+    return entries
 
 
 # -- topics: the rules both the broker and the controller apply --------------------------------
@@ -548,13 +665,6 @@ class KafkaConfig:
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 
-# Kafka topic configs kbroker accepts without acting on them (so tools that set them keep working).
-PASSIVE_TOPIC_CONFIGS = frozenset({
-    "max.compaction.lag.ms", "preallocate", "unclean.leader.election.enable", "message.downconversion.enable",
-    "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
-    "message.format.version", "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
-    "local.retention.ms", "local.retention.bytes", "remote.storage.enable",
-})
 # List-typed topic configs (IncrementalAlterConfigs APPEND/SUBTRACT apply only to these).
 LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
                                 "leader.replication.throttled.replicas"})
@@ -577,12 +687,11 @@ def validate_topic_name(name: str) -> str | None:
 
 def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) -> str | None:
     """The reason a topic's config overrides are invalid (Kafka's INVALID_CONFIG), or None:
-    names kbroker neither acts on nor accepts passively, or values storage.LogConfig rejects."""
+    names that are no topic configs (TOPIC_CONFIG_SYNONYMS), or values storage.LogConfig rejects."""
     from storage import LogConfig
 
-    known = set(LogConfig().to_topic_properties())
     for key in configs:
-        if key not in known and key not in PASSIVE_TOPIC_CONFIGS:
+        if key not in TOPIC_CONFIG_SYNONYMS:
             return f"Unknown topic config name: {key}"
     if configs.get("unclean.leader.election.enable", "false").strip().lower() not in ("true", "false"):
         return "unclean.leader.election.enable: expected true or false"

@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING
 from protocol.errors import ErrorCode
 from storage import LogConfig
 
+from .config import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC_BROKER, topic_config_entries
+
 if TYPE_CHECKING:
     from .config import KafkaConfig
     from .metadata_cache import MetadataCache
 
-# DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource).
+# DescribeConfigs resource types (Kafka's ConfigResource.Type).
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-CONFIG_SOURCE_TOPIC = 1
-CONFIG_SOURCE_STATIC_BROKER = 4
-CONFIG_SOURCE_DEFAULT = 5
 
 ConfigEntry = tuple[str, str, bool, int]  # (name, value, read_only, source)
 
@@ -49,7 +48,7 @@ class ConfigRepository:
         return self._log_config(self.topic_overrides(topic))
 
     def _log_config(self, overrides: dict[str, str]) -> LogConfig:
-        defaults = self.config.topic_defaults()
+        defaults = self.config.log_config_defaults()
         key = (tuple(defaults.items()), frozenset(overrides.items()))
         found = self._log_configs.get(key)
         if found is None:
@@ -64,12 +63,9 @@ class ConfigRepository:
         if resource_type == RESOURCE_TOPIC:
             if not self.metadata_cache.contains_topic(name):
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist", []
-            overrides = self.topic_overrides(name)
-            defaults = self.config.topic_defaults()
-            entries = [(k, overrides.get(k, v), False, CONFIG_SOURCE_TOPIC if k in overrides else CONFIG_SOURCE_DEFAULT)
-                       for k, v in sorted(defaults.items())]
-            entries += [(k, v, False, CONFIG_SOURCE_TOPIC) for k, v in sorted(overrides.items()) if k not in defaults]
-            return ErrorCode.NONE, None, entries
+            entries = topic_config_entries(self.topic_overrides(name), self.config.topic_defaults(),
+                                           self.config.topic_default_sources())
+            return ErrorCode.NONE, None, [(k, v, False, source) for k, v, source in entries]
         if resource_type == RESOURCE_BROKER:
             if name and name != str(self.broker_id):
                 return ErrorCode.INVALID_REQUEST, f"this is broker {self.broker_id}, not {name}", []

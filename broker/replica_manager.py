@@ -40,12 +40,13 @@ _VALID_ACKS = (-1, 0, 1)
 # Append errors that mean bad input or a broken disk, worth a log line (sequence errors of
 # idempotent producers and leadership changes are the client's business).
 _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
-                                   ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
+                                   ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR,
+                                   ErrorCode.INVALID_TIMESTAMP})
 # Rejections of the records themselves: Produce v8+ carries the reason in error_message (Kafka
 # fills it for its RecordValidationException, with record_errors; the other reasons are ours).
 _EXPLAINED_APPEND_ERRORS = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE,
                                       ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
-                                      ErrorCode.UNSUPPORTED_COMPRESSION_TYPE})
+                                      ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, ErrorCode.INVALID_TIMESTAMP})
 
 
 # (topic, partition, leader epoch or None)
@@ -186,10 +187,10 @@ class ReplicaManager:
                              internal_topics_allowed: bool) -> tuple[list, int]:
         if is_internal_topic(topic) and not internal_topics_allowed:
             return [partition_index, ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1], -1
-        if records is None or len(records) == 0:
-            return [partition_index, ErrorCode.INVALID_RECORD, -1, -1, -1], -1
         try:
             partition = self.get_partition_or_error(topic, partition_index)
+            if records is None or len(records) == 0:
+                return [partition_index, ErrorCode.INVALID_RECORD, -1, -1, -1], -1
             info = partition.append_records_to_leader(records, required_acks)
         except KafkaError as exc:
             if exc.error_code in _LOGGED_APPEND_ERRORS:

@@ -6,6 +6,8 @@
     kbroker produce -t TOPIC [-f FILE] ...
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end | -g GROUP] ...
     kbroker groups list | describe -g G | delete -g G | reset-offsets -g G -t T --to-... [--execute]
+    kbroker acls add|list|remove [--allow-principal User:A] [--operation Read] [--topic T] ...
+    kbroker users scram set|delete|list -u USER [--add-config 'SCRAM-SHA-256=[password=...]']
     kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker health [-b HOST:PORT] [--timeout-ms MS]
@@ -187,6 +189,61 @@ def _add_groups(commands: Subcommands) -> None:
     reset.add_argument("--execute", action="store_true", help="commit the new offsets (default: only show them)")
 
 
+def _acl_resource_options(p: argparse.ArgumentParser, pattern_help: str) -> None:
+    p.add_argument("--topic", action="append", metavar="T", help="a topic (repeatable; * for every topic)")
+    p.add_argument("--group", action="append", metavar="G", help="a consumer group (repeatable)")
+    p.add_argument("--cluster", action="store_true", help="the cluster (kafka-cluster)")
+    p.add_argument("--transactional-id", action="append", metavar="X", help="a transactional id (repeatable)")
+    p.add_argument("--delegation-token", action="append", metavar="D", help="a delegation token (repeatable)")
+    p.add_argument("--resource-pattern-type", metavar="TYPE", help=pattern_help)
+
+
+def _acl_entry_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-principal", action="append", metavar="User:NAME", help="repeatable; User:* is everyone")
+    p.add_argument("--deny-principal", action="append", metavar="User:NAME", help="repeatable")
+    p.add_argument("--allow-host", action="append", metavar="HOST", help="repeatable (default * with a principal)")
+    p.add_argument("--deny-host", action="append", metavar="HOST", help="repeatable (default * with a principal)")
+    p.add_argument("--operation", action="append", metavar="OP",
+                   help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, "
+                        "IdempotentWrite, CreateTokens, DescribeTokens or All (repeatable; default All)")
+
+
+def _add_acls(commands: Subcommands) -> None:
+    acls = commands.add_parser("acls", help="add, list or remove ACLs (as kafka-acls.sh)")
+    actions = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
+    add = client_command(actions, "add", "cli.acls:add", "add ACLs")
+    _acl_resource_options(add, "literal (default) or prefixed")
+    _acl_entry_options(add)
+    add.add_argument("--producer", action="store_true",
+                     help="WRITE, DESCRIBE, CREATE on the topics (WRITE, DESCRIBE on transactional ids)")
+    add.add_argument("--idempotent", action="store_true", help="with --producer: IDEMPOTENT_WRITE on the cluster")
+    add.add_argument("--consumer", action="store_true", help="READ, DESCRIBE on the topics, READ on the groups")
+    listing = client_command(actions, "list", "cli.acls:list_acls", "list ACLs (every one without resources)")
+    _acl_resource_options(listing, "literal (default), prefixed, any or match")
+    listing.add_argument("--principal", metavar="User:NAME", help="only this principal's")
+    remove = client_command(actions, "remove", "cli.acls:remove", "remove ACLs (every one of the resources "
+                                                                   "without principals)")
+    _acl_resource_options(remove, "literal (default), prefixed, any or match")
+    _acl_entry_options(remove)
+    remove.add_argument("--force", action="store_true", help="do not ask for confirmation")
+
+
+def _add_users(commands: Subcommands) -> None:
+    users = commands.add_parser("users", help="SCRAM credentials of users (as kafka-configs.sh --entity-type users)")
+    kinds = users.add_subparsers(dest="users_kind", required=True, metavar="KIND")
+    scram = kinds.add_parser("scram", help="SCRAM-SHA-256 / SCRAM-SHA-512 credentials")
+    actions = scram.add_subparsers(dest="scram_command", required=True, metavar="ACTION")
+    set_ = client_command(actions, "set", "cli.users:set_credentials", "set a user's credentials")
+    set_.add_argument("-u", "--user", "--entity-name", dest="user", required=True)
+    set_.add_argument("--add-config", required=True, metavar="'SCRAM-SHA-256=[iterations=8192,password=...]'",
+                      help="mechanisms with [iterations=N,password=P] (iterations default 4096)")
+    delete = client_command(actions, "delete", "cli.users:delete_credentials", "delete a user's credentials")
+    delete.add_argument("-u", "--user", "--entity-name", dest="user", required=True)
+    delete.add_argument("--delete-config", required=True, metavar="SCRAM-SHA-512[,SCRAM-SHA-256]")
+    listing = client_command(actions, "list", "cli.users:list_credentials", "users' mechanisms and iterations")
+    listing.add_argument("-u", "--user", "--entity-name", dest="user")
+
+
 def _add_metadata(commands: Subcommands) -> None:
     metadata = client_command(commands, "metadata", "cli.metadata:run", "show brokers, controller, topics and partitions")
     metadata.add_argument("-t", "--topic", action="append", help="only these topics (repeatable)")
@@ -303,8 +360,8 @@ def _add_certs(commands: Subcommands) -> None:
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_groups, _add_metadata, _add_cluster,
-    _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs]
+    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_groups, _add_acls, _add_users,
+    _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs]
 
 
 def build_parser() -> argparse.ArgumentParser:

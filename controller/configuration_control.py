@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from broker.config import LIST_TOPIC_CONFIGS, validate_topic_configs
+from broker.config import CONFIG_SOURCE_DEFAULT, LIST_TOPIC_CONFIGS, topic_config_entries, validate_topic_configs
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
 
 TOPIC = 2
 BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-CONFIG_SOURCE_TOPIC = 1
-CONFIG_SOURCE_DEFAULT = 5
 
 
 def config_record(topic: str, name: str, value: str | None) -> ApiMessageAndVersion:
@@ -30,8 +28,10 @@ def config_record(topic: str, name: str, value: str | None) -> ApiMessageAndVers
 
 
 class ConfigurationControlManager:
-    def __init__(self, topic_defaults: Mapping[str, str], unclean_leader_election_default: bool = False) -> None:
+    def __init__(self, topic_defaults: Mapping[str, str], unclean_leader_election_default: bool = False,
+                 topic_default_sources: Mapping[str, int] | None = None) -> None:
         self.topic_defaults = dict(topic_defaults)
+        self.topic_default_sources = dict(topic_default_sources or {})
         self.unclean_leader_election_default = unclean_leader_election_default
         self.configs: dict[str, dict[str, str]] = {}
 
@@ -70,13 +70,12 @@ class ConfigurationControlManager:
         return self.describe_entries(self.configs.get(topic, {}), keys)
 
     def describe_entries(self, overrides: Mapping[str, str], keys=None) -> list[dict]:
-        entries = [(k, overrides.get(k, v), CONFIG_SOURCE_TOPIC if k in overrides else CONFIG_SOURCE_DEFAULT)
-                   for k, v in sorted(self.topic_defaults.items())]
-        entries += [(k, v, CONFIG_SOURCE_TOPIC) for k, v in sorted(overrides.items()) if k not in self.topic_defaults]
+        entries = topic_config_entries(overrides, self.topic_defaults, self.topic_default_sources)
         if keys is not None:
             entries = [e for e in entries if e[0] in set(keys)]
-        return [{"name": k, "value": v, "read_only": False, "config_source": source, "is_default": source != 1,
-                 "is_sensitive": False, "synonyms": []} for k, v, source in entries]
+        return [{"name": k, "value": v, "read_only": False, "config_source": source,
+                 "is_default": source == CONFIG_SOURCE_DEFAULT, "is_sensitive": False, "synonyms": []}
+                for k, v, source in entries]
 
     # -- decisions -------------------------------------------------------------------------
 

@@ -81,6 +81,7 @@ class QuorumControllerConfig:
     default_replication_factor: int = 1
     delete_topic_enable: bool = True
     topic_defaults: dict = field(default_factory=dict)
+    topic_default_sources: dict = field(default_factory=dict)  # DescribeConfigs' config_source of each default
     snapshot_max_bytes: int = 20 * 1024 * 1024
     snapshot_max_interval_ms: int = 3_600_000
     # authorizer.class.name set: the controller keeps an authorizer over its ACLs (ControllerApis)
@@ -99,6 +100,7 @@ class QuorumControllerConfig:
             leader_imbalance_per_broker_percentage=config["leader.imbalance.per.broker.percentage"],
             num_partitions=config["num.partitions"], default_replication_factor=config["default.replication.factor"],
             delete_topic_enable=config["delete.topic.enable"], topic_defaults=config.topic_defaults(),
+            topic_default_sources=config.topic_default_sources(),
             snapshot_max_bytes=config["metadata.log.max.record.bytes.between.snapshots"],
             snapshot_max_interval_ms=config["metadata.log.max.snapshot.interval.ms"],
             authorizer_enabled=bool(config["authorizer.class.name"]),
@@ -138,7 +140,8 @@ class QuorumController:
         self.on_fatal = on_fatal
         self.rng = rng or random.Random()
         self.cluster = ClusterControlManager(config.cluster_id)
-        self.configs = ConfigurationControlManager(config.topic_defaults, config.unclean_leader_election_enable)
+        self.configs = ConfigurationControlManager(config.topic_defaults, config.unclean_leader_election_enable,
+                                                   config.topic_default_sources)
         self.replication = ReplicationControlManager(
             self.cluster, self.configs, default_num_partitions=config.num_partitions,
             default_replication_factor=config.default_replication_factor,

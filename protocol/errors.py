@@ -296,6 +296,12 @@ class ClusterAuthorizationFailedError(KafkaError):
 class InvalidTimestampError(KafkaError):
     error_code = ErrorCode.INVALID_TIMESTAMP
 
+    def __init__(self, message: str = "", record_errors: list[tuple[int, str]] | None = None) -> None:
+        """``record_errors`` as InvalidRecordError's (Kafka's RecordValidationException wrapping an
+        InvalidTimestampException)."""
+        super().__init__(message)
+        self.record_errors = list(record_errors or ())
+
 
 class UnsupportedSaslMechanismError(KafkaError):
     error_code = ErrorCode.UNSUPPORTED_SASL_MECHANISM

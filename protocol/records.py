@@ -202,34 +202,71 @@ def check_batch(buf: Buffer, pos: int, end: int, *, verify_crc: bool = True, com
 
 
 ZSTD_MIN_PRODUCE_VERSION = 7  # KIP-110
+# Kafka's LegacyRecord.RECORD_OVERHEAD_V0: the smallest batchLength of any magic. Less is corrupt.
+MIN_BATCH_LENGTH = 14
+HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1  # 17: where the magic can be read
+CURRENT_MAGIC = 2
+
+
+def next_batch_size(buf: Buffer, pos: int, end: int) -> int | None:
+    """Kafka's ByteBufferLogInputStream.nextBatch over ``buf[pos:end]``: the size of the whole
+    batch at ``pos``, or None when what is left holds none (under 12 bytes, under 17, or fewer
+    than its batchLength claims: no batch at all, not a corrupt one). Raises CorruptRecordError
+    (CORRUPT_MESSAGE) with Kafka's message for a batchLength under 14, or a magic outside 0..2,
+    which is read as soon as 17 bytes are there, whether or not the batch is whole."""
+    remaining = end - pos
+    if remaining < LOG_OVERHEAD:
+        return None
+    (length,) = _I32.unpack_from(buf, pos + LENGTH_OFFSET)
+    if length < MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"Record size {length} is less than the minimum record overhead ({MIN_BATCH_LENGTH})")
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        return None
+    magic = buf[pos + MAGIC_OFFSET]
+    if magic > CURRENT_MAGIC:  # an int8: 0x80-0xff are negative, as out of range as 3-127
+        raise CorruptRecordError(f"Invalid magic found in record: {magic - 256 if magic > 127 else magic}")
+    size = length + LOG_OVERHEAD
+    return size if size <= remaining else None
 
 
 def produce_records_error(version: int, records: Buffer | None) -> tuple[ErrorCode, str] | None:
-    """Kafka's ProduceRequest.validateRecords for one partition of a v3+ Produce, from the
-    first batch's header bytes alone: (error, message), or None when the records may go on
-    to the log's validator. A v3+ request carries exactly one magic-2 batch per partition;
-    zstd needs v7 (UNSUPPORTED_COMPRESSION_TYPE). Short or overlong batches are left to
-    ``check_batch`` (CORRUPT_MESSAGE)."""
-    if records is None or len(records) < HEADER_SIZE:
-        if records is not None and len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] != 2:
-            return ErrorCode.INVALID_RECORD, f"magic {records[MAGIC_OFFSET]}: Produce v{version} allows only magic 2"
-        if records is None or len(records) == 0:
+    """Kafka's ProduceRequest.validateRecords for one partition of a v3+ Produce, read the way
+    its batch iterator reads (``next_batch_size``): (error, message), or None when the records
+    may go on to the log (their first ``next_batch_size`` bytes: a tail that is no whole batch
+    is cut off, as Kafka's trimInvalidBytes does). In order: no whole batch -> INVALID_RECORD;
+    a first batch of magic 0/1 -> INVALID_RECORD; zstd below v7 -> UNSUPPORTED_COMPRESSION_TYPE;
+    a second whole batch -> INVALID_RECORD; a corrupt header (``next_batch_size``) ->
+    CORRUPT_MESSAGE (the first batch's fails the whole request before this: see
+    ``first_batch_is_transactional``)."""
+    if records is None:
+        return ErrorCode.INVALID_RECORD, f"Produce v{version} must carry a record batch for each partition"
+    end = len(records)
+    try:
+        first = next_batch_size(records, 0, end)
+        if first is None:
             return ErrorCode.INVALID_RECORD, f"Produce v{version} must carry a record batch for each partition"
-        return None
-    magic = records[MAGIC_OFFSET]
-    if magic != 2:
-        return ErrorCode.INVALID_RECORD, f"magic {magic}: Produce v{version} allows only magic 2"
-    if version < ZSTD_MIN_PRODUCE_VERSION and records[ATTRIBUTES_OFFSET + 1] & CODEC_MASK == 4:
-        return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Produce v{version} may not use zstd (v7 and above may)"
-    (length,) = _I32.unpack_from(records, LENGTH_OFFSET)
-    if HEADER_SIZE <= length + LOG_OVERHEAD < len(records):
-        return ErrorCode.INVALID_RECORD, f"Produce v{version} allows exactly one record batch per partition"
+        magic = records[MAGIC_OFFSET]
+        if magic != CURRENT_MAGIC:
+            return ErrorCode.INVALID_RECORD, f"magic {magic}: Produce v{version} allows only magic 2"
+        if version < ZSTD_MIN_PRODUCE_VERSION and records[ATTRIBUTES_OFFSET + 1] & CODEC_MASK == 4:
+            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"Produce v{version} may not use zstd (v7 and above may)"
+        if next_batch_size(records, first, end) is not None:
+            return ErrorCode.INVALID_RECORD, f"Produce v{version} allows exactly one record batch per partition"
+    except CorruptRecordError as exc:
+        return ErrorCode.CORRUPT_MESSAGE, str(exc)
     return None
 
 
-def is_transactional_batch(records: Buffer | None) -> bool:
-    """Whether the first batch of ``records`` has the transactional attribute (bit 4)."""
-    return records is not None and len(records) >= HEADER_SIZE and bool(records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
+def first_batch_is_transactional(records: Buffer | None) -> bool:
+    """Whether the first whole batch of ``records`` has the transactional attribute (bit 4;
+    Kafka's RequestUtils.hasTransactionalRecords, per partition). Raises CorruptRecordError
+    when that batch's header is corrupt (``next_batch_size``): Kafka reads it before anything
+    else, so the whole request fails with CORRUPT_MESSAGE."""
+    if records is None:
+        return False
+    size = next_batch_size(records, 0, len(records))
+    return size is not None and records[MAGIC_OFFSET] == CURRENT_MAGIC and bool(
+        records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
 
 
 def iter_batch_headers(buf: Buffer, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:

@@ -5,11 +5,15 @@ takes any of it (Kafka's ``storage.internals.log.LogValidator``).
 first defect raises and nothing of the request reaches the log (the partition's other
 requests and other partitions are not affected). Checks, in Kafka's order and with its codes:
 
-* framing, magic and CRC (``protocol.records.check_batch``): a short batch, a batchLength
-  past the data, a wrong CRC -> CORRUPT_MESSAGE; magic other than 2 -> INVALID_RECORD (what
-  Kafka answers a v3+ Produce carrying a magic 0/1 message set);
-* recordsCount >= 1 and lastOffsetDelta == recordsCount - 1 -> else INVALID_RECORD;
-* a batch over ``max.message.bytes`` -> MESSAGE_TOO_LARGE;
+* framing (``protocol.records.next_batch_size``, Kafka's batch iterator): a batchLength under
+  14 or a magic outside 0..2 -> CORRUPT_MESSAGE; bytes that are no whole batch ->
+  CORRUPT_MESSAGE here (the produce path has cut such a tail off first, as Kafka's
+  trimInvalidBytes does); magic 0/1 -> INVALID_RECORD (what Kafka answers a v3+ Produce);
+* UnifiedLog.analyzeAndValidateRecords: a baseOffset other than 0 -> INVALID_RECORD; a batch
+  over ``max.message.bytes`` -> MESSAGE_TOO_LARGE; shorter than a v2 header, or a wrong CRC
+  -> CORRUPT_MESSAGE;
+* LogValidator.validateBatch: lastOffsetDelta >= 0, recordsCount >= 1 and lastOffsetDelta ==
+  recordsCount - 1 -> else INVALID_RECORD;
 * control batches come only from the broker itself; a producer id needs a base sequence;
   a codec id other than 0-4 -> INVALID_RECORD;
 * every record, decompressed first when the batch is compressed (as Kafka does; at most
@@ -23,6 +27,8 @@ requests and other partitions are not affected). Checks, in Kafka's order and wi
   readers then mis-number), and a key, value or header value length below -1 is refused
   (Kafka reads any negative length as null). On a compacted topic every record needs a key.
   -> INVALID_RECORD with the record's index.
+* a batch claiming LogAppendTime on a LogAppendTime topic, or claiming it with no timestamp
+  (maxTimestamp -1) -> INVALID_TIMESTAMP, every record named (LogValidator.validateTimestamp).
 * ``compression.type`` (the topic's, else the broker's): a batch in another codec than the
   topic's is rebuilt in it (Kafka re-compresses too; "producer", the default, keeps each
   batch as it came). The re-compression is CPU the producer would otherwise have paid.
@@ -48,10 +54,10 @@ from typing import TYPE_CHECKING, Callable
 from crc32c import crc32c
 
 from protocol.compression import Compression, compress, decompress_bounded
-from protocol.errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError
+from protocol.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, MessageTooLargeError
 from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CONTROL_MASK, CRC_OFFSET, HEADER, HEADER_SIZE,
-                              LOG_OVERHEAD, MAGIC_OFFSET, MAX_TIMESTAMP_OFFSET, NO_PARTITION_LEADER_EPOCH,
-                              RECORDS_OFFSET, TIMESTAMP_TYPE_MASK, BatchHeader, check_batch, decode_records,
+                              LOG_OVERHEAD, MAGIC_OFFSET, MAX_TIMESTAMP_OFFSET, NO_PARTITION_LEADER_EPOCH, NO_TIMESTAMP,
+                              RECORDS_OFFSET, TIMESTAMP_TYPE_MASK, BatchHeader, decode_records, next_batch_size,
                               read_header)
 
 if TYPE_CHECKING:
@@ -234,7 +240,7 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
     batch in another codec is rebuilt in the target one (same records, producer fields and
     timestamps; Kafka's buildRecordsAndAssignOffsets; offsets are stamped by the caller).
 
-    Raises CorruptRecordError / InvalidRecordError / MessageTooLargeError naming ``where``
+    Raises CorruptRecordError / InvalidRecordError / MessageTooLargeError / InvalidTimestampError naming ``where``
     and the first defect; ``buf`` may have been patched (timestamps, CRC) before a later
     batch fails, which writes nothing."""
     size = len(buf)
@@ -244,16 +250,40 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
     pos = 0
     prefix = f"{where}: " if where else ""
     while pos < size:
-        if size - pos > MAGIC_OFFSET and buf[pos + MAGIC_OFFSET] != 2:
-            raise InvalidRecordError(f"{prefix}batch at byte {pos}: magic {buf[pos + MAGIC_OFFSET]}, "
-                                     f"produce requests may only carry magic 2 batches")
+        # Kafka's order: its batch iterator (ByteBufferLogInputStream), UnifiedLog.analyzeAndValidate-
+        # Records (baseOffset, max.message.bytes, then isValid: size and CRC), LogValidator.validateBatch.
         try:
-            header = check_batch(buf, pos, size)
-        except (CorruptRecordError, InvalidRecordError) as exc:
-            raise type(exc)(f"{prefix}{exc}") from None
-        batch_size = header.size
+            batch_size = next_batch_size(buf, pos, size)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{prefix}batch at byte {pos}: {exc}") from None
+        if batch_size is None:  # the produce path cuts such a tail off first (Kafka's trimInvalidBytes)
+            raise CorruptRecordError(f"{prefix}batch at byte {pos}: the {size - pos} bytes left are no whole batch")
+        magic = buf[pos + MAGIC_OFFSET]
+        if magic != 2:
+            raise InvalidRecordError(f"{prefix}batch at byte {pos}: magic {magic}, "
+                                     f"produce requests may only carry magic 2 batches")
+        (base_offset,) = _I64.unpack_from(buf, pos)
+        if base_offset != 0:
+            raise InvalidRecordError(f"The baseOffset of the record batch in the append to {where or 'the log'} should "
+                                     f"be 0, but it is {base_offset}")
         if batch_size > max_message_bytes:
             raise MessageTooLargeError(f"{prefix}a {batch_size}-byte batch exceeds max.message.bytes {max_message_bytes}")
+        if batch_size < HEADER_SIZE:
+            raise CorruptRecordError(f"{prefix}batch at byte {pos}: {batch_size} bytes, shorter than a v2 batch header")
+        header = read_header(buf, pos)
+        actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + batch_size])
+        if actual != header.crc:
+            raise CorruptRecordError(f"{prefix}Record is corrupt (stored crc = {header.crc}, computed {actual}) "
+                                     f"in batch at byte {pos}")
+        count = header.records_count
+        if header.last_offset_delta < 0:
+            raise InvalidRecordError(f"{prefix}batch at byte {pos}: Batch has an invalid offset range: "
+                                     f"[0, {header.last_offset_delta}]")
+        if count <= 0:
+            raise InvalidRecordError(f"{prefix}batch at byte {pos}: Invalid reported count for record batch: {count}")
+        if header.last_offset_delta != count - 1:
+            raise InvalidRecordError(f"{prefix}batch at byte {pos}: recordsCount {count} disagrees with "
+                                     f"lastOffsetDelta {header.last_offset_delta}")
         attributes = header.attributes
         if attributes & CONTROL_MASK:
             raise InvalidRecordError(f"{prefix}batch at byte {pos}: clients are not allowed to write control records")
@@ -261,7 +291,6 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
             raise InvalidRecordError(f"{prefix}batch at byte {pos}: invalid sequence number {header.base_sequence} "
                                      f"in a batch with producerId {header.producer_id}")
         codec = attributes & CODEC_MASK
-        count = header.records_count
         body: Buffer
         if codec == 0:
             body = buf
@@ -281,6 +310,11 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
         if status:
             raise InvalidRecordError(f"{prefix}batch at byte {pos} ({count} records declared): "
                                      f"{walk_error_message(status, index, detail)}")
+        if attributes & TIMESTAMP_TYPE_MASK and (log_append_time or header.max_timestamp == NO_TIMESTAMP):
+            # LogValidator.validateTimestamp: a record claiming LogAppendTime where its timestamp
+            # is not read as CreateTime (the topic appends the time itself, or the claim carries none).
+            start, stop = (pos + RECORDS_OFFSET, pos + batch_size) if codec == 0 else (0, len(body))
+            raise _log_append_time_claimed_error(body, start, stop, header)
         max_timestamp = header.max_timestamp
         if not log_append_time:
             max_timestamp = header.base_timestamp + detail
@@ -321,6 +355,16 @@ def _keyless_records_error(body: Buffer, start: int, end: int, header: BatchHead
     shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
     return InvalidRecordError(f"One or more records have been rejected due to {len(errors)} record errors in total, "
                               f"and only showing the first three errors at most: [{shown}]", errors)
+
+
+def _log_append_time_claimed_error(body: Buffer, start: int, end: int, header: BatchHeader) -> InvalidTimestampError:
+    """Kafka's RecordValidationException(InvalidTimestampException): every record of the batch,
+    each named as Kafka's DefaultRecord.toString names it (the records are well-formed)."""
+    errors = [(i, f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={header.max_timestamp}, "
+                  f"key={len(r.key or b'')} bytes, value={len(r.value or b'')} bytes). Producer should not set "
+                  f"timestamp type to LogAppendTime.")
+              for i, r in enumerate(decode_records(header, memoryview(body)[start:end]))]
+    return InvalidTimestampError("One or more records have been rejected due to invalid timestamp", errors)
 
 
 def _rebuild(header: BatchHeader, records: Buffer, codec: int, max_timestamp: int, log_append_time: bool) -> bytes:

@@ -41,6 +41,10 @@ import enum
 import logging
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
+from protocol.acl import CLUSTER_NAME as CLUSTER_NAME  # re-exported: the call sites' name
+from protocol.acl import (SUPPORTED_OPERATIONS, WILDCARD, AclOperation, AclPermissionType, PatternType, ResourceType,
+                          operation_name)
+
 from .principal import KafkaPrincipal
 
 if TYPE_CHECKING:
@@ -54,96 +58,24 @@ KBROKER_AUTHORIZER = "kbroker.security.StandardAuthorizer"
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 AUTHORIZER_CLASS_NAMES = frozenset({STANDARD_AUTHORIZER, KBROKER_AUTHORIZER, ACL_AUTHORIZER})
 
-CLUSTER_NAME = "kafka-cluster"
-WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 CACHE_MAX_ENTRIES = 100_000
-
-
-class ResourceType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
 
 
 # The name the call sites use (broker/apis.py: Operation.WRITE).
 Operation = AclOperation
 
-
-class AclPermissionType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
-
-
-# How Kafka writes resource types in its logs and tools (SecurityUtils.resourceTypeName)
-# and operations in kafka-acls.sh (SecurityUtils.operationName: camel case).
+# How Kafka writes resource types in its logs and tools (SecurityUtils.resourceTypeName).
 RESOURCE_TYPE_NAMES = {ResourceType.TOPIC: "Topic", ResourceType.GROUP: "Group", ResourceType.CLUSTER: "Cluster",
                        ResourceType.TRANSACTIONAL_ID: "TransactionalId",
                        ResourceType.DELEGATION_TOKEN: "DelegationToken", ResourceType.USER: "User",
                        ResourceType.ANY: "Any", ResourceType.UNKNOWN: "Unknown"}
 
 
-def operation_name(op: int) -> str:
-    """Kafka's camel-case operation name: ``DescribeConfigs``, ``ClusterAction``."""
-    try:
-        return "".join(part.capitalize() for part in AclOperation(op).name.split("_"))
-    except ValueError:
-        return f"Unknown({op})"
-
-
 # Implied operations, for ALLOW bindings only (StandardAuthorizerData.findResult).
 IMPLIES_DESCRIBE = frozenset({AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE,
                               AclOperation.ALTER})
 IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
-
-# The operations each resource type supports (Kafka's AclEntry.supportedOperations): what
-# authorized-operations bit fields (Metadata, DescribeGroups) are made of.
-SUPPORTED_OPERATIONS: dict[int, tuple[AclOperation, ...]] = {
-    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
-                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
-                         AclOperation.ALTER_CONFIGS),
-    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
-    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
-                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
-                           AclOperation.DESCRIBE),
-    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
-    ResourceType.DELEGATION_TOKEN: (AclOperation.DESCRIBE,),
-    ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
-}
-
 
 def _enum(cls: type[enum.IntEnum], code: int) -> Any:
     """Kafka's fromCode: an unknown code is UNKNOWN."""
@@ -440,8 +372,10 @@ class StandardAuthorizer:
     def authorize(self, ctx: "RequestContext", operation: int, resource_type: int, name: str,
                   log_if_denied: bool = True) -> bool:
         """Whether the request's principal may do ``operation`` on the resource."""
-        return self.check(ctx.principal, ctx.client_host, operation, resource_type, name,
-                          ctx if log_if_denied else None)
+        principal, host = ctx.principal, ctx.client_host
+        if self._cache.get((principal, host, operation, resource_type, name)) is True:
+            return True  # the hot path (a produce request's topic): one dictionary lookup
+        return self.check(principal, host, operation, resource_type, name, ctx if log_if_denied else None)
 
     def check(self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int, name: str,
               ctx: "RequestContext | None" = None, audit_denial: bool = True) -> bool:

@@ -1,5 +1,6 @@
 """The admin helpers of ``KafkaClient``: create and delete topics, describe configs, get a
-producer id, list offsets (by timestamp, earliest or latest).
+producer id, list offsets (by timestamp, earliest or latest), create, describe and delete ACLs,
+describe and alter SCRAM credentials.
 
 ``AdminMixin`` is mixed into ``KafkaClient``; it uses the client's connections, metadata and
 retries, and nothing else.
@@ -9,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
+import secrets
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
+from ..acl import AclBinding, AclBindingFilter
 from ..api_keys import ApiKey
 from ..errors import ErrorCode, KafkaError
 from ..messages import APIS
@@ -29,6 +33,31 @@ class ConfigEntry(NamedTuple):
     source: int  # DescribeConfigs ConfigSource: 1 topic, 4 static broker, 5 default, ...
     read_only: bool
     sensitive: bool
+
+
+# SCRAM mechanisms as AlterUserScramCredentials names them (Kafka's ScramMechanism types) and
+# the hash of each (RFC 5802 Hi() is PBKDF2 with HMAC of it).
+SCRAM_MECHANISMS: dict[str, tuple[int, str]] = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}
+SCRAM_MECHANISM_NAMES: dict[int, str] = {type_id: name for name, (type_id, _h) in SCRAM_MECHANISMS.items()}
+DEFAULT_SCRAM_ITERATIONS = 4096  # kafka-configs.sh's default
+
+
+class ScramUpsertion(NamedTuple):
+    user: str
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    password: str
+    iterations: int = DEFAULT_SCRAM_ITERATIONS
+
+
+def scram_salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """Hi(password, salt, iterations) of the mechanism: what AlterUserScramCredentials carries
+    (the password itself never leaves the client, as with Kafka's admin client)."""
+    return hashlib.pbkdf2_hmac(SCRAM_MECHANISMS[mechanism][1], password.encode("utf-8"), salt, iterations)
+
+
+def _binding(r: Any, acl: Any) -> AclBinding:
+    return AclBinding(r.resource_type, r.resource_name, r.get("pattern_type", 3), acl.principal, acl.host,
+                      acl.operation, acl.permission_type)
 
 
 class AdminMixin:
@@ -163,3 +192,108 @@ class AdminMixin:
                 raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
         await self.with_retries(attempt, {tp.topic for tp in pending})
         return found
+
+    # -- ACLs (KIP-140) and SCRAM credentials (KIP-554); any broker answers (or forwards) them --
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> list[KafkaError | None]:
+        """CreateAcls: per binding, None (created, or there already) or its error."""
+        creations = [{"resource_type": b.resource_type, "resource_name": b.resource_name,
+                      "resource_pattern_type": b.pattern_type, "principal": b.principal, "host": b.host,
+                      "operation": b.operation, "permission_type": b.permission_type} for b in bindings]
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.CREATE_ACLS, {"creations": creations},
+                                          conn.version_for(ApiKey.CREATE_ACLS, min_v=1))
+            _raise_if_not_controller(r.error_code for r in response.results)
+            return response
+        response = await self.with_retries(attempt)
+        return [wire_error(r.error_code, "CreateAcls", r.error_message) if r.error_code else None
+                for r in response.results]
+
+    async def describe_acls(self, acl_filter: AclBindingFilter = AclBindingFilter()) -> list[AclBinding]:
+        """DescribeAcls: the bindings matching ``acl_filter``; raises the request's error
+        (SecurityDisabledError without an authorizer, ClusterAuthorizationFailedError, ...)."""
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            return await conn.request(ApiKey.DESCRIBE_ACLS, {
+                "resource_type_filter": acl_filter.resource_type, "resource_name_filter": acl_filter.resource_name,
+                "pattern_type_filter": acl_filter.pattern_type, "principal_filter": acl_filter.principal,
+                "host_filter": acl_filter.host, "operation": acl_filter.operation,
+                "permission_type": acl_filter.permission_type}, conn.version_for(ApiKey.DESCRIBE_ACLS, min_v=1))
+        response = await self.with_retries(attempt)
+        if response.error_code:
+            raise wire_error(response.error_code, "DescribeAcls", response.error_message)
+        return [_binding(r, a) for r in response.resources for a in r.acls]
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        """DeleteAcls: per filter, the bindings it deleted; raises the first filter's error."""
+        body = {"filters": [{"resource_type_filter": f.resource_type, "resource_name_filter": f.resource_name,
+                             "pattern_type_filter": f.pattern_type, "principal_filter": f.principal,
+                             "host_filter": f.host, "operation": f.operation, "permission_type": f.permission_type}
+                            for f in filters]}
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.DELETE_ACLS, body, conn.version_for(ApiKey.DELETE_ACLS, min_v=1))
+            _raise_if_not_controller(r.error_code for r in response.filter_results)
+            return response
+        response = await self.with_retries(attempt)
+        out = []
+        for r in response.filter_results:
+            if r.error_code:
+                raise wire_error(r.error_code, "DeleteAcls", r.error_message)
+            out.append([_binding(m, m) for m in r.matching_acls])
+        return out
+
+    async def describe_user_scram_credentials(self, users: Iterable[str] | None = None
+                                              ) -> dict[str, list[tuple[str, int]]]:
+        """Each user's SCRAM credentials as (mechanism, iterations); every user with one when
+        ``users`` is None. A named user without credentials raises ResourceNotFoundError."""
+        names = None if users is None else list(users)
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            return await conn.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+                "users": None if names is None else [{"name": n} for n in names]})
+        response = await self.with_retries(attempt)
+        if response.error_code:
+            raise wire_error(response.error_code, "DescribeUserScramCredentials", response.error_message)
+        out: dict[str, list[tuple[str, int]]] = {}
+        for r in response.results:
+            if r.error_code:
+                raise wire_error(r.error_code, r.user, r.error_message)
+            out[r.user] = [(SCRAM_MECHANISM_NAMES.get(c.mechanism, str(c.mechanism)), c.iterations)
+                           for c in r.credential_infos]
+        return out
+
+    async def alter_user_scram_credentials(self, upsertions: Iterable[ScramUpsertion] = (),
+                                           deletions: Iterable[tuple[str, str]] = ()) -> dict[str, KafkaError | None]:
+        """AlterUserScramCredentials: set credentials (a fresh random salt each, the salted
+        password computed here) and delete others ((user, mechanism)); per user, None or its
+        error."""
+        ups = []
+        for u in upsertions:
+            salt = secrets.token_bytes(32)
+            ups.append({"name": u.user, "mechanism": SCRAM_MECHANISMS[u.mechanism][0], "iterations": u.iterations,
+                        "salt": salt, "salted_password": scram_salted_password(u.mechanism, u.password, salt,
+                                                                               u.iterations)})
+        body = {"deletions": [{"name": user, "mechanism": SCRAM_MECHANISMS[m][0]} for user, m in deletions],
+                "upsertions": ups}
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+            _raise_if_not_controller(r.error_code for r in response.results)
+            return response
+        response = await self.with_retries(attempt)
+        return {r.user: wire_error(r.error_code, r.user, r.error_message) if r.error_code else None
+                for r in response.results}
+
+
+def _raise_if_not_controller(codes: Iterable[int]) -> None:
+    """A request the controller decides, answered NOT_CONTROLLER / REQUEST_TIMED_OUT (no
+    controller reached yet): retried."""
+    for code in codes:
+        if code in (ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT):
+            raise wire_error(code, "the controller")

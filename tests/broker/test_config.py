@@ -159,3 +159,37 @@ def test_topic_validation_shared_by_broker_and_controller():
     assert "compression.type" in validate_topic_configs({"compression.type": "GZIP"}, defaults)
     assert "compression.type" in validate_topic_configs({"compression.type": "none"}, defaults)
     assert "unclean" in validate_topic_configs({"unclean.leader.election.enable": "maybe"}, defaults)
+
+
+def test_topic_defaults_are_exactly_the_accepted_topic_configs_and_each_is_accepted_back():
+    """Issue 24 §2: topic_defaults() (what DescribeConfigs lists for a topic) carried
+    producer.id.expiration.ms, a broker config validate_topic_configs refuses."""
+    from broker.config import TOPIC_CONFIG_SYNONYMS, validate_topic_configs
+    from storage import LogConfig
+
+    config = KafkaConfig({"producer.id.expiration.ms": "1000"})
+    defaults = config.topic_defaults()
+    assert set(defaults) == set(TOPIC_CONFIG_SYNONYMS) >= set(LogConfig().to_topic_properties())
+    assert "producer.id.expiration.ms" not in defaults
+    assert validate_topic_configs(defaults, defaults) is None
+    for key, value in defaults.items():
+        assert validate_topic_configs({key: value}, defaults) is None, key
+    # the log still gets the broker-level setting it obeys
+    assert LogConfig.from_topic_properties(config.log_config_defaults()).producer_id_expiration_ms == 1000
+
+
+def test_topic_default_sources_follow_kafkas_synonym_walk():
+    """ConfigHelper: a static broker key behind a topic config reads STATIC_BROKER_CONFIG, a
+    default DEFAULT_CONFIG; the walk keeps the list from the config's own broker key, so a static
+    log.retention.hours (not retention.ms' own key, log.retention.ms) leaves DEFAULT_CONFIG."""
+    from broker.config import CONFIG_SOURCE_DEFAULT as DEFAULT, CONFIG_SOURCE_STATIC_BROKER as STATIC
+
+    sources = KafkaConfig({"log.segment.bytes": "2048", "log.retention.hours": "3", "log.roll.ms": "5000",
+                           "log.preallocate": "true"}).topic_default_sources()
+    assert {k: sources[k] for k in ("segment.bytes", "retention.ms", "segment.ms", "preallocate", "flush.ms",
+                                    "leader.replication.throttled.replicas")} == {
+        "segment.bytes": STATIC, "retention.ms": DEFAULT, "segment.ms": STATIC, "preallocate": STATIC,
+        "flush.ms": DEFAULT, "leader.replication.throttled.replicas": DEFAULT}
+    assert KafkaConfig({"log.retention.ms": "9"}).topic_default_sources()["retention.ms"] == STATIC
+    assert set(KafkaConfig().topic_default_sources().values()) == {DEFAULT}
+    assert KafkaConfig({"log.preallocate": "true"}).topic_defaults()["preallocate"] == "true"

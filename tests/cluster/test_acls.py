@@ -12,6 +12,7 @@ allow.everyone.if.no.acl.found=true lets the cluster start with no ACL at all.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -26,6 +27,7 @@ from kafka.admin import ResourceType as KPResourceType
 
 from controller.launcher import LocalCluster
 from protocol.api_keys import ApiKey
+from protocol.client.metrics import read_endpoint
 from protocol.errors import ErrorCode as E
 from tests.robustness.frames import Raw, good_batch
 from tests.support import wait_until
@@ -40,7 +42,7 @@ CLIENT_HOST = "127.0.0.2"
 @pytest.fixture
 def cluster(tmp_path):
     c = LocalCluster(tmp_path, 2, broker_props={**AUTHORIZER, "broker.heartbeat.interval.ms": 500},
-                     controller_props={**AUTHORIZER, "default.replication.factor": 2})
+                     controller_props={**AUTHORIZER, "default.replication.factor": 2}, metrics=True)
     try:
         c.start()
         yield c
@@ -139,6 +141,12 @@ def test_the_cluster_action_probe_changes_nothing(cluster):
     assert read_all(cluster.bootstrap, "probe", 1) == {0: list(range(1000))}
     log = broker.log_text()
     assert "is Denied operation = ClusterAction from host = 127.0.0.2" in log and "StopReplica" in log
+    # counted: 3 on the broker, 3 on the controller; and the bindings loaded on each
+    for process, denials in ((broker, 3), (cluster.controller, 3)):
+        status = asyncio.run(read_endpoint(f"127.0.0.1:{process.metrics_port}"))
+        assert status.value("kafka_server_authorizer_metrics_authorization_denied_total",
+                            operation="ClusterAction") == denials
+        assert status.value("kafka_server_authorizer_metrics_acls_total_count") == 1
 
 
 def topic_leader(cluster, topic: str) -> int:
@@ -250,3 +258,23 @@ def scram_of(client, user: str):
     except Exception:  # noqa: BLE001 - RESOURCE_NOT_FOUND when the user has no credential
         return None
     return [(info.mechanism, info.iterations) for info in description.scram_credential_infos]
+
+
+def test_a_new_controller_sends_the_acls_in_every_broker_s_full_state(cluster):
+    """A controller that starts again loads the ACLs from its metadata log and sends every
+    broker its full state, which replaces what the broker had: were the ACLs missing from it,
+    the brokers would drop theirs."""
+    a = admin(cluster)
+    binding = AclBinding(ResourceType.TOPIC, "kept", ResourcePatternType.PREFIXED, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    wait_futures(a.create_acls([binding]))
+    expected = [(2, "kept", 4, "User:alice", "*", 3, 3)]
+    wait_acls_everywhere(cluster, expected)
+    logs = {b.broker_id: b.log_text().count("ACLs loaded from the controller") for b in cluster.brokers.values()}
+    cluster.controller.stop()
+    cluster.controller.start(60)
+    for b in cluster.brokers.values():  # each got a new full state ...
+        wait_until(lambda: b.log_text().count("ACLs loaded from the controller") > logs[b.broker_id], timeout_s=30,
+                   what=f"broker {b.broker_id}'s full state from the new controller")
+    wait_acls_everywhere(cluster, expected)  # ... with the ACLs in it
+    assert describe_acls_on(cluster.controller.port) == expected

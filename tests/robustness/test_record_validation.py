@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from typing import NamedTuple
 
 import pytest
 
@@ -59,57 +60,127 @@ def garbage_records(seed: int) -> bytes:
     return record(0) + bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 200)))
 
 
-# (records for partition 0, the error expected); every batch has a correct CRC unless the case is about it
+class Case(NamedTuple):
+    records: bytes
+    code: int
+    why: str  # the check of Kafka's that gives this code (kbroker's where it differs, said so)
+
+
+CORRUPT = ErrorCode.CORRUPT_MESSAGE
+INVALID_TIMESTAMP = ErrorCode.INVALID_TIMESTAMP
 BASE = good_batch(3)
+NEXT = "validateRecords, the batch iterator's hasNext() for a second batch"
+# What each hostile batch for partition 0 is answered (partition 1 of the same request gets a good
+# batch and is written), and why, after Kafka's KafkaApis.handleProduceRequest ->
+# ProduceRequest.validateRecords (reading batches with ByteBufferLogInputStream) ->
+# UnifiedLog.analyzeAndValidateRecords -> LogValidator. Every batch has a correct CRC unless the
+# case is about it. The first batch's header is read before all of it (RequestUtils.hasTransac-
+# tionalRecords): a corrupt one there fails the whole request, see REQUEST_CASES.
 CASES = {
-    # three real records, count and lastOffsetDelta both claiming 2^31-1: moved the LEO to 2,147,483,647
-    "count 2^31-1 over three records": (rebuilt(BASE, records_count=2**31 - 1, last_offset_delta=2**31 - 2),
-                                        INVALID_RECORD),
-    "count 5 over three records": (rebuilt(BASE, records_count=5, last_offset_delta=4), INVALID_RECORD),
-    "count 2 over three records": (rebuilt(BASE, records_count=2, last_offset_delta=1), INVALID_RECORD),
-    "count disagrees with lastOffsetDelta": (rebuilt(BASE, last_offset_delta=7), INVALID_RECORD),
-    "varint of eleven 0xff bytes": (rebuilt(BASE, body=record(0) + b"\xff" * 11, records_count=2,
-                                            last_offset_delta=1), INVALID_RECORD),
-    "negative record length": (rebuilt(BASE, body=encode_varint(-5) + record(1), records_count=2,
-                                       last_offset_delta=1), INVALID_RECORD),
-    "header count -59": (rebuilt(BASE, body=encode_varint(7) + b"\x00\x00\x00\x01\x01" + encode_varint(-59) + b"\x00",
-                                 records_count=1, last_offset_delta=0), INVALID_RECORD),
-    "negative key length -7": (rebuilt(BASE, body=encode_varint(6) + b"\x00\x00\x00" + encode_varint(-7) + b"\x01\x00",
-                                       records_count=1, last_offset_delta=0), INVALID_RECORD),
-    "negative header key length": (rebuilt(BASE, body=encode_varint(8) + b"\x00\x00\x00\x01\x01\x02" + encode_varint(-3)
-                                           + b"\x01", records_count=1, last_offset_delta=0), INVALID_RECORD),
-    "record length past its fields": (rebuilt(BASE, body=encode_varint(9) + record(0)[1:] + b"\x00\x00",
-                                              records_count=1, last_offset_delta=0), INVALID_RECORD),
-    "bytes after the declared records": (rebuilt(BASE, body=record(0) + record(1) + b"\x00",
-                                                 records_count=2, last_offset_delta=1), INVALID_RECORD),
-    "offset deltas 0, 5": (rebuilt(BASE, body=record(0) + encode_record(5, 0, None, b"y", ()),
-                                   records_count=2, last_offset_delta=1), INVALID_RECORD),
-    "random bytes after one record (seed 1)": (rebuilt(BASE, body=garbage_records(1), records_count=3,
-                                                       last_offset_delta=2), INVALID_RECORD),
-    "random bytes after one record (seed 2)": (rebuilt(BASE, body=garbage_records(2), records_count=3,
-                                                       last_offset_delta=2), INVALID_RECORD),
-    "gzip attribute, plain payload": (rebuilt(BASE, attributes=int(Compression.GZIP)), INVALID_RECORD),
-    "zstd attribute, plain payload": (rebuilt(BASE, attributes=int(Compression.ZSTD)), INVALID_RECORD),
-    "lz4 attribute, gzip payload": (rebuilt(BASE, attributes=int(Compression.LZ4),
-                                            body=compress(Compression.GZIP, BASE[HEADER_SIZE:])), INVALID_RECORD),
-    "gzip of garbage records": (rebuilt(BASE, attributes=int(Compression.GZIP),
-                                        body=compress(Compression.GZIP, garbage_records(3))), INVALID_RECORD),
-    "codec id 6": (rebuilt(BASE, attributes=6), INVALID_RECORD),
-    "two batches for one partition": (good_batch(2) + good_batch(2), INVALID_RECORD),
-    "control batch": (rebuilt(BASE, attributes=CONTROL_MASK), INVALID_RECORD),
-    "producer id without a sequence": (rebuilt(BASE, producer_id=7, producer_epoch=0, base_sequence=-1),
-                                       INVALID_RECORD),
-    "magic 1": (rebuilt(BASE, magic=1), INVALID_RECORD),
-    "magic 3": (rebuilt(BASE, magic=3), INVALID_RECORD),
-    "magic 1, shorter than a v2 header": (BASE[:MAGIC_OFFSET] + b"\x01" + b"\x00" * 20, INVALID_RECORD),
-    "wrong CRC": (rebuilt(BASE, fix_crc=False, base_timestamp=5), ErrorCode.CORRUPT_MESSAGE),
-    "empty records": (b"", INVALID_RECORD),
+    # -- ByteBufferLogInputStream yields no batch: validateRecords' "must have at least one record batch"
+    "empty records": Case(b"", INVALID_RECORD, "no batch"),
+    "11 bytes: not even a batchLength": Case(BASE[:11], INVALID_RECORD, "no batch: under LOG_OVERHEAD (12)"),
+    "records shorter than their batchLength": Case(BASE[:-5], INVALID_RECORD, "no batch: fewer bytes than it claims"),
+    "16 bytes of a magic-3 batch": Case(rebuilt(BASE, magic=3)[:16], INVALID_RECORD,
+                                        "no batch: the magic (byte 16) is read from 17 bytes on"),
+    "magic 1, shorter than its batchLength": Case(BASE[:MAGIC_OFFSET] + b"\x01" + b"\x00" * 20, INVALID_RECORD,
+                                                  "no batch"),
+    # -- validateRecords on the first batch
+    "magic 1": Case(rebuilt(BASE, magic=1), INVALID_RECORD, "validateRecords: only magic 2 from Produce v3"),
+    "magic 0": Case(rebuilt(BASE, magic=0), INVALID_RECORD, "validateRecords: only magic 2 from Produce v3"),
+    "two batches for one partition": Case(good_batch(2) + good_batch(2), INVALID_RECORD,
+                                          "validateRecords: exactly one batch per partition"),
+    "a batch, then a second header with magic 3": Case(good_batch(2) + rebuilt(BASE, magic=3), CORRUPT,
+                                                       f"{NEXT}: Invalid magic found in record"),
+    "a batch, then 16 bytes whose batchLength is 13": Case(good_batch(2) + rebuilt(BASE, batch_length=13)[:16], CORRUPT,
+                                                           f"{NEXT}: Record size 13 is less than 14"),
+    # -- UnifiedLog.analyzeAndValidateRecords, in its order
+    "baseOffset 5": Case(rebuilt(BASE, base_offset=5), INVALID_RECORD, "analyze: a client's baseOffset must be 0"),
+    "batchLength 30: magic 2, shorter than a v2 header": Case(rebuilt(BASE, batch_length=30)[:42], CORRUPT,
+                                                             "analyze: isValid() needs 61 bytes"),
+    "wrong CRC": Case(rebuilt(BASE, fix_crc=False, base_timestamp=5), CORRUPT, "analyze: isValid(), the CRC"),
+    # -- LogValidator.validateBatch
+    "count 2^31-1 over three records": Case(rebuilt(BASE, records_count=2**31 - 1, last_offset_delta=2**31 - 2),
+                                            INVALID_RECORD, "validateBatch agrees; the records are fewer (readFrom)"),
+    "count 5 over three records": Case(rebuilt(BASE, records_count=5, last_offset_delta=4), INVALID_RECORD,
+                                       "records: premature EOF"),
+    "count 2 over three records": Case(rebuilt(BASE, records_count=2, last_offset_delta=1), INVALID_RECORD,
+                                       "records: bytes left after the last (incorrect declared batch size)"),
+    "count disagrees with lastOffsetDelta": Case(rebuilt(BASE, last_offset_delta=7), INVALID_RECORD,
+                                                 "validateBatch: inconsistent offset range and count"),
+    "lastOffsetDelta -1, count 0": Case(rebuilt(BASE, last_offset_delta=-1, records_count=0), INVALID_RECORD,
+                                        "validateBatch: invalid offset range"),
+    "control batch": Case(rebuilt(BASE, attributes=CONTROL_MASK), INVALID_RECORD,
+                          "validateBatch: clients may not write control records"),
+    "producer id without a sequence": Case(rebuilt(BASE, producer_id=7, producer_epoch=0, base_sequence=-1),
+                                           INVALID_RECORD, "validateBatch: invalid sequence number"),
+    # -- the records (DefaultRecord.readFrom): "Found invalid record structure" and kin
+    "varint of eleven 0xff bytes": Case(rebuilt(BASE, body=record(0) + b"\xff" * 11, records_count=2,
+                                                last_offset_delta=1), INVALID_RECORD, "records"),
+    "negative record length": Case(rebuilt(BASE, body=encode_varint(-5) + record(1), records_count=2,
+                                           last_offset_delta=1), INVALID_RECORD, "records"),
+    "header count -59": Case(rebuilt(BASE, body=encode_varint(7) + b"\x00\x00\x00\x01\x01" + encode_varint(-59) + b"\x00",
+                                     records_count=1, last_offset_delta=0), INVALID_RECORD, "records"),
+    "negative key length -7": Case(rebuilt(BASE, body=encode_varint(6) + b"\x00\x00\x00" + encode_varint(-7) + b"\x01\x00",
+                                           records_count=1, last_offset_delta=0), INVALID_RECORD,
+                                   "kbroker is stricter: Kafka reads a length below -1 as null"),
+    "negative header key length": Case(rebuilt(BASE, body=encode_varint(8) + b"\x00\x00\x00\x01\x01\x02"
+                                               + encode_varint(-3) + b"\x01", records_count=1, last_offset_delta=0),
+                                       INVALID_RECORD, "records: invalid negative header key size"),
+    "record length past its fields": Case(rebuilt(BASE, body=encode_varint(9) + record(0)[1:] + b"\x00\x00",
+                                                  records_count=1, last_offset_delta=0), INVALID_RECORD, "records"),
+    "bytes after the declared records": Case(rebuilt(BASE, body=record(0) + record(1) + b"\x00",
+                                                     records_count=2, last_offset_delta=1), INVALID_RECORD,
+                                             "records: incorrect declared batch size"),
+    "offset deltas 0, 5": Case(rebuilt(BASE, body=record(0) + encode_record(5, 0, None, b"y", ()),
+                                       records_count=2, last_offset_delta=1), INVALID_RECORD,
+                               "kbroker is stricter: Kafka stores or renumbers them"),
+    "random bytes after one record (seed 1)": Case(rebuilt(BASE, body=garbage_records(1), records_count=3,
+                                                           last_offset_delta=2), INVALID_RECORD, "records"),
+    "random bytes after one record (seed 2)": Case(rebuilt(BASE, body=garbage_records(2), records_count=3,
+                                                           last_offset_delta=2), INVALID_RECORD, "records"),
+    # -- compression. Where the payload cannot be decompressed (or the codec id is 5-7) Kafka's
+    # KafkaException (IllegalArgumentException) escapes as UNKNOWN_SERVER_ERROR; kbroker answers
+    # INVALID_RECORD: the batch is at fault, not the broker. A stream cut short is EOF: INVALID_RECORD in both.
+    "gzip attribute, plain payload": Case(rebuilt(BASE, attributes=int(Compression.GZIP)), INVALID_RECORD,
+                                          "kbroker: not gzip (Kafka: UNKNOWN_SERVER_ERROR)"),
+    "zstd attribute, plain payload": Case(rebuilt(BASE, attributes=int(Compression.ZSTD)), INVALID_RECORD,
+                                          "kbroker: not zstd (Kafka: UNKNOWN_SERVER_ERROR)"),
+    "lz4 attribute, gzip payload": Case(rebuilt(BASE, attributes=int(Compression.LZ4),
+                                                body=compress(Compression.GZIP, BASE[HEADER_SIZE:])), INVALID_RECORD,
+                                        "kbroker: not lz4 (Kafka: UNKNOWN_SERVER_ERROR)"),
+    "gzip of garbage records": Case(rebuilt(BASE, attributes=int(Compression.GZIP),
+                                            body=compress(Compression.GZIP, garbage_records(3))), INVALID_RECORD,
+                                    "records"),
+    "codec id 6": Case(rebuilt(BASE, attributes=6), INVALID_RECORD,
+                       "kbroker: no such codec (Kafka: CompressionType.forId throws, UNKNOWN_SERVER_ERROR)"),
+    # -- LogValidator.validateTimestamp
+    "LogAppendTime claimed, maxTimestamp -1": Case(rebuilt(BASE, attributes=TIMESTAMP_TYPE_MASK, max_timestamp=-1),
+                                                   INVALID_TIMESTAMP, "producers should not set LogAppendTime"),
+}
+# A corrupt header of a partition's first batch fails the whole request with CORRUPT_MESSAGE
+# (RequestUtils.hasTransactionalRecords reads it first; KafkaApis' handleError answers every partition).
+REQUEST_CASES = {
+    "magic 3": (rebuilt(BASE, magic=3), "Invalid magic found in record: 3"),
+    "magic 127": (rebuilt(BASE, magic=127), "Invalid magic found in record: 127"),
+    "magic -1 (0xff)": (rebuilt(BASE, magic=-1), "Invalid magic found in record: -1"),
+    "magic -128": (rebuilt(BASE, magic=-128), "Invalid magic found in record: -128"),
+    "magic 3, batch cut short (17 bytes are enough)": (rebuilt(BASE, magic=3)[:30], "Invalid magic found in record: 3"),
+    "batchLength 13": (rebuilt(BASE, batch_length=13), "Record size 13 is less than the minimum record overhead (14)"),
+    "batchLength -1, 12 bytes": (rebuilt(BASE, batch_length=-1)[:12],
+                                 "Record size -1 is less than the minimum record overhead (14)"),
+}
+# A tail that is no batch after the one batch is cut off and the batch written (trimInvalidBytes).
+TAIL_CASES = {
+    "11 bytes": b"\x00" * 11,
+    "a second batch cut short": good_batch(2)[:-1],
+    "16 bytes of a magic-3 batch": rebuilt(BASE, magic=3)[:16],
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_batch_is_refused_and_the_other_partition_is_written(broker, raw, caplog, case):
-    records, expected = CASES[case]
+    records, expected, _why = CASES[case]
     before = read_log(log_dir(broker), TOPIC, 0)
     leo1 = sum(len(r) for _, r in read_log(log_dir(broker), TOPIC, 1))
     caplog.clear()
@@ -125,6 +196,41 @@ def test_bad_batch_is_refused_and_the_other_partition_is_written(broker, raw, ca
     assert raw.produce({(TOPIC, 0): good_batch(1)}) == {(TOPIC, 0): 0}
     got = read_log(log_dir(broker), TOPIC, 0)
     assert got[:-1] == before and got[-1][0] == sum(len(r) for _, r in before)
+
+
+@pytest.mark.parametrize("case", list(REQUEST_CASES))
+def test_a_corrupt_first_batch_header_fails_the_whole_request(broker, raw, caplog, case):
+    """Issue 24 §3: magic 3 was INVALID_RECORD for its partition alone; Kafka reads every
+    partition's first batch header before anything else, and a corrupt one is CORRUPT_MESSAGE
+    for the whole request (each partition, Kafka's message in v8), nothing written."""
+    records, message = REQUEST_CASES[case]
+    before = [read_log(log_dir(broker), TOPIC, p) for p in (0, 1)]
+    caplog.clear()
+    answers = raw.produce_answers({(TOPIC, 1): good_batch(2), (TOPIC, 0): records})
+    assert {k: (a.error_code, a.error_message) for k, a in answers.items()} == {
+        (TOPIC, 0): (CORRUPT, message), (TOPIC, 1): (CORRUPT, message)}
+    assert [read_log(log_dir(broker), TOPIC, p) for p in (0, 1)] == before
+    assert [w for w in warnings(caplog) if "CORRUPT_MESSAGE" in w] == [w for w in warnings(caplog)]
+    assert len(warnings(caplog)) == 1 and message in warnings(caplog)[0]
+
+
+def test_the_first_header_read_decides_between_corrupt_and_transactional(broker, raw):
+    """hasTransactionalRecords stops at the first transactional batch; a corrupt header read
+    before it fails the request as corrupt, one after it is never read."""
+    txn = rebuilt(BASE, attributes=TRANSACTIONAL_MASK, producer_id=1, producer_epoch=0, base_sequence=0)
+    corrupt = rebuilt(BASE, magic=3)
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert raw.produce({(TOPIC, 0): txn, (TOPIC, 1): corrupt}) == {(TOPIC, 0): code, (TOPIC, 1): code}
+    assert raw.produce({(TOPIC, 0): corrupt, (TOPIC, 1): txn}) == {(TOPIC, 0): CORRUPT, (TOPIC, 1): CORRUPT}
+
+
+@pytest.mark.parametrize("case", list(TAIL_CASES))
+def test_a_tail_that_is_no_batch_is_cut_off_and_the_batch_written(broker, raw, case):
+    before = read_log(log_dir(broker), TOPIC, 0)
+    batch = good_batch(2)
+    assert raw.produce({(TOPIC, 0): batch + TAIL_CASES[case]}) == {(TOPIC, 0): 0}
+    got = read_log(log_dir(broker), TOPIC, 0)
+    assert got[:-1] == before and [r.value for r in got[-1][1]] == [b"v" * 20 + b"0", b"v" * 20 + b"1"]
 
 
 def test_zstd_needs_produce_v7(broker, raw):
@@ -173,8 +279,12 @@ def test_a_real_consumer_reads_the_topic_after_every_case(broker, raw):
     """kafka-python raised CorruptRecordError on what used to be stored; it reads all now."""
     from kafka import KafkaConsumer, TopicPartition
 
-    for records, _ in CASES.values():
+    for records, _, _ in CASES.values():
         raw.produce({(TOPIC, 0): records})
+    for records, _ in REQUEST_CASES.values():
+        raw.produce({(TOPIC, 0): records})
+    for tail in TAIL_CASES.values():
+        raw.produce({(TOPIC, 0): good_batch(2) + tail})
     raw.produce({(TOPIC, 0): good_batch(4)})
     expected = sum(len(r) for _, r in read_log(log_dir(broker), TOPIC, 0))
     tp = TopicPartition(TOPIC, 0)
@@ -225,10 +335,49 @@ COMPACT = "errors-compact"
 PLAIN = "errors-plain"
 
 
+LOG_APPEND_TIME = "errors-log-append-time"
+SMALL = "errors-small"
+
+
 @pytest.fixture(scope="module")
 def topics(broker):
     create_topic(broker, COMPACT, configs={"cleanup.policy": "compact"})
     create_topic(broker, PLAIN, partitions=2)
+    create_topic(broker, LOG_APPEND_TIME, configs={"message.timestamp.type": "LogAppendTime"})
+    create_topic(broker, SMALL, configs={"max.message.bytes": "100"})
+
+
+def test_a_batch_claiming_log_append_time_on_such_a_topic_is_invalid_timestamp(topics, raw):
+    """LogValidator.validateTimestamp: producers should not set LogAppendTime; on a LogAppendTime
+    topic every record is named (RecordValidationException around InvalidTimestampException)."""
+    claiming = build_batch([Record(key=b"k", value=b"abc", timestamp=5), Record(value=b"d", timestamp=6)],
+                           timestamp_type=1)
+    answer = raw.produce_answers({(LOG_APPEND_TIME, 0): claiming})[(LOG_APPEND_TIME, 0)]
+    assert answer.error_code == INVALID_TIMESTAMP
+    assert answer.error_message == "One or more records have been rejected due to invalid timestamp"
+    stamp = read_header(claiming, 0).max_timestamp
+    assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] == [
+        (i, f"Invalid timestamp type in message DefaultRecord(offset={i}, timestamp={stamp}, key={k} bytes, "
+            f"value={v} bytes). Producer should not set timestamp type to LogAppendTime.")
+        for i, k, v in ((0, 1, 3), (1, 0, 1))]
+    plain = build_batch([Record(value=b"d", timestamp=6)])
+    assert raw.produce({(LOG_APPEND_TIME, 0): plain}) == {(LOG_APPEND_TIME, 0): 0}
+
+
+def test_max_message_bytes_is_checked_before_the_crc(topics, raw):
+    """analyzeAndValidateRecords' order: baseOffset, then the size, then isValid (the CRC)."""
+    big = good_batch(3)
+    assert len(big) > 100
+    assert raw.produce({(SMALL, 0): rebuilt(big, fix_crc=False, base_timestamp=5)}) == {
+        (SMALL, 0): ErrorCode.MESSAGE_TOO_LARGE}
+    assert raw.produce({(SMALL, 0): rebuilt(big, base_offset=3, fix_crc=False)}) == {(SMALL, 0): INVALID_RECORD}
+
+
+def test_an_unknown_partition_is_answered_before_its_records_are_checked(topics, raw):
+    """KafkaApis answers UNKNOWN_TOPIC_OR_PARTITION before validateRecords looks at the records."""
+    assert raw.produce({(PLAIN, 7): b"", (PLAIN, 0): good_batch(1)}) == {
+        (PLAIN, 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, (PLAIN, 0): 0}
+    assert raw.produce({(PLAIN, 7): good_batch(1) + good_batch(1)}) == {(PLAIN, 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 
 
 def test_keyless_records_on_a_compacted_topic_are_each_named_with_their_batch_index(topics, raw):

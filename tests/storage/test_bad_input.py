@@ -29,6 +29,9 @@ CASES = {
     # a client's magic 1 is INVALID_RECORD (Kafka's answer to a v3+ produce); a follower's is corruption
     "magic 1": (patched(GOOD, MAGIC_OFFSET, ">b", 1), {"leader": ErrorCode.INVALID_RECORD,
                                                       "follower": ErrorCode.CORRUPT_MESSAGE}),
+    # a magic outside 0..2 is corruption for both (Kafka's batch iterator: "Invalid magic found in record")
+    "magic 3": (patched(GOOD, MAGIC_OFFSET, ">b", 3), ErrorCode.CORRUPT_MESSAGE),
+    "magic -1": (patched(GOOD, MAGIC_OFFSET, ">b", -1), ErrorCode.CORRUPT_MESSAGE),
     "count disagrees with lastOffsetDelta": (patched(GOOD, LAST_OFFSET_DELTA_OFFSET, ">i", 5, fix_crc=True),
                                              ErrorCode.INVALID_RECORD),
 }
