@@ -8,11 +8,13 @@ PLAINTEXT listener that the harness asks whether it is live.)"""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from cli.certs import make_certs
 from controller.launcher import BrokerProcess, ControllerProcess, free_port
-from protocol.client import KafkaClient, Network
+from protocol.client import BrokerConnection, KafkaClient, Network
 from protocol.client.security import ClientSecurity
+from protocol.errors import KafkaError
 from tests.support import wait_until
 
 from .helpers import NumberedProducer, partitions_of, read_all, wait_for
@@ -37,6 +39,7 @@ async def test_sasl_ssl_everywhere_replicates_and_fails_over(tmp_path):
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystores["localhost"]),
         "ssl.truststore.type": "PEM", "ssl.truststore.location": ca,
         "listener.name.external.plain.sasl.jaas.config": jaas("x", "x", alice="alice-secret"),
+        "listener.name.external.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
     }
     controller = ControllerProcess(tmp_path / "controller", free_port(), 3000, {
         **common, "broker.session.timeout.ms": "4000",
@@ -70,6 +73,30 @@ async def test_sasl_ssl_everywhere_replicates_and_fails_over(tmp_path):
         async with KafkaClient(bootstrap, network=Network(security)) as admin:
             await admin.create_topics([("secure", PARTITIONS, 3, None)])
         probe = brokers[1].port
+        # a SCRAM user made through any broker (forwarded to the controller) logs in on every broker within a second
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+        made = time.monotonic()
+        admin_client = AdminClient({"bootstrap.servers": bootstrap, **client})
+        for f in admin_client.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"dave-secret")]).values():
+            f.result(10)
+        scram = ClientSecurity.from_properties({"security.protocol": "SASL_SSL", "ssl.truststore.type": "PEM",
+                                                "ssl.truststore.location": ca, "sasl.mechanism": "SCRAM-SHA-512",
+                                                "sasl.username": "dave", "sasl.password": "dave-secret"})
+
+        async def logs_in(port: int) -> bool:
+            conn = BrokerConnection("127.0.0.1", port, network=Network(scram), request_timeout_ms=2000)
+            try:
+                await conn.connect()
+                return True
+            except KafkaError:
+                return False
+            finally:
+                conn.close()
+        for b in brokers.values():
+            while not await logs_in(b.external):
+                assert time.monotonic() - made < 5, f"dave cannot log in on broker {b.broker_id}"
+        assert time.monotonic() - made < 1.5
 
         async def full_isr():
             parts = await partitions_of(probe, "secure")
