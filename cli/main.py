@@ -271,6 +271,9 @@ def _add_cluster(commands: Subcommands) -> None:
     up.add_argument("--zookeeper", nargs="?", const="start", default=None, metavar="CONNECT",
                     help="keep the metadata in ZooKeeper (controller.metadata.store=zookeeper): without a value, "
                          "start a ZooKeeper server of the cluster's own (Debian's package); or host:port[/chroot]")
+    up.add_argument("--secure", action="store_true",
+                    help="clients on SASL_SSL with SCRAM, mutual TLS between the processes, ACLs on, an admin "
+                         "super user; certificates and the admin's client config written under DIR")
     up.add_argument("--timeout", type=float, default=60, help="seconds to wait for every broker (default 60)")
     status = local_command(actions, "status", "cli.cluster:status",
                            "processes, live brokers, under-replicated and offline partitions (exit 1 if unhealthy)")
