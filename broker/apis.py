@@ -107,7 +107,10 @@ def _fetch_in_request_order(request_topics, results: list, denied: set[str]) -> 
     out = []
     for t, parts in request_topics:
         if t in denied:
-            out.append((t, [FetchPartitionData(fp.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in parts]))
+            # empty records, never null (Kafka's MemoryRecords.EMPTY): librdkafka rejects the whole
+            # response for a -1 MessageSetSize and never sees the error
+            out.append((t, [FetchPartitionData(fp.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, records=b"")
+                            for fp in parts]))
         else:
             out.append(next(read))
     return out

@@ -186,7 +186,9 @@ def fetch(b, topics, replica_id=-1):
     [out] = b.transport.written
     b.transport.written.clear()
     response = decode_fetch_response(11, out, 8)
-    return response.error_code, {t: [(p.partition, p.error_code, p.records is not None and len(p.records) > 0)
+    # records: True (some), False (empty) or None (null: what librdkafka rejects a response for;
+    # Kafka answers an error with empty records)
+    return response.error_code, {t: [(p.partition, p.error_code, None if p.records is None else len(p.records) > 0)
                                      for p in parts] for t, parts in response.responses}
 
 
