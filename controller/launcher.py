@@ -663,7 +663,11 @@ class ZooKeeperProcess:
     that tests can use short session timeouts (ZooKeeper allows 2 to 20 ticks)."""
 
     def __init__(self, directory: Path, client_port: int | None = None, *, myid: int = 1,
-                 peers: list[tuple[int, int, int]] | None = None, tick_ms: int = 200, java: str = "java") -> None:
+                 peers: list[tuple[int, int, int]] | None = None, tick_ms: int = 200, java: str = "java",
+                 sasl_users: dict[str, str] | None = None) -> None:
+        """``sasl_users``: name -> password the server accepts with SASL DIGEST-MD5 (its JAAS
+        ``Server`` section; unauthenticated clients still connect, and ACLs decide what they see)."""
+        self.sasl_users = dict(sasl_users or {})
         self.directory = Path(directory)
         self.client_port = client_port or free_port()
         self.myid = myid
@@ -706,6 +710,8 @@ class ZooKeeperProcess:
                  f"clientPort={self.client_port}", "clientPortAddress=127.0.0.1", "maxClientCnxns=0",
                  "admin.enableServer=false", "4lw.commands.whitelist=*", "autopurge.purgeInterval=1",
                  f"minSessionTimeout={2 * self.tick_ms}", "maxSessionTimeout=120000", "forceSync=yes"]
+        if self.sasl_users:
+            lines.append("authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
         if self.peers:
             lines.append("standaloneEnabled=false")
             for sid, quorum, election in self.peers:
@@ -714,7 +720,8 @@ class ZooKeeperProcess:
 
     def command(self) -> list[str]:
         conf = self.directory / "conf"
-        return [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true",
+        jaas = [f"-Djava.security.auth.login.config={conf / 'jaas.conf'}"] if self.sasl_users else []
+        return [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true", *jaas,
                 f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}", "-cp", f"{conf}:{ZOOKEEPER_JAR}",
                 ZOOKEEPER_MAIN, str(conf / "zoo.cfg")]
 
@@ -727,6 +734,10 @@ class ZooKeeperProcess:
         data.mkdir(parents=True, exist_ok=True)
         (conf / "zoo.cfg").write_text(self.config_text())
         (conf / "log4j.properties").write_text(ZOOKEEPER_LOG4J)
+        if self.sasl_users:
+            users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
+            (conf / "jaas.conf").write_text(f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required "
+                                            f"{users};\n}};\n")
         (data / "myid").write_text(f"{self.myid}\n")
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.directory,

@@ -495,3 +495,26 @@ def ck_read_all(m, topic) -> list[bytes]:
         raise AssertionError("did not reach the end")
     finally:
         consumer.close()
+
+
+def test_kbroker_acls_and_users_over_sasl(matrix, tmp_path):
+    """kbroker's commands log in with --command-config / -X as Kafka's tools do: the super user
+    lists the ACLs; a principal without DESCRIBE / ALTER on the cluster is refused listing
+    them, adding one and listing SCRAM credentials (exit 1, Kafka's error)."""
+    from tests.cli.test_cli import kbroker
+
+    config = tmp_path / "admin.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                      'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
+                      'username="admin" password="admin-secret";\n')
+    listed = kbroker(matrix.bootstrap, "acls", "list", "--command-config", str(config), "--topic", "orders").stdout
+    assert b"(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in listed
+    as_eve = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=eve",
+              "-X", "sasl.password=eve-secret"]
+    refused = kbroker(matrix.bootstrap, "acls", "list", *as_eve, expect=1)
+    assert b"Cluster authorization failed" in refused.stderr or b"CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    refused = kbroker(matrix.bootstrap, "acls", "add", *as_eve, "--allow-principal", "User:eve", "--topic", "orders",
+                      expect=1)
+    assert b"CLUSTER_AUTHORIZATION_FAILED" in refused.stderr or b"Cluster authorization failed" in refused.stderr
+    refused = kbroker(matrix.bootstrap, "users", "scram", "list", *as_eve, expect=1)
+    assert b"Cluster authorization failed" in refused.stderr or b"CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
