@@ -348,12 +348,12 @@ class TransactionCoordinator:
             return respond(ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
         if producer_id >= 0:
             # KIP-360: only the current producer (or a retry of the last bump) may ask
-            if not ((producer_id == md.producer_id and producer_epoch == md.producer_epoch)
-                    or (producer_id == md.last_producer_id and producer_epoch == md.last_producer_epoch)):
-                return respond(ErrorCode.PRODUCER_FENCED, -1, -1)
-            if producer_id == md.last_producer_id and producer_epoch == md.last_producer_epoch \
-                    and md.state in (TxnState.EMPTY, *_COMPLETE):
+            retry = (producer_id in (md.producer_id, md.last_producer_id) and producer_epoch == md.last_producer_epoch
+                     and md.state in (TxnState.EMPTY, *_COMPLETE))
+            if retry:
                 return respond(ErrorCode.NONE, md.producer_id, md.producer_epoch)
+            if not (producer_id == md.producer_id and producer_epoch == md.producer_epoch):
+                return respond(ErrorCode.PRODUCER_FENCED, -1, -1)
         now = self.time.milliseconds()
         if md.state == TxnState.ONGOING:
             # fence the producer of the ongoing transaction and abort it; the client retries
