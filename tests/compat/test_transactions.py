@@ -189,3 +189,33 @@ def test_zombie_producer_is_fenced_and_its_writes_never_show(threaded_broker):
         old.commit_transaction(10)
     assert raised.value.args[0].fatal() or "fenced" in str(raised.value).lower(), raised.value
     assert consume_confluent(bootstrap, topic, "read_committed") == [b"new-1"]
+
+
+def _metrics(broker) -> dict[tuple[str, tuple], float]:
+    def collect():
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in broker.server.collector.collect() for s in family.samples}
+    return broker.call(collect)
+
+
+def test_metrics_count_commits_aborts_and_the_lso_lag(threaded_broker):
+    topic = "txn-metrics"
+    create_topic(threaded_broker, topic)
+    bootstrap = threaded_broker.bootstrap
+    produce_confluent(bootstrap, topic)
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "metrics-open", "linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"open")
+    p.flush(30)
+    m = _metrics(threaded_broker)
+    labels = (("partition", "0"), ("topic", topic))
+    assert m[("kafka_server_transaction_coordinator_commits_total", ())] == 3
+    assert m[("kafka_server_transaction_coordinator_aborts_total", ())] == 2
+    assert m[("kafka_server_transaction_coordinator_ongoing", ())] == 1
+    assert m[("kafka_cluster_partition_last_stable_offset_lag", labels)] == 1  # the open record
+    assert m[("kafka_server_transaction_marker_latency_p99_seconds", ())] > 0
+    p.commit_transaction(30)
+    m = _metrics(threaded_broker)
+    assert m[("kafka_cluster_partition_last_stable_offset_lag", labels)] == 0
+    assert m[("kafka_server_transaction_coordinator_ongoing", ())] == 0
