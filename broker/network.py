@@ -22,10 +22,12 @@ Per connection:
   idle connections and ones stuck in the middle of a frame (Kafka's Selector LRU).
 * Bad input never reaches other connections: a frame that cannot be parsed closes only
   this connection, with one log line.
-* Security, per listener (broker/security/links.py starts them): a TLS listener is served by
-  the event loop's TLS (``create_server(ssl=...)``; a failed handshake counts as a failed
-  authentication) and its connections' principal comes from a client certificate mapped by
-  ``ssl.principal.mapping.rules``; on a SASL listener each connection's requests pass through
+* Security, per listener (broker/security/links.py starts them): a TLS listener's connection
+  first does its handshake through the event loop's TLS (``loop.start_tls``, ``TlsHandshake``):
+  a handshake that fails, or is not done within TLS_HANDSHAKE_TIMEOUT_S, is a failed
+  authentication (counted, one line); a client that leaves in the middle is a disconnection.
+  Then its ``KafkaConnection`` takes the TLS transport, and its principal comes from a client
+  certificate mapped by ``ssl.principal.mapping.rules``; on a SASL listener each connection's requests pass through
   its SASL state machine first (``KafkaConnection.sasl``, broker/security/sasl_server.py). A PLAINTEXT
   connection pays one attribute check per request for all of it.
 * Metrics (when the server has ``RequestMetrics``): each request's slot carries the clock
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
 import socket
 import ssl
@@ -346,14 +349,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         self.lstats.auth_failed += 1
                     self.close(f"failed authentication on listener {self.listener_name}: {exc}")
                     return
-                log.info("%s authenticated by its TLS certificate as %s on listener %s", self.peer, self.principal,
-                         self.listener_name)
+                # Successes at DEBUG, as Kafka logs them (a health check every few seconds is not news).
+                log.debug("%s authenticated by its TLS certificate as %s on listener %s", self.peer, self.principal,
+                          self.listener_name)
         if auth is not None:
             self.sasl = auth.authenticator(self)
         elif self.lstats is not None:
             self.lstats.auth_succeeded += 1
 
     def connection_lost(self, exc) -> None:
+        if self.transport is None:
+            return  # a TLS handshake that never completed (TlsHandshake counts it)
         if self.framer.buffered and not self.closed:
             log.warning("connection from %s closed in the middle of a request (%d bytes of a frame dropped)",
                         self.peer, self.framer.buffered)
@@ -628,7 +634,7 @@ class SocketServer:
         # Every open connection, least recently active first (Kafka's Selector keeps this LRU
         # for connections.max.idle.ms).
         self.connections: collections.OrderedDict[KafkaConnection, None] = collections.OrderedDict()
-        self.servers: list[tuple[str, asyncio.AbstractServer]] = []
+        self.servers: list[tuple[str, Any]] = []  # asyncio servers; TlsListener for TLS listeners
         self._drained: asyncio.Event | None = None  # set while someone waits for in-flight requests
         self._idle_timer: TimerHandle | None = None
         self.idle_closed = 0
@@ -638,6 +644,8 @@ class SocketServer:
         self.listener_auth: dict[str, Any] = {}  # SASL listeners: their ListenerAuthentication
         self.principal_mappers: dict[str, "SslPrincipalMapper"] = {}  # TLS listeners
         self.tls_contexts: dict[str, ssl.SSLContext] = {}
+        self.handshakes: set[TlsHandshake] = set()  # TLS connections still in their handshake
+        self.tls_handshake_timeout_s = TLS_HANDSHAKE_TIMEOUT_S
 
     # -- connections ------------------------------------------------------------------------
     def connection_opened(self, conn: KafkaConnection) -> None:
@@ -699,27 +707,27 @@ class SocketServer:
         if self.metrics is not None:
             self.listener_stats.setdefault(listener_name, ListenerStats(listener_name))
         factory: Callable[[], asyncio.BaseProtocol] = lambda: KafkaConnection(self, listener_name)  # noqa: E731
-        server: asyncio.AbstractServer
+        server: Any
         if authentication is not None:
             self.listener_auth[listener_name] = authentication
         if tls is not None:
             self.tls_contexts[listener_name] = tls
-            tls.sslobject_class = _counting_sslobject(self, listener_name)
+            tls.sslobject_class = FastSSLObject
             if principal_mapper is not None:
                 self.principal_mappers[listener_name] = principal_mapper
-            server = await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024, ssl=tls,
-                                              ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT_S)
+            server = TlsListener(self, listener_name, host, port)
         else:
             server = await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024)
         self.servers.append((listener_name, server))
         return server.sockets[0].getsockname()[1]
 
-    def tls_handshake_failed(self, listener_name: str, exc: BaseException) -> None:
+    def tls_handshake_failed(self, listener_name: str, peer: str, why: str) -> None:
+        """A TLS handshake failed or timed out: a failed authentication, one line (as Kafka's
+        Selector logs "Failed authentication with ... (SSL handshake failed)")."""
         stats = self.listener_stats.get(listener_name)
         if stats is not None:
             stats.auth_failed += 1
-        log.info("failed authentication on listener %s: TLS handshake failed: %s", listener_name,
-                 getattr(exc, "reason", None) or exc)
+        log.info("failed authentication of %s on listener %s: TLS handshake %s", peer, listener_name, why)
 
     def bound_port(self, listener_name: str | None = None) -> int:
         for name, server in self.servers:
@@ -791,6 +799,8 @@ class SocketServer:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        for handshake in list(self.handshakes):
+            handshake.abort()
         for conn in list(self.connections):
             conn.close()
         for _name, server in self.servers:
@@ -798,22 +808,141 @@ class SocketServer:
 
 
 
-_TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# How long a TLS handshake may take; then the connection is closed and counted as a failed
+# authentication. Kafka has no key for it (a Kafka broker leaves a stalled handshake to
+# connections.max.idle.ms, ten minutes by default, and does not count it): kbroker's is fixed.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
-def _counting_sslobject(server: SocketServer, listener_name: str) -> type[ssl.SSLObject]:
-    """The SSLObject class of a listener's TLS context: a handshake that fails (a plaintext
-    client, a certificate the truststore does not trust, no common protocol) is counted as a
-    failed authentication, as Kafka counts it, and logged once."""
+class FastSSLObject(ssl.SSLObject):
+    """The SSLObject of a TLS listener's connections. uvloop binds ``read``, ``write`` and
+    ``pending`` once per connection and calls them for every TLS record: here they are the
+    C methods themselves, without ssl.py's Python wrapper frame per call (librdkafka writes a
+    TLS record per message: two per 1 KiB record produced)."""
 
-    class CountingSSLObject(ssl.SSLObject):
-        def do_handshake(self) -> None:
+    @classmethod
+    def _create(cls, *args: Any, **kwargs: Any) -> "FastSSLObject":
+        self = super()._create(*args, **kwargs)
+        sslobj = self._sslobj
+        self.read = sslobj.read  # type: ignore[method-assign]
+        self.write = sslobj.write  # type: ignore[method-assign]
+        self.pending = sslobj.pending  # type: ignore[method-assign]
+        return self
+
+
+class TlsListener:
+    """A TLS listener: its own accept loop, each accepted socket handed with its handshake to
+    the loop's TLS (``loop.connect_accepted_socket(ssl=...)``) in a task, ``TlsHandshake``.
+    (``create_server(ssl=...)`` does the handshake out of sight: a handshake that times out
+    leaves no trace there, and Kafka counts failed TLS handshakes as failed authentications.)
+    Like asyncio's servers: every address ``host`` resolves to (all with None or ""), accepts
+    in bursts, and on EMFILE/ENFILE (out of descriptors) stops accepting for a second."""
+
+    ACCEPT_BURST = 100
+    RETRY_MS = 1000
+
+    def __init__(self, server: "SocketServer", listener_name: str, host: str | None, port: int) -> None:
+        self.server = server
+        self.listener_name = listener_name
+        self.loop = asyncio.get_running_loop()
+        self.sockets: list[socket.socket] = []
+        self._retry: TimerHandle | None = None
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        seen = set()
+        try:
+            for family, type_, proto, _name, address in infos:
+                if (family, address) in seen:
+                    continue
+                seen.add((family, address))
+                sock = socket.socket(family, type_, proto)
+                self.sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port == 0 and len(self.sockets) > 1:  # one port for every address
+                    address = (address[0], self.sockets[0].getsockname()[1], *address[2:])
+                sock.bind(address)
+                sock.listen(1024)
+                sock.setblocking(False)
+        except OSError:
+            self.close()
+            raise
+        self._start_accepting()
+
+    def _start_accepting(self) -> None:
+        self._retry = None
+        for sock in self.sockets:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(self.ACCEPT_BURST):
             try:
-                super().do_handshake()
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                raise
-            except ssl.SSLError as exc:
-                server.tls_handshake_failed(listener_name, exc)
-                raise
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("listener %s: cannot accept connections (%s); trying again in %d ms",
+                              self.listener_name, exc, self.RETRY_MS)
+                    for s in self.sockets:
+                        self.loop.remove_reader(s.fileno())
+                    self._retry = self.server.time.schedule(self.RETRY_MS, self._start_accepting)
+                else:
+                    log.warning("listener %s: accept failed: %s", self.listener_name, exc)
+                return
+            conn.setblocking(False)
+            TlsHandshake(self.server, self.listener_name, conn, address).start()
 
-    return CountingSSLObject
+    def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        for sock in self.sockets:
+            if sock.fileno() >= 0:
+                self.loop.remove_reader(sock.fileno())
+                sock.close()
+
+
+class TlsHandshake:
+    """An accepted connection of a TLS listener during its handshake: a task hands the socket
+    to the loop's TLS (``loop.connect_accepted_socket``) with a KafkaConnection as the
+    protocol, whose connection_made comes once the handshake is done. A handshake that fails
+    (a plaintext client, an untrusted or missing client certificate, no common protocol) or
+    does not finish within TLS_HANDSHAKE_TIMEOUT_S is a failed authentication, counted and
+    logged once; a client that leaves in the middle is only a disconnection (DEBUG), as in Kafka."""
+
+    def __init__(self, server: "SocketServer", listener_name: str, sock: socket.socket, address: Any) -> None:
+        self.server = server
+        self.listener_name = listener_name
+        self.sock = sock
+        self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else "?"
+        self.task: asyncio.Task | None = None
+        self.handed = False  # the loop's TLS has the socket (and closes it)
+
+    def start(self) -> None:
+        self.server.handshakes.add(self)
+        self.task = asyncio.get_running_loop().create_task(self._handshake())
+
+    def abort(self) -> None:
+        """Shutdown: give up the handshake, close the socket."""
+        self.server.handshakes.discard(self)
+        if self.task is not None:
+            self.task.cancel()
+        if not self.handed:
+            self.sock.close()
+
+    async def _handshake(self) -> None:
+        server, listener = self.server, self.listener_name
+        conn = KafkaConnection(server, listener)
+        self.handed = True
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: conn, self.sock, ssl=server.tls_contexts[listener], ssl_handshake_timeout=server.tls_handshake_timeout_s)
+        except ssl.SSLError as exc:
+            server.tls_handshake_failed(listener, self.peer, f"failed: {exc.reason or exc}")
+        except (ConnectionAbortedError, TimeoutError):  # the loop's handshake timeout
+            server.tls_handshake_failed(listener, self.peer, f"not completed within {server.tls_handshake_timeout_s:g} s")
+        except OSError as exc:
+            log.debug("%s left during the TLS handshake on listener %s: %r", self.peer, listener, exc)
+        finally:
+            server.handshakes.discard(self)

@@ -12,4 +12,4 @@ from controller.server import run as run_controller
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_controller(args.config, args.override, args.log_level)
+    return run_controller(args.config, args.override, args.log_level, args.logger)

@@ -105,6 +105,9 @@ def _add_serve(commands: Subcommands) -> None:
                        help="set a configuration key (repeatable)")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                        help="stderr logging level (default INFO)")
+    serve.add_argument("--logger", action="append", default=[], type=_key_value, metavar="LOGGER=LEVEL",
+                       help="one logger's level, as a log4j.logger line sets it (repeatable): "
+                            "kbroker.network=DEBUG logs TLS logins, kbroker.authentication=DEBUG SASL ones")
 
 
 def _add_controller(commands: Subcommands) -> None:
@@ -114,6 +117,9 @@ def _add_controller(commands: Subcommands) -> None:
                             help="set a configuration key (repeatable)")
     controller.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                             help="stderr logging level (default INFO)")
+    controller.add_argument("--logger", action="append", default=[], type=_key_value, metavar="LOGGER=LEVEL",
+                            help="one logger's level, as a log4j.logger line sets it (repeatable): "
+                                 "kbroker.network=DEBUG logs TLS logins, kbroker.authentication=DEBUG SASL ones")
 
 
 def _add_storage(commands: Subcommands) -> None:

@@ -20,9 +20,18 @@ from controller.kafka_raft_server import KafkaRaftServer
 from controller.metadata_store import MetadataStoreError
 
 
+def set_logger_levels(levels) -> None:
+    """``--logger NAME=LEVEL``: a logger's own level (a log4j.logger line in Kafka's log4j.properties)."""
+    for name, level in levels:
+        if level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise SystemExit(f"kbroker: --logger {name}={level}: the level is DEBUG, INFO, WARNING or ERROR")
+        logging.getLogger(name).setLevel(level.upper())
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    set_logger_levels(getattr(args, "logger", []))
     try:
         return uvloop.run(serve(KafkaConfig.load(args.config, args.override)))
     except (ConfigError, MetadataStoreError) as exc:

@@ -132,6 +132,7 @@ class BrokerProcess:
         self.probe_port: int | None = None
         self.probe_properties: dict[str, str] | None = None
         self._probe_tls: ssl.SSLContext | None = None
+        self.loggers: dict[str, str] = {}  # logger name -> level (--logger), e.g. kbroker.network: DEBUG
 
     @property
     def bootstrap(self) -> str:
@@ -173,6 +174,8 @@ class BrokerProcess:
         cmd = [*self.prefix, self.python, "-m", "broker", "serve"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
+        for name, level in self.loggers.items():
+            cmd += ["--logger", f"{name}={level}"]
         return cmd
 
     def start(self, timeout_s: float = 30.0) -> "BrokerProcess":
@@ -324,6 +327,8 @@ class ControllerProcess(BrokerProcess):
         cmd = [*self.prefix, self.python, "-m", "controller"]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
+        for name, level in self.loggers.items():
+            cmd += ["--logger", f"{name}={level}"]
         return cmd
 
 

@@ -377,11 +377,14 @@ async def serve(config: KafkaConfig) -> int:
     return 0 if server.failure is None else 1
 
 
-def run(config_path: str | None, overrides=(), log_level: str = "INFO") -> int:
-    """What ``kbroker controller`` calls: load the configuration, log like the broker, run on uvloop."""
+def run(config_path: str | None, overrides=(), log_level: str = "INFO", loggers=()) -> int:
+    """What ``kbroker controller`` calls: load the configuration, log like the broker, run on uvloop.
+    ``loggers``: (name, level) pairs, a logger's own level."""
     import uvloop
 
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name, level in loggers:
+        logging.getLogger(name).setLevel(str(level).upper())
     try:
         config = KafkaConfig.load(config_path, overrides)
         check_controller_config(config)
@@ -397,5 +400,8 @@ def main(argv=None) -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="set a configuration key (repeatable; wins over the file and the environment)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.add_argument("--logger", action="append", default=[], metavar="LOGGER=LEVEL",
+                        help="one logger's level (repeatable), e.g. kbroker.network=DEBUG")
     args = parser.parse_args(argv)
-    return run(args.config, args.override, args.log_level)
+    loggers = [tuple(item.split("=", 1)) for item in args.logger if "=" in item]
+    return run(args.config, args.override, args.log_level, loggers)

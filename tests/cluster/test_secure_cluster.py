@@ -149,6 +149,8 @@ async def test_mutual_tls_between_brokers_and_the_controller(tmp_path):
             "controller.quorum.bootstrap.servers": controller.address,
             "listeners": f"PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
             "min.insync.replicas": 2, "offsets.topic.replication.factor": 3})
+    for p in (controller, *brokers.values()):  # successful TLS logins are DEBUG lines (as in Kafka)
+        p.loggers = {"kbroker.network": "DEBUG"}
     controller.start(30)
     try:
         for b in brokers.values():

@@ -60,6 +60,8 @@ class SecureBroker:
             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
             "group.initial.rebalance.delay.ms": "0", "offsets.topic.replication.factor": "1",
         })
+        # Successful TLS logins are DEBUG lines (as in Kafka): this broker logs them, to show principals.
+        self.process.loggers = {"kbroker.network": "DEBUG"}
         self.plaintext = f"127.0.0.1:{plain_port}"
 
     def bootstrap(self, listener: str) -> str:
