@@ -29,7 +29,9 @@ a broker's mutual TLS listener as the ``admin`` client certificate: until then n
 exists, so the SASL_SSL listeners let nobody in, and the mutual TLS listeners only holders of a
 certificate of the cluster's CA. The admin's client configuration is written to DIR (Kafka's
 properties for ``--command-config``; librdkafka's for kcat ``-F`` and confluent-kafka) and
-printed with kcat's ``-X`` equivalents.
+printed with kcat's ``-X`` equivalents. With ``--zookeeper`` the cluster's own ZooKeeper takes
+SASL (DIGEST-MD5) sessions only: the controllers' identity (a random password in DIR/secrets,
+handed to them in a 0600 properties file) and ``zookeeper.set.acl=true`` on every znode.
 
 These start and stop servers, so they are server-side commands like ``serve`` (they import
 controller/launcher.py); ``cluster elect-leaders`` is a client command (``cli.elect_leaders``).
@@ -53,7 +55,7 @@ from rich.table import Table
 
 from cli.certs import make_certs
 from cli.common import UsageError, error_name
-from controller.launcher import ADMIN_USER, LocalCluster, port_open
+from controller.launcher import ADMIN_USER, ZOOKEEPER_DIGEST_MODULE, ZOOKEEPER_USER, LocalCluster, port_open
 from protocol.client import BrokerConnection, KafkaClient, Network
 from protocol.client.admin import DEFAULT_SCRAM_ITERATIONS, ScramUpsertion
 from protocol.client.metadata import ClusterMetadata
@@ -88,8 +90,12 @@ def up(args: argparse.Namespace) -> int:
             raise UsageError("--controllers: at least one controller")
         if controllers > 1 and not args.zookeeper:
             raise UsageError("--controllers: more than one controller needs --zookeeper (the standbys' coordinator)")
-        if args.secure and args.zookeeper:
-            raise UsageError("--secure: the controllers keep their metadata locally (--zookeeper is not secured here)")
+        if (args.secure and args.zookeeper and args.zookeeper != "start"
+                and "zookeeper.sasl.jaas.config" not in _props(args.controller_config)):
+            raise UsageError("--secure --zookeeper CONNECT: the controllers authenticate to your ZooKeeper; give their "
+                             "identity: --controller-config 'zookeeper.sasl.jaas.config=org.apache.zookeeper.server."
+                             "auth.DigestLoginModule required username=\"...\" password=\"...\";' (or --zookeeper "
+                             "alone: a ZooKeeper of the cluster's own, with SASL)")
         cluster = LocalCluster(directory, n, base_port=base_port or None,
                                broker_props=_props(args.broker_config),
                                controller_props=_props(args.controller_config), controllers=controllers,
@@ -187,6 +193,15 @@ def prepare_secrets(cluster: LocalCluster) -> list[str]:
         make_certs(cluster.secrets_dir, processes, clients)
     if not password_file(cluster).exists():
         _write_private(password_file(cluster), secrets.token_urlsafe(24) + "\n")
+    if cluster.zookeeper_server is not None:
+        # The cluster's own ZooKeeper takes SASL sessions only: the controllers' identity, whose
+        # password the controllers read from a properties file (-c), never from their command line.
+        if not cluster.zookeeper_password_file.exists():
+            _write_private(cluster.zookeeper_password_file, secrets.token_urlsafe(24) + "\n")
+        zk_password = cluster.zookeeper_password_file.read_text().strip()
+        _write_private(cluster.zookeeper_client_file, "# the controllers' SASL identity on the cluster's ZooKeeper\n"
+                       f'zookeeper.sasl.jaas.config={ZOOKEEPER_DIGEST_MODULE} required username="{ZOOKEEPER_USER}" '
+                       f'password="{zk_password}";\n')
     write_client_config(cluster)
     return processes + clients
 

@@ -44,6 +44,10 @@ STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 # certificate of any other shape has no principal (its connection is refused).
 SECURE_PRINCIPAL_RULES = "RULE:^CN=([^,]+),OU=clients,O=kbroker$/$1/,RULE:^CN=([^,]+)$/$1/"
 ADMIN_USER = "admin"
+# A secure cluster's controllers on ZooKeeper: their SASL (DIGEST-MD5) identity there, and the
+# file (0600, in the secrets directory) that gives them its password.
+ZOOKEEPER_USER = "kbroker"
+ZOOKEEPER_DIGEST_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
 
 def free_port() -> int:
@@ -133,6 +137,9 @@ class BrokerProcess:
         self.probe_properties: dict[str, str] | None = None
         self._probe_tls: ssl.SSLContext | None = None
         self.loggers: dict[str, str] = {}  # logger name -> level (--logger), e.g. kbroker.network: DEBUG
+        # A properties file read before the overrides (-c): what must stay off the command line
+        # (a secure cluster's ZooKeeper password).
+        self.config_file: Path | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -172,6 +179,8 @@ class BrokerProcess:
         props = {"broker.id": str(self.broker_id), "listeners": f"PLAINTEXT://{self.host}:{self.port}",
                  "log.dirs": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
         cmd = [*self.prefix, self.python, "-m", "broker", "serve"]
+        if self.config_file is not None:
+            cmd += ["-c", str(self.config_file)]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         for name, level in self.loggers.items():
@@ -325,6 +334,8 @@ class ControllerProcess(BrokerProcess):
                  "listeners": f"CONTROLLER://{self.host}:{self.port}", "controller.listener.names": "CONTROLLER",
                  "metadata.log.dir": str(self.log_dir), **{k: str(v) for k, v in self.overrides.items()}}
         cmd = [*self.prefix, self.python, "-m", "controller"]
+        if self.config_file is not None:
+            cmd += ["-c", str(self.config_file)]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         for name, level in self.loggers.items():
@@ -375,12 +386,17 @@ class LocalCluster:
         ones) on SSL with client certificates required, like the controller's listener; the
         key stores are read from ``secrets_dir``, which must hold them before ``launch``
         (cli/cluster.py makes them with ``kbroker certs``). The harness probes the processes
-        over the SSL listeners with the ``admin`` client certificate."""
+        over the SSL listeners with the ``admin`` client certificate. With ZooKeeper too, the
+        controllers authenticate to it (SASL, ``zookeeper.set.acl``): the cluster's own ZooKeeper
+        takes SASL sessions only, with the password of ``zookeeper_password_file``, which the
+        controllers read from ``zookeeper_client_file`` (both made by cli/cluster.py); another
+        ZooKeeper needs ``zookeeper.sasl.jaas.config`` in ``controller_props``."""
         self.directory = Path(directory)
         if controllers > 1 and not zookeeper:
             raise ValueError("several controllers need ZooKeeper (zookeeper=<zookeeper.connect>)")
-        if secure and zookeeper:
-            raise ValueError("a secure cluster's controllers keep their metadata locally (not on ZooKeeper)")
+        if secure and zookeeper and zookeeper != "start" and not (controller_props or {}).get("zookeeper.sasl.jaas.config"):
+            raise ValueError("a secure cluster's controllers authenticate to ZooKeeper: with a ZooKeeper of your own, "
+                             "give their identity (controller_props zookeeper.sasl.jaas.config)")
         self.secure = secure
         metrics = metrics or metrics_base_port is not None
         metrics_ports = iter(range(metrics_base_port, metrics_base_port + controllers
@@ -395,8 +411,9 @@ class LocalCluster:
             broker_ports = {i: base_port + n for n, i in enumerate(ids)}
             ports = [base_port + len(ids) + n for n in range(controllers)]
             zookeeper_port = zookeeper_port or base_port + len(ids) + controllers
-            if secure:
-                internal_ports = {i: base_port + len(ids) + controllers + n for n, i in enumerate(ids)}
+            if secure:  # after the controllers' (and the cluster's own ZooKeeper's)
+                first = base_port + len(ids) + controllers + (1 if zookeeper == "start" else 0)
+                internal_ports = {i: first + n for n, i in enumerate(ids)}
         self.zookeeper_server: ZooKeeperProcess | None = None
         if zookeeper == "start":
             self.zookeeper_server = ZooKeeperProcess(self.directory / "zookeeper", zookeeper_port)
@@ -406,6 +423,8 @@ class LocalCluster:
         cprops = dict(self.controller_props)
         if zookeeper:
             cprops = {"controller.metadata.store": "zookeeper", "zookeeper.connect": zookeeper, **cprops}
+            if secure:  # SASL to ZooKeeper, and every znode the controllers make theirs alone
+                cprops = {"zookeeper.set.acl": "true", **cprops}
         self.controllers = []
         processes = [f"controller-{controller_id + n}" for n in range(controllers)] + [f"broker-{i}" for i in ids]
         self.super_users = [f"User:{name}" for name in (ADMIN_USER, *processes)]
@@ -415,6 +434,8 @@ class LocalCluster:
                 props["metrics.listener"] = metrics_listener()
             self.controllers.append(ControllerProcess(self.directory / f"controller-{controller_id + n}", ports[n],
                                                       controller_id + n, props, python))
+            if secure and self.zookeeper_server is not None:
+                self.controllers[-1].config_file = self.zookeeper_client_file
         self.controller = self.controllers[0]
         self.broker_props = dict(broker_props or {})
         self.brokers: dict[int, BrokerProcess] = {}
@@ -449,6 +470,16 @@ class LocalCluster:
     @property
     def ca_file(self) -> Path:
         return self.secrets_dir / "ca.pem"
+
+    @property
+    def zookeeper_password_file(self) -> Path:
+        """A secure cluster's own ZooKeeper: the controllers' SASL password there (random, 0600)."""
+        return self.secrets_dir / "zookeeper.password"
+
+    @property
+    def zookeeper_client_file(self) -> Path:
+        """The controllers' properties file (0600) with their zookeeper.sasl.jaas.config."""
+        return self.secrets_dir / "controller-zookeeper.properties"
 
     def keystore(self, name: str) -> Path:
         """``kbroker certs``' PEM key store of a process or client (``broker-1``, ``admin``)."""
@@ -535,6 +566,9 @@ class LocalCluster:
         started: list[Any] = []
         zk = self.zookeeper_server
         if zk is not None:
+            if self.secure:  # only the controllers' identity gets a session (cli/cluster.py made the password)
+                zk.sasl_users = {ZOOKEEPER_USER: self.zookeeper_password_file.read_text().strip()}
+                zk.require_sasl = True
             if not zk.running:
                 zk.launch(detach)
                 started.append(zk)
@@ -694,6 +728,8 @@ class ZooKeeperProcess:
         """``sasl_users``: name -> password the server accepts with SASL DIGEST-MD5 (its JAAS
         ``Server`` section; unauthenticated clients still connect, and ACLs decide what they see)."""
         self.sasl_users = dict(sasl_users or {})
+        # With SASL users: refuse any session that has not authenticated (enforce.auth, ZooKeeper 3.7+).
+        self.require_sasl = False
         self.directory = Path(directory)
         self.client_port = client_port or free_port()
         self.myid = myid
@@ -738,6 +774,8 @@ class ZooKeeperProcess:
                  f"minSessionTimeout={2 * self.tick_ms}", "maxSessionTimeout=120000", "forceSync=yes"]
         if self.sasl_users:
             lines.append("authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+            if self.require_sasl:
+                lines += ["enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
         if self.peers:
             lines.append("standaloneEnabled=false")
             for sid, quorum, election in self.peers:
@@ -762,8 +800,11 @@ class ZooKeeperProcess:
         (conf / "log4j.properties").write_text(ZOOKEEPER_LOG4J)
         if self.sasl_users:
             users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
-            (conf / "jaas.conf").write_text(f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required "
-                                            f"{users};\n}};\n")
+            jaas = conf / "jaas.conf"  # passwords: readable by this user only
+            fd = os.open(jaas, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required {users};\n}};\n")
+            os.chmod(jaas, 0o600)
         (data / "myid").write_text(f"{self.myid}\n")
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.directory,
