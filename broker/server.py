@@ -37,7 +37,7 @@ from typing import Callable
 
 from protocol.client import DEFAULT_NETWORK, SYSTEM_TIME, Network
 from protocol.clock import Time
-from storage import LogManager
+from storage import LogManager, fileio
 from storage.checkpoint import write_atomically
 from storage.log_cleaner import LogCleaner
 from storage.log import run_flush_plans
@@ -330,11 +330,11 @@ class KafkaServer:
 
     def _lock_log_dirs(self) -> None:
         for d in self.config.log_dirs:
-            fd = os.open(d / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+            fd = fileio.open(d / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                os.close(fd)
+                fileio.close(fd)
                 raise ConfigError(f"log.dirs: {d} is in use by another broker process (.lock is held)") from None
             self._locks.append(fd)
 
@@ -532,7 +532,7 @@ class KafkaServer:
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
-                os.close(fd)
+                fileio.close(fd)
         self._locks.clear()
 
     def bound_port(self, listener_name: str = "PLAINTEXT") -> int:
