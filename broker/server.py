@@ -240,6 +240,7 @@ class KafkaServer:
                 self.metrics.registry.register(collector)
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them
+            self.apis.hold_until_registered()  # the lifecycle's registration releases them
         self.apis.listener_reconfiguration = self.reconfiguration = ListenerReconfiguration(
             self.broker_id, cfg.security, self.socket_server)
         for ep in cfg.broker_listeners:
@@ -305,7 +306,7 @@ class KafkaServer:
         return BrokerLifecycleManager(
             broker_id=self.broker_id, time=self.time, channel=self._channel("heartbeat", timeout), listeners=[],
             rack=cfg["broker.rack"], cluster_id=self.cluster_id, heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
-            on_cluster_id=self._on_cluster_id)
+            on_cluster_id=self._on_cluster_id, on_registered=self._on_registered)
 
     def _registration_listeners(self) -> list[Listener]:
         """The advertised broker endpoints, the inter-broker listener first (the one the
@@ -316,6 +317,10 @@ class KafkaServer:
         return [Listener(ep.listener_name, ep.host, ep.port,
                          listeners[ep.listener_name].protocol_id if ep.listener_name in listeners else 0)
                 for ep in eps]
+
+    def _on_registered(self) -> None:
+        if self.apis is not None:
+            self.apis.registered()
 
     def _on_cluster_id(self, cluster_id: str) -> None:
         """First contact with the controller told the cluster id: it is this data's from now on."""

@@ -28,3 +28,18 @@ def test_seed_2_a_group_member_without_an_assignment_spun_until_its_poll_deadlin
     less than a millisecond down to 0 and slept 0 ms in a loop until the deadline passed: a busy
     wait, a livelock on a clock that only moves when something waits (the wait is rounded up)."""
     _clean(2, Options(step_seconds=0.0))
+
+
+def test_seed_24_a_restarted_broker_applied_the_full_state_of_its_previous_registration():
+    """Seed 24: the controller, back after a crash, sent a restarted broker the full state of its
+    earlier registration before the broker had registered again; not knowing its epoch yet, the
+    broker applied it and led a partition at an old leader epoch with a log a power loss had
+    emptied (tests/broker/test_apis.py::test_control_requests_before_the_registration_wait_for_the_broker_epoch)."""
+    _clean(24)
+
+
+def test_seed_98_a_deleted_topic_stayed_on_a_broker_cut_off_from_the_controller():
+    """Seed 98: the StopReplica of a deleted topic never reached a broker partitioned from the
+    controller, then restarted; its full state did not delete what it omitted and the log stayed
+    (tests/broker/test_apis.py::test_a_full_leader_and_isr_deletes_the_partitions_it_does_not_list)."""
+    _clean(98)
