@@ -108,7 +108,10 @@ def _fetch_in_request_order(request_topics, results: list, denied: set[str]) -> 
     out = []
     for t, parts in request_topics:
         if t in denied:
-            out.append((t, [FetchPartitionData(fp.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for fp in parts]))
+            # empty records, never null (Kafka's MemoryRecords.EMPTY): librdkafka rejects the whole
+            # response for a -1 MessageSetSize and never sees the error
+            out.append((t, [FetchPartitionData(fp.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED, records=b"")
+                            for fp in parts]))
         else:
             out.append(next(read))
     return out
@@ -169,6 +172,7 @@ class KafkaApis:
         self.security_metadata = SecurityMetadata(authorizer, self.credential_cache)
         self.group_coordinator = group_coordinator
         self.offsets_topic = offsets_topic
+        self.transactions = None  # broker/transaction/handlers.py TransactionApis, when attached
         # Controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) waiting behind a
         # LeaderAndIsr being applied in slices, the one applying first (see _in_controller_order).
         self._controller_requests: collections.deque[Callable[[], None]] = collections.deque()
@@ -332,9 +336,6 @@ class KafkaApis:
         topics = request.topics
         metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
         txn_id = request.transactional_id
-        if txn_id is not None and not self.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
-            # Kafka: the whole request fails, every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
-            return self._refuse_produce(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, metrics)
         # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords
         # reads each partition's first batch header until one is transactional: a corrupt header
         # there (batchLength under 14, magic outside 0..2) fails the whole request.
@@ -344,11 +345,13 @@ class KafkaApis:
             log.warning("produce v%d from %s rejected: CORRUPT_MESSAGE %s", version, ctx.peer, exc)
             return self._refuse_produce(ctx, request, ErrorCode.CORRUPT_MESSAGE, metrics, str(exc))
         if transactional:
-            # No transactional id, or one: either way this broker authorizes no transactional
-            # ids (transactions are not supported; InitProducerId answers the same).
-            log.warning("produce v%d from %s with transactional batches (transactional id %r) rejected: %s", version,
-                        ctx.peer, request.transactional_id, "transactions are not supported")
-            return self._refuse_produce(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, metrics)
+            # WRITE on the transactional id, checked only when the request holds transactional
+            # records (as Kafka); transactional records without a transactional id: the same error.
+            if txn_id is None or not self.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+                if txn_id is None:
+                    log.warning("produce v%d from %s with transactional batches but no transactional id rejected: "
+                                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", version, ctx.peer)
+                return self._refuse_produce(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, metrics)
         # Then per partition: an unauthorized topic, an unknown partition (the replica manager
         # answers it), else ProduceRequest.validateRecords; what passes goes on to the log cut to
         # its one whole batch (a tail that is no batch is dropped: Kafka's trimInvalidBytes).
@@ -770,18 +773,19 @@ class KafkaApis:
         self.send(ctx, api, {"results": results})
 
     def handle_init_producer_id_request(self, ctx: "RequestContext") -> None:
-        """A new producer id (epoch 0) for an idempotent producer. Transactions (a transactional
-        id) need a transaction coordinator, which kbroker does not have yet."""
+        """A new producer id (epoch 0) for an idempotent producer; with a transactional id, the
+        transaction coordinator's answer (broker/transaction)."""
         api = APIS[ApiKey.INIT_PRODUCER_ID]
         req = self.parse(ctx, api)
         if req.transactional_id is not None:
-            # Kafka checks WRITE on the transactional id first; allowed or not, this broker has
-            # no transaction coordinator and answers the same.
-            if self.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
-                log.warning("InitProducerId with transactional id %r from %s refused: transactions are not "
-                            "supported", req.transactional_id, ctx.peer)
-            return self.send(ctx, api, {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                        "producer_id": -1, "producer_epoch": -1})
+            # Kafka checks WRITE on the transactional id first
+            if not self.authorize(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
+                return self.send(ctx, api, {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                            "producer_id": -1, "producer_epoch": -1})
+            if self.transactions is None:  # (a broker without a controller: no coordinators)
+                return self.send(ctx, api, {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                            "producer_id": -1, "producer_epoch": -1})
+            return self.transactions.init_producer_id(ctx, req)
         # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
         authorizer = self.authorizer
         if authorizer is not None and not (
@@ -883,10 +887,35 @@ class KafkaApis:
                 self.send(ctx, api, body)
             if not req.coordinator_keys:
                 return send({"coordinators": []})
+        if req.key_type == 1:
+            return self._find_transaction_coordinators(ctx, req, version, keys, send)
         if gc is None or offsets_topic is None:
             return send(error_response(api.key, req, version, ErrorCode.COORDINATOR_NOT_AVAILABLE))
         listener = ctx.listener_name
         gc.find_coordinator(req, version, lambda partition: offsets_topic.locate(partition, listener), send)
+
+    def _find_transaction_coordinators(self, ctx: "RequestContext", req, version: int, keys: list[str],
+                                       send: Callable[[dict], None]) -> None:
+        """FindCoordinator(TRANSACTION): the leader of the id's __transaction_state partition
+        (created on first use, COORDINATOR_NOT_AVAILABLE meanwhile)."""
+        def one(key: str) -> dict:
+            if self.transactions is None:
+                code, node, host, port = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+            else:
+                code, node, host, port = self.transactions.locate(key, ctx.listener_name)
+            return {"error_code": code, "error_message": None if not code else ErrorCode(code).name,
+                    "node_id": node, "host": host, "port": port}
+        if version < 4:
+            return send(one(req.key))
+        send({"coordinators": [{"key": k, **one(k)} for k in req.coordinator_keys]})
+
+    def attach_transactions(self, transactions) -> None:
+        """The transaction coordinator's APIs (broker/transaction/handlers.py)."""
+        self.transactions = transactions
+        self.handlers.update(transactions.handlers())
+        if hasattr(self, "handle_txn_offset_commit_request"):
+            self.handlers[ApiKey.TXN_OFFSET_COMMIT] = self.handle_txn_offset_commit_request
+        self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
 
     def _group_request(self, ctx: "RequestContext"):
         api = APIS[ctx.header.api_key]

@@ -139,6 +139,18 @@ SECURITY_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("ssl.cipher.suites", "list", None, "cipher suites (IANA or OpenSSL names); unset: OpenSSL's defaults"),
     ConfigKey("ssl.endpoint.identification.algorithm", "string", "https", "https: the certificate of a broker this "
               "one connects to must name its host; empty: not checked"),
+    # OAUTHBEARER tokens of an OIDC issuer (KIP-768), broker side: the keys from a JWKS file
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.url", "string", None, "file:// URL of the issuer's JSON Web Key Set; "
+              "set: OAUTHBEARER tokens must be signed by one of its keys (unset: Kafka's unsecured validator)"),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3600000, "how often the key set is read again",
+              low=1),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100, "(an HTTPS endpoint's; unused)"),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10000, "(an HTTPS endpoint's; unused)"),
+    ConfigKey("sasl.oauthbearer.expected.audience", "list", None, "a token's aud must hold one of these"),
+    ConfigKey("sasl.oauthbearer.expected.issuer", "string", None, "a token's iss must be this"),
+    ConfigKey("sasl.oauthbearer.sub.claim.name", "string", "sub", "the claim naming the principal"),
+    ConfigKey("sasl.oauthbearer.scope.claim.name", "string", "scope", "the claim holding the scope"),
+    ConfigKey("sasl.oauthbearer.clock.skew.seconds", "int", 30, "clock skew allowed when checking exp and iat", low=0),
 )
 
 KEYS: dict[str, ConfigKey] = {k.name: k for k in (
@@ -232,6 +244,11 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "ends is replaced by a standby", low=1),
     _k("zookeeper.connection.timeout.ms", "int", None, "how long a controller waits to connect to ZooKeeper "
        "(default: zookeeper.session.timeout.ms)", low=1),
+    _k("zookeeper.set.acl", "bool", False, "the znodes the controllers create are readable and writable by their "
+       "SASL identity only (zookeeper.sasl.jaas.config)"),
+    _k("zookeeper.sasl.jaas.config", "string", None, "kbroker's: the JAAS Client section Kafka reads from its JVM's "
+       "login file, inline: org.apache.zookeeper.server.auth.DigestLoginModule required username=... password=...; "
+       "(SASL DIGEST-MD5 to ZooKeeper)"),
     # The log cleaner (storage/log_cleaner.py): compaction of cleanup.policy=compact topics.
     _k("log.cleanup.policy", "list", ["delete"], "default cleanup.policy of topics: delete, compact or both"),
     _k("log.cleaner.enable", "bool", True, "run the log cleaner (compaction of cleanup.policy=compact topics)"),

@@ -20,7 +20,7 @@ import itertools
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
 
 from .fetch_params import FetchParams
-from .partition import FETCH_LOG_END, Partition
+from .partition import FETCH_LOG_END, FETCH_TXN_COMMITTED, Partition
 from .purgatory import DelayedOperation, DelayedOperationPurgatory
 
 if TYPE_CHECKING:
@@ -66,7 +66,9 @@ class DelayedFetch(DelayedOperation):
         """For a fetch of one partition: (partition, whether it reads to the LEO, the end
         position (segment base, byte position) from which it completes). The end reaching it
         is what ``try_complete`` would find enough; None for fetches of several partitions."""
-        if len(self._positions) != 1:
+        if len(self._positions) != 1 or self.params.isolation == FETCH_TXN_COMMITTED:
+            # (read_committed reads to the last stable offset, whose position no heap level
+            # follows: such fetches are tried on every append)
             return None
         log, meta = self._positions[0]
         if log is None or meta is None:
@@ -99,11 +101,17 @@ class DelayedFetch(DelayedOperation):
                 fetch_offset = fp.fetch_offset
                 if fetch_offset > log.log_end_offset or fetch_offset < log.log_start_offset:
                     return self.force_complete()
-                end = log.log_end_offset if from_leo else log.high_watermark
+                committed = params.isolation == FETCH_TXN_COMMITTED
+                end = log.log_end_offset if from_leo else (log.last_stable_offset if committed else log.high_watermark)
                 if end > fetch_offset:
                     if min_bytes <= 1:
                         return self.force_complete()
-                    end_base, end_position = log.log_end_offset_metadata() if from_leo else log.high_watermark_metadata()
+                    if from_leo:
+                        end_base, end_position = log.log_end_offset_metadata()
+                    elif committed:
+                        end_base, end_position = log.last_stable_offset_metadata()
+                    else:
+                        end_base, end_position = log.high_watermark_metadata()
                     fetch_base, fetch_position = fetch_meta
                     if end_base != fetch_base:
                         # A newer segment (a whole segment of new data or a roll), or the end

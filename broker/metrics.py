@@ -414,6 +414,26 @@ class BrokerCollector:
         yield gauge("kafka_server_replicafetchermanager_maxlag", "Largest follower lag in records of the partitions "
                     "this broker follows (MaxLag)", max(lags, default=0))
 
+        # The transaction coordinator (Kafka's TransactionMarkerChannelManager and
+        # transaction-coordinator-metrics).
+        tc = getattr(server, "txn_coordinator", None)
+        if tc is not None:
+            open_txns = sum(1 for md in tc.txns.values() if md.state in (1, 2, 3, 7))
+            yield gauge("kafka_server_transaction_coordinator_ongoing", "Transactions this broker coordinates that "
+                        "are open or completing (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence)", open_txns)
+            for name, key, doc in (("commits", "commits", "Transactions committed (markers acknowledged)"),
+                                   ("aborts", "aborts", "Transactions aborted (markers acknowledged)")):
+                family = CounterMetricFamily("kafka_server_transaction_coordinator_" + name, doc)
+                family.add_metric([], tc.stats[key])
+                yield family
+            latencies = sorted(tc.stats["marker_latency_ms"][-1000:])
+            p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] / 1000.0 if latencies else 0.0
+            yield gauge("kafka_server_transaction_marker_latency_p99_seconds", "99th percentile, over the last 1,000 "
+                        "transactions, of the time from writing Prepare* to every marker acknowledged", p99)
+            markers = getattr(server, "txn_markers", None)
+            yield gauge("kafka_server_transaction_marker_pending", "Markers sent and not yet acknowledged "
+                        "(TransactionMarkerChannelManager's queue)", markers.pending if markers is not None else 0)
+
         yield histogram_family("kafka_log_logflushstats_logflush_seconds", "Time to fsync a log "
                                "(LogFlushRateAndTimeMs)", [], [((), self.log_flush)])
         yield gauge("kafka_log_logmanager_recovery_seconds", "Time the logs took to load (and recover) at startup",
@@ -425,6 +445,8 @@ class BrokerCollector:
         leo = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset (LogEndOffset)", labels=keys)
         lso = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset (LogStartOffset)", labels=keys)
         hw = GaugeMetricFamily("kafka_cluster_partition_highwatermark", "High watermark", labels=keys)
+        lso_lag = GaugeMetricFamily("kafka_cluster_partition_last_stable_offset_lag", "High watermark minus the last "
+                                    "stable offset: records read_committed consumers wait for", labels=keys)
         size_b = GaugeMetricFamily("kafka_log_log_size_bytes", "Bytes on disk (Size)", labels=keys)
         segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments (NumLogSegments)", labels=keys)
         ur = GaugeMetricFamily("kafka_cluster_partition_underreplicated", "1 if this broker leads the partition and "
@@ -445,6 +467,7 @@ class BrokerCollector:
             leo.add_metric(labels, log_.log_end_offset)
             lso.add_metric(labels, log_.log_start_offset)
             hw.add_metric(labels, log_.high_watermark)
+            lso_lag.add_metric(labels, log_.high_watermark - log_.last_stable_offset)
             size_b.add_metric(labels, log_.size_in_bytes())
             segments.add_metric(labels, log_.num_segments)
             state = states.get(p.key)
@@ -461,4 +484,4 @@ class BrokerCollector:
                     caught_up = rid in p.isr and replica.log_end_offset >= end
                     replica_lag_s.add_metric(rl, 0.0 if caught_up else
                                              max(0.0, (now_ms - replica.last_caught_up_time_ms) / 1000.0))
-        yield from (leo, lso, hw, size_b, segments, ur, isr_count, lag_records, replica_lag, replica_lag_s)
+        yield from (leo, lso, hw, lso_lag, size_b, segments, ur, isr_count, lag_records, replica_lag, replica_lag_s)

@@ -22,6 +22,12 @@ Per connection:
   idle connections and ones stuck in the middle of a frame (Kafka's Selector LRU).
 * Bad input never reaches other connections: a frame that cannot be parsed closes only
   this connection, with one log line.
+* Security, per listener (broker/security/links.py starts them): a TLS listener is served by
+  the event loop's TLS (``create_server(ssl=...)``; a failed handshake counts as a failed
+  authentication) and its connections' principal comes from a client certificate mapped by
+  ``ssl.principal.mapping.rules``; on a SASL listener each connection's requests pass through
+  its SASL state machine first (``KafkaConnection.sasl``, broker/sasl_server.py). A PLAINTEXT
+  connection pays one attribute check per request for all of it.
 * Metrics (when the server has ``RequestMetrics``): each request's slot carries the clock
   readings of its phases (read, start, handler returned, response ready, handed to the
   socket) and its API's stats, bound once; the stats are updated when the slot leaves the

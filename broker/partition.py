@@ -359,6 +359,13 @@ class Partition:
                 f"min.insync.replicas={leader_log.config.min_insync_replicas}")
         return leader_log.append_as_leader(records, self.leader_epoch)
 
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                              commit: bool) -> "LogAppendInfo":
+        """A transaction marker from the coordinator (WriteTxnMarkers), written as leader; the
+        coordinator waits for the ISR (acks=all) but, as Kafka, not for min.insync.replicas."""
+        return self._leader_log().append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                                        self.leader_epoch)
+
     def maybe_increment_high_watermark(self) -> bool:
         """HW := the smallest LEO over the maximal ISR (the leader's own included) and over any
         follower that is caught up and eligible, hence about to join; never moves backwards."""

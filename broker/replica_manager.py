@@ -19,6 +19,7 @@ from protocol.clock import Time
 from protocol.errors import (ErrorCode, KafkaError, KafkaStorageError, NotLeaderOrFollowerError,
                              UnknownTopicOrPartitionError)
 from protocol.fast_codecs import FetchPartitionData
+from protocol.records import iter_batch_headers
 
 from .delayed_fetch import DelayedFetch, FetchPurgatory
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
@@ -52,6 +53,18 @@ _EXPLAINED_APPEND_ERRORS = frozenset({ErrorCode.INVALID_RECORD, ErrorCode.CORRUP
 # (topic, partition, leader epoch or None)
 PartitionEpoch = tuple[str, int, "int | None"]
 LeadershipListener = Callable[[list[PartitionEpoch], list[PartitionEpoch]], None]
+
+
+def _aborted_in(log_, fetch_offset: int, records) -> list[tuple[int, int]]:
+    """The aborted transactions a read_committed consumer needs for ``records`` (read from
+    ``fetch_offset``): (producer id, first offset) of each that overlaps them (Kafka's
+    collectAbortedTransactions, bounded by the offset after the last batch served)."""
+    if not len(log_.txn_index) or not len(records):
+        return []
+    upper = fetch_offset
+    for _pos, header in iter_batch_headers(records):
+        upper = header.next_offset
+    return [(t.producer_id, t.first_offset) for t in log_.collect_aborted_transactions(fetch_offset, upper)]
 
 
 def is_internal_topic(topic: str) -> bool:
@@ -215,6 +228,46 @@ class ReplicaManager:
         return [partition_index, ErrorCode.NONE, info.first_offset, info.log_append_time,
                 partition.log.log_start_offset], info.last_offset + 1
 
+    def append_txn_markers(self, timeout_ms: int, markers: list, callback: Callable[[list], None]) -> DelayedProduce | None:
+        """WriteTxnMarkers: ``markers`` [(producer id, epoch, commit, coordinator epoch, [(topic,
+        partition)])], each marker appended as leader and waited for by the ISR (acks=all).
+        ``callback`` gets [(producer id, [(topic, partition, error)])] in the same order."""
+        statuses: list[ProducePartitionStatus] = []
+        out = []
+        for producer_id, epoch, commit, coordinator_epoch, partitions in markers:
+            rows = []
+            for topic, index in partitions:
+                result = [index, ErrorCode.NONE, -1, -1, -1]
+                required = -1
+                try:
+                    partition = self.get_partition_or_error(topic, index)
+                    info = partition.append_end_txn_marker(producer_id, epoch, coordinator_epoch, commit)
+                    required = info.last_offset + 1
+                    if partition.maybe_increment_high_watermark():
+                        self.produce_purgatory.check_and_complete(partition.key)
+                    self.fetch_purgatory.check_appended(partition.key, partition.log)
+                except KafkaError as exc:
+                    log.warning("transaction marker for producer %d on %s-%d refused: %s %s", producer_id, topic, index,
+                                exc.error_code.name, exc)
+                    result[1] = exc.error_code
+                except Exception:
+                    log.exception("unexpected error writing a transaction marker to %s-%d", topic, index)
+                    result[1] = ErrorCode.UNKNOWN_SERVER_ERROR
+                statuses.append(ProducePartitionStatus((topic, index), required, result))
+                rows.append((topic, result))
+            out.append((producer_id, rows))
+
+        def done() -> None:
+            callback([(pid, [(t, r[0], r[1]) for t, r in rows]) for pid, rows in out])
+
+        if any(s.acks_pending for s in statuses):
+            op = DelayedProduce(timeout_ms, statuses, self, done)
+            if not self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
+                return op
+            return None
+        done()
+        return None
+
     # -- fetch -----------------------------------------------------------------------------
     def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:
         """``topics``: [(topic, [FetchPartition])]; ``callback`` gets [(topic, [FetchPartitionData])].
@@ -253,8 +306,9 @@ class ReplicaManager:
                     partition = self.get_partition_or_error(topic, fp.partition)
                     log_ = partition.local_log_with_epoch(fp.current_leader_epoch, params.require_leader)
                     hw = log_.high_watermark
+                    lso = log_.last_stable_offset
                     leo = log_.log_end_offset
-                    max_offset = None if isolation == FETCH_LOG_END else hw
+                    max_offset = None if isolation == FETCH_LOG_END else (lso if isolation == FETCH_TXN_COMMITTED else hw)
                     data = log_.read(fp.fetch_offset, min(fp.partition_max_bytes, limit), max_offset, min_one)
                     records = data.records
                     n = len(records)
@@ -263,12 +317,12 @@ class ReplicaManager:
                         limit = max(0, limit - n)
                     pd.records = records
                     pd.high_watermark = hw
-                    pd.last_stable_offset = hw
+                    pd.last_stable_offset = lso
                     pd.log_start_offset = log_.log_start_offset
                     if params.replica_id >= 0:
                         self._update_follower_fetch_state(partition, params.replica_id, fp, leo)
                     if isolation == FETCH_TXN_COMMITTED:
-                        pd.aborted_transactions = []
+                        pd.aborted_transactions = _aborted_in(log_, fp.fetch_offset, records)
                 except KafkaError as exc:
                     pd.error_code = exc.error_code
                     # Kafka answers a partition error with empty records (MemoryRecords.EMPTY),
@@ -311,7 +365,12 @@ class ReplicaManager:
         """
         partition = self.get_partition_or_error(topic, partition_index)
         log_ = partition.local_log_with_epoch(current_leader_epoch, require_leader)
-        last_fetchable = log_.log_end_offset if isolation_level is None else log_.high_watermark
+        if isolation_level is None:
+            last_fetchable = log_.log_end_offset
+        elif isolation_level == 1:  # READ_COMMITTED: the last stable offset
+            last_fetchable = log_.last_stable_offset
+        else:
+            last_fetchable = log_.high_watermark
         cache = log_.leader_epoch_cache
 
         def epoch_of(offset: int) -> int:

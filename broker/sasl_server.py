@@ -105,6 +105,18 @@ class ListenerAuthentication:
         self.plain_users = users_from_jaas(plain.options) if plain is not None else {}
         oauth = security.jaas.get("OAUTHBEARER")
         self.oauth_options = dict(oauth.options) if oauth is not None else {}
+        self.jwks = None  # KIP-768: tokens signed by an OIDC issuer's keys (JwksError at start if unreadable)
+        values = security.values
+        if "OAUTHBEARER" in self.mechanisms and values.get("sasl.oauthbearer.jwks.endpoint.url"):
+            from .security.oauthbearer_jwks import JwksValidator
+            self.jwks = JwksValidator(
+                values["sasl.oauthbearer.jwks.endpoint.url"], now_ms=time.milliseconds,
+                expected_audience=values["sasl.oauthbearer.expected.audience"],
+                expected_issuer=values["sasl.oauthbearer.expected.issuer"],
+                sub_claim=values["sasl.oauthbearer.sub.claim.name"],
+                scope_claim=values["sasl.oauthbearer.scope.claim.name"],
+                clock_skew_s=values["sasl.oauthbearer.clock.skew.seconds"],
+                refresh_ms=values["sasl.oauthbearer.jwks.endpoint.refresh.ms"])
 
     def authenticator(self, conn: "KafkaConnection") -> "SaslServerAuthenticator":
         return SaslServerAuthenticator(conn, self)
@@ -113,7 +125,8 @@ class ListenerAuthentication:
         if name == "PLAIN":
             return PlainServer(self.plain_users)
         if name == "OAUTHBEARER":
-            return OAuthBearerServer(self.oauth_options, self.time.milliseconds)
+            return OAuthBearerServer(self.oauth_options, self.time.milliseconds,
+                                     self.jwks.validate if self.jwks is not None else None)
         return ScramServer(name, self.credentials)
 
 

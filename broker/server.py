@@ -52,6 +52,9 @@ from .config_repository import ConfigRepository
 from .controller_channel import ControllerChannel
 from .coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
 from .coordinator.offsets_topic import OffsetsTopic
+from .transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionConfig, TransactionCoordinator
+from .transaction.handlers import TransactionApis
+from .transaction.markers import TxnMarkerChannel
 from .fetcher import ReplicaFetcherManager
 from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
@@ -109,6 +112,9 @@ class KafkaServer:
         self.apis: KafkaApis | None = None
         self.group_coordinator: GroupCoordinatorAdapter | None = None
         self.offsets_topic: OffsetsTopic | None = None
+        self.txn_state_topic: OffsetsTopic | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
+        self.txn_markers: TxnMarkerChannel | None = None
         self.log_cleaner: LogCleaner | None = None
         self.cleaner_threads: CleanerThreads | None = None
         self.socket_server: SocketServer | None = None
@@ -221,12 +227,13 @@ class KafkaServer:
             replica_lag_time_max_ms=cfg["replica.lag.time.max.ms"], fetcher_manager=self.fetcher_manager,
             alter_partition=alter_partition, topic_stats=topic_stats)
         self._start_group_coordinator()
-        self.apis = KafkaApis(
+        self.apis = apis = KafkaApis(
             replica_manager=self.replica_manager, metadata_cache=cache, topic_admin=self.topic_admin,
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
             group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics,
             authorizer=self.authorizer, credential_cache=self.credential_cache)
+        self._start_transaction_coordinator(apis)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],
             send_buffer=cfg["socket.send.buffer.bytes"], receive_buffer=cfg["socket.receive.buffer.bytes"],
@@ -273,6 +280,32 @@ class KafkaServer:
         self.group_coordinator = coordinator
         offsets_topic.attach(coordinator)
         coordinator.startup()
+
+    def _start_transaction_coordinator(self, apis: KafkaApis) -> None:
+        """The transaction coordinator on __transaction_state, built like the group coordinator;
+        its markers go to partition leaders over the inter-broker listener."""
+        assert self.replica_manager is not None and self.metadata_cache is not None and self.topic_admin is not None
+        if not self.has_controller:
+            return  # no controller to create __transaction_state through
+        txn_config = TransactionConfig.from_values(self.config.values)
+        gc = self.group_coordinator
+        on_markers = getattr(gc, "on_transaction_completed", None) if gc is not None else None
+        self.txn_state_topic = state_topic = OffsetsTopic(
+            time=self.time, replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            topic_admin=self.topic_admin, num_partitions=txn_config.num_partitions,
+            replication_factor=txn_config.replication_factor, commit_timeout_ms=txn_config.append_timeout_ms,
+            topic_configs=lambda: coordinator.topic_configs(), topic=TRANSACTION_STATE_TOPIC_NAME)
+        self.txn_markers = markers = TxnMarkerChannel(
+            broker_id=self.broker_id, time=self.time, metadata_cache=self.metadata_cache,
+            replica_manager=self.replica_manager, network=self.inter_broker_network,
+            listener_name=self.inter_broker_listener, on_local_markers=on_markers)
+        assert self.producer_ids is not None
+        coordinator = TransactionCoordinator(txn_config, self.time, state_topic.append, state_topic.read_partition,
+                                             self.producer_ids, markers)
+        self.txn_coordinator = coordinator
+        state_topic.attach(coordinator)
+        coordinator.startup()
+        apis.attach_transactions(TransactionApis(apis, coordinator, state_topic, on_markers))
 
     async def wait_until_live(self) -> None:
         """Until the controller has unfenced this broker and its UpdateMetadata lists it live
@@ -486,7 +519,10 @@ class KafkaServer:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        for closing in (self.lifecycle, self.alter_partition_manager, self.producer_ids, self.forwarding):
+        if self.txn_coordinator is not None:
+            self.txn_coordinator.shutdown()
+        for closing in (self.lifecycle, self.alter_partition_manager, self.producer_ids, self.forwarding,
+                        self.txn_markers):
             close = getattr(closing, "close", None)
             if close is not None:
                 close()

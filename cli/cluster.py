@@ -20,6 +20,17 @@ controller counts as live, and the under-replicated and offline partitions.
 on the next port) and three controllers on it (controller.metadata.store=zookeeper): one is
 active, the others are standbys that take over when it dies; ``status`` names the active one.
 
+``--secure`` starts the same cluster locked down (``LocalCluster(secure=True)``): clients on
+SASL_SSL with SCRAM-SHA-256/512, brokers and the controller talking over SSL listeners that
+require a client certificate, the StandardAuthorizer on with no ACL meaning no access, and an
+``admin`` super user. Certificates are made with ``kbroker certs`` into DIR/secrets. The admin's
+SCRAM credential is created once the brokers are live, with AlterUserScramCredentials sent over
+a broker's mutual TLS listener as the ``admin`` client certificate: until then no SCRAM user
+exists, so the SASL_SSL listeners let nobody in, and the mutual TLS listeners only holders of a
+certificate of the cluster's CA. The admin's client configuration is written to DIR (Kafka's
+properties for ``--command-config``; librdkafka's for kcat ``-F`` and confluent-kafka) and
+printed with kcat's ``-X`` equivalents.
+
 These start and stop servers, so they are server-side commands like ``serve`` (they import
 controller/launcher.py); ``cluster elect-leaders`` is a client command (``cli.elect_leaders``).
 """
@@ -28,19 +39,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import secrets
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import uvloop
 from rich.console import Console
 from rich.table import Table
 
+from cli.certs import make_certs
 from cli.common import UsageError, error_name
-from controller.launcher import LocalCluster, live_brokers, port_open
-from protocol.client import KafkaClient
+from controller.launcher import ADMIN_USER, LocalCluster, port_open
+from protocol.client import BrokerConnection, KafkaClient, Network
+from protocol.client.admin import DEFAULT_SCRAM_ITERATIONS, ScramUpsertion
 from protocol.client.metadata import ClusterMetadata
+from protocol.client.security import ClientSecurity
+from protocol.errors import KafkaError, ResourceNotFoundError
 
 DEFAULT_DIR = "cluster"
 DEFAULT_BASE_PORT = 9092
@@ -70,11 +88,16 @@ def up(args: argparse.Namespace) -> int:
             raise UsageError("--controllers: at least one controller")
         if controllers > 1 and not args.zookeeper:
             raise UsageError("--controllers: more than one controller needs --zookeeper (the standbys' coordinator)")
+        if args.secure and args.zookeeper:
+            raise UsageError("--secure: the controllers keep their metadata locally (--zookeeper is not secured here)")
         cluster = LocalCluster(directory, n, base_port=base_port or None,
                                broker_props=_props(args.broker_config),
                                controller_props=_props(args.controller_config), controllers=controllers,
-                               zookeeper=args.zookeeper)
+                               zookeeper=args.zookeeper, secure=args.secure)
     else:
+        if args.secure and not cluster.secure:
+            raise UsageError(f"{directory} holds a cluster that is not secure; `kbroker cluster down --dir "
+                             f"{args.dir} --purge` removes it")
         if args.brokers is not None and args.brokers != len(cluster.brokers):
             raise UsageError(f"{directory} holds a cluster of {len(cluster.brokers)} brokers; "
                              f"`kbroker cluster down --dir {args.dir} --purge` removes it")
@@ -90,6 +113,10 @@ def up(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     if not waiting:
         err.print(f"the cluster in {directory} is running already")
+    if cluster.secure:
+        made = prepare_secrets(cluster)
+        if made:
+            err.print(f"made {', '.join(made)} in {cluster.secrets_dir} (kbroker certs)")
     try:
         started = cluster.launch(args.timeout, detach=True)
     finally:
@@ -104,13 +131,146 @@ def up(args: argparse.Namespace) -> int:
         print(f"kbroker: `kbroker cluster down --dir {args.dir}` stops what runs", file=sys.stderr)
         return 1
     cluster.save_state()
+    if cluster.secure:
+        try:
+            created = uvloop.run(ensure_admin(cluster, args.timeout))
+        except (KafkaError, OSError, TimeoutError, asyncio.TimeoutError) as exc:
+            print(f"kbroker: the admin's SCRAM credential: {exc}", file=sys.stderr)
+            print(f"kbroker: `kbroker cluster down --dir {args.dir}` stops what runs", file=sys.stderr)
+            return 1
+        if created:
+            err.print(f"created the SCRAM credentials of {ADMIN_USER} (SCRAM-SHA-256, SCRAM-SHA-512)")
     active = cluster.active_controller() or cluster.controller
     standbys = [c for c in cluster.controllers if c is not active]
     err.print(f"{len(cluster.brokers)} brokers live, controller {active.broker_id} on {active.address}"
               + (f" (standbys {', '.join(str(c.broker_id) for c in standbys)}; ZooKeeper {cluster.zookeeper})"
                  if standbys or cluster.zookeeper else ""))
+    if cluster.secure:
+        err.print(client_config_text(cluster), soft_wrap=True, highlight=False, markup=False)
     print(cluster.bootstrap)
     return 0
+
+
+# -- a secure cluster ---------------------------------------------------------------------------
+
+CLIENT_PROPERTIES = "client.properties"
+LIBRDKAFKA_PROPERTIES = "client-librdkafka.properties"
+ADMIN_MECHANISM = "SCRAM-SHA-512"
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+def password_file(cluster: LocalCluster) -> Path:
+    return cluster.secrets_dir / f"{ADMIN_USER}.password"
+
+
+def admin_password(cluster: LocalCluster) -> str:
+    return password_file(cluster).read_text().strip()
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+
+
+def prepare_secrets(cluster: LocalCluster) -> list[str]:
+    """What a secure cluster reads before it starts, made where missing: the CA and every
+    process's and the admin's certificate (``kbroker certs``: DIR/secrets, 0700, keys 0600),
+    the admin's password (random, DIR/secrets/admin.password), and the admin's client
+    configuration files in DIR. Returns the names of the certificates it made."""
+    processes, clients = cluster.certificate_names()
+    if cluster.ca_file.exists():
+        processes = [n for n in processes if not cluster.keystore(n).exists()]
+        clients = [n for n in clients if not cluster.keystore(n).exists()]
+    if processes or clients:
+        make_certs(cluster.secrets_dir, processes, clients)
+    if not password_file(cluster).exists():
+        _write_private(password_file(cluster), secrets.token_urlsafe(24) + "\n")
+    write_client_config(cluster)
+    return processes + clients
+
+
+def client_properties(cluster: LocalCluster) -> dict[str, str]:
+    """The admin's Kafka client properties (``--command-config``; Kafka's Java clients)."""
+    password = admin_password(cluster)
+    return {"bootstrap.servers": cluster.bootstrap, "security.protocol": "SASL_SSL", "sasl.mechanism": ADMIN_MECHANISM,
+            "sasl.jaas.config": f'{SCRAM_LOGIN_MODULE} required username="{ADMIN_USER}" password="{password}";',
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(cluster.ca_file)}
+
+
+def librdkafka_properties(cluster: LocalCluster) -> dict[str, str]:
+    """The same in librdkafka's names (kcat ``-F``, confluent-kafka)."""
+    return {"bootstrap.servers": cluster.bootstrap, "security.protocol": "SASL_SSL", "sasl.mechanism": ADMIN_MECHANISM,
+            "sasl.username": ADMIN_USER, "sasl.password": admin_password(cluster),
+            "ssl.ca.location": str(cluster.ca_file)}
+
+
+def write_client_config(cluster: LocalCluster) -> None:
+    head = "# kbroker cluster up --secure: the admin super user over SASL_SSL ({})\n"
+    for name, props, used_by in (
+            (CLIENT_PROPERTIES, client_properties(cluster), "kbroker --command-config; Kafka's clients and tools"),
+            (LIBRDKAFKA_PROPERTIES, librdkafka_properties(cluster), "librdkafka's names: kcat -F, confluent-kafka")):
+        _write_private(cluster.directory / name,
+                       head.format(used_by) + "".join(f"{k}={v}\n" for k, v in props.items()))
+
+
+def client_config_text(cluster: LocalCluster) -> str:
+    """What ``up`` prints of a secure cluster: its security, and how clients connect as admin."""
+    props = librdkafka_properties(cluster)
+    kcat_x = " ".join(f"-X {k}={v}" for k, v in props.items() if k != "bootstrap.servers")
+    first = next(iter(cluster.brokers.values())).bootstrap
+    return "\n".join([
+        f"secure: clients on SASL_SSL ({', '.join(('SCRAM-SHA-256', 'SCRAM-SHA-512'))}) at {cluster.bootstrap}; "
+        f"brokers and the controller on mutual TLS ({cluster.internal_bootstrap}); "
+        f"ACLs on (StandardAuthorizer, no ACL: no access); super user {ADMIN_USER}",
+        f"client config: {cluster.directory / CLIENT_PROPERTIES} (kbroker --command-config, Kafka's clients)",
+        f"               {cluster.directory / LIBRDKAFKA_PROPERTIES} (kcat -F, confluent-kafka)",
+        f"  kbroker topics list -b {first} --command-config {cluster.directory / CLIENT_PROPERTIES}",
+        f"  kcat -F {cluster.directory / LIBRDKAFKA_PROPERTIES} -L",
+        f"  kcat -b {cluster.bootstrap} {kcat_x} -L"])
+
+
+def _admin_network(cluster: LocalCluster) -> Network:
+    return Network(ClientSecurity.from_properties(cluster.admin_tls_properties()))
+
+
+async def ensure_admin(cluster: LocalCluster, timeout_s: float) -> bool:
+    """The admin's SCRAM credentials, created (SCRAM-SHA-256 and -512, with the password of
+    DIR/secrets) if the controller has none, through AlterUserScramCredentials sent over a
+    broker's mutual TLS listener as the admin certificate; then wait until the admin logs in
+    with SCRAM on every broker. Whether it created them."""
+    deadline = time.monotonic() + timeout_s
+    password = admin_password(cluster)
+    created = False
+    async with KafkaClient(cluster.internal_bootstrap, client_id="kbroker-cluster-up",
+                           network=_admin_network(cluster)) as client:
+        try:
+            await asyncio.wait_for(client.describe_user_scram_credentials([ADMIN_USER]), timeout_s)
+        except ResourceNotFoundError:
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                upsert = ScramUpsertion(ADMIN_USER, mechanism, password, DEFAULT_SCRAM_ITERATIONS)
+                errors = await asyncio.wait_for(client.alter_user_scram_credentials([upsert]),
+                                                max(0.1, deadline - time.monotonic()))
+                if errors.get(ADMIN_USER) is not None:
+                    raise errors[ADMIN_USER]
+            created = True
+    security = ClientSecurity.from_properties(client_properties(cluster))
+    for b in cluster.brokers.values():
+        while True:
+            conn = BrokerConnection(b.host, b.port, client_id="kbroker-cluster-up", network=Network(security),
+                                    request_timeout_ms=5000)
+            try:
+                await conn.connect()
+                break
+            except (KafkaError, OSError) as exc:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{ADMIN_USER} cannot log in on broker {b.broker_id} ({b.bootstrap}) with "
+                                       f"the password of {password_file(cluster)}: {exc}") from None
+                await asyncio.sleep(0.1)
+            finally:
+                conn.close()
+    return created
 
 
 def _role(cluster: LocalCluster, p) -> str:
@@ -160,7 +320,7 @@ def status(args: argparse.Namespace) -> int:
         return 1
     out = Console()
     controller = cluster.active_controller() or cluster.controller
-    live = live_brokers(controller.port) if controller.running else set()
+    live = controller.live_brokers() if controller.running else set()
     processes = Table("role", "id", "address", "pid", "process", "state", title=f"Cluster in {directory}")
     for p in cluster.processes:
         running = p.running
@@ -180,12 +340,14 @@ def status(args: argparse.Namespace) -> int:
     out.print(processes)
     out.print(f"logs: {directory}/<role>-<id>-<port>.out", soft_wrap=True)
     healthy = all(p.running for p in cluster.processes) and live == set(cluster.brokers)
-    running = [b.bootstrap for b in cluster.brokers.values() if b.running]
+    # A secure cluster's brokers are asked on their mutual TLS listener, as the admin certificate.
+    running = [f"{b.host}:{b.probe_port or b.port}" for b in cluster.brokers.values() if b.running]
     if not running:
         out.print("no broker running")
         return 1
     try:
-        md = uvloop.run(_metadata(",".join(running), args.timeout))
+        network = _admin_network(cluster) if cluster.secure else Network()
+        md = uvloop.run(_metadata(",".join(running), args.timeout, network))
     except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
         out.print(f"no metadata from the brokers: {exc}")
         return 1
@@ -210,6 +372,6 @@ def status(args: argparse.Namespace) -> int:
     return 0 if healthy and not offline else 1
 
 
-async def _metadata(bootstrap: str, timeout_s: float) -> ClusterMetadata:
-    async with KafkaClient(bootstrap, client_id="kbroker-cluster-status") as client:
+async def _metadata(bootstrap: str, timeout_s: float, network: Network) -> ClusterMetadata:
+    async with KafkaClient(bootstrap, client_id="kbroker-cluster-status", network=network) as client:
         return await asyncio.wait_for(client.refresh_metadata(), timeout_s)

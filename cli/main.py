@@ -236,8 +236,11 @@ def _add_users(commands: Subcommands) -> None:
     actions = scram.add_subparsers(dest="scram_command", required=True, metavar="ACTION")
     set_ = client_command(actions, "set", "cli.users:set_credentials", "set a user's credentials")
     set_.add_argument("-u", "--user", "--entity-name", dest="user", required=True)
-    set_.add_argument("--add-config", required=True, metavar="'SCRAM-SHA-256=[iterations=8192,password=...]'",
+    set_.add_argument("--add-config", metavar="'SCRAM-SHA-256=[iterations=8192,password=...]'",
                       help="mechanisms with [iterations=N,password=P] (iterations default 4096)")
+    set_.add_argument("--add-config-file", metavar="FILE",
+                      help="the same as a properties file, one mechanism a line (kafka-configs.sh's option; "
+                           "keeps the password off the command line)")
     delete = client_command(actions, "delete", "cli.users:delete_credentials", "delete a user's credentials")
     delete.add_argument("-u", "--user", "--entity-name", dest="user", required=True)
     delete.add_argument("--delete-config", required=True, metavar="SCRAM-SHA-512[,SCRAM-SHA-256]")
@@ -272,6 +275,9 @@ def _add_cluster(commands: Subcommands) -> None:
     up.add_argument("--zookeeper", nargs="?", const="start", default=None, metavar="CONNECT",
                     help="keep the metadata in ZooKeeper (controller.metadata.store=zookeeper): without a value, "
                          "start a ZooKeeper server of the cluster's own (Debian's package); or host:port[/chroot]")
+    up.add_argument("--secure", action="store_true",
+                    help="clients on SASL_SSL with SCRAM, mutual TLS between the processes, ACLs on, an admin "
+                         "super user; certificates and the admin's client config written under DIR")
     up.add_argument("--timeout", type=float, default=60, help="seconds to wait for every broker (default 60)")
     status = local_command(actions, "status", "cli.cluster:status",
                            "processes, live brokers, under-replicated and offline partitions (exit 1 if unhealthy)")

@@ -2,6 +2,7 @@
 for ``--entity-type users`` (AlterUserScramCredentials, DescribeUserScramCredentials, KIP-554).
 
     kbroker users scram set -u alice --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'
+    kbroker users scram set -u alice --add-config-file alice.properties   # SCRAM-SHA-512=[password=...] lines
     kbroker users scram delete -u alice --delete-config SCRAM-SHA-512
     kbroker users scram list [-u alice]
 
@@ -17,6 +18,7 @@ import argparse
 from cli.common import UsageError
 from protocol.client import KafkaClient
 from protocol.client.admin import DEFAULT_SCRAM_ITERATIONS, SCRAM_MECHANISMS, ScramUpsertion
+from protocol.client.security import read_client_properties
 from protocol.errors import KafkaError, ResourceNotFoundError
 
 
@@ -80,8 +82,23 @@ def parse_add_config(text: str) -> list[tuple[str, int, str]]:
 # (DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request"), which
 # is what kafka-configs.sh runs into with both mechanisms in one --add-config.
 
+def add_config_text(args: argparse.Namespace) -> str:
+    """--add-config and the entries of --add-config-file (a properties file: ``SCRAM-SHA-512=[...]``
+    lines, as kafka-configs.sh reads it), one --add-config string."""
+    items = [args.add_config] if args.add_config else []
+    if args.add_config_file:
+        try:
+            props = read_client_properties(args.add_config_file)
+        except OSError as exc:
+            raise UsageError(f"--add-config-file {args.add_config_file}: {exc.strerror}") from None
+        items += [f"{k}={v}" for k, v in props.items()]
+    if not items:
+        raise UsageError("set: --add-config or --add-config-file is required")
+    return ",".join(items)
+
+
 async def set_credentials(client: KafkaClient, args: argparse.Namespace) -> int:
-    for mechanism, iterations, password in parse_add_config(args.add_config):
+    for mechanism, iterations, password in parse_add_config(add_config_text(args)):
         _check(args.user, await client.alter_user_scram_credentials(
             upsertions=[ScramUpsertion(args.user, mechanism, password, iterations)]))
     print(f"Completed updating config for user {args.user}.")

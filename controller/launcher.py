@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -25,11 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from protocol.api_keys import ApiKey
+from protocol.client.tls import client_context
 from protocol.fast_codecs import encode_request_header
 from protocol.messages import APIS
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROLLER_LISTENER = "CONTROLLER"
+
+# A secure LocalCluster (``kbroker cluster up --secure``): clients on SASL_SSL with SCRAM, the
+# control plane (broker to broker, broker to controller, controller to broker) on SSL listeners
+# that require a client certificate, the StandardAuthorizer with no ACL meaning no access.
+SECURE_PROTOCOL_MAP = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"
+SECURE_MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+# Certificates are ``kbroker certs``' (cli/certs.py): a process's subject is CN=<name>, a
+# client's CN=<name>,OU=clients,O=kbroker; both map to the principal User:<name>, and a
+# certificate of any other shape has no principal (its connection is refused).
+SECURE_PRINCIPAL_RULES = "RULE:^CN=([^,]+),OU=clients,O=kbroker$/$1/,RULE:^CN=([^,]+)$/$1/"
+ADMIN_USER = "admin"
 
 
 def free_port() -> int:
@@ -46,15 +60,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def metadata(port: int, host: str = "127.0.0.1", timeout_s: float = 5.0) -> Any:
-    """A blocking Metadata v1 request (no topics) to a broker or controller; the parsed response."""
+def metadata(port: int, host: str = "127.0.0.1", timeout_s: float = 5.0, tls: ssl.SSLContext | None = None) -> Any:
+    """A blocking Metadata v1 request (no topics) to a broker or controller; the parsed response.
+    ``tls``: over TLS with this context (an SSL listener; with a client certificate for mutual TLS)."""
     api = APIS[ApiKey.METADATA]
     body = encode_request_header(ApiKey.METADATA, 1, 1, "kbroker-launcher", False) + api.request.build(1, {"topics": []})
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
-        sock.settimeout(timeout_s)
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", read_exactly(sock, 4))[0]
-        frame = read_exactly(sock, size)
+    with socket.create_connection((host, port), timeout=timeout_s) as raw:
+        raw.settimeout(timeout_s)
+        with (tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", read_exactly(sock, 4))[0]
+            frame = read_exactly(sock, size)
     return api.response.parse(1, frame, 4)
 
 
@@ -81,10 +97,10 @@ def pid_alive(pid: int | None, data_dir: str) -> bool:
         return False
 
 
-def live_brokers(port: int, host: str = "127.0.0.1") -> set[int]:
+def live_brokers(port: int, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> set[int]:
     """The broker ids a node's Metadata lists (a controller lists the unfenced brokers); empty if it does not answer."""
     try:
-        return {b.node_id for b in metadata(port, host).brokers}
+        return {b.node_id for b in metadata(port, host, tls=tls).brokers}
     except (OSError, ValueError):
         return set()
 
@@ -111,10 +127,34 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.recorded_pid: int | None = None  # a process another run started (a cluster's state file)
         self.output = self.log_dir.parent / f"broker-{broker_id}-{self.port}.out"
+        # Where and how the harness asks whether it is live (``metadata``): ``port`` in
+        # plaintext unless a secure cluster names another listener and its client's TLS settings.
+        self.probe_port: int | None = None
+        self.probe_properties: dict[str, str] | None = None
+        self._probe_tls: ssl.SSLContext | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def probe_tls(self) -> ssl.SSLContext | None:
+        """The TLS context of the harness's probes (built when first needed: the key stores it
+        reads may be written after this object is made); None: plaintext."""
+        if self.probe_properties is None:
+            return None
+        if self._probe_tls is None:
+            self._probe_tls = client_context(self.probe_properties)
+        return self._probe_tls
+
+    def metadata(self, timeout_s: float = 5.0) -> Any:
+        """``metadata`` asked of this process, on its probe listener."""
+        return metadata(self.probe_port or self.port, self.host, timeout_s, tls=self.probe_tls)
+
+    def live_brokers(self) -> set[int]:
+        """The brokers this process's Metadata lists (a controller: the ones it has unfenced);
+        empty if it does not answer."""
+        return live_brokers(self.probe_port or self.port, self.host, tls=self.probe_tls)
 
     @property
     def metrics_port(self) -> int | None:
@@ -161,7 +201,7 @@ class BrokerProcess:
 
     def ready(self) -> bool:
         """Live: its own Metadata lists it (the controller unfenced it and told it so)."""
-        return self.broker_id in live_brokers(self.port, self.host)
+        return self.broker_id in self.live_brokers()
 
     def _wait(self, condition, deadline: float, what: str) -> None:
         while not condition():
@@ -252,13 +292,9 @@ class ControllerProcess(BrokerProcess):
     def is_active(self) -> bool:
         """Its Metadata names itself the controller (a standby names the active one, or -1)."""
         try:
-            return metadata(self.port, self.host, timeout_s=2.0).controller_id == self.node_id
+            return self.metadata(timeout_s=2.0).controller_id == self.node_id
         except (OSError, ValueError):
             return False
-
-    def live_brokers(self) -> set[int]:
-        """The brokers this controller has unfenced (its Metadata)."""
-        return live_brokers(self.port, self.host)
 
     def command(self) -> list[str]:
         props = {"process.roles": "controller", "node.id": str(self.node_id),
@@ -301,13 +337,25 @@ class LocalCluster:
                  controller_props: dict | None = None, python: str = sys.executable, controllers: int = 1,
                  controller_ports: list[int] | None = None, zookeeper: str | None = None,
                  zookeeper_port: int | None = None, metrics: bool = False,
-                 metrics_base_port: int | None = None) -> None:
+                 metrics_base_port: int | None = None, secure: bool = False,
+                 internal_ports: dict[int, int] | None = None) -> None:
         """``zookeeper``: the zookeeper.connect of the controllers, or ``"start"``: a ZooKeeper
         server of the cluster's own (``directory/zookeeper``, on ``zookeeper_port``), started
-        first and stopped last (what ``kbroker cluster up --zookeeper`` does)."""
+        first and stopped last (what ``kbroker cluster up --zookeeper`` does).
+
+        ``secure``: what ``kbroker cluster up --secure`` runs (see ``secure_properties``):
+        brokers' client listener (``port``) on SASL_SSL with SCRAM, and an INTERNAL listener
+        (``internal_ports``, or the ports after the controllers' from ``base_port``, or free
+        ones) on SSL with client certificates required, like the controller's listener; the
+        key stores are read from ``secrets_dir``, which must hold them before ``launch``
+        (cli/cluster.py makes them with ``kbroker certs``). The harness probes the processes
+        over the SSL listeners with the ``admin`` client certificate."""
         self.directory = Path(directory)
         if controllers > 1 and not zookeeper:
             raise ValueError("several controllers need ZooKeeper (zookeeper=<zookeeper.connect>)")
+        if secure and zookeeper:
+            raise ValueError("a secure cluster's controllers keep their metadata locally (not on ZooKeeper)")
+        self.secure = secure
         metrics = metrics or metrics_base_port is not None
         metrics_ports = iter(range(metrics_base_port, metrics_base_port + controllers
                                    + len(broker_ids or range(brokers)))) if metrics_base_port else None
@@ -321,6 +369,8 @@ class LocalCluster:
             broker_ports = {i: base_port + n for n, i in enumerate(ids)}
             ports = [base_port + len(ids) + n for n in range(controllers)]
             zookeeper_port = zookeeper_port or base_port + len(ids) + controllers
+            if secure:
+                internal_ports = {i: base_port + len(ids) + controllers + n for n, i in enumerate(ids)}
         self.zookeeper_server: ZooKeeperProcess | None = None
         if zookeeper == "start":
             self.zookeeper_server = ZooKeeperProcess(self.directory / "zookeeper", zookeeper_port)
@@ -331,8 +381,10 @@ class LocalCluster:
         if zookeeper:
             cprops = {"controller.metadata.store": "zookeeper", "zookeeper.connect": zookeeper, **cprops}
         self.controllers = []
+        processes = [f"controller-{controller_id + n}" for n in range(controllers)] + [f"broker-{i}" for i in ids]
+        self.super_users = [f"User:{name}" for name in (ADMIN_USER, *processes)]
         for n in range(controllers):
-            props = dict(cprops)
+            props = {**self.secure_properties(f"controller-{controller_id + n}"), **cprops} if secure else dict(cprops)
             if metrics and "metrics.listener" not in props:
                 props["metrics.listener"] = metrics_listener()
             self.controllers.append(ControllerProcess(self.directory / f"controller-{controller_id + n}", ports[n],
@@ -343,10 +395,69 @@ class LocalCluster:
         quorum = ",".join(c.address for c in self.controllers)
         for i in ids:
             props = {"process.roles": "broker", "node.id": i, "controller.quorum.bootstrap.servers": quorum,
-                     "controller.listener.names": CONTROLLER_LISTENER, **self.broker_props}
+                     "controller.listener.names": CONTROLLER_LISTENER}
+            port = broker_ports.get(i) or free_port()
+            internal = None
+            if secure:
+                internal = (internal_ports or {}).get(i) or free_port()
+                props.update(self.secure_properties(f"broker-{i}"))
+                props.update({"listeners": f"CLIENT://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
+                              "inter.broker.listener.name": "INTERNAL",
+                              "sasl.enabled.mechanisms": SECURE_MECHANISMS})
+            props.update(self.broker_props)
             if metrics and "metrics.listener" not in self.broker_props:
                 props["metrics.listener"] = metrics_listener()
-            self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", broker_ports.get(i), i, props, python)
+            self.brokers[i] = BrokerProcess(self.directory / f"broker-{i}", port, i, props, python)
+            self.brokers[i].probe_port = internal
+        if secure:
+            for p in [*self.controllers, *self.brokers.values()]:
+                p.probe_properties = self.admin_tls_properties()
+
+    # -- a secure cluster ---------------------------------------------------------------------
+
+    @property
+    def secrets_dir(self) -> Path:
+        """A secure cluster's CA, key stores and admin password (0700; never to be committed)."""
+        return self.directory / "secrets"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.secrets_dir / "ca.pem"
+
+    def keystore(self, name: str) -> Path:
+        """``kbroker certs``' PEM key store of a process or client (``broker-1``, ``admin``)."""
+        return self.secrets_dir / f"{name}.pem"
+
+    def certificate_names(self) -> tuple[list[str], list[str]]:
+        """The certificates a secure cluster needs: the processes' (controllers, brokers) and the clients'."""
+        return ([f"controller-{c.broker_id}" for c in self.controllers] + [f"broker-{i}" for i in self.brokers],
+                [ADMIN_USER])
+
+    def secure_properties(self, name: str) -> dict[str, str]:
+        """The security settings of process ``name`` (``controller-3000``, ``broker-1``), the
+        same on the controller and the brokers apart from the key store: every process's
+        principal, and ``admin``'s, is a super user."""
+        return {"listener.security.protocol.map": SECURE_PROTOCOL_MAP,
+                "inter.broker.listener.name": "INTERNAL",
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.keystore(name)),
+                "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_file),
+                "listener.name.internal.ssl.client.auth": "required",
+                "listener.name.controller.ssl.client.auth": "required",
+                "ssl.principal.mapping.rules": SECURE_PRINCIPAL_RULES,
+                "authorizer.class.name": STANDARD_AUTHORIZER,
+                "allow.everyone.if.no.acl.found": "false",
+                "super.users": ";".join(self.super_users)}
+
+    def admin_tls_properties(self) -> dict[str, str]:
+        """Kafka client properties of the ``admin`` client certificate on the SSL listeners
+        (the harness's probes, and how ``kbroker cluster up`` creates the SCRAM admin)."""
+        return {"security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.ca_file),
+                "ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.keystore(ADMIN_USER))}
+
+    @property
+    def internal_bootstrap(self) -> str:
+        """host:port of every broker's SSL (mutual TLS) listener; the client bootstrap when not secure."""
+        return ",".join(f"{b.host}:{b.probe_port or b.port}" for b in self.brokers.values())
 
     @property
     def bootstrap(self) -> str:
@@ -368,7 +479,7 @@ class LocalCluster:
             if not c.running:
                 continue
             try:
-                if metadata(c.port, c.host, timeout_s=2.0).controller_id == c.node_id:
+                if c.metadata(timeout_s=2.0).controller_id == c.node_id:
                     return c
             except (OSError, ValueError):
                 continue
@@ -431,7 +542,8 @@ class LocalCluster:
         def process(p: BrokerProcess) -> dict[str, Any]:
             return {"id": p.broker_id, "port": p.port, "pid": p.pid if p.running else None,
                     "data_dir": str(p.log_dir), "log": str(p.output),
-                    "metrics_listener": p.overrides.get("metrics.listener")}
+                    "metrics_listener": p.overrides.get("metrics.listener"),
+                    **({"internal_port": p.probe_port} if p.probe_port else {})}
         zk = self.zookeeper_server
         return {"controller": process(self.controller), "controllers": [process(c) for c in self.controllers],
                 "zookeeper": "start" if zk is not None else self.zookeeper,
@@ -440,6 +552,7 @@ class LocalCluster:
                 "brokers": [process(b) for b in self.brokers.values()],
                 "broker_props": {k: str(v) for k, v in self.broker_props.items()},
                 "controller_props": {k: str(v) for k, v in self.controller_props.items()},
+                "secure": self.secure,
                 "bootstrap": self.bootstrap}
 
     def save_state(self) -> None:
@@ -461,7 +574,8 @@ class LocalCluster:
                       zookeeper=state.get("zookeeper"), zookeeper_port=zk["port"] if zk else None,
                       broker_ports={b["id"]: b["port"] for b in brokers},
                       broker_props=state.get("broker_props"), controller_props=state.get("controller_props"),
-                      python=python)
+                      python=python, secure=bool(state.get("secure")),
+                      internal_ports={b["id"]: b["internal_port"] for b in brokers if b.get("internal_port")})
         for c, saved in zip(cluster.controllers, controllers):
             c.recorded_pid = saved["pid"]
         if cluster.zookeeper_server is not None and zk:
@@ -549,7 +663,11 @@ class ZooKeeperProcess:
     that tests can use short session timeouts (ZooKeeper allows 2 to 20 ticks)."""
 
     def __init__(self, directory: Path, client_port: int | None = None, *, myid: int = 1,
-                 peers: list[tuple[int, int, int]] | None = None, tick_ms: int = 200, java: str = "java") -> None:
+                 peers: list[tuple[int, int, int]] | None = None, tick_ms: int = 200, java: str = "java",
+                 sasl_users: dict[str, str] | None = None) -> None:
+        """``sasl_users``: name -> password the server accepts with SASL DIGEST-MD5 (its JAAS
+        ``Server`` section; unauthenticated clients still connect, and ACLs decide what they see)."""
+        self.sasl_users = dict(sasl_users or {})
         self.directory = Path(directory)
         self.client_port = client_port or free_port()
         self.myid = myid
@@ -592,6 +710,8 @@ class ZooKeeperProcess:
                  f"clientPort={self.client_port}", "clientPortAddress=127.0.0.1", "maxClientCnxns=0",
                  "admin.enableServer=false", "4lw.commands.whitelist=*", "autopurge.purgeInterval=1",
                  f"minSessionTimeout={2 * self.tick_ms}", "maxSessionTimeout=120000", "forceSync=yes"]
+        if self.sasl_users:
+            lines.append("authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
         if self.peers:
             lines.append("standaloneEnabled=false")
             for sid, quorum, election in self.peers:
@@ -600,7 +720,8 @@ class ZooKeeperProcess:
 
     def command(self) -> list[str]:
         conf = self.directory / "conf"
-        return [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true",
+        jaas = [f"-Djava.security.auth.login.config={conf / 'jaas.conf'}"] if self.sasl_users else []
+        return [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.jmx.log4j.disable=true", *jaas,
                 f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}", "-cp", f"{conf}:{ZOOKEEPER_JAR}",
                 ZOOKEEPER_MAIN, str(conf / "zoo.cfg")]
 
@@ -613,6 +734,10 @@ class ZooKeeperProcess:
         data.mkdir(parents=True, exist_ok=True)
         (conf / "zoo.cfg").write_text(self.config_text())
         (conf / "log4j.properties").write_text(ZOOKEEPER_LOG4J)
+        if self.sasl_users:
+            users = " ".join(f'user_{u}="{p}"' for u, p in self.sasl_users.items())
+            (conf / "jaas.conf").write_text(f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required "
+                                            f"{users};\n}};\n")
         (data / "myid").write_text(f"{self.myid}\n")
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, cwd=self.directory,

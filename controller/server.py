@@ -175,7 +175,8 @@ class ControllerServer:
         cfg = self.config
         self.coordinator = ZooKeeperCoordinator(
             cfg["zookeeper.connect"], self.node_id, self.time, session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
-            connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"])
+            connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"], sasl=cfg.security.zookeeper_sasl,
+            set_acl=cfg["zookeeper.set.acl"])
         try:
             self.cluster_id = await self.coordinator.start(new_cluster_id())
             self.standby = StandbyController(self.node_id, self.cluster_id, self._active_controller_id)

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.security import ACL, Id, Permissions
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType
 
@@ -151,16 +152,26 @@ class ZooKeeperCoordinator:
     timeout: an active controller then steps down."""
 
     def __init__(self, connect: str, node_id: int, time: Time, *, session_timeout_ms: int = 18000,
-                 connection_timeout_ms: int | None = None, kazoo_logger: logging.Logger | None = None) -> None:
+                 connection_timeout_ms: int | None = None, kazoo_logger: logging.Logger | None = None,
+                 sasl: tuple[str, str] | None = None, set_acl: bool = False) -> None:
+        """``sasl``: (username, password) to authenticate with (SASL DIGEST-MD5); ``set_acl``:
+        every znode this controller creates is readable and writable by that identity alone
+        (Kafka's zookeeper.set.acl; nothing is world-readable: the store holds SCRAM
+        credentials and ACLs)."""
         from .zk_connect import parse_zookeeper_connect
         self.hosts, self.chroot = parse_zookeeper_connect(connect)
         self.node_id = node_id
         self.time = time
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        security: dict[str, Any] = {}
+        if sasl is not None:
+            security["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": sasl[0], "password": sasl[1]}
+            if set_acl:
+                security["default_acl"] = [ACL(Permissions.ALL, Id("sasl", sasl[0]))]
         self.zk = KazooClient(hosts=self.hosts, timeout=session_timeout_ms / 1000,
                               connection_retry={"max_tries": -1, "max_delay": 1.0},
-                              logger=kazoo_logger or logging.getLogger("kbroker.kazoo"))
+                              logger=kazoo_logger or logging.getLogger("kbroker.kazoo"), **security)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.active_controller_id = -1
         self.on_not_active: Callable[[str], None] | None = None

@@ -487,3 +487,46 @@ def iter_records(buf: Buffer, *, skip_control: bool = True, verify_crc: bool = T
         if skip_control and h.is_control:
             continue
         yield from decode_records(h, batch_body(buf, pos, h))
+
+
+# -- transaction markers (control batches) ---------------------------------------------------
+# A control batch holds one record whose key is (version int16 = 0, type int16) and, for the
+# COMMIT and ABORT markers, whose value is (version int16 = 0, coordinator epoch int32): Kafka's
+# ControlRecordType and EndTransactionMarker.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+class ControlRecord(NamedTuple):
+    type: int  # CONTROL_ABORT, CONTROL_COMMIT, or another control type (e.g. 2, 3: KRaft's)
+    coordinator_epoch: int  # -1 when the record has no marker value
+
+
+def build_end_txn_marker(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool, *,
+                         now_ms: int, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH) -> bytes:
+    """A COMMIT or ABORT marker batch (transactional, control, one record) for the producer."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([Record(key=key, value=value, timestamp=now_ms)], producer_id=producer_id,
+                       producer_epoch=producer_epoch, partition_leader_epoch=partition_leader_epoch,
+                       transactional=True, control=True)
+
+
+def read_control_record(buf: Buffer, pos: int, header: BatchHeader) -> ControlRecord:
+    """The control record of the control batch at ``pos`` (uncompressed, as brokers write them);
+    ValueError if it is not one."""
+    body = batch_body(buf, pos, header)
+    p = 0
+    _length, p = decode_varint(body, p)
+    p += 1  # attributes
+    _ts, p = decode_varint(body, p)
+    _off, p = decode_varint(body, p)
+    key, p = _read_bytes(body, p)
+    if key is None or len(key) < 4:
+        raise ValueError("control record without a 4-byte key")
+    _version, kind = _CONTROL_KEY.unpack_from(key, 0)
+    value, p = _read_bytes(body, p)
+    epoch = _MARKER_VALUE.unpack_from(value, 0)[1] if value is not None and len(value) >= 6 else -1
+    return ControlRecord(kind, epoch)

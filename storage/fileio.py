@@ -83,6 +83,19 @@ def write_all(fd: int, data: Any) -> None:
         view = view[write(fd, view):]
 
 
+def append_to(path: StrPath, data: Any) -> None:
+    """Write ``data`` at the end of ``path`` (created if missing)."""
+    fd = open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        end = os.fstat(fd).st_size
+        view = memoryview(data)
+        while view:
+            done = pwrite(fd, view, end)
+            view, end = view[done:], end + done
+    finally:
+        close(fd)
+
+
 def listdir(path: StrPath) -> list[str]:
     """The names in ``path``, sorted: the same order on every file system (a directory's
     own order depends on the file system, and the order logs are loaded in is seen)."""

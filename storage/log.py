@@ -45,15 +45,17 @@ from typing import TYPE_CHECKING, Callable
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
                              OffsetOutOfRangeError, RecordListTooLargeError)
-from protocol.records import BatchHeader, check_batch, read_header, set_base_offset_and_epoch, set_log_append_time
+from protocol.records import (BatchHeader, build_end_txn_marker, check_batch, read_control_record, read_header,
+                              set_base_offset_and_epoch, set_log_append_time)
 
 from . import fileio
 from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import EpochEntry, LeaderEpochFileCache
-from .log_loader import LoadedLog, LogLoader, rebuild_producer_state
+from .log_loader import LoadedLog, LogLoader, rebuild_producer_state, replay_batches
 from .log_validator import validate_client_batches
-from .producer_state import BatchMetadata, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
+from .producer_state import BatchMetadata, CompletedTxn, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
+from .txn_index import AbortedTxn, TransactionIndex
 from .checkpoint import fsync_dir
 from .segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, file_name
 from .segment_budget import OpenSegmentBudget
@@ -181,7 +183,8 @@ class Log:
     """One partition replica's log. Not thread-safe (see the module docstring)."""
 
     def __init__(self, dir: Path, config: LogConfig, time: Time, budget: OpenSegmentBudget, loaded: LoadedLog,
-                 leader_epoch_cache: LeaderEpochFileCache, producer_state: ProducerStateManager) -> None:
+                 leader_epoch_cache: LeaderEpochFileCache, producer_state: ProducerStateManager,
+                 txn_index: TransactionIndex | None = None) -> None:
         """A log built from what ``LogLoader`` loaded; ``open`` is the way to get one."""
         self.dir = Path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
@@ -196,6 +199,7 @@ class Log:
         self.high_watermark = loaded.log_start_offset
         self.leader_epoch_cache = leader_epoch_cache
         self.producer_state = producer_state
+        self.txn_index = txn_index if txn_index is not None else TransactionIndex(self.dir)
         self.recovery_report = loaded.report
         self._last_flush_ms = time.milliseconds()
         self._dir_version = 1 if loaded.dir_changed else 0  # bumped when segment files are created or deleted
@@ -240,10 +244,12 @@ class Log:
         leader_epoch_cache = LeaderEpochFileCache(dir / EPOCH_FILE_NAME, lambda: opened.log_end_offset,
                                                   exists=EPOCH_FILE_NAME in names)
         producer_state = ProducerStateManager(dir, time, config.producer_id_expiration_ms, names=names)
+        txn_index = TransactionIndex(dir)
         loaded = LogLoader(dir, topic, partition, config, time, budget, had_clean_shutdown=had_clean_shutdown,
                            log_start_offset_checkpoint=log_start_offset, recovery_point_checkpoint=recovery_point,
-                           leader_epoch_cache=leader_epoch_cache, producer_state=producer_state).load(names)
-        opened = cls(dir, config, time, budget, loaded, leader_epoch_cache, producer_state)
+                           leader_epoch_cache=leader_epoch_cache, producer_state=producer_state,
+                           txn_index=txn_index).load(names)
+        opened = cls(dir, config, time, budget, loaded, leader_epoch_cache, producer_state, txn_index)
         return opened
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -287,7 +293,33 @@ class Log:
     def update_high_watermark(self, hw: int) -> int:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset]; returns it."""
         self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
         return self.high_watermark
+
+    # -- transactions (Kafka's firstUnstableOffset / lastStableOffset) ---------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction ongoing or whose marker is not yet
+        below the high watermark; None when there is none."""
+        return self.producer_state.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: what read_committed consumers may read up to (exclusive)."""
+        hw = self.high_watermark
+        first = self.producer_state.first_unstable_offset()
+        return first if first is not None and first < hw else hw
+
+    def last_stable_offset_metadata(self) -> tuple[int, int]:
+        lso = self.last_stable_offset
+        if lso == self.high_watermark:
+            return self.high_watermark_metadata()
+        return self.offset_metadata(lso)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper bound) overlaps."""
+        return self.txn_index.collect(fetch_offset, upper_bound_offset)
 
     # -- offset metadata (Kafka's LogOffsetMetadata) --------------------------------------
 
@@ -380,6 +412,34 @@ class Log:
             self.producer_state.update((pending,))
         return info
 
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                              leader_epoch: int) -> LogAppendInfo:
+        """A COMMIT or ABORT marker for the producer's transaction, as the transaction
+        coordinator asks through WriteTxnMarkers (Kafka's appendAsLeader, origin COORDINATOR).
+        An epoch older than the producer's raises InvalidProducerEpochError, a coordinator epoch
+        older than its last marker's TransactionCoordinatorFencedError; nothing is written then.
+        An aborted transaction gets its entry in the ``.txnindex`` of the marker's segment."""
+        now = self.time.milliseconds()
+        buf = bytearray(build_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms=now,
+                                             partition_leader_epoch=leader_epoch))
+        set_base_offset_and_epoch(buf, 0, self.log_end_offset, leader_epoch)
+        header = read_header(buf, 0)
+        control = read_control_record(buf, 0, header)
+        pending = self.producer_state.prepare_append([(header, control)], validate=True)
+        written = [(0, header)]
+        info = self._append_info(buf, written, -1)
+        self._append(buf, written, info)
+        self._maybe_assign_epoch(leader_epoch, info.first_offset)
+        self._index_completed(self.producer_state.update(pending.values()))
+        return info
+
+    def _index_completed(self, completed: list[CompletedTxn]) -> None:
+        segment_base = self._bases[-1]
+        for txn in completed:
+            if txn.is_aborted:
+                self.txn_index.append(segment_base, AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                               self.producer_state.last_stable_offset_of(txn)))
+
     def _analyze_producer_state(self, written: list[tuple[int, BatchHeader]],
                                 ) -> tuple[BatchMetadata | None, ProducerAppendInfo | None]:
         """Kafka's analyzeAndValidateProducerState for a client's request holding a batch
@@ -428,7 +488,7 @@ class Log:
             if header.producer_id >= 0:
                 idempotent = True
         if idempotent:
-            self.producer_state.replay(h for _pos, h in batches if h.producer_id >= 0)
+            replay_batches(self.producer_state, records, batches, self.txn_index, self._bases[-1])
         return info
 
     def _validate(self, buf: Buffer, *, check_message_size: bool) -> list[tuple[int, BatchHeader]]:
@@ -532,7 +592,8 @@ class Log:
         swap = self.dir / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
         fileio.replace(cleaned, swap)
         fsync_dir(self.dir)
-        self._delete_segments(old)
+        self.txn_index.replace_segments([s.base_offset for s in old], base)
+        self._delete_segments(old, keep_txn_index=True)
         fileio.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
         fsync_dir(self.dir)
         segment = LogSegment(self.dir, base, budget=self.segment_budget, index_interval_bytes=self.config.index_interval_bytes,
@@ -629,8 +690,9 @@ class Log:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.first_dirty_offset = min(self.first_dirty_offset, self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.txn_index.truncate_from(self.log_end_offset)
         rebuild_producer_state(self.producer_state, self._segments, self._bases, self.log_start_offset,
-                               self.log_end_offset)
+                               self.log_end_offset, self.txn_index)
         log.info("%s-%d: truncated to offset %d", self.topic, self.partition, self.log_end_offset)
         return True
 
@@ -645,6 +707,7 @@ class Log:
         self.first_dirty_offset = offset
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully()
+        self.txn_index.clear()
         log.info("%s-%d: truncated fully, starting at offset %d", self.topic, self.partition, offset)
 
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
@@ -706,11 +769,15 @@ class Log:
 
     # -- delayed deletion (Kafka's asyncDelete) -------------------------------------------
 
-    def _delete_segments(self, segments: list[LogSegment]) -> None:
+    def _delete_segments(self, segments: list[LogSegment], keep_txn_index: bool = False) -> None:
         """Segments just taken out of the log (retention, log start offset, truncation, a
         compaction swap): renamed to ``.deleted`` now and deleted by ``delete_due_segments``
         once ``file.delete.delay.ms`` has passed, so a reader still holding one (a fetch in
-        flight, the log cleaner) never finds its files gone. A delay of 0 deletes at once."""
+        flight, the log cleaner) never finds its files gone. A delay of 0 deletes at once.
+        Their aborted transactions go at once (unless ``keep_txn_index``: a compaction swap
+        moved them to the cleaned segment)."""
+        if not keep_txn_index:
+            self.txn_index.drop_segments([s.base_offset for s in segments])
         delay = self.config.file_delete_delay_ms
         if delay <= 0:
             for segment in segments:

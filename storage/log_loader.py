@@ -35,15 +35,19 @@ import bisect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 from protocol.clock import Time
-from protocol.records import BatchHeader, iter_batch_headers
+from protocol.records import BatchHeader, ControlRecord, iter_batch_headers, read_control_record
 
 from . import fileio
 from .config import LogConfig
 from .epoch_cache import LeaderEpochFileCache
-from .producer_state import ProducerStateManager
+from .producer_state import CompletedTxn, ProducerStateManager
+from .txn_index import AbortedTxn, TransactionIndex
+
+if TYPE_CHECKING:
+    from protocol.records import Buffer
 from .checkpoint import fsync_dir
 from .segment import (CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoverResult,
                       file_name)
@@ -116,7 +120,7 @@ class LogLoader:
     def __init__(self, dir: Path, topic: str, partition: int, config: LogConfig, time: Time,
                  budget: OpenSegmentBudget, *, had_clean_shutdown: bool, log_start_offset_checkpoint: int,
                  recovery_point_checkpoint: int, leader_epoch_cache: LeaderEpochFileCache,
-                 producer_state: ProducerStateManager) -> None:
+                 producer_state: ProducerStateManager, txn_index: TransactionIndex | None = None) -> None:
         self.dir = dir
         self.topic = topic
         self.partition = partition
@@ -128,6 +132,7 @@ class LogLoader:
         self.recovery_point_checkpoint = recovery_point_checkpoint
         self.leader_epoch_cache = leader_epoch_cache
         self.producer_state = producer_state
+        self.txn_index = txn_index
         self.report = RecoveryReport(topic, partition, had_clean_shutdown)
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -149,6 +154,8 @@ class LogLoader:
         self._segments[-1].activate()
         self._recover_segments()
         segments, bases = self._segments, self._bases
+        if self.txn_index is not None:
+            self.txn_index.load(bases, names if names is not None else fileio.listdir(self.dir))
         report.segments = len(segments)
         log_end_offset = segments[-1].read_next_offset()
         log_start_offset = min(max(self.log_start_offset_checkpoint, bases[0]), log_end_offset)
@@ -159,7 +166,7 @@ class LogLoader:
         self.leader_epoch_cache.truncate_from_end(log_end_offset)
         self.leader_epoch_cache.truncate_from_start(log_start_offset)
         report.producer_batches_replayed = rebuild_producer_state(self.producer_state, segments, bases,
-                                                                  log_start_offset, log_end_offset)
+                                                                  log_start_offset, log_end_offset, self.txn_index)
         if report.producer_batches_replayed:
             # Not fsynced: two fsyncs per partition made most of the time of an unclean start
             # with many partitions; the snapshot only saves the next replay (take_snapshot).
@@ -301,24 +308,19 @@ class LogLoader:
 
 
 def rebuild_producer_state(producer_state: ProducerStateManager, segments: list[LogSegment], bases: list[int],
-                           log_start_offset: int, log_end_offset: int) -> int:
+                           log_start_offset: int, log_end_offset: int, txn_index: TransactionIndex | None = None) -> int:
     """Reset the producer state to the newest snapshot at or below the LEO (snapshots
     above it are deleted) and replay the batch headers after it; returns how many batch
     headers were read (none after a clean shutdown: the snapshot is at the LEO). Kafka's
-    ``UnifiedLog.rebuildProducerState``: loading and truncation both use it."""
+    ``UnifiedLog.rebuildProducerState``: loading and truncation both use it. The aborted
+    transactions of the markers replayed are written to ``txn_index`` anew (its entries from
+    the replay's start on are dropped first), so recovery rebuilds the ``.txnindex`` files."""
     start = producer_state.truncate_and_reload(log_start_offset, log_end_offset)
+    if txn_index is not None:
+        txn_index.truncate_from(start)
     if start >= log_end_offset:
         return 0
     count = 0
-
-    def producer_batches(segment: LogSegment, position: int) -> Iterator[BatchHeader]:
-        nonlocal count
-        records = segment.records
-        for _pos, header in iter_batch_headers(records.buffer(records.size), position, records.size):
-            count += 1
-            if header.producer_id >= 0:
-                yield header
-
     i = max(0, bisect.bisect_right(bases, start) - 1)
     for segment in segments[i:]:
         position = 0
@@ -327,6 +329,39 @@ def rebuild_producer_state(producer_state: ProducerStateManager, segments: list[
             if found is None:
                 continue
             position = found[0]
-        producer_state.replay(producer_batches(segment, position))
+        records = segment.records
+        buf = records.buffer(records.size)
+        batches = list(iter_batch_headers(buf, position, records.size))
+        count += len(batches)
+        replay_batches(producer_state, buf, batches, txn_index, segment.base_offset)
     return count
 
+
+def replay_batches(producer_state: ProducerStateManager, buf: Buffer, batches: list[tuple[int, BatchHeader]],
+                   txn_index: TransactionIndex | None, segment_base: int) -> list[CompletedTxn]:
+    """Replay the producer batches of ``batches`` (positions in ``buf``) into the producer state,
+    in runs between markers, so each marker's aborted transaction is indexed (in the segment
+    ``segment_base``) with the last stable offset of its moment. Returns the completed ones."""
+    completed: list[CompletedTxn] = []
+    run: list[BatchHeader | tuple[BatchHeader, ControlRecord | None]] = []
+    for pos, header in batches:
+        if header.producer_id < 0:
+            continue
+        if not header.is_control:
+            run.append(header)
+            continue
+        if run:
+            producer_state.replay(run)
+            run = []
+        try:
+            control: ControlRecord | None = read_control_record(buf, pos, header)
+        except (ValueError, IndexError):
+            control = None
+        for txn in producer_state.replay([(header, control)]):
+            completed.append(txn)
+            if txn.is_aborted and txn_index is not None:
+                txn_index.append(segment_base, AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                          producer_state.last_stable_offset_of(txn)))
+    if run:
+        producer_state.replay(run)
+    return completed

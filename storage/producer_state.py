@@ -55,8 +55,10 @@ from typing import TYPE_CHECKING, Iterable
 from crc32c import crc32c
 
 from protocol.clock import Time
-from protocol.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError, UnknownProducerIdError
-from protocol.records import CONTROL_MASK, INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, increment_sequence
+from protocol.errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError,
+                             TransactionCoordinatorFencedError, UnknownProducerIdError)
+from protocol.records import (CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE,
+                              TRANSACTIONAL_MASK, BatchHeader, ControlRecord, increment_sequence)
 
 from . import fileio
 from .checkpoint import write_atomically
@@ -80,8 +82,8 @@ _SNAPSHOT_ENTRY = struct.Struct(
     "q"   # LastOffset              of the last batch
     "i"   # OffsetDelta             last offset - first offset of the last batch
     "q"   # Timestamp               max timestamp of the last batch
-    "i"   # CoordinatorEpoch        -1 (no transactions)
-    "q"   # CurrentTxnFirstOffset   -1 (no transactions)
+    "i"   # CoordinatorEpoch        of the producer's last transaction marker (-1: none)
+    "q"   # CurrentTxnFirstOffset   first offset of its ongoing transaction (-1: none)
 )
 assert (_SNAPSHOT_HEADER.size, _SNAPSHOT_ENTRY.size) == (10, 46)
 _CRC_OFFSET = 2
@@ -125,6 +127,8 @@ class ProducerStateEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp: int = -1
     last_append_ms: int = field(default=-1, compare=False)
+    coordinator_epoch: int = -1  # of the last transaction marker written for it
+    current_txn_first_offset: int = -1  # first offset of its ongoing transaction, -1: none
 
     @property
     def last_seq(self) -> int:
@@ -151,6 +155,8 @@ class ProducerStateEntry:
         self.batches.extend(newer.batches)  # the deque's maxlen drops the oldest
         self.last_timestamp = newer.last_timestamp
         self.last_append_ms = now_ms
+        self.coordinator_epoch = newer.coordinator_epoch
+        self.current_txn_first_offset = newer.current_txn_first_offset
 
 
 def _start_epoch(state: ProducerStateEntry | ProducerAppendInfo, epoch: int) -> None:
@@ -161,15 +167,29 @@ def _start_epoch(state: ProducerStateEntry | ProducerAppendInfo, epoch: int) -> 
         state.producer_epoch = epoch
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a marker: its producer, first offset (the marker's own when the
+    producer wrote nothing in it here), the marker's offset, and whether it aborted."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
 class ProducerAppendInfo:
     """The working copy of one producer's state during one append (Kafka's ProducerAppendInfo).
 
     It starts with the current epoch and no batches; ``append`` checks each batch against
     it (falling back to ``current`` for the last sequence) and adds it. With ``validate``
     False (replication, loading) nothing is rejected and a stale epoch is only logged.
+    A transactional batch starts the producer's transaction when none is ongoing
+    (``started_txn``); a marker ends it (``completed_txns``).
     """
 
-    __slots__ = ("partition", "producer_id", "current", "validate", "producer_epoch", "batches", "last_timestamp")
+    __slots__ = ("partition", "producer_id", "current", "validate", "producer_epoch", "batches", "last_timestamp",
+                 "coordinator_epoch", "current_txn_first_offset", "started_txn", "completed_txns")
 
     def __init__(self, partition: str, producer_id: int, current: ProducerStateEntry | None, validate: bool) -> None:
         self.partition = partition
@@ -178,17 +198,20 @@ class ProducerAppendInfo:
         self.validate = validate
         self.producer_epoch = NO_PRODUCER_EPOCH if current is None else current.producer_epoch
         self.last_timestamp = -1 if current is None else current.last_timestamp
+        self.coordinator_epoch = -1 if current is None else current.coordinator_epoch
+        self.current_txn_first_offset = -1 if current is None else current.current_txn_first_offset
         self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        self.started_txn = -1  # first offset of a transaction this append started
+        self.completed_txns: list[CompletedTxn] = []
 
-    def append(self, header: BatchHeader) -> None:
+    def append(self, header: BatchHeader, control: ControlRecord | None = None) -> None:
         epoch = header.producer_epoch
         if epoch < self.producer_epoch:
             self._stale_epoch(epoch, header.base_offset)
         if header.attributes & CONTROL_MASK:
-            # A transaction marker (only ever replicated: clients may not write one)
-            # moves the epoch on but is no data batch.
-            _start_epoch(self, epoch)
-            self.last_timestamp = header.max_timestamp
+            # A transaction marker (the coordinator's, through WriteTxnMarkers, or replicated:
+            # clients may not write one) moves the epoch on but is no data batch.
+            self.append_end_txn_marker(header, control)
             return
         first_seq = header.base_sequence
         last_seq = increment_sequence(first_seq, header.last_offset_delta)
@@ -197,8 +220,36 @@ class ProducerAppendInfo:
         if epoch != self.producer_epoch:
             _start_epoch(self, epoch)
         base_offset = header.base_offset
+        if header.attributes & TRANSACTIONAL_MASK:
+            if self.current_txn_first_offset < 0:
+                self.current_txn_first_offset = self.started_txn = base_offset
+        elif self.validate and self.current_txn_first_offset >= 0:
+            raise InvalidTxnStateError(f"{self.partition}: expected a transactional write from producer "
+                                       f"{self.producer_id} at offset {base_offset}: its transaction is ongoing")
         self.batches.append(BatchMetadata(first_seq, last_seq, base_offset, base_offset + header.last_offset_delta,
                                           header.max_timestamp))
+        self.last_timestamp = header.max_timestamp
+
+    def append_end_txn_marker(self, header: BatchHeader, control: ControlRecord | None) -> None:
+        """Kafka's appendEndTxnMarker: an older coordinator epoch than the last marker's is
+        fenced (TRANSACTION_COORDINATOR_FENCED) when validating."""
+        epoch = header.producer_epoch
+        if control is None or control.type not in (CONTROL_ABORT, CONTROL_COMMIT):
+            _start_epoch(self, epoch)
+            self.last_timestamp = header.max_timestamp
+            return
+        if self.validate and control.coordinator_epoch < self.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{self.partition}: marker for producer {self.producer_id} from coordinator epoch "
+                f"{control.coordinator_epoch}, older than {self.coordinator_epoch}")
+        _start_epoch(self, epoch)
+        first = self.current_txn_first_offset if self.current_txn_first_offset >= 0 else header.base_offset
+        self.completed_txns.append(CompletedTxn(self.producer_id, first, header.base_offset,
+                                                control.type == CONTROL_ABORT))
+        self.current_txn_first_offset = -1
+        if self.started_txn >= 0:
+            self.started_txn = -1
+        self.coordinator_epoch = control.coordinator_epoch
         self.last_timestamp = header.max_timestamp
 
     def _stale_epoch(self, epoch: int, offset: int) -> None:
@@ -255,7 +306,7 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
         else:
             last_seq, last_offset, delta = NO_SEQUENCE, -1, 0
         _SNAPSHOT_ENTRY.pack_into(buf, pos, entry.producer_id, entry.producer_epoch, last_seq, last_offset, delta,
-                                  entry.last_timestamp, -1, -1)
+                                  entry.last_timestamp, entry.coordinator_epoch, entry.current_txn_first_offset)
         pos += size
     _U32.pack_into(buf, _CRC_OFFSET, crc32c(memoryview(buf)[_CRC_FROM:]))
     return bytes(buf)
@@ -275,9 +326,10 @@ def decode_snapshot(data: Buffer) -> list[ProducerStateEntry]:
     if actual != crc:
         raise CorruptSnapshotError(f"CRC {crc:#010x} stored, {actual:#010x} computed")
     entries = []
-    for pid, epoch, last_seq, last_offset, delta, timestamp, _coordinator_epoch, _txn_first_offset in \
+    for pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, txn_first_offset in \
             _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEADER.size:]):
-        entry = ProducerStateEntry(pid, epoch, last_timestamp=timestamp)
+        entry = ProducerStateEntry(pid, epoch, last_timestamp=timestamp, coordinator_epoch=coordinator_epoch,
+                                   current_txn_first_offset=txn_first_offset)
         if last_offset >= 0:
             entry.batches.append(BatchMetadata(decrement_sequence(last_seq, delta), last_seq, last_offset - delta,
                                                last_offset, timestamp))
@@ -308,6 +360,14 @@ class ProducerStateManager:
         self._name = self.dir.name
         self._snapshots: list[int] = self._list_snapshots(names)
         self._removed_since_snapshot = False  # producers forgotten at an unchanged log end
+        # Transactions (Kafka's ongoingTxns / unreplicatedTxns), by first offset: those without a
+        # marker yet (-> producer id), and those whose marker is not yet below the high
+        # watermark (-> (producer id, marker offset)). The earliest of either is the first
+        # unstable offset, which bounds the last stable offset.
+        self.ongoing_txns: dict[int, int] = {}
+        self.unreplicated_txns: dict[int, tuple[int, int]] = {}
+        self._first_unstable: int | None = None
+        self._first_unstable_valid = True
 
     def __repr__(self) -> str:
         return f"ProducerStateManager({self._name}, {len(self.producers)} producers, snapshots {self._snapshots})"
@@ -330,40 +390,100 @@ class ProducerStateManager:
         info.append(header)
         return None, info
 
-    def prepare_append(self, headers: Iterable[BatchHeader], *, validate: bool) -> dict[int, ProducerAppendInfo]:
+    def prepare_append(self, headers: Iterable[BatchHeader | tuple[BatchHeader, ControlRecord | None]], *,
+                       validate: bool) -> dict[int, ProducerAppendInfo]:
         """Working copies updated with ``headers`` (each with a producer id, offsets
         assigned), several batches of a producer chaining; with ``validate``, a batch
         breaking the rules in the module docstring raises its KafkaError. The live state is
         not touched: ``update(pending.values())`` applies the result."""
         pending: dict[int, ProducerAppendInfo] = {}
         producers = self.producers
-        for header in headers:
+        for item in headers:
+            control: ControlRecord | None = None
+            if isinstance(item, BatchHeader):
+                header = item
+            else:  # (header, control record) of a marker
+                header, control = item
             pid = header.producer_id
             info = pending.get(pid)
             if info is None:
                 info = pending[pid] = ProducerAppendInfo(self._name, pid, producers.get(pid), validate)
-            info.append(header)
+            info.append(header, control)
         return pending
 
-    def update(self, pending: Iterable[ProducerAppendInfo]) -> None:
-        """Merge the working copies prepared (the batches are in the log now)."""
+    def update(self, pending: Iterable[ProducerAppendInfo]) -> list[CompletedTxn]:
+        """Merge the working copies prepared (the batches are in the log now); returns the
+        transactions their markers completed, in log order."""
         now = self.time.milliseconds()
         producers = self.producers
+        completed: list[CompletedTxn] = []
         for info in pending:
             entry = producers.get(info.producer_id)
             if entry is None:
                 entry = producers[info.producer_id] = ProducerStateEntry(info.producer_id)
+            if info.completed_txns:
+                for txn in info.completed_txns:
+                    self.complete_txn(txn)
+                completed.extend(info.completed_txns)
             entry.update(info, now)
+            if info.current_txn_first_offset >= 0 and info.current_txn_first_offset not in self.ongoing_txns:
+                self.ongoing_txns[info.current_txn_first_offset] = info.producer_id
+                self._first_unstable_valid = False
+        if len(completed) > 1:
+            completed.sort(key=lambda t: t.last_offset)
+        return completed
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        """Take batches already in the log (a follower's copy, or loading) without checks."""
-        self.update(self.prepare_append(headers, validate=False).values())
+    def replay(self, items: Iterable[BatchHeader | tuple[BatchHeader, ControlRecord | None]]) -> list[CompletedTxn]:
+        """Take batches already in the log (a follower's copy, or loading) without checks;
+        a marker comes as (header, its control record). Returns the transactions completed."""
+        return self.update(self.prepare_append(items, validate=False).values())
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        """The marker of ``txn`` is in the log: the transaction is no longer ongoing, and stays
+        unstable until the high watermark passes its marker (``on_high_watermark_updated``)."""
+        if self.ongoing_txns.pop(txn.first_offset, None) is not None:
+            self.unreplicated_txns[txn.first_offset] = (txn.producer_id, txn.last_offset)
+        self._first_unstable_valid = False
+
+    def last_stable_offset_of(self, txn: CompletedTxn) -> int:
+        """Kafka's lastStableOffset(completedTxn), stored with an aborted transaction in the
+        index: the first offset of the earliest other ongoing transaction, else past the marker."""
+        others = [first for first, pid in self.ongoing_txns.items() if pid != txn.producer_id]
+        return min(others) if others else txn.last_offset + 1
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker is below ``high_watermark``."""
+        if not self.unreplicated_txns:
+            return
+        done = [first for first, (_pid, last) in self.unreplicated_txns.items() if last < high_watermark]
+        if done:
+            for first in done:
+                del self.unreplicated_txns[first]
+            self._first_unstable_valid = False
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction ongoing or whose marker is not yet
+        replicated (below the high watermark); None when there is none."""
+        if not self._first_unstable_valid:
+            candidates = list(self.ongoing_txns)
+            candidates.extend(self.unreplicated_txns)
+            self._first_unstable = min(candidates) if candidates else None
+            self._first_unstable_valid = True
+        return self._first_unstable
+
+    def _reset_txns(self) -> None:
+        self.ongoing_txns.clear()
+        self.unreplicated_txns.clear()
+        self._first_unstable_valid = False
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers with no append for producer.id.expiration.ms, by the broker's
         clock (see the module docstring: not by batch timestamps); returns how many."""
         limit = self.producer_id_expiration_ms
-        expired = [pid for pid, entry in self.producers.items() if now_ms - entry.last_append_ms >= limit]
+        expired = [pid for pid, entry in self.producers.items()
+                   if now_ms - entry.last_append_ms >= limit and entry.current_txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
         self._removed_since_snapshot |= bool(expired)
@@ -377,16 +497,20 @@ class ProducerStateManager:
             batches = entry.batches
             while batches and batches[0].last_offset < log_start_offset:
                 batches.popleft()
-            if not batches:
+            if not batches and entry.current_txn_first_offset < 0:
                 gone.append(pid)
         for pid in gone:
             del self.producers[pid]
         self._removed_since_snapshot |= bool(gone)
+        for first in [f for f, (_pid, last) in self.unreplicated_txns.items() if last < log_start_offset]:
+            del self.unreplicated_txns[first]
+            self._first_unstable_valid = False
         self.delete_snapshots_before(log_start_offset)
 
     def truncate_fully(self) -> None:
         """Forget every producer and delete every snapshot."""
         self.producers.clear()
+        self._reset_txns()
         self._removed_since_snapshot = False
         for offset in list(self._snapshots):
             self._delete_snapshot(offset)
@@ -402,6 +526,7 @@ class ProducerStateManager:
         for offset in [o for o in self._snapshots if o > log_end_offset or o < log_start_offset]:
             self._delete_snapshot(offset)
         self.producers.clear()
+        self._reset_txns()
         self._removed_since_snapshot = False
         now = self.time.milliseconds()
         while self._snapshots:
@@ -414,9 +539,11 @@ class ProducerStateManager:
                 self._delete_snapshot(offset)
                 continue
             for entry in entries:
-                if entry.last_offset >= log_start_offset:
+                if entry.last_offset >= log_start_offset or entry.current_txn_first_offset >= 0:
                     entry.last_append_ms = now
                     self.producers[entry.producer_id] = entry
+                    if entry.current_txn_first_offset >= 0:
+                        self.ongoing_txns[entry.current_txn_first_offset] = entry.producer_id
             return offset
         return log_start_offset
 

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from protocol.errors import ErrorCode
 from protocol.records import Record as BatchRecord, batch_body, build_batch, decode_records, iter_batch_headers
@@ -43,7 +43,10 @@ READ_CHUNK_BYTES = 1 << 20
 class OffsetsTopic:
     def __init__(self, *, time: "Time", replica_manager: "ReplicaManager", metadata_cache: "MetadataCache",
                  topic_admin: "TopicAdmin", num_partitions: int, replication_factor: int, commit_timeout_ms: int,
-                 topic_configs: Callable[[], dict[str, str]]) -> None:
+                 topic_configs: Callable[[], dict[str, str]], topic: str = GROUP_METADATA_TOPIC_NAME) -> None:
+        """``topic``: ``__consumer_offsets``, or ``__transaction_state`` for the transaction
+        coordinator, which uses this class the same way."""
+        self.topic = topic
         self.time = time
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
@@ -52,17 +55,17 @@ class OffsetsTopic:
         self.replication_factor = replication_factor
         self.commit_timeout_ms = commit_timeout_ms
         self.topic_configs = topic_configs
-        self.coordinator: "GroupCoordinatorAdapter | None" = None
+        self.coordinator: "GroupCoordinatorAdapter | Any | None" = None
         self._creating = False
 
-    def attach(self, coordinator: "GroupCoordinatorAdapter") -> None:
+    def attach(self, coordinator: "GroupCoordinatorAdapter | Any") -> None:
         """The coordinator to tell about leadership changes; takes over the partitions this
         broker already leads (a restart applies LeaderAndIsr before the coordinator exists only
         in tests; normally the listener is in place first)."""
         self.coordinator = coordinator
         self.replica_manager.leadership_listeners.append(self.on_leadership_change)
         for (topic, index), partition in list(self.replica_manager.partitions.items()):
-            if topic == GROUP_METADATA_TOPIC_NAME and partition.is_leader and partition.log is not None:
+            if topic == self.topic and partition.is_leader and partition.log is not None:
                 coordinator.on_elected(index, partition.leader_epoch)
 
     # -- leadership ------------------------------------------------------------------------
@@ -71,10 +74,10 @@ class OffsetsTopic:
         if coordinator is None:
             return
         for topic, partition, epoch in leaders:
-            if topic == GROUP_METADATA_TOPIC_NAME:
+            if topic == self.topic:
                 coordinator.on_elected(partition, epoch)
         for topic, partition, epoch in followers:
-            if topic == GROUP_METADATA_TOPIC_NAME:
+            if topic == self.topic:
                 coordinator.on_resigned(partition, epoch)
 
     # -- writing ---------------------------------------------------------------------------
@@ -89,7 +92,7 @@ class OffsetsTopic:
             callback(error)
 
         self.replica_manager.append_records(self.commit_timeout_ms, -1, True,
-                                            [(GROUP_METADATA_TOPIC_NAME, [(partition, bytearray(batch))])], done)
+                                            [(self.topic, [(partition, bytearray(batch))])], done)
 
     # -- reading ---------------------------------------------------------------------------
     def read_partition(self, partition: int, done: Callable[[Iterable[Record] | None], None]) -> None:
@@ -98,7 +101,7 @@ class OffsetsTopic:
         ``READ_CHUNK_BYTES`` at a time as the coordinator consumes it, slice by slice between
         turns of the event loop, so neither reading nor decoding a large partition blocks the loop
         (``done(None)``: this broker has no log for it)."""
-        p = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        p = self.replica_manager.get_partition(self.topic, partition)
         log_ = p.log if p is not None else None
         if log_ is None:
             done(None)
@@ -112,7 +115,7 @@ class OffsetsTopic:
     def locate(self, partition: int, listener_name: str) -> tuple[int, int, str, int]:
         """(error, node id, host, port) of the leader of ``__consumer_offsets``-``partition``."""
         cache = self.metadata_cache
-        info = cache.topics.get(GROUP_METADATA_TOPIC_NAME)
+        info = cache.topics.get(self.topic)
         if info is None:
             self.maybe_create_topic()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
@@ -131,17 +134,20 @@ class OffsetsTopic:
         live = len(self.metadata_cache.brokers)
         replication_factor = max(1, min(self.replication_factor, live)) if live else self.replication_factor
         self._creating = True
-        topic = NewTopic(GROUP_METADATA_TOPIC_NAME, self.num_partitions, replication_factor,
-                         configs=dict(self.topic_configs()))
+        configs = dict(self.topic_configs())
+        if int(configs.get("min.insync.replicas", 1)) > replication_factor:
+            # (__transaction_state's min ISR, capped like its replication factor)
+            configs["min.insync.replicas"] = str(replication_factor)
+        topic = NewTopic(self.topic, self.num_partitions, replication_factor, configs=configs)
         log.info("creating %s with %d partitions and replication factor %d (offsets.topic.replication.factor=%d, "
-                 "%d live brokers)", GROUP_METADATA_TOPIC_NAME, self.num_partitions, replication_factor,
+                 "%d live brokers)", self.topic, self.num_partitions, replication_factor,
                  self.replication_factor, live)
 
         def created(results: list["TopicResult"]) -> None:
             self._creating = False
             code, message = results[0]
             if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-                log.warning("creating %s failed: %s %s", GROUP_METADATA_TOPIC_NAME, _name(code), message or "")
+                log.warning("creating %s failed: %s %s", self.topic, _name(code), message or "")
 
         self.topic_admin.create_topics([topic], False, created, timeout_ms=self.commit_timeout_ms)
 

@@ -13,6 +13,7 @@ from protocol.client.tls import SslConfigError, server_context
 
 from ..config import ConfigError, Endpoint, KafkaConfig
 from ..sasl_server import ListenerAuthentication
+from .oauthbearer_jwks import JwksError
 
 log = logging.getLogger("kbroker.security")
 
@@ -47,6 +48,9 @@ async def start_listener(socket_server: Any, config: KafkaConfig, ep: Endpoint, 
             auth = ListenerAuthentication(sec, credentials, socket_server.time, socket_server.max_request_size)
         port = await socket_server.start(ep.listener_name, ep.host, ep.port, tls=tls, principal_mapper=mapper,
                                          authentication=auth)
+    except JwksError as exc:
+        raise ConfigError(f"{sec.keys.get('sasl.oauthbearer.jwks.endpoint.url') if sec is not None else ''}: "
+                          f"{str(exc).partition(': ')[2]} (listener {ep.listener_name})") from None
     except SslConfigError as exc:
         key, _, rest = str(exc).partition(": ")
         raise ConfigError(f"{sec.keys.get(key, key) if sec is not None else key}: {rest} (listener "

@@ -45,8 +45,13 @@ KBROKER_PRINCIPAL_BUILDER = "kbroker.DefaultKafkaPrincipalBuilder"
 
 _KERBEROS = "Kerberos (GSSAPI) is not implemented by kbroker"
 _CALLBACKS = "custom (Java) callback handlers and login classes cannot be loaded by kbroker"
-_OIDC = ("the OAUTHBEARER validator for an OIDC issuer's keys (KIP-768) is not built in kbroker: only the unsecured "
-         "validator (unsecuredValidator* JAAS options) is")
+_OIDC = ("fetching OAUTHBEARER tokens from an OIDC token endpoint (KIP-768's client side) is not built in kbroker: its "
+         "clients use unsecured tokens or a given one")
+# The callback handlers kbroker is (Kafka's names): accepted as a value of sasl.server.callback.handler.class.
+BUILT_IN_HANDLERS = frozenset({
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler"})
 # Kafka security keys kbroker recognises and does not implement: set (anywhere, under a
 # listener prefix too), they stop the process at start.
 UNIMPLEMENTED: dict[str, str] = {
@@ -59,23 +64,18 @@ UNIMPLEMENTED: dict[str, str] = {
        for k in ("sasl.login.refresh.buffer.seconds", "sasl.login.refresh.min.period.seconds",
                  "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.connect.timeout.ms",
                  "sasl.login.read.timeout.ms", "sasl.login.retry.backoff.ms", "sasl.login.retry.backoff.max.ms")},
-    **{k: _OIDC for k in ("sasl.oauthbearer.jwks.endpoint.url", "sasl.oauthbearer.token.endpoint.url",
-                          "sasl.oauthbearer.expected.audience", "sasl.oauthbearer.expected.issuer",
-                          "sasl.oauthbearer.sub.claim.name", "sasl.oauthbearer.scope.claim.name",
-                          "sasl.oauthbearer.clock.skew.seconds", "sasl.oauthbearer.jwks.endpoint.refresh.ms",
-                          "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
-                          "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms")},
+    "sasl.oauthbearer.token.endpoint.url": _OIDC,
     "ssl.engine.factory.class": "custom (Java) SSL engine factories cannot be loaded by kbroker",
     "ssl.provider": "security providers are Java's; kbroker's TLS is OpenSSL through Python's ssl module",
     "security.providers": "security providers are Java's; kbroker's TLS is OpenSSL through Python's ssl module",
     "delegation.token.master.key": "delegation tokens are not implemented by kbroker",
     "delegation.token.secret.key": "delegation tokens are not implemented by kbroker",
-    "zookeeper.set.acl": "ACLs on the ZooKeeper store's znodes are not implemented by kbroker",
     "zookeeper.ssl.client.enable": "TLS to ZooKeeper is not implemented by kbroker",
     "zookeeper.clientCnxnSocket": "TLS to ZooKeeper is not implemented by kbroker",
 }
 # Refused only when set to something other than these (their off values).
-_OFF_VALUES = {"zookeeper.set.acl": ("false",), "zookeeper.ssl.client.enable": ("false",)}
+_OFF_VALUES = {"zookeeper.ssl.client.enable": ("false",)}
+ZOOKEEPER_DIGEST_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 _DEFAULT_NOTE = ", Kafka's default"
 _MECHANISM_KEYS = ("sasl.jaas.config", "connections.max.reauth.ms", "sasl.server.callback.handler.class",
                    "sasl.login.callback.handler.class", "sasl.login.class")
@@ -164,6 +164,7 @@ class SecurityConfig:
     inter_broker_listener: str | None
     inter_broker_mechanism: str | None  # for a SASL inter-broker listener
     controller_mechanism: str | None  # for a SASL controller listener
+    zookeeper_sasl: tuple[str, str] | None = None  # (username, password): SASL DIGEST-MD5 to ZooKeeper
 
     def listener(self, name: str) -> ListenerSecurity:
         return self.listeners[name.upper()]
@@ -214,7 +215,28 @@ def resolve_security(config: Any, keys: Mapping[str, Any], security_keys: Mappin
     if controller_names and controller_names[0] in listeners and listeners[controller_names[0]].uses_sasl:
         ctl_mech = _link_mechanism(config, listeners[controller_names[0]], "sasl.mechanism.controller.protocol",
                                    "controller", ConfigError)
-    return SecurityConfig(listeners, inter_broker, ib_mech, ctl_mech)
+    return SecurityConfig(listeners, inter_broker, ib_mech, ctl_mech, _zookeeper_credentials(config, ConfigError))
+
+
+def _zookeeper_credentials(config: Any, ConfigError: type[Exception]) -> tuple[str, str] | None:
+    """(username, password) for SASL DIGEST-MD5 to ZooKeeper, from zookeeper.sasl.jaas.config."""
+    text = config["zookeeper.sasl.jaas.config"]
+    if not text:
+        if config["zookeeper.set.acl"]:
+            raise ConfigError("zookeeper.set.acl: true needs the controllers' SASL identity in zookeeper.sasl.jaas.config "
+                              f"({ZOOKEEPER_DIGEST_MODULE} required username=\"...\" password=\"...\";)")
+        return None
+    try:
+        entry = parse_single_jaas(str(text))
+    except JaasError as exc:
+        raise ConfigError(f"zookeeper.sasl.jaas.config: {exc}") from None
+    if entry.login_module != ZOOKEEPER_DIGEST_MODULE:
+        raise ConfigError(f"zookeeper.sasl.jaas.config: {entry.login_module} is not implemented: only "
+                          f"{ZOOKEEPER_DIGEST_MODULE} (SASL DIGEST-MD5)")
+    user, password = entry.options.get("username"), entry.options.get("password")
+    if not user or password is None:
+        raise ConfigError("zookeeper.sasl.jaas.config: username and password are required")
+    return user, password
 
 
 def _refuse_unimplemented(originals: dict[str, Any], ConfigError: type[Exception]) -> None:
@@ -222,11 +244,14 @@ def _refuse_unimplemented(originals: dict[str, Any], ConfigError: type[Exception
         _listener, key = _base_key(name)
         _mech, key = _mechanism_key(key)
         reason = UNIMPLEMENTED.get(key)
-        if reason is None and (key.startswith("zookeeper.ssl.") or key.startswith("zookeeper.sasl.")):
-            reason = "ZooKeeper TLS and SASL settings are not implemented by kbroker"
+        if reason is None and (key.startswith("zookeeper.ssl.") or key.startswith("zookeeper.sasl.")) \
+                and key != "zookeeper.sasl.jaas.config":
+            reason = "ZooKeeper TLS settings, and SASL ones other than zookeeper.sasl.jaas.config, are not implemented"
         if reason is None:
             continue
         if str(value).strip().lower() in _OFF_VALUES.get(key, ()):
+            continue
+        if key == "sasl.server.callback.handler.class" and _mech == "OAUTHBEARER" and str(value).strip() in BUILT_IN_HANDLERS:
             continue
         raise ConfigError(f"{name}: {reason} (the setting is refused rather than ignored)")
 
@@ -322,6 +347,17 @@ def _resolve_listener(config: Any, originals: dict[str, Any], keys: Mapping[str,
             elif mech == "PLAIN":
                 raise ConfigError(f"{jaas_key}: listener {name} enables PLAIN but has no JAAS configuration for it "
                                   f'(users as user_<name>="<password>")')
+            if mech == "OAUTHBEARER" and values["sasl.oauthbearer.jwks.endpoint.url"]:
+                from .oauthbearer_jwks import JwksError, jwks_path
+                try:
+                    jwks_path(values["sasl.oauthbearer.jwks.endpoint.url"])
+                except JwksError as exc:
+                    raise ConfigError(f"{where['sasl.oauthbearer.jwks.endpoint.url']}: {exc}") from None
+            if mech == "OAUTHBEARER" and mech in sec.jaas:
+                skew = sec.jaas[mech].options.get("unsecuredValidatorAllowableClockSkewMs", "0").strip() or "0"
+                if not skew.isdigit():
+                    raise ConfigError(f"{jaas_key}: unsecuredValidatorAllowableClockSkewMs={skew!r} is not a "
+                                      "non-negative number of ms")
             reauth_key = f"listener.name.{name.lower()}.{mech.lower()}.connections.max.reauth.ms"
             sec.reauth_ms[mech] = (keys["connections.max.reauth.ms"].parse(originals[reauth_key])
                                    if reauth_key in originals else values["connections.max.reauth.ms"])

@@ -16,8 +16,8 @@ A token that fails is answered, as RFC 7628 and Kafka do, with a JSON error
 (``{"status":"invalid_token"}``, or ``insufficient_scope`` with the scope); the client
 answers with a lone ``\\x01`` and the exchange fails with that JSON as the message.
 
-The validator for an OIDC issuer's signed tokens (KIP-768, sasl.oauthbearer.jwks.endpoint.url)
-is not built: configuring it stops the broker at start (broker/security/listeners.py).
+With ``sasl.oauthbearer.jwks.endpoint.url`` set, tokens are instead checked as an OIDC issuer's
+signed tokens (KIP-768; broker/security/oauthbearer_jwks.py).
 """
 
 from __future__ import annotations
@@ -107,10 +107,14 @@ def validate_unsecured_token(token: str, options: Mapping[str, str], now_ms: int
 class OAuthBearerServer(SaslServerMechanism):
     mechanism = "OAUTHBEARER"
 
-    def __init__(self, options: Mapping[str, str], now_ms: Callable[[], int]) -> None:
+    def __init__(self, options: Mapping[str, str], now_ms: Callable[[], int],
+                 validate: Callable[[str], tuple[str, int]] | None = None) -> None:
+        """``validate``: a token -> (principal, expiry ms), or InvalidToken (default: Kafka's
+        unsecured validator with ``options``; oauthbearer_jwks.JwksValidator for signed tokens)."""
         super().__init__()
         self.options = options
         self.now_ms = now_ms
+        self.validate = validate or (lambda token: validate_unsecured_token(token, self.options, self.now_ms()))
         self._error: str | None = None
 
     def evaluate(self, token: bytes) -> bytes:
@@ -140,7 +144,7 @@ class OAuthBearerServer(SaslServerMechanism):
         if bearer is None:
             raise AuthenticationFailed("OAUTHBEARER: no 'auth=Bearer <token>' in the client initial response")
         try:
-            principal, expiry_ms = validate_unsecured_token(bearer.group(1), self.options, self.now_ms())
+            principal, expiry_ms = self.validate(bearer.group(1))
         except InvalidToken as exc:
             status = "insufficient_scope" if exc.scope is not None else "invalid_token"
             self._error = json.dumps({"status": status, **({"scope": exc.scope} if exc.scope else {})},

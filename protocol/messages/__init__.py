@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..api_keys import ApiKey
 from ..schema import Api, Message
 from . import (acls, alter_partition, api_versions, configs, control, coordinator, fetch, groups, leader_epoch,
-               lifecycle, list_offsets, metadata, offset_commit, produce, producer, sasl, scram, topics)
+               lifecycle, list_offsets, metadata, offset_commit, produce, producer, sasl, scram, topics, transactions)
 
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
@@ -31,8 +31,26 @@ APIS: dict[int, Api] = {a.key: a for a in (
         0, 2),
     Api(ApiKey.CREATE_TOPICS, "CreateTopics", topics.CREATE_TOPICS_REQUEST, topics.CREATE_TOPICS_RESPONSE, 2, 4),
     Api(ApiKey.DELETE_TOPICS, "DeleteTopics", topics.DELETE_TOPICS_REQUEST, topics.DELETE_TOPICS_RESPONSE, 1, 3),
+    # v3+ carries the producer's id and epoch (KIP-360: an epoch bump), v4 answers PRODUCER_FENCED.
     Api(ApiKey.INIT_PRODUCER_ID, "InitProducerId", producer.INIT_PRODUCER_ID_REQUEST,
-        producer.INIT_PRODUCER_ID_RESPONSE, 0, 1),
+        producer.INIT_PRODUCER_ID_RESPONSE, 0, 4),
+    # Transactions (broker/transaction): the producer's APIs, the coordinator's markers, the
+    # admin APIs. Versions that need transaction version 2 (KIP-890 part 2) are not advertised.
+    Api(ApiKey.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", transactions.ADD_PARTITIONS_TO_TXN_REQUEST,
+        transactions.ADD_PARTITIONS_TO_TXN_RESPONSE, 0, 4),
+    Api(ApiKey.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", transactions.ADD_OFFSETS_TO_TXN_REQUEST,
+        transactions.ADD_OFFSETS_TO_TXN_RESPONSE, 0, 3),
+    Api(ApiKey.END_TXN, "EndTxn", transactions.END_TXN_REQUEST, transactions.END_TXN_RESPONSE, 0, 3),
+    Api(ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", transactions.WRITE_TXN_MARKERS_REQUEST,
+        transactions.WRITE_TXN_MARKERS_RESPONSE, 1, 1),
+    Api(ApiKey.TXN_OFFSET_COMMIT, "TxnOffsetCommit", transactions.TXN_OFFSET_COMMIT_REQUEST,
+        transactions.TXN_OFFSET_COMMIT_RESPONSE, 0, 3),
+    Api(ApiKey.DESCRIBE_PRODUCERS, "DescribeProducers", transactions.DESCRIBE_PRODUCERS_REQUEST,
+        transactions.DESCRIBE_PRODUCERS_RESPONSE, 0, 0),
+    Api(ApiKey.DESCRIBE_TRANSACTIONS, "DescribeTransactions", transactions.DESCRIBE_TRANSACTIONS_REQUEST,
+        transactions.DESCRIBE_TRANSACTIONS_RESPONSE, 0, 0),
+    Api(ApiKey.LIST_TRANSACTIONS, "ListTransactions", transactions.LIST_TRANSACTIONS_REQUEST,
+        transactions.LIST_TRANSACTIONS_RESPONSE, 0, 1),
     Api(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", leader_epoch.REQUEST, leader_epoch.RESPONSE, 2, 3),
     Api(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", topics.DESCRIBE_CONFIGS_REQUEST,
         topics.DESCRIBE_CONFIGS_RESPONSE, 1, 3),

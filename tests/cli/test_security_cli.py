@@ -136,3 +136,19 @@ def test_users_scram_set_list_delete(secured):
     assert b"Too few iterations" in weak.stderr
     gone = kbroker(secured, "users", "scram", "delete", "-u", "nobody", "--delete-config", "SCRAM-SHA-256", expect=1)
     assert b"does not exist" in gone.stderr
+
+
+def test_users_scram_set_from_a_file(secured, tmp_path):
+    """--add-config-file (kafka-configs.sh's): the entries of a properties file, the password off the command line."""
+    path = tmp_path / "carol.properties"
+    path.write_text("# carol\nSCRAM-SHA-512=[iterations=8192,password=carol,secret]\nSCRAM-SHA-256=[password=c]\n")
+    out = kbroker(secured, "users", "scram", "set", "-u", "carol", "--add-config-file", str(path))
+    assert out.stdout == b"Completed updating config for user carol.\n"
+    listed = kbroker(secured, "users", "scram", "list", "-u", "carol").stdout.decode()
+    assert listed == ("SCRAM credential configs for user-principal 'carol' are SCRAM-SHA-256=iterations=4096, "
+                      "SCRAM-SHA-512=iterations=8192\n")
+    missing = kbroker(secured, "users", "scram", "set", "-u", "carol", "--add-config-file", str(tmp_path / "no"),
+                      expect=2)
+    assert b"--add-config-file" in missing.stderr and b"No such file" in missing.stderr
+    assert b"--add-config or --add-config-file" in kbroker(secured, "users", "scram", "set", "-u", "carol",
+                                                              expect=2).stderr

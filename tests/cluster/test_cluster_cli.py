@@ -186,6 +186,12 @@ def test_up_refuses_a_busy_port_and_a_different_size(cluster_dir):
     assert up.returncode == 0, up.stderr
     other = kbroker("cluster", "up", "-n", "2", "--dir", str(cluster_dir))
     assert other.returncode == 2 and "holds a cluster of 1 brokers" in other.stderr
+    # a cluster that is not secure is not made secure by --secure (its processes keep their configs)
+    secure = kbroker("cluster", "up", "--secure", "--dir", str(cluster_dir))
+    assert secure.returncode == 2 and "holds a cluster that is not secure" in secure.stderr, secure.stderr
+    assert not (cluster_dir / "secrets").exists()
+    zookeeper = kbroker("cluster", "up", "--secure", "--zookeeper", "--dir", str(cluster_dir / "zk"))
+    assert zookeeper.returncode == 2 and "--secure" in zookeeper.stderr, zookeeper.stderr
     assert kbroker("cluster", "down", "--dir", str(cluster_dir)).returncode == 0
     assert kbroker("cluster", "status", "--dir", str(cluster_dir / "nothing")).returncode == 1
 

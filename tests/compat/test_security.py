@@ -680,3 +680,60 @@ async def test_key_store_reloaded_by_alter_configs_and_sighup_while_connections_
         established.close()
     finally:
         broker.stop()
+
+
+def test_oauthbearer_tokens_signed_by_an_issuer_jwks_file(tmp_path):
+    """KIP-768 on the broker: sasl.oauthbearer.jwks.endpoint.url (a file) — confluent-kafka
+    (oauth_cb), kafka-python (a token provider) and the bundled client log in with tokens the
+    issuer signed, as the sub claim; a forged or expired token is refused within a second."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    from tests.broker.security.jwt_support import Issuer
+
+    issuer = Issuer()
+    issuer.add_rsa("k1")
+    url = issuer.write(tmp_path / "jwks.json")
+    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port()}
+    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "OAUTHBEARER",
+        "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": url, "sasl.oauthbearer.expected.audience": "kafka"}).start(60)
+    try:
+        now = time.time()
+        good = issuer.token("k1", {"sub": "carol", "iat": now, "exp": now + 300, "aud": "kafka"})
+        bootstrap = f"127.0.0.1:{ports['SASL_PLAINTEXT']}"
+        ck = AdminClient({"bootstrap.servers": bootstrap, "security.protocol": "sasl_plaintext",
+                          "sasl.mechanism": "OAUTHBEARER", "oauth_cb": lambda _cfg: (good, now + 300)})
+        assert ck.list_topics(timeout=10).brokers
+
+        class Provider(AbstractTokenProvider):
+            def token(self):
+                return good
+        kp = KafkaAdminClient(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT",
+                              sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=Provider())
+        assert kp.list_topics() is not None
+        kp.close()
+
+        async def bundled(token: str) -> None:
+            conn = BrokerConnection("127.0.0.1", ports["SASL_PLAINTEXT"], network=Network(ClientSecurity.from_properties(
+                {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                 "sasl.jaas.config": f'{OAUTH_JAAS[:OAUTH_JAAS.index(" required")]} required kbroker.token="{token}";'})))
+            await conn.connect()
+            conn.close()
+        asyncio.run(bundled(good))
+        forger = Issuer()
+        forger.add_rsa("k1")
+        for bad in (forger.token("k1", {"sub": "carol", "iat": now, "exp": now + 300, "aud": "kafka"}),
+                    issuer.token("k1", {"sub": "carol", "iat": now - 600, "exp": now - 300, "aud": "kafka"}),
+                    issuer.token("k1", {"sub": "carol", "iat": now, "exp": now + 300, "aud": "other"})):
+            start = time.monotonic()
+            with pytest.raises(KafkaError) as info:
+                asyncio.run(bundled(bad))
+            assert info.value.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED and "invalid_token" in str(info.value)
+            assert time.monotonic() - start < 1.0
+    finally:
+        broker.stop()

@@ -26,6 +26,7 @@ from tests import support
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 HA_FILE = REPO / "docker-compose.ha.yml"
+SECURE_FILE = REPO / "docker-compose.secure.yml"
 IMAGES = ("kbroker:latest", "kbroker-prometheus:latest")
 BROKERS = ("broker-1", "broker-2", "broker-3")
 
@@ -69,8 +70,11 @@ class ComposeCluster:
     """One compose project of docker-compose.yml (plus ``files``), on free host ports."""
 
     def __init__(self, *, files: tuple[Path, ...] = (), command: list[str] | None = None,
-                 project: str | None = None) -> None:
+                 project: str | None = None, one_shot: tuple[str, ...] = ()) -> None:
+        """``one_shot``: services that run once and exit (docker-compose.secure.yml's certs and
+        admin): done, rather than healthy, when they exited with status 0."""
         self.project = project or f"kbt{uuid.uuid4().hex[:10]}"
+        self.one_shot = one_shot
         self.files = (COMPOSE_FILE, *files)
         self.command = command or compose_commands()[0]
         self.ports = {f"BROKER_{i}_PORT": free_port() for i in (1, 2, 3)}
@@ -124,6 +128,10 @@ class ComposeCluster:
 
     def healthy(self, service: str) -> bool:
         state = self.state(service)
+        if service in self.one_shot:
+            if state.get("Status") == "exited" and state.get("ExitCode") != 0:
+                raise RuntimeError(f"{self.project}: the one-shot service {service} exited with {state.get('ExitCode')}")
+            return state.get("Status") == "exited"
         return bool(state.get("Running")) and state.get("Health", {}).get("Status") == "healthy"
 
     def wait_healthy(self, services: list[str] | None = None, timeout_s: float = 180) -> None:
@@ -167,6 +175,10 @@ def running(stack: ComposeCluster, timeout_s: float = 180) -> Iterator[ComposeCl
     try:
         yield stack
     finally:
-        if any(not stack.healthy(s) for s in stack.services()):
+        try:
+            unhealthy = any(not stack.healthy(s) for s in stack.services())
+        except Exception:  # noqa: BLE001 - a one-shot service that failed: its logs, and down all the same
+            unhealthy = True
+        if unhealthy:
             print(stack.logs())
         stack.down(volumes=True)

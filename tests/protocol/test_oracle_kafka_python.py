@@ -41,6 +41,13 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersions
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+                                                 AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+                                                 TxnOffsetCommitRequest, TxnOffsetCommitResponse, WriteTxnMarkersRequest,
+                                                 WriteTxnMarkersResponse)
+from kafka.protocol.admin.transactions import (DescribeProducersRequest, DescribeProducersResponse,
+                                               DescribeTransactionsRequest, DescribeTransactionsResponse,
+                                               ListTransactionsRequest, ListTransactionsResponse)
 from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
                                  SaslHandshakeResponse)
 from kafka.protocol.schemas.fields.codecs.types import BitField
@@ -87,6 +94,14 @@ KP = {
     ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    ApiKey.ADD_OFFSETS_TO_TXN: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    ApiKey.END_TXN: (EndTxnRequest, EndTxnResponse),
+    ApiKey.WRITE_TXN_MARKERS: (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+    ApiKey.TXN_OFFSET_COMMIT: (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    ApiKey.DESCRIBE_PRODUCERS: (DescribeProducersRequest, DescribeProducersResponse),
+    ApiKey.DESCRIBE_TRANSACTIONS: (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    ApiKey.LIST_TRANSACTIONS: (ListTransactionsRequest, ListTransactionsResponse),
 }
 
 # Broker-internal APIs: kafka-python 3.0.12 dropped their schemas (test_schema_conformance checks

@@ -248,8 +248,10 @@ def test_compressed_batches_are_decompressed_checked_and_kept(broker, raw, codec
     assert len(got) == len(before) + 1 and len(got[-1][1]) == 5
 
 
-@pytest.mark.parametrize("transactional_id", [None, "txn-1"])
+@pytest.mark.parametrize("transactional_id", [None])
 def test_transactional_batch_is_refused_for_the_whole_request(broker, raw, caplog, transactional_id):
+    """Transactional records without a transactional id (a transactional id without the
+    transaction is the coordinator's business: tests/compat/test_transactions.py)."""
     before = [read_log(log_dir(broker), TOPIC, p) for p in (0, 1)]
     txn = rebuilt(BASE, attributes=TRANSACTIONAL_MASK, producer_id=1, producer_epoch=0, base_sequence=0)
     caplog.clear()

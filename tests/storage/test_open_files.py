@@ -428,10 +428,19 @@ def test_an_active_segment_counts_what_it_really_holds(tmp_path):
     log.close()
 
 
-def count_opens(monkeypatch) -> list[str]:
+def count_opens(monkeypatch, under) -> list[str]:
+    """Every os.open of a path below ``under`` from now on (the session's threaded broker, on
+    a thread of this process, opens its own files meanwhile)."""
     opened: list[str] = []
     real_open = os.open
-    monkeypatch.setattr(fileio, "open", lambda path, *a, **kw: opened.append(os.fspath(path)) or real_open(path, *a, **kw))
+    prefix = os.fspath(under) + os.sep
+
+    def recording_open(path, *a, **kw):
+        name = os.fspath(path)
+        if name.startswith(prefix):
+            opened.append(name)
+        return real_open(path, *a, **kw)
+    monkeypatch.setattr(fileio, "open", recording_open)
     return opened
 
 
@@ -449,7 +458,7 @@ def test_appends_round_robin_over_more_logs_than_the_budget_holds_evict_nothing(
     fill_round()
     holders = [log for log in logs if log.active_segment.held()[0]]
     assert len(holders) == 4 and budget.files.total == 4
-    opened = count_opens(monkeypatch)
+    opened = count_opens(monkeypatch, tmp_path)
     for _ in range(5):
         for log in logs:
             log.append_as_leader(batch(2, value_size=100), 0)
@@ -481,7 +490,7 @@ def test_logs_that_fit_the_budget_are_admitted_on_their_second_miss_then_hit(tmp
     for log in hot:  # a second one, 3 misses later: kept, evicting the oldest
         log.append_as_leader(batch(2, value_size=100), 0)
         assert log.active_segment.held() == (1, 0) and budget.files.total <= 4
-    opened = count_opens(monkeypatch)
+    opened = count_opens(monkeypatch, tmp_path)
     for _ in range(5):
         for log in hot:
             log.append_as_leader(batch(2, value_size=100), 0)

@@ -153,8 +153,9 @@ def make(tmp_path):
         b.close()
 
 
-def produce(b, topics, transactional_id=None, acks=1):
-    batch = build_batch([Record(value=b"v", timestamp=1)])
+def produce(b, topics, transactional_id=None, acks=1, transactional=False):
+    batch = build_batch([Record(value=b"v", timestamp=1)], transactional=transactional,
+                        **({"producer_id": 7, "producer_epoch": 0, "base_sequence": 0} if transactional else {}))
     b.correlation_id += 1
     frame = b"".join(bytes(c) for c in encode_produce_request(
         8, b.correlation_id, "t", acks, 1000, [(t, [(0, batch)]) for t in topics], transactional_id))
@@ -171,7 +172,11 @@ def test_produce_needs_write_on_each_topic_and_a_transactional_id_write_on_it(ma
     b.as_principal(ALICE)
     assert produce(b, ["t", "other"]) == {"t": [(0, E.NONE)], "other": [(0, E.TOPIC_AUTHORIZATION_FAILED)]}
     assert produce(b, ["missing"]) == {"missing": [(0, E.TOPIC_AUTHORIZATION_FAILED)]}   # refused before existence
-    assert produce(b, ["t"], transactional_id="tx") == {"t": [(0, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]}
+    # Kafka checks WRITE on the transactional id only when the request holds transactional
+    # records (RequestUtils.hasTransactionalRecords): a plain batch with an id set goes through
+    assert produce(b, ["t"], transactional_id="tx") == {"t": [(0, E.NONE)]}
+    assert produce(b, ["t"], transactional_id="tx", transactional=True) == {
+        "t": [(0, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]}
     assert b.rm.get_partition("other", 0).log.log_end_offset == 0
     b.grant(acl("t", Op.WRITE, principal="User:*"))
     b.as_principal(KafkaPrincipal.user("bob"))
@@ -186,7 +191,9 @@ def fetch(b, topics, replica_id=-1):
     [out] = b.transport.written
     b.transport.written.clear()
     response = decode_fetch_response(11, out, 8)
-    return response.error_code, {t: [(p.partition, p.error_code, p.records is not None and len(p.records) > 0)
+    # records: True (some), False (empty) or None (null: what librdkafka rejects a response for;
+    # Kafka answers an error with empty records)
+    return response.error_code, {t: [(p.partition, p.error_code, None if p.records is None else len(p.records) > 0)
                                      for p in parts] for t, parts in response.responses}
 
 

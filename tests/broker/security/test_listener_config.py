@@ -42,16 +42,28 @@ def test_explicit_map_must_name_every_listener():
 @pytest.mark.parametrize("key, value", [
     ("sasl.kerberos.service.name", "kafka"), ("listener.name.internal.sasl.kerberos.service.name", "kafka"),
     ("sasl.server.callback.handler.class", "x.Y"), ("listener.name.a.plain.sasl.server.callback.handler.class", "x.Y"),
-    ("sasl.login.class", "x.Y"), ("sasl.oauthbearer.jwks.endpoint.url", "file:///jwks.json"),
+    ("sasl.login.class", "x.Y"), ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
     ("ssl.engine.factory.class", "x.Y"), ("security.providers", "x"), ("delegation.token.secret.key", "k"),
-    ("zookeeper.set.acl", "true"), ("zookeeper.ssl.client.enable", "true"), ("zookeeper.ssl.keystore.location", "x"),
+    ("zookeeper.ssl.client.enable", "true"), ("zookeeper.ssl.keystore.location", "x"),
+    ("zookeeper.sasl.client.username", "x"),
 ])
 def test_unimplemented_security_keys_stop_the_start_naming_the_key(key, value):
     refused(f"^{key.replace('.', '[.]')}: ", listeners="PLAINTEXT://:1", **{key: value})
 
 
 def test_unimplemented_keys_at_their_off_values_are_accepted():
-    config(listeners="PLAINTEXT://:1", **{"zookeeper.set.acl": "false"})
+    config(listeners="PLAINTEXT://:1", **{"zookeeper.ssl.client.enable": "false"})
+
+
+def test_zookeeper_sasl_and_acls():
+    jaas = 'org.apache.zookeeper.server.auth.DigestLoginModule required username="kb" password="pw";'
+    c = config(listeners="PLAINTEXT://:1", **{"zookeeper.set.acl": "true", "zookeeper.sasl.jaas.config": jaas})
+    assert c.security.zookeeper_sasl == ("kb", "pw")
+    refused("zookeeper.set.acl: true needs the controllers' SASL identity", listeners="PLAINTEXT://:1",
+            **{"zookeeper.set.acl": "true"})
+    refused("zookeeper.sasl.jaas.config: com.sun.security.auth.module.Krb5LoginModule is not implemented",
+            listeners="PLAINTEXT://:1", **{"zookeeper.sasl.jaas.config": "com.sun.security.auth.module.Krb5LoginModule "
+                                                                       "required;"})
 
 
 def test_jks_keystores_are_refused_with_kip651_advice():
@@ -123,3 +135,15 @@ def test_controller_listener_security_for_a_broker_alone():
                                               "sasl.mechanism.controller.protocol": "SCRAM-SHA-256"})
     assert c.security.listener("CONTROLLER").protocol == "SASL_SSL"
     assert c.security.controller_mechanism == "SCRAM-SHA-256"
+
+
+def test_oauthbearer_jwks_url_is_a_file_and_kafka_validator_class_is_accepted():
+    props = {"sasl.enabled.mechanisms": "OAUTHBEARER", "sasl.mechanism.inter.broker.protocol": "OAUTHBEARER",
+             "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class":
+                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"}
+    c = config(listeners="SASL_PLAINTEXT://:1", **props, **{"sasl.oauthbearer.jwks.endpoint.url": "file:///k.json"})
+    assert c.security.listener("SASL_PLAINTEXT").values["sasl.oauthbearer.jwks.endpoint.url"] == "file:///k.json"
+    refused("sasl.oauthbearer.jwks.endpoint.url: https://idp/jwks: only file:// URLs", listeners="SASL_PLAINTEXT://:1",
+            **props, **{"sasl.oauthbearer.jwks.endpoint.url": "https://idp/jwks"})
+    refused("sasl.server.callback.handler.class: custom", listeners="SASL_PLAINTEXT://:1",
+            **{**props, "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": "com.acme.H"})

@@ -1,0 +1,200 @@
+"""The aborted transaction index (Kafka's ``TransactionIndex``, ``<base offset>.txnindex``).
+
+One file per segment, holding the transactions aborted by a marker in that segment, in the
+order their markers were written. An entry is 34 bytes, big-endian (Kafka's ``AbortedTxn``)::
+
+    version           int16   0
+    producer id       int64
+    first offset      int64   the transaction's first offset on this partition
+    last offset       int64   its ABORT marker's offset
+    last stable offset int64  the LSO once the marker was written: a fetch whose upper bound
+                              is at or below it needs no later entry (``collect``)
+
+``TransactionIndex`` keeps every segment's entries in memory (aborts are rare; a list per
+segment) and appends each new one to its file; truncation and dropped segments rewrite or
+remove the files. The files are rebuilt from the log by recovery (log_loader.py replays the
+markers after the producer state snapshot), so they carry no checksum, as Kafka's.
+Not thread-safe: the owning Log's thread only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from . import fileio
+from .checkpoint import write_atomically
+from .segment import file_name
+
+log = logging.getLogger("kbroker.storage.txn_index")
+
+TXN_INDEX_SUFFIX = ".txnindex"
+_ENTRY = struct.Struct(">hqqqq")
+ENTRY_SIZE = _ENTRY.size
+assert ENTRY_SIZE == 34
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+    def encode(self) -> bytes:
+        return _ENTRY.pack(0, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
+
+
+def decode_entries(data: bytes | bytearray | memoryview) -> list[AbortedTxn]:
+    """The entries of a ``.txnindex`` file; a torn tail (a crash mid-write) is ignored."""
+    out = []
+    whole = len(data) - len(data) % ENTRY_SIZE
+    for version, pid, first, last, lso in _ENTRY.iter_unpack(memoryview(data)[:whole]):
+        if version != 0:
+            raise ValueError(f"aborted transaction entry version {version}, only 0 is known")
+        out.append(AbortedTxn(pid, first, last, lso))
+    return out
+
+
+class TransactionIndex:
+    """Every segment's aborted transactions, by segment base offset, and their files."""
+
+    def __init__(self, dir: Path) -> None:
+        self.dir = Path(dir)
+        self._by_segment: dict[int, list[AbortedTxn]] = {}
+        self._all: list[AbortedTxn] = []  # every entry, by last offset (markers are in log order)
+        self._lasts: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def path(self, base: int) -> Path:
+        return self.dir / file_name(base, TXN_INDEX_SUFFIX)
+
+    @property
+    def entries(self) -> list[AbortedTxn]:
+        return list(self._all)
+
+    def segment_entries(self, base: int) -> list[AbortedTxn]:
+        return list(self._by_segment.get(base, ()))
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def load(self, bases: list[int], names: Iterable[str]) -> None:
+        """Read the files of the segments ``bases`` (``names``: the directory's listing); a
+        file of no segment is deleted, one that does not read is dropped (recovery rebuilds)."""
+        wanted = set(bases)
+        for name in names:
+            if not name.endswith(TXN_INDEX_SUFFIX):
+                continue
+            stem = name[:-len(TXN_INDEX_SUFFIX)]
+            if len(stem) != 20 or not stem.isdigit():
+                continue
+            base = int(stem)
+            path = self.dir / name
+            if base not in wanted:
+                fileio.unlink_if_exists(path)
+                continue
+            try:
+                entries = decode_entries(path.read_bytes())
+            except (OSError, ValueError) as exc:
+                log.warning("%s: ignoring %s: %s", self.dir.name, name, exc)
+                fileio.unlink_if_exists(path)
+                continue
+            if entries:
+                self._by_segment[base] = entries
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._all = sorted((e for entries in self._by_segment.values() for e in entries), key=lambda e: e.last_offset)
+        self._lasts = [e.last_offset for e in self._all]
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def append(self, base: int, txn: AbortedTxn) -> None:
+        """A transaction aborted by a marker in the segment ``base`` (its file appended to)."""
+        self._by_segment.setdefault(base, []).append(txn)
+        if self._lasts and txn.last_offset < self._lasts[-1]:
+            self._reindex()
+        else:
+            self._all.append(txn)
+            self._lasts.append(txn.last_offset)
+        try:
+            fileio.append_to(self.path(base), txn.encode())
+        except OSError as exc:
+            # the log holds the marker: recovery or the next rewrite restores the file
+            log.error("%s: cannot append to %s: %s", self.dir.name, self.path(base).name, exc)
+
+    def truncate_from(self, offset: int) -> None:
+        """Forget the transactions whose marker is at or after ``offset`` (the log was cut there)."""
+        if not self._lasts or self._lasts[-1] < offset:
+            return
+        for base in list(self._by_segment):
+            entries = self._by_segment[base]
+            kept = [e for e in entries if e.last_offset < offset]
+            if len(kept) != len(entries):
+                self._set(base, kept)
+        self._reindex()
+
+    def drop_segments(self, bases: Iterable[int]) -> None:
+        """The segments ``bases`` left the log: their entries and files go."""
+        changed = False
+        for base in bases:
+            if self._by_segment.pop(base, None) is not None:
+                changed = True
+            fileio.unlink_if_exists(self.path(base))
+        if changed:
+            self._reindex()
+
+    def replace_segments(self, old_bases: list[int], new_base: int) -> None:
+        """A compaction swap merged the segments ``old_bases`` into one at ``new_base``: its file
+        holds all their entries (Kafka's cleaner keeps every aborted transaction of its sources)."""
+        merged = [e for b in old_bases for e in self._by_segment.pop(b, ())]
+        for b in old_bases:
+            if b != new_base:
+                fileio.unlink_if_exists(self.path(b))
+        self._set(new_base, sorted(merged, key=lambda e: e.last_offset))
+        self._reindex()
+
+    def clear(self) -> None:
+        for base in list(self._by_segment):
+            fileio.unlink_if_exists(self.path(base))
+        self._by_segment.clear()
+        self._reindex()
+
+    def _set(self, base: int, entries: list[AbortedTxn]) -> None:
+        path = self.path(base)
+        if entries:
+            self._by_segment[base] = entries
+        else:
+            self._by_segment.pop(base, None)
+        try:
+            if entries:
+                write_atomically(path, b"".join(e.encode() for e in entries), sync=False)
+            else:
+                fileio.unlink_if_exists(path)
+        except OSError as exc:
+            log.error("%s: cannot rewrite %s: %s", self.dir.name, path.name, exc)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def collect(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read of [``fetch_offset``, ``upper_bound_offset``) overlaps:
+        marker at or after the fetch offset, first offset below the upper bound (Kafka's
+        collectAbortedTxns); the scan stops at the first entry whose last stable offset
+        reaches the upper bound, as no later transaction can start below it."""
+        if not self._all:
+            return []
+        out = []
+        all_ = self._all
+        for i in range(bisect.bisect_left(self._lasts, fetch_offset), len(all_)):
+            txn = all_[i]
+            if txn.first_offset < upper_bound_offset:
+                out.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                break
+        return out

@@ -1,0 +1,157 @@
+"""Transactions in the log: producer state per transaction, markers, the last stable offset,
+the aborted transaction index (``.txnindex``) and its recovery, truncation and retention."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from storage_helpers import START_MS, batch, open_log
+
+from protocol.clock import MockTime
+from protocol.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
+from protocol.records import iter_batch_headers, read_control_record
+from storage.txn_index import ENTRY_SIZE, AbortedTxn, decode_entries
+
+A, B = 1000, 2000
+
+
+def txn(pid: int, seq: int, n: int = 1, epoch: int = 0) -> bytes:
+    return batch(n, producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def plain(n: int = 1) -> bytes:
+    return batch(n)
+
+
+def test_lso_follows_the_earliest_open_transaction_and_the_high_watermark(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(plain(2), 0)                 # 0-1
+    log.append_as_leader(txn(A, 0, 2), 0)             # 2-3: A starts at 2
+    log.append_as_leader(txn(B, 0), 0)                # 4: B starts at 4
+    log.append_as_leader(txn(A, 2), 0)                # 5
+    assert log.first_unstable_offset == 2
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 2
+    log.append_end_txn_marker(A, 0, 0, True, 0)       # 6: A commits
+    # the marker is not yet below the HW: A still holds the LSO
+    assert log.last_stable_offset == 2
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 4                # B's first offset
+    log.append_end_txn_marker(B, 0, 0, False, 0)      # 7: B aborts
+    log.update_high_watermark(log.log_end_offset)
+    assert log.first_unstable_offset is None
+    assert log.last_stable_offset == log.high_watermark == 8
+    # only B's aborted transaction is indexed; its LSO at the marker was past the marker
+    assert log.txn_index.entries == [AbortedTxn(B, 4, 7, 8)]
+    with open(log.txn_index.path(0), "rb") as f:
+        assert decode_entries(f.read()) == [AbortedTxn(B, 4, 7, 8)]
+    assert os.path.getsize(log.txn_index.path(0)) == ENTRY_SIZE
+    # a fetch of [0, 8) overlaps it; one starting after its marker does not
+    assert log.collect_aborted_transactions(0, 8) == [AbortedTxn(B, 4, 7, 8)]
+    assert log.collect_aborted_transactions(8, 9) == []
+    assert log.collect_aborted_transactions(0, 4) == []  # ends before B's first offset
+
+
+def test_marker_batches_are_control_batches_with_the_coordinator_epoch(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn(A, 0), 0)
+    info = log.append_end_txn_marker(A, 0, 7, False, 3)
+    data = bytes(log.read(info.first_offset, 1 << 20).records)
+    (pos, header), = list(iter_batch_headers(data))
+    assert header.is_control and header.is_transactional and header.producer_id == A
+    assert header.partition_leader_epoch == 3
+    assert read_control_record(data, pos, header) == (0, 7)
+
+
+def test_marker_checks_epochs(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn(A, 0, epoch=2), 0)
+    end = log.log_end_offset
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_end_txn_marker(A, 1, 0, True, 0)
+    log.append_end_txn_marker(A, 2, 5, True, 0)
+    log.append_as_leader(txn(A, 1, epoch=2), 0)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append_end_txn_marker(A, 2, 4, True, 0)
+    assert log.log_end_offset == end + 2  # nothing written by the refused ones
+
+
+def test_non_transactional_write_inside_a_transaction_is_refused(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn(A, 0), 0)
+    with pytest.raises(InvalidTxnStateError):
+        log.append_as_leader(batch(1, producer_id=A, producer_epoch=0, base_sequence=1), 0)
+
+
+def test_follower_replay_matches_the_leader(tmp_path):
+    leader = open_log(tmp_path / "t-0")
+    follower = open_log(tmp_path / "f" / "t-0")
+    leader.append_as_leader(txn(A, 0), 0)
+    leader.append_as_leader(txn(B, 0), 0)
+    leader.append_end_txn_marker(A, 0, 0, False, 0)
+    leader.append_as_leader(plain(), 0)
+    follower.append_as_follower(bytes(leader.read(0, 1 << 20).records))
+    assert follower.producer_state.ongoing_txns == leader.producer_state.ongoing_txns == {1: B}
+    assert follower.txn_index.entries == leader.txn_index.entries == [AbortedTxn(A, 0, 2, 1)]
+
+
+@pytest.mark.parametrize("lost", [None, (".txnindex", ".snapshot"), (".snapshot",)])
+def test_recovery_rebuilds_the_index_and_the_open_transactions(tmp_path, lost):
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time, segment_bytes=400)
+    for i in range(6):
+        log.append_as_leader(txn(A, i), 0)
+        log.append_as_leader(plain(), 0)
+    log.append_end_txn_marker(A, 0, 0, False, 0)
+    log.append_as_leader(txn(B, 0), 0)
+    assert log.num_segments > 2
+    entries = log.txn_index.entries
+    ongoing = dict(log.producer_state.ongoing_txns)
+    assert ongoing == {log.log_end_offset - 1: B}
+    if lost is None:
+        log.close()
+    else:
+        # a crash: the snapshots (and maybe the .txnindex files) are lost; recovery replays
+        # the whole log and must neither miss nor repeat an entry
+        for segment in log.segments:
+            segment.close()
+        for name in os.listdir(tmp_path / "t-0"):
+            if name.endswith(lost):
+                os.unlink(tmp_path / "t-0" / name)
+    reopened = open_log(tmp_path / "t-0", time=time, segment_bytes=400)
+    assert reopened.txn_index.entries == entries
+    assert reopened.producer_state.ongoing_txns == ongoing
+    reopened.update_high_watermark(reopened.log_end_offset)
+    assert reopened.last_stable_offset == reopened.log_end_offset - 1
+
+
+def test_truncation_and_retention_follow_the_index(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    log.append_as_leader(txn(A, 0), 0)
+    log.append_end_txn_marker(A, 0, 0, False, 0)      # 1
+    log.roll()
+    log.append_as_leader(txn(B, 0), 0)                # 2
+    log.append_end_txn_marker(B, 0, 0, False, 0)      # 3
+    assert [t.last_offset for t in log.txn_index.entries] == [1, 3]
+    log.truncate_to(3)
+    assert [t.last_offset for t in log.txn_index.entries] == [1]
+    assert log.producer_state.ongoing_txns == {2: B}  # B's marker went with the truncation
+    log.append_end_txn_marker(B, 0, 0, True, 0)
+    log.append_as_leader(plain(), 0)
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(2)
+    log.delete_old_segments()
+    assert log.txn_index.entries == []
+    assert not log.txn_index.path(0).exists()
+
+
+def test_idle_producer_with_an_open_transaction_does_not_expire(tmp_path):
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time, producer_id_expiration_ms=1000)
+    log.append_as_leader(txn(A, 0), 0)
+    log.append_as_leader(batch(1, producer_id=B, producer_epoch=0, base_sequence=0), 0)
+    time.sleep(2000)
+    assert log.remove_expired_producers(time.milliseconds()) == 1
+    assert log.last_entry(A) is not None and log.last_entry(B) is None
+    assert START_MS  # (timestamps of the helpers' batches)
