@@ -551,6 +551,22 @@ class ReplicaManager:
                 self.topic_stats.remove(topic)  # Kafka drops a deleted topic's metrics
         return out
 
+    def delete_stray_partitions(self, wanted: set[tuple[str, int]]) -> list[tuple[str, int]]:
+        """A controller's full LeaderAndIsr names every partition this broker is a replica of: a
+        local log of any other is a stray, left by a StopReplica that never reached this broker
+        (its topic deleted, or the broker moved off it, while the broker was cut off or down, and
+        the controller forgot the request with the old registration). It is deleted, as Kafka
+        deletes the stray partitions a FULL LeaderAndIsr omits (findStrayPartitionsFromLeaderAndIsr);
+        else its files stay for ever (the simulator's seed 98: a deleted topic's partition on a
+        broker partitioned from the controller when the topic went). Returns what went."""
+        strays = [key for key in self.log_manager.all_logs() if key not in wanted]
+        strays += [key for key in self.partitions if key not in wanted and key not in strays]
+        if strays:
+            log.warning("deleting %d stray partition(s) the controller's full state does not list: %s", len(strays),
+                        ", ".join(f"{t}-{p}" for t, p in sorted(strays)[:10]) + (" ..." if len(strays) > 10 else ""))
+            self.stop_replicas(sorted(strays), delete=True)
+        return strays
+
     def maybe_shrink_isr(self) -> None:
         """Propose dropping lagging followers from the ISRs this broker leads (the change, and
         any HW move it allows, happens when the proposal is committed)."""

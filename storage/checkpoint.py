@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import Callable, Generic, Iterable, TypeVar
 
+from . import fileio
+
 E = TypeVar("E")
 VERSION = 0
 
@@ -35,11 +37,11 @@ class CheckpointFormatError(ValueError):
 
 def fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
     """Open ``path`` with ``flags`` (0o644 if they create it), fsync it, close it."""
-    fd = os.open(path, flags, 0o644)
+    fd = fileio.open(path, flags, 0o644)
     try:
-        os.fsync(fd)
+        fileio.fsync(fd)
     finally:
-        os.close(fd)
+        fileio.close(fd)
 
 
 def fsync_dir(path: Path) -> None:
@@ -50,16 +52,16 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory (without
     the two fsyncs when ``sync`` is False: atomic, but durable only once the caller fsyncs)."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[fileio.write(fd, view):]
         if sync:
-            os.fsync(fd)
+            fileio.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fileio.close(fd)
+    fileio.replace(tmp, path)
     if sync:
         fsync_dir(path.parent)
 
@@ -71,15 +73,15 @@ def write_new(path: Path, data: bytes) -> bool:
     between creating and writing leaves an empty file: its reader must take an empty file
     for the state before the write (no file)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[fileio.write(fd, view):]
     finally:
-        os.close(fd)
+        fileio.close(fd)
     return True
 
 
