@@ -48,7 +48,7 @@ from .partition import LeaderAndIsrState, error_name, partition_names
 from .replica_manager import is_internal_topic
 from .security import request_checks
 from .security.credentials import CredentialCache
-from .sasl_server import answer_sasl_outside_authentication
+from .security.sasl_server import answer_sasl_outside_authentication
 
 from .topic_admin import NewTopic
 
@@ -208,7 +208,7 @@ class KafkaApis:
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls_request,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials_request,
-            # On a SASL listener they never get here (broker/sasl_server.py); elsewhere: ILLEGAL_SASL_STATE.
+            # On a SASL listener they never get here (broker/security/sasl_server.py); elsewhere: ILLEGAL_SASL_STATE.
             ApiKey.SASL_HANDSHAKE: answer_sasl_outside_authentication,
             ApiKey.SASL_AUTHENTICATE: answer_sasl_outside_authentication,
             **{key: self.handle_forwarded_request for key in FORWARDED_APIS},

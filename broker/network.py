@@ -26,7 +26,7 @@ Per connection:
   the event loop's TLS (``create_server(ssl=...)``; a failed handshake counts as a failed
   authentication) and its connections' principal comes from a client certificate mapped by
   ``ssl.principal.mapping.rules``; on a SASL listener each connection's requests pass through
-  its SASL state machine first (``KafkaConnection.sasl``, broker/sasl_server.py). A PLAINTEXT
+  its SASL state machine first (``KafkaConnection.sasl``, broker/security/sasl_server.py). A PLAINTEXT
   connection pays one attribute check per request for all of it.
 * Metrics (when the server has ``RequestMetrics``): each request's slot carries the clock
   readings of its phases (read, start, handler returned, response ready, handed to the
@@ -274,8 +274,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.client_host = "?"
         self.principal: KafkaPrincipal = ANONYMOUS
         # SASL listeners: the authentication state machine every request passes through
-        # first (broker/sasl_server.py); None elsewhere.
-        self.sasl: Any = None  # a broker.sasl_server.SaslServerAuthenticator
+        # first (broker/security/sasl_server.py); None elsewhere.
+        self.sasl: Any = None  # a broker.security.sasl_server.SaslServerAuthenticator
         self._pending: collections.deque[_Slot] = collections.deque()
         self._max_inflight = server.max_inflight
         self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
@@ -692,7 +692,7 @@ class SocketServer:
     async def start(self, listener_name: str, host: str, port: int, tls: ssl.SSLContext | None = None,
                     principal_mapper: "SslPrincipalMapper | None" = None, authentication: Any = None) -> int:
         """Listen on ``host:port``: TLS with ``tls`` (a client certificate's principal mapped
-        by ``principal_mapper``), SASL with ``authentication`` (broker/sasl_server.py's
+        by ``principal_mapper``), SASL with ``authentication`` (broker/security/sasl_server.py's
         ListenerAuthentication: ``authenticator(connection)`` makes a connection's state
         machine); neither is PLAINTEXT (broker/security/links.py's start_listener)."""
         loop = asyncio.get_running_loop()

@@ -61,6 +61,7 @@ from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from .metrics import BrokerCollector, BrokerTopicStats, RequestMetrics
 from .metrics_endpoint import ProcessMetrics
 from .security.authorizer import StandardAuthorizer
+from .security.bootstrap import BootstrapError, seed_credentials, write_credentials
 from .security.credentials import CredentialCache
 from .network import SocketServer
 from .partition import LOCAL_ALTER_PARTITION, AlterPartitionSender
@@ -166,6 +167,14 @@ class KafkaServer:
             d.mkdir(parents=True, exist_ok=True)
         self._lock_log_dirs()
         self._load_meta_properties()
+        if self.has_controller:
+            # The credentials the controller gave it last time, else kbroker storage format's
+            # --add-scram (KIP-900): SCRAM on the inter-broker listener works before the
+            # controller's first metadata (which replaces them) arrives over it.
+            try:
+                seed_credentials(self.credential_cache, cfg.metadata_log_dir, f"broker {self.broker_id}")
+            except BootstrapError as exc:
+                raise ConfigError(f"metadata.log.dir: {exc}") from None
         self.metadata_cache = cache = MetadataCache(self.broker_id)
         cache.cluster_id = self.cluster_id
         cache.listeners.append(self.metadata_waiters.metadata_updated)
@@ -233,6 +242,9 @@ class KafkaServer:
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
             group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics,
             authorizer=self.authorizer, credential_cache=self.credential_cache)
+        if self.has_controller:  # the credentials the controller gives it: where the next start begins
+            self.apis.security_metadata.on_credentials_changed = lambda: write_credentials(
+                cfg.metadata_log_dir, self.credential_cache, self.time.milliseconds())
         self._start_transaction_coordinator(apis)
         self.socket_server = SocketServer(
             self.apis, max_request_size=cfg["socket.request.max.bytes"], max_inflight=cfg["queued.max.requests"],

@@ -2,6 +2,7 @@
 
     kbroker serve [-c server.properties] [--override key=value ...]
     kbroker controller [-c controller.properties] [--override key=value ...]
+    kbroker storage format -c FILE -t CLUSTER_ID [--add-scram 'SCRAM-SHA-512=[name=N,password=P]'] | random-uuid
     kbroker topics create|list|describe|delete ...
     kbroker produce -t TOPIC [-f FILE] ...
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end | -g GROUP] ...
@@ -114,6 +115,23 @@ def _add_controller(commands: Subcommands) -> None:
                             help="set a configuration key (repeatable)")
     controller.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                             help="stderr logging level (default INFO)")
+
+
+def _add_storage(commands: Subcommands) -> None:
+    storage = commands.add_parser("storage", help="format a node's directories before its first start (kafka-storage)")
+    actions = storage.add_subparsers(dest="storage_command", required=True, metavar="ACTION")
+    fmt = local_command(actions, "format", "cli.storage:format_storage",
+                        "write meta.properties and the bootstrap metadata (SCRAM credentials, KIP-900)")
+    fmt.add_argument("-c", "--config", help="the node's server.properties / controller.properties")
+    fmt.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a configuration key (repeatable)")
+    fmt.add_argument("-t", "--cluster-id", required=True, help="the cluster id (`kbroker storage random-uuid`)")
+    fmt.add_argument("-S", "--add-scram", action="append", default=[], metavar="SCRAM",
+                     help="a SCRAM credential, as kafka-storage: 'SCRAM-SHA-512=[name=alice,password=alice-secret]' "
+                          "(also iterations=, salt= and saltedpassword= in base64; repeatable)")
+    fmt.add_argument("-g", "--ignore-formatted", action="store_true",
+                     help="skip directories formatted already instead of failing")
+    local_command(actions, "random-uuid", "cli.storage:random_uuid", "print a new cluster id")
 
 
 def _add_topics(commands: Subcommands) -> None:
@@ -375,8 +393,8 @@ def _add_sim(commands: Subcommands) -> None:
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_topics, _add_produce, _add_consume, _add_groups, _add_acls, _add_users,
-    _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
+    _add_serve, _add_controller, _add_storage, _add_topics, _add_produce, _add_consume, _add_groups, _add_acls,
+    _add_users, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ from protocol.errors import ErrorCode, RemoteProtocolError
 from protocol.messages import APIS, response_is_flexible
 from protocol.schema import Api, SchemaError
 
-from broker.sasl_server import answer_sasl_outside_authentication
+from broker.security.sasl_server import answer_sasl_outside_authentication
 
 
 log = logging.getLogger("kbroker.controller.apis")

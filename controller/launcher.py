@@ -179,6 +179,27 @@ class BrokerProcess:
         self.launch()
         return self.wait_ready(timeout_s)
 
+    def format_storage(self, cluster_id: str, add_scram: list[str] | tuple[str, ...] = (),
+                       ignore_formatted: bool = False) -> subprocess.CompletedProcess:
+        """``kbroker storage format`` with this process's configuration (before its first start):
+        meta.properties, and bootstrap.checkpoint with the ``--add-scram`` credentials. Raises
+        RuntimeError with the command's output if it fails."""
+        command = self.command()
+        overrides = [a for i, a in enumerate(command) if i and command[i - 1] == "--override"]
+        cmd = [*self.prefix, self.python, "-m", "cli", "storage", "format", "-t", cluster_id]
+        for pair in overrides:
+            cmd += ["--override", pair]
+        for entry in add_scram:
+            cmd += ["--add-scram", entry]
+        if ignore_formatted:
+            cmd.append("--ignore-formatted")
+        env = dict(os.environ, PYTHONPATH=str(self.repo)) if self.repo != REPO else None
+        done = subprocess.run(cmd, cwd=self.repo, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise RuntimeError(f"kbroker storage format of {self.role} {self.broker_id} failed ({done.returncode}): "
+                               f"{done.stderr.strip()}")
+        return done
+
     def launch(self, detach: bool = False) -> "BrokerProcess":
         """Start the process; ``wait_ready`` waits for it (several can start at once).
         ``detach``: in a session of its own, so that it outlives the caller and its terminal's

@@ -31,7 +31,7 @@ import logging
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from broker.metrics import TIME_BUCKETS, FastHistogram
 from broker.security.authorizer import (AclBindingFilter, AuthorizerMetrics, StandardAcl, StandardAuthorizer,
@@ -130,8 +130,14 @@ class _FullState:
 class QuorumController:
     def __init__(self, config: QuorumControllerConfig, store: MetadataStore, *, time: Time, channel=None,
                  rng: random.Random | None = None, on_fatal: Callable[[BaseException], None] | None = None,
-                 authorizer_metrics: AuthorizerMetrics | None = None) -> None:
+                 authorizer_metrics: AuthorizerMetrics | None = None,
+                 bootstrap: Sequence[ApiMessageAndVersion] = (), bootstrap_source: str = "") -> None:
+        """``bootstrap``: the records of ``kbroker storage format`` (bootstrap.checkpoint, KIP-900),
+        appended with the first records when the metadata log is empty, and ignored otherwise."""
         self.config = config
+        self.bootstrap = list(bootstrap)
+        self.bootstrap_source = bootstrap_source
+        self._log_was_empty = False
         self.node_id = config.node_id
         self.cluster_id = config.cluster_id
         self.store = store
@@ -190,6 +196,7 @@ class QuorumController:
         """Load (snapshot + log, replayed), claim an epoch, take over: full state to every
         registered broker, a fresh session for every unfenced one, timers."""
         loaded = await self.store.load()
+        self._log_was_empty = not loaded.snapshot_records and not loaded.log_records
         for record in loaded.snapshot_records:
             self.replay(record)
         for _offset, record in loaded.log_records:
@@ -213,6 +220,18 @@ class QuorumController:
         records = []
         if METADATA_VERSION_FEATURE not in self.features:
             records.append(make_record(T.FEATURE_LEVEL, name=METADATA_VERSION_FEATURE, feature_level=METADATA_VERSION))
+        if self._log_was_empty and self.bootstrap:
+            # Kafka's ActivationRecordsGenerator: the bootstrap records open an empty log (the
+            # metadata.version is this controller's).
+            records.extend(r for r in self.bootstrap if not (r.type == T.FEATURE_LEVEL
+                                                             and r.name == METADATA_VERSION_FEATURE))
+            users = sorted({r.name for r in self.bootstrap if r.type == T.USER_SCRAM_CREDENTIAL})
+            log.info("The metadata log appears to be empty. Appending %d bootstrap record(s) from %s%s",
+                     len(records), self.bootstrap_source or "the bootstrap metadata",
+                     f" (SCRAM credentials of {', '.join(users)})" if users else "")
+        elif self.bootstrap:
+            log.debug("the metadata log is not empty: %s is not used", self.bootstrap_source)
+        self._log_was_empty = False
         for broker_id, reg in sorted(self.cluster.brokers.items()):
             if not reg.fenced:
                 self.heartbeats.touch(broker_id)

@@ -29,6 +29,7 @@ from broker.config import ConfigError, KafkaConfig, read_properties
 from broker.metrics import RequestMetrics
 from broker.metrics_endpoint import ProcessMetrics
 from broker.network import SocketServer
+from broker.security.bootstrap import BOOTSTRAP_FILE, BootstrapError, read_bootstrap, scram_credentials
 from broker.security.credentials import MECHANISMS as SCRAM_MECHANISMS, ScramCredential
 from broker.security.links import network_for, start_listener
 from protocol.client import DEFAULT_NETWORK, Network
@@ -73,16 +74,20 @@ def check_controller_config(config: KafkaConfig) -> None:
 class ControllerCredentials:
     """The SCRAM credentials a controller's own SASL listener checks logins against: those its
     metadata holds (UserScramCredentialRecords), read as the broker's CredentialCache is. A
-    standby controller (ZooKeeper) holds none until it becomes active."""
+    standby controller (ZooKeeper), or one still loading, has no metadata: it checks the
+    credentials of its bootstrap.checkpoint (``kbroker storage format --add-scram``), if any."""
 
     def __init__(self, server: "ControllerServer") -> None:
         self.server = server
+        self.bootstrap: dict[tuple[str, str], ScramCredential] = {}
 
     def get(self, mechanism: str, user: str) -> ScramCredential | None:
         controller = self.server.controller
         scram = SCRAM_MECHANISMS.get(mechanism)
-        if controller is None or scram is None:
+        if scram is None:
             return None
+        if controller is None or not controller.active:
+            return self.bootstrap.get((mechanism, user))
         return controller.scram.credentials.get((user, scram.type_id))
 
 
@@ -98,6 +103,9 @@ class ControllerServer:
                                           config.security.inter_broker_mechanism, network)
         # SCRAM credentials of the controller's own SASL listener: the active controller's.
         self.credential_cache = ControllerCredentials(self)
+        # kbroker storage format's records (KIP-900): the metadata log's first records when it is empty.
+        self.bootstrap = self._load_bootstrap(config.metadata_log_dir)
+        self.credential_cache.bootstrap = scram_credentials(self.bootstrap)
         self.node_id = config.node_id
         self.cluster_id: str | None = None
         self.store = None  # LocalMetadataStore, or the ZooKeeperMetadataStore of the current term
@@ -132,7 +140,8 @@ class ControllerServer:
                                                     request_timeout_ms=cfg["controller.socket.timeout.ms"])
             self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
                                                self.store, time=self.time, channel=self.channel,
-                                               on_fatal=self._on_fatal, authorizer_metrics=self._authorizer_metrics())
+                                               on_fatal=self._on_fatal, authorizer_metrics=self._authorizer_metrics(),
+                                               **self._bootstrap_args())
             await self.controller.start()
             if self.metrics is not None and self.metrics.enabled:
                 self.metrics.registry.register(ControllerCollector(lambda: self.controller))
@@ -178,7 +187,12 @@ class ControllerServer:
             connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"], sasl=cfg.security.zookeeper_sasl,
             set_acl=cfg["zookeeper.set.acl"])
         try:
-            self.cluster_id = await self.coordinator.start(new_cluster_id())
+            # A directory formatted by ``kbroker storage format -t ID`` proposes its cluster id.
+            formatted = self._formatted_cluster_id(cfg.metadata_log_dir)
+            self.cluster_id = await self.coordinator.start(formatted or new_cluster_id())
+            if formatted is not None and formatted != self.cluster_id:
+                raise ConfigError(f"{cfg.metadata_log_dir / META_PROPERTIES}: cluster.id {formatted}, but the cluster "
+                                  f"on ZooKeeper is {self.cluster_id}")
             self.standby = StandbyController(self.node_id, self.cluster_id, self._active_controller_id)
             if self.metrics is not None and self.metrics.enabled:
                 # The controller of the current term; nothing while a standby.
@@ -193,6 +207,17 @@ class ControllerServer:
         self.started = True
         log.info("controller %d started as a standby (cluster %s, ZooKeeper %s%s)", self.node_id, self.cluster_id,
                  self.coordinator.hosts, self.coordinator.chroot)
+
+    @staticmethod
+    def _load_bootstrap(directory: Path) -> list:
+        try:
+            return read_bootstrap(directory) or []
+        except BootstrapError as exc:
+            raise ConfigError(f"metadata.log.dir: {exc}") from None
+
+    def _bootstrap_args(self) -> dict:
+        return {"bootstrap": self.bootstrap,
+                "bootstrap_source": str(self.config.metadata_log_dir / BOOTSTRAP_FILE)}
 
     def _authorizer_metrics(self):
         return self.metrics.authorizer_metrics() if self.metrics is not None else None
@@ -221,7 +246,8 @@ class ControllerServer:
             self.controller = QuorumController(QuorumControllerConfig.from_kafka_config(cfg, self.cluster_id),
                                                self.store, time=self.time, channel=self.channel,
                                                on_fatal=lambda exc: self._end_term(f"controller failed: {exc}"),
-                                               authorizer_metrics=self._authorizer_metrics())
+                                               authorizer_metrics=self._authorizer_metrics(),
+                                               **self._bootstrap_args())
             try:
                 await self.controller.start()
             except Exception as exc:  # noqa: BLE001 - lost the term while loading: back to standby
@@ -254,6 +280,14 @@ class ControllerServer:
             await channel.close()
         if store is not None:
             store.close()
+
+    def _formatted_cluster_id(self, directory: Path) -> str | None:
+        path = directory / META_PROPERTIES
+        props = read_properties(path) if path.exists() else {}
+        stored = props.get("node.id", props.get("broker.id"))
+        if stored is not None and int(stored) != self.node_id:
+            raise ConfigError(f"node.id: configured {self.node_id} but {path} belongs to node {stored}")
+        return props.get("cluster.id")
 
     def _load_meta_properties(self, directory: Path) -> str:
         """The cluster id from meta.properties (written on first start). A node.id (or the

@@ -48,7 +48,6 @@ from typing import Any, Callable, Sequence
 from kazoo.client import KazooClient, KazooState
 from kazoo.security import ACL, Id, Permissions
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.protocol.states import EventType
 
 from protocol.clock import Time, TimerHandle
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType, make_record

@@ -48,11 +48,13 @@ def fsync_dir(path: Path) -> None:
     fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+def write_atomically(path: Path, data: bytes, *, sync: bool = True, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory (without
-    the two fsyncs when ``sync`` is False: atomic, but durable only once the caller fsyncs)."""
+    the two fsyncs when ``sync`` is False: atomic, but durable only once the caller fsyncs).
+    ``mode``: the new file's permissions (before the umask)."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fileio.unlink_if_exists(tmp)  # a stray one from a crash keeps its own mode otherwise
+    fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:

@@ -12,7 +12,7 @@ from protocol.client.security import ClientSecurity, SecurityConfigError
 from protocol.client.tls import SslConfigError, server_context
 
 from ..config import ConfigError, Endpoint, KafkaConfig
-from ..sasl_server import ListenerAuthentication
+from .sasl_server import ListenerAuthentication
 from .oauthbearer_jwks import JwksError
 
 log = logging.getLogger("kbroker.security")

@@ -303,6 +303,14 @@ def _resolve_listener(config: Any, originals: dict[str, Any], keys: Mapping[str,
     for key in security_keys:
         values[key], where[key] = _value(config, originals, keys, name, key)
     sec = ListenerSecurity(name, protocol, values, keys=where)
+    if protocol == "SASL_SSL" and where["ssl.client.auth"] == "ssl.client.auth":
+        # KIP-684: the broker-wide ssl.client.auth is for SSL listeners; a SASL_SSL listener asks
+        # for client certificates only through its own listener.name.<l>.ssl.client.auth.
+        if str(values["ssl.client.auth"] or "none").strip().lower() != "none":
+            log.warning("Broker configuration 'ssl.client.auth' is applied only to SSL listeners. Listener-prefixed "
+                        "configuration can be used to enable SSL client authentication for SASL_SSL listeners "
+                        "(listener %s).", name)
+        values["ssl.client.auth"] = "none"
     if sec.uses_tls:
         props = sec.ssl_properties()
         try:

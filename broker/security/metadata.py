@@ -16,7 +16,7 @@ DescribeUserScramCredentials from them.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Callable, Iterable
 
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import MetadataRecordError, MetadataRecordType as T, decode_record
@@ -34,6 +34,9 @@ class SecurityMetadata:
     def __init__(self, authorizer: StandardAuthorizer | None, credential_cache: CredentialCache) -> None:
         self.authorizer = authorizer
         self.credential_cache = credential_cache
+        # Called after the SCRAM credentials changed (a full state, or a credential record):
+        # the broker keeps a copy on disk for its next start (broker/security/bootstrap.py).
+        self.on_credentials_changed: Callable[[], None] | None = None
 
     def apply(self, encoded_records: Iterable[bytes], full: bool) -> None:
         """Replay the records (each framed as in the metadata log); ``full``: they are the
@@ -62,8 +65,10 @@ class SecurityMetadata:
             for r in records:
                 if r.type == T.USER_SCRAM_CREDENTIAL:
                     self._put_credential(r)
+            self._credentials_changed()
             return
         added = removed = 0
+        credentials = False
         for r in records:
             if r.type == T.ACCESS_CONTROL_ENTRY:
                 if authorizer is not None:
@@ -74,15 +79,26 @@ class SecurityMetadata:
                     removed += 1
             elif r.type == T.USER_SCRAM_CREDENTIAL:
                 self._put_credential(r)
+                credentials = True
                 log.info("SCRAM credential of user %r (%s) set", r.name, _mechanism_name(r.mechanism))
             elif r.type == T.REMOVE_USER_SCRAM_CREDENTIAL:
                 mechanism = MECHANISMS_BY_TYPE.get(r.mechanism)
                 if mechanism is not None:
                     cache.remove(mechanism.mechanism_name, r.name)
+                credentials = True
                 log.info("SCRAM credential of user %r (%s) removed", r.name, _mechanism_name(r.mechanism))
         if added or removed:
             log.info("ACLs changed: %d added, %d removed (%d now)", added, removed,
                      authorizer.acl_count() if authorizer is not None else 0)
+        if credentials:
+            self._credentials_changed()
+
+    def _credentials_changed(self) -> None:
+        if self.on_credentials_changed is not None:
+            try:
+                self.on_credentials_changed()
+            except OSError as exc:  # the copy on disk is a convenience for the next start
+                log.warning("the SCRAM credentials could not be saved: %s", exc)
 
     def _put_credential(self, r) -> None:
         mechanism = MECHANISMS_BY_TYPE.get(r.mechanism)

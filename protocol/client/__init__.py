@@ -31,7 +31,8 @@ from .producer import Producer, RecordMetadata, murmur2, murmur2_partition
 
 __all__ = [
     "AdminMixin", "BrokerConnection", "BrokerMetadata", "ClusterMetadata", "ConfigEntry", "Consumer", "ConsumerRecord",
-    "DEFAULT_NETWORK", "GroupAdmin", "GroupConsumer", "KafkaClient", "KafkaConnectionError", "MAX_RESPONSE_BYTES", "Network", "PartitionMetadata",
+    "DEFAULT_NETWORK", "GroupAdmin", "GroupConsumer", "KafkaClient", "KafkaConnectionError", "MAX_RESPONSE_BYTES",
+    "Network", "PartitionMetadata",
     "Producer", "RecordMetadata", "SYSTEM_TIME", "SystemTime", "TopicMetadata", "TopicPartition", "murmur2",
     "murmur2_partition", "decode_member_assignment", "range_assign", "roundrobin_assign", "sleep",
 ]

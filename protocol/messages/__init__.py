@@ -25,7 +25,7 @@ APIS: dict[int, Api] = {a.key: a for a in (
     Api(ApiKey.FIND_COORDINATOR, "FindCoordinator", coordinator.FIND_COORDINATOR_REQUEST,
         coordinator.FIND_COORDINATOR_RESPONSE, 0, 4),
     Api(ApiKey.API_VERSIONS, "ApiVersions", api_versions.REQUEST, api_versions.RESPONSE, 0, 4),
-    # Authentication on SASL listeners (broker/sasl_server.py); elsewhere ILLEGAL_SASL_STATE.
+    # Authentication on SASL listeners (broker/security/sasl_server.py); elsewhere ILLEGAL_SASL_STATE.
     Api(ApiKey.SASL_HANDSHAKE, "SaslHandshake", sasl.SASL_HANDSHAKE_REQUEST, sasl.SASL_HANDSHAKE_RESPONSE, 0, 1),
     Api(ApiKey.SASL_AUTHENTICATE, "SaslAuthenticate", sasl.SASL_AUTHENTICATE_REQUEST, sasl.SASL_AUTHENTICATE_RESPONSE,
         0, 2),

@@ -25,7 +25,8 @@ CLI_CLIENT_MODULES = ["cli", "cli.__main__", "cli.main", "cli.common", "cli.rend
 # controller/launcher.py), as does loadgen demo. dump-log reads segment files through storage.dump;
 # certs uses only cryptography.
 SERVER_COMMANDS = {("serve",), ("controller",), ("cluster", "up"), ("cluster", "down"), ("cluster", "status"),
-                   ("loadgen", "demo")}  # the load-testing demo starts a cluster of its own
+                   ("loadgen", "demo"),  # the load-testing demo starts a cluster of its own
+                   ("storage", "format"), ("storage", "random-uuid")}  # a node's directories, from its configuration
 
 
 def module_file(name: str) -> Path | None:

@@ -32,7 +32,8 @@ async def test_requests_that_come_before_the_broker_is_live_are_served_once_it_i
         conn = BrokerConnection("127.0.0.1", broker.port, client_id="test")
         await conn.connect()  # ApiVersions is answered at once: clients send it first
         try:
-            metadata = asyncio.ensure_future(conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False}, version=8))
+            metadata = asyncio.ensure_future(conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False},
+                                                          version=8))
             created = asyncio.ensure_future(conn.request(ApiKey.CREATE_TOPICS, {"topics": [{
                 "name": "early", "num_partitions": 2, "replication_factor": 1, "assignments": [], "configs": []}],
                 "timeout_ms": 30000}))

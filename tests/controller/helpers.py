@@ -133,8 +133,9 @@ class Harness:
     # zookeeper.connect (without chroot) of a running ZooKeeper: Harness then uses ZooKeeper.
     zookeeper: str | None = None
 
-    def __init__(self, path, time: MockTime | None = None, seed: int = 1, **config) -> None:
+    def __init__(self, path, time: MockTime | None = None, seed: int = 1, bootstrap=(), **config) -> None:
         self.path = path
+        self.bootstrap = list(bootstrap)  # kbroker storage format's records
         self.time = time or MockTime()
         self.channel = RecordingChannel()
         self.fatal: list[BaseException] = []
@@ -147,7 +148,7 @@ class Harness:
 
     def _controller(self) -> QuorumController:
         return QuorumController(self._config, self.store, time=self.time, channel=self.channel,
-                                rng=random.Random(self._seed), on_fatal=self.fatal.append)
+                                rng=random.Random(self._seed), on_fatal=self.fatal.append, bootstrap=self.bootstrap)
 
     async def start(self) -> "Harness":
         if self.zookeeper:

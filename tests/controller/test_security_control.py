@@ -223,3 +223,30 @@ async def test_describe_acls_on_the_controller(h):
     assert body["resources"] == [{"resource_type": R.GROUP, "resource_name": "b", "pattern_type": PT.LITERAL,
                                   "acls": [{"principal": "User:alice", "host": "*", "operation": Op.READ,
                                             "permission_type": P.ALLOW}]}]
+
+
+# -- bootstrap metadata (kbroker storage format --add-scram, KIP-900) ----------------------
+
+async def test_bootstrap_credentials_open_an_empty_log_only(tmp_path):
+    from broker.security.bootstrap import bootstrap_records, parse_scram_argument
+    first = bootstrap_records([parse_scram_argument("SCRAM-SHA-512=[name=broker,password=broker-secret]")], 7)
+    h = await Harness(tmp_path, bootstrap=first).start()
+    try:
+        assert set(h.controller.scram.credentials) == {("broker", SCRAM_SHA_512.type_id)}
+        assert h.controller.features["metadata.version"] == 7
+        await h.start_brokers(1)  # the credential reaches a broker in its full state
+        _acls, cache = security_state(h.channel.queues[1])
+        assert cache.get("SCRAM-SHA-512", "broker") == h.controller.scram.credentials[("broker", SCRAM_SHA_512.type_id)]
+        # later changes are the log's like any other
+        await h.controller.alter_user_scram_credentials(scram_upsertions(deletions=[("broker", 2)]))
+        live = h.controller.state_summary()
+    finally:
+        await h.stop()
+    # a log with records: another bootstrap (formatted again, or a changed file) changes nothing
+    other = bootstrap_records([parse_scram_argument("SCRAM-SHA-256=[name=mallory,password=x]")], 7)
+    h = await Harness(tmp_path, bootstrap=other).start()
+    try:
+        assert h.controller.scram.credentials == {}
+        assert h.controller.state_summary() == live
+    finally:
+        await h.stop()

@@ -73,7 +73,6 @@ def test_time_paused_by_flow_control_is_counted():
 
 
 def test_metrics_off_keeps_no_clock_readings():
-    time = MockTime()
     server = SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=10)
     conn = KafkaConnection(server, "PLAINTEXT")
     conn.connection_made(MockTransport())

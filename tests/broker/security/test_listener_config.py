@@ -147,3 +147,27 @@ def test_oauthbearer_jwks_url_is_a_file_and_kafka_validator_class_is_accepted():
             **props, **{"sasl.oauthbearer.jwks.endpoint.url": "https://idp/jwks"})
     refused("sasl.server.callback.handler.class: custom", listeners="SASL_PLAINTEXT://:1",
             **{**props, "listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class": "com.acme.H"})
+
+
+def test_unprefixed_ssl_client_auth_is_for_ssl_listeners_only(caplog):
+    """KIP-684: ``ssl.client.auth`` applies to SSL listeners; a SASL_SSL listener asks for
+    client certificates only when its own ``listener.name.<l>.ssl.client.auth`` says so (Kafka
+    warns when the plain key is set to something else than none)."""
+    mtls_sasl = "listener.name.mtls_sasl.ssl.client.auth"
+    c = config(listeners="SSL://:1,SASL_SSL://:2,MTLS_SASL://:3",
+               **{"listener.security.protocol.map": "SSL:SSL,SASL_SSL:SASL_SSL,MTLS_SASL:SASL_SSL,CONTROLLER:PLAINTEXT",
+                  "ssl.keystore.type": "PEM", "ssl.client.auth": "required", mtls_sasl: "requested",
+                  "sasl.enabled.mechanisms": "PLAIN", "plain.sasl.jaas.config": PLAIN_JAAS,
+                  "inter.broker.listener.name": "SSL"})
+    auth = {n: s.ssl_properties()["ssl.client.auth"] for n, s in c.security.listeners.items() if s.uses_tls}
+    assert auth == {"SSL": "required", "SASL_SSL": "none", "MTLS_SASL": "requested"}
+    assert c.security.listener("MTLS_SASL").keys["ssl.client.auth"] == mtls_sasl
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["Broker configuration 'ssl.client.auth' is applied only to SSL listeners. Listener-prefixed "
+                        "configuration can be used to enable SSL client authentication for SASL_SSL listeners "
+                        "(listener SASL_SSL)."]
+    caplog.clear()
+    config(listeners="SSL://:1,SASL_SSL://:2", **{"ssl.keystore.type": "PEM", "ssl.client.auth": "none",
+                                                   "sasl.enabled.mechanisms": "PLAIN", "plain.sasl.jaas.config": PLAIN_JAAS,
+                                                   "inter.broker.listener.name": "SSL"})
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # none: nothing to say

@@ -1,4 +1,4 @@
-"""The SASL state machine of a connection (broker/sasl_server.py), driven through a mock
+"""The SASL state machine of a connection (broker/security/sasl_server.py), driven through a mock
 transport on MockTime: Kafka's order of requests, its answers and errors, the delayed close
 after a failure, the receive-size cap before authentication, KIP-368 session expiry and
 re-authentication, the KIP-43 v0 handshake, and the listener's authentication counters."""
@@ -12,7 +12,7 @@ import pytest
 from broker.config import KafkaConfig
 from broker.metrics import RequestMetrics
 from broker.network import KafkaConnection, SocketServer
-from broker.sasl_server import ListenerAuthentication
+from broker.security.sasl_server import ListenerAuthentication
 from broker.security.credentials import SCRAM_SHA_256, CredentialCache, make_credential
 from protocol.api_keys import ApiKey
 from protocol.client.sasl import PlainClient, ScramClient

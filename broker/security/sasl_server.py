@@ -44,17 +44,17 @@ from protocol.fast_codecs import response_header
 from protocol.messages import APIS, response_is_flexible
 from protocol.schema import SchemaError
 
-from .error_response import error_response_body
-from .security.authenticator import AuthenticationFailed, SaslServerMechanism
-from .security.credentials import CredentialCache
-from .security.oauthbearer import OAuthBearerServer
-from .security.plain import PlainServer, users_from_jaas
-from .security.principal import KafkaPrincipal
-from .security.scram import ScramServer
+from ..error_response import error_response_body
+from .authenticator import AuthenticationFailed, SaslServerMechanism
+from .credentials import CredentialCache
+from .oauthbearer import OAuthBearerServer
+from .plain import PlainServer, users_from_jaas
+from .principal import KafkaPrincipal
+from .scram import ScramServer
 
 if TYPE_CHECKING:
-    from .network import KafkaConnection, RequestContext
-    from .security.listeners import ListenerSecurity
+    from ..network import KafkaConnection, RequestContext
+    from .listeners import ListenerSecurity
 
 log = logging.getLogger("kbroker.authentication")
 
@@ -108,7 +108,7 @@ class ListenerAuthentication:
         self.jwks = None  # KIP-768: tokens signed by an OIDC issuer's keys (JwksError at start if unreadable)
         values = security.values
         if "OAUTHBEARER" in self.mechanisms and values.get("sasl.oauthbearer.jwks.endpoint.url"):
-            from .security.oauthbearer_jwks import JwksValidator
+            from .oauthbearer_jwks import JwksValidator
             self.jwks = JwksValidator(
                 values["sasl.oauthbearer.jwks.endpoint.url"], now_ms=time.milliseconds,
                 expected_audience=values["sasl.oauthbearer.expected.audience"],
