@@ -912,9 +912,10 @@ class KafkaApis:
     def attach_transactions(self, transactions) -> None:
         """The transaction coordinator's APIs (broker/transaction/handlers.py)."""
         self.transactions = transactions
-        self.handlers.update(transactions.handlers())
-        if hasattr(self, "handle_txn_offset_commit_request"):
-            self.handlers[ApiKey.TXN_OFFSET_COMMIT] = self.handle_txn_offset_commit_request
+        handlers = transactions.handlers()
+        if self.group_coordinator is None:
+            handlers.pop(ApiKey.TXN_OFFSET_COMMIT, None)
+        self.handlers.update(handlers)
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
 
     def _group_request(self, ctx: "RequestContext"):

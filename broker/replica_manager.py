@@ -170,8 +170,10 @@ class ReplicaManager:
 
     # -- produce ---------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, internal_topics_allowed: bool, topics,
-                       callback: Callable[[list], None]) -> DelayedProduce | None:
-        """``topics``: [(topic, [(partition, records)])]. ``callback`` gets
+                       callback: Callable[[list], None], from_coordinator: bool = False) -> DelayedProduce | None:
+        """``from_coordinator``: the group coordinator's own batches (transactional offset
+        commits, without sequence numbers: Kafka's AppendOrigin.COORDINATOR).
+        ``topics``: [(topic, [(partition, records)])]. ``callback`` gets
         [(topic, [[partition, error, base_offset, log_append_time, log_start_offset]])] in request order.
         Returns the DelayedProduce when the answer waits (acks=-1), for the caller to cancel."""
         if required_acks not in _VALID_ACKS:
@@ -183,7 +185,7 @@ class ReplicaManager:
             topic_results = []
             for partition_index, records in parts:
                 result, required = self._append_to_local_log(topic, partition_index, records, required_acks,
-                                                             internal_topics_allowed)
+                                                             internal_topics_allowed, from_coordinator)
                 topic_results.append(result)
                 if required_acks == -1:
                     statuses.append(ProducePartitionStatus((topic, partition_index), required, result))
@@ -197,14 +199,14 @@ class ReplicaManager:
         return None
 
     def _append_to_local_log(self, topic: str, partition_index: int, records, required_acks: int,
-                             internal_topics_allowed: bool) -> tuple[list, int]:
+                             internal_topics_allowed: bool, from_coordinator: bool = False) -> tuple[list, int]:
         if is_internal_topic(topic) and not internal_topics_allowed:
             return [partition_index, ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1], -1
         try:
             partition = self.get_partition_or_error(topic, partition_index)
             if records is None or len(records) == 0:
                 return [partition_index, ErrorCode.INVALID_RECORD, -1, -1, -1], -1
-            info = partition.append_records_to_leader(records, required_acks)
+            info = partition.append_records_to_leader(records, required_acks, from_coordinator)
         except KafkaError as exc:
             if exc.error_code in _LOGGED_APPEND_ERRORS:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)

@@ -358,7 +358,8 @@ class Log:
 
     # -- appending -----------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
+                         from_coordinator: bool = False) -> LogAppendInfo:
         """Validate (log_validator.py: every batch and every record in it), assign offsets
         (and the LogAppendTime when configured) and append.
 
@@ -373,6 +374,10 @@ class Log:
         InvalidProducerEpochError, UnknownProducerIdError). A retry of one of the
         producer's last batches writes nothing and returns its first append's offsets,
         with ``duplicate`` set.
+
+        ``from_coordinator`` (Kafka's AppendOrigin.COORDINATOR: the group coordinator's
+        transactional offset commits): a batch with a producer id carries no sequence
+        (NO_SEQUENCE), so only its epoch is checked.
         """
         buf: bytearray | memoryview
         if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
@@ -386,7 +391,8 @@ class Log:
         buf, batches = validate_client_batches(buf, max_message_bytes=config.max_message_bytes,
                                                log_append_time=config.log_append_time,
                                                target_codec=config.target_codec, require_keys=config.compact,
-                                               where=f"{self.topic}-{self.partition}")
+                                               where=f"{self.topic}-{self.partition}",
+                                               from_coordinator=from_coordinator)
         log_append_time = self.time.milliseconds() if config.log_append_time else -1
         offset = self.log_end_offset
         written = []
@@ -400,7 +406,10 @@ class Log:
             written.append((pos, read_header(buf, pos)))
             offset += header.last_offset_delta + 1
         pending = None
-        if idempotent:
+        if idempotent and from_coordinator:
+            pending = self.producer_state.prepare_append([h for _p, h in written], validate=True)[
+                written[0][1].producer_id]
+        elif idempotent:
             duplicate, pending = self._analyze_producer_state(written)
             if duplicate is not None:
                 return self._duplicate_append_info(buf, written[0][1], duplicate, log_append_time)

@@ -215,7 +215,9 @@ class ProducerAppendInfo:
             return
         first_seq = header.base_sequence
         last_seq = increment_sequence(first_seq, header.last_offset_delta)
-        if self.validate:
+        if self.validate and first_seq != NO_SEQUENCE:
+            # (a batch without a sequence: the coordinator's own, AppendOrigin.COORDINATOR; a
+            # client's is refused before, INVALID_RECORD)
             self._check_sequence(epoch, first_seq, header.base_offset)
         if epoch != self.producer_epoch:
             _start_epoch(self, epoch)
