@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz clean lint typecheck loadtest test-images image image-kbroker image-prometheus image-zookeeper
+.PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz sim clean lint typecheck loadtest test-images image image-kbroker image-prometheus image-zookeeper
 
 # setup.py builds the two C helpers in place (storage/_record_walk.c, the produce path's record walk;
 # storage/_write_window.c, appends without a descriptor).
@@ -72,6 +72,14 @@ soak: test-deps
 # failed run's frames.
 fuzz: test-deps
 	KBROKER_FUZZ_SECONDS=$${KBROKER_FUZZ_SECONDS:-600} $(PY) -m pytest -q -s tests/robustness/test_fuzz.py $(PYTEST_ARGS)
+
+# The deterministic simulator (issue 28): SEEDS seeds from FIRST (defaults 1,000 from 1) on SIM_JOBS
+# processes, or one seed with its whole trace: `make sim SEED=42` (SIM_ARGS: more kbroker sim options).
+SEEDS ?= 1000
+FIRST ?= 1
+SIM_JOBS ?= 1
+sim: $(STAMP)
+	$(VENV)/bin/kbroker sim $(if $(SEED),--seed $(SEED) --trace,--seeds $(SEEDS) --first $(FIRST) -j $(SIM_JOBS)) $(SIM_ARGS)
 
 # The load-testing loop: three brokers, 20 s of recorded kafka-python/kcat traffic, replayed x10 on
 # Spark (local[*]); the report lands under ./loadgen-demo/<timestamp>/report/.

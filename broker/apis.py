@@ -75,7 +75,8 @@ SERVED_BEFORE_LIVE = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, A
 
 _NOTHING: frozenset[str] = frozenset()
 _WRITE, _TOPIC = int(Operation.WRITE), int(ResourceType.TOPIC)  # the produce path's check, without enum lookups
-REQUEST_TYPE_FULL = 2  # UpdateMetadata's type (KIP-516): the whole state, replacing what the broker knew
+CONTROLLER_REQUESTS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA})
+REQUEST_TYPE_FULL = 2  # UpdateMetadata's and LeaderAndIsr's type (KIP-516): the whole state, replacing what the broker knew
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
@@ -177,6 +178,7 @@ class KafkaApis:
         self._controller_requests: collections.deque[Callable[[], None]] = collections.deque()
         # Requests held until the broker is live (see hold_until_live); None once it is.
         self._held_until_live: list["RequestContext"] | None = None
+        self._held_until_registered: list["RequestContext"] | None = None
         group_handlers: dict[int, Callable[["RequestContext"], None]] = {} if group_coordinator is None else {
             ApiKey.JOIN_GROUP: self.handle_join_group_request,
             ApiKey.SYNC_GROUP: self.handle_sync_group_request,
@@ -235,10 +237,31 @@ class KafkaApis:
             if not ctx.connection.closed:
                 self.handle(ctx)
 
+    def hold_until_registered(self) -> None:
+        """Hold the controller's requests (LeaderAndIsr, UpdateMetadata, StopReplica) until
+        ``registered()``: before its registration is answered, a broker does not know its broker
+        epoch, so it cannot tell a request sent to an earlier incarnation of itself (a controller
+        that has not seen the restart yet: its full state for the old registration) from one sent
+        to this one; applied, the former would make a broker that lost its log lead again at an
+        old leader epoch (the simulator's seed 24). Kafka's broker knows its epoch before it
+        serves any request. Held, each is checked (STALE_BROKER_EPOCH) once the epoch is known."""
+        if self._held_until_registered is None:
+            self._held_until_registered = []
+
+    def registered(self) -> None:
+        """The broker epoch is known: the held controller requests are handled, in order."""
+        held, self._held_until_registered = self._held_until_registered, None
+        for ctx in held or ():
+            if not ctx.connection.closed:
+                self.handle(ctx)
+
     def handle(self, ctx: "RequestContext") -> None:
         header = ctx.header
         if self._held_until_live is not None and header.api_key not in SERVED_BEFORE_LIVE:
             self._held_until_live.append(ctx)
+            return
+        if self._held_until_registered is not None and header.api_key in CONTROLLER_REQUESTS:
+            self._held_until_registered.append(ctx)
             return
         handler = self.handlers.get(header.api_key)
         if handler is None:
@@ -889,9 +912,10 @@ class KafkaApis:
     def attach_transactions(self, transactions) -> None:
         """The transaction coordinator's APIs (broker/transaction/handlers.py)."""
         self.transactions = transactions
-        self.handlers.update(transactions.handlers())
-        if hasattr(self, "handle_txn_offset_commit_request"):
-            self.handlers[ApiKey.TXN_OFFSET_COMMIT] = self.handle_txn_offset_commit_request
+        handlers = transactions.handlers()
+        if self.group_coordinator is None:
+            handlers.pop(ApiKey.TXN_OFFSET_COMMIT, None)
+        self.handlers.update(handlers)
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
 
     def _group_request(self, ctx: "RequestContext"):
@@ -1120,6 +1144,8 @@ class KafkaApis:
                 return
             error, results = self.replica_manager.become_leader_or_follower(req.controller_id, req.controller_epoch,
                                                                             states)
+            if error == ErrorCode.NONE and req.type == REQUEST_TYPE_FULL:
+                self.replica_manager.delete_stray_partitions({(s.topic, s.partition) for s in states})
         self._answer_leader_and_isr(ctx, api, grouped, error, results)
 
     def _in_controller_order(self, ctx: "RequestContext", apply: Callable[["RequestContext"], None]) -> None:
@@ -1189,6 +1215,8 @@ class KafkaApis:
             heap.release()
             if -1 not in errors:  # (a failure closed the connection: the controller sends it again)
                 error = next((e for e in errors if e != ErrorCode.NONE), ErrorCode.NONE)
+                if error == ErrorCode.NONE and req.type == REQUEST_TYPE_FULL:
+                    self.replica_manager.delete_stray_partitions({(s.topic, s.partition) for s in states})
                 self._answer_leader_and_isr(ctx, api, grouped, error, results)
             self._next_controller_request()
 

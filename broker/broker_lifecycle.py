@@ -82,7 +82,7 @@ class BrokerLifecycleManager:
     def __init__(self, *, broker_id: int, time: Time, channel: ControllerSender, listeners: list[Listener],
                  rack: str | None = None, cluster_id: str | None = None, heartbeat_interval_ms: int = 2000,
                  on_cluster_id: Callable[[str], None] | None = None,
-                 incarnation_id: uuid.UUID | None = None) -> None:
+                 incarnation_id: uuid.UUID | None = None, on_registered: Callable[[], None] | None = None) -> None:
         self.broker_id = broker_id
         self.time = time
         self.channel = channel
@@ -91,6 +91,7 @@ class BrokerLifecycleManager:
         self.cluster_id = cluster_id
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.on_cluster_id = on_cluster_id
+        self.on_registered = on_registered  # told each time a registration is answered (the epoch is known)
         self.incarnation_id = incarnation_id or uuid.uuid4()
         self.state = BrokerState.NOT_RUNNING
         self.broker_epoch = -1
@@ -221,6 +222,8 @@ class BrokerLifecycleManager:
         self.registered = True
         log.info("broker %d registered with broker epoch %d (incarnation %s)", self.broker_id, self.broker_epoch,
                  self.incarnation_id)
+        if self.on_registered is not None:
+            self.on_registered()
         return 0  # heartbeat at once
 
     async def _heartbeat(self) -> float:

@@ -351,13 +351,13 @@ class Partition:
                                            f"{self.topic}-{self.partition} (leader {self.leader_id})")
         return self.log
 
-    def append_records_to_leader(self, records, required_acks: int) -> "LogAppendInfo":
+    def append_records_to_leader(self, records, required_acks: int, from_coordinator: bool = False) -> "LogAppendInfo":
         leader_log = self._leader_log()
         if required_acks == -1 and len(self.isr) < leader_log.config.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
                 f"min.insync.replicas={leader_log.config.min_insync_replicas}")
-        return leader_log.append_as_leader(records, self.leader_epoch)
+        return leader_log.append_as_leader(records, self.leader_epoch, from_coordinator)
 
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                               commit: bool) -> "LogAppendInfo":

@@ -170,8 +170,10 @@ class ReplicaManager:
 
     # -- produce ---------------------------------------------------------------------------
     def append_records(self, timeout_ms: int, required_acks: int, internal_topics_allowed: bool, topics,
-                       callback: Callable[[list], None]) -> DelayedProduce | None:
-        """``topics``: [(topic, [(partition, records)])]. ``callback`` gets
+                       callback: Callable[[list], None], from_coordinator: bool = False) -> DelayedProduce | None:
+        """``from_coordinator``: the group coordinator's own batches (transactional offset
+        commits, without sequence numbers: Kafka's AppendOrigin.COORDINATOR).
+        ``topics``: [(topic, [(partition, records)])]. ``callback`` gets
         [(topic, [[partition, error, base_offset, log_append_time, log_start_offset]])] in request order.
         Returns the DelayedProduce when the answer waits (acks=-1), for the caller to cancel."""
         if required_acks not in _VALID_ACKS:
@@ -183,7 +185,7 @@ class ReplicaManager:
             topic_results = []
             for partition_index, records in parts:
                 result, required = self._append_to_local_log(topic, partition_index, records, required_acks,
-                                                             internal_topics_allowed)
+                                                             internal_topics_allowed, from_coordinator)
                 topic_results.append(result)
                 if required_acks == -1:
                     statuses.append(ProducePartitionStatus((topic, partition_index), required, result))
@@ -197,14 +199,14 @@ class ReplicaManager:
         return None
 
     def _append_to_local_log(self, topic: str, partition_index: int, records, required_acks: int,
-                             internal_topics_allowed: bool) -> tuple[list, int]:
+                             internal_topics_allowed: bool, from_coordinator: bool = False) -> tuple[list, int]:
         if is_internal_topic(topic) and not internal_topics_allowed:
             return [partition_index, ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1], -1
         try:
             partition = self.get_partition_or_error(topic, partition_index)
             if records is None or len(records) == 0:
                 return [partition_index, ErrorCode.INVALID_RECORD, -1, -1, -1], -1
-            info = partition.append_records_to_leader(records, required_acks)
+            info = partition.append_records_to_leader(records, required_acks, from_coordinator)
         except KafkaError as exc:
             if exc.error_code in _LOGGED_APPEND_ERRORS:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
@@ -550,6 +552,22 @@ class ReplicaManager:
             for topic in {t for t, _p in keys} - hosted:
                 self.topic_stats.remove(topic)  # Kafka drops a deleted topic's metrics
         return out
+
+    def delete_stray_partitions(self, wanted: set[tuple[str, int]]) -> list[tuple[str, int]]:
+        """A controller's full LeaderAndIsr names every partition this broker is a replica of: a
+        local log of any other is a stray, left by a StopReplica that never reached this broker
+        (its topic deleted, or the broker moved off it, while the broker was cut off or down, and
+        the controller forgot the request with the old registration). It is deleted, as Kafka
+        deletes the stray partitions a FULL LeaderAndIsr omits (findStrayPartitionsFromLeaderAndIsr);
+        else its files stay for ever (the simulator's seed 98: a deleted topic's partition on a
+        broker partitioned from the controller when the topic went). Returns what went."""
+        strays = [key for key in self.log_manager.all_logs() if key not in wanted]
+        strays += [key for key in self.partitions if key not in wanted and key not in strays]
+        if strays:
+            log.warning("deleting %d stray partition(s) the controller's full state does not list: %s", len(strays),
+                        ", ".join(f"{t}-{p}" for t, p in sorted(strays)[:10]) + (" ..." if len(strays) > 10 else ""))
+            self.stop_replicas(sorted(strays), delete=True)
+        return strays
 
     def maybe_shrink_isr(self) -> None:
         """Propose dropping lagging followers from the ISRs this broker leads (the change, and

@@ -37,7 +37,7 @@ from typing import Callable
 
 from protocol.client import DEFAULT_NETWORK, SYSTEM_TIME, Network
 from protocol.clock import Time
-from storage import LogManager
+from storage import LogManager, fileio
 from storage.checkpoint import write_atomically
 from storage.log_cleaner import LogCleaner
 from storage.log import run_flush_plans
@@ -259,6 +259,7 @@ class KafkaServer:
                 self.metrics.registry.register(collector)
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them
+            self.apis.hold_until_registered()  # the lifecycle's registration releases them
         self.apis.listener_reconfiguration = self.reconfiguration = ListenerReconfiguration(
             self.broker_id, cfg.security, self.socket_server)
         for ep in cfg.broker_listeners:
@@ -350,7 +351,7 @@ class KafkaServer:
         return BrokerLifecycleManager(
             broker_id=self.broker_id, time=self.time, channel=self._channel("heartbeat", timeout), listeners=[],
             rack=cfg["broker.rack"], cluster_id=self.cluster_id, heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
-            on_cluster_id=self._on_cluster_id)
+            on_cluster_id=self._on_cluster_id, on_registered=self._on_registered)
 
     def _registration_listeners(self) -> list[Listener]:
         """The advertised broker endpoints, the inter-broker listener first (the one the
@@ -361,6 +362,10 @@ class KafkaServer:
         return [Listener(ep.listener_name, ep.host, ep.port,
                          listeners[ep.listener_name].protocol_id if ep.listener_name in listeners else 0)
                 for ep in eps]
+
+    def _on_registered(self) -> None:
+        if self.apis is not None:
+            self.apis.registered()
 
     def _on_cluster_id(self, cluster_id: str) -> None:
         """First contact with the controller told the cluster id: it is this data's from now on."""
@@ -375,11 +380,11 @@ class KafkaServer:
 
     def _lock_log_dirs(self) -> None:
         for d in self.config.log_dirs:
-            fd = os.open(d / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+            fd = fileio.open(d / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                os.close(fd)
+                fileio.close(fd)
                 raise ConfigError(f"log.dirs: {d} is in use by another broker process (.lock is held)") from None
             self._locks.append(fd)
 
@@ -580,7 +585,7 @@ class KafkaServer:
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
-                os.close(fd)
+                fileio.close(fd)
         self._locks.clear()
 
     def bound_port(self, listener_name: str = "PLAINTEXT") -> int:

@@ -16,6 +16,7 @@
     kbroker certs [--dir DIR] [--broker NAME ...] [--client NAME ...] [--pkcs12 PASSWORD]
     kbroker record --listen HOST:PORT --upstream HOST:PORT --out DIR
     kbroker loadgen synth|replay|demo ...
+    kbroker sim --seed S [--trace] | --seeds N [--first F] [-j J] [--bug NAME]
 
 This module holds the argument parser and the dispatch; each command group lives in its own
 module (``cli.serve``, ``cli.topics``, ...). A command names its function as a string,
@@ -388,10 +389,18 @@ def _add_certs(commands: Subcommands) -> None:
     certs.add_argument("--key-password", metavar="PASSWORD", help="encrypt the PEM private keys (ssl.key.password)")
 
 
+def _add_sim(commands: Subcommands) -> None:
+    # The simulator parses its own arguments (sim/cli.py): main() hands ``kbroker sim ...`` to
+    # it by name, so that no production module imports sim/ (tests/test_architecture.py).
+    sim = commands.add_parser("sim", add_help=False,
+                              help="run seeds of the deterministic simulator (kbroker sim --help)")
+    sim.add_argument("sim_args", nargs=argparse.REMAINDER)
+
+
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_storage, _add_topics, _add_produce, _add_consume, _add_groups, _add_acls, _add_users,
-    _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs]
+    _add_serve, _add_controller, _add_storage, _add_topics, _add_produce, _add_consume, _add_groups, _add_acls,
+    _add_users, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -417,6 +426,9 @@ async def _run_client(run: Callable, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sim"]:
+        return resolve("sim.cli:main")(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         run = resolve(args.run)

@@ -49,7 +49,7 @@ from protocol.errors import KafkaError
 from protocol.messages.metadata_records import (ApiMessageAndVersion, MetadataRecordError, MetadataRecordType,
                                                 decode_record, encode_record, make_record)
 from protocol.records import Record, batch_body, build_batch, check_batch, decode_records, iter_batch_headers
-from storage import Log, LogConfig
+from storage import Log, LogConfig, fileio
 from storage.checkpoint import write_atomically
 
 log = logging.getLogger("kbroker.controller.store")
@@ -172,11 +172,11 @@ class LocalMetadataStore:
         if self._lock_fd is not None or self._lock_name is None:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / self._lock_name, os.O_CREAT | os.O_RDWR, 0o644)
+        fd = fileio.open(self.directory / self._lock_name, os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            os.close(fd)
+            fileio.close(fd)
             raise MetadataStoreError(f"{self.directory} is in use by another process ({self._lock_name} is held)") from None
         self._lock_fd = fd
 
@@ -421,5 +421,5 @@ class LocalMetadataStore:
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             finally:
-                os.close(self._lock_fd)
+                fileio.close(self._lock_fd)
                 self._lock_fd = None

@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import Callable, Generic, Iterable, TypeVar
 
+from . import fileio
+
 E = TypeVar("E")
 VERSION = 0
 
@@ -35,11 +37,11 @@ class CheckpointFormatError(ValueError):
 
 def fsync_path(path: Path, flags: int = os.O_RDONLY) -> None:
     """Open ``path`` with ``flags`` (0o644 if they create it), fsync it, close it."""
-    fd = os.open(path, flags, 0o644)
+    fd = fileio.open(path, flags, 0o644)
     try:
-        os.fsync(fd)
+        fileio.fsync(fd)
     finally:
-        os.close(fd)
+        fileio.close(fd)
 
 
 def fsync_dir(path: Path) -> None:
@@ -51,17 +53,17 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True, mode: int = 
     the two fsyncs when ``sync`` is False: atomic, but durable only once the caller fsyncs).
     ``mode``: the new file's permissions (before the umask)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)  # a stray one from a crash keeps its own mode otherwise
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fileio.unlink_if_exists(tmp)  # a stray one from a crash keeps its own mode otherwise
+    fd = fileio.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[fileio.write(fd, view):]
         if sync:
-            os.fsync(fd)
+            fileio.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fileio.close(fd)
+    fileio.replace(tmp, path)
     if sync:
         fsync_dir(path.parent)
 
@@ -73,15 +75,15 @@ def write_new(path: Path, data: bytes) -> bool:
     between creating and writing leaves an empty file: its reader must take an empty file
     for the state before the write (no file)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = fileio.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[fileio.write(fd, view):]
     finally:
-        os.close(fd)
+        fileio.close(fd)
     return True
 
 

@@ -67,6 +67,7 @@ import threading
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from . import fileio
 from .checkpoint import CheckpointFile, CheckpointFormatError, fsync_dir, fsync_path
 
 log = logging.getLogger("kbroker.storage.epoch")
@@ -269,7 +270,7 @@ class LeaderEpochFileCache:
         """A read-only descriptor of the file and the entries it holds, for a FlushPlan to fsync;
         once fsynced, ``mark_synced`` takes the entries back. Raises OSError."""
         with self._lock:
-            return os.open(self._file.path, os.O_RDONLY), self._file_entries
+            return fileio.open(self._file.path, os.O_RDONLY), self._file_entries
 
     def mark_synced(self, entries: list[EpochEntry]) -> None:
         """The file holding ``entries`` (and the directory entry) reached the disk."""

@@ -66,6 +66,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from . import fileio
+
 if TYPE_CHECKING:
     from protocol.records import Buffer
 
@@ -97,7 +99,7 @@ class FileRecords:
     def __init__(self, path: Path, size: int | None = None, retired: list[mmap.mmap] | None = None) -> None:
         self.path = path
         self._path = os.fspath(path)  # opened on many appends (issue 12): converted once
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = fileio.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         self._closed = False
         self.file_size = os.fstat(self._fd).st_size
         self.size = self.file_size if size is None else min(size, self.file_size)
@@ -120,9 +122,9 @@ class FileRecords:
         done = 0
         fd = self._fd if self._fd >= 0 else self._file()
         try:
-            done = os.pwrite(fd, data, position)
+            done = fileio.pwrite(fd, data, position)
             while done < n:  # a short write: go on from where it stopped
-                done += os.pwrite(fd, memoryview(data)[done:], position + done)
+                done += fileio.pwrite(fd, memoryview(data)[done:], position + done)
         except OSError:
             self.file_size = max(self.file_size, position + done)
             self._drop_tail(position, position + done)
@@ -137,18 +139,19 @@ class FileRecords:
         (``on_open`` is not told: the descriptor is not held after the call)."""
         if self._fd >= 0:
             return self.append(data)
-        self._fd = os.open(self._path, os.O_RDWR)
+        self._fd = fileio.open(self._path, os.O_RDWR)
         try:
             return self.append(data)
         finally:
             fd, self._fd = self._fd, -1
-            os.close(fd)
+            fileio.close(fd)
 
     def append_windowed(self, data: Buffer) -> int:
         """``append`` through the write window (module docstring), which is mapped first when
         the data does not fit the current one; no descriptor is held after the call.
-        ``append_closing`` where the window module is not built."""
-        if Window is None:
+        ``append_closing`` where the window module is not built, or ``fileio.write_windows``
+        is off (a simulated disk sees only what goes through fileio)."""
+        if Window is None or not fileio.write_windows:
             return self.append_closing(data)
         position, n = self.size, len(data)
         window = self._window
@@ -171,15 +174,15 @@ class FileRecords:
         self.close_window()
         start = self.size - self.size % PAGE_SIZE
         stop = start + max(WINDOW_BYTES, -(-(end - start) // PAGE_SIZE) * PAGE_SIZE)
-        fd = self._fd if self._fd >= 0 else os.open(self._path, os.O_RDWR)
+        fd = self._fd if self._fd >= 0 else fileio.open(self._path, os.O_RDWR)
         try:
             if self.file_size < stop:
-                os.ftruncate(fd, stop)
+                fileio.ftruncate(fd, stop)
                 self.file_size = stop
             window = Window(fd, start, stop - start)
         finally:
             if fd != self._fd:
-                os.close(fd)
+                fileio.close(fd)
         self._window, self._released = window, start
         if self.on_window is not None:
             self.on_window(True)
@@ -216,12 +219,12 @@ class FileRecords:
         self._prune_retired()
         fd = self._file()
         if all(len(m) <= start for m in self._retired):
-            os.ftruncate(fd, start)
+            fileio.ftruncate(fd, start)
             self.file_size = start
             return
         try:
             while start < end:
-                start += os.pwrite(fd, bytes(min(end - start, _ZERO_CHUNK)), start)
+                start += fileio.pwrite(fd, bytes(min(end - start, _ZERO_CHUNK)), start)
         except OSError:
             pass  # best effort: the caller is already handling a failed write
 
@@ -271,7 +274,7 @@ class FileRecords:
         if self._fd < 0:
             if self._closed:
                 raise ValueError(f"{self.path}: closed")
-            self._fd = os.open(self._path, os.O_RDWR)
+            self._fd = fileio.open(self._path, os.O_RDWR)
             if self.on_open is not None:
                 self.on_open()
         return self._fd
@@ -303,7 +306,7 @@ class FileRecords:
         (which holds its own). For segments that only serve reads."""
         self.buffer(self.size)
         if self._fd >= 0:
-            os.close(self._fd)
+            fileio.close(self._fd)
             self._fd = -1
 
     def close_fds(self) -> None:
@@ -314,7 +317,7 @@ class FileRecords:
         self._prune_retired()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            os.close(fd)
+            fileio.close(fd)
 
     @property
     def held_fds(self) -> int:
@@ -323,7 +326,7 @@ class FileRecords:
 
     def dup_fd(self) -> int:
         """A descriptor of the file the caller owns (to fsync elsewhere)."""
-        return os.dup(self._fd) if self._fd >= 0 else os.open(self._path, os.O_RDONLY)
+        return fileio.dup(self._fd) if self._fd >= 0 else fileio.open(self._path, os.O_RDONLY)
 
     def close(self) -> list[mmap.mmap]:
         """Close the file; returns the mappings still exported (the next FileRecords of this

@@ -34,6 +34,8 @@ import os
 import struct
 from pathlib import Path
 
+from . import fileio
+
 SANITY_SAMPLES = 16
 # A read-only index up to this size is copied into memory with one pread, a larger one mapped:
 # for small files the pread is cheaper than mapping and faulting in a binary search's pages,
@@ -44,7 +46,7 @@ COPY_MAX_BYTES = 64 * 1024
 def _read_file(path: Path) -> bytes | None:
     """The whole file (None when missing), our descriptor closed again."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = fileio.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
@@ -58,14 +60,14 @@ def _read_file(path: Path) -> bytes | None:
             done += len(chunk)
         return b"".join(chunks)
     finally:
-        os.close(fd)
+        fileio.close(fd)
 
 
 def _read_only_entries(path: Path) -> mmap.mmap | bytes:
     """The file's bytes (one pread) up to COPY_MAX_BYTES, else a read-only mapping; either
     way our descriptor is closed before returning. A missing file reads as empty."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = fileio.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return b""
     try:
@@ -74,7 +76,7 @@ def _read_only_entries(path: Path) -> mmap.mmap | bytes:
             return mmap.mmap(fd, length, access=mmap.ACCESS_READ)
         return os.pread(fd, length, 0)
     finally:
-        os.close(fd)
+        fileio.close(fd)
 
 
 class CorruptIndexError(Exception):
@@ -214,21 +216,21 @@ class AbstractIndex:
         if own and not create_empty and self._file_length < 0 and not self._buf:
             return
         if own:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = fileio.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             data = memoryview(self._buf)
             try:
                 start = self._persisted
                 while start < len(data):
-                    start += os.pwrite(fd, data[start:], start)
+                    start += fileio.pwrite(fd, data[start:], start)
             finally:
                 data.release()
             if self._file_length > len(self._buf):
-                os.ftruncate(fd, len(self._buf))
+                fileio.ftruncate(fd, len(self._buf))
             self._persisted = self._file_length = len(self._buf)
         finally:
             if own:
-                os.close(fd)
+                fileio.close(fd)
 
     # -- entries -------------------------------------------------------------------------
 
@@ -331,12 +333,12 @@ class AbstractIndex:
         """A descriptor of the file the caller owns (to fsync elsewhere), the entries persisted
         through it first."""
         if self.read_only:
-            return os.open(self.path, os.O_RDONLY)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            return fileio.open(self.path, os.O_RDONLY)
+        fd = fileio.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self.persist(fd)
         except BaseException:
-            os.close(fd)
+            fileio.close(fd)
             raise
         return fd
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -49,6 +48,7 @@ from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, 
 from protocol.records import (BatchHeader, build_end_txn_marker, check_batch, read_control_record, read_header,
                               set_base_offset_and_epoch, set_log_append_time)
 
+from . import fileio
 from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import EpochEntry, LeaderEpochFileCache
@@ -146,11 +146,11 @@ class FlushPlan:
         fds, self._fds = self._fds, []
         try:
             for fd in fds:
-                os.fsync(fd)
+                fileio.fsync(fd)
         finally:
             for fd in fds:  # every one, whatever failed before
                 try:
-                    os.close(fd)
+                    fileio.close(fd)
                 except OSError:
                     pass
 
@@ -229,14 +229,14 @@ class Log:
         its own among its logs. Without one, the log gets a budget of its own, sized from
         the open files limit.
 
-        ``names``: what ``os.listdir(dir)`` returns, when the caller knows ``dir`` exists and has
+        ``names``: what ``fileio.listdir(dir)`` returns, when the caller knows ``dir`` exists and has
         listed it already (``LogManager.startup``); else it is created if need be and listed.
         One listing serves the loader, the producer state and the leader epoch cache.
         """
         dir = Path(dir)
         if names is None:
             dir.mkdir(parents=True, exist_ok=True)
-            names = os.listdir(dir)
+            names = fileio.listdir(dir)
         topic, partition = parse_topic_partition(dir.name)
         if budget is None:
             budget = OpenSegmentBudget.from_open_files_limit()
@@ -358,7 +358,8 @@ class Log:
 
     # -- appending -----------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int,
+                         from_coordinator: bool = False) -> LogAppendInfo:
         """Validate (log_validator.py: every batch and every record in it), assign offsets
         (and the LogAppendTime when configured) and append.
 
@@ -373,6 +374,10 @@ class Log:
         InvalidProducerEpochError, UnknownProducerIdError). A retry of one of the
         producer's last batches writes nothing and returns its first append's offsets,
         with ``duplicate`` set.
+
+        ``from_coordinator`` (Kafka's AppendOrigin.COORDINATOR: the group coordinator's
+        transactional offset commits): a batch with a producer id carries no sequence
+        (NO_SEQUENCE), so only its epoch is checked.
         """
         buf: bytearray | memoryview
         if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
@@ -386,7 +391,8 @@ class Log:
         buf, batches = validate_client_batches(buf, max_message_bytes=config.max_message_bytes,
                                                log_append_time=config.log_append_time,
                                                target_codec=config.target_codec, require_keys=config.compact,
-                                               where=f"{self.topic}-{self.partition}")
+                                               where=f"{self.topic}-{self.partition}",
+                                               from_coordinator=from_coordinator)
         log_append_time = self.time.milliseconds() if config.log_append_time else -1
         offset = self.log_end_offset
         written = []
@@ -400,7 +406,10 @@ class Log:
             written.append((pos, read_header(buf, pos)))
             offset += header.last_offset_delta + 1
         pending = None
-        if idempotent:
+        if idempotent and from_coordinator:
+            pending = self.producer_state.prepare_append([h for _p, h in written], validate=True)[
+                written[0][1].producer_id]
+        elif idempotent:
             duplicate, pending = self._analyze_producer_state(written)
             if duplicate is not None:
                 return self._duplicate_append_info(buf, written[0][1], duplicate, log_append_time)
@@ -590,11 +599,11 @@ class Log:
         i = self._bases.index(base)
         assert self._segments[i:i + len(old)] == old and not old[-1].active
         swap = self.dir / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
-        os.replace(cleaned, swap)
+        fileio.replace(cleaned, swap)
         fsync_dir(self.dir)
         self.txn_index.replace_segments([s.base_offset for s in old], base)
         self._delete_segments(old, keep_txn_index=True)
-        os.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
+        fileio.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
         fsync_dir(self.dir)
         segment = LogSegment(self.dir, base, budget=self.segment_budget, index_interval_bytes=self.config.index_interval_bytes,
                              max_index_size=self.config.segment_index_bytes, created_ms=self.time.milliseconds())
@@ -872,10 +881,10 @@ class Log:
                 fd, epoch_entries = cache.open_for_sync()
                 fds.append(fd)
             if dir_dirty or epoch_sync:  # (the checkpoint is renamed into place)
-                fds.append(os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
+                fds.append(fileio.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
         except OSError as exc:
             for fd in fds:
-                os.close(fd)
+                fileio.close(fd)
             raise KafkaStorageError(f"{self.topic}-{self.partition}: cannot prepare a flush: {exc}") from exc
         return FlushPlan(self, target, fds, self._dir_version, self._truncations, epoch_entries)
 
@@ -930,7 +939,7 @@ class Log:
             segment.delete()
         self._delete_all_pending()
         self._segments, self._bases = [], []
-        shutil.rmtree(self.dir, ignore_errors=True)
+        fileio.rmtree(self.dir, ignore_errors=True)
 
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, segments={len(self._segments)}, "

@@ -43,7 +43,6 @@ indexes are rebuilt by the swap on the log's thread (Kafka's cleaner writes them
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from protocol.compression import Compression, compress
 from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CRC_OFFSET, HEADER, HEADER_SIZE, LOG_APPEND_TIME, LOG_OVERHEAD,
                               BatchHeader, Record, batch_body, decode_records, encode_record, iter_batch_headers)
 
+from . import fileio
 from .log import Log
 from .segment import CLEANED_SUFFIX, LOG_SUFFIX, LogSegment, file_name
 
@@ -186,7 +186,7 @@ class CleanTask:
     def discard(self) -> None:
         """Remove the ``.cleaned`` files (a pass not swapped in) and release the views."""
         for group in self.groups:
-            group.cleaned.unlink(missing_ok=True)
+            fileio.unlink_if_exists(group.cleaned)
         self.release()
 
     def release(self) -> None:
@@ -216,7 +216,7 @@ class CleanTask:
 
     def _clean_group(self, group: _Group, latest: dict[bytes, int]) -> None:
         stats, first_dirty, horizon = self.stats, self.first_dirty, self.horizon
-        with open(group.cleaned, "wb") as out:
+        with fileio.FileWriter(group.cleaned) as out:
             for buf, next_base in zip(group.buffers, group.next_bases):
                 self._check_aborted()
                 in_clean_head = next_base <= first_dirty
@@ -245,8 +245,7 @@ class CleanTask:
                         out.write(rebuild_batch(header, kept))
                     # a batch that kept nothing goes: consumers cannot step over an empty batch
                     # (librdkafka reports MSG_SIZE_TOO_LARGE on a fetch of only that)
-            out.flush()
-            os.fsync(out.fileno())
+            out.sync()
 
 
 class LogCleaner:

@@ -32,7 +32,6 @@ Not thread-safe.
 from __future__ import annotations
 
 import bisect
-import os
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING
 from protocol.clock import Time
 from protocol.records import BatchHeader, ControlRecord, iter_batch_headers, read_control_record
 
+from . import fileio
 from .config import LogConfig
 from .epoch_cache import LeaderEpochFileCache
 from .producer_state import CompletedTxn, ProducerStateManager
@@ -63,7 +63,7 @@ _INDEXES = (INDEX_SUFFIX[1:], TIME_INDEX_SUFFIX[1:])
 
 def _unlink(path: Path) -> None:
     try:
-        os.unlink(path)
+        fileio.unlink(path)
     except FileNotFoundError:
         pass
 
@@ -155,7 +155,7 @@ class LogLoader:
         self._recover_segments()
         segments, bases = self._segments, self._bases
         if self.txn_index is not None:
-            self.txn_index.load(bases, names if names is not None else os.listdir(self.dir))
+            self.txn_index.load(bases, names if names is not None else fileio.listdir(self.dir))
         report.segments = len(segments)
         log_end_offset = segments[-1].read_next_offset()
         log_start_offset = min(max(self.log_start_offset_checkpoint, bases[0]), log_end_offset)
@@ -191,12 +191,12 @@ class LogLoader:
         indexes without a ``.log`` are removed. One listing of the directory (``names``, or
         listed here), a second only after completing an interrupted swap."""
         if names is None:
-            names = os.listdir(self.dir)
+            names = fileio.listdir(self.dir)
         swaps = sorted(name for name in names if name.endswith(_LOG_SWAP))
         if swaps:
             for swap in swaps:
                 self._complete_swap(self.dir / swap)
-            names = os.listdir(self.dir)
+            names = fileio.listdir(self.dir)
         bases, index_files = set(), []
         for name in names:
             if name.endswith(_STRAY_SUFFIXES):
@@ -220,7 +220,7 @@ class LogLoader:
         lies within its offset range — are deleted and it becomes ``<base>.log``."""
         stem = swap.name[:20]
         if not stem.isdigit():
-            swap.unlink(missing_ok=True)
+            fileio.unlink_if_exists(swap)
             return
         base = last = int(stem)
         data = swap.read_bytes()
@@ -231,9 +231,9 @@ class LogLoader:
             other, _dot, suffix = path.name.partition(".")
             if len(other) == 20 and other.isdigit() and "." + suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX) \
                     and base <= int(other) <= last:
-                path.unlink()
+                fileio.unlink(path)
                 replaced.append(path.name)
-        os.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
+        fileio.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
         fsync_dir(self.dir)
         self._dir_changed = True
         log.info("%s-%d: completed the interrupted swap of cleaned segment %s (replaced %s)", self.topic,

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import uuid
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Callable
 
 from protocol.clock import Time
 from protocol.errors import KafkaStorageError
 
+from . import fileio
 from .checkpoint import CheckpointFormatError, OffsetCheckpointFile, fsync_dir, fsync_path
 from .config import LogConfig
 from .log import FlushPlan, Log, parse_topic_partition
@@ -102,7 +102,7 @@ class LogManager:
             for name in children:
                 child = log_dir / name
                 if name.endswith(DELETE_SUFFIX):
-                    shutil.rmtree(child, ignore_errors=True)
+                    fileio.rmtree(child, ignore_errors=True)
                     continue
                 try:
                     tp = parse_topic_partition(name)
@@ -117,7 +117,7 @@ class LogManager:
                     config = configs[tp[0]] = self._config_for(tp[0])
                 loaded = Log.open(child, config, time=self.time, budget=self.segment_budget,
                                   recovery_point=recovery_points.get(tp, 0), log_start_offset=start_offsets.get(tp, 0),
-                                  had_clean_shutdown=clean, names=os.listdir(child))
+                                  had_clean_shutdown=clean, names=fileio.listdir(child))
                 loaded.update_high_watermark(high_watermarks.get(tp, 0))
                 if tp in cleaner_offsets:
                     self._restore_first_dirty_offset(loaded, cleaner_offsets[tp])
@@ -129,7 +129,7 @@ class LogManager:
                     log.info("recovered %s", report.summary())
                 reports.append(report)
             if clean:
-                marker.unlink()
+                fileio.unlink(marker)
                 fsync_dir(log_dir)
             log.info("loaded %d logs from %s (%s shutdown)", self._partitions_in[log_dir],
                      log_dir, "clean" if clean else "unclean")
@@ -203,13 +203,13 @@ class LogManager:
         ``-delete`` directory, which the next start removes if removing it fails now)."""
         doomed = partition_dir.with_name(f"{partition_dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         try:
-            os.rename(partition_dir, doomed)
+            fileio.rename(partition_dir, doomed)
         except FileNotFoundError:
             return
         except OSError as exc:
             log.error("cannot remove the partial log directory %s: %s", partition_dir, exc)
             return
-        shutil.rmtree(doomed, ignore_errors=True)
+        fileio.rmtree(doomed, ignore_errors=True)
         if os.path.lexists(doomed):
             log.warning("%s stays until the next start (removing it failed)", doomed)
 
@@ -231,11 +231,11 @@ class LogManager:
         self._partitions_in[log_dir] -= 1
         removed.close(snapshot=False)
         doomed = removed.dir.with_name(f"{removed.dir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
-        os.rename(removed.dir, doomed)
+        fileio.rename(removed.dir, doomed)
         fsync_dir(log_dir)
         delay = removed.config.file_delete_delay_ms
         if delay <= 0:
-            shutil.rmtree(doomed, ignore_errors=True)
+            fileio.rmtree(doomed, ignore_errors=True)
         else:
             self._dirs_to_delete.append((self.time.milliseconds() + delay, doomed))
         log.info("deleted log %s-%d", topic, partition)
@@ -249,7 +249,7 @@ class LogManager:
         if due:
             self._dirs_to_delete = [p for p in self._dirs_to_delete if p[0] > now]
             for doomed in due:
-                shutil.rmtree(doomed, ignore_errors=True)
+                fileio.rmtree(doomed, ignore_errors=True)
         return count + len(due)
 
     # -- periodic work -------------------------------------------------------------------
@@ -333,7 +333,7 @@ class LogManager:
         is raised once the plans already prepared have run."""
         logs = list(self._logs.values())
         max_fds = max(FLUSH_PASS_MAX_FDS, self.segment_budget.files.budget)
-        with ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flush") as pool:
+        with fileio.thread_pool(FLUSH_THREADS, thread_name_prefix="log-flush") as pool:
             # The leader epoch files that need writing, written on the threads (begin_flush would
             # write each on this one); a failure is raised by that log's begin_flush below.
             writes = [each.leader_epoch_cache.pending_write() for each in logs if each.leader_epoch_cache.write_needed()]
@@ -388,7 +388,7 @@ class LogManager:
         for each in self._logs.values():
             each.close()
         for _due, doomed in self._dirs_to_delete:
-            shutil.rmtree(doomed, ignore_errors=True)
+            fileio.rmtree(doomed, ignore_errors=True)
         self._dirs_to_delete = []
         for log_dir in self.log_dirs:
             fsync_path(log_dir / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT)

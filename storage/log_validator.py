@@ -229,6 +229,7 @@ def walk_error_message(status: int, index: int, detail: int) -> str:
 
 def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: int, log_append_time: bool,
                             target_codec: int | None = None, require_keys: bool = False, where: str = "",
+                            from_coordinator: bool = False,
                             ) -> tuple[bytearray | memoryview, list[tuple[int, BatchHeader]]]:
     """Check every batch of ``buf`` (a client's records for one partition) and every record
     in it; return the buffer to append (``buf`` itself, or a new one when a batch was
@@ -236,6 +237,8 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
 
     ``require_keys``: the topic is compacted (cleanup.policy has compact): a record without a
     key is INVALID_RECORD, as in Kafka.
+    ``from_coordinator``: the group coordinator's transactional offset commits (Kafka's
+    AppendOrigin.COORDINATOR), whose producer batches carry no sequence number.
     ``target_codec``: the topic's compression.type as a codec id, None for "producer". A
     batch in another codec is rebuilt in the target one (same records, producer fields and
     timestamps; Kafka's buildRecordsAndAssignOffsets; offsets are stamped by the caller).
@@ -287,7 +290,7 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
         attributes = header.attributes
         if attributes & CONTROL_MASK:
             raise InvalidRecordError(f"{prefix}batch at byte {pos}: clients are not allowed to write control records")
-        if header.producer_id >= 0 and header.base_sequence < 0:
+        if header.producer_id >= 0 and header.base_sequence < 0 and not from_coordinator:
             raise InvalidRecordError(f"{prefix}batch at byte {pos}: invalid sequence number {header.base_sequence} "
                                      f"in a batch with producerId {header.producer_id}")
         codec = attributes & CODEC_MASK

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from protocol.errors import (InvalidProducerEpochError, InvalidTxnStateError, Ou
 from protocol.records import (CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE,
                               TRANSACTIONAL_MASK, BatchHeader, ControlRecord, increment_sequence)
 
+from . import fileio
 from .checkpoint import write_atomically
 
 if TYPE_CHECKING:
@@ -215,7 +215,9 @@ class ProducerAppendInfo:
             return
         first_seq = header.base_sequence
         last_seq = increment_sequence(first_seq, header.last_offset_delta)
-        if self.validate:
+        if self.validate and first_seq != NO_SEQUENCE:
+            # (a batch without a sequence: the coordinator's own, AppendOrigin.COORDINATOR; a
+            # client's is refused before, INVALID_RECORD)
             self._check_sequence(epoch, first_seq, header.base_offset)
         if epoch != self.producer_epoch:
             _start_epoch(self, epoch)
@@ -598,14 +600,14 @@ class ProducerStateManager:
     def _delete_snapshot(self, offset: int) -> None:
         self._snapshots.remove(offset)
         try:
-            (self.dir / snapshot_file_name(offset)).unlink(missing_ok=True)
+            fileio.unlink_if_exists(self.dir / snapshot_file_name(offset))
         except OSError as exc:
             log.error("%s: cannot delete producer state snapshot at offset %d: %s", self._name, offset, exc)
 
     def _list_snapshots(self, names: list[str] | None) -> list[int]:
         if names is None:
             try:
-                names = os.listdir(self.dir)
+                names = fileio.listdir(self.dir)
             except FileNotFoundError:
                 return []
         offsets = []

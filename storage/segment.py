@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Callable
 from protocol.errors import KafkaError
 from protocol.records import BatchHeader, batch_body, check_batch, decode_records, iter_batch_headers
 
+from . import fileio
 from .file_records import FileRecords
 from .index import CorruptIndexError
 from .offset_index import INT32_MAX, OffsetIndex
@@ -106,13 +107,13 @@ class LogSegment:
                max_index_size: int, segment_jitter_ms: int, now_ms: int) -> LogSegment:
         """A new, empty, active segment (its files are created)."""
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            (Path(dir) / file_name(base_offset, suffix)).unlink(missing_ok=True)
+            fileio.unlink_if_exists(Path(dir) / file_name(base_offset, suffix))
         segment = cls(dir, base_offset, budget=budget, index_interval_bytes=index_interval_bytes,
                       max_index_size=max_index_size,
                       roll_jitter_ms=random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0,
                       created_ms=now_ms)
         segment.activate()
-        segment.log_path.touch()  # the indexes' files come with their first entries (index.py)
+        fileio.touch(segment.log_path)  # the indexes' files come with their first entries (index.py)
         return segment
 
     # -- lazily opened files -------------------------------------------------------------
@@ -439,7 +440,7 @@ class LogSegment:
         """For retention.ms: the largest record timestamp, else the file's mtime (as Kafka)."""
         if self.max_timestamp_so_far >= 0:
             return self.max_timestamp_so_far
-        return self.log_path.stat().st_mtime_ns // 1_000_000
+        return fileio.modified_ms(self.log_path)
 
     # -- recovery ------------------------------------------------------------------------
 
@@ -568,12 +569,12 @@ class LogSegment:
         (the index entries persisted first). A closed ``.log`` is opened for this only."""
         fds: list[int] = []
         try:
-            fds.append(self._records.dup_fd() if self._records is not None else os.open(self.log_path, os.O_RDONLY))
+            fds.append(self._records.dup_fd() if self._records is not None else fileio.open(self.log_path, os.O_RDONLY))
             fds.append(self.offset_index.dup_fd())
             fds.append(self.time_index.dup_fd())
         except BaseException:
             for fd in fds:
-                os.close(fd)
+                fileio.close(fd)
             raise
         return fds
 
@@ -603,7 +604,7 @@ class LogSegment:
         self.close_handles()
         self._offset_index = self._time_index = None  # writable ones unpersisted: their files go
         for path in (self.log_path, self.index_path, self.time_index_path):
-            path.unlink(missing_ok=True)
+            fileio.unlink_if_exists(path)
 
     def rename_to_deleted(self) -> None:
         """The first step of Kafka's delayed deletion: close the files and rename each to
@@ -617,7 +618,7 @@ class LogSegment:
         for path in (self.log_path, self.index_path, self.time_index_path):
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
-                os.replace(path, target)
+                fileio.replace(path, target)
             except FileNotFoundError:
                 pass  # an index never written
             renamed.append(target)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from . import fileio
+from .checkpoint import write_atomically
 from .segment import file_name
 
 log = logging.getLogger("kbroker.storage.txn_index")
@@ -96,13 +97,13 @@ class TransactionIndex:
             base = int(stem)
             path = self.dir / name
             if base not in wanted:
-                path.unlink(missing_ok=True)
+                fileio.unlink_if_exists(path)
                 continue
             try:
                 entries = decode_entries(path.read_bytes())
             except (OSError, ValueError) as exc:
                 log.warning("%s: ignoring %s: %s", self.dir.name, name, exc)
-                path.unlink(missing_ok=True)
+                fileio.unlink_if_exists(path)
                 continue
             if entries:
                 self._by_segment[base] = entries
@@ -123,8 +124,7 @@ class TransactionIndex:
             self._all.append(txn)
             self._lasts.append(txn.last_offset)
         try:
-            with open(self.path(base), "ab") as f:
-                f.write(txn.encode())
+            fileio.append_to(self.path(base), txn.encode())
         except OSError as exc:
             # the log holds the marker: recovery or the next rewrite restores the file
             log.error("%s: cannot append to %s: %s", self.dir.name, self.path(base).name, exc)
@@ -146,7 +146,7 @@ class TransactionIndex:
         for base in bases:
             if self._by_segment.pop(base, None) is not None:
                 changed = True
-            self.path(base).unlink(missing_ok=True)
+            fileio.unlink_if_exists(self.path(base))
         if changed:
             self._reindex()
 
@@ -156,13 +156,13 @@ class TransactionIndex:
         merged = [e for b in old_bases for e in self._by_segment.pop(b, ())]
         for b in old_bases:
             if b != new_base:
-                self.path(b).unlink(missing_ok=True)
+                fileio.unlink_if_exists(self.path(b))
         self._set(new_base, sorted(merged, key=lambda e: e.last_offset))
         self._reindex()
 
     def clear(self) -> None:
         for base in list(self._by_segment):
-            self.path(base).unlink(missing_ok=True)
+            fileio.unlink_if_exists(self.path(base))
         self._by_segment.clear()
         self._reindex()
 
@@ -174,11 +174,9 @@ class TransactionIndex:
             self._by_segment.pop(base, None)
         try:
             if entries:
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_bytes(b"".join(e.encode() for e in entries))
-                os.replace(tmp, path)
+                write_atomically(path, b"".join(e.encode() for e in entries), sync=False)
             else:
-                path.unlink(missing_ok=True)
+                fileio.unlink_if_exists(path)
         except OSError as exc:
             log.error("%s: cannot rewrite %s: %s", self.dir.name, path.name, exc)
 

@@ -204,6 +204,20 @@ def test_loadgen_is_client_side():
     assert not problems, "\n".join(problems)
 
 
+def sim_imports(modules: dict[str, Path]) -> list[str]:
+    return [f"{module} imports {base}" for module, path in sorted(modules.items())
+            for base, _name in imports_of(module, path) if base.split(".")[0] == "sim"]
+
+
+def test_production_code_never_imports_the_simulator():
+    """sim/ (issue 28) drives production code; nothing in production depends on it (cli/main.py
+    hands ``kbroker sim`` to it by name, importlib, not an import statement)."""
+    production = find_modules(ROOT, PACKAGES + ("cli", "loadgen"))
+    assert "cli.main" in production and "broker.server" in production
+    problems = sim_imports(production)
+    assert not problems, "\n".join(problems)
+
+
 # -- the checker checks ------------------------------------------------------------------------
 def _write(root: Path, files: dict[str, str]) -> dict[str, Path]:
     for rel, text in files.items():
@@ -247,3 +261,13 @@ def test_checker_passes_a_layered_package_and_flags_layering(tmp_path):
         "protocol.errors imports broker.apis: protocol/ must not depend on broker/ or controller/",
         "storage.log imports asyncio: storage/ is synchronous file code",
     ]
+
+
+def test_checker_flags_an_import_of_the_simulator(tmp_path):
+    modules = _write(tmp_path, {
+        "broker/__init__.py": "",
+        "broker/apis.py": "def f():\n    from sim.loop import SimLoop\n",
+        "cli/__init__.py": "",
+        "cli/main.py": "import importlib\nrun = importlib.import_module('sim.cli')\n",
+    })
+    assert sim_imports(modules) == ["broker.apis imports sim.loop"]

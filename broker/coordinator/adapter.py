@@ -45,7 +45,7 @@ from protocol.errors import ErrorCode
 from .config import GroupCoordinatorConfig
 from .group_coordinator import GroupCoordinator
 from .group_metadata import JoinGroupResult, OffsetAndMetadata, SyncGroupResult
-from .group_metadata_manager import AppendFn, Record
+from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, AppendFn, Record
 
 log = logging.getLogger("kbroker.coordinator")
 
@@ -222,6 +222,50 @@ class GroupCoordinatorAdapter:
         self.coordinator.handle_commit_offsets(request.group_id, request.member_id, request.group_instance_id,
                                                request.generation_id_or_member_epoch, offsets, callback)
 
+    # -- TxnOffsetCommit ------------------------------------------------------------------
+    def txn_offset_commit(self, request, version: int, respond: Respond,
+                          errors: dict[tuple[str, int], int] | None = None) -> None:
+        """TxnOffsetCommit; ``errors``: partitions already refused (authorization), answered
+        with their code in request order."""
+        now = self.time.milliseconds()
+        order: list[tuple[str, int]] = []
+        errors = dict(errors or {})
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = (topic.name, p.partition_index)
+                if tp not in order:
+                    order.append(tp)
+                if tp in errors:
+                    continue
+                if not self.partition_exists(*tp):
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                offsets[tp] = OffsetAndMetadata(
+                    p.committed_offset, None if p.committed_leader_epoch == -1 else p.committed_leader_epoch,
+                    "" if p.committed_metadata is None else p.committed_metadata, now, None)
+
+        def callback(results: dict[tuple[str, int], int]) -> None:
+            merged = {**errors, **results}
+            respond({"topics": _by_topic(order, lambda tp: {"partition_index": tp[1],
+                                                            "error_code": _txn_commit_error(merged[tp], version)})})
+
+        if not offsets:
+            callback({})
+            return
+        if version >= 3:
+            generation, member_id, instance_id = request.generation_id, request.member_id, request.group_instance_id
+        else:
+            generation, member_id, instance_id = -1, "", None
+        self.coordinator.handle_txn_commit_offsets(request.group_id, request.producer_id, request.producer_epoch,
+                                                   member_id, instance_id, generation, offsets, callback)
+
+    def on_transaction_completed(self, producer_id: int, commit: bool, partitions: Iterable[tuple[str, int]]) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` was written to these ``__consumer_offsets``
+        partitions (this broker leads them): its pending transactional offsets complete."""
+        self.coordinator.handle_txn_completion(producer_id, [p for t, p in partitions if t == GROUP_METADATA_TOPIC_NAME],
+                                               commit)
+
     # -- OffsetFetch ---------------------------------------------------------------------
     def offset_fetch(self, request, version: int, respond: Respond) -> None:
         require_stable = request.require_stable
@@ -359,3 +403,11 @@ def _fetch_topics(data: dict, partitions: list | None) -> list[dict]:
                 "metadata": d.metadata, "error_code": d.error}
 
     return _by_topic(order, make)
+
+
+def _txn_commit_error(error: int, version: int) -> int:
+    """PRODUCER_FENCED exists for clients from TxnOffsetCommit v2 on (KIP-588): older ones get
+    INVALID_PRODUCER_EPOCH."""
+    if error == ErrorCode.PRODUCER_FENCED and version < 2:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error

@@ -703,18 +703,55 @@ class GroupCoordinator:
         else:
             raise RuntimeError(f"offset commit reached unexpected state {state} of group {group_id}")
 
+    def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                  group_instance_id: str | None, generation_id: int,
+                                  offsets: dict[TopicPartition, OffsetAndMetadata],
+                                  callback: Callable[[dict[TopicPartition, int]], None]) -> None:
+        """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written in the producer's
+        transaction and stay pending (OffsetFetch with require_stable answers
+        UNSTABLE_OFFSET_COMMIT) until its marker completes them. An unknown group is created as
+        a simple group when the generation is -1, else ILLEGAL_GENERATION; v3's generation,
+        member id and group instance id are checked as an OffsetCommit's are (a zombie
+        consumer of an older generation is fenced), but any group state takes the commit."""
+        error = self._validate_group_status(group_id, "txn_offset_commit")
+        if error is not None:
+            callback({tp: error for tp in offsets})
+            return
+        group = self.group_manager.get_group(group_id)
+        if group is None:
+            if generation_id >= 0:
+                callback({tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets})
+                return
+            log.info("Creating simple consumer group %s via transactional offset commit", group_id)
+            group = self.group_manager.add_group(GroupMetadata(group_id, EMPTY, self._now()))
+        error = self._validate_offset_commit(group, generation_id, member_id, group_instance_id, transactional=True)
+        if error is not None:
+            callback({tp: error for tp in offsets})
+            return
+        self.group_manager.store_offsets(group, member_id, offsets, callback, producer_id, producer_epoch)
+
+    def handle_txn_completion(self, producer_id: int, partitions: Iterable[int], is_commit: bool) -> None:
+        """A transaction marker landed on these ``__consumer_offsets`` partitions (WriteTxnMarkers)."""
+        applied = self.group_manager.handle_txn_completion(producer_id, partitions, is_commit)
+        log.debug("transaction of producer %d %s: %d offsets committed", producer_id,
+                  "committed" if is_commit else "aborted", applied)
+
     def _validate_offset_commit(self, group: GroupMetadata, generation_id: int, member_id: str,
-                                group_instance_id: str | None) -> int | None:
+                                group_instance_id: str | None, transactional: bool = False) -> int | None:
         if group.in_state(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.in_state(EMPTY):
             # the admin client or a consumer without group management: fine while the group has no members
             return None
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
-            error = self._validate_current_member(group, member_id, group_instance_id, "offset-commit")
+            error = self._validate_current_member(group, member_id, group_instance_id,
+                                                  "txn-offset-commit" if transactional else "offset-commit")
             if error is not None:
                 return error
             return ErrorCode.ILLEGAL_GENERATION if generation_id != group.generation_id else None
+        if transactional:
+            # older TxnOffsetCommit versions carry no member id or generation
+            return None
         if not group.in_state(EMPTY):
             # only members may commit to a group that has members
             return ErrorCode.UNKNOWN_MEMBER_ID

@@ -212,6 +212,11 @@ class GroupMetadata:
         self.supported_protocols: dict[str, int] = {}   # protocol -> how many members support it
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         self.pending_offset_commits: dict[tuple[str, int], OffsetAndMetadata] = {}
+        # Transactional commits (TxnOffsetCommit) per producer id, not yet ended by a marker:
+        # tp -> (offset, its position in the log, None while the append is in flight).
+        self.pending_txn_offset_commits: dict[int, dict[tuple[str, int], tuple[OffsetAndMetadata, int | None]]] = {}
+        # The log position of each committed offset's record (which of two commits is newer).
+        self.offset_positions: dict[tuple[str, int], int] = {}
         # For protocol type "consumer": the topics the members subscribe to (None: unknown).
         self.subscribed_topics: set[str] | None = None
         # InitialDelayedJoin: did a new member join during the current delay?
@@ -469,31 +474,88 @@ class GroupMetadata:
         return (str(self.state), self.protocol_type or "", "", [m.summary_no_metadata() for m in self.members.values()])
 
     # -- offsets -------------------------------------------------------------------------
-    def initialize_offsets(self, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+    def initialize_offsets(self, offsets: dict[tuple[str, int], OffsetAndMetadata],
+                           positions: dict[tuple[str, int], int] | None = None,
+                           pending_txn: dict[int, dict[tuple[str, int], tuple[OffsetAndMetadata, int]]] | None = None
+                           ) -> None:
+        """Loaded offsets (with their records' log positions), and the transactional commits
+        still pending (their producer's marker not yet in the log)."""
         self.offsets.update(offsets)
+        if positions:
+            self.offset_positions.update(positions)
+        for producer_id, pending in (pending_txn or {}).items():
+            self.pending_txn_offset_commits.setdefault(producer_id, {}).update(
+                {tp: (om, position) for tp, (om, position) in pending.items()})
 
     def prepare_offset_commit(self, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
         self.pending_offset_commits.update(offsets)
 
-    def on_offset_commit_append(self, tp: tuple[str, int], offset: OffsetAndMetadata) -> None:
+    def prepare_txn_offset_commit(self, producer_id: int, offsets: dict[tuple[str, int], OffsetAndMetadata]) -> None:
+        pending = self.pending_txn_offset_commits.setdefault(producer_id, {})
+        for tp, om in offsets.items():
+            pending[tp] = (om, None)
+
+    def on_offset_commit_append(self, tp: tuple[str, int], offset: OffsetAndMetadata, position: int = -1) -> None:
         """The commit is in the log: make it the committed offset unless the partition's pending
         entry was removed meanwhile (OffsetDelete, expiry)."""
         if tp in self.pending_offset_commits:
             self.offsets[tp] = offset
+            self.offset_positions[tp] = position
             if self.pending_offset_commits[tp] == offset:
                 del self.pending_offset_commits[tp]
+
+    def on_txn_offset_commit_append(self, producer_id: int, tp: tuple[str, int], offset: OffsetAndMetadata,
+                                    position: int) -> None:
+        """The transactional commit is in the log (at ``position``): it waits for the marker,
+        unless the transaction already ended or the offset was removed meanwhile."""
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None and tp in pending and pending[tp][0] == offset:
+            pending[tp] = (offset, position)
 
     def fail_pending_offset_write(self, tp: tuple[str, int], offset: OffsetAndMetadata) -> None:
         if self.pending_offset_commits.get(tp) == offset:
             del self.pending_offset_commits[tp]
 
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: tuple[str, int], offset: OffsetAndMetadata) -> None:
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None and tp in pending and pending[tp][0] == offset:
+            del pending[tp]
+            if not pending:
+                del self.pending_txn_offset_commits[producer_id]
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, is_commit: bool) -> int:
+        """The producer's transaction ended (its marker is in the log): on COMMIT its offsets
+        become the committed ones, unless a newer commit (later in the log) is there already;
+        on ABORT they are dropped. The number of offsets made committed."""
+        pending = self.pending_txn_offset_commits.pop(producer_id, None)
+        if not pending or not is_commit:
+            return 0
+        applied = 0
+        for tp, (om, position) in pending.items():
+            if position is None:
+                log.error("transactional offset commit of group %s for %s by producer %d has no log position at its "
+                          "commit marker; dropped", self.group_id, tp, producer_id)
+                continue
+            if tp not in self.offsets or self.offset_positions.get(tp, -1) < position:
+                self.offsets[tp] = om
+                self.offset_positions[tp] = position
+                applied += 1
+        return applied
+
     def has_pending_offset_commits_for(self, tp: tuple[str, int]) -> bool:
-        return tp in self.pending_offset_commits
+        return tp in self.pending_offset_commits or any(
+            tp in pending for pending in self.pending_txn_offset_commits.values())
+
+    def has_pending_txn_offsets_for(self, producer_id: int) -> bool:
+        return producer_id in self.pending_txn_offset_commits
 
     def remove_offsets(self, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], OffsetAndMetadata]:
         removed = {}
         for tp in tps:
             self.pending_offset_commits.pop(tp, None)
+            for pending in self.pending_txn_offset_commits.values():
+                pending.pop(tp, None)
+            self.offset_positions.pop(tp, None)
             offset = self.offsets.pop(tp, None)
             if offset is not None:
                 removed[tp] = offset
@@ -511,7 +573,7 @@ class GroupMetadata:
         def expired(base_of, keep_topics: set[str] = frozenset()):
             out = {}
             for tp, om in self.offsets.items():
-                if tp[0] in keep_topics or tp in self.pending_offset_commits:
+                if tp[0] in keep_topics or self.has_pending_offset_commits_for(tp):
                     continue
                 if om.expire_timestamp is None:
                     if now_ms - base_of(om) >= retention_ms:
@@ -531,6 +593,7 @@ class GroupMetadata:
             result = {}
         for tp in result:
             del self.offsets[tp]
+            self.offset_positions.pop(tp, None)
         return result
 
     def offset(self, tp: tuple[str, int]) -> OffsetAndMetadata | None:
@@ -542,7 +605,7 @@ class GroupMetadata:
 
     @property
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.pending_offset_commits) or bool(self.pending_txn_offset_commits)
 
     def __repr__(self) -> str:
         return (f"GroupMetadata(group_id={self.group_id}, generation={self.generation_id}, protocol_type={self.protocol_type}, "

@@ -20,6 +20,7 @@ The injected append is ``append(partition, records, callback)``: ``records`` a l
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -42,6 +43,24 @@ AppendFn = Callable[[int, list, AppendCallback], None]
 TopicPartition = tuple[str, int]
 
 INT_MIN = -(1 << 31)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    """A record of a transactional batch of ``__consumer_offsets`` (a TxnOffsetCommit), as a load
+    reads it: pending until its producer's marker."""
+
+    producer_id: int
+    key: bytes
+    value: "bytes | None"
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT or ABORT marker of ``__consumer_offsets``, as a load reads it."""
+
+    producer_id: int
+    commit: bool
 
 
 def java_string_hashcode(s: str) -> int:
@@ -159,10 +178,15 @@ class PartitionLoad:
     """The groups and offsets of one ``__consumer_offsets`` partition as its records are decoded,
     in log order, slice by slice (``add``), then installed in the cache at once (``install``)."""
 
-    def __init__(self, partition: int, start_ms: int) -> None:
+    def __init__(self, partition: int, start_ms: int, positions: "itertools.count[int] | None" = None) -> None:
         self.partition = partition
         self.start_ms = start_ms
         self.offsets: dict[tuple[str, str, int], OffsetAndMetadata] = {}
+        # each record's position in the log (which of two commits is newer), from the manager's counter
+        self._positions = positions if positions is not None else itertools.count()
+        self.positions: dict[tuple[str, str, int], int] = {}
+        # transactional commits per producer id, until its marker: gtp -> (offset, position)
+        self.pending_txn: dict[int, dict[tuple[str, str, int], tuple[OffsetAndMetadata, int]]] = {}
         self.groups: dict[str, GroupMetadata] = {}
         self.removed_groups: set[str] = set()
         self.records = 0
@@ -172,8 +196,17 @@ class PartitionLoad:
         partition, now = self.partition, self.start_ms
         loaded_offsets, loaded_groups, removed_groups = self.offsets, self.groups, self.removed_groups
         n = 0
-        for key_bytes, value_bytes in records:
+        positions, pending_txn = self.positions, self.pending_txn
+        for item in records:
             n += 1
+            producer_id = -1
+            if type(item) is TxnMarker:
+                self._end_txn(item.producer_id, item.commit)
+                continue
+            if type(item) is TxnRecord:
+                producer_id, key_bytes, value_bytes = item.producer_id, item.key, item.value
+            else:
+                key_bytes, value_bytes = item  # type: ignore[misc]
             if key_bytes is None:
                 log.warning("%s-%d: a record without a key; skipped", GROUP_METADATA_TOPIC_NAME, partition)
                 continue
@@ -181,10 +214,18 @@ class PartitionLoad:
                 key = co.read_message_key(key_bytes)
                 if isinstance(key, co.OffsetKey):
                     gtp = (key.group, key.topic, key.partition)
-                    if value_bytes is None:
+                    if producer_id >= 0:
+                        pending = pending_txn.setdefault(producer_id, {})
+                        if value_bytes is None:
+                            pending.pop(gtp, None)
+                        else:
+                            pending[gtp] = (read_offset(co.read_offset_commit_value(value_bytes)), next(self._positions))
+                    elif value_bytes is None:
                         loaded_offsets.pop(gtp, None)
+                        positions.pop(gtp, None)
                     else:
                         loaded_offsets[gtp] = read_offset(co.read_offset_commit_value(value_bytes))
+                        positions[gtp] = next(self._positions)
                 elif isinstance(key, co.GroupMetadataKey):
                     if value_bytes is None:
                         loaded_groups.pop(key.group, None)
@@ -202,17 +243,36 @@ class PartitionLoad:
         self.records += n
         return n
 
+    def _end_txn(self, producer_id: int, commit: bool) -> None:
+        """Kafka's loader on a marker: a COMMIT makes the producer's pending offsets committed
+        unless a newer commit of the partition came before the marker; an ABORT drops them."""
+        pending = self.pending_txn.pop(producer_id, None)
+        if not pending or not commit:
+            return
+        for gtp, (om, position) in pending.items():
+            if gtp not in self.offsets or self.positions.get(gtp, -1) < position:
+                self.offsets[gtp] = om
+                self.positions[gtp] = position
+
     def install(self, manager: "GroupMetadataManager", on_group_loaded: Callable[[GroupMetadata], None]) -> None:
         partition, now = self.partition, self.start_ms
         offsets_by_group: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        positions_by_group: dict[str, dict[TopicPartition, int]] = {}
         for (group_id, topic, p), om in self.offsets.items():
             offsets_by_group.setdefault(group_id, {})[(topic, p)] = om
+            positions_by_group.setdefault(group_id, {})[(topic, p)] = self.positions.get((group_id, topic, p), -1)
+        pending_by_group: dict[str, dict[int, dict[TopicPartition, tuple[OffsetAndMetadata, int]]]] = {}
+        for producer_id, pending in self.pending_txn.items():
+            for (group_id, topic, p), entry in pending.items():
+                pending_by_group.setdefault(group_id, {}).setdefault(producer_id, {})[(topic, p)] = entry
         for group in self.groups.values():
-            manager._load_group(group, offsets_by_group.get(group.group_id, {}), on_group_loaded)
+            manager._load_group(group, offsets_by_group.get(group.group_id, {}), on_group_loaded,
+                                positions_by_group.get(group.group_id), pending_by_group.get(group.group_id))
         # Groups that only store offsets (no members, so no metadata in the log): Empty groups.
-        for group_id, offsets in offsets_by_group.items():
+        for group_id in {*offsets_by_group, *pending_by_group}:
             if group_id not in self.groups:
-                manager._load_group(GroupMetadata(group_id, EMPTY, now), offsets, on_group_loaded)
+                manager._load_group(GroupMetadata(group_id, EMPTY, now), offsets_by_group.get(group_id, {}),
+                                    on_group_loaded, positions_by_group.get(group_id), pending_by_group.get(group_id))
         for group_id in self.removed_groups:
             if group_id in manager.groups and group_id not in offsets_by_group:
                 log.error("Unexpected unload of active group %s while loading %s-%d", group_id,
@@ -231,6 +291,8 @@ class GroupMetadataManager:
         self._load_tokens: dict[int, object] = {}
         self._expiration_timer: TimerHandle | None = None
         self.num_partitions = config.offsets_topic_num_partitions
+        # log positions of offset commits, in append order (loads and live appends alike)
+        self._positions: itertools.count[int] = itertools.count()
 
     # -- placement -----------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -277,9 +339,13 @@ class GroupMetadataManager:
     def current_groups(self) -> list[GroupMetadata]:
         return list(self.groups.values())
 
-    def _append(self, partition: int, records: list, callback: AppendCallback) -> None:
+    def _append(self, partition: int, records: list, callback: AppendCallback,
+                producer: tuple[int, int] | None = None) -> None:
         try:
-            self.append(partition, records, callback)
+            if producer is None:
+                self.append(partition, records, callback)
+            else:
+                self.append(partition, records, callback, producer)  # type: ignore[call-arg]
         except Exception:
             log.exception("append to %s-%d failed", GROUP_METADATA_TOPIC_NAME, partition)
             callback(ErrorCode.UNKNOWN_SERVER_ERROR)
@@ -305,10 +371,16 @@ class GroupMetadataManager:
         self._append(partition, [(co.group_metadata_key(group.group_id), value)], on_append)
 
     def store_offsets(self, group: GroupMetadata, member_id: str, offsets: dict[TopicPartition, OffsetAndMetadata],
-                      callback: Callable[[dict[TopicPartition, int]], None]) -> None:
+                      callback: Callable[[dict[TopicPartition, int]], None], producer_id: int = -1,
+                      producer_epoch: int = -1) -> None:
         """Append the commits and apply them once the append succeeded; ``callback`` gets the
         error of every partition (OFFSET_METADATA_TOO_LARGE for those whose metadata is over
-        ``offset.metadata.max.bytes``, which are not written)."""
+        ``offset.metadata.max.bytes``, which are not written).
+
+        With ``producer_id`` (TxnOffsetCommit) the records go in a transactional batch of that
+        producer and epoch (an older epoch than the partition's last is refused,
+        INVALID_PRODUCER_EPOCH) and stay pending until the producer's marker:
+        ``handle_txn_completion``."""
         max_len = self.config.offset_metadata_max_bytes
         too_large = {tp for tp, om in offsets.items() if om.metadata is not None and java_string_length(om.metadata) > max_len}
         filtered = {tp: om for tp, om in offsets.items() if tp not in too_large}
@@ -324,22 +396,47 @@ class GroupMetadataManager:
                                            om.commit_timestamp, om.expire_timestamp))
                    for tp, om in filtered.items()]
 
+        position = next(self._positions)
+        transactional = producer_id >= 0
+
         def on_append(error: int) -> None:
             if error == ErrorCode.NONE:
                 if not group.in_state(DEAD):
                     for tp, om in filtered.items():
-                        group.on_offset_commit_append(tp, om)
+                        if transactional:
+                            group.on_txn_offset_commit_append(producer_id, tp, om, position)
+                        else:
+                            group.on_offset_commit_append(tp, om, position)
             else:
                 if not group.in_state(DEAD):
                     for tp, om in filtered.items():
-                        group.fail_pending_offset_write(tp, om)
+                        if transactional:
+                            group.fail_pending_txn_offset_commit(producer_id, tp, om)
+                        else:
+                            group.fail_pending_offset_write(tp, om)
                 log.debug("offset commit of group %s member %s failed to append: %s", group.group_id, member_id,
                           _name(error))
                 error = offset_commit_error(error)
             callback({tp: ErrorCode.OFFSET_METADATA_TOO_LARGE if tp in too_large else error for tp in offsets})
 
-        group.prepare_offset_commit(filtered)
-        self._append(partition, records, on_append)
+        if transactional:
+            group.prepare_txn_offset_commit(producer_id, filtered)
+            self._append(partition, records, on_append, (producer_id, producer_epoch))
+        else:
+            group.prepare_offset_commit(filtered)
+            self._append(partition, records, on_append)
+
+    def handle_txn_completion(self, producer_id: int, partitions: Iterable[int], is_commit: bool) -> int:
+        """The producer's COMMIT or ABORT marker is in these ``__consumer_offsets`` partitions:
+        complete the pending transactional offsets of their groups (Kafka's
+        scheduleHandleTxnCompletion). The number of offsets made committed."""
+        wanted = set(partitions)
+        applied = 0
+        for group in list(self.groups.values()):
+            if self.partition_for(group.group_id) in wanted and group.has_pending_txn_offsets_for(producer_id) \
+                    and not group.in_state(DEAD):
+                applied += group.complete_pending_txn_offset_commit(producer_id, is_commit)
+        return applied
 
     def get_offsets(self, group_id: str, require_stable: bool,
                     partitions: list[TopicPartition] | None) -> dict[TopicPartition, PartitionData]:
@@ -394,7 +491,7 @@ class GroupMetadataManager:
 
     def start_load(self, partition: int) -> "PartitionLoad":
         """The decoding state of the current load of ``partition``, fed slice by slice."""
-        return PartitionLoad(partition, self.time.milliseconds())
+        return PartitionLoad(partition, self.time.milliseconds(), self._positions)
 
     def complete_loading(self, partition: int, token: object, load: "PartitionLoad | None",
                          on_group_loaded: Callable[[GroupMetadata], None]) -> bool:
@@ -419,8 +516,9 @@ class GroupMetadataManager:
                  self.time.milliseconds() - (load.start_ms if load is not None else start))
         return True
 
-    def _load_group(self, group: GroupMetadata, offsets: dict, on_group_loaded: Callable[[GroupMetadata], None]) -> None:
-        group.initialize_offsets(offsets)
+    def _load_group(self, group: GroupMetadata, offsets: dict, on_group_loaded: Callable[[GroupMetadata], None],
+                    positions: dict | None = None, pending_txn: dict | None = None) -> None:
+        group.initialize_offsets(offsets, positions, pending_txn)
         current = self.add_group(group)
         if current is not group:
             log.debug("Loading group %s generation %d found generation %d already cached", group.group_id,

@@ -22,10 +22,11 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from protocol.errors import ErrorCode
-from protocol.records import Record as BatchRecord, batch_body, build_batch, decode_records, iter_batch_headers
+from protocol.records import (CONTROL_ABORT, CONTROL_COMMIT, Record as BatchRecord, batch_body, build_batch,
+                              decode_records, iter_batch_headers, read_control_record)
 
 from ..topic_admin import NewTopic
-from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, Record
+from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, Record, TxnMarker, TxnRecord
 
 if TYPE_CHECKING:
     from protocol.clock import Time
@@ -81,18 +82,26 @@ class OffsetsTopic:
                 coordinator.on_resigned(partition, epoch)
 
     # -- writing ---------------------------------------------------------------------------
-    def append(self, partition: int, records: list[Record], callback: Callable[[int], None]) -> None:
+    def append(self, partition: int, records: list[Record], callback: Callable[[int], None],
+               producer: tuple[int, int] | None = None) -> None:
         """One batch of ``records`` appended to ``__consumer_offsets``-``partition`` with acks=all;
-        ``callback(error_code)`` once the in-sync replicas have it (or it failed / timed out)."""
+        ``callback(error_code)`` once the in-sync replicas have it (or it failed / timed out).
+        ``producer`` (id, epoch): a transactional batch of that producer (TxnOffsetCommit),
+        without sequence numbers, as Kafka's coordinator writes it."""
         now = self.time.milliseconds()
-        batch = build_batch([BatchRecord(key=k, value=v) for k, v in records], now_ms=now)
+        if producer is None:
+            batch = build_batch([BatchRecord(key=k, value=v) for k, v in records], now_ms=now)
+        else:
+            batch = build_batch([BatchRecord(key=k, value=v) for k, v in records], now_ms=now,
+                                producer_id=producer[0], producer_epoch=producer[1], transactional=True)
 
         def done(results: list) -> None:
             error = results[0][1][0][1]
             callback(error)
 
         self.replica_manager.append_records(self.commit_timeout_ms, -1, True,
-                                            [(self.topic, [(partition, bytearray(batch))])], done)
+                                            [(self.topic, [(partition, bytearray(batch))])], done,
+                                            from_coordinator=producer is not None)
 
     # -- reading ---------------------------------------------------------------------------
     def read_partition(self, partition: int, done: Callable[[Iterable[Record] | None], None]) -> None:
@@ -106,7 +115,8 @@ class OffsetsTopic:
         if log_ is None:
             done(None)
             return
-        done(_read_records(log_, log_.log_start_offset, log_.log_end_offset))
+        done(_read_records(log_, log_.log_start_offset, log_.log_end_offset,
+                           self.topic == GROUP_METADATA_TOPIC_NAME))
 
     # -- FindCoordinator -------------------------------------------------------------------
     def partition_exists(self, topic: str, partition: int) -> bool:
@@ -152,7 +162,10 @@ class OffsetsTopic:
         self.topic_admin.create_topics([topic], False, created, timeout_ms=self.commit_timeout_ms)
 
 
-def _read_records(log_, offset: int, end: int) -> Iterator[Record]:
+def _read_records(log_, offset: int, end: int, transactions: bool = False) -> Iterator["Record | TxnRecord | TxnMarker"]:
+    """``transactions``: records of transactional batches come as TxnRecord (with their
+    producer id), COMMIT/ABORT markers as TxnMarker (the group coordinator's pending
+    transactional offsets); otherwise control batches are left out."""
     while offset < end:
         # the log start may move on (retention, the cleaner) while the load yields
         offset = max(offset, log_.log_start_offset)
@@ -169,10 +182,23 @@ def _read_records(log_, offset: int, end: int) -> Iterator[Record]:
                 return
             next_offset = header.next_offset
             if header.is_control:
+                if transactions and header.base_offset >= offset:
+                    try:
+                        control = read_control_record(buf, pos, header)
+                    except ValueError as exc:
+                        log.warning("%s: an unreadable control batch at offset %d skipped: %s", log_, header.base_offset,
+                                    exc)
+                        continue
+                    if control.type in (CONTROL_ABORT, CONTROL_COMMIT):
+                        yield TxnMarker(header.producer_id, control.type == CONTROL_COMMIT)
                 continue
+            txn = transactions and header.is_transactional
             for r in decode_records(header, batch_body(buf, pos, header)):
                 if offset <= r.offset < end:
-                    yield (r.key, r.value)  # type: ignore[misc]
+                    if txn:
+                        yield TxnRecord(header.producer_id, r.key, r.value)  # type: ignore[arg-type]
+                    else:
+                        yield (r.key, r.value)  # type: ignore[misc]
         if next_offset <= offset:
             return
         offset = next_offset

@@ -48,6 +48,7 @@ class TransactionApis:
             ApiKey.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
             ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
             ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
+            ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
         }
 
     def _write_txn_id(self, ctx: "RequestContext", transactional_id: str) -> bool:
@@ -153,6 +154,34 @@ class TransactionApis:
         partition = (GROUP_METADATA_TOPIC_NAME, gc.partition_for(req.group_id))
         self.coordinator.handle_add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
                                                [partition], respond)
+
+    # -- TxnOffsetCommit --------------------------------------------------------------------------
+    def handle_txn_offset_commit(self, ctx: "RequestContext") -> None:
+        """Kafka's handleTxnOffsetCommitRequest: WRITE on the transactional id, READ on the group
+        (else every partition carries the error), READ on each topic (else its partitions
+        TOPIC_AUTHORIZATION_FAILED); then the group coordinator keeps the offsets pending in the
+        producer's transaction."""
+        api = APIS[ApiKey.TXN_OFFSET_COMMIT]
+        req = self.apis.parse(ctx, api)
+
+        def respond(body: dict) -> None:
+            self.apis.send(ctx, api, body)
+
+        def all_with(code: int) -> None:
+            respond({"topics": [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                                                for p in t.partitions]} for t in req.topics]})
+
+        if not self._write_txn_id(ctx, req.transactional_id):
+            return all_with(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.apis.authorize(ctx, Operation.READ, ResourceType.GROUP, req.group_id):
+            return all_with(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        gc = self.apis.group_coordinator
+        if gc is None:
+            return all_with(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        allowed = self.apis.authorized_names(ctx, Operation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
+        errors = {(t.name, p.partition_index): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                  for t in req.topics if t.name not in allowed for p in t.partitions}
+        gc.txn_offset_commit(req, ctx.api_version, respond, errors)
 
     # -- EndTxn ----------------------------------------------------------------------------------
     def handle_end_txn(self, ctx: "RequestContext") -> None:

@@ -190,7 +190,7 @@ class AdminMixin:
             errors = [e for r in results for e in (r if isinstance(r, list) else [r])]
             if errors:  # a retriable one first, so that the partitions still pending are retried
                 raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
-        await self.with_retries(attempt, {tp.topic for tp in pending})
+        await self.with_retries(attempt, sorted({tp.topic for tp in pending}))
         return found
 
     # -- ACLs (KIP-140) and SCRAM credentials (KIP-554); any broker answers (or forwards) them --

@@ -222,6 +222,6 @@ class KafkaClient(AdminMixin):
             await sleep(self.time, backoff)
             backoff = min(backoff * 2, self.retry_backoff_max_ms)
             try:
-                await self.refresh_metadata(list(topics))
+                await self.refresh_metadata(sorted(set(topics)))  # (sorted: the same request whatever set order)
             except (KafkaConnectionError, RequestTimedOutError) as exc:
                 log.debug("metadata refresh failed: %r", exc)

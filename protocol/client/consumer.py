@@ -172,7 +172,7 @@ class Consumer:
         if self._refresh_needed:
             self._refresh_needed = False
             try:
-                await self._client.refresh_metadata({tp.topic for tp in self._positions})
+                await self._client.refresh_metadata(sorted({tp.topic for tp in self._positions}))
             except KafkaConnectionError as exc:
                 log.warning("consumer metadata refresh failed: %s", exc)
         by_leader: dict[int, dict[TopicPartition, int]] = collections.defaultdict(dict)

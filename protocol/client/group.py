@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any, Iterable, Mapping
 
 from ..api_keys import ApiKey
@@ -251,7 +252,9 @@ class GroupConsumer:
                 if self.generation_id >= 0:
                     await self._commit_quietly()  # commit before revoke
                 await self._join()
-            wait = int(max(0, min(deadline - time.monotonic_ms(), self.heartbeat_interval_ms)))
+            # Rounded up: a wait of less than a millisecond rounded down to 0 would spin until the
+            # deadline without yielding to the clock (the simulator's seed 2 never got past it).
+            wait = math.ceil(max(0.0, min(deadline - time.monotonic_ms(), self.heartbeat_interval_ms)))
             if not self.assignment:
                 await sleep(time, wait)
                 batch: dict[TopicPartition, list[ConsumerRecord]] = {}

@@ -280,7 +280,7 @@ class Producer:
             self._refresh_needed = False
             self._next_refresh_ms = now + self._retry_backoff_ms
             try:
-                await self._client.refresh_metadata({tp.topic for tp in self._queues})
+                await self._client.refresh_metadata(sorted({tp.topic for tp in self._queues}))
             except KafkaError as exc:
                 log.warning("producer metadata refresh failed: %s", exc)
                 self._refresh_needed = True
@@ -296,6 +296,18 @@ class Producer:
             log.info("producer id %d, epoch %d", self._producer_id, self._producer_epoch)
             self._next_sequence.clear()
             self._need_producer_id = False
+            # Batches sent under the previous producer id and waiting for a retry: whether they
+            # were written is unknown, and under the new id the broker could not tell a resend
+            # from a new batch (it would write them twice). They fail, as Java's producer fails
+            # a batch whose producer id is gone (TransactionManager.canRetry).
+            for tp, queue in self._queues.items():
+                stale = [b for b in queue if b.producer_id >= 0]
+                if stale:
+                    self._queues[tp] = collections.deque(b for b in queue if b.producer_id < 0)
+                    for batch in stale:
+                        self._fail(batch, RequestTimedOutError(
+                            f"{tp.topic}-{tp.partition}: sent under producer id {batch.producer_id}, which was "
+                            f"given up; not sent again (it may have been written)"))
 
     def _drain(self, now: float) -> float | None:
         """Send every ready batch it may; return how long until the next one may be ready."""

@@ -56,7 +56,7 @@ APIS: dict[int, Api] = {a.key: a for a in (
         topics.DESCRIBE_CONFIGS_RESPONSE, 1, 3),
     # Consumer groups (the classic protocol; broker/coordinator). FindCoordinator v4+ asks for several keys at once.
     Api(ApiKey.OFFSET_COMMIT, "OffsetCommit", offset_commit.OFFSET_COMMIT_REQUEST, offset_commit.OFFSET_COMMIT_RESPONSE, 2, 7),
-    Api(ApiKey.OFFSET_FETCH, "OffsetFetch", offset_commit.OFFSET_FETCH_REQUEST, offset_commit.OFFSET_FETCH_RESPONSE, 1, 5),
+    Api(ApiKey.OFFSET_FETCH, "OffsetFetch", offset_commit.OFFSET_FETCH_REQUEST, offset_commit.OFFSET_FETCH_RESPONSE, 1, 7),
     Api(ApiKey.JOIN_GROUP, "JoinGroup", groups.JOIN_GROUP_REQUEST, groups.JOIN_GROUP_RESPONSE, 0, 5),
     Api(ApiKey.HEARTBEAT, "Heartbeat", groups.HEARTBEAT_REQUEST, groups.HEARTBEAT_RESPONSE, 0, 3),
     Api(ApiKey.LEAVE_GROUP, "LeaveGroup", groups.LEAVE_GROUP_REQUEST, groups.LEAVE_GROUP_RESPONSE, 0, 3),

@@ -138,10 +138,11 @@ class Broker:
         [response] = self.responses(ApiKey.UPDATE_METADATA, version)
         return response.error_code
 
-    def leader_and_isr(self, topic, topic_id, parts, controller_epoch=1, broker_epoch=5):
+    def leader_and_isr(self, topic, topic_id, parts, controller_epoch=1, broker_epoch=5, full=False):
         """LeaderAndIsr v7: ``parts`` is [(partition, leader, epoch, replicas)]."""
         self.send(ApiKey.LEADER_AND_ISR, 7, {
-            "controller_id": 3000, "controller_epoch": controller_epoch, "broker_epoch": broker_epoch, "type": 1,
+            "controller_id": 3000, "controller_epoch": controller_epoch, "broker_epoch": broker_epoch,
+            "type": 2 if full else 1,
             "topic_states": [{"topic_name": topic, "topic_id": topic_id, "partition_states": [
                 {"partition_index": p, "controller_epoch": controller_epoch, "leader": leader, "leader_epoch": epoch,
                  "isr": list(replicas), "partition_epoch": 0, "replicas": list(replicas), "is_new": True}
@@ -320,6 +321,50 @@ def test_control_requests_for_an_earlier_registration_of_this_broker_are_refused
     # The current epoch, and -1 (a sender that does not say), are accepted.
     assert broker.update_metadata([("old", topic_id, parts, {})], broker_epoch=10) == ErrorCode.NONE
     assert broker.leader_and_isr("old", topic_id, parts, broker_epoch=-1).error_code == ErrorCode.NONE
+
+
+def test_control_requests_before_the_registration_wait_for_the_broker_epoch(broker):
+    """The simulator's seed 24 (issue 28): a controller that had not seen this broker restart
+    sent it the full state of its earlier registration before the new one was answered; the
+    broker, not knowing its epoch yet (-1), applied it and led a partition at an old leader
+    epoch with a log a power loss had emptied. Held until the registration is answered, such a
+    request is refused; one for the new registration that overtook its answer is applied."""
+    topic_id = uuid.uuid4()
+    parts = [(0, BROKER_ID, 0, [BROKER_ID])]
+    broker.broker_epoch = -1
+    broker.apis.hold_until_registered()
+    broker.send_leader_and_isr("old", topic_id, parts, broker_epoch=9)
+    assert broker.responses(ApiKey.LEADER_AND_ISR, 7) == []
+    assert broker.rm.get_partition("old", 0) is None
+    broker.broker_epoch = 10
+    broker.apis.registered()
+    [stale] = broker.responses(ApiKey.LEADER_AND_ISR, 7)
+    assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH and broker.rm.get_partition("old", 0) is None
+    broker.broker_epoch = -1  # registering again (a new registration after being fenced)
+    broker.apis.hold_until_registered()
+    broker.send_leader_and_isr("new", topic_id, parts, broker_epoch=11)
+    assert broker.responses(ApiKey.LEADER_AND_ISR, 7) == []
+    broker.broker_epoch = 11
+    broker.apis.registered()
+    [applied] = broker.responses(ApiKey.LEADER_AND_ISR, 7)
+    assert applied.error_code == ErrorCode.NONE and broker.rm.get_partition("new", 0).is_leader
+
+
+def test_a_full_leader_and_isr_deletes_the_partitions_it_does_not_list(broker):
+    """The simulator's seed 98 (issue 28): a topic deleted while a broker was cut off from the
+    controller; the StopReplica was dropped with the broker's old registration, and its log
+    stayed for ever. A FULL LeaderAndIsr lists every partition of the broker: the others are
+    strays, deleted as Kafka deletes them (findStrayPartitionsFromLeaderAndIsr). An
+    incremental one deletes nothing."""
+    kept, gone = uuid.uuid4(), uuid.uuid4()
+    assert broker.leader_and_isr("kept", kept, [(0, BROKER_ID, 0, [BROKER_ID])]).error_code == ErrorCode.NONE
+    assert broker.leader_and_isr("gone", gone, [(0, BROKER_ID, 0, [BROKER_ID])]).error_code == ErrorCode.NONE
+    assert broker.leader_and_isr("kept", kept, [(0, BROKER_ID, 0, [BROKER_ID])]).error_code == ErrorCode.NONE
+    assert broker.logs.get_log("gone", 0) is not None
+    response = broker.leader_and_isr("kept", kept, [(0, BROKER_ID, 1, [BROKER_ID])], full=True)
+    assert response.error_code == ErrorCode.NONE
+    assert broker.rm.get_partition("gone", 0) is None and broker.logs.get_log("gone", 0) is None
+    assert broker.rm.get_partition("kept", 0).leader_epoch == 1 and broker.logs.get_log("kept", 0) is not None
 
 
 def test_admin_requests_for_the_controller_are_relayed_as_they_came(broker):

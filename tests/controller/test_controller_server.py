@@ -4,7 +4,6 @@ and a failed fsync ending ``serve`` with exit status 1."""
 from __future__ import annotations
 
 import asyncio
-import os
 import struct
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from protocol.client import BrokerConnection
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import encode_request_header
 from protocol.messages import APIS
+from storage import fileio
 
 from .recording_broker import RecordingBroker
 
@@ -78,7 +78,7 @@ async def test_a_failed_fsync_stops_the_controller_with_status_1(tmp_path, monke
         def broken(fd):
             raise OSError(5, "Input/output error")
 
-        monkeypatch.setattr(os, "fsync", broken)
+        monkeypatch.setattr(fileio, "fsync", broken)
         await broker.connect("127.0.0.1", port)
         with pytest.raises(Exception):
             await broker.register(cluster_id)   # never answered: the connection closes

@@ -20,6 +20,7 @@ from controller.metadata_store import (LOG_DIR_NAME, LocalMetadataStore, Metadat
 from protocol.clock import MockTime
 from protocol.messages.metadata_records import MetadataRecordType as T, make_record
 from protocol.records import iter_batch_headers
+from storage import fileio
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -198,7 +199,7 @@ async def test_group_commit_resolves_after_the_fsync_and_a_failed_fsync_is_fatal
     def broken_fsync(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "fsync", broken_fsync)
+    monkeypatch.setattr(fileio, "fsync", broken_fsync)
     offset = store.append([config(99)], epoch)
     with pytest.raises(MetadataStoreError, match="fsync failed"):
         await store.wait_durable(offset)
@@ -290,14 +291,14 @@ async def test_a_flush_without_descriptors_is_retried_with_backoff_not_fatal(tmp
         refused.append(time.monotonic_ms())
         raise OSError(errno.EMFILE, "Too many open files")
 
-    monkeypatch.setattr(os, "dup", no_descriptors)
+    monkeypatch.setattr(fileio, "dup", no_descriptors)
     offset = store.append([config(1)], epoch)
     durable = store.wait_durable(offset)
     time.sleep(10 + 20 + 40)
     await asyncio.sleep(0)
     assert not durable.done() and store.durable_end_offset <= offset
     assert [t - refused[0] for t in refused] == [0, 10, 30, 70]  # 10 ms doubling
-    monkeypatch.setattr(os, "dup", real_dup)
+    monkeypatch.setattr(fileio, "dup", real_dup)
     time.sleep(80)
     assert await durable == offset
     assert store.append([config(2)], epoch) == offset + 1  # the store goes on

@@ -12,6 +12,7 @@ from controller.partition_change import NO_LEADER, RECOVERING
 from controller.quorum_controller import FENCE_CHECK_DEFER_MS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from storage import fileio
 
 from .helpers import Harness, create_topics, registration, request
 
@@ -169,7 +170,7 @@ async def test_responses_wait_for_the_fsync(h, monkeypatch, metadata_store):
             events.append("durable")
             return real(fd)
 
-        monkeypatch.setattr(os, "fsync", counting)
+        monkeypatch.setattr(fileio, "fsync", counting)
     else:
         real_written = h.store._written
 
@@ -380,14 +381,13 @@ async def test_a_failed_write_is_fatal(h, monkeypatch, metadata_store):
     """Local: a failed fsync. ZooKeeper: another controller won meanwhile (/controller_epoch
     moved on), so this one's conditional write fails. Either way the controller stops, and
     nothing of the failed operation is answered."""
-    import os
 
     def broken(fd):
         raise OSError(5, "Input/output error")
 
     await h.start_brokers(1)
     if metadata_store == "local":
-        monkeypatch.setattr(os, "fsync", broken)
+        monkeypatch.setattr(fileio, "fsync", broken)
         match = "fsync"
     else:
         zk = h.coordinator.zk

@@ -158,10 +158,9 @@ def render(mismatches: dict[tuple, list[int]]) -> str:
                      for (path, attr, o, j), vs in mismatches.items())
 
 
-@pytest.mark.parametrize("msg", MESSAGES, ids=lambda m: m.name)
+# The NO_REFERENCE messages are checked elsewhere (against bytes), not listed here as skipped.
+@pytest.mark.parametrize("msg", [m for m in MESSAGES if m.name not in NO_REFERENCE], ids=lambda m: m.name)
 def test_message_matches_kafka_json(msg: Message) -> None:
-    if msg.name in NO_REFERENCE:
-        pytest.skip(f"{msg.name}: {NO_REFERENCE[msg.name]}")
     js = load_kafka_json(msg.name)
     assert js["name"] == msg.name
     assert js.get("apiKey") == msg.api_key, f"{msg.name}: apiKey ours={msg.api_key} kafka={js.get('apiKey')}"

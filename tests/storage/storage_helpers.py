@@ -9,6 +9,7 @@ from protocol.clock import MockTime
 from protocol.records import Record, build_batch, check_batch
 from storage import Log, LogConfig
 from storage.segment_budget import OpenSegmentBudget
+from storage import fileio
 
 START_MS = 1_700_000_000_000
 
@@ -69,5 +70,5 @@ def record_fsyncs(monkeypatch) -> list[str]:
     def recording_fsync(fd: int) -> None:
         synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(fileio, "fsync", recording_fsync)
     return synced

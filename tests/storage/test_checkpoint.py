@@ -9,6 +9,7 @@ import pytest
 
 from storage import LeaderEpochFileCache, OffsetCheckpointFile
 from storage.checkpoint import CheckpointFormatError
+from storage import fileio
 
 
 def test_offset_checkpoint_round_trip_and_format(tmp_path):
@@ -64,7 +65,7 @@ def test_the_leader_epoch_checkpoint_is_created_in_place_then_replaced_atomicall
     warning. Later writes replace the file through a temp file."""
     renamed = []
     real_replace = os.replace
-    monkeypatch.setattr(os, "replace", lambda src, dst: (renamed.append(Path(dst).name), real_replace(src, dst)))
+    monkeypatch.setattr(fileio, "replace", lambda src, dst: (renamed.append(Path(dst).name), real_replace(src, dst)))
     path = tmp_path / "leader-epoch-checkpoint"
     cache = LeaderEpochFileCache(path, lambda: 0)
     assert cache.assign(2, 0)

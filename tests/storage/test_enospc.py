@@ -18,6 +18,7 @@ from protocol.clock import MockTime
 from protocol.errors import ErrorCode, KafkaStorageError
 from storage import Log, LogConfig
 from storage import file_records
+from storage import fileio
 
 CONFIG = dict(segment_index_bytes=64 * 1024, index_interval_bytes=4096)
 
@@ -87,7 +88,7 @@ def test_failed_write_is_undone(tmp_path, monkeypatch):
             real(fd, bytes(data)[: max(1, len(data) // 2)], offset)
             raise OSError(errno.EIO, "I/O error (injected)")
         return real(fd, data, offset)
-    monkeypatch.setattr(os, "pwrite", fail_once)
+    monkeypatch.setattr(fileio, "pwrite", fail_once)
     with pytest.raises(KafkaStorageError):
         log.append_as_leader(batch(2) + batch(3), 0)
     monkeypatch.undo()
@@ -108,7 +109,7 @@ def fail_time_index_writes(monkeypatch) -> list[str]:
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         written.append(name)
         return real(fd, data, offset)
-    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(fileio, "pwrite", pwrite)
     return written
 
 

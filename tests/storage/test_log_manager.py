@@ -11,6 +11,7 @@ from storage_helpers import batch, check_consistent, record_fsyncs
 from protocol.clock import MockTime
 from storage import LogConfig, LogManager, OffsetCheckpointFile
 from storage.log_manager import CLEAN_SHUTDOWN_FILE
+from storage import fileio
 
 CONFIG = LogConfig(segment_bytes=1000, index_interval_bytes=100, segment_index_bytes=1024)
 
@@ -261,7 +262,7 @@ def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_
             failed.append(fd)
             raise OSError(errno.EIO, "I/O error (injected)")
         return real_fsync(fd)
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(fileio, "fsync", fsync)
     with pytest.raises(KafkaStorageError, match="t-5"):
         manager.shutdown()
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()

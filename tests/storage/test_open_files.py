@@ -20,6 +20,7 @@ from storage import segment_budget as budget_module
 from storage.index import COPY_MAX_BYTES
 from storage.offset_index import OffsetIndex
 from storage.segment_budget import ACTIVE_SEGMENT_FDS, BudgetCache, OpenSegmentBudget
+from storage import fileio
 
 CONFIG = dict(segment_bytes=600, index_interval_bytes=100)
 
@@ -91,7 +92,7 @@ def test_the_descriptor_budget_keeps_index_copies_of_evicted_segments(tmp_path, 
     assert len(copies) == log.num_segments - 1  # copies outlive the mappings
     opened = []
     real_open = os.open
-    monkeypatch.setattr(os, "open", lambda path, *a, **kw: opened.append(str(path)) or real_open(path, *a, **kw))
+    monkeypatch.setattr(fileio, "open", lambda path, *a, **kw: opened.append(str(path)) or real_open(path, *a, **kw))
     assert read_everything(log) == expected
     assert opened and not [p for p in opened if p.endswith(".index")]  # a miss maps the .log only
     check_consistent(log)
@@ -439,7 +440,7 @@ def count_opens(monkeypatch, under) -> list[str]:
         if name.startswith(prefix):
             opened.append(name)
         return real_open(path, *a, **kw)
-    monkeypatch.setattr(os, "open", recording_open)
+    monkeypatch.setattr(fileio, "open", recording_open)
     return opened
 
 

@@ -14,6 +14,7 @@ from protocol.messages import APIS
 from protocol.messages.consumer_protocol import encode_assignment, encode_subscription
 
 from broker.coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
+from broker.coordinator.group_metadata_manager import TxnMarker, TxnRecord
 
 from tests.protocol.kafka_values import plain
 
@@ -33,7 +34,11 @@ class FakeOffsetsLog:
         self.appends: list = []
         self.deferred_reads: list | None = None
 
-    def append(self, partition, records, callback) -> None:
+    def append(self, partition, records, callback, producer=None) -> None:
+        """``producer`` (id, epoch): a transactional batch (TxnOffsetCommit): its records are
+        kept as TxnRecords, as the real log's reader hands them back."""
+        if producer is not None:
+            records = [TxnRecord(producer[0], k, v) for k, v in records]
         self.appends.append((partition, list(records)))
         if self.hold:
             self.pending.append((partition, list(records), callback))
@@ -167,6 +172,24 @@ class Cluster:
             members = members if members is not None else [(member_id, None)]
             req = {"group_id": group, "members": [{"member_id": m, "group_instance_id": i} for m, i in members]}
         return self._call(ApiKey.LEAVE_GROUP, "leave_group", version, req)
+
+    def txn_commit(self, group="g", offsets=None, producer_id=1000, producer_epoch=0, generation=-1, member_id="",
+                   instance=None, version=3, transactional_id="tx") -> Reply:
+        """TxnOffsetCommit; ``offsets``: {(topic, partition): offset}."""
+        topics: dict = {}
+        for (t, p), offset in (offsets or {}).items():
+            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": offset,
+                                             "committed_leader_epoch": -1, "committed_metadata": ""})
+        req = {"transactional_id": transactional_id, "group_id": group, "producer_id": producer_id,
+               "producer_epoch": producer_epoch, "generation_id": generation, "member_id": member_id,
+               "group_instance_id": instance, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+        return self._call(ApiKey.TXN_OFFSET_COMMIT, "txn_offset_commit", version, req)
+
+    def marker(self, producer_id=1000, commit=True, group="g") -> None:
+        """The producer's COMMIT/ABORT marker written to ``group``'s __consumer_offsets partition."""
+        partition = self.coordinator.partition_for(group)
+        self.log.partitions[partition].append(TxnMarker(producer_id, commit))
+        self.coordinator.on_transaction_completed(producer_id, commit, [("__consumer_offsets", partition)])
 
     def commit(self, group="g", offsets=None, generation=-1, member_id="", instance=None, version=7,
                retention=-1, leader_epoch=-1) -> Reply:

@@ -71,6 +71,12 @@ class FakeGroups:
         respond({"topics": [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": 0}
                                                             for p in t.partitions]} for t in req.topics]})
 
+    def txn_offset_commit(self, req, version, respond, errors):
+        self._called("txn_commit", req)
+        respond({"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": errors.get((t.name, p.partition_index), 0)}
+            for p in t.partitions]} for t in req.topics]})
+
     def offset_fetch(self, req, version, respond):
         self._called("fetch", req)
         topics = [(t.name, list(t.partition_indexes)) for t in req.topics] if req.topics is not None else [
@@ -585,3 +591,27 @@ def test_no_authorizer_allows_everything(tmp_path):
         assert struct.unpack(">i", struct.pack(">i", response.topics[0].topic_authorized_operations))[0] != 0
     finally:
         b.close()
+
+
+def test_txn_offset_commit_needs_write_on_the_transactional_id_and_read_on_group_and_topics(make):
+    from broker.transaction.handlers import TransactionApis
+    b = make()
+    b.apis.attach_transactions(TransactionApis(b.apis, coordinator=None, state_topic=None))  # type: ignore[arg-type]
+    b.as_principal(ALICE)
+    body = {"transactional_id": "tx", "group_id": "g", "producer_id": 5, "producer_epoch": 0, "generation_id": -1,
+            "member_id": "", "group_instance_id": None,
+            "topics": [{"name": n, "partitions": [{"partition_index": 0, "committed_offset": 3,
+                                                   "committed_leader_epoch": -1, "committed_metadata": ""}]}
+                       for n in ("t", "secret")]}
+
+    def codes():
+        response = b.ask(ApiKey.TXN_OFFSET_COMMIT, 3, body)
+        return {t.name: [p.error_code for p in t.partitions] for t in response.topics}
+
+    assert codes() == {"t": [E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED], "secret": [E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED]}
+    b.grant(acl("tx", Op.WRITE, R.TRANSACTIONAL_ID))
+    assert codes() == {"t": [E.GROUP_AUTHORIZATION_FAILED], "secret": [E.GROUP_AUTHORIZATION_FAILED]}
+    assert not b.groups.calls
+    b.grant(acl("g", Op.READ, R.GROUP), acl("t", Op.READ))
+    assert codes() == {"t": [E.NONE], "secret": [E.TOPIC_AUTHORIZATION_FAILED]}
+    assert b.groups.calls[-1][0] == "txn_commit"

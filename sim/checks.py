@@ -1,0 +1,273 @@
+"""The invariants checked after every step of a run.
+
+A step is one callback of one process; only that process's state changes in it. The
+checker instruments the classes that hold replication state (for the length of the run:
+``install``/``uninstall`` wrap a few methods of storage.Log, broker.partition.Partition and
+the controller's QuorumController and metadata store) so that a call marks what it touched
+dirty; after the step, the dirty partitions and the controller are checked against every
+live node's state:
+
+* one leader per (partition, leader epoch): no two processes (broker incarnations) lead
+  the same epoch of a partition;
+* on a leader, the high watermark never moves back within its epoch, and is at most the
+  log end offset of every live ISR member that has not restarted since it joined that
+  leader's ISR (a replica that crashed and lost unsynced bytes may be behind until it leaves
+  the ISR);
+* an ISR shrink only drops followers that have not caught up for replica.lag.time.max.ms
+  (Kafka's isCaughtUp, KIP-497), as the leader's own bookkeeping records them;
+* in the controller's state, ISR members are unfenced and not shutting down, but for a
+  last ISR member kept without a leader (KIP-841);
+* the controller epoch grows with every controller incarnation, and so does each broker's
+  broker epoch with each registration;
+* the controller's state equals the replay of the records it loaded and appended (a
+  shadow controller replays them as they are written).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from broker.partition import Partition, PendingShrinkIsr
+from controller.metadata_store import LocalMetadataStore
+from controller.quorum_controller import QuorumController, QuorumControllerConfig
+from storage.log import Log
+
+Key = tuple[str, int]
+
+
+class Checker:
+    def __init__(self, sim: Any) -> None:
+        self.sim = sim
+        self.dirty: dict[Key, None] = {}
+        self.controller_dirty = False
+        self.epoch_leader: dict[tuple[Key, int], tuple[str, int]] = {}
+        self.leader_hw: dict[tuple[Key, int, str, int], int] = {}
+        self.isr_joined: dict[tuple[Key, int, int], float] = {}  # (partition, leader epoch, replica) -> since
+        self._isr_seen: dict[tuple[Key, int], frozenset[int]] = {}
+        self.controller_epochs: list[int] = []
+        self.broker_epochs: dict[int, int] = {}
+        self.shadow: QuorumController | None = None
+        self.shadow_owner: Any = None  # the controller process the shadow follows
+        self._originals: list[tuple[Any, str, Any]] = []
+        self._log_machine: dict[int, str] = {}
+        self.lag_max_ms = 0
+        self.checks = 0
+
+    # -- instrumentation ---------------------------------------------------------------------
+    def install(self) -> None:
+        checker = self
+
+        def after(cls: Any, name: str, hook: Callable[[Any, Any], None]) -> None:
+            original = getattr(cls, name)
+
+            def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(self, *args, **kwargs)
+                hook(self, result)
+                return result
+            wrapper.__name__ = name
+            self._originals.append((cls, name, original))
+            setattr(cls, name, wrapper)
+
+        def log_changed(log: Log, _result: Any) -> None:
+            checker.dirty[(log.topic, log.partition)] = None
+
+        def partition_changed(partition: Partition, _result: Any) -> None:
+            checker.dirty[partition.key] = None
+
+        for name in ("update_high_watermark", "append_as_leader", "append_as_follower", "truncate_to",
+                     "truncate_fully_and_start_at", "maybe_increment_log_start_offset"):
+            after(Log, name, log_changed)
+        for name in ("make_leader", "make_follower", "_on_alter_partition_result"):
+            after(Partition, name, partition_changed)
+
+        original_propose = Partition._propose
+
+        def propose(partition: Partition, proposal: Any, reason: str) -> None:
+            if isinstance(proposal, PendingShrinkIsr):
+                checker.check_shrink(partition, proposal)
+            original_propose(partition, proposal, reason)
+        self._originals.append((Partition, "_propose", original_propose))
+        Partition._propose = propose  # type: ignore[method-assign]
+
+        original_replay = QuorumController.replay
+
+        def replay(controller: QuorumController, record: Any, offset: Any = None) -> None:
+            original_replay(controller, record, offset)
+            if controller is not checker.shadow:
+                checker.controller_dirty = True
+        self._originals.append((QuorumController, "replay", original_replay))
+        QuorumController.replay = replay  # type: ignore[method-assign]
+
+        original_load = LocalMetadataStore.load
+
+        async def load(store: LocalMetadataStore) -> Any:
+            loaded = await original_load(store)
+            checker.controller_loaded(store, loaded)
+            return loaded
+        self._originals.append((LocalMetadataStore, "load", original_load))
+        LocalMetadataStore.load = load  # type: ignore[method-assign]
+
+        original_append = LocalMetadataStore.append
+
+        def append(store: LocalMetadataStore, records: Any, epoch: int) -> int:
+            last = original_append(store, records, epoch)
+            checker.controller_appended(store, records)
+            return last
+        self._originals.append((LocalMetadataStore, "append", original_append))
+        LocalMetadataStore.append = append  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        for cls, name, original in reversed(self._originals):
+            setattr(cls, name, original)
+        self._originals.clear()
+
+    # -- after each step ---------------------------------------------------------------------
+    def after_step(self) -> None:
+        if self.dirty:
+            dirty, self.dirty = self.dirty, {}
+            for key in dirty:
+                self.check_partition(key)
+        if self.controller_dirty:
+            self.controller_dirty = False
+            self.check_controller()
+
+    # -- partitions --------------------------------------------------------------------------
+    def replicas(self, key: Key) -> list[tuple[Any, Partition]]:
+        """(node, Partition) of every live broker hosting ``key`` with a log."""
+        out = []
+        for node in self.sim.cluster.brokers.values():
+            server = node.server
+            if server is None or not node.alive:
+                continue
+            rm = server.replica_manager
+            if rm is None:
+                continue
+            p = rm.partitions.get(key)
+            if p is not None and p.log is not None:
+                out.append((node, p))
+        return out
+
+    def check_partition(self, key: Key) -> None:
+        self.checks += 1
+        sim = self.sim
+        replicas = self.replicas(key)
+        by_id = {node.node_id: (node, p) for node, p in replicas}
+        now = sim.loop.time()
+        for node, p in replicas:
+            if not p.is_leader:
+                continue
+            epoch = p.leader_epoch
+            who = (node.name, node.process.incarnation)
+            seen = self.epoch_leader.setdefault((key, epoch), who)
+            if seen != who:
+                sim.violation("one-leader-per-epoch", f"{key[0]}-{key[1]} leader epoch {epoch}: led by {seen[0]}#{seen[1]} "
+                              f"and by {who[0]}#{who[1]}")
+                self.epoch_leader[(key, epoch)] = who
+            hw = p.log.high_watermark
+            hw_key = (key, epoch, who[0], who[1])
+            last = self.leader_hw.get(hw_key)
+            if last is not None and hw < last:
+                sim.violation("hw-monotonic", f"{key[0]}-{key[1]} on leader {who[0]}#{who[1]} at epoch {epoch}: "
+                              f"high watermark {last} -> {hw}")
+            self.leader_hw[hw_key] = hw
+            isr = p.isr
+            seen_key = (key, epoch)
+            previous = self._isr_seen.get(seen_key, frozenset())
+            if isr != previous:
+                for r in isr - previous:
+                    self.isr_joined[(key, epoch, r)] = now
+                for r in previous - isr:
+                    self.isr_joined.pop((key, epoch, r), None)
+                self._isr_seen[seen_key] = isr
+            for r in isr:
+                if r == node.node_id:
+                    continue
+                replica = by_id.get(r)
+                if replica is None:
+                    continue  # dead, or not hosting it (yet)
+                rnode, rp = replica
+                joined = self.isr_joined.get((key, epoch, r))
+                if joined is None or rnode.started_at > joined:
+                    continue  # restarted since it joined: it may have lost unsynced bytes
+                leo = rp.log.log_end_offset
+                if leo < hw:
+                    sim.violation("hw-le-isr-leo", f"{key[0]}-{key[1]} leader {who[0]}#{who[1]} epoch {epoch}: high "
+                                  f"watermark {hw} above the log end offset {leo} of ISR member {rnode.process.key} "
+                                  f"(ISR {sorted(isr)}, member since {joined:.6f})")
+
+    def check_shrink(self, partition: Partition, proposal: PendingShrinkIsr) -> None:
+        """Kafka's isCaughtUp: a follower leaves the ISR only once it has been behind the
+        leader's log end for longer than replica.lag.time.max.ms."""
+        now = partition.time.milliseconds()
+        lag_max = partition.replica_lag_time_max_ms
+        leo = partition.log.log_end_offset if partition.log is not None else -1
+        for rid in sorted(proposal.out_of_sync):
+            replica = partition.remote_replicas.get(rid)
+            if replica is None:
+                continue
+            if replica.log_end_offset >= leo or now - replica.last_caught_up_time_ms <= lag_max:
+                self.sim.violation("isr-shrink-justified", f"{partition.topic}-{partition.partition} leader "
+                                   f"{partition.local_broker_id} epoch {partition.leader_epoch} drops {rid} from the ISR "
+                                   f"{sorted(proposal.isr)}: caught up {now - replica.last_caught_up_time_ms} ms ago "
+                                   f"(replica.lag.time.max.ms={lag_max}), its LEO {replica.log_end_offset}, leader's {leo}")
+
+    # -- the controller ------------------------------------------------------------------------
+    def live_controller(self) -> QuorumController | None:
+        node = self.sim.cluster.controller
+        if not node.alive or node.server is None:
+            return None
+        return node.server.controller
+
+    def controller_loaded(self, store: LocalMetadataStore, loaded: Any) -> None:
+        """A controller incarnation loaded its metadata: the shadow starts over from it."""
+        self.shadow = _shadow(self.sim)
+        for record in loaded.snapshot_records:
+            self.shadow.replay(record)
+        for _offset, record in loaded.log_records:
+            self.shadow.replay(record)
+        self.shadow_owner = store
+
+    def controller_appended(self, store: LocalMetadataStore, records: Any) -> None:
+        if self.shadow is not None and store is self.shadow_owner:
+            for record in records:
+                self.shadow.replay(record)
+
+    def check_controller(self) -> None:
+        controller = self.live_controller()
+        if controller is None:
+            return
+        sim = self.sim
+        cluster = controller.cluster
+        for info, pid, part in controller.replication.all_partitions():
+            sim.isr_changed((info.name, pid), frozenset(part.isr))
+            if len(part.isr) == 1 and part.leader < 0:
+                continue  # the last ISR member is kept, leaderless, when it goes (Kafka's ELR-less rule)
+            for r in part.isr:
+                reg = cluster.registration(r)
+                if reg is None or reg.fenced or reg.in_controlled_shutdown:
+                    state = "not registered" if reg is None else "fenced" if reg.fenced else "shutting down"
+                    sim.violation("isr-eligible", f"{info.name}-{pid}: ISR {list(part.isr)} (leader {part.leader}, "
+                                  f"leader epoch {part.leader_epoch}) holds broker {r}, {state}")
+        for broker_id, reg in sorted(cluster.brokers.items()):
+            last = self.broker_epochs.get(broker_id)
+            if last is not None and reg.epoch < last:
+                sim.violation("broker-epoch-monotonic", f"broker {broker_id}: registered epoch {last} then {reg.epoch}")
+            self.broker_epochs[broker_id] = max(reg.epoch, last if last is not None else reg.epoch)
+        if self.shadow is not None and self.shadow_owner is controller.store and controller.active:
+            live, replayed = controller.state_summary(), self.shadow.state_summary()
+            if live != replayed:
+                diff = [k for k in live if live[k] != replayed.get(k)]
+                sim.violation("metadata-replay", f"the controller's state differs from the replay of its records in "
+                              f"{', '.join(diff)}")
+
+    def controller_started(self, epoch: int) -> None:
+        if self.controller_epochs and epoch <= self.controller_epochs[-1]:
+            self.sim.violation("controller-epoch-monotonic", f"controller epoch {epoch} after {self.controller_epochs[-1]}")
+        self.controller_epochs.append(epoch)
+
+
+def _shadow(sim: Any) -> QuorumController:
+    node = sim.cluster.controller
+    cluster_id = node.server.cluster_id if node.server is not None and node.server.cluster_id else "shadow"
+    return QuorumController(QuorumControllerConfig(node_id=node.node_id, cluster_id=cluster_id), store=None,  # type: ignore[arg-type]
+                            time=sim.time)

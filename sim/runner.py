@@ -1,0 +1,311 @@
+"""One simulated run: a seed in, a trace hash and the violations found out.
+
+``Simulation(seed, options).run()`` builds the loop, network, disk and cluster, closes
+Python's nondeterminism (sim/determinism.py), and drives the scenario the seed picks:
+start the cluster, create topics, run the workload while faults come and go, heal, wait
+for the cluster to settle (liveness), and check. Everything random comes from PRNGs seeded
+from ``seed`` alone, so a run is replayed bit for bit by its seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storage.log import parse_topic_partition
+
+from .bugs import reintroduced
+from .checks import Checker
+from .cluster import SimCluster, SimNode
+from .determinism import sandbox
+from .disk import SimDisk
+from .loop import PROCESS, Process, SimLoop, SimTime, SimulationStuck
+from .network import SimNetwork
+from .trace import Trace
+from .workload import History
+
+log = logging.getLogger("kbroker.sim")
+
+
+def run_root() -> Path:
+    """Where runs keep their machines' files: a tmpfs when there is one."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="kbroker-sim-", dir=base))
+
+
+@dataclass
+class Options:
+    brokers: int = 3
+    duration_s: float = 20.0  # simulated seconds of workload (faults during the first part)
+    faults: bool = True
+    verbose: bool = False  # print every trace event as it happens
+    bugs: tuple[str, ...] = ()
+    fault_kinds: tuple[str, ...] | None = None  # None: the seed picks (sim/faults.py KINDS)
+    step_seconds: float | None = None  # simulated CPU time of a callback (None: sim/loop.py's STEP_SECONDS)
+
+
+@dataclass
+class Violation:
+    check: str
+    detail: str
+    time: float
+
+
+@dataclass
+class Result:
+    seed: int
+    trace_hash: str
+    violations: list[Violation] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+    sim_seconds: float = 0.0
+    steps: int = 0
+    events: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+    bugs: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class Simulation:
+    def __init__(self, seed: int, options: Options | None = None, root: Path | None = None) -> None:
+        self.seed = seed
+        self.options = options or Options()
+        self.rng = random.Random(f"sim-{seed}")
+        self.loop = SimLoop(random.Random(f"scheduler-{seed}"))
+        if self.options.step_seconds is not None:
+            self.loop.step_seconds = self.options.step_seconds
+        self.trace = Trace(self.loop, verbose=self.options.verbose)
+        self.loop.trace = self.trace
+        self.time = SimTime(self.loop)
+        self.network = SimNetwork(self.loop, self.trace)
+        self._own_root = root is None
+        self.root = root or run_root()
+        self.disk = SimDisk(self.root, random.Random(f"disk-{seed}"), self.loop, self.trace)
+        self.cluster = SimCluster(self, self.root, self.options.brokers)
+        self.violations: list[Violation] = []
+        self._clients = 0
+        self.actors: list[Any] = []
+        self.history = History()
+        self.checker = Checker(self)
+        self.exempt = 0  # findings excused by the durability bound (trace events "...-exempt")
+        # Per partition: brokers that lost unsynced records of it in a power loss and have not
+        # rejoined its ISR since; when every ISR member is such a broker, the partition is
+        # exposed (records acknowledged before may be lost: Kafka does not fsync).
+        self.tainted: dict[tuple[str, int], set[int]] = {}
+        self.exposures: dict[tuple[str, int], list[float]] = {}
+        self._isr: dict[tuple[str, int], frozenset[int]] = {}
+        self._broker_epochs: dict[int, int] = {}
+
+    def rng_for(self, name: str) -> random.Random:
+        """A PRNG of its own for one consumer of randomness (adding one leaves the others alone)."""
+        return random.Random(f"{name}-{self.seed}")
+
+    # -- hooks the nodes call ----------------------------------------------------------------
+    def on_server_created(self, node: SimNode, server: Any) -> None:
+        pass
+
+    def on_ready(self, node: SimNode) -> None:
+        if node.kind == "controller":
+            controller = node.server.controller
+            if controller is not None:
+                self.checker.controller_started(controller.epoch)
+        else:
+            epoch = node.server.broker_epoch
+            last = self._broker_epochs.get(node.node_id)
+            if last is not None and epoch <= last:
+                self.violation("broker-epoch-monotonic", f"{node.process.key} has broker epoch {epoch}, its previous "
+                               f"incarnation had {last}")
+            self._broker_epochs[node.node_id] = epoch
+
+    def on_start_failed(self, node: SimNode, exc: BaseException) -> None:
+        self.violation("node-starts", f"{node.name} failed to start: {type(exc).__name__}: {exc}")
+
+    def on_crashed(self, node: SimNode, power_loss: bool, lost: list[str]) -> None:
+        if node.kind != "broker" or not lost:
+            return
+        for path in lost:
+            parts = path.split("/")
+            if len(parts) < 3 or not parts[-1].endswith(".log"):
+                continue
+            try:
+                key = parse_topic_partition(parts[-2])
+            except ValueError:
+                continue
+            self.tainted.setdefault(key, set()).add(node.node_id)
+            self._check_exposed(key)
+
+    def on_stopped(self, node: SimNode) -> None:
+        pass
+
+    def isr_changed(self, key: tuple[str, int], isr: frozenset[int]) -> None:
+        """The controller's ISR of ``key``: members that joined are whole again."""
+        previous = self._isr.get(key, frozenset())
+        self._isr[key] = isr
+        tainted = self.tainted.get(key)
+        if tainted:
+            tainted -= isr - previous
+        self._check_exposed(key)
+
+    def _check_exposed(self, key: tuple[str, int]) -> None:
+        isr = self._isr.get(key)
+        tainted = self.tainted.get(key)
+        if isr and tainted and isr <= tainted:
+            times = self.exposures.setdefault(key, [])
+            if not times or times[-1] < self.loop.time():
+                times.append(self.loop.time())
+                self.trace.event("check", "exposed", f"{key[0]}-{key[1]}: every ISR member {sorted(isr)} lost "
+                                 f"unsynced records")
+
+    def exposed_since(self, key: tuple[str, int], since: float) -> float | None:
+        for t in self.exposures.get(key, ()):
+            if t >= since:
+                return t
+        return None
+
+    def observe(self, topic: str, partition: int, offset: int, value: bytes | None, who: str) -> None:
+        """What ``who`` saw at an offset: a second, different value is a violation (unless the
+        partition was exposed since the first was seen)."""
+        key = (topic, partition, offset)
+        seen = self.history.seen.get(key)
+        if seen is None:
+            self.history.seen[key] = (value, who, self.loop.time())
+            return
+        if seen[0] == value:
+            return
+        detail = (f"{topic}-{partition}@{offset}: {seen[1]} saw {_show(seen[0])} (t={seen[2]:.6f}), {who} sees "
+                  f"{_show(value)}")
+        exposed = self.exposed_since((topic, partition), seen[2])
+        if exposed is not None:
+            self.exempt += 1
+            self.trace.event("check", "inconsistent-offset-exempt", f"{detail}; exposed at {exposed:.6f}")
+        else:
+            self.violation("inconsistent-offset", detail)
+        self.history.seen[key] = (value, who, self.loop.time())
+
+    def violation(self, check: str, detail: str) -> None:
+        self.violations.append(Violation(check, detail, self.loop.time()))
+        self.trace.event("check", "VIOLATION", f"{check}: {detail}")
+
+    # -- clients -----------------------------------------------------------------------------
+    def client_process(self, name: str) -> Process:
+        self._clients += 1
+        return Process(name, f"client-{self._clients}", 1)
+
+    def spawn(self, process: Process, coro: Any) -> asyncio.Task:
+        return self.loop.create_task(coro, context=process.context())
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def wait_for(self, predicate: Any, timeout_s: float, poll_s: float = 0.05) -> bool:
+        deadline = self.loop.time() + timeout_s
+        while not predicate():
+            if self.loop.time() >= deadline:
+                return False
+            await asyncio.sleep(poll_s)
+        return True
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self) -> Result:
+        root_logger = logging.getLogger()
+        saved_logging = (root_logger.handlers[:], root_logger.level)
+        handler = _TraceLogHandler(self.trace)
+        root_logger.handlers = [handler]
+        root_logger.setLevel(logging.INFO)
+        try:
+            with sandbox(self.seed, self.loop), reintroduced(*self.options.bugs):
+                self.disk.install()
+                self.checker.install()
+                self.loop.after_step = self.checker.after_step
+                try:
+                    self.loop.run_until_complete(self._main())
+                except SimulationStuck as exc:
+                    self.violation("liveness", str(exc))
+                finally:
+                    self.loop.after_step = None
+                    self.checker.uninstall()
+                    self.disk.uninstall()
+                    self.disk.close_all()
+        finally:
+            root_logger.handlers, level = saved_logging
+            root_logger.setLevel(level)
+            self._teardown()
+        stats = {"writes": len(self.history.writes), "acked": sum(1 for w in self.history.writes if w.status == "ok"),
+                 "polls": self.history.polls, "exempt": self.exempt, "checks": self.checker.checks,
+                 "disk_writes": self.disk.writes, "messages": self.network.delivered}
+        return Result(self.seed, self.trace.hexdigest(), list(self.violations), self.trace.last(200),
+                      self.loop.time(), self.loop.steps, self.trace.events, stats, tuple(self.options.bugs))
+
+    def _teardown(self) -> None:
+        """Drop everything the run made. Its coroutines are finalized here, with the loop still
+        open and every process dead (what they schedule on the way out never runs)."""
+        loop = self.loop
+        for node in self.cluster.nodes:
+            if node.process is not None:
+                loop.kill(node.process)
+            node.server = node._task = None
+        self.checker.shadow = self.checker.shadow_owner = None
+        self.network.connections.clear()
+        self.network.listeners.clear()
+        for actor in self.actors:
+            loop.kill(actor.process)
+        self.actors = []
+        loop.discard_all()
+        import broker.heap as heap
+        heap._holds = 0
+        gc.unfreeze()
+        unraisable = sys.unraisablehook
+        sys.unraisablehook = lambda _info: None
+        try:
+            gc.collect()
+        finally:
+            sys.unraisablehook = unraisable
+        try:
+            loop.close()
+        except Exception:  # noqa: BLE001
+            pass
+        asyncio.set_event_loop(None)
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    async def _main(self) -> None:
+        from .scenario import Scenario
+        await Scenario(self).run()
+
+
+def _show(value: bytes | None) -> str:
+    return "null" if value is None else repr(value.decode(errors="replace"))
+
+
+class _TraceLogHandler(logging.Handler):
+    """Log records of the run go to the trace's tail (not its hash), tagged with the process."""
+
+    def __init__(self, trace: Trace) -> None:
+        super().__init__(logging.INFO)
+        self.trace = trace
+
+    def emit(self, record: logging.LogRecord) -> None:
+        process = PROCESS.get()
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001
+            message = str(record.msg)
+        self.trace.note(process.key if process is not None else "sim", f"{record.levelname} {record.name}: {message}")
+
+
+def run_seed(seed: int, options: Options | None = None) -> Result:
+    return Simulation(seed, options).run()
+
+
+__all__ = ["Options", "Result", "Simulation", "Violation", "run_seed", "PROCESS"]

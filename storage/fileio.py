@@ -1,0 +1,137 @@
+"""The file operations a crash can undo, in one place: storage/'s seam to the disk.
+
+storage/ (and the broker's and controller's own files: directory locks, meta.properties)
+creates, writes, truncates, fsyncs, renames and removes files only through this module,
+looking each function up at the call (``fileio.pwrite(fd, data, position)``), so that a
+simulated disk can stand in for the real one: sim/disk.py keeps what a crash would lose
+(everything written since the last fsync) and ``install`` swaps every function at once,
+giving back the previous set. Reads (mmap, pread, fstat) go to the files directly: a read
+sees the page cache either way.
+
+Production runs os's functions themselves: a call costs what ``os.pwrite`` costs (one
+module attribute lookup). ``write_windows`` False sends appends that would go through a
+write window (file_records.py: a writable mapping, which a simulated disk cannot see)
+down the plain ``pwrite`` path.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+StrPath = str | os.PathLike[str]
+
+open = os.open
+close = os.close
+dup = os.dup
+pwrite = os.pwrite
+write = os.write
+fsync = os.fsync
+ftruncate = os.ftruncate
+replace = os.replace
+rename = os.rename
+unlink = os.unlink
+rmtree = shutil.rmtree
+
+
+def modified_ms(path: StrPath) -> int:
+    """When ``path`` was last written (its mtime), in milliseconds: what retention.ms goes by
+    for a segment without timestamps."""
+    return os.stat(path).st_mtime_ns // 1_000_000
+
+
+write_windows = True
+# The thread pool a clean shutdown fsyncs many logs on (log_manager.flush_all): an inline one
+# under the simulator, which runs no threads.
+thread_pool: Callable[..., concurrent.futures.Executor] = concurrent.futures.ThreadPoolExecutor
+
+_SWAPPABLE = ("open", "close", "dup", "pwrite", "write", "fsync", "ftruncate", "replace", "rename", "unlink", "rmtree",
+              "modified_ms", "write_windows", "thread_pool")
+
+
+def install(functions: dict[str, Any]) -> dict[str, Any]:
+    """Replace the named functions (a subset of this module's); returns what they were, for
+    ``install`` to put back."""
+    unknown = set(functions) - set(_SWAPPABLE)
+    if unknown:
+        raise ValueError(f"storage.fileio has no {', '.join(sorted(unknown))}")
+    here = globals()
+    previous = {name: here[name] for name in functions}
+    here.update(functions)
+    return previous
+
+
+def unlink_if_exists(path: StrPath) -> None:
+    try:
+        unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def touch(path: StrPath) -> None:
+    """Create ``path`` empty if it does not exist (its contents are left alone if it does)."""
+    close(open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def write_all(fd: int, data: Any) -> None:
+    """``write`` until all of ``data`` is written (short writes go on where they stopped)."""
+    view = memoryview(data)
+    while view:
+        view = view[write(fd, view):]
+
+
+def append_to(path: StrPath, data: Any) -> None:
+    """Write ``data`` at the end of ``path`` (created if missing)."""
+    fd = open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        end = os.fstat(fd).st_size
+        view = memoryview(data)
+        while view:
+            done = pwrite(fd, view, end)
+            view, end = view[done:], end + done
+    finally:
+        close(fd)
+
+
+def listdir(path: StrPath) -> list[str]:
+    """The names in ``path``, sorted: the same order on every file system (a directory's
+    own order depends on the file system, and the order logs are loaded in is seen)."""
+    return sorted(os.listdir(path))
+
+
+class FileWriter:
+    """A file written front to back through ``write`` in chunks of ``buffer_size`` (what
+    the log cleaner writes a cleaned segment with): ``write``, then ``sync`` and ``close``."""
+
+    def __init__(self, path: Path, buffer_size: int = 1 << 20) -> None:
+        self.fd = open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._buffer = bytearray()
+        self._size = buffer_size
+
+    def write(self, data: Any) -> None:
+        self._buffer += data
+        if len(self._buffer) >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            write_all(self.fd, self._buffer)
+            self._buffer = bytearray()
+
+    def sync(self) -> None:
+        self.flush()
+        fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            close(fd)
+
+    def __enter__(self) -> "FileWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

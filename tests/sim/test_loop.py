@@ -1,0 +1,128 @@
+"""sim/loop.py: simulated time, one FIFO queue per process, a seeded choice between them."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from protocol.client import sleep
+from sim.loop import BUSY_STEPS, Process, SimLoop, SimTime, SimulationStuck
+
+
+def run(loop: SimLoop, coro):
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def test_an_hour_of_timers_takes_no_real_time():
+    loop = SimLoop(random.Random(1))
+    sim_time = SimTime(loop)
+    woke = []
+
+    async def main():
+        await asyncio.sleep(3600)
+        woke.append(loop.time())
+        await sleep(sim_time, 1500)  # the injected clock's sleep, on the loop
+        woke.append(sim_time.monotonic_ms())
+
+    started = time.monotonic()
+    run(loop, main())
+    assert time.monotonic() - started < 1.0
+    assert 3600 <= woke[0] < 3600.001
+    assert 3601500 <= woke[1] < 3601501
+
+
+def _interleaving(seed: int) -> list[str]:
+    loop = SimLoop(random.Random(seed))
+    order: list[str] = []
+    for name in ("a", "b", "c"):
+        process = Process(name, name, 1)
+        for i in range(20):
+            loop.call_soon(order.append, f"{name}{i}", context=process.context())
+
+    async def main():
+        while len(order) < 60:
+            await asyncio.sleep(0.001)
+    run(loop, main())
+    return order
+
+
+def test_each_process_keeps_its_order_and_the_seed_picks_the_interleaving():
+    order = _interleaving(1)
+    for name in "abc":
+        mine = [x for x in order if x[0] == name]
+        assert mine == [f"{name}{i}" for i in range(20)]  # asyncio's FIFO within a process
+    assert order == _interleaving(1)  # the same seed, the same interleaving
+    assert any(_interleaving(seed) != order for seed in range(2, 6))  # another seed, another one
+    assert order != sorted(order, key=lambda x: (x[0], int(x[1:])))  # interleaved, not one after the other
+
+
+def test_a_killed_process_never_runs_again():
+    loop = SimLoop(random.Random(3))
+    process = Process("p", "m", 1)
+    ran = []
+
+    async def tick():
+        while True:
+            ran.append(loop.time())
+            await asyncio.sleep(1)
+
+    async def main():
+        loop.create_task(tick(), context=process.context())
+        loop.call_later(10.5, ran.append, "late", context=process.context())
+        await asyncio.sleep(3.5)
+        loop.kill(process)
+        await asyncio.sleep(20)
+
+    run(loop, main())
+    assert "late" not in ran and len(ran) == 4 and ran[-1] < 3.5
+
+
+def test_executor_work_runs_inline_as_the_calling_process_later():
+    loop = SimLoop(random.Random(4))
+    process = Process("p", "m", 1)
+
+    async def work():
+        return await loop.run_in_executor(None, lambda: (loop.time(), asyncio.current_task() is None))
+
+    async def main():
+        before = loop.time()
+        when, _ = await loop.create_task(work(), context=process.context())
+        assert when > before
+        return when
+
+    assert run(loop, main()) > 0
+
+
+def test_a_loop_that_never_waits_is_a_livelock():
+    loop = SimLoop(random.Random(5))
+    loop.step_seconds = 0.0
+
+    async def spin():
+        while True:
+            await asyncio.sleep(0)
+
+    with pytest.raises(SimulationStuck, match="livelock"):
+        run(loop, spin())
+    assert BUSY_STEPS >= 100_000
+
+
+def test_a_paused_process_waits_and_keeps_its_order():
+    loop = SimLoop(random.Random(6))
+    paused = Process("slow", "m", 1)
+    other = Process("fast", "n", 1)
+    seen = []
+    paused.paused_until = 2.0
+    for i in range(3):
+        loop.call_soon(seen.append, ("slow", i, loop.time()), context=paused.context())
+    loop.call_soon(lambda: seen.append(("fast", 0, loop.time())), context=other.context())
+
+    async def main():
+        await asyncio.sleep(5)
+    run(loop, main())
+    assert [s[:2] for s in seen] == [("fast", 0), ("slow", 0), ("slow", 1), ("slow", 2)]
