@@ -2,23 +2,36 @@
 """What security costs (issue 25's performance section). One broker process with a PLAINTEXT,
 a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
 
-1. Produce and consume records/s over SASL_SSL against PLAINTEXT in the same run, alternating
-   per round (A B, then B A): confluent-kafka, 1 KiB records, batch.size 16 KiB, acks=1, one
-   partition; each round produces ``--records`` and reads them back. Prints each side's median
-   and range, and the ratio of the medians with the range of per-round ratios.
+1. Produce and consume over SASL_SSL against PLAINTEXT in the same run: confluent-kafka, 1 KiB
+   records, batch.size 16 KiB (linger.ms 5), acks=1, one partition; each round produces
+   ``--records`` and reads them back. Rounds alternate A B, B A, ... so that neither side always
+   runs first while the machine's load drifts. Per phase it records:
+   * records/s (wall clock): what the goal names; but on this 2-core machine the client
+     (librdkafka encrypts too) and the broker share the cores, with whatever else runs;
+   * the broker's CPU seconds (its threads' run time, /proc/<pid>/task/*/schedstat), and so its records per CPU
+     second: what the broker would do with a core of its own, the client's CPU left out;
+   * the client's CPU seconds (this process: librdkafka's threads run in it);
+   * the 1-minute load average when the phase starts.
+   It prints each side's medians and ranges, and the SASL_SSL / PLAINTEXT ratios: of the
+   medians, and the median and range of the per-round ratios (each SASL_SSL phase against the
+   PLAINTEXT phase of its round).
 2. SCRAM login round trip (kbroker's client, 4,096 iterations): TCP connect, ApiVersions,
    SaslHandshake and the two SaslAuthenticate round trips, ``--logins`` times; median and p99.
 3. A storm of ``--handshakes`` TLS handshakes (50 at a time) against the SSL listener while
    another connection sends Metadata every 5 ms on the PLAINTEXT listener: that connection's
    round-trip p50 / p99 / max before and during the storm.
 
-    python bench/security_bench.py [--rounds 4] [--records 40000] [--logins 200] [--handshakes 500]
+    python bench/security_bench.py [--rounds 8] [--records 40000] [--logins 200] [--handshakes 500]
+                                   [--repo CHECKOUT] [--no-logins] [--no-storm]
+
+``--repo``: run the broker from another checkout (before/after comparisons).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import ssl
 import statistics
@@ -26,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,41 +49,102 @@ from cli.certs import make_certs  # noqa: E402
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
 
 
-def produce_consume(conf: dict, topic: str, n: int) -> tuple[float, float]:
+def broker_cpu(pid: int) -> float:
+    """CPU seconds the process has run (user and system), summed over its threads: the first
+    field of /proc/<pid>/task/<tid>/schedstat, in ns (/proc/<pid>/stat's ticks are 10 ms,
+    too coarse for a phase of a second). A thread that ended takes its share with it."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+@dataclass
+class Phase:
+    records: int
+    wall_s: float
+    broker_cpu_s: float
+    client_cpu_s: float
+    load: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.wall_s
+
+    @property
+    def broker_rate(self) -> float:
+        """Records per broker CPU second."""
+        return self.records / max(self.broker_cpu_s, 1e-9)
+
+    @property
+    def client_us(self) -> float:
+        return self.client_cpu_s / self.records * 1e6
+
+
+@dataclass
+class Side:
+    produce: list[Phase] = field(default_factory=list)
+    consume: list[Phase] = field(default_factory=list)
+
+
+def measured(pid: int, records: int, run) -> Phase:
+    load = os.getloadavg()[0]
+    c0, p0, t0 = broker_cpu(pid), time.process_time(), time.perf_counter()
+    run()
+    t1, p1, c1 = time.perf_counter(), time.process_time(), broker_cpu(pid)
+    return Phase(records, t1 - t0, c1 - c0, p1 - p0, load)
+
+
+def produce_consume(conf: dict, topic: str, n: int, pid: int) -> tuple[Phase, Phase]:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     value = b"x" * 1024
     producer = Producer({**conf, "acks": "1", "linger.ms": 5, "batch.size": 16384, "queue.buffering.max.messages": 200000})
-    start = time.perf_counter()
-    for _ in range(n):
-        while True:
-            try:
-                producer.produce(topic, value, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.001)
-    assert producer.flush(120) == 0
-    produced = n / (time.perf_counter() - start)
+
+    def produce() -> None:
+        for _ in range(n):
+            while True:
+                try:
+                    producer.produce(topic, value, partition=0)
+                    break
+                except BufferError:
+                    producer.poll(0.001)
+        assert producer.flush(120) == 0
+    produced = measured(pid, n, produce)
     consumer = Consumer({**conf, "group.id": "bench", "enable.auto.commit": False, "fetch.max.bytes": 52428800})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    got = 0
-    start = time.perf_counter()
-    while got < n:
-        msgs = consumer.consume(10000, 1.0)
-        got += sum(1 for m in msgs if not m.error())
-    consumed = n / (time.perf_counter() - start)
+
+    def consume() -> None:
+        got = 0
+        while got < n:
+            msgs = consumer.consume(10000, 1.0)
+            got += sum(1 for m in msgs if not m.error())
+    consumed = measured(pid, n, consume)
     consumer.close()
     return produced, consumed
 
 
-def summary(name: str, values: list[float], unit: str) -> str:
-    return f"{name}: median {statistics.median(values):,.0f} {unit} (range {min(values):,.0f}-{max(values):,.0f})"
+def spread(values: list[float], fmt: str = ",.0f") -> str:
+    return f"median {statistics.median(values):{fmt}} (range {min(values):{fmt}}-{max(values):{fmt}})"
 
 
-def ratio_line(what: str, a: list[float], b: list[float]) -> str:
-    ratios = [x / y for x, y in zip(a, b)]
-    return (f"{what} SASL_SSL / PLAINTEXT: {statistics.median(a) / statistics.median(b):.2f} "
-            f"(per round {min(ratios):.2f}-{max(ratios):.2f})")
+def report(what: str, secure: list[Phase], plain: list[Phase]) -> list[str]:
+    out = []
+    for name, phases in (("PLAINTEXT", plain), ("SASL_SSL", secure)):
+        out.append(f"{what} {name}: {spread([p.rate for p in phases])} records/s; broker "
+                   f"{spread([p.broker_rate for p in phases])} records per CPU-s; client "
+                   f"{spread([p.client_us for p in phases], '.1f')} CPU-µs per record")
+    for label, attr in (("records/s (wall)", "rate"), ("broker records per CPU-s", "broker_rate")):
+        pairs = [getattr(s, attr) / getattr(p, attr) for s, p in zip(secure, plain)]
+        medians = (statistics.median(getattr(s, attr) for s in secure)
+                   / statistics.median(getattr(p, attr) for p in plain))
+        out.append(f"{what} SASL_SSL / PLAINTEXT, {label}: {medians:.2f} of the medians; per round "
+                   f"{spread(pairs, '.2f')}")
+    return out
 
 
 async def logins(port: int, n: int) -> list[float]:
@@ -143,10 +218,13 @@ def percentiles(values: list[float]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--records", type=int, default=40000)
     parser.add_argument("--logins", type=int, default=200)
     parser.add_argument("--handshakes", type=int, default=500)
+    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose broker runs (default: this one)")
+    parser.add_argument("--no-logins", action="store_true")
+    parser.add_argument("--no-storm", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="security-bench-") as tmp:
         directory = Path(tmp)
@@ -156,7 +234,10 @@ def main() -> int:
         broker = BrokerProcess(directory / "data", ports["PLAINTEXT"], 1, {
             "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
             "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystores["localhost"])}).start(60)
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystores["localhost"])},
+            repo=args.repo).start(60)
+        print(f"broker from {args.repo} (pid {broker.pid}); {args.rounds} rounds of {args.records:,} records; "
+              f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
         try:
             from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
                                                UserScramCredentialUpsertion)
@@ -169,31 +250,37 @@ def main() -> int:
             secure = {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}", "security.protocol": "sasl_ssl",
                       "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bench", "sasl.password": "bench-secret",
                       "ssl.ca.location": ca}
-            results: dict[str, tuple[list[float], list[float]]] = {"PLAINTEXT": ([], []), "SASL_SSL": ([], [])}
+            sides = {"PLAINTEXT": Side(), "SASL_SSL": Side()}
+            loads = []
             for r in range(args.rounds):
                 order = [("PLAINTEXT", plain), ("SASL_SSL", secure)]
-                if r % 2:
+                if r % 2:  # A B, B A, A B, ...
                     order.reverse()
                 for name, conf in order:
                     topic = f"bench-{name.lower()}-{r}"
                     for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
                         f.result(30)
-                    produced, consumed = produce_consume(conf, topic, args.records)
-                    results[name][0].append(produced)
-                    results[name][1].append(consumed)
-                    print(f"round {r + 1} {name}: produce {produced:,.0f} records/s, consume {consumed:,.0f} records/s")
-            for name, (p, c) in results.items():
-                print(summary(f"{name} produce", p, "records/s"))
-                print(summary(f"{name} consume", c, "records/s"))
-            print(ratio_line("produce", results["SASL_SSL"][0], results["PLAINTEXT"][0]))
-            print(ratio_line("consume", results["SASL_SSL"][1], results["PLAINTEXT"][1]))
-            times = asyncio.run(logins(ports["SASL_PLAINTEXT"], args.logins))
-            s = sorted(times)
-            print(f"SCRAM-SHA-256 login (4096 iterations, connect + ApiVersions + handshake + 2 authenticate): "
-                  f"median {statistics.median(s):.2f} ms, p99 {s[int(len(s) * 0.99)]:.2f} ms ({len(s)} logins)")
-            before, during = storm_latency(ports["PLAINTEXT"], ports["SSL"], args.handshakes)
-            print(f"Metadata round trip before the storm: {percentiles(before)}")
-            print(f"Metadata round trip during {args.handshakes} TLS handshakes: {percentiles(during)}")
+                    produced, consumed = produce_consume(conf, topic, args.records, broker.pid)
+                    sides[name].produce.append(produced)
+                    sides[name].consume.append(consumed)
+                    loads += [produced.load, consumed.load]
+                    print(f"round {r + 1} {name}: produce {produced.rate:,.0f} records/s (broker "
+                          f"{produced.broker_rate:,.0f} per CPU-s, client {produced.client_us:.1f} CPU-µs per record), "
+                          f"consume {consumed.rate:,.0f} records/s (broker {consumed.broker_rate:,.0f} per CPU-s, "
+                          f"client {consumed.client_us:.1f} CPU-µs per record); load {produced.load:.2f}", flush=True)
+            for what in ("produce", "consume"):
+                for line in report(what, getattr(sides["SASL_SSL"], what), getattr(sides["PLAINTEXT"], what)):
+                    print(line)
+            print(f"load average (1 min) at the phases' starts: {spread(loads, '.2f')}")
+            if not args.no_logins:
+                times = asyncio.run(logins(ports["SASL_PLAINTEXT"], args.logins))
+                s = sorted(times)
+                print(f"SCRAM-SHA-256 login (4096 iterations, connect + ApiVersions + handshake + 2 authenticate): "
+                      f"median {statistics.median(s):.2f} ms, p99 {s[int(len(s) * 0.99)]:.2f} ms ({len(s)} logins)")
+            if not args.no_storm:
+                before, during = storm_latency(ports["PLAINTEXT"], ports["SSL"], args.handshakes)
+                print(f"Metadata round trip before the storm: {percentiles(before)}")
+                print(f"Metadata round trip during {args.handshakes} TLS handshakes: {percentiles(during)}")
         finally:
             broker.stop()
     return 0
