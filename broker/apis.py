@@ -22,7 +22,7 @@ import asyncio
 import collections
 import logging
 import re
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptRecordError, ErrorCode, KafkaError, RemoteProtocolError
@@ -31,7 +31,7 @@ from protocol.fast_codecs import (FetchPartitionData, LeaderAndIsrPartitionError
                                   decode_update_metadata_request, encode_fetch_response,
                                   encode_leader_and_isr_response, encode_produce_response, response_header)
 from protocol.messages import APIS, response_is_flexible
-from protocol.records import first_batch_is_transactional, next_batch_size, produce_records_error
+from protocol.records import first_batch_is_transactional, next_batch_size, produce_records_error, read_header
 from protocol.schema import Api, SchemaError
 
 from . import heap
@@ -79,6 +79,13 @@ CONTROLLER_REQUESTS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, 
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's and LeaderAndIsr's type (KIP-516): the whole state, replacing what the broker knew
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
 
 
 def _in_request_order(request_topics, results: list, denied: list[str],
@@ -173,6 +180,9 @@ class KafkaApis:
         self.group_coordinator = group_coordinator
         self.offsets_topic = offsets_topic
         self.transactions = None  # broker/transaction/handlers.py TransactionApis, when attached
+        # KIP-890 verification of transactional produce (broker/transaction/verification.py), when
+        # transaction.partition.verification.enable
+        self.txn_verifier: Any = None
         # Controller requests (LeaderAndIsr, UpdateMetadata, StopReplica) waiting behind a
         # LeaderAndIsr being applied in slices, the one applying first (see _in_controller_order).
         self._controller_requests: collections.deque[Callable[[], None]] = collections.deque()
@@ -404,9 +414,75 @@ class KafkaApis:
                 return
             ctx.send_response(encode_produce_response(version, correlation_id, results))
 
+        if transactional and self.txn_verifier is not None:
+            to_verify = self._to_verify(topics)
+            if to_verify:
+                return self._verify_then_append(ctx, request, txn_id, topics, to_verify, invalid, respond)
         op = self.replica_manager.append_records(request.timeout_ms, acks, False, topics, respond)
         if op is not None:
             ctx.on_cancel(op.cancel)
+
+    def _to_verify(self, topics) -> dict[tuple[str, int], tuple[Any, int, int]]:
+        """KIP-890: the partitions (led here) where a transactional batch starts its producer's
+        transaction: {(topic, partition): (Partition, producer id, epoch)}."""
+        out: dict[tuple[str, int], tuple[Any, int, int]] = {}
+        for t, parts in topics:
+            for p, records in parts:
+                if records is None or not first_batch_is_transactional(records):
+                    continue
+                partition = self.replica_manager.get_partition(t, p)
+                if partition is None or not partition.is_leader:
+                    continue  # the replica manager answers it
+                header = read_header(records, 0)
+                if partition.needs_verification(header.producer_id, header.producer_epoch):
+                    out[(t, p)] = (partition, header.producer_id, header.producer_epoch)
+        return out
+
+    def _verify_then_append(self, ctx: "RequestContext", request, txn_id: str, topics, to_verify: dict,
+                            invalid: dict, respond: Callable[[list], None]) -> None:
+        """Ask the transaction coordinator (broker/transaction/verification.py) whether the
+        partitions are in the producer's transaction; those that are not are answered with the
+        error and nothing is written to them. The rest are appended as usual."""
+        by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        guards: dict[tuple[str, int], object] = {}
+        for tp, (partition, pid, epoch) in to_verify.items():
+            by_producer.setdefault((pid, epoch), []).append(tp)
+            guards[tp] = partition.start_verification(pid)
+        remaining = len(by_producer)
+        failed: dict[tuple[str, int], int] = {}
+        cancelled = False
+
+        def verified(errors: dict[tuple[str, int], int]) -> None:
+            nonlocal remaining
+            for tp, error in errors.items():
+                partition, pid, _epoch = to_verify[tp]
+                if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
+                    error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
+                if error != ErrorCode.NONE:
+                    failed[tp] = error
+            remaining -= 1
+            if remaining or cancelled:
+                return
+            for tp, code in failed.items():
+                log.warning("transactional produce of %r to %s-%d refused by verification: %s", txn_id, tp[0], tp[1],
+                            _error_name(code))
+                invalid[tp] = (code, "Partition was not added to the transaction" if code == ErrorCode.INVALID_TXN_STATE
+                               else f"Unable to verify the partition has been added to the transaction: {_error_name(code)}")
+            kept = [(t, [(p, r) for p, r in parts if (t, p) not in failed]) for t, parts in topics]
+            kept = [(t, parts) for t, parts in kept if parts]
+            if not kept:
+                return respond([])
+            op = self.replica_manager.append_records(request.timeout_ms, request.acks, False, kept, respond)
+            if op is not None:
+                ctx.on_cancel(op.cancel)
+
+        def cancel() -> None:
+            nonlocal cancelled
+            cancelled = True
+        ctx.on_cancel(cancel)
+        assert self.txn_verifier is not None
+        for (pid, epoch), tps in by_producer.items():
+            self.txn_verifier.verify(txn_id, pid, epoch, tps, verified)
 
     def _refuse_produce(self, ctx: "RequestContext", request, code: ErrorCode, metrics, message: str | None = None) -> None:
         """Kafka's handleError for a Produce: ``code`` (and ``message``, v8+) for every partition;

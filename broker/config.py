@@ -210,6 +210,9 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("producer.id.expiration.ms", "int", 86400000, low=1),
     _k("producer.id.expiration.check.interval.ms", "int", 600000, low=1),
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),
+    _k("transaction.partition.verification.enable", "bool", True, "KIP-890: a partition leader asks the "
+       "transaction coordinator whether a transactional produce's partition is in the producer's transaction "
+       "before writing it (INVALID_TXN_STATE if not)"),
     _k("request.timeout.ms", "int", 30000),
     _k("controlled.shutdown.enable", "bool", True),
     _k("kbroker.controller.mode", "string", "embedded", "deprecated alias of process.roles (embedded = "

@@ -258,6 +258,9 @@ class Partition:
         self._alter_partition = alter_partition
         self._is_replica_isr_eligible = is_replica_isr_eligible
         self._on_ineligible_replica = on_ineligible_replica
+        # KIP-890: producer id -> the guard of a verification in flight or done for the first
+        # batch of its transaction here; a marker of that producer drops it (Kafka's VerificationGuard).
+        self.verification_guards: dict[int, object] = {}
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id}, epoch={self.leader_epoch})"
@@ -359,10 +362,33 @@ class Partition:
                 f"min.insync.replicas={leader_log.config.min_insync_replicas}")
         return leader_log.append_as_leader(records, self.leader_epoch, from_coordinator)
 
+    def needs_verification(self, producer_id: int, epoch: int) -> bool:
+        """KIP-890: a transactional batch of this producer starts its transaction here (no
+        transaction of it is open in the log's producer state), so the coordinator must confirm
+        the partition is in it first."""
+        leader_log = self.log
+        if leader_log is None:
+            return False
+        entry = leader_log.producer_state.last_entry(producer_id)
+        return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != epoch
+
+    def start_verification(self, producer_id: int) -> object:
+        guard = self.verification_guards[producer_id] = object()
+        return guard
+
+    def verification_holds(self, producer_id: int, guard: object) -> bool:
+        return self.verification_guards.get(producer_id) is guard
+
+    def end_verification(self, producer_id: int, guard: object) -> None:
+        if self.verification_guards.get(producer_id) is guard:
+            del self.verification_guards[producer_id]
+
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                               commit: bool) -> "LogAppendInfo":
         """A transaction marker from the coordinator (WriteTxnMarkers), written as leader; the
-        coordinator waits for the ISR (acks=all) but, as Kafka, not for min.insync.replicas."""
+        coordinator waits for the ISR (acks=all) but, as Kafka, not for min.insync.replicas.
+        A verification of the producer still in flight here no longer holds."""
+        self.verification_guards.pop(producer_id, None)
         return self._leader_log().append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
                                                         self.leader_epoch)
 

@@ -55,6 +55,7 @@ from .coordinator.offsets_topic import OffsetsTopic
 from .transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionConfig, TransactionCoordinator
 from .transaction.handlers import TransactionApis
 from .transaction.markers import TxnMarkerChannel
+from .transaction.verification import TransactionVerifier
 from .fetcher import ReplicaFetcherManager
 from .forwarding import ControllerTopicAdmin, Forwarding, ForwardingManager, MetadataWaiters, NoControllerForwarding
 from .metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
@@ -116,6 +117,7 @@ class KafkaServer:
         self.txn_state_topic: OffsetsTopic | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.txn_markers: TxnMarkerChannel | None = None
+        self.txn_verifier: TransactionVerifier | None = None
         self.log_cleaner: LogCleaner | None = None
         self.cleaner_threads: CleanerThreads | None = None
         self.socket_server: SocketServer | None = None
@@ -318,6 +320,10 @@ class KafkaServer:
         state_topic.attach(coordinator)
         coordinator.startup()
         apis.attach_transactions(TransactionApis(apis, coordinator, state_topic, on_markers))
+        if self.config.values.get("transaction.partition.verification.enable", True):
+            self.txn_verifier = apis.txn_verifier = TransactionVerifier(
+                broker_id=self.broker_id, metadata_cache=self.metadata_cache, coordinator=coordinator, channel=markers,
+                state_topic_name=TRANSACTION_STATE_TOPIC_NAME)
 
     async def wait_until_live(self) -> None:
         """Until the controller has unfenced this broker and its UpdateMetadata lists it live
@@ -534,7 +540,7 @@ class KafkaServer:
         if self.txn_coordinator is not None:
             self.txn_coordinator.shutdown()
         for closing in (self.lifecycle, self.alter_partition_manager, self.producer_ids, self.forwarding,
-                        self.txn_markers):
+                        self.txn_markers, self.txn_verifier):
             close = getattr(closing, "close", None)
             if close is not None:
                 close()

@@ -418,6 +418,9 @@ class TransactionCoordinator:
             return respond(error)
         assert md is not None
         if verify_only:
+            # Kafka's handleVerifyPartitionsInTransaction
+            if (md.pending is not None and not md.fencing) or md.state in _PREPARE:
+                return respond(ErrorCode.CONCURRENT_TRANSACTIONS)
             ok = md.state == TxnState.ONGOING and all(p in md.partitions for p in partitions)
             return respond(ErrorCode.NONE if ok else ErrorCode.INVALID_TXN_STATE)
         if md.pending is not None or md.state in (*_PREPARE, TxnState.PREPARE_EPOCH_FENCE):

@@ -143,7 +143,8 @@ class TxnMarkerChannel(TxnMarkerSender):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _connection(self, broker_id: int) -> BrokerConnection:
+    async def connection(self, broker_id: int) -> BrokerConnection:
+        """The connection to ``broker_id`` over the inter-broker listener (the KIP-890 verifier shares it)."""
         conn = self._connections.get(broker_id)
         if conn is not None and conn.connected:
             return conn
@@ -165,7 +166,7 @@ class TxnMarkerChannel(TxnMarkerSender):
         for t, p in tps:
             topics.setdefault(t, []).append(p)
         try:
-            conn = await self._connection(broker_id)
+            conn = await self.connection(broker_id)
             response = await conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
                 "producer_id": producer_id, "producer_epoch": epoch, "transaction_result": commit,
                 "coordinator_epoch": coordinator_epoch,

@@ -235,3 +235,39 @@ def test_bad_input_gets_kafkas_error_and_changes_nothing(case, expected):
         got.append(h.add(pid, epoch))
     assert got == [expected]
     assert len(h.log) == before  # nothing written
+
+
+def verify(h, pid, epoch, parts=(("t", 0),)):
+    out = []
+    h.c.handle_add_partitions(TID, pid, epoch, list(parts), out.append, verify_only=True)
+    return out[0] if out else None
+
+
+def test_kip890_verify_only_answers_and_changes_nothing():
+    """AddPartitionsToTxn v4 verify_only (a leader asking before a transactional produce):
+    Kafka's handleVerifyPartitionsInTransaction, nothing written."""
+    h = Harness()
+    _err, pid, epoch = h.init()
+    assert verify(h, pid, epoch) == E.INVALID_TXN_STATE            # no transaction yet
+    assert h.add(pid, epoch, [("t", 0)]) == 0
+    written = len(h.log)
+    assert verify(h, pid, epoch) == 0
+    assert verify(h, pid, epoch, [("t", 0), ("t", 1)]) == E.INVALID_TXN_STATE   # t-1 never added
+    assert verify(h, pid, epoch - 1 if epoch else 5) == E.PRODUCER_FENCED
+    assert verify(h, pid + 1, epoch) == E.INVALID_PRODUCER_ID_MAPPING
+    assert len(h.log) == written
+    assert h.end(pid, epoch, True) == 0                            # PrepareCommit, markers not yet acknowledged
+    assert verify(h, pid, epoch) == E.CONCURRENT_TRANSACTIONS
+    h.markers.ack_all()
+    assert verify(h, pid, epoch) == E.INVALID_TXN_STATE            # the transaction is over
+
+
+def test_kip890_verification_errors_for_the_producer():
+    from broker.transaction.verification import client_error
+    assert {e: client_error(e) for e in (E.CONCURRENT_TRANSACTIONS, E.COORDINATOR_LOAD_IN_PROGRESS,
+                                         E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR, E.NETWORK_EXCEPTION,
+                                         E.PRODUCER_FENCED, E.INVALID_TXN_STATE, E.INVALID_PRODUCER_ID_MAPPING)} == {
+        E.CONCURRENT_TRANSACTIONS: E.NOT_ENOUGH_REPLICAS, E.COORDINATOR_LOAD_IN_PROGRESS: E.NOT_ENOUGH_REPLICAS,
+        E.COORDINATOR_NOT_AVAILABLE: E.NOT_ENOUGH_REPLICAS, E.NOT_COORDINATOR: E.NOT_ENOUGH_REPLICAS,
+        E.NETWORK_EXCEPTION: E.NOT_ENOUGH_REPLICAS, E.PRODUCER_FENCED: E.INVALID_PRODUCER_EPOCH,
+        E.INVALID_TXN_STATE: E.INVALID_TXN_STATE, E.INVALID_PRODUCER_ID_MAPPING: E.INVALID_PRODUCER_ID_MAPPING}

@@ -6,6 +6,7 @@ reads the topic afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -13,6 +14,8 @@ from typing import NamedTuple
 
 import pytest
 
+from protocol.api_keys import ApiKey
+from protocol.client import KafkaClient
 from protocol.compression import Compression, compress
 from protocol.errors import ErrorCode
 from protocol.records import (CONTROL_MASK, HEADER_SIZE, MAGIC_OFFSET, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Record,
@@ -260,6 +263,39 @@ def test_transactional_batch_is_refused_for_the_whole_request(broker, raw, caplo
     assert errors == {(TOPIC, 0): code, (TOPIC, 1): code}
     assert [read_log(log_dir(broker), TOPIC, p) for p in (0, 1)] == before
     assert len([w for w in warnings(caplog) if "transactional" in w]) == 1
+
+
+def init_transactional_producer(broker, transactional_id: str) -> tuple[int, int]:
+    """InitProducerId for ``transactional_id`` at its coordinator (this one broker), retried
+    while __transaction_state is being created; (producer id, epoch)."""
+    async def init() -> tuple[int, int]:
+        async with KafkaClient(broker.bootstrap, client_id="test-txn") as client:
+            conn = await client.any_connection()
+            for _ in range(100):
+                found = await conn.request(ApiKey.FIND_COORDINATOR, {"key": transactional_id, "key_type": 1}, 3)
+                if found.error_code == ErrorCode.NONE:
+                    resp = await conn.request(ApiKey.INIT_PRODUCER_ID, {
+                        "transactional_id": transactional_id, "transaction_timeout_ms": 60000}, 1)
+                    if resp.error_code == ErrorCode.NONE:
+                        return resp.producer_id, resp.producer_epoch
+                await asyncio.sleep(0.1)
+            raise AssertionError("no transaction coordinator within 10 s")
+    return broker.run(init())
+
+
+def test_transactional_batch_to_a_partition_never_added_is_refused(broker, raw, caplog):
+    """KIP-890 verification: the producer's transaction exists at the coordinator but this
+    partition was never added to it (no AddPartitionsToTxn): INVALID_TXN_STATE, nothing
+    written; the request's other partition is served."""
+    producer_id, epoch = init_transactional_producer(broker, "txn-1")
+    before = [read_log(log_dir(broker), TOPIC, p) for p in (0, 1)]
+    txn = rebuilt(BASE, attributes=TRANSACTIONAL_MASK, producer_id=producer_id, producer_epoch=epoch, base_sequence=0)
+    caplog.clear()
+    errors = raw.produce({(TOPIC, 0): txn, (TOPIC, 1): good_batch(1)}, transactional_id="txn-1")
+    assert errors == {(TOPIC, 0): ErrorCode.INVALID_TXN_STATE, (TOPIC, 1): 0}
+    assert read_log(log_dir(broker), TOPIC, 0) == before[0]
+    assert len(read_log(log_dir(broker), TOPIC, 1)) == len(before[1]) + 1
+    assert len([w for w in warnings(caplog) if "verification" in w]) == 1
 
 
 def test_max_timestamp_and_type_follow_the_records(broker, raw):

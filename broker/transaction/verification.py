@@ -1,0 +1,121 @@
+"""KIP-890 part 1: a partition leader verifies a transactional produce with the transaction
+coordinator before appending it (Kafka's AddPartitionsToTxnManager and
+ReplicaManager.maybeStartTransactionVerificationForPartition).
+
+The first transactional batch of a producer's transaction on a partition (the partition's
+producer state shows no transaction of that producer open) is verified: the leader asks the
+coordinator of the transactional id whether the partition is in the producer's ongoing
+transaction, with AddPartitionsToTxn v4+ ``verify_only`` (broker to broker, CLUSTER_ACTION) over
+the inter-broker listener, or directly when this broker is that coordinator. A partition never
+added (or a transaction already ended) answers INVALID_TXN_STATE and nothing is written; a
+stale epoch PRODUCER_FENCED / INVALID_PRODUCER_EPOCH. Retriable failures of the verification
+itself (the coordinator moving, loading, busy or unreachable) become NOT_ENOUGH_REPLICAS, which
+producers retry, as Kafka answers them.
+
+A verification guard (one object per producer and partition, Kafka's VerificationGuard) closes
+the window between the answer and the append: a marker written meanwhile (the transaction
+aborted by its timeout, say) drops the guard, and the append then fails with INVALID_TXN_STATE
+instead of opening a transaction nobody will end (a hanging transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Callable
+
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+
+from ..coordinator.group_metadata_manager import partition_for
+
+if TYPE_CHECKING:
+    from ..metadata_cache import MetadataCache
+    from .coordinator import TransactionCoordinator
+    from .markers import TxnMarkerChannel
+
+log = logging.getLogger("kbroker.transaction.verification")
+
+TopicPartition = tuple[str, int]
+Done = Callable[[dict[TopicPartition, int]], None]
+
+# Kafka's ReplicaManager: coordinator-side errors a producer should retry, as NOT_ENOUGH_REPLICAS.
+RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                       ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.NETWORK_EXCEPTION})
+VERIFY_VERSION = 4
+
+
+def client_error(error: int) -> int:
+    """The Produce error for a failed verification (Produce knows no PRODUCER_FENCED: a stale
+    epoch is INVALID_PRODUCER_EPOCH there)."""
+    if error in RETRIABLE:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+class TransactionVerifier:
+    def __init__(self, *, broker_id: int, metadata_cache: "MetadataCache", coordinator: "TransactionCoordinator",
+                 channel: "TxnMarkerChannel", state_topic_name: str) -> None:
+        self.broker_id = broker_id
+        self.metadata_cache = metadata_cache
+        self.coordinator = coordinator
+        self.channel = channel
+        self.state_topic_name = state_topic_name
+        self._tasks: set[asyncio.Task] = set()
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    def verify(self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition],
+               done: Done) -> None:
+        """``done({tp: error})`` once, with the coordinator's answer per partition (already
+        mapped for the producer: ``client_error``)."""
+        def answered(errors: dict[TopicPartition, int]) -> None:
+            done({tp: client_error(errors.get(tp, ErrorCode.INVALID_TXN_STATE)) for tp in partitions})
+
+        state_partition = partition_for(transactional_id, self.coordinator.config.num_partitions)
+        info = self.metadata_cache.topics.get(self.state_topic_name)
+        state = info.partitions.get(state_partition) if info is not None else None
+        if state is None or state.leader < 0:
+            return answered({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions})
+        if state.leader == self.broker_id:
+            self.coordinator.handle_add_partitions(transactional_id, producer_id, epoch, partitions,
+                                                   lambda error: answered({tp: error for tp in partitions}),
+                                                   verify_only=True)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._remote(state.leader, transactional_id, producer_id, epoch, partitions, answered))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _remote(self, broker_id: int, transactional_id: str, producer_id: int, epoch: int,
+                      partitions: list[TopicPartition], answered: Done) -> None:
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
+        try:
+            conn = await self.channel.connection(broker_id)
+            response = await conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, {"transactions": [{
+                "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch,
+                "verify_only": True, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]},
+                VERIFY_VERSION)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("verifying transactional id %r with broker %d failed: %s", transactional_id, broker_id, exc)
+            return answered({tp: ErrorCode.NETWORK_EXCEPTION for tp in partitions})
+        if response.error_code:
+            log.error("AddPartitionsToTxn (verify) to broker %d answered %s", broker_id, response.error_code)
+            # the producer must not see CLUSTER_AUTHORIZATION_FAILED: the verification did not complete
+            error = (ErrorCode.INVALID_TXN_STATE if response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                     else response.error_code)
+            return answered({tp: error for tp in partitions})
+        errors: dict[TopicPartition, int] = {}
+        for txn in response.results_by_transaction:
+            for t in txn.topic_results:
+                for p in t.results_by_partition:
+                    errors[(t.name, p.partition_index)] = p.partition_error_code
+        answered(errors)
