@@ -1200,7 +1200,8 @@ class KafkaApis:
         else:
             grouped = [(ts.topic_name, ts.topic_id, ts.partition_states) for ts in req.topic_states]
         states = [LeaderAndIsrState(topic, ps.partition_index, ps.controller_epoch, ps.leader, ps.leader_epoch,
-                                    list(ps.isr), ps.partition_epoch, list(ps.replicas), ps.is_new)
+                                    list(ps.isr), ps.partition_epoch, list(ps.replicas), ps.is_new,
+                                    tuple(ps.adding_replicas), tuple(ps.removing_replicas))
                   for topic, _id, parts in grouped for ps in parts]
         if self._cluster_action_denied(ctx):
             error, results = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, {

@@ -2,8 +2,9 @@
 AutoTopicCreationManager), and waiting for their effect on this broker's metadata.
 
 Clients may send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
-AlterConfigs, ElectLeaders, CreateAcls, DeleteAcls and AlterUserScramCredentials to any
-broker; the controller decides them. Clients do not
+AlterConfigs, ElectLeaders, CreateAcls, DeleteAcls, AlterUserScramCredentials,
+AlterPartitionReassignments, ListPartitionReassignments, AlterClientQuotas and UnregisterBroker
+to any broker; the controller decides them. Clients do not
 notice the hop:
 
 * ``ForwardingManager.forward`` relays a request as it came (same API version, same body
@@ -53,7 +54,9 @@ log = logging.getLogger("kbroker.forwarding")
 RETRY_BACKOFF_MS = 50
 RETRY_BACKOFF_MAX_MS = 1000
 FORWARDED_APIS = (ApiKey.CREATE_PARTITIONS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS,
-                  ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+                  ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ALTER_CLIENT_QUOTAS,
+                  ApiKey.UNREGISTER_BROKER)
 
 Respond = Callable[[bytes], None]
 
@@ -84,6 +87,20 @@ def error_response(api_key: int, request: Any, code: int, message: str | None) -
         users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
         return {"throttle_time_ms": 0, "results": [{"user": u, "error_code": code, "error_message": message}
                                                    for u in users]}
+    if api_key == ApiKey.ALTER_PARTITION_REASSIGNMENTS:
+        # Kafka answers a request-level failure (authorization, no controller) at the top level.
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "responses": [
+            {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
+                                             "error_message": message} for p in t.partitions]}
+            for t in request.topics]}
+    if api_key == ApiKey.LIST_PARTITION_REASSIGNMENTS:
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "topics": []}
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        return {"throttle_time_ms": 0, "entries": [{"error_code": code, "error_message": message, "entity": [
+            {"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
+            for entry in request.entries]}
+    if api_key == ApiKey.UNREGISTER_BROKER:
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": message}
     if api_key == ApiKey.ELECT_LEADERS:
         return {"throttle_time_ms": 0, "error_code": code, "replica_election_results": [
             {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": message}

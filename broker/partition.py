@@ -73,6 +73,8 @@ class LeaderAndIsrState:
     partition_epoch: int
     replicas: list[int]
     is_new: bool = False
+    adding: tuple[int, ...] = ()    # a reassignment in progress (KIP-455): replicas being added
+    removing: tuple[int, ...] = ()  # ... and removed
 
 
 class Replica:
@@ -250,6 +252,8 @@ class Partition:
         self.partition_epoch = 0
         self.controller_epoch = -1
         self.replicas: list[int] = []
+        self.adding_replicas: tuple[int, ...] = ()    # KIP-455: a reassignment in progress
+        self.removing_replicas: tuple[int, ...] = ()
         self.partition_state: PartitionState = CommittedPartitionState(frozenset())
         self.remote_replicas: dict[int, Replica] = {}
         self.previous_isr: frozenset[int] = frozenset()  # the ISR before the last committed AlterPartition
@@ -268,6 +272,10 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.local_broker_id
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
     @property
     def isr(self) -> frozenset[int]:
@@ -302,6 +310,7 @@ class Partition:
     def _update_assignment(self, state: LeaderAndIsrState) -> None:
         self.controller_epoch = state.controller_epoch
         self.replicas = list(state.replicas)
+        self.adding_replicas, self.removing_replicas = tuple(state.adding), tuple(state.removing)
         # Whatever was proposed, the controller's state now stands (a pending proposal's answer
         # will find the state replaced and be ignored).
         self.partition_state = CommittedPartitionState(frozenset(state.isr))

@@ -78,6 +78,8 @@ class PartitionState(NamedTuple):
     offline_replicas: tuple[int, ...] = ()
     is_new: bool = False
     leader_recovery_state: int = 0
+    adding: tuple[int, ...] = ()     # a reassignment in progress (KIP-455)
+    removing: tuple[int, ...] = ()
 
 
 class LiveBroker(NamedTuple):
@@ -392,8 +394,8 @@ class ControllerChannelManager:
             if t is None:
                 t = topics[topic] = LeaderAndIsrTopicState(topic, s.topic_id, [])
             t.partition_states.append(LeaderAndIsrPartitionState(
-                s.partition, epoch, s.leader, s.leader_epoch, s.isr, s.partition_epoch, s.replicas, (), (), s.is_new,
-                s.leader_recovery_state))
+                s.partition, epoch, s.leader, s.leader_epoch, s.isr, s.partition_epoch, s.replicas, s.adding, s.removing,
+                s.is_new, s.leader_recovery_state))
         return LeaderAndIsrRequest(
             self.controller_id, epoch, broker_epoch, REQUEST_TYPE_FULL if item.full else REQUEST_TYPE_INCREMENTAL,
             list(topics.values()),

@@ -82,6 +82,8 @@ class ControllerApis:
             ApiKey.CREATE_ACLS: lambda r, v: self.controller.create_acls(r, v),
             ApiKey.DELETE_ACLS: lambda r, v: self.controller.delete_acls(r, v),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r, v: self.controller.alter_user_scram_credentials(r),
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: lambda r, v: self.controller.alter_partition_reassignments(r, v),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: lambda r, v: self.controller.list_partition_reassignments(r),
         }
         self.handlers = set(self.operations) | {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.DESCRIBE_ACLS,
                                                 ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}

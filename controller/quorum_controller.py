@@ -316,6 +316,7 @@ class QuorumController:
             return
         records = result.records
         removed = {}
+        moved_off: dict[tuple[uuid.UUID, int], frozenset[int]] = {}  # replicas a change takes away
         if records:
             try:
                 last = self.store.append(records, self.epoch)
@@ -328,6 +329,12 @@ class QuorumController:
                 if record.type == T.PARTITION_CHANGE and record.leader not in (NO_LEADER_CHANGE, NO_LEADER):
                     self.leader_elections += 1
             for i, record in enumerate(records):
+                if record.type == T.PARTITION_CHANGE and record.replicas is not None:
+                    before = self.replication.partition(record.topic_id, record.partition_id)
+                    if before is not None:
+                        gone = frozenset(before.replicas) - frozenset(record.replicas)
+                        key = (record.topic_id, record.partition_id)
+                        moved_off[key] = moved_off.get(key, frozenset()) | gone
                 if record.type == T.REMOVE_TOPIC:
                     info = self.replication.topics.get(record.topic_id)
                     if info is not None:
@@ -338,7 +345,7 @@ class QuorumController:
                 if again is not None:  # new partitions taken back (_take_back): only they go
                     removed[name] = (topic_id, {pid: p for pid, p in parts.items() if pid not in again.parts})
             self._last_written = last
-        effects = self._effects(records, removed)
+        effects = self._effects(records, removed, moved_off)
         response, future = result.response, event.future
 
         def release() -> None:
@@ -432,7 +439,7 @@ class QuorumController:
     def _partition_state(self, topic: str, topic_id: uuid.UUID, pid: int, part, is_new: bool = False) -> PartitionState:
         offline = tuple(r for r in part.replicas if not self.cluster.is_unfenced(r))
         return PartitionState(topic, topic_id, pid, part.leader, part.leader_epoch, part.isr, part.partition_epoch,
-                              part.replicas, offline, is_new, part.leader_recovery_state)
+                              part.replicas, offline, is_new, part.leader_recovery_state, part.adding, part.removing)
 
     def _leader_endpoints(self, states) -> dict[int, tuple[str, int]]:
         out = {}
@@ -456,7 +463,8 @@ class QuorumController:
         mine = {key: state for key, state in full.partitions.items() if broker_id in state.replicas}
         return LeaderAndIsrItem(mine, self._leader_endpoints(mine.values()), full=True)
 
-    def _effects(self, records: list[ApiMessageAndVersion], removed: dict) -> list[Callable[[], None]]:
+    def _effects(self, records: list[ApiMessageAndVersion], removed: dict,
+                 moved_off: dict[tuple[uuid.UUID, int], frozenset[int]] | None = None) -> list[Callable[[], None]]:
         channel = self.channel
         if channel is None:
             return []
@@ -505,7 +513,7 @@ class QuorumController:
             effects.append(lambda b=broker_id, um=um, lisr=lisr, e=reg.epoch, tok=token: channel.enqueue_full_state(
                 b, um, lisr, lambda: self._full_state_delivered(b, e, tok)))
         # Incremental changes, to every other registered broker.
-        if not (changed or config_topics or removed or brokers_changed or security):
+        if not (changed or config_topics or removed or brokers_changed or security or moved_off):
             return effects
         partitions: dict[tuple[str, int], PartitionState] = {}
         for (topic_id, pid), is_new in changed.items():
@@ -530,6 +538,16 @@ class QuorumController:
                                                       part.isr, part.partition_epoch, part.replicas)
                 for replica in part.replicas:
                     stop.setdefault(replica, StopReplicaItem()).partitions[(name, pid)] = (LEADER_DURING_DELETE, True)
+        # Replicas a reassignment completed (or cancelled) took away: stopped and deleted, at the
+        # new leader epoch (one the removed replica has not seen: its StopReplica is not fenced).
+        for (topic_id, pid), gone in (moved_off or {}).items():
+            info = self.replication.topics.get(topic_id)
+            part = info.parts.get(pid) if info is not None else None
+            if part is None:
+                continue
+            for replica in gone:
+                if replica not in part.replicas:
+                    stop.setdefault(replica, StopReplicaItem()).partitions[(info.name, pid)] = (part.leader_epoch, True)
         um = UpdateMetadataItem({**partitions, **deleted}, topic_configs, self._live_brokers(), records=tuple(security))
         lisr_for: dict[int, dict] = {}
         for key, state in partitions.items():
@@ -949,6 +967,15 @@ class QuorumController:
             return {"name": r["name"], "error_code": code, "error_message": message}
         return self._answer_once_created(committed, "results", lambda r: first_new.get(r["name"]), failed,
                                          request.timeout_ms)
+
+    def alter_partition_reassignments(self, request, version: int) -> asyncio.Future:
+        allow = request.allow_replication_factor_change if version >= 1 else True
+        return self._submit("alter partition reassignments",
+                            lambda: self.replication.alter_partition_reassignments(request.topics, allow))
+
+    def list_partition_reassignments(self, request) -> asyncio.Future:
+        return self._submit("list partition reassignments", lambda: ControllerResult(
+            [], self.replication.list_partition_reassignments(request.topics)))
 
     def elect_leaders(self, request, version: int) -> asyncio.Future:
         election_type = request.election_type if version >= 1 else PREFERRED_ELECTION

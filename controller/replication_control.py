@@ -14,7 +14,13 @@ return records (and responses); leaders and ISRs always come out of PartitionCha
 * preferred elections: ElectLeaders, and the periodic auto rebalance (a broker whose share
   of partitions it should lead but does not is above leader.imbalance.per.broker.percentage
   gets them back, the ZooKeeper-era controller's rule);
-* unclean elections where a topic allows them (unclean.leader.election.enable).
+* unclean elections where a topic allows them (unclean.leader.election.enable);
+* partition reassignment (KIP-455, AlterPartitionReassignments): a move starts with the
+  replicas = target + removing, adding and removing set (partition_change.py), the leader
+  adds the new replicas to the ISR as they catch up (AlterPartition), and the change that
+  brings the last of them in completes it; a cancel (null target) reverts to the replicas
+  the move started from (Kafka's PartitionReassignmentRevert). All of it is metadata log
+  records, so a new controller carries on where the old one stopped.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from .cluster_control import ClusterControlManager
 from .configuration_control import ConfigurationControlManager
 from .controller_result import ControllerResult
 from .partition_change import (NO_LEADER, NO_LEADER_CHANGE, RECOVERED, RECOVERING, Election, PartitionChangeBuilder,
-                               PartitionRegistration, initial_registration)
+                               PartitionRegistration, initial_registration, reassignment_replicas)
 from .placement import PlacementError, assign_replicas_to_brokers
 
 log = logging.getLogger("kbroker.controller.replication")
@@ -105,6 +111,9 @@ class ReplicationControlManager:
 
     def _leaderless_partitions(self) -> list[tuple[TopicControlInfo, int, PartitionRegistration]]:
         return [(info, pid, part) for info, pid, part in self.all_partitions() if part.leader == NO_LEADER]
+
+    def reassigning_partitions(self) -> list[tuple[TopicControlInfo, int, PartitionRegistration]]:
+        return [(info, pid, part) for info, pid, part in self.all_partitions() if part.is_reassigning]
 
     def offline_partition_count(self) -> int:
         return sum(1 for _i, _p, part in self.all_partitions() if part.leader == NO_LEADER)
@@ -517,6 +526,127 @@ class ReplicationControlManager:
         if records:
             log.info("auto leader rebalance: moving %d leadership(s) back to preferred replicas", len(records))
         return records
+
+    # -- reassignment (KIP-455) ------------------------------------------------------------
+
+    def alter_partition_reassignments(self, topics, allow_replication_factor_change: bool = True) -> ControllerResult:
+        """AlterPartitionReassignments: a result per partition, in the request's order; the
+        records of those accepted (Kafka answers them all in one atomic batch)."""
+        records: list[ApiMessageAndVersion] = []
+        responses = []
+        ok = total = 0
+        for t in topics:
+            out = []
+            for p in t.partitions:
+                total += 1
+                code, message = self._alter_reassignment(t.name, p.partition_index, p.replicas,
+                                                         allow_replication_factor_change, records)
+                if code:
+                    log.info("cannot alter the reassignment of %s-%d: %s %s", t.name, p.partition_index,
+                             ErrorCode(code).name, message)
+                else:
+                    ok += 1
+                out.append({"partition_index": p.partition_index, "error_code": code, "error_message": message})
+            responses.append({"name": t.name, "partitions": out})
+        if total:
+            log.info("altered %d of %d partition reassignment(s)", ok, total)
+        return ControllerResult(records, {"throttle_time_ms": 0, "allow_replication_factor_change":
+                                          allow_replication_factor_change, "error_code": ErrorCode.NONE,
+                                          "error_message": None, "responses": responses})
+
+    def _alter_reassignment(self, topic: str, pid: int, replicas, allow_rf_change: bool,
+                            records: list) -> tuple[int, str | None]:
+        info = self.topic(topic)
+        if info is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic}."
+        part = info.parts.get(pid)
+        if part is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic}:{pid}."
+        # The partition as earlier entries of this same request left it (a partition listed twice).
+        for r in records:
+            if r.topic_id == info.topic_id and r.partition_id == pid:
+                part = part.merge(r)
+        if replicas is None:
+            return self._cancel_reassignment(info, pid, part, records)
+        replicas = list(replicas)
+        problem = self._reassignment_target_problem(replicas)
+        if problem is not None:
+            return ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem
+        if not allow_rf_change:
+            current_rf = len(part.target_replicas)
+            if len(replicas) != current_rf:
+                return ErrorCode.INVALID_REPLICATION_FACTOR, (
+                    f"The replication factor is changed from {current_rf} to {len(replicas)}")
+        new_replicas, adding, removing = reassignment_replicas(part.replicas, replicas)
+        builder = PartitionChangeBuilder(part, info.topic_id, pid, self.cluster.is_active, self._election_for(info.name))
+        builder.set_target_replicas(new_replicas).set_target_adding(adding).set_target_removing(removing)
+        record = builder.build()
+        if record is not None:
+            records.append(record)
+            log.info("reassigning %s-%d from %s to %s%s", topic, pid, list(part.replicas), replicas,
+                     " (complete at once)" if builder.completed_reassignment else
+                     f": adding {adding}, removing {removing}")
+        return ErrorCode.NONE, None
+
+    def _reassignment_target_problem(self, replicas: list[int]) -> str | None:
+        """Kafka's validateManualPartitionAssignment: not empty, registered brokers (fenced
+        ones too), no duplicates."""
+        if not replicas:
+            return "The manual partition assignment includes an empty replica list."
+        previous = None
+        for b in sorted(replicas):
+            if not self.cluster.is_registered(b):
+                return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+            if b == previous:
+                return f"The manual partition assignment includes the broker {b} more than once."
+            previous = b
+        return None
+
+    def _cancel_reassignment(self, info: TopicControlInfo, pid: int, part: PartitionRegistration,
+                             records: list) -> tuple[int, str | None]:
+        """Revert to where the move started (Kafka's PartitionReassignmentRevert): the replicas
+        and ISR without those being added. An ISR made only of added replicas cannot be reverted
+        cleanly: refused, unless the topic allows unclean elections."""
+        if not part.is_reassigning:
+            return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."
+        adding = set(part.adding)
+        replicas = [r for r in part.replicas if r not in adding]
+        isr = [r for r in part.isr if r not in adding]
+        election = self._election_for(info.name)
+        if not isr:
+            if election is not Election.UNCLEAN:
+                return ErrorCode.INVALID_REPLICA_ASSIGNMENT, (
+                    f"Unable to revert partition assignment for {info.name}:{pid} because it would require an "
+                    f"unclean leader election.")
+            isr = [replicas[0]]
+        builder = PartitionChangeBuilder(part, info.topic_id, pid, self.cluster.is_active, election)
+        builder.set_target_isr(isr).set_target_replicas(replicas).set_target_adding([]).set_target_removing([])
+        record = builder.build()
+        if record is not None:
+            records.append(record)
+            log.info("cancelled the reassignment of %s-%d: back to %s (dropping %s)", info.name, pid, replicas,
+                     sorted(adding))
+        return ErrorCode.NONE, None
+
+    def list_partition_reassignments(self, topics) -> dict:
+        """ListPartitionReassignments: every partition moving (``topics`` None), or those of
+        the given topics and partitions that are; unknown ones are left out, as Kafka does."""
+        out = []
+        if topics is None:
+            wanted = [(info, sorted(info.parts)) for info in sorted(self.topics.values(), key=lambda i: i.name)]
+        else:
+            wanted = [(info, list(t.partition_indexes)) for t in topics for info in [self.topic(t.name)]
+                      if info is not None]
+        for info, pids in wanted:
+            parts = []
+            for pid in pids:
+                part = info.parts.get(pid)
+                if part is not None and part.is_reassigning:
+                    parts.append({"partition_index": pid, "replicas": list(part.replicas),
+                                  "adding_replicas": list(part.adding), "removing_replicas": list(part.removing)})
+            if parts:
+                out.append({"name": info.name, "partitions": parts})
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "topics": out}
 
     # -- snapshots -------------------------------------------------------------------------
 

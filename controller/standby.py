@@ -107,3 +107,11 @@ class StandbyController:
         users = sorted({d.name for d in request.deletions} | {u.name for u in request.upsertions})
         return self._answer({"throttle_time_ms": 0, "results": [
             {"user": u, "error_code": NOT_CONTROLLER, "error_message": MESSAGE} for u in users]})
+
+    def alter_partition_reassignments(self, request, version: int) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE,
+                             "responses": []})
+
+    def list_partition_reassignments(self, request) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE,
+                             "topics": []})

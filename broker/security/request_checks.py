@@ -12,7 +12,8 @@ other principal (a client talking to the controller listener directly) the same 
 ``screen(api_key, request, authorize)`` returns what to do with a request:
 
 * ``Screen.error``: the whole request is refused with that code (ElectLeaders, CreateAcls,
-  DeleteAcls, AlterUserScramCredentials need ALTER on the cluster);
+  DeleteAcls, AlterUserScramCredentials, AlterPartitionReassignments, UnregisterBroker need ALTER
+  on the cluster, ListPartitionReassignments DESCRIBE, AlterClientQuotas ALTER_CONFIGS);
 * else ``Screen.request`` is the request with the refused entries taken out (the same object,
   changed in place; None when nothing is left to send), and ``Screen.complete(response)``
   (None when nothing was refused) puts the refused entries back into the answer, in the
@@ -46,15 +47,23 @@ class Screen(NamedTuple):
     error: int | None = None
 
 
-# The APIs refused whole without ALTER on the cluster.
-CLUSTER_ALTER_APIS = frozenset({ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
-                                ApiKey.ALTER_USER_SCRAM_CREDENTIALS})
+# The APIs refused whole without an operation on the cluster: ALTER (Kafka's ControllerApis for
+# ElectLeaders, the ACL and SCRAM APIs, AlterPartitionReassignments, UnregisterBroker), DESCRIBE
+# (ListPartitionReassignments), ALTER_CONFIGS (AlterClientQuotas).
+CLUSTER_OPERATION_APIS: dict[int, int] = {
+    ApiKey.ELECT_LEADERS: Op.ALTER, ApiKey.CREATE_ACLS: Op.ALTER, ApiKey.DELETE_ACLS: Op.ALTER,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Op.ALTER, ApiKey.ALTER_PARTITION_REASSIGNMENTS: Op.ALTER,
+    ApiKey.UNREGISTER_BROKER: Op.ALTER, ApiKey.LIST_PARTITION_REASSIGNMENTS: Op.DESCRIBE,
+    ApiKey.ALTER_CLIENT_QUOTAS: Op.ALTER_CONFIGS,
+}
+CLUSTER_ALTER_APIS = frozenset(k for k, op in CLUSTER_OPERATION_APIS.items() if op == Op.ALTER)
 
 
 def screen(api_key: int, request: Any, authorize: Authorize,
            topic_exists: Callable[[str], bool] = lambda name: True) -> Screen:
-    if api_key in CLUSTER_ALTER_APIS:
-        if not authorize(Op.ALTER, R.CLUSTER, CLUSTER_NAME):
+    operation = CLUSTER_OPERATION_APIS.get(api_key)
+    if operation is not None:
+        if not authorize(operation, R.CLUSTER, CLUSTER_NAME):
             return Screen(error=CLUSTER_AUTH)
         return Screen(request)
     if api_key == ApiKey.CREATE_PARTITIONS:

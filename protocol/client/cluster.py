@@ -13,6 +13,7 @@ from ..api_keys import ApiKey
 from ..clock import Time
 from ..errors import ErrorCode, KafkaError, LeaderNotAvailableError, RequestTimedOutError, UnknownTopicOrPartitionError
 from .admin import AdminMixin
+from .cluster_admin import ClusterAdminMixin
 from .clock import SYSTEM_TIME, sleep
 from .connection import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network, wire_error
 from .metadata import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
@@ -29,7 +30,7 @@ def _parse_address(server: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class KafkaClient(AdminMixin):
+class KafkaClient(AdminMixin, ClusterAdminMixin):
     """A cluster-aware client: bootstraps from any of ``bootstrap_servers``, keeps the cluster
     view (``cluster``), pools one connection per broker, and retries retriable errors with
     exponential backoff, refreshing metadata between attempts.

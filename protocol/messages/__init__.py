@@ -14,6 +14,7 @@ from ..api_keys import ApiKey
 from ..schema import Api, Message
 from . import (acls, alter_partition, api_versions, configs, control, coordinator, fetch, groups, leader_epoch,
                lifecycle, list_offsets, metadata, offset_commit, produce, producer, sasl, scram, topics, transactions)
+from . import cluster_ops
 
 APIS: dict[int, Api] = {a.key: a for a in (
     # Produce 0-2 (message format 0/1) are advertised but answered UNSUPPORTED_VERSION, as Kafka 4
@@ -97,6 +98,25 @@ APIS: dict[int, Api] = {a.key: a for a in (
         scram.DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST, scram.DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE, 0, 0),
     Api(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, "AlterUserScramCredentials", scram.ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
         scram.ALTER_USER_SCRAM_CREDENTIALS_RESPONSE, 0, 0),
+    # Running a cluster (issue 27; messages/cluster_ops.py): reassignment, client quotas and
+    # UnregisterBroker go to the controller (forwarded by brokers); DeleteRecords, DescribeLogDirs
+    # and DescribeCluster are answered by each broker.
+    Api(ApiKey.ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignments",
+        cluster_ops.ALTER_PARTITION_REASSIGNMENTS_REQUEST, cluster_ops.ALTER_PARTITION_REASSIGNMENTS_RESPONSE, 0, 1),
+    Api(ApiKey.LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments",
+        cluster_ops.LIST_PARTITION_REASSIGNMENTS_REQUEST, cluster_ops.LIST_PARTITION_REASSIGNMENTS_RESPONSE, 0, 0),
+    Api(ApiKey.DELETE_RECORDS, "DeleteRecords", cluster_ops.DELETE_RECORDS_REQUEST, cluster_ops.DELETE_RECORDS_RESPONSE,
+        0, 2),
+    Api(ApiKey.DESCRIBE_LOG_DIRS, "DescribeLogDirs", cluster_ops.DESCRIBE_LOG_DIRS_REQUEST,
+        cluster_ops.DESCRIBE_LOG_DIRS_RESPONSE, 1, 4),
+    Api(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", cluster_ops.DESCRIBE_CLUSTER_REQUEST,
+        cluster_ops.DESCRIBE_CLUSTER_RESPONSE, 0, 2),
+    Api(ApiKey.DESCRIBE_CLIENT_QUOTAS, "DescribeClientQuotas", cluster_ops.DESCRIBE_CLIENT_QUOTAS_REQUEST,
+        cluster_ops.DESCRIBE_CLIENT_QUOTAS_RESPONSE, 0, 1),
+    Api(ApiKey.ALTER_CLIENT_QUOTAS, "AlterClientQuotas", cluster_ops.ALTER_CLIENT_QUOTAS_REQUEST,
+        cluster_ops.ALTER_CLIENT_QUOTAS_RESPONSE, 0, 1),
+    Api(ApiKey.UNREGISTER_BROKER, "UnregisterBroker", cluster_ops.UNREGISTER_BROKER_REQUEST,
+        cluster_ops.UNREGISTER_BROKER_RESPONSE, 0, 0),
 )}
 
 

@@ -158,6 +158,17 @@ REMOVE_USER_SCRAM_CREDENTIAL_RECORD = Message("RemoveUserScramCredentialRecord",
 ])
 
 
+CLIENT_QUOTA_RECORD = Message("ClientQuotaRecord", 14, "0", "0+", [
+    F("entity", "[]EntityData", fields=[
+        F("entity_type", "string"),
+        F("entity_name", "string", nullable="0+"),
+    ]),
+    F("key", "string"),
+    F("value", "float64"),
+    F("remove", "bool"),
+])
+
+
 class MetadataRecordType(enum.IntEnum):
     """Kafka's MetadataRecordType numbers (the record's api key)."""
 
@@ -172,6 +183,7 @@ class MetadataRecordType(enum.IntEnum):
     REMOVE_TOPIC = 9
     USER_SCRAM_CREDENTIAL = 11
     FEATURE_LEVEL = 12
+    CLIENT_QUOTA = 14
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
     ACCESS_CONTROL_ENTRY = 18
@@ -184,7 +196,8 @@ RECORDS: dict[int, Message] = {int(m.api_key): m for m in (
     REGISTER_BROKER_RECORD, UNREGISTER_BROKER_RECORD, TOPIC_RECORD, PARTITION_RECORD, CONFIG_RECORD,
     PARTITION_CHANGE_RECORD, FENCE_BROKER_RECORD, UNFENCE_BROKER_RECORD, REMOVE_TOPIC_RECORD, FEATURE_LEVEL_RECORD,
     PRODUCER_IDS_RECORD, BROKER_REGISTRATION_CHANGE_RECORD, NO_OP_RECORD, USER_SCRAM_CREDENTIAL_RECORD,
-    ACCESS_CONTROL_ENTRY_RECORD, REMOVE_ACCESS_CONTROL_ENTRY_RECORD, REMOVE_USER_SCRAM_CREDENTIAL_RECORD)
+    ACCESS_CONTROL_ENTRY_RECORD, REMOVE_ACCESS_CONTROL_ENTRY_RECORD, REMOVE_USER_SCRAM_CREDENTIAL_RECORD,
+    CLIENT_QUOTA_RECORD)
     if m.api_key is not None}
 
 # The version of each record kbroker writes: the layouts of Kafka's metadata.version 3.3-IV3

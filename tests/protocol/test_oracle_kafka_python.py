@@ -16,6 +16,10 @@ import uuid
 import pytest
 from hypothesis import given, settings
 
+from kafka.protocol.admin.client_quotas import (AlterClientQuotasRequest, AlterClientQuotasResponse,
+                                                DescribeClientQuotasRequest, DescribeClientQuotasResponse)
+from kafka.protocol.admin.cluster import (DescribeClusterRequest, DescribeClusterResponse, DescribeLogDirsRequest,
+                                          DescribeLogDirsResponse)
 from kafka.protocol.admin.acl import (CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
                                       DescribeAclsRequest, DescribeAclsResponse)
 from kafka.protocol.admin.configs import (AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest,
@@ -23,9 +27,12 @@ from kafka.protocol.admin.configs import (AlterConfigsRequest, AlterConfigsRespo
                                          IncrementalAlterConfigsResponse)
 from kafka.protocol.admin.groups import (DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
                                          DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
-from kafka.protocol.admin.topics import (CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
-                                        CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, ElectLeadersRequest,
-                                        ElectLeadersResponse)
+from kafka.protocol.admin.topics import (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+                                        CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+                                        CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse,
+                                        DeleteTopicsRequest, DeleteTopicsResponse, ElectLeadersRequest,
+                                        ElectLeadersResponse, ListPartitionReassignmentsRequest,
+                                        ListPartitionReassignmentsResponse)
 from kafka.protocol.admin.users import (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
                                         DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse)
 from kafka.protocol.api_message import ApiMessage
@@ -102,13 +109,20 @@ KP = {
     ApiKey.DESCRIBE_PRODUCERS: (DescribeProducersRequest, DescribeProducersResponse),
     ApiKey.DESCRIBE_TRANSACTIONS: (DescribeTransactionsRequest, DescribeTransactionsResponse),
     ApiKey.LIST_TRANSACTIONS: (ListTransactionsRequest, ListTransactionsResponse),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
+    ApiKey.DELETE_RECORDS: (DeleteRecordsRequest, DeleteRecordsResponse),
+    ApiKey.DESCRIBE_LOG_DIRS: (DescribeLogDirsRequest, DescribeLogDirsResponse),
+    ApiKey.DESCRIBE_CLUSTER: (DescribeClusterRequest, DescribeClusterResponse),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+    ApiKey.ALTER_CLIENT_QUOTAS: (AlterClientQuotasRequest, AlterClientQuotasResponse),
 }
 
 # Broker-internal APIs: kafka-python 3.0.12 dropped their schemas (test_schema_conformance checks
 # these against Kafka's JSON instead).
 BROKER_INTERNAL = {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA, ApiKey.CONTROLLED_SHUTDOWN,
                    ApiKey.ALTER_PARTITION, ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT,
-                   ApiKey.ALLOCATE_PRODUCER_IDS}
+                   ApiKey.ALLOCATE_PRODUCER_IDS, ApiKey.UNREGISTER_BROKER}
 
 # kafka-python patches MetadataResponse: both *_authorized_operations become a 'bitfield'
 # named authorized_operations (a set of bit numbers; INT32_MIN, "not requested", is None).

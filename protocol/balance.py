@@ -1,0 +1,217 @@
+"""Replica placement plans: which partitions should move where so that replicas and preferred
+leaders are even across brokers, racks are kept apart, brokers being emptied are left, and as
+little data as possible moves. Pure (no I/O): ``kbroker cluster balance`` / ``reassign
+--generate`` / ``decommission`` compute plans with it from a client's view of the cluster, and
+the controller's partition autobalancer from its own.
+
+``plan_balance`` works in phases, each a greedy pass that never makes an earlier one worse:
+
+1. **evacuate**: every replica on a broker that is excluded (being decommissioned) or gone
+   (not among ``brokers``) moves to an eligible broker that holds no replica of the
+   partition: one of a rack the partition does not use yet if there is one, then the one
+   with the fewest replicas (then the lowest id);
+2. **racks**: a partition with two replicas in one rack, where an eligible broker of an unused
+   rack exists that is not fuller than the replica's own broker, moves one of them there;
+3. **even out**: while the fullest and the emptiest eligible broker differ by more than one
+   replica, a replica moves from the fullest to the emptiest (the next emptiest when none
+   fits) that does not hold the partition yet and keeps its racks apart; the smallest
+   partition that fits goes first (``sizes``: bytes per partition), so the least data moves;
+4. **leaders**: the preferred leader is the first replica; partitions whose first replica's
+   broker leads more than its share reorder their replicas so that one of theirs with fewer
+   leads comes first (no data moves; a preferred election then moves the leadership).
+
+A replica keeps its position in the list when it moves, so a partition's leader stays first
+unless the leader's own replica moves. Nothing moves for partitions ``movable`` refuses.
+Counts are replicas, not bytes (Redpanda's and Kafka's tools count the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Collection, Hashable, Mapping, Sequence, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+def _rack_of(brokers: Mapping[int, str | None], broker: int) -> str:
+    rack = brokers.get(broker)
+    return f"<no rack {broker}>" if rack is None else rack
+
+
+def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Sequence[int]], *,
+                 exclude: Collection[int] = (), sizes: Mapping[K, int] | None = None,
+                 movable: Callable[[K], bool] | None = None, leaders: bool = True,
+                 even: bool = True) -> dict[K, list[int]]:
+    """The new replica list of every partition whose list changes (set or order).
+
+    ``brokers``: the broker ids that may hold replicas, with their racks (None: no rack; such
+    brokers count as a rack each). ``assignment``: each partition's replicas now.
+    ``exclude``: brokers to empty. ``sizes``: partition sizes (bytes), to move small ones first.
+    ``movable(key)``: False keeps a partition where it is (e.g. a reassignment in progress).
+    ``even``: False skips phase 3 (only evacuate and fix racks). ``leaders``: False skips phase 4.
+    """
+    eligible = sorted(b for b in brokers if b not in exclude)
+    sizes = sizes or {}
+    current: dict[K, list[int]] = {k: list(v) for k, v in assignment.items()}
+    fixed = {k for k in current if movable is not None and not movable(k)}
+    counts = {b: 0 for b in eligible}
+    on_broker: dict[int, set[K]] = {b: set() for b in eligible}
+    for k, replicas in current.items():
+        for r in replicas:
+            if r in counts:
+                counts[r] += 1
+                on_broker[r].add(k)
+    if not eligible:
+        return {}
+    racks_known = any(brokers.get(b) is not None for b in eligible)
+
+    def rack(b: int) -> str:
+        return _rack_of(brokers, b)
+
+    def move(k: K, frm: int, to: int) -> None:
+        replicas = current[k]
+        replicas[replicas.index(frm)] = to
+        if frm in counts:
+            counts[frm] -= 1
+            on_broker[frm].discard(k)
+        counts[to] += 1
+        on_broker[to].add(k)
+
+    def destination(k: K, frm: int) -> int | None:
+        replicas = current[k]
+        used_racks = {rack(r) for r in replicas if r != frm}
+        best: tuple[int, int, int] | None = None
+        for b in eligible:
+            if b in replicas:
+                continue
+            key = (1 if racks_known and rack(b) in used_racks else 0, counts[b], b)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[2]
+
+    # 1. evacuate excluded and unknown brokers
+    for k in sorted(current, key=lambda k: (sizes.get(k, 0), repr(k))):
+        if k in fixed:
+            continue
+        for r in list(current[k]):
+            if r not in counts:
+                to = destination(k, r)
+                if to is not None:
+                    move(k, r, to)
+
+    # 2. keep racks apart where a broker of an unused rack has room
+    if racks_known:
+        all_racks = {rack(b) for b in eligible}
+        for k in sorted(current, key=lambda k: (sizes.get(k, 0), repr(k))):
+            if k in fixed:
+                continue
+            replicas = current[k]
+            seen: set[str] = set()
+            for r in list(replicas):
+                if rack(r) not in seen:
+                    seen.add(rack(r))
+                    continue
+                if r not in counts or not (all_racks - {rack(x) for x in replicas}):
+                    continue
+                to = destination(k, r)
+                if to is not None and rack(to) not in {rack(x) for x in replicas}:
+                    move(k, r, to)
+                    seen.add(rack(to))
+
+    # 3. even out replica counts, smallest partitions first
+    if even and len(eligible) > 1:
+        def fits(k: K, frm: int, to: int) -> bool:
+            replicas = current[k]
+            if to in replicas or k in fixed:
+                return False
+            if not racks_known:
+                return True
+            others = {rack(r) for r in replicas if r != frm}
+            return rack(to) not in others or rack(to) == rack(frm)
+
+        # Each broker's partitions, smallest (then not led by it) first, sorted once: a move only
+        # takes partitions away from the fullest broker; one it gains is looked at when sorted again.
+        ranked: dict[int, list[K]] = {}
+
+        def candidates(b: int) -> list[K]:
+            found = ranked.get(b)
+            if found is None or len(found) < len(on_broker[b]):
+                found = ranked[b] = sorted(on_broker[b], key=lambda k: (sizes.get(k, 0), current[k][0] == b, repr(k)))
+            return found
+
+        budget = sum(counts.values()) * 2 + 10  # a bound: every move narrows the spread
+        while budget > 0:
+            budget -= 1
+            by_count = sorted(eligible, key=lambda b: (counts[b], b))
+            if counts[by_count[-1]] - counts[by_count[0]] <= 1:
+                break
+            moved = False
+            for frm in reversed(by_count):
+                ranked_frm = [k for k in candidates(frm) if k in on_broker[frm]]
+                ranked[frm] = ranked_frm
+                for to in by_count:
+                    if counts[frm] - counts[to] <= 1:
+                        break
+                    chosen = next((k for k in ranked_frm if fits(k, frm, to)), None)
+                    if chosen is not None:
+                        move(chosen, frm, to)
+                        moved = True
+                        break
+                if moved:
+                    break
+            if not moved:
+                break
+
+    # 4. preferred leaders: reorder replicas (no data moves)
+    if leaders:
+        _balance_leaders(current, fixed, eligible)
+
+    return {k: v for k, v in current.items() if list(assignment[k]) != v}
+
+
+def _balance_leaders(current: dict[K, list[int]], fixed: set[K], eligible: list[int]) -> None:
+    """Reorder replicas so that each broker is the first replica (the preferred leader) of
+    its share of the partitions, within one; each partition's other replicas keep their order."""
+    lead = {b: 0 for b in eligible}
+    for k, replicas in current.items():
+        if replicas and replicas[0] in lead:
+            lead[replicas[0]] += 1
+    hosting = [b for b in eligible if any(b in r for r in current.values())]
+    if len(hosting) < 2:
+        return
+    total = sum(lead[b] for b in hosting)
+    ceiling = -(-total // len(hosting))
+    for _ in range(3):  # a few passes settle it; each swap narrows the spread
+        changed = False
+        for k in sorted(current, key=repr):
+            replicas = current[k]
+            if k in fixed or not replicas or replicas[0] not in lead or lead[replicas[0]] <= ceiling - 1:
+                continue
+            first = replicas[0]
+            better = min((r for r in replicas[1:] if r in lead), key=lambda r: (lead[r], r), default=None)
+            if better is None or lead[better] + 1 >= lead[first]:
+                continue
+            replicas.remove(better)
+            replicas.insert(0, better)
+            lead[first] -= 1
+            lead[better] += 1
+            changed = True
+        if not changed:
+            break
+
+
+def replica_counts(assignment: Mapping[K, Sequence[int]], brokers: Collection[int] = ()) -> dict[int, int]:
+    """Replicas per broker (every broker of ``brokers`` listed, with 0 if it holds none)."""
+    out = {b: 0 for b in brokers}
+    for replicas in assignment.values():
+        for r in replicas:
+            out[r] = out.get(r, 0) + 1
+    return out
+
+
+def leader_counts(assignment: Mapping[K, Sequence[int]], brokers: Collection[int] = ()) -> dict[int, int]:
+    """Preferred leaders (first replicas) per broker."""
+    out = {b: 0 for b in brokers}
+    for replicas in assignment.values():
+        if replicas:
+            out[replicas[0]] = out.get(replicas[0], 0) + 1
+    return out

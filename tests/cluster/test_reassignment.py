@@ -1,0 +1,172 @@
+"""Partition reassignment (KIP-455) on a controller and four broker processes, driven by
+kafka-python's KafkaAdminClient (alter_partition_reassignments, list_partition_reassignments)
+under confluent-kafka's idempotent acks=all load: every replica of a 12-partition RF=3 topic
+moves from brokers 1-3 to 2-4 while a broker, or the controller, is kill -9'd midway; the move
+completes, nothing is listed as moving any more, and every acknowledged record is there once,
+in order. Bad targets get Kafka's answers and change nothing."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.errors import InvalidReplicationAssignmentError, UnknownTopicOrPartitionError
+
+from controller.launcher import LocalCluster
+from protocol.api_keys import ApiKey
+from protocol.client import BrokerConnection
+
+from .helpers import NumberedProducer, read_all, resolved, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+SESSION_MS = 3000
+BROKER_PROPS = {"broker.heartbeat.interval.ms": 500, "replica.fetch.backoff.ms": 200, "replica.lag.time.max.ms": 3000,
+                "min.insync.replicas": 2}
+TOPIC = "moving"
+PARTITIONS = 12
+
+
+def start_cluster(tmp_path) -> LocalCluster:
+    return LocalCluster(tmp_path, 4, broker_props=BROKER_PROPS,
+                        controller_props={"broker.session.timeout.ms": SESSION_MS}).start()
+
+
+def kafka_admin(cluster, broker_id: int = 1) -> KafkaAdminClient:
+    """Bootstrapped from one broker, which names itself the controller (as a KRaft broker names a
+    live broker): the faults below never hit broker 1, kafka-python's controller."""
+    return KafkaAdminClient(bootstrap_servers=cluster.brokers[broker_id].bootstrap, request_timeout_ms=30000)
+
+
+async def create_on_first_three(cluster) -> None:
+    """12 partitions, RF 3, every replica on brokers 1-3 (a rotating assignment)."""
+    brokers = [1, 2, 3]
+    assignment = [{"partition_index": p, "broker_ids": brokers[p % 3:] + brokers[:p % 3]} for p in range(PARTITIONS)]
+    conn = BrokerConnection("127.0.0.1", cluster.brokers[1].port, client_id="test")
+    await conn.connect()
+    try:
+        resp = await conn.request(ApiKey.CREATE_TOPICS, {"topics": [{
+            "name": TOPIC, "num_partitions": -1, "replication_factor": -1, "assignments": assignment,
+            "configs": [{"name": "min.insync.replicas", "value": "2"}]}], "timeout_ms": 30000, "validate_only": False},
+            version=4)
+        assert resp.topics[0].error_code == 0, resp
+    finally:
+        conn.close()
+
+
+async def replica_sets(cluster, port: int | None = None) -> dict[int, list[int]]:
+    conn = BrokerConnection("127.0.0.1", port or cluster.brokers[4].port, client_id="test")
+    await conn.connect()
+    try:
+        md = await conn.request(ApiKey.METADATA, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False},
+                                version=8)
+    finally:
+        conn.close()
+    [t] = md.topics
+    return {p.partition_index: list(p.replica_nodes) for p in t.partitions}
+
+
+def live_logs(cluster, broker_id: int) -> list[str]:
+    return sorted(d.name for d in cluster.brokers[broker_id].log_dir.glob(f"{TOPIC}-*") if d.name[len(TOPIC) + 1:].isdigit())
+
+
+def target(p: int) -> list[int]:
+    brokers = [2, 3, 4]
+    return brokers[p % 3:] + brokers[:p % 3]
+
+
+def plan() -> dict[TopicPartition, list[int]]:
+    return {TopicPartition(TOPIC, p): target(p) for p in range(PARTITIONS)}
+
+
+async def moved(cluster) -> bool:
+    sets = await replica_sets(cluster)
+    return sets == {p: target(p) for p in range(PARTITIONS)}
+
+
+def check_every_acked_record_once_in_order(cluster, producer: NumberedProducer) -> None:
+    assert not producer.errors, producer.errors[:5]
+    read = read_all(cluster.bootstrap, TOPIC, PARTITIONS)
+    for p in range(PARTITIONS):
+        acked = producer.acked[p]
+        assert acked, f"nothing acknowledged on partition {p}"
+        assert len(set(read[p])) == len(read[p]), f"duplicates in partition {p}"
+        assert read[p] == sorted(read[p]), f"partition {p} out of order"
+        missing = set(acked) - set(read[p])
+        assert not missing, f"partition {p} lost {len(missing)} acknowledged records, e.g. {sorted(missing)[:5]}"
+
+
+async def run_move_with_a_fault(tmp_path, fault) -> None:
+    cluster = start_cluster(tmp_path)
+    try:
+        await create_on_first_three(cluster)
+        admin = kafka_admin(cluster)
+        try:
+            with NumberedProducer(cluster.bootstrap, TOPIC, PARTITIONS, max_seconds=120) as producer:
+                await wait_for(lambda: resolved(producer.count > 3000), 60, "records acknowledged before the move")
+                result = admin.alter_partition_reassignments(plan())
+                assert result == {tp: None for tp in plan()}, result
+                await fault(cluster, admin)
+                await wait_for(lambda: moved(cluster), 120, "every partition on brokers 2-4")
+                assert admin.list_partition_reassignments() == {}
+                count = producer.count
+                await wait_for(lambda: resolved(producer.count > count + 500), 60, "records acknowledged after the move")
+            check_every_acked_record_once_in_order(cluster, producer)
+        finally:
+            admin.close()
+        # broker 1 holds none of the topic any more: its replicas were stopped and deleted (a
+        # deleted log's directory is renamed <name>.<id>-delete first, gone after file.delete.delay.ms)
+        assert not live_logs(cluster, 1)
+    finally:
+        cluster.kill()
+
+
+async def test_move_survives_a_broker_kill_9_midway(tmp_path):
+    async def kill_the_new_broker(cluster, admin):
+        # broker 4 gets every new replica: killed, no move can complete until it is back
+        cluster.brokers[4].signal(signal.SIGKILL)
+        cluster.brokers[4].proc.wait(10)
+        ongoing = admin.list_partition_reassignments()
+        assert len(ongoing) == PARTITIONS, ongoing
+        first = ongoing[TopicPartition(TOPIC, 0)]
+        assert first["adding_replicas"] == [4] and first["removing_replicas"] == [1], first
+        time.sleep(SESSION_MS / 1000 + 1)  # fenced meanwhile
+        cluster.brokers[4].start()
+    await run_move_with_a_fault(tmp_path, kill_the_new_broker)
+
+
+async def test_move_survives_a_controller_kill_9_midway(tmp_path):
+    async def kill_the_controller(cluster, admin):
+        cluster.brokers[4].signal(signal.SIGSTOP)  # holds every move back while the controller dies
+        try:
+            assert len(admin.list_partition_reassignments()) == PARTITIONS
+            cluster.controller.kill()
+        finally:
+            cluster.brokers[4].signal(signal.SIGCONT)
+        time.sleep(1)
+        cluster.controller.start()
+    await run_move_with_a_fault(tmp_path, kill_the_controller)
+
+
+async def test_bad_targets_get_kafkas_answers_and_change_nothing(tmp_path):
+    cluster = start_cluster(tmp_path)
+    try:
+        await create_on_first_three(cluster)
+        before = await replica_sets(cluster)
+        admin = kafka_admin(cluster)
+        try:
+            result = admin.alter_partition_reassignments({
+                TopicPartition(TOPIC, 0): [1, 2, 9], TopicPartition(TOPIC, 1): [2, 2, 3],
+                TopicPartition(TOPIC, 99): [1, 2, 3], TopicPartition("nope", 0): [1, 2, 3]})
+            assert result == {TopicPartition(TOPIC, 0): InvalidReplicationAssignmentError,
+                              TopicPartition(TOPIC, 1): InvalidReplicationAssignmentError,
+                              TopicPartition(TOPIC, 99): UnknownTopicOrPartitionError,
+                              TopicPartition("nope", 0): UnknownTopicOrPartitionError}, result
+            assert admin.list_partition_reassignments() == {}
+        finally:
+            admin.close()
+        assert await replica_sets(cluster) == before
+    finally:
+        cluster.kill()
