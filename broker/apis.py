@@ -664,13 +664,17 @@ class KafkaApis:
 
     def _client_controller_id(self) -> int:
         """The controller id clients see: the active controller when it is also a live broker
-        (a combined node); otherwise, as Kafka's KRaft brokers answer, a live broker — this
-        one — since clients send controller-bound admin requests (CreateTopics, ...) to the
-        node named here and only brokers are reachable to them; the broker forwards them."""
+        (a combined node); otherwise, as Kafka's KRaft brokers answer, a live broker, since
+        clients send controller-bound admin requests (CreateTopics, ...) to the node named here
+        and only brokers are reachable to them; the broker forwards them. Kafka names a random
+        live broker; kbroker names the lowest live id, the same answer from every broker, so an
+        admin client that refreshes metadata from whichever node is least loaded does not hop to
+        a new "controller" on every refresh (kafka-python then sent a request to a broker it had
+        just seen die)."""
         cache = self.metadata_cache
         if cache.controller_id in cache.brokers or not cache.brokers:
             return cache.controller_id
-        return cache.broker_id if cache.broker_id in cache.brokers else min(cache.brokers)
+        return min(cache.brokers)
 
     def _topic_metadata(self, info, version: int, listener_name: str) -> dict:
         alive = self.metadata_cache.brokers

@@ -238,13 +238,17 @@ def metadata(b: Broker, *topics: str, auto_create: bool = False, version: int = 
 def test_metadata_lists_the_live_brokers_and_the_controller_update_metadata_names(broker):
     assert broker.update_metadata(brokers=(1, 2, 3)) == ErrorCode.NONE
     response = metadata(broker)
-    # The controller (3000) is no broker a client can reach: this broker names itself, as Kafka's
-    # KRaft brokers name a live broker, so that admin requests come here and are forwarded.
-    assert (sorted(b.node_id for b in response.brokers), response.controller_id) == ([1, 2, 3], BROKER_ID)
+    # The controller (3000) is no broker a client can reach: this broker names a live broker, as
+    # Kafka's KRaft brokers do, so that admin requests go there and are forwarded; the lowest id,
+    # the same answer from every broker.
+    assert (sorted(b.node_id for b in response.brokers), response.controller_id) == ([1, 2, 3], 1)
     assert broker.cache.controller_id == 3000
     # Broker 2 fenced: the controller lists only the others, and so does this broker.
     assert broker.update_metadata(brokers=(1, 3)) == ErrorCode.NONE
     assert sorted(b.node_id for b in metadata(broker).brokers) == [1, 3]
+    # Not itself when a lower id is live: every broker gives the same answer.
+    assert broker.update_metadata(brokers=(0, 1, 3)) == ErrorCode.NONE
+    assert metadata(broker).controller_id == 0
     # A combined node: the active controller is a live broker, named as it is.
     assert broker.update_metadata(brokers=(1, 3000)) == ErrorCode.NONE
     assert metadata(broker).controller_id == 3000

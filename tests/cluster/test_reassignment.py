@@ -35,7 +35,7 @@ def start_cluster(tmp_path) -> LocalCluster:
 
 
 def kafka_admin(cluster, broker_id: int = 1) -> KafkaAdminClient:
-    """Bootstrapped from one broker, which names itself the controller (as a KRaft broker names a
+    """Every broker names the lowest live broker, 1, as the controller (as a KRaft broker names a
     live broker): the faults below never hit broker 1, kafka-python's controller."""
     return KafkaAdminClient(bootstrap_servers=cluster.brokers[broker_id].bootstrap, request_timeout_ms=30000)
 
