@@ -42,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import instructions as callgrind  # noqa: E402  (bench/instructions.py)
 from broker.security.authorizer import StandardAcl, StandardAuthorizer  # noqa: E402
 from broker.security.principal import ANONYMOUS  # noqa: E402
 from controller.launcher import LocalCluster  # noqa: E402
@@ -253,31 +254,17 @@ def _child(side: str, requests: int) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _instructions(side: str, requests: int) -> int:
-    with tempfile.TemporaryDirectory(prefix="kbroker-authz-cg-") as tmp:
-        out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
-                              sys.executable, __file__, "--_child", side, str(requests)],
-                             capture_output=True, text=True, timeout=3600,
-                             env={**os.environ, "PYTHONHASHSEED": "0"})
-    for line in out.stderr.splitlines():
-        if "Collected :" in line:
-            return int(line.rsplit(":", 1)[1])
-    raise RuntimeError(f"callgrind printed no total:\n{out.stderr[-2000:]}")
-
-
 def instructions(requests: int) -> tuple[float, float] | None:
     """The produce path's instructions per request under callgrind: a count, not a time, so the
     same whatever else the machine runs. Each side runs twice, with W and W + ``requests``
     requests; the difference over ``requests`` is the cost of one request, start-up and warm-up
     cancelled out."""
-    if shutil.which("valgrind") is None:
+    if not callgrind.available():
         print("valgrind is not installed; instruction counts skipped\n")
         return None
     low = 200
-    per_request = {}
-    for side in ("none", "bindings"):
-        a, b = _instructions(side, low), _instructions(side, low + requests)
-        per_request[side] = (b - a) / requests
+    per_request = {side: callgrind.per_iteration([sys.executable, __file__, "--_child", side], requests, low)
+                   for side in ("none", "bindings")}
     none, with_acls = per_request["none"], per_request["bindings"]
     print(f"in process under callgrind: instructions per produce request (the difference of runs of "
           f"{low} and {low + requests} requests)")
