@@ -162,7 +162,8 @@ class _TxnTracker:
     def __init__(self, aborted: list[AbortedTxn]) -> None:
         self._pending = sorted(aborted, key=lambda t: t.first_offset)
         self._next = 0
-        self._aborted: dict[int, list] = {}  # producer id -> [AbortedTxn, data seen]
+        self._aborted: dict[int, AbortedTxn] = {}  # producer id -> its aborted transaction reached
+        self._seen: set[int] = set()  # producers of those whose data was seen
         self._committed: set[int] = set()
         self.kept: list[AbortedTxn] = []
 
@@ -170,7 +171,7 @@ class _TxnTracker:
         pending = self._pending
         while self._next < len(pending) and pending[self._next].first_offset <= offset:
             txn = pending[self._next]
-            self._aborted.setdefault(txn.producer_id, [txn, False])
+            self._aborted.setdefault(txn.producer_id, txn)
             self._next += 1
 
     def on_data_batch(self, header: BatchHeader) -> bool:
@@ -178,9 +179,8 @@ class _TxnTracker:
         self._reach(header.last_offset)
         if not header.is_transactional:
             return False
-        state = self._aborted.get(header.producer_id)
-        if state is not None:
-            state[1] = True
+        if header.producer_id in self._aborted:
+            self._seen.add(header.producer_id)
             return True
         self._committed.add(header.producer_id)
         return False
@@ -191,10 +191,12 @@ class _TxnTracker:
         if control is None:
             return True  # an empty control batch: nothing left to mark
         if control.type == CONTROL_ABORT:
-            state = self._aborted.pop(header.producer_id, None)
-            if state is not None and state[1]:
-                self.kept.append(state[0])
+            txn = self._aborted.pop(header.producer_id, None)
+            if txn is not None and header.producer_id in self._seen:
+                self._seen.discard(header.producer_id)
+                self.kept.append(txn)
                 return False
+            self._seen.discard(header.producer_id)
             return True
         if control.type == CONTROL_COMMIT:
             if header.producer_id in self._committed:
