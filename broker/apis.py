@@ -205,6 +205,7 @@ class KafkaApis:
             ApiKey.PRODUCE: self.handle_produce_request,
             ApiKey.FETCH: self.handle_fetch_request,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets_request,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records_request,
             ApiKey.METADATA: self.handle_metadata_request,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_request,
             ApiKey.API_VERSIONS: self.handle_api_versions_request,
@@ -610,6 +611,38 @@ class KafkaApis:
                 parts.append(out)
             topics.append({"name": t.name, "partitions": parts})
         self.send(ctx, api, {"topics": topics})
+
+    # -- DeleteRecords ---------------------------------------------------------------------
+    def handle_delete_records_request(self, ctx: "RequestContext") -> None:
+        """DELETE on each topic; the partitions' leaders move their log start offsets (see
+        broker/delayed_delete_records.py)."""
+        api = APIS[ApiKey.DELETE_RECORDS]
+        req = self.parse(ctx, api)
+        allowed = self.authorized_names(ctx, Operation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
+        refused: dict[tuple[str, int], tuple[int, int]] = {}
+        offsets: dict[tuple[str, int], int] = {}
+        order = []
+        for t in req.topics:
+            for p in t.partitions:
+                key = (t.name, p.partition_index)
+                order.append(key)
+                if t.name not in allowed:
+                    refused[key] = (-1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                else:
+                    offsets[key] = p.offset
+
+        def respond(results: dict[tuple[str, int], tuple[int, int]]) -> None:
+            results = {**refused, **results}
+            topics: dict[str, list[dict]] = {}
+            for key in order:
+                low, error = results[key]
+                if error:
+                    log.info("DeleteRecords %s-%d from %s: %s", key[0], key[1], ctx.principal, _error_name(error))
+                topics.setdefault(key[0], []).append({"partition_index": key[1], "low_watermark": low,
+                                                      "error_code": error})
+            self.send(ctx, api, {"topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})
+
+        self.replica_manager.delete_records(offsets, req.timeout_ms, respond)
 
     # -- Metadata --------------------------------------------------------------------------
     def handle_metadata_request(self, ctx: "RequestContext") -> None:

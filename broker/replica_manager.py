@@ -21,6 +21,7 @@ from protocol.errors import (ErrorCode, KafkaError, KafkaStorageError, NotLeader
 from protocol.fast_codecs import FetchPartitionData
 from protocol.records import iter_batch_headers
 
+from .delayed_delete_records import DelayedDeleteRecords
 from .delayed_fetch import DelayedFetch, FetchPurgatory
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
 from .fetch_params import FetchParams
@@ -90,6 +91,7 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
         self.fetch_purgatory = FetchPurgatory("Fetch", time)
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", time)
         self.controller_epoch = 0
         self.fetcher_manager = fetcher_manager  # None: nothing is followed (unit tests)
         self.on_isr_change: Callable[[Partition, list[int]], None] | None = None
@@ -352,6 +354,34 @@ class ReplicaManager:
             # The high watermark moved forward: acks=-1 produces, and consumers' fetches it reached.
             self.produce_purgatory.check_and_complete(partition.key)
             self.fetch_purgatory.check_appended(partition.key, partition.log)
+        self.delete_records_purgatory.check_and_complete(partition.key)  # the replica's log start offset may have moved
+
+    # -- DeleteRecords -------------------------------------------------------------------------
+    def delete_records(self, offsets: dict[tuple[str, int], int], timeout_ms: int,
+                       respond: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> None:
+        """Move each led partition's log start offset to its offset (-1: the high watermark) and
+        ``respond`` with (low watermark, error) per partition once every replica's log start
+        offset reached it, or at ``timeout_ms`` (see delayed_delete_records.py)."""
+        results: dict[tuple[str, int], tuple[int, int]] = {}
+        pending: dict[tuple[str, int], int] = {}
+        for key, offset in offsets.items():
+            partition = self.get_partition(*key)
+            if partition is None:
+                results[key] = (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            log_ = partition.log
+            if not partition.is_leader or log_ is None:
+                results[key] = (-1, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            target = log_.high_watermark if offset == -1 else offset
+            if target < 0 or target > log_.high_watermark:
+                results[key] = (-1, ErrorCode.OFFSET_OUT_OF_RANGE)
+                continue
+            if log_.maybe_increment_log_start_offset(target):
+                log.info("%s-%d: log start offset moved to %d (DeleteRecords)", key[0], key[1], target)
+            pending[key] = target
+        op = DelayedDeleteRecords(timeout_ms, pending, results, self.get_partition, respond)
+        self.delete_records_purgatory.try_complete_else_watch(op, list(pending))
 
     def try_complete_delayed_requests(self, key: tuple[str, int]) -> None:
         self.produce_purgatory.check_and_complete(key)
@@ -580,3 +610,4 @@ class ReplicaManager:
         """Answer every waiting request with what it has (used on broker shutdown)."""
         self.produce_purgatory.complete_all()
         self.fetch_purgatory.complete_all()
+        self.delete_records_purgatory.complete_all()
