@@ -300,12 +300,26 @@ class ReplicaFetcher:
 
     def _handle_out_of_range(self, key, state: PartitionFetchState, pd) -> None:
         """Our LEO is outside the leader's log: start over at the leader's log start if we
-        are behind it, else re-run epoch truncation."""
+        are behind it; without leader epochs, cut back to the leader's high watermark if we
+        are ahead of it (Kafka's fetchOffsetAndTruncate cuts to the leader's log end: the
+        answer carries its HW, which is at most that, and all of it committed); else re-run
+        epoch truncation."""
         log_ = state.partition.log
-        if 0 <= pd.log_start_offset and log_.log_end_offset < pd.log_start_offset:
+        leo = log_.log_end_offset
+        if 0 <= pd.log_start_offset and leo < pd.log_start_offset:
             log.info("%s-%d: our log end %d is below the leader's log start %d; starting over there",
-                     key[0], key[1], log_.log_end_offset, pd.log_start_offset)
+                     key[0], key[1], leo, pd.log_start_offset)
             log_.truncate_fully_and_start_at(pd.log_start_offset)
+        elif 0 <= pd.high_watermark < leo and log_.leader_epoch_cache.latest_epoch() is None:
+            # (Epoch truncation would cut to our own HW, which may be above the leader's log end:
+            # the same fetch would be out of range again, for ever.)
+            log.info("%s-%d: no leader epochs known and our log end %d is out of the leader's range; truncating "
+                     "to the leader's high watermark %d", key[0], key[1], leo, pd.high_watermark)
+            if pd.high_watermark < log_.log_start_offset:
+                log_.truncate_fully_and_start_at(pd.high_watermark)
+            else:
+                self._truncate_log(log_, pd.high_watermark)
+            state.truncating = False
         else:
             state.truncating = True
 
