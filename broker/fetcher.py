@@ -45,6 +45,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.fetcher")
 
+# Test-only switches that re-introduce replication bugs the simulator must find (sim/bugs.py
+# turns them on for a run; never set otherwise); read only on rare paths (a log start that
+# moved, a follower without leader epochs).
+BUG_LOG_START_BEFORE_HW = False  # the leader's log start applied before its high watermark
+BUG_NO_TRUNCATION_WITHOUT_EPOCHS = False  # no truncation to the HW when the epoch cache is empty
+
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
@@ -177,6 +183,9 @@ class ReplicaFetcher:
         for key, state in pending.items():
             epoch = state.partition.log.leader_epoch_cache.latest_epoch()
             if epoch is None:
+                if BUG_NO_TRUNCATION_WITHOUT_EPOCHS:
+                    state.truncating = False
+                    continue
                 # No epoch history (an empty log, or a leader-epoch checkpoint lost or damaged):
                 # nothing tells where the logs diverge, so keep only what is known committed, the
                 # high watermark (Kafka's truncateToHighWatermark for partitions without epochs).
@@ -289,6 +298,8 @@ class ReplicaFetcher:
                     topic_stats.all.replication_bytes_in += n
             # The HW first (clamped to our LEO), then the log start: the leader's log start is at
             # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
+            if pd.log_start_offset > log_.log_start_offset and BUG_LOG_START_BEFORE_HW:
+                log_.maybe_increment_log_start_offset(pd.log_start_offset)
             log_.update_high_watermark(pd.high_watermark)
             if pd.log_start_offset > log_.log_start_offset:
                 log_.maybe_increment_log_start_offset(pd.log_start_offset)
