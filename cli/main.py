@@ -154,6 +154,15 @@ def _add_topics(commands: Subcommands) -> None:
     describe.add_argument("-t", "--topic", required=True)
     delete = client_command(actions, "delete", "cli.topics:delete", "delete a topic")
     delete.add_argument("-t", "--topic", required=True)
+    trim = client_command(actions, "trim", "cli.cluster_ops:trim",
+                          "delete the records before an offset or a time (DeleteRecords, as kafka-delete-records.sh)")
+    trim.add_argument("-t", "--topic", required=True)
+    trim.add_argument("-p", "--partition", type=int, action="append", help="only this partition (repeatable)")
+    trim.add_argument("--before", type=int, metavar="OFFSET",
+                      help="the new first offset of every partition (-1: its high watermark, deleting everything)")
+    trim.add_argument("--before-time", metavar="T",
+                      help="delete the records before this time (epoch ms or ISO 8601): each partition starts at "
+                           "its first record at or after T")
 
 
 def _add_produce(commands: Subcommands) -> None:
@@ -312,6 +321,10 @@ def _add_cluster(commands: Subcommands) -> None:
     down.add_argument("--dir", default="cluster", help=dir_help)
     down.add_argument("--purge", action="store_true", help="then remove the directory and its data")
     down.add_argument("--timeout", type=float, default=60, help="seconds to wait for each process (default 60)")
+    dirs = client_command(actions, "log-dirs", "cli.cluster_ops:log_dirs",
+                          "per broker and log dir: each partition's size and offset lag (DescribeLogDirs)")
+    dirs.add_argument("--broker", type=int, action="append", help="only this broker (repeatable; default all)")
+    dirs.add_argument("-t", "--topic", action="append", help="only this topic (repeatable)")
     elect = client_command(actions, "elect-leaders", "cli.elect_leaders:run",
                            "preferred (or --unclean) leader election, for a topic or every partition")
     elect.add_argument("-t", "--topic", help="only this topic (default: every partition)")

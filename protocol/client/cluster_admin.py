@@ -7,11 +7,12 @@ connections, metadata and retries, and nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 from ..api_keys import ApiKey
-from ..errors import ErrorCode
+from ..errors import ErrorCode, KafkaError
 from .connection import BrokerConnection, wire_error
 from .metadata import TopicPartition
 
@@ -89,3 +90,89 @@ class ClusterAdminMixin:
         return {TopicPartition(t.name, p.partition_index): OngoingReassignment(
             list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
             for t in response.topics for p in t.partitions}
+
+    # -- DeleteRecords (to each partition's leader), DescribeLogDirs (to each broker) -----
+
+    async def delete_records(self, offsets: Mapping[TP, int], timeout_ms: int = 30000) -> dict[TopicPartition, int]:
+        """Move each partition's log start offset to ``offset`` (-1: its high watermark);
+        per partition, its new low watermark. A partition's error is raised (retriable ones,
+        a leader that moved, retried)."""
+        pending = {TopicPartition(*tp): off for tp, off in offsets.items()}
+        done: dict[TopicPartition, int] = {}
+
+        async def ask(node: int, tps: list[TopicPartition]) -> list[Exception]:
+            conn = await self.connection(node)
+            by_topic: dict[str, list[dict[str, int]]] = collections.defaultdict(list)
+            for tp in tps:
+                by_topic[tp.topic].append({"partition_index": tp.partition, "offset": pending[tp]})
+            response = await conn.request(ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()], "timeout_ms": timeout_ms})
+            errors: list[Exception] = []
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if p.error_code:
+                        errors.append(wire_error(p.error_code, f"DeleteRecords {t.name}-{p.partition_index}"))
+                    elif tp in pending:
+                        del pending[tp]
+                        done[tp] = p.low_watermark
+            return errors
+
+        async def attempt() -> None:
+            by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+            for tp in pending:
+                by_leader[await self.leader_for(*tp)].append(tp)
+            results = await asyncio.gather(*(ask(n, tps) for n, tps in by_leader.items()), return_exceptions=True)
+            errors = [e for r in results for e in (r if isinstance(r, list) else [r])]
+            if errors:
+                raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
+        await self.with_retries(attempt, sorted({tp.topic for tp in pending}))
+        return done
+
+    async def describe_log_dirs(self, broker_ids: Iterable[int] | None = None,
+                                partitions: Iterable[tuple[str, int]] | None = None) -> dict[int, list[LogDirInfo]]:
+        """Per broker (all live ones by default), its log dirs: path, error, total and usable
+        bytes, and the size and offset lag of each partition (of ``partitions``, or all)."""
+        if broker_ids is None:
+            broker_ids = sorted((await self.refresh_metadata([])).brokers)
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = collections.defaultdict(list)
+            for topic, partition in partitions:
+                by_topic[topic].append(partition)
+            topics = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+        out: dict[int, list[LogDirInfo]] = {}
+        for node in broker_ids:
+            async def attempt(node: int = node) -> Any:
+                conn = await self.connection(node)
+                response = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": topics})
+                if response.get("error_code", 0):
+                    raise wire_error(response.error_code, f"DescribeLogDirs of broker {node}")
+                return response
+            response = await self.with_retries(attempt)
+            out[node] = [LogDirInfo(r.log_dir, r.error_code, r.get("total_bytes", -1), r.get("usable_bytes", -1),
+                                    {TopicPartition(t.name, p.partition_index): (p.partition_size, p.offset_lag)
+                                     for t in r.topics for p in t.partitions})
+                         for r in response.results]
+        return out
+
+    async def describe_cluster(self) -> Any:
+        """DescribeCluster: cluster id, controller id, brokers (with racks) and the cluster
+        operations this principal may perform (a bit set)."""
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": True})
+            if response.error_code:
+                raise wire_error(response.error_code, "DescribeCluster", response.error_message)
+            return response
+        return await self.with_retries(attempt)
+
+
+class LogDirInfo(NamedTuple):
+    """One log dir of a broker, as DescribeLogDirs gives it."""
+
+    path: str
+    error_code: int
+    total_bytes: int
+    usable_bytes: int
+    partitions: dict[TopicPartition, tuple[int, int]]  # (size in bytes, offset lag)
