@@ -154,6 +154,9 @@ def _add_topics(commands: Subcommands) -> None:
     describe.add_argument("-t", "--topic", required=True)
     delete = client_command(actions, "delete", "cli.topics:delete", "delete a topic")
     delete.add_argument("-t", "--topic", required=True)
+    alter = client_command(actions, "alter", "cli.topics:alter", "add partitions to a topic (CreatePartitions)")
+    alter.add_argument("-t", "--topic", required=True)
+    alter.add_argument("--partitions", type=int, required=True, help="the topic's new partition count")
     trim = client_command(actions, "trim", "cli.cluster_ops:trim",
                           "delete the records before an offset or a time (DeleteRecords, as kafka-delete-records.sh)")
     trim.add_argument("-t", "--topic", required=True)
@@ -163,6 +166,27 @@ def _add_topics(commands: Subcommands) -> None:
     trim.add_argument("--before-time", metavar="T",
                       help="delete the records before this time (epoch ms or ISO 8601): each partition starts at "
                            "its first record at or after T")
+
+
+def _add_configs(commands: Subcommands) -> None:
+    configs = commands.add_parser("configs", help="describe, set or delete configs of a topic or broker "
+                                                  "(as kafka-configs.sh)")
+    actions = configs.add_subparsers(dest="configs_command", required=True, metavar="ACTION")
+
+    def entity(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--topic", help="a topic's configs")
+        p.add_argument("--broker", type=int, help="a broker's own configs")
+        p.add_argument("--broker-defaults", action="store_true", help="the cluster-wide broker defaults")
+        return p
+    describe = entity(client_command(actions, "describe", "cli.configs:describe",
+                                     "each key's value and source (DescribeConfigs)"))
+    describe.add_argument("--all", action="store_true", help="defaults too (DEFAULT_CONFIG)")
+    set_ = entity(client_command(actions, "set", "cli.configs:set_configs",
+                                 "set keys (IncrementalAlterConfigs SET)"))
+    set_.add_argument("pairs", type=_key_value, nargs="+", metavar="KEY=VALUE")
+    delete = entity(client_command(actions, "delete", "cli.configs:delete_configs",
+                                   "remove keys, back to their default (IncrementalAlterConfigs DELETE)"))
+    delete.add_argument("keys", nargs="+", metavar="KEY")
 
 
 def _add_produce(commands: Subcommands) -> None:
@@ -412,7 +436,7 @@ def _add_sim(commands: Subcommands) -> None:
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_storage, _add_topics, _add_produce, _add_consume, _add_groups, _add_acls,
+    _add_serve, _add_controller, _add_storage, _add_topics, _add_configs, _add_produce, _add_consume, _add_groups, _add_acls,
     _add_users, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
 
 

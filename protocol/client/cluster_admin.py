@@ -168,6 +168,45 @@ class ClusterAdminMixin:
         return await self.with_retries(attempt)
 
 
+    # -- partitions and configs of any resource ------------------------------------------
+
+    async def create_partitions(self, topic: str, total: int, timeout_ms: int = 30000) -> None:
+        """CreatePartitions: ``topic`` grows to ``total`` partitions (its error raised)."""
+        await self._topics_admin(ApiKey.CREATE_PARTITIONS, "results", {  # type: ignore[attr-defined]
+            "topics": [{"name": topic, "count": total, "assignments": None}], "timeout_ms": timeout_ms,
+            "validate_only": False})
+
+    async def describe_resource_configs(self, resource_type: int, name: str,
+                                        node: int | None = None) -> list[tuple[str, str | None, int, bool, bool]]:
+        """DescribeConfigs of a topic (2) or broker (4; name "" the cluster-wide defaults), sent to
+        ``node`` (a broker's own configs are asked of it) or any broker; each key as (name, value,
+        source, read_only, sensitive)."""
+        async def attempt() -> Any:
+            conn = await (self.connection(node) if node is not None else self.any_connection())
+            return await conn.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": resource_type, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False})
+        response = await self.with_retries(attempt)
+        result = response.results[0]
+        if result.error_code:
+            raise wire_error(result.error_code, name or "broker defaults", result.error_message)
+        return [(c.name, c.value, c.get("config_source", -1), c.read_only, c.is_sensitive) for c in result.configs]
+
+    async def incremental_alter_configs(self, resource_type: int, name: str,
+                                        ops: Iterable[tuple[str, int, str | None]]) -> None:
+        """IncrementalAlterConfigs of one resource: ``ops`` are (key, operation: 0 SET 1 DELETE
+        2 APPEND 3 SUBTRACT, value); the resource's error is raised."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configs": [
+            {"name": k, "config_operation": op, "value": v} for k, op, v in ops]}], "validate_only": False}
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            return await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
+        response = await self.with_retries(attempt)
+        r = response.responses[0]
+        if r.error_code:
+            raise wire_error(r.error_code, name or "broker defaults", r.error_message)
+
 class LogDirInfo(NamedTuple):
     """One log dir of a broker, as DescribeLogDirs gives it."""
 

@@ -41,3 +41,41 @@ def test_cluster_log_dirs_lists_each_partition_with_its_size(bootstrap, topic_na
     out = kbroker(bootstrap, "cluster", "log-dirs", "-t", topic_name).stdout.decode()
     sizes = dict(re.findall(rf"({re.escape(topic_name)}-\d)\s*│\s*(\d+)", out))
     assert sizes[f"{topic_name}-0"] == "0" and int(sizes[f"{topic_name}-1"]) > 100, out
+
+
+def test_topics_alter_adds_partitions(bootstrap, topic_name):
+    kbroker(bootstrap, "topics", "create", "-t", topic_name, "--partitions", "2")
+    kbroker(bootstrap, "topics", "alter", "-t", topic_name, "--partitions", "5")
+    described = kbroker(bootstrap, "topics", "describe", "-t", topic_name).stdout.decode()
+    assert "partitions: 5" in described, described
+    bad = kbroker(bootstrap, "topics", "alter", "-t", topic_name, "--partitions", "3", expect=1)
+    assert b"currently has 5 partition(s); 3 would not be an increase" in bad.stderr, bad.stderr
+
+
+def config_rows(out: str) -> dict[str, tuple[str, str]]:
+    return {k: (v, s) for k, v, s in re.findall(r"│\s*(\S+)\s*│\s*(\S+)\s*│\s*([A-Z_]+)\s*│", out)}
+
+
+def test_configs_describe_set_delete_a_topic_with_sources(bootstrap, topic_name):
+    kbroker(bootstrap, "topics", "create", "-t", topic_name)
+    kbroker(bootstrap, "configs", "set", "--topic", topic_name, "retention.ms=60000", "cleanup.policy=compact")
+    rows = config_rows(kbroker(bootstrap, "configs", "describe", "--topic", topic_name).stdout.decode())
+    assert rows["retention.ms"] == ("60000", "DYNAMIC_TOPIC_CONFIG")
+    assert rows["cleanup.policy"] == ("compact", "DYNAMIC_TOPIC_CONFIG")
+    assert "segment.bytes" not in rows  # a default: shown with --all only
+    kbroker(bootstrap, "configs", "delete", "--topic", topic_name, "retention.ms")
+    rows = config_rows(kbroker(bootstrap, "configs", "describe", "--topic", topic_name, "--all").stdout.decode())
+    assert rows["retention.ms"] == ("604800000", "DEFAULT_CONFIG")
+    assert rows["cleanup.policy"] == ("compact", "DYNAMIC_TOPIC_CONFIG")
+    bad = kbroker(bootstrap, "configs", "set", "--topic", topic_name, "retention.ms=soon", expect=1)
+    assert b"INVALID_CONFIG" in bad.stderr or b"retention.ms" in bad.stderr, bad.stderr
+
+
+def test_configs_describe_a_broker_shows_static_and_default_sources(bootstrap):
+    out = kbroker(bootstrap, "configs", "describe", "--broker-defaults", "--all").stdout.decode()
+    rows = config_rows(out)
+    assert rows["listeners"][1] == "STATIC_BROKER_CONFIG"
+    assert rows["num.partitions"] == ("1", "DEFAULT_CONFIG")
+    assert "num.partitions" not in config_rows(kbroker(bootstrap, "configs", "describe",
+                                                       "--broker-defaults").stdout.decode())
+    kbroker(bootstrap, "configs", "describe", "--topic", "x", "--broker", "1", expect=2)
