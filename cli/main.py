@@ -312,6 +312,20 @@ def _add_metadata(commands: Subcommands) -> None:
                           help="also read this metrics endpoint (metrics.listener) and show its health (repeatable)")
 
 
+def _reassign_arguments(reassign: argparse.ArgumentParser, decommission_: argparse.ArgumentParser) -> None:
+    for mode in ("generate", "execute", "verify", "cancel", "list"):
+        reassign.add_argument(f"--{mode}", action="store_true")
+    reassign.add_argument("--topics-to-move-json-file", help='{"topics": [{"topic": "T"}], "version": 1}')
+    reassign.add_argument("--broker-list", help="the brokers to place replicas on, as 1,2,3 (--generate)")
+    reassign.add_argument("--reassignment-json-file", help="a plan (--execute, --verify, --cancel)")
+    reassign.add_argument("--additional", action="store_true",
+                          help="execute while other reassignments are in progress")
+    decommission_.add_argument("--broker", type=int, required=True, help="the broker to empty")
+    decommission_.add_argument("--timeout", type=float, default=600, help="seconds to wait (default %(default)s)")
+    decommission_.add_argument("--no-unregister", action="store_true",
+                               help="stop once the broker is empty (do not wait for it to stop and unregister it)")
+
+
 def _add_cluster(commands: Subcommands) -> None:
     cluster = commands.add_parser("cluster", help="run a controller and brokers on this machine; leader elections")
     actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -345,6 +359,12 @@ def _add_cluster(commands: Subcommands) -> None:
     down.add_argument("--dir", default="cluster", help=dir_help)
     down.add_argument("--purge", action="store_true", help="then remove the directory and its data")
     down.add_argument("--timeout", type=float, default=60, help="seconds to wait for each process (default 60)")
+    _reassign_arguments(
+        client_command(actions, "reassign", "cli.reassign:run",
+                       "move replicas with kafka-reassign-partitions.sh's plans: --generate, --execute, --verify, "
+                       "--cancel, --list"),
+        client_command(actions, "decommission", "cli.reassign:decommission",
+                       "move every replica off a broker, wait, then unregister it once stopped"))
     dirs = client_command(actions, "log-dirs", "cli.cluster_ops:log_dirs",
                           "per broker and log dir: each partition's size and offset lag (DescribeLogDirs)")
     dirs.add_argument("--broker", type=int, action="append", help="only this broker (repeatable; default all)")

@@ -207,6 +207,17 @@ class ClusterAdminMixin:
         if r.error_code:
             raise wire_error(r.error_code, name or "broker defaults", r.error_message)
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (64) through any broker, which forwards it to the controller."""
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.UNREGISTER_BROKER, {"broker_id": broker_id})
+            _retry_if_not_controller(response.error_code)
+            return response
+        response = await self.with_retries(attempt)
+        if response.error_code:
+            raise wire_error(response.error_code, f"UnregisterBroker {broker_id}", response.error_message)
+
 class LogDirInfo(NamedTuple):
     """One log dir of a broker, as DescribeLogDirs gives it."""
 
