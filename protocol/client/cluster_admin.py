@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, N
 from ..api_keys import ApiKey
 from ..errors import ErrorCode, KafkaError
 from .connection import BrokerConnection, wire_error
-from .metadata import TopicPartition
+from .metadata import ClusterMetadata, TopicPartition
 
 T = TypeVar("T")
 TP = TypeVar("TP", bound=tuple[str, int])
@@ -43,6 +43,10 @@ class ClusterAdminMixin:
         async def connection(self, node_id: int) -> BrokerConnection: ...
         async def any_connection(self) -> BrokerConnection: ...
         async def _controller_connection(self) -> BrokerConnection: ...
+        async def leader_for(self, topic: str, partition: int) -> int: ...
+        async def refresh_metadata(self, topics: Iterable[str] | None = None,
+                                   allow_auto_create: bool = False) -> ClusterMetadata: ...
+        async def _topics_admin(self, api_key: int, results_field: str, body: Mapping[str, Any]) -> None: ...
 
     # -- partition reassignment (KIP-455): any broker forwards it to the controller --------
 
@@ -172,7 +176,7 @@ class ClusterAdminMixin:
 
     async def create_partitions(self, topic: str, total: int, timeout_ms: int = 30000) -> None:
         """CreatePartitions: ``topic`` grows to ``total`` partitions (its error raised)."""
-        await self._topics_admin(ApiKey.CREATE_PARTITIONS, "results", {  # type: ignore[attr-defined]
+        await self._topics_admin(ApiKey.CREATE_PARTITIONS, "results", {
             "topics": [{"name": topic, "count": total, "assignments": None}], "timeout_ms": timeout_ms,
             "validate_only": False})
 
