@@ -125,7 +125,7 @@ async def execute(client: KafkaClient, args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def _moving_bytes(client: KafkaClient, moving: dict) -> tuple[int, int]:
+async def moving_bytes(client: KafkaClient, moving: dict) -> tuple[int, int]:
     """(bytes the adding replicas hold, bytes they must hold): each adding replica against the
     largest copy of its partition, from DescribeLogDirs of the brokers involved."""
     brokers = sorted({b for m in moving.values() for b in m.replicas})
@@ -167,7 +167,7 @@ async def verify(client: KafkaClient, args: argparse.Namespace) -> int:
                   f"{current.get(tp)} rather than {target}.")
     moving = {tp: m for tp, m in ongoing.items() if tp in plan}
     if moving:
-        done, total = await _moving_bytes(client, moving)
+        done, total = await moving_bytes(client, moving)
         with Progress(TextColumn("moving {task.fields[n]} partition(s)"), BarColumn(), DownloadColumn(),
                       TextColumn("{task.fields[left]} left"), console=Console(), transient=False) as progress:
             progress.add_task("move", total=max(total, 1), completed=done, n=len(moving),

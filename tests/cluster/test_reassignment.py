@@ -7,7 +7,9 @@ in order. Bad targets get Kafka's answers and change nothing."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -17,6 +19,7 @@ from kafka.errors import InvalidReplicationAssignmentError, UnknownTopicOrPartit
 from controller.launcher import LocalCluster
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
+from tests.cli.test_cli import KBROKER
 
 from .helpers import NumberedProducer, read_all, resolved, wait_for
 
@@ -227,6 +230,14 @@ async def test_cancel_midway_puts_the_replicas_back_and_deletes_the_added_ones(t
                 assert {tp: (r["adding_replicas"], r["removing_replicas"]) for tp, r in ongoing.items()} == \
                     {tp: ([3, 4], [2]) for tp in moves}, ongoing
                 assert len(live_logs_of(cluster, 4, CANCELLED)) == 4
+                # kbroker cluster status shows the moves in progress (and exits 1: broker 3 is down)
+                cluster.save_state()
+                status = subprocess.run([KBROKER, "cluster", "status", "--dir", str(cluster.directory)],
+                                        capture_output=True, env=dict(os.environ, COLUMNS="400"), timeout=60)
+                text = status.stdout.decode()
+                assert status.returncode == 1, (status.returncode, text, status.stderr)
+                assert "4 partition(s) being reassigned" in text and "(adding 3,4; removing 2)" in text, text
+                assert "reassignment" in text and "left" in text, text
 
                 assert admin.alter_partition_reassignments({tp: None for tp in moves}) == {tp: None for tp in moves}
 
