@@ -215,6 +215,17 @@ async def test_cancel_midway_puts_the_replicas_back_and_deletes_the_added_ones(t
         assert all(sorted(r) == isr == [1, 2] for r, isr in original.values()), original
         cluster.brokers[3].signal(signal.SIGKILL)
         cluster.brokers[3].proc.wait(10)
+
+        async def broker_3_fenced() -> bool:
+            conn = BrokerConnection("127.0.0.1", cluster.brokers[1].port, client_id="test")
+            await conn.connect()
+            try:
+                md = await conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False}, version=8)
+            finally:
+                conn.close()
+            return 3 not in {b.node_id for b in md.brokers}
+        # kafka-python's admin asks any broker Metadata has: not one just killed (connection refused, not retried)
+        await wait_for(broker_3_fenced, 30, "broker 3 fenced")
         admin = kafka_admin(cluster)
         try:
             with NumberedProducer(cluster.bootstrap, CANCELLED, 4, max_seconds=120) as producer:
