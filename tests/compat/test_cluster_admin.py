@@ -235,3 +235,20 @@ async def test_api_versions_advertises_exactly_what_is_served(broker):
     assert table[ApiKey.DELETE_RECORDS] == (0, 2)
     assert table[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
     assert table[ApiKey.DESCRIBE_CLUSTER] == (0, 2)
+
+
+def test_delete_records_kafka_python(broker, admin):
+    from kafka import TopicPartition as KTP
+    from kafka.errors import OffsetOutOfRangeError
+
+    topic = create(admin, partitions=2)
+    produce(broker, topic, 40, partitions=2)  # 20 per partition
+    kadmin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        result = kadmin.delete_records({KTP(topic, 0): 15, KTP(topic, 1): -1})
+        assert {tp.partition: r["low_watermark"] for tp, r in result.items()} == {0: 15, 1: 20}
+        with pytest.raises(OffsetOutOfRangeError):
+            kadmin.delete_records({KTP(topic, 0): 21})
+    finally:
+        kadmin.close()
+    assert low_and_high(broker, topic, 0) == (15, 20) and low_and_high(broker, topic, 1) == (20, 20)
