@@ -7,6 +7,7 @@
     kbroker produce -t TOPIC [-f FILE] ...
     kbroker consume -t TOPIC [--from-beginning | --offset N | --timestamp T | --end | -g GROUP] ...
     kbroker groups list | describe -g G | delete -g G | reset-offsets -g G -t T --to-... [--execute]
+    kbroker transactions list | describe --transactional-id ID | describe-producers | find-hanging | abort ...
     kbroker acls add|list|remove [--allow-principal User:A] [--operation Read] [--topic T] ...
     kbroker users scram set|delete|list -u USER [--add-config 'SCRAM-SHA-256=[password=...]']
     kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
@@ -454,9 +455,41 @@ def _add_sim(commands: Subcommands) -> None:
     sim.add_argument("sim_args", nargs=argparse.REMAINDER)
 
 
+def _add_transactions(commands: Subcommands) -> None:
+    txns = commands.add_parser("transactions", help="list, describe transactions; find and abort hanging ones "
+                                                    "(kafka-transactions.sh)")
+    actions = txns.add_subparsers(dest="transactions_command", required=True, metavar="ACTION")
+    listing = client_command(actions, "list", "cli.transactions:list_transactions", "list transactions")
+    listing.add_argument("--duration-filter", type=int, metavar="MS",
+                         help="only transactions open longer than this (ms); < 0: all")
+    describe = client_command(actions, "describe", "cli.transactions:describe",
+                              "describe the state of an active transactional-id")
+    describe.add_argument("--transactional-id", required=True)
+    producers = client_command(actions, "describe-producers", "cli.transactions:describe_producers",
+                               "describe the states of active producers for a topic partition")
+    producers.add_argument("--broker-id", type=int, help="ask this replica instead of the leader")
+    producers.add_argument("--topic", required=True)
+    producers.add_argument("--partition", type=int, required=True)
+    abort = client_command(actions, "abort", "cli.transactions:abort",
+                           "abort a hanging transaction (requires CLUSTER_ACTION or ALTER on the cluster)")
+    abort.add_argument("--topic", required=True)
+    abort.add_argument("--partition", type=int, required=True)
+    abort.add_argument("--start-offset", type=int, help="start offset of the transaction to abort")
+    abort.add_argument("--producer-id", type=int)
+    abort.add_argument("--producer-epoch", type=int)
+    abort.add_argument("--coordinator-epoch", type=int)
+    hanging = client_command(actions, "find-hanging", "cli.transactions:find_hanging", "find hanging transactions")
+    hanging.add_argument("--broker-id", type=int, help="broker id to search for hanging transactions")
+    hanging.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
+                         help="maximum transaction timeout in minutes to limit the scope of the search (default 15)")
+    hanging.add_argument("--topic", help="topic name to limit search to (required if --partition is specified)")
+    hanging.add_argument("--partition", type=int)
+
+
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_storage, _add_topics, _add_configs, _add_produce, _add_consume, _add_groups, _add_acls,
+    _add_serve, _add_controller, _add_storage, _add_topics, _add_configs, _add_produce, _add_consume, _add_groups,
+    _add_transactions, _add_acls,
     _add_users, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
 
 

@@ -371,7 +371,7 @@ class Log:
 
         A batch with a producer id must come alone (else INVALID_RECORD) and pass the
         idempotent producer's checks (producer_state.py: OutOfOrderSequenceNumberError,
-        InvalidProducerEpochError, UnknownProducerIdError). A retry of one of the
+        InvalidProducerEpochError). A retry of one of the
         producer's last batches writes nothing and returns its first append's offsets,
         with ``duplicate`` set.
 
@@ -588,20 +588,22 @@ class Log:
 
     # -- compaction ----------------------------------------------------------------------
 
-    def replace_segments(self, old: list[LogSegment], cleaned: Path) -> LogSegment:
+    def replace_segments(self, old: list[LogSegment], cleaned: Path,
+                         aborted: list[AbortedTxn] | None = None) -> LogSegment:
         """Swap the cleaner's output for ``old`` (consecutive non-active segments): ``cleaned``
         is ``<base>.log.cleaned`` holding the retained batches, fsynced. Crash-safe as Kafka's
         swap: renamed to ``.swap`` first (from then on a restart completes the swap, see
         log_loader.py), the old segments renamed to ``.deleted`` (deleted after
         file.delete.delay.ms), then renamed to the segment's ``.log``; its indexes are rebuilt
-        from it."""
+        from it. ``aborted``: the cleaned segment's aborted transactions (the cleaner's; None keeps
+        every entry of the old segments)."""
         base = old[0].base_offset
         i = self._bases.index(base)
         assert self._segments[i:i + len(old)] == old and not old[-1].active
         swap = self.dir / (file_name(base, LOG_SUFFIX) + SWAP_SUFFIX)
         fileio.replace(cleaned, swap)
         fsync_dir(self.dir)
-        self.txn_index.replace_segments([s.base_offset for s in old], base)
+        self.txn_index.replace_segments([s.base_offset for s in old], base, aborted)
         self._delete_segments(old, keep_txn_index=True)
         fileio.replace(swap, self.dir / file_name(base, LOG_SUFFIX))
         fsync_dir(self.dir)

@@ -6,8 +6,9 @@ without bound, and neither does any other topic created with ``cleanup.policy=co
 
 One pass over a log (``CleanTask``):
 
-1. The cleanable range: the non-active segments below the high watermark (Kafka's
-   "first uncleanable offset"), stopping at the first segment with records younger than
+1. The cleanable range: the non-active segments below the last stable offset (Kafka's
+   "first uncleanable offset": nothing of an open transaction, nor a marker not yet
+   replicated, is ever cleaned), stopping at the first segment with records younger than
    ``min.compaction.lag.ms``. The log's ``first_dirty_offset`` splits it into a clean head
    (compacted before) and the dirty rest.
 2. The offset map: the newest offset of every key in the cleanable range.
@@ -20,6 +21,12 @@ One pass over a log (``CleanTask``):
    base offset, last offset delta, timestamps, producer fields and compression; one that lost
    all is dropped. Offsets never change: a compacted log has gaps (a cleaned segment may end
    before the next one starts, or be empty).
+   Transactions (Kafka's CleanedTransactionMetadata, ``_TxnTracker``): the batches of aborted
+   transactions (from the ``.txnindex``) go, and stay out of the offset map; an ABORT marker
+   stays, with its index entry, in the pass that removes its data, and may go in a later pass;
+   a COMMIT marker may go once no batch of its transaction is left; either only from the clean
+   head once older than ``delete.retention.ms`` (as tombstones). The cleaned segment's
+   ``.txnindex`` holds only the entries of the ABORT markers kept with data seen.
 4. The swap (``Log.replace_segments``), crash-safe as Kafka's: ``.cleaned`` → ``.swap`` (a
    restart completes a ``.swap`` and deletes a ``.cleaned``), old segments renamed
    ``.deleted`` (deleted after ``file.delete.delay.ms``), ``.swap`` → ``.log``, indexes rebuilt.
@@ -45,7 +52,7 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Container, Mapping
 
@@ -53,12 +60,14 @@ from crc32c import crc32c
 
 from protocol.clock import Time
 from protocol.compression import Compression, compress
-from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CRC_OFFSET, HEADER, HEADER_SIZE, LOG_APPEND_TIME, LOG_OVERHEAD,
-                              BatchHeader, Record, batch_body, decode_records, encode_record, iter_batch_headers)
+from protocol.records import (ATTRIBUTES_OFFSET, CODEC_MASK, CONTROL_ABORT, CONTROL_COMMIT, CRC_OFFSET, HEADER, HEADER_SIZE,
+                              LOG_APPEND_TIME, LOG_OVERHEAD, BatchHeader, ControlRecord, Record, batch_body, decode_records,
+                              encode_record, iter_batch_headers, read_control_record)
 
 from . import fileio
 from .log import Log
 from .segment import CLEANED_SUFFIX, LOG_SUFFIX, LogSegment, file_name
+from .txn_index import AbortedTxn
 
 log = logging.getLogger("kbroker.storage.cleaner")
 
@@ -77,24 +86,29 @@ class CleanerStats:
     records_read: int = 0
     records_kept: int = 0
     tombstones_dropped: int = 0
+    aborted_records_dropped: int = 0
+    markers_dropped: int = 0
     end_offset: int = 0
     duration_ms: int = 0
 
     def summary(self) -> str:
         return (f"{self.topic}-{self.partition}: cleaned up to offset {self.end_offset}: {self.segments_before} "
                 f"segments ({self.bytes_before} bytes, {self.records_read} records) -> {self.segments_after} "
-                f"({self.bytes_after} bytes, {self.records_kept} records; {self.tombstones_dropped} tombstones "
-                f"dropped) in {self.duration_ms} ms")
+                f"({self.bytes_after} bytes, {self.records_kept} records; {self.tombstones_dropped} tombstones, "
+                f"{self.aborted_records_dropped} aborted records and {self.markers_dropped} markers dropped) in "
+                f"{self.duration_ms} ms")
 
 
 def cleanable_segments(log_: Log, now_ms: int) -> list[LogSegment]:
-    """The non-active segments wholly below the high watermark, up to the first one holding
-    records younger than min.compaction.lag.ms."""
+    """The non-active segments wholly below the last stable offset (so below the high watermark,
+    and never holding an open transaction nor a marker not yet replicated: Kafka's "first
+    uncleanable offset"), up to the first one holding records younger than min.compaction.lag.ms."""
     segments = log_.segments
     out = []
     lag = log_.config.min_compaction_lag_ms
+    upper = log_.last_stable_offset
     for segment, following in zip(segments, segments[1:]):
-        if following.base_offset > log_.high_watermark:
+        if following.base_offset > upper:
             break
         if lag > 0 and now_ms - segment.largest_timestamp < lag:
             break
@@ -129,6 +143,67 @@ class _Group:
     next_bases: list[int]  # the base offset after each segment (where the next one starts)
     buffers: list[memoryview]  # each segment's bytes, views of its mapping taken on the log's thread
     cleaned: Path
+    aborted: list[AbortedTxn] = field(default_factory=list)  # the aborted transactions the group overlaps
+    kept_aborted: list[AbortedTxn] = field(default_factory=list)  # the cleaned segment's .txnindex (run fills it)
+
+
+class _TxnTracker:
+    """What one walk over batches in offset order knows of their transactions (Kafka's
+    CleanedTransactionMetadata): the aborted transactions (from the ``.txnindex``) whose first
+    offset has been reached, and the producers with committed data seen since their last marker.
+
+    - A transactional data batch of an aborted transaction goes (and is noted as seen).
+    - An ABORT marker may go once no data of its transaction was seen in this walk: the pass that
+      removes the data keeps the marker and its index entry, the next one may drop both (Kafka's
+      two passes). Kept with data seen, its entry goes into the cleaned segment's index.
+    - A COMMIT marker may go once no batch of its transaction was seen (compaction removed them).
+    The caller also keeps any marker not yet past the delete horizon."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._aborted: dict[int, AbortedTxn] = {}  # producer id -> its aborted transaction reached
+        self._seen: set[int] = set()  # producers of those whose data was seen
+        self._committed: set[int] = set()
+        self.kept: list[AbortedTxn] = []
+
+    def _reach(self, offset: int) -> None:
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= offset:
+            txn = pending[self._next]
+            self._aborted.setdefault(txn.producer_id, txn)
+            self._next += 1
+
+    def on_data_batch(self, header: BatchHeader) -> bool:
+        """True if the batch belongs to an aborted transaction (it goes)."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
+            return False
+        if header.producer_id in self._aborted:
+            self._seen.add(header.producer_id)
+            return True
+        self._committed.add(header.producer_id)
+        return False
+
+    def on_control_batch(self, header: BatchHeader, control: ControlRecord | None) -> bool:
+        """True if the marker may go (as far as its transaction's data is concerned)."""
+        self._reach(header.last_offset)
+        if control is None:
+            return True  # an empty control batch: nothing left to mark
+        if control.type == CONTROL_ABORT:
+            txn = self._aborted.pop(header.producer_id, None)
+            if txn is not None and header.producer_id in self._seen:
+                self._seen.discard(header.producer_id)
+                self.kept.append(txn)
+                return False
+            self._seen.discard(header.producer_id)
+            return True
+        if control.type == CONTROL_COMMIT:
+            if header.producer_id in self._committed:
+                self._committed.discard(header.producer_id)
+                return False
+            return True
+        return False
 
 
 class CleanTask:
@@ -146,9 +221,10 @@ class CleanTask:
     """
 
     def __init__(self, log_: Log, groups: list[_Group], end_offset: int, first_dirty: int, horizon: int,
-                 stats: CleanerStats, started_ms: float, truncations: int) -> None:
+                 stats: CleanerStats, started_ms: float, truncations: int, aborted: list[AbortedTxn] | None = None) -> None:
         self.log = log_
         self.groups = groups
+        self.aborted_txns = aborted or []  # the aborted transactions below end_offset (the .txnindex)
         self.end_offset = end_offset
         self.first_dirty = first_dirty
         self.horizon = horizon
@@ -200,15 +276,21 @@ class CleanTask:
             raise CleanAborted(f"{self.log.topic}-{self.log.partition}: cleaning aborted")
 
     def _build_offset_map(self) -> dict[bytes, int]:
+        """The newest offset of each key, leaving out the records of aborted transactions (they
+        must not hide an older committed value)."""
         latest: dict[bytes, int] = {}
+        txns = _TxnTracker(self.aborted_txns)
         for group in self.groups:
             for buf in group.buffers:
                 self._check_aborted()
                 for pos, header in iter_batch_headers(buf):
                     if header.is_control:
+                        txns.on_control_batch(header, _control_record(buf, pos, header))
                         continue
                     if self._aborted.is_set():
                         self._check_aborted()
+                    if txns.on_data_batch(header):
+                        continue
                     for record in decode_records(header, batch_body(buf, pos, header)):
                         if record.key is not None:
                             latest[record.key] = record.offset
@@ -216,19 +298,29 @@ class CleanTask:
 
     def _clean_group(self, group: _Group, latest: dict[bytes, int]) -> None:
         stats, first_dirty, horizon = self.stats, self.first_dirty, self.horizon
+        txns = _TxnTracker(group.aborted)
         with fileio.FileWriter(group.cleaned) as out:
             for buf, next_base in zip(group.buffers, group.next_bases):
                 self._check_aborted()
                 in_clean_head = next_base <= first_dirty
                 for pos, header in iter_batch_headers(buf):
+                    # tombstones and markers go only from the clean head, once their batch is past
+                    # the horizon (Kafka piggy-backs markers on the tombstones' retention)
+                    past_horizon = in_clean_head and header.max_timestamp < horizon
                     if header.is_control:
-                        out.write(buf[pos:pos + header.size])
+                        if txns.on_control_batch(header, _control_record(buf, pos, header)) and past_horizon:
+                            stats.markers_dropped += 1
+                        else:
+                            out.write(buf[pos:pos + header.size])
                         continue
                     if self._aborted.is_set():
                         self._check_aborted()
                     records = decode_records(header, batch_body(buf, pos, header))
-                    # tombstones go only from the clean head, once their batch is past the horizon
-                    drop_tombstones = in_clean_head and header.max_timestamp < horizon
+                    stats.records_read += len(records)
+                    if txns.on_data_batch(header):
+                        stats.aborted_records_dropped += len(records)
+                        continue
+                    drop_tombstones = past_horizon
                     kept = []
                     for r in records:
                         if r.key is not None and latest.get(r.key, r.offset) > r.offset:
@@ -237,7 +329,6 @@ class CleanTask:
                             stats.tombstones_dropped += 1
                             continue
                         kept.append(r)
-                    stats.records_read += len(records)
                     stats.records_kept += len(kept)
                     if len(kept) == len(records):
                         out.write(buf[pos:pos + header.size])
@@ -246,6 +337,7 @@ class CleanTask:
                     # a batch that kept nothing goes: consumers cannot step over an empty batch
                     # (librdkafka reports MSG_SIZE_TOO_LARGE on a fetch of only that)
             out.sync()
+        group.kept_aborted = sorted(txns.kept, key=lambda t: t.last_offset)
 
 
 class LogCleaner:
@@ -296,13 +388,16 @@ class LogCleaner:
         stats = CleanerStats(log_.topic, log_.partition, segments_before=len(segments),
                              bytes_before=sum(s.size for s in segments), end_offset=end_offset)
         groups = []
+        aborted = [t for t in log_.txn_index.entries if t.first_offset < end_offset]
         for group in self._group(segments, log_.config.segment_bytes, bases):
             next_bases = [bases[bases.index(s.base_offset) + 1] for s in group]
             buffers = [memoryview(s.records.buffer(s.size))[:s.size] for s in group]
             cleaned = log_.dir / (file_name(group[0].base_offset, LOG_SUFFIX) + CLEANED_SUFFIX)
-            groups.append(_Group(group, next_bases, buffers, cleaned))
+            start, end = group[0].base_offset, next_bases[-1]
+            overlapping = [t for t in aborted if t.first_offset < end and t.last_offset >= start]
+            groups.append(_Group(group, next_bases, buffers, cleaned, overlapping))
         return CleanTask(log_, groups, end_offset, log_.first_dirty_offset,
-                         now - log_.config.delete_retention_ms, stats, started, log_.truncations)
+                         now - log_.config.delete_retention_ms, stats, started, log_.truncations, aborted)
 
     def complete_clean(self, task: CleanTask) -> CleanerStats | None:
         """Step 3, on the log's thread, after ``task.run()`` succeeded: swap the cleaned segments
@@ -319,7 +414,7 @@ class LogCleaner:
                 return None
             task.release()
             for i, group in enumerate(task.groups):
-                new_segment = log_.replace_segments(group.segments, group.cleaned)
+                new_segment = log_.replace_segments(group.segments, group.cleaned, group.kept_aborted)
                 stats.segments_after += 1
                 stats.bytes_after += new_segment.size
         except BaseException:
@@ -362,6 +457,17 @@ class LogCleaner:
                     continue
             groups.append([segment])
         return groups
+
+
+def _control_record(buf: memoryview, pos: int, header: BatchHeader) -> ControlRecord | None:
+    """The control batch's record; None for a batch left without one. One that does not read is
+    of no known type (kept)."""
+    if header.records_count == 0:
+        return None
+    try:
+        return read_control_record(buf, pos, header)
+    except ValueError:
+        return ControlRecord(-1, -1)
 
 
 def rebuild_batch(header: BatchHeader, records: list[Record]) -> bytes:

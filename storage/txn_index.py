@@ -150,10 +150,14 @@ class TransactionIndex:
         if changed:
             self._reindex()
 
-    def replace_segments(self, old_bases: list[int], new_base: int) -> None:
+    def replace_segments(self, old_bases: list[int], new_base: int, entries: list[AbortedTxn] | None = None) -> None:
         """A compaction swap merged the segments ``old_bases`` into one at ``new_base``: its file
-        holds all their entries (Kafka's cleaner keeps every aborted transaction of its sources)."""
+        holds ``entries`` (the cleaner's: the aborted transactions whose marker it kept because
+        it removed their data in that pass, Kafka's cleaned transaction index), or, when None,
+        all their entries."""
         merged = [e for b in old_bases for e in self._by_segment.pop(b, ())]
+        if entries is not None:
+            merged = list(entries)
         for b in old_bases:
             if b != new_base:
                 fileio.unlink_if_exists(self.path(b))

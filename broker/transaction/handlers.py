@@ -261,7 +261,9 @@ class TransactionApis:
         self.apis.send(ctx, api, {"error_code": error, "unknown_state_filters": unknown, "transaction_states": found})
 
     def handle_describe_producers(self, ctx: "RequestContext") -> None:
-        """READ on each topic; the active producers of the partitions this broker leads."""
+        """READ on each topic; the active producers of the partitions this broker holds a replica
+        of, leader or follower (as Kafka: ``kafka-transactions.sh describe-producers --broker-id``
+        and ``find-hanging --broker-id`` ask a given replica)."""
         api = APIS[ApiKey.DESCRIBE_PRODUCERS]
         req = self.apis.parse(ctx, api)
         topics = []
@@ -274,9 +276,9 @@ class TransactionApis:
                     row["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 else:
                     partition = self.apis.replica_manager.get_partition(t.name, p)
-                    if partition is None or partition.log is None:
+                    if partition is None:
                         row["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    elif not partition.is_leader:
+                    elif partition.log is None:
                         row["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
                     else:
                         row["active_producers"] = [
