@@ -423,10 +423,10 @@ class KafkaApis:
         if op is not None:
             ctx.on_cancel(op.cancel)
 
-    def _to_verify(self, topics) -> dict[tuple[str, int], tuple[Any, int, int]]:
+    def _to_verify(self, topics) -> dict[tuple[str, int], tuple[Any, int, int, int]]:
         """KIP-890: the partitions (led here) where a transactional batch starts its producer's
-        transaction: {(topic, partition): (Partition, producer id, epoch)}."""
-        out: dict[tuple[str, int], tuple[Any, int, int]] = {}
+        transaction: {(topic, partition): (Partition, producer id, epoch, base sequence)}."""
+        out: dict[tuple[str, int], tuple[Any, int, int, int]] = {}
         for t, parts in topics:
             for p, records in parts:
                 if records is None or not first_batch_is_transactional(records):
@@ -436,7 +436,7 @@ class KafkaApis:
                     continue  # the replica manager answers it
                 header = read_header(records, 0)
                 if partition.needs_verification(header.producer_id, header.producer_epoch):
-                    out[(t, p)] = (partition, header.producer_id, header.producer_epoch)
+                    out[(t, p)] = (partition, header.producer_id, header.producer_epoch, header.base_sequence)
         return out
 
     def _verify_then_append(self, ctx: "RequestContext", request, txn_id: str, topics, to_verify: dict,
@@ -446,9 +446,9 @@ class KafkaApis:
         error and nothing is written to them. The rest are appended as usual."""
         by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
         guards: dict[tuple[str, int], object] = {}
-        for tp, (partition, pid, epoch) in to_verify.items():
+        for tp, (partition, pid, epoch, sequence) in to_verify.items():
             by_producer.setdefault((pid, epoch), []).append(tp)
-            guards[tp] = partition.start_verification(pid)
+            guards[tp] = partition.start_verification(pid, sequence)
         remaining = len(by_producer)
         failed: dict[tuple[str, int], int] = {}
         cancelled = False
@@ -456,7 +456,7 @@ class KafkaApis:
         def verified(errors: dict[tuple[str, int], int]) -> None:
             nonlocal remaining
             for tp, error in errors.items():
-                partition, pid, _epoch = to_verify[tp]
+                partition, pid, _epoch, _sequence = to_verify[tp]
                 if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
                     error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
                 if error != ErrorCode.NONE:

@@ -77,6 +77,17 @@ class LeaderAndIsrState:
     removing: tuple[int, ...] = ()  # ... and removed
 
 
+class VerificationGuard:
+    """KIP-890: a producer's verification in progress on a partition (Kafka's
+    VerificationStateEntry): the guard an append must still find (a marker drops it) and the
+    lowest sequence of the batches verifying."""
+
+    __slots__ = ("lowest_sequence",)
+
+    def __init__(self, lowest_sequence: int) -> None:
+        self.lowest_sequence = lowest_sequence
+
+
 class Replica:
     """A follower's state, as its leader tracks it (Kafka's Replica / ReplicaState)."""
 
@@ -264,7 +275,7 @@ class Partition:
         self._on_ineligible_replica = on_ineligible_replica
         # KIP-890: producer id -> the guard of a verification in flight or done for the first
         # batch of its transaction here; a marker of that producer drops it (Kafka's VerificationGuard).
-        self.verification_guards: dict[int, object] = {}
+        self.verification_guards: dict[int, VerificationGuard] = {}
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id}, epoch={self.leader_epoch})"
@@ -381,14 +392,22 @@ class Partition:
         entry = leader_log.producer_state.last_entry(producer_id)
         return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != epoch
 
-    def start_verification(self, producer_id: int) -> object:
-        guard = self.verification_guards[producer_id] = object()
+    def start_verification(self, producer_id: int, base_sequence: int) -> "VerificationGuard":
+        """The producer's verification guard here, shared by every request verifying at the same
+        time (its first batches pipelined: Kafka's VerificationStateEntry keeps one guard per
+        producer until a marker), remembering the lowest sequence among them (Kafka refuses a
+        first append above it; not checked here yet); a new one after a marker dropped it."""
+        guard = self.verification_guards.get(producer_id)
+        if guard is None:
+            guard = self.verification_guards[producer_id] = VerificationGuard(base_sequence)
+        else:
+            guard.lowest_sequence = min(guard.lowest_sequence, base_sequence)
         return guard
 
-    def verification_holds(self, producer_id: int, guard: object) -> bool:
+    def verification_holds(self, producer_id: int, guard: "VerificationGuard") -> bool:
         return self.verification_guards.get(producer_id) is guard
 
-    def end_verification(self, producer_id: int, guard: object) -> None:
+    def end_verification(self, producer_id: int, guard: "VerificationGuard") -> None:
         if self.verification_guards.get(producer_id) is guard:
             del self.verification_guards[producer_id]
 
