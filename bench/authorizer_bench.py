@@ -16,13 +16,19 @@
    4 partitions, 4 connections, depth 8) with ``--server-pid`` = the broker: its CPU µs per
    produce request, medians and spread, and B - A.
 
+4. With ``--instructions N``: the in-process produce path of (2.) under callgrind, instructions
+   per request for both sides (a count: the same on a busy machine), and the difference.
+
     python bench/authorizer_bench.py [--rounds 5] [--duration 8] [--calls 200000] [--requests 5000] [--no-e2e]
+                                     [--instructions 2000]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import os
 import json
 import shutil
 import statistics
@@ -36,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import instructions as callgrind  # noqa: E402  (bench/instructions.py)
 from broker.security.authorizer import StandardAcl, StandardAuthorizer  # noqa: E402
 from broker.security.principal import ANONYMOUS  # noqa: E402
 from controller.launcher import LocalCluster  # noqa: E402
@@ -142,12 +149,23 @@ class _Transport:
         return 0
 
 
-def produce_handler(rounds: int, requests: int) -> None:
-    """The broker's whole produce path in process, no sockets: KafkaConnection.data_received of
-    a Produce request (one topic, one partition, 148 records of 100 bytes, acks=1) through
-    KafkaApis and the ReplicaManager to the log, with no authorizer and with 1,000 bindings
-    (User:ANONYMOUS allowed by a literal binding); CPU µs per request, in short slices A B B A
-    A B ... (drift on a shared machine falls on both sides alike)."""
+def _frame() -> bytes:
+    from protocol.fast_codecs import encode_produce_request
+    from protocol.records import Record, build_batch
+    batch = build_batch([Record(value=b"v" * 100, timestamp=1) for _ in range(148)])
+    return b"".join(bytes(c) for c in encode_produce_request(8, 1, "bench", 1, 1000, [(TOPIC, [(0, batch)])]))
+
+
+def _bindings_authorizer() -> StandardAuthorizer:
+    authorizer = StandardAuthorizer()
+    for b in bindings():
+        authorizer.add_acl(uuid.uuid4(), StandardAcl.of(*b))
+    return authorizer
+
+
+def _produce_side(root: Path, authorizer):
+    """One broker's produce path in process: a KafkaConnection (no socket) over KafkaApis, the
+    ReplicaManager and a log of one partition led here. Returns (connection, logs, replica manager)."""
     from broker.apis import KafkaApis
     from broker.config import KafkaConfig
     from broker.config_repository import ConfigRepository
@@ -156,38 +174,39 @@ def produce_handler(rounds: int, requests: int) -> None:
     from broker.partition import LeaderAndIsrState
     from broker.replica_manager import ReplicaManager
     from protocol.clock import MockTime
-    from protocol.fast_codecs import encode_produce_request
-    from protocol.records import Record, build_batch
     from storage import LogManager
 
+    config = KafkaConfig({"broker.id": "1", "log.dirs": str(root / uuid.uuid4().hex),
+                          "listeners": "PLAINTEXT://127.0.0.1:9092"})
+    config.log_dirs[0].mkdir(parents=True)
+    cache = MetadataCache(1)
+    cache.brokers[1] = BrokerInfo(1, {"PLAINTEXT": BrokerEndpoint("PLAINTEXT", "h", 9092)})
+    cache.update_partition(TOPIC, uuid.uuid4(), PartitionInfo(0, 1, 0, [1], [1]))
+    configs = ConfigRepository(config, 1, cache)
+    logs = LogManager(config.log_dirs, configs.default_log_config(), time=MockTime(),
+                      topic_config=configs.log_config_for)
+    logs.startup()
+    rm = ReplicaManager(broker_id=1, time=MockTime(), log_manager=logs, metadata_cache=cache,
+                        log_config_for=configs.log_config_for)
+    rm.become_leader_or_follower(0, 1, [LeaderAndIsrState(TOPIC, 0, 1, 1, 0, [1], 0, [1], True)])
+    apis = KafkaApis(replica_manager=rm, metadata_cache=cache, topic_admin=None, config_repository=configs,
+                     producer_ids=None, inter_broker_listener="PLAINTEXT", authorizer=authorizer)
+    conn = KafkaConnection(SocketServer(apis, max_request_size=1 << 24, max_inflight=1000), "PLAINTEXT")
+    conn.connection_made(_Transport())
+    return conn, logs, rm
+
+
+def produce_handler(rounds: int, requests: int) -> float:
+    """The broker's whole produce path in process, no sockets: KafkaConnection.data_received of
+    a Produce request (one topic, one partition, 148 records of 100 bytes, acks=1) through
+    KafkaApis and the ReplicaManager to the log, with no authorizer and with 1,000 bindings
+    (User:ANONYMOUS allowed by a literal binding); CPU µs per request, in short slices A B B A
+    A B ... (drift on a shared machine falls on both sides alike)."""
     root = Path(tempfile.mkdtemp(prefix="kbroker-authz-handler-"))
-    batch = build_batch([Record(value=b"v" * 100, timestamp=1) for _ in range(148)])
-    frame = b"".join(bytes(c) for c in encode_produce_request(8, 1, "bench", 1, 1000, [(TOPIC, [(0, batch)])]))
+    frame = _frame()
+    make = functools.partial(_produce_side, root)
 
-    def make(authorizer):
-        config = KafkaConfig({"broker.id": "1", "log.dirs": str(root / uuid.uuid4().hex),
-                              "listeners": "PLAINTEXT://127.0.0.1:9092"})
-        config.log_dirs[0].mkdir(parents=True)
-        cache = MetadataCache(1)
-        cache.brokers[1] = BrokerInfo(1, {"PLAINTEXT": BrokerEndpoint("PLAINTEXT", "h", 9092)})
-        cache.update_partition(TOPIC, uuid.uuid4(), PartitionInfo(0, 1, 0, [1], [1]))
-        configs = ConfigRepository(config, 1, cache)
-        logs = LogManager(config.log_dirs, configs.default_log_config(), time=MockTime(),
-                          topic_config=configs.log_config_for)
-        logs.startup()
-        rm = ReplicaManager(broker_id=1, time=MockTime(), log_manager=logs, metadata_cache=cache,
-                            log_config_for=configs.log_config_for)
-        rm.become_leader_or_follower(0, 1, [LeaderAndIsrState(TOPIC, 0, 1, 1, 0, [1], 0, [1], True)])
-        apis = KafkaApis(replica_manager=rm, metadata_cache=cache, topic_admin=None, config_repository=configs,
-                         producer_ids=None, inter_broker_listener="PLAINTEXT", authorizer=authorizer)
-        conn = KafkaConnection(SocketServer(apis, max_request_size=1 << 24, max_inflight=1000), "PLAINTEXT")
-        conn.connection_made(_Transport())
-        return conn, logs, rm
-
-    authorizer = StandardAuthorizer()
-    for b in bindings():
-        authorizer.add_acl(uuid.uuid4(), StandardAcl.of(*b))
-    sides = {"no authorizer": make(None), f"{BINDINGS} bindings": make(authorizer)}
+    sides = {"no authorizer": make(None), f"{BINDINGS} bindings": make(_bindings_authorizer())}
     results: dict[str, list[float]] = {name: [] for name in sides}
     try:
         for conn, _logs, _rm in sides.values():  # warm up
@@ -216,6 +235,43 @@ def produce_handler(rounds: int, requests: int) -> None:
     diffs = [y - x for x, y in zip(*results.values())]
     print(f"  difference: {b - a:+.2f} µs per request (median of the per-slice-pair differences "
           f"{statistics.median(diffs):+.2f}, [{min(diffs):+.2f} .. {max(diffs):+.2f}])\n")
+    return a
+
+
+def _child(side: str, requests: int) -> None:
+    """Run one side's produce path ``requests`` times after a warm-up (the callgrind child)."""
+    root = Path(tempfile.mkdtemp(prefix="kbroker-authz-count-"))
+    conn, logs, _rm = _produce_side(root, _bindings_authorizer() if side == "bindings" else None)
+    frame = _frame()
+    if os.environ.get("AUTHZ_BENCH_NOGC"):
+        import gc
+        gc.disable()
+    try:
+        for _ in range(200 + requests):
+            conn.data_received(frame)
+    finally:
+        logs.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def instructions(requests: int) -> tuple[float, float] | None:
+    """The produce path's instructions per request under callgrind: a count, not a time, so the
+    same whatever else the machine runs. Each side runs twice, with W and W + ``requests``
+    requests; the difference over ``requests`` is the cost of one request, start-up and warm-up
+    cancelled out."""
+    if not callgrind.available():
+        print("valgrind is not installed; instruction counts skipped\n")
+        return None
+    low = 200
+    per_request = {side: callgrind.per_iteration([sys.executable, __file__, "--_child", side], requests, low)
+                   for side in ("none", "bindings")}
+    none, with_acls = per_request["none"], per_request["bindings"]
+    print(f"in process under callgrind: instructions per produce request (the difference of runs of "
+          f"{low} and {low + requests} requests)")
+    print(f"  no authorizer           {none:10,.0f}")
+    print(f"  {BINDINGS} bindings           {with_acls:10,.0f}")
+    print(f"  difference: {with_acls - none:+,.0f} instructions ({(with_acls - none) / none:+.2%} of the request)\n")
+    return none, with_acls
 
 
 def load(bootstrap: str, pid: int, duration: float) -> dict:
@@ -293,9 +349,22 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1000, help="produce requests per in-process handler slice")
     ap.add_argument("--slices", type=int, default=40, help="slices of the in-process handler part (A B B A ...)")
     ap.add_argument("--no-e2e", action="store_true", help="the in-process parts only")
+    ap.add_argument("--instructions", type=int, default=0, metavar="N",
+                    help="also count the produce path's instructions per request under callgrind over N requests "
+                         "(a count, immune to the machine's noise; takes minutes)")
+    ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args._child:
+        _child(args._child[0], int(args._child[1]))
+        return 0
+    counts = instructions(args.instructions) if args.instructions else None
     in_process(args.rounds, args.calls)
-    produce_handler(args.slices, args.requests)
+    per_request_us = produce_handler(args.slices, args.requests)
+    if counts is not None:
+        none, with_acls = counts
+        print(f"the instruction difference in time: {with_acls - none:+,.0f} instructions x "
+              f"{per_request_us:.2f} µs / {none:,.0f} instructions (this run's no-authorizer request) = "
+              f"{(with_acls - none) * per_request_us / none:+.2f} µs per request\n")
     if not args.no_e2e:
         end_to_end(args.rounds, args.duration)
     return 0

@@ -15,7 +15,11 @@ mock transport answering 10 requests per read at once, with and without RequestM
 alternating, timed in process CPU time (so other processes on a busy machine do not count) —
 the socket layer's metrics cost per request without the noise of a whole broker.
 
+``--instructions N``: the in-process Produce path's instructions per request, on and off, under
+callgrind (bench/instructions.py): a count, the same on a busy machine.
+
     python bench/metrics_bench.py [--rounds 5] [--duration 5] [--records-per-batch 10] [--partitions 1000]
+                                  [--instructions 3000]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import instructions as callgrind  # noqa: E402  (bench/instructions.py)
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
 
 LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
@@ -245,6 +250,59 @@ def micro_produce(rounds: int, n: int = 5000) -> tuple[list[float], list[float]]
     return asyncio.run(main())
 
 
+def _produce_child(side: str, reads: int) -> None:
+    """One side of micro_produce, ``reads`` reads of 10 Produce requests each, for callgrind."""
+    import asyncio
+
+    from broker.config import KafkaConfig
+    from broker.network import KafkaConnection
+    from controller.kafka_raft_server import KafkaRaftServer
+    from protocol.client import KafkaClient
+    from protocol.fast_codecs import encode_produce_request
+    from protocol.records import Record, build_batch
+
+    batch = bytes(build_batch([Record(value=b"v" * 100, timestamp=1)] * 10))
+    data = b"".join(b"".join(bytes(c) for c in encode_produce_request(7, i, "bench", 1, 30000, [("bench", [(0, batch)])]))
+                    for i in range(10))
+
+    async def main() -> None:
+        root = Path(tempfile.mkdtemp(prefix="kbroker-metrics-count-"))
+        node = KafkaRaftServer(KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(root / side),
+                                            "metrics.enabled": str(side == "on").lower(),
+                                            "broker.session.timeout.ms": 3_600_000}))
+        try:
+            await node.startup()
+            async with KafkaClient(f"127.0.0.1:{node.bound_port()}") as client:
+                await client.create_topics([("bench", 1, 1, None)])
+            conn = KafkaConnection(node.broker.socket_server, "PLAINTEXT")
+            conn.connection_made(NullTransport())
+            for _ in range(reads):
+                conn.data_received(data)
+            assert node.broker.replica_manager.get_partition("bench", 0).log.log_end_offset == reads * 100
+        finally:
+            await node.shutdown()
+            shutil.rmtree(root, ignore_errors=True)
+
+    asyncio.run(main())
+
+
+def count_instructions(n: int) -> None:
+    """Instructions per Produce request through a whole broker in process (micro_produce's path),
+    metrics on and off, counted by callgrind: immune to the machine's noise."""
+    if not callgrind.available():
+        print("valgrind is not installed; instruction counts skipped\n")
+        return
+    reads = max(1, n // 10)
+    per = {side: callgrind.per_iteration([sys.executable, __file__, "--_child", side], reads, 20) / 10
+           for side in ("on", "off")}
+    print(f"Produce (10 records of 100 B, acks=1) through a whole broker in process, instructions per request "
+          f"under callgrind (the difference of runs of 200 and {200 + reads * 10} requests):")
+    print(f"  metrics on  {per['on']:10,.0f}")
+    print(f"  metrics off {per['off']:10,.0f}")
+    print(f"  on minus off: {per['on'] - per['off']:+,.0f} instructions ({(per['on'] - per['off']) / per['off']:+.2%})\n",
+          flush=True)
+
+
 def spread(values: list[float]) -> str:
     return f"{min(values):.4g}..{max(values):.4g}"
 
@@ -261,7 +319,16 @@ def main() -> int:
     parser.add_argument("--micro-rounds", type=int, default=11, help="in-process request-path rounds (0: skip)")
     parser.add_argument("--scrape-interval", type=float, default=0.0,
                         help="scrape the metrics-on broker every N s during the load (0: never: the hot path alone)")
+    parser.add_argument("--instructions", type=int, default=0, metavar="N",
+                        help="also count instructions per Produce request, metrics on and off, under callgrind "
+                             "over N requests (a count: immune to the machine's noise; takes minutes)")
+    parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args._child:
+        _produce_child(args._child[0], int(args._child[1]))
+        return 0
+    if args.instructions:
+        count_instructions(args.instructions)
 
     if args.micro_rounds:
         report_micro("request path in process (KafkaConnection, mock transport, 10 requests per read)",

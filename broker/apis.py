@@ -369,9 +369,17 @@ class KafkaApis:
         denied: frozenset[str] | set[str] = _NOTHING
         authorizer = self.authorizer
         if authorizer is not None:
+            # The one per-request check of the hot path: a topic this connection was allowed to
+            # write under the current bindings is one lookup (a str key) and no call.
+            allowed, generation = ctx.connection.topic_writes, authorizer.generation
             for t, _ in topics:
-                if not authorizer.authorize(ctx, _WRITE, _TOPIC, t):
-                    denied = {t} | denied
+                if allowed.get(t) != generation:
+                    if authorizer.authorize(ctx, _WRITE, _TOPIC, t):
+                        if len(allowed) >= 1024:  # bounded: a client writing to ever new topics
+                            allowed.clear()
+                        allowed[t] = generation
+                    else:
+                        denied = {t} | denied
         invalid: dict[tuple[str, int], tuple[int, str]] = {}
         trimmed = False
         checked = []

@@ -275,7 +275,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.flow: FlowControl | None = None
         self.peer = "?"
         self.client_host = "?"
-        self.principal: KafkaPrincipal = ANONYMOUS
+        self._principal: KafkaPrincipal = ANONYMOUS
+        # Topics this connection's principal was allowed to write, each with the authorizer's
+        # generation when it was: KafkaApis' produce path (an allowed topic costs one lookup of a
+        # string). Emptied when the principal changes.
+        self.topic_writes: dict[str, int] = {}
         # SASL listeners: the authentication state machine every request passes through
         # first (broker/security/sasl_server.py); None elsewhere.
         self.sasl: Any = None  # a broker.security.sasl_server.SaslServerAuthenticator
@@ -300,6 +304,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.lstats: ListenerStats | None = lstats
 
     # -- asyncio.Protocol ------------------------------------------------------------------
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self._principal
+
+    @principal.setter
+    def principal(self, principal: KafkaPrincipal) -> None:
+        self._principal = principal
+        self.topic_writes.clear()
+
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.flow = FlowControl(transport)

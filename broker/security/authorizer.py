@@ -334,6 +334,9 @@ class StandardAuthorizer:
         self.node_id = node_id
         # (principal, host, operation, resource type, name) -> True, or the rule that denied
         self._cache: dict[tuple, Any] = {}
+        # Bumped whenever the bindings change: a decision remembered elsewhere (a connection's
+        # allowed topics, broker/network.py) holds while the generation it was made in does.
+        self.generation = 0
 
     @classmethod
     def from_config(cls, config: Any, metrics: AuthorizerMetrics | None = None) -> "StandardAuthorizer | None":
@@ -348,11 +351,11 @@ class StandardAuthorizer:
     # -- the bindings ----------------------------------------------------------------------
     def add_acl(self, acl_id: Any, acl: StandardAcl) -> None:
         self.acls_index.add(acl_id, acl)
-        self._cache.clear()
+        self._invalidate()
 
     def remove_acl(self, acl_id: Any) -> StandardAcl | None:
         acl = self.acls_index.remove(acl_id)
-        self._cache.clear()
+        self._invalidate()
         return acl
 
     def load(self, acls: dict[Any, StandardAcl]) -> None:
@@ -360,7 +363,11 @@ class StandardAuthorizer:
         self.acls_index.clear()
         for acl_id, acl in acls.items():
             self.acls_index.add(acl_id, acl)
+        self._invalidate()
+
+    def _invalidate(self) -> None:
         self._cache.clear()
+        self.generation += 1
 
     def acls(self, acl_filter: AclBindingFilter = ANY_FILTER) -> list[StandardAcl]:
         return self.acls_index.matching(acl_filter)

@@ -53,14 +53,16 @@ def kcat_metadata(kcat_path: str, bootstrap: str) -> dict:
 async def test_three_brokers_and_a_controller(cluster, kcat_path):
     md = kcat_metadata(kcat_path, cluster.brokers[2].bootstrap)
     assert sorted(b["id"] for b in md["brokers"]) == [1, 2, 3]
-    # The controller (3000) is no broker clients can reach, so brokers name themselves, as Kafka's
-    # KRaft brokers name a live broker: admin requests sent "to the controller" reach a broker,
-    # which forwards them. The brokers know the active controller from UpdateMetadata.
-    assert md["controllerid"] == 2
+    # The controller (3000) is no broker clients can reach, so brokers name a live broker, as Kafka's
+    # KRaft brokers do: admin requests sent "to the controller" reach a broker, which forwards them.
+    # Every broker names the same one, the lowest live id. The brokers know the active controller
+    # from UpdateMetadata.
+    assert md["controllerid"] == 1
+    assert kcat_metadata(kcat_path, cluster.brokers[3].bootstrap)["controllerid"] == 1
     plain = subprocess.run([kcat_path, "-b", cluster.brokers[2].bootstrap, "-L"], capture_output=True, text=True,
                            timeout=60, check=True).stdout
     assert " 3 brokers:" in plain and len(re.findall(r"broker \d+ at 127\.0\.0\.1:\d+", plain)) == 3, plain
-    assert re.search(rf"broker 2 at 127\.0\.0\.1:{cluster.brokers[2].port} \(controller\)", plain), plain
+    assert re.search(rf"broker 1 at 127\.0\.0\.1:{cluster.brokers[1].port} \(controller\)", plain), plain
     assert cluster.controller.live_brokers() == {1, 2, 3}
     assert metadata(cluster.controller.port).controller_id == CONTROLLER_ID
     client = admin(cluster)  # referenced until its futures resolve (a destroyed handle fails them)

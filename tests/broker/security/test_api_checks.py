@@ -189,6 +189,29 @@ def test_produce_needs_write_on_each_topic_and_a_transactional_id_write_on_it(ma
     assert produce(b, ["t"]) == {"t": [(0, E.NONE)]}
 
 
+def test_a_connection_s_allowed_topics_follow_the_bindings_and_its_principal(make):
+    """The produce path remembers, per connection, the topics it was allowed to write: a
+    binding removed or added, or a new principal on the connection, takes effect at once."""
+    b = make()
+    b.create_online("t")
+    write_id = uuid.uuid4()
+    b.authorizer.add_acl(write_id, acl("t", Op.WRITE))
+    b.as_principal(ALICE)
+    assert produce(b, ["t"]) == {"t": [(0, E.NONE)]}
+    assert produce(b, ["t"]) == {"t": [(0, E.NONE)]}
+    b.authorizer.remove_acl(write_id)
+    assert produce(b, ["t"]) == {"t": [(0, E.TOPIC_AUTHORIZATION_FAILED)]}
+    b.grant(acl("t", Op.WRITE))
+    assert produce(b, ["t"]) == {"t": [(0, E.NONE)]}
+    b.conn.principal = KafkaPrincipal.user("mallory")  # same connection, same host, another principal
+    assert produce(b, ["t"]) == {"t": [(0, E.TOPIC_AUTHORIZATION_FAILED)]}
+    b.conn.principal = ALICE
+    assert produce(b, ["t"]) == {"t": [(0, E.NONE)]}
+    b.grant(acl("t", Op.WRITE, principal="User:*", perm=P.DENY))  # a DENY for everyone wins
+    assert produce(b, ["t"]) == {"t": [(0, E.TOPIC_AUTHORIZATION_FAILED)]}
+    assert b.rm.get_partition("t", 0).log.log_end_offset == 4
+
+
 def fetch(b, topics, replica_id=-1):
     b.correlation_id += 1
     request = FetchRequest(11, replica_id, 0, 1, 1 << 20, 0, 0, -1,

@@ -1,0 +1,38 @@
+"""Instructions per iteration of a workload, counted by valgrind's callgrind: a count, not a
+time, so the same whatever else the shared machine runs (two runs of the same code differ by a
+few tens of instructions per iteration). A bench runs its own script as a child with a hidden
+argument naming a side and an iteration count; each side runs twice, with ``low`` and ``low +
+n`` iterations, and the difference over ``n`` is one iteration's cost, start-up, warm-up and
+shutdown cancelled out.
+
+    from instructions import per_iteration
+    per_iteration([sys.executable, __file__, "--_child", "on"], n=300)  # the child appends the count
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+
+def available() -> bool:
+    return shutil.which("valgrind") is not None
+
+
+def total(argv: list[str], timeout: float = 3600) -> int:
+    """Instructions ``argv`` executes under callgrind (PYTHONHASHSEED fixed: dictionaries and sets
+    then lay out alike in both runs)."""
+    with tempfile.TemporaryDirectory(prefix="kbroker-callgrind-") as tmp:
+        out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out", *argv],
+                             capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONHASHSEED": "0"})
+    for line in out.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise RuntimeError(f"callgrind printed no total (exit {out.returncode}):\n{out.stderr[-3000:]}")
+
+
+def per_iteration(argv: list[str], n: int, low: int = 200) -> float:
+    """Instructions of one iteration: runs ``argv + [str(low)]`` and ``argv + [str(low + n)]``."""
+    return (total([*argv, str(low + n)]) - total([*argv, str(low)])) / n
