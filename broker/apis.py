@@ -443,7 +443,8 @@ class KafkaApis:
                 if partition is None or not partition.is_leader:
                     continue  # the replica manager answers it
                 header = read_header(records, 0)
-                if partition.needs_verification(header.producer_id, header.producer_epoch):
+                if partition.needs_verification(header.producer_id, header.producer_epoch) \
+                        or partition.verifying(header.producer_id):
                     out[(t, p)] = (partition, header.producer_id, header.producer_epoch, header.base_sequence)
         return out
 
@@ -453,7 +454,7 @@ class KafkaApis:
         partitions are in the producer's transaction; those that are not are answered with the
         error and nothing is written to them. The rest are appended as usual."""
         by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
-        guards: dict[tuple[str, int], object] = {}
+        guards: dict[tuple[str, int], Any] = {}  # partition.VerificationGuard
         for tp, (partition, pid, epoch, sequence) in to_verify.items():
             by_producer.setdefault((pid, epoch), []).append(tp)
             guards[tp] = partition.start_verification(pid, sequence)
@@ -465,6 +466,7 @@ class KafkaApis:
             nonlocal remaining
             for tp, error in errors.items():
                 partition, pid, _epoch, _sequence = to_verify[tp]
+                guards[tp].in_flight -= 1
                 if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
                     error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
                 if error != ErrorCode.NONE:

@@ -80,12 +80,13 @@ class LeaderAndIsrState:
 class VerificationGuard:
     """KIP-890: a producer's verification in progress on a partition (Kafka's
     VerificationStateEntry): the guard an append must still find (a marker drops it) and the
-    lowest sequence of the batches verifying."""
+    lowest sequence of the batches verifying, and how many requests are verifying with it."""
 
-    __slots__ = ("lowest_sequence",)
+    __slots__ = ("lowest_sequence", "in_flight")
 
     def __init__(self, lowest_sequence: int) -> None:
         self.lowest_sequence = lowest_sequence
+        self.in_flight = 0
 
 
 class Replica:
@@ -402,7 +403,16 @@ class Partition:
             guard = self.verification_guards[producer_id] = VerificationGuard(base_sequence)
         else:
             guard.lowest_sequence = min(guard.lowest_sequence, base_sequence)
+        guard.in_flight += 1
         return guard
+
+    def verifying(self, producer_id: int) -> bool:
+        """Requests of this producer are waiting for their verification here: a later batch of
+        it goes through verification too, so it is appended after them, in order (Kafka reads a
+        connection's next request only once the last is answered; kbroker serves pipelined
+        requests at once, and a batch appended directly could overtake the verified ones)."""
+        guard = self.verification_guards.get(producer_id)
+        return guard is not None and guard.in_flight > 0
 
     def verification_holds(self, producer_id: int, guard: "VerificationGuard") -> bool:
         return self.verification_guards.get(producer_id) is guard
