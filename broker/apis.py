@@ -465,10 +465,15 @@ class KafkaApis:
         def verified(errors: dict[tuple[str, int], int]) -> None:
             nonlocal remaining
             for tp, error in errors.items():
-                partition, pid, _epoch, _sequence = to_verify[tp]
+                partition, pid, epoch, sequence = to_verify[tp]
                 guards[tp].in_flight -= 1
                 if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
                     error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
+                elif error == ErrorCode.NONE and partition.out_of_order_first_batch(pid, epoch, guards[tp], sequence):
+                    # a lower sequence must come first (it failed its verification, retriably):
+                    # retriable here too, the client resends in order (Kafka's log answers
+                    # OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka may take for a desync)
+                    error = ErrorCode.NOT_ENOUGH_REPLICAS
                 if error != ErrorCode.NONE:
                     failed[tp] = error
             remaining -= 1

@@ -396,8 +396,8 @@ class Partition:
     def start_verification(self, producer_id: int, base_sequence: int) -> "VerificationGuard":
         """The producer's verification guard here, shared by every request verifying at the same
         time (its first batches pipelined: Kafka's VerificationStateEntry keeps one guard per
-        producer until a marker), remembering the lowest sequence among them (Kafka refuses a
-        first append above it; not checked here yet); a new one after a marker dropped it."""
+        producer until a marker), remembering the lowest sequence among them (see
+        ``out_of_order_first_batch``); a new one after a marker dropped it."""
         guard = self.verification_guards.get(producer_id)
         if guard is None:
             guard = self.verification_guards[producer_id] = VerificationGuard(base_sequence)
@@ -405,6 +405,14 @@ class Partition:
             guard.lowest_sequence = min(guard.lowest_sequence, base_sequence)
         guard.in_flight += 1
         return guard
+
+    def out_of_order_first_batch(self, producer_id: int, epoch: int, guard: "VerificationGuard",
+                                 base_sequence: int) -> bool:
+        """Kafka's checkSequence with a verification entry: while the producer has no
+        transaction open here, a batch past the lowest sequence verifying may not be its first
+        (a producer the partition has no state of is accepted at any sequence: appended first,
+        the lower batches would then be refused and lost)."""
+        return self.needs_verification(producer_id, epoch) and base_sequence > guard.lowest_sequence
 
     def verifying(self, producer_id: int) -> bool:
         """Requests of this producer are waiting for their verification here: a later batch of

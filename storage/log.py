@@ -371,7 +371,7 @@ class Log:
 
         A batch with a producer id must come alone (else INVALID_RECORD) and pass the
         idempotent producer's checks (producer_state.py: OutOfOrderSequenceNumberError,
-        InvalidProducerEpochError, UnknownProducerIdError). A retry of one of the
+        InvalidProducerEpochError). A retry of one of the
         producer's last batches writes nothing and returns its first append's offsets,
         with ``duplicate`` set.
 

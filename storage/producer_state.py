@@ -26,7 +26,7 @@ is in this file, and the Log drives it:
 
 The rules for a client's batch, checked in this order (Kafka's
 ``ProducerStateEntry.findDuplicateBatch``, ``ProducerAppendInfo.checkProducerEpoch`` and
-``checkSequence``, with the UNKNOWN_PRODUCER_ID rule of Kafka 2.0-2.4)::
+``checkSequence``, Kafka 2.5+'s rules: KIP-360)::
 
     the batch, against the producer's entry                  outcome
     same epoch, first and last sequence of a cached batch    duplicate: the cached offsets, nothing written
@@ -36,7 +36,9 @@ The rules for a client's batch, checked in this order (Kafka's
     same epoch, first sequence = last sequence + 1           accepted (sequences wrap INT32_MAX -> 0)
     same epoch, any other first sequence                     OUT_OF_ORDER_SEQUENCE_NUMBER
     no entry, first sequence 0                               accepted; a new entry
-    no entry, any other first sequence                       UNKNOWN_PRODUCER_ID
+    no entry, any other first sequence                       accepted (its batches may have gone with retention
+                                                             or DeleteRecords, or it expired: Kafka 2.0-2.4
+                                                             answered UNKNOWN_PRODUCER_ID, 2.5+ accepts)
 
 Only batch headers are read; nothing here decodes records. Not thread-safe: the owning
 Log's thread only.
@@ -56,7 +58,7 @@ from crc32c import crc32c
 
 from protocol.clock import Time
 from protocol.errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError,
-                             TransactionCoordinatorFencedError, UnknownProducerIdError)
+                             TransactionCoordinatorFencedError)
 from protocol.records import (CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE,
                               TRANSACTIONAL_MASK, BatchHeader, ControlRecord, increment_sequence)
 
@@ -268,9 +270,9 @@ class ProducerAppendInfo:
                     raise OutOfOrderSequenceNumberError(
                         f"{self.partition}: producer {self.producer_id} at offset {offset}: a new epoch {epoch} must "
                         f"start at sequence 0, not {first_seq} (current epoch {self.producer_epoch})")
-                raise UnknownProducerIdError(
-                    f"{self.partition}: no state for producer {self.producer_id} (at offset {offset}, sequence "
-                    f"{first_seq}); its last batch may have been removed by retention or it expired")
+                # no state of this producer (its batches went with retention or DeleteRecords, or it
+                # expired): Kafka 2.5+ accepts any sequence (KIP-360), where 2.0-2.4 answered
+                # UNKNOWN_PRODUCER_ID, which made the client renumber and resend (duplicates)
             return
         if self.batches:
             last_seq = self.batches[-1].last_seq

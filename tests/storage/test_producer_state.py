@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from storage_helpers import START_MS, batch, check_consistent, open_log
 
 from protocol.clock import MockTime
-from protocol.errors import (ErrorCode, InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceNumberError,
-                             UnknownProducerIdError)
+from protocol.errors import ErrorCode, InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceNumberError
 from protocol.records import INT32_MAX, increment_sequence, iter_batch_headers, read_header
 from storage import BatchMetadata, Log, LogConfig, LogManager, ProducerStateEntry, ProducerStateManager
 from storage.producer_state import (CorruptSnapshotError, decode_snapshot, encode_snapshot, read_snapshot,
@@ -117,14 +116,16 @@ def test_an_epoch_bump_starts_at_sequence_zero(tmp_path):
     assert log.append_as_leader(idem(1, epoch=3), 0).first_offset == 4
 
 
-def test_an_unknown_producer_must_start_at_sequence_zero(tmp_path):
+def test_an_unknown_producer_is_accepted_at_any_sequence(tmp_path):
+    """Kafka 2.5+ (KIP-360): a producer the partition has no state of (its batches went with
+    retention or DeleteRecords, or it expired) is accepted at whatever sequence it is; 2.0-2.4
+    answered UNKNOWN_PRODUCER_ID, and the client renumbered and resent."""
     log = open_log(tmp_path / "t-0")
-    with pytest.raises(UnknownProducerIdError) as exc:
-        log.append_as_leader(idem(5), 0)
-    assert exc.value.error_code == ErrorCode.UNKNOWN_PRODUCER_ID == 59
-    assert log.log_end_offset == 0 and log.last_entry(PID) is None
-    assert log.append_as_leader(idem(0), 0).first_offset == 0
-    assert log.last_entry(PID).last_seq == 0
+    assert log.append_as_leader(idem(5), 0).first_offset == 0
+    assert log.last_entry(PID).last_seq == 5
+    with pytest.raises(OutOfOrderSequenceNumberError):  # from then on, in sequence
+        log.append_as_leader(idem(7), 0)
+    assert log.append_as_leader(idem(6), 0).first_offset == 1
 
 
 def test_sequences_wrap_at_int32_max(tmp_path):
@@ -190,7 +191,6 @@ def test_a_rejected_batch_leaves_log_and_state_unchanged(tmp_path):
     epochs = log.leader_epoch_cache.entries()
     for records, error in ((idem(5, pid=1), OutOfOrderSequenceNumberError),
                            (idem(1, pid=2, epoch=3), InvalidProducerEpochError),
-                           (idem(4, pid=3), UnknownProducerIdError),
                            (idem(3, pid=2, epoch=5), OutOfOrderSequenceNumberError)):
         with pytest.raises(error):
             log.append_as_leader(records, 7)
@@ -474,9 +474,8 @@ def test_truncate_fully_clears_the_state_and_the_snapshots(tmp_path):
     assert snapshots(log)
     log.truncate_fully_and_start_at(500)
     assert log.producer_state.producers == {} and snapshots(log) == []
-    with pytest.raises(UnknownProducerIdError):
-        log.append_as_leader(idem(20), 0)
-    assert log.append_as_leader(idem(0), 0).first_offset == 500
+    assert log.append_as_leader(idem(20), 0).first_offset == 500  # no state: any sequence (KIP-360)
+    assert log.last_entry(PID).last_seq == 20
 
 
 def test_advancing_the_log_start_drops_producers_whose_batches_are_gone(tmp_path):
@@ -489,9 +488,8 @@ def test_advancing_the_log_start_drops_producers_whose_batches_are_gone(tmp_path
     assert set(log.producer_state.producers) == {2}
     assert [b.first_offset for b in log.last_entry(2).batches] == [5, 6, 7, 8]  # 3 and 4 are gone too
     assert all(s >= 5 for s in snapshots(log))
-    with pytest.raises(UnknownProducerIdError):
-        log.append_as_leader(idem(3, pid=1), 0)
     assert log.append_as_leader(idem(6, pid=2), 0).first_offset == 9
+    assert log.append_as_leader(idem(3, pid=1), 0).first_offset == 10  # forgotten: any sequence (KIP-360)
 
 
 def test_loading_drops_producers_below_the_log_start_offset(tmp_path):
@@ -578,9 +576,7 @@ def test_producers_expire_after_producer_id_expiration_ms_without_appends(tmp_pa
     time.sleep(1)
     assert log.remove_expired_producers(time.milliseconds()) == 1
     assert set(log.producer_state.producers) == {2}  # active, whatever its timestamps say
-    with pytest.raises(UnknownProducerIdError):
-        log.append_as_leader(idem(1, pid=1), 0)
-    assert log.append_as_leader(idem(0, pid=1), 0).first_offset == 3
+    assert log.append_as_leader(idem(1, pid=1), 0).first_offset == 3  # expired: any sequence (KIP-360)
 
 
 def test_expiration_counts_from_the_load_after_a_restart(tmp_path):
@@ -662,8 +658,7 @@ class Model:
                 return "error", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
             if epoch == current_epoch and seq != increment_sequence(batches[-1][1], 1):
                 return "error", ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        elif seq != 0:
-            return "error", ErrorCode.UNKNOWN_PRODUCER_ID
+        # (no entry: any first sequence is accepted, Kafka 2.5+)
         first, last = self.leo, self.leo + n - 1
         self.leo += n
         batches = entry[1] if entry is not None and entry[0] == epoch else []
@@ -712,7 +707,7 @@ def test_random_producers_follow_the_model(data):
             expected = model.produce(pid, epoch, seq, n)
             try:
                 info = log.append_as_leader(idem(seq, n, pid=pid, epoch=epoch), 0)
-            except (OutOfOrderSequenceNumberError, InvalidProducerEpochError, UnknownProducerIdError) as exc:
+            except (OutOfOrderSequenceNumberError, InvalidProducerEpochError) as exc:
                 assert expected == ("error", exc.error_code), (pid, epoch, seq, n)
                 continue
             outcome = "duplicate" if info.duplicate else "appended"
