@@ -66,6 +66,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.apis")
 
+# Test-only switch (sim/bugs.py; never set otherwise): a control request sent to an earlier
+# registration of this broker is applied (neither held until the broker knows its epoch nor
+# refused). Read only at startup and when a request is stale.
+BUG_STALE_BROKER_EPOCH_ACCEPTED = False
+
 # A LeaderAndIsr of more partitions is applied in slices of this many, the loop turning between.
 LEADER_AND_ISR_SLICE = 50
 # What a broker serves before it is live (KafkaApis.hold_until_live): the controller's requests,
@@ -256,7 +261,7 @@ class KafkaApis:
         to this one; applied, the former would make a broker that lost its log lead again at an
         old leader epoch (the simulator's seed 24). Kafka's broker knows its epoch before it
         serves any request. Held, each is checked (STALE_BROKER_EPOCH) once the epoch is known."""
-        if self._held_until_registered is None:
+        if self._held_until_registered is None and not BUG_STALE_BROKER_EPOCH_ACCEPTED:
             self._held_until_registered = []
 
     def registered(self) -> None:
@@ -1411,7 +1416,7 @@ class KafkaApis:
         """Kafka's isBrokerEpochStale: a control request sent to an earlier registration of
         this broker (-1: the sender does not say) is refused with STALE_BROKER_EPOCH."""
         current = self.broker_epoch()
-        if request_epoch == -1 or request_epoch >= current:
+        if request_epoch == -1 or request_epoch >= current or BUG_STALE_BROKER_EPOCH_ACCEPTED:
             return False
         log.info("%s from %s refused: it was sent to broker epoch %d, this broker is at %d",
                  APIS[ctx.header.api_key].name, ctx.peer, request_epoch, current)

@@ -45,6 +45,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.fetcher")
 
+# Test-only switches that re-introduce replication bugs the simulator must find (sim/bugs.py
+# turns them on for a run; never set otherwise); read only on rare paths (a log start that
+# moved, a follower without leader epochs).
+BUG_LOG_START_BEFORE_HW = False  # the leader's log start applied before its high watermark
+BUG_NO_TRUNCATION_WITHOUT_EPOCHS = False  # no truncation to the HW when the epoch cache is empty
+
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
@@ -177,6 +183,9 @@ class ReplicaFetcher:
         for key, state in pending.items():
             epoch = state.partition.log.leader_epoch_cache.latest_epoch()
             if epoch is None:
+                if BUG_NO_TRUNCATION_WITHOUT_EPOCHS:
+                    state.truncating = False
+                    continue
                 # No epoch history (an empty log, or a leader-epoch checkpoint lost or damaged):
                 # nothing tells where the logs diverge, so keep only what is known committed, the
                 # high watermark (Kafka's truncateToHighWatermark for partitions without epochs).
@@ -289,6 +298,8 @@ class ReplicaFetcher:
                     topic_stats.all.replication_bytes_in += n
             # The HW first (clamped to our LEO), then the log start: the leader's log start is at
             # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
+            if pd.log_start_offset > log_.log_start_offset and BUG_LOG_START_BEFORE_HW:
+                log_.maybe_increment_log_start_offset(pd.log_start_offset)
             log_.update_high_watermark(pd.high_watermark)
             if pd.log_start_offset > log_.log_start_offset:
                 log_.maybe_increment_log_start_offset(pd.log_start_offset)
@@ -300,12 +311,26 @@ class ReplicaFetcher:
 
     def _handle_out_of_range(self, key, state: PartitionFetchState, pd) -> None:
         """Our LEO is outside the leader's log: start over at the leader's log start if we
-        are behind it, else re-run epoch truncation."""
+        are behind it; without leader epochs, cut back to the leader's high watermark if we
+        are ahead of it (Kafka's fetchOffsetAndTruncate cuts to the leader's log end: the
+        answer carries its HW, which is at most that, and all of it committed); else re-run
+        epoch truncation."""
         log_ = state.partition.log
-        if 0 <= pd.log_start_offset and log_.log_end_offset < pd.log_start_offset:
+        leo = log_.log_end_offset
+        if 0 <= pd.log_start_offset and leo < pd.log_start_offset:
             log.info("%s-%d: our log end %d is below the leader's log start %d; starting over there",
-                     key[0], key[1], log_.log_end_offset, pd.log_start_offset)
+                     key[0], key[1], leo, pd.log_start_offset)
             log_.truncate_fully_and_start_at(pd.log_start_offset)
+        elif 0 <= pd.high_watermark < leo and log_.leader_epoch_cache.latest_epoch() is None:
+            # (Epoch truncation would cut to our own HW, which may be above the leader's log end:
+            # the same fetch would be out of range again, for ever.)
+            log.info("%s-%d: no leader epochs known and our log end %d is out of the leader's range; truncating "
+                     "to the leader's high watermark %d", key[0], key[1], leo, pd.high_watermark)
+            if pd.high_watermark < log_.log_start_offset:
+                log_.truncate_fully_and_start_at(pd.high_watermark)
+            else:
+                self._truncate_log(log_, pd.high_watermark)
+            state.truncating = False
         else:
             state.truncating = True
 

@@ -40,6 +40,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.partition")
 
+# Test-only switches that re-introduce replication bugs the simulator must find (sim/bugs.py
+# turns them on for a run; never set otherwise). Each is read only on a path that is rare in
+# production: an election, an ISR change in flight, a follower outside the ISR, an acks=all
+# produce still waiting for its replicas.
+BUG_SHRINK_BEFORE_FIRST_FETCH = False  # an ISR member counts as never caught up after an election
+BUG_HW_OVER_LOCAL_ISR = False  # the HW over the committed ISR, not the maximal one (KIP-497)
+BUG_ACK_BEFORE_MIN_ISR = False  # acks=all answered once the leader has it
+
 
 def error_name(code: int) -> str:
     try:
@@ -121,7 +129,7 @@ class Replica:
         self.log_start_offset = -1
         self.last_fetch_leader_log_end_offset = leader_end_offset
         self.last_fetch_time_ms = now_ms
-        self.last_caught_up_time_ms = now_ms if in_sync else 0
+        self.last_caught_up_time_ms = now_ms if in_sync and not BUG_SHRINK_BEFORE_FIRST_FETCH else 0
 
 
 class CommittedPartitionState:
@@ -158,7 +166,7 @@ class PendingExpandIsr:
 
     @property
     def maximal_isr(self) -> frozenset[int]:
-        return self.proposed_isr
+        return self.last_committed.isr if BUG_HW_OVER_LOCAL_ISR else self.proposed_isr
 
     def __repr__(self) -> str:
         return f"PendingExpandIsr(+{self.new_in_sync}, committed={sorted(self.isr)})"
@@ -452,7 +460,7 @@ class Partition:
             if replica.log_end_offset >= new_hw:
                 continue
             if rid in maximal or (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
-                                  and self._is_replica_isr_eligible(rid)):
+                                  and self._is_replica_isr_eligible(rid) and not BUG_HW_OVER_LOCAL_ISR):
                 # A follower whose LEO is unknown (-1, just became leader) holds the HW where it is.
                 new_hw = replica.log_end_offset if replica.log_end_offset >= 0 else leader_log.high_watermark
         for rid in maximal:
@@ -568,6 +576,8 @@ class Partition:
         if self.log.high_watermark >= required_offset:
             if len(self.isr) < self.log.config.min_insync_replicas:
                 return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return True, ErrorCode.NONE
+        if BUG_ACK_BEFORE_MIN_ISR and self.log.log_end_offset >= required_offset:
             return True, ErrorCode.NONE
         return False, ErrorCode.NONE
 

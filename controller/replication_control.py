@@ -44,6 +44,10 @@ from .placement import PlacementError, assign_replicas_to_brokers
 
 log = logging.getLogger("kbroker.controller.replication")
 
+# Test-only switch (sim/bugs.py; never set otherwise): an AlterPartition whose ISR holds a
+# fenced or shutting-down broker is accepted (KIP-841 undone). Read only when one is refused.
+BUG_INELIGIBLE_ISR_ACCEPTED = False
+
 PREFERRED_ELECTION = 0
 UNCLEAN_ELECTION = 1
 ZERO_UUID = uuid.UUID(int=0)
@@ -437,7 +441,7 @@ class ReplicationControlManager:
                 ineligible.append(f"{b} (fenced)")
             elif epoch != -1 and epoch != reg.epoch:
                 ineligible.append(f"{b} (broker epoch {epoch}, registered {reg.epoch})")
-        if ineligible:
+        if ineligible and not BUG_INELIGIBLE_ISR_ACCEPTED:
             log.info("rejecting AlterPartition from broker %d for %s: ineligible replicas %s in the new ISR %s",
                      broker_id, name, ", ".join(ineligible), isr)
             return ErrorCode.INELIGIBLE_REPLICA if version >= 2 else ErrorCode.OPERATION_NOT_ATTEMPTED

@@ -24,7 +24,8 @@ BUGS: dict[str, tuple[str, str, str]] = {
     "no-truncation-without-epochs": ("broker.fetcher", "BUG_NO_TRUNCATION_WITHOUT_EPOCHS",
                                      "truncation skipped when the leader epoch cache is empty"),
     "stale-broker-epoch-accepted": ("broker.apis", "BUG_STALE_BROKER_EPOCH_ACCEPTED",
-                                    "a LeaderAndIsr sent to an earlier registration of the broker applied"),
+                                    "a LeaderAndIsr sent to an earlier registration of the broker applied "
+                                    "(neither held until the broker knows its epoch nor refused)"),
     "ack-before-min-isr": ("broker.partition", "BUG_ACK_BEFORE_MIN_ISR",
                            "an acks=all produce answered before min.insync.replicas replicas have it"),
 }

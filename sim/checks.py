@@ -10,15 +10,19 @@ live node's state:
 * one leader per (partition, leader epoch): no two processes (broker incarnations) lead
   the same epoch of a partition;
 * on a leader, the high watermark never moves back within its epoch, and is at most the
-  log end offset of every live ISR member that has not restarted since it joined that
-  leader's ISR (a replica that crashed and lost unsynced bytes may be behind until it leaves
+  log end offset of every live member of its maximal ISR (the committed ISR plus a follower
+  being added, KIP-497) that has not restarted since it joined that leader's ISR or, for a
+  committed member, since it last entered the controller's ISR if that was earlier (a member
+  that restarted without leaving the ISR may have lost unsynced records); (a replica that crashed and lost unsynced bytes may be behind until it leaves
   the ISR);
 * an ISR shrink only drops followers that have not caught up for replica.lag.time.max.ms
-  (Kafka's isCaughtUp, KIP-497), as the leader's own bookkeeping records them;
+  (Kafka's isCaughtUp, KIP-497), as the leader's own bookkeeping records them, an ISR member
+  counting as caught up when the leader was elected (whatever that bookkeeping says);
 * in the controller's state, ISR members are unfenced and not shutting down, but for a
   last ISR member kept without a leader (KIP-841);
 * the controller epoch grows with every controller incarnation, and so does each broker's
-  broker epoch with each registration;
+  broker epoch with each registration (within a controller incarnation; across one, never
+  below an epoch a broker was answered);
 * the controller's state equals the replay of the records it loaded and appended (a
   shadow controller replays them as they are written).
 """
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from broker.partition import Partition, PendingShrinkIsr
+from broker.partition import Partition, PendingShrinkIsr, Replica
 from controller.metadata_store import LocalMetadataStore
 from controller.quorum_controller import QuorumController, QuorumControllerConfig
 from storage.log import Log
@@ -51,6 +55,7 @@ class Checker:
         self._originals: list[tuple[Any, str, Any]] = []
         self._log_machine: dict[int, str] = {}
         self.lag_max_ms = 0
+        self.taken_on: dict[int, tuple[Replica, int]] = {}  # id(Replica) -> (it, caught up at the election)
         self.checks = 0
 
     # -- instrumentation ---------------------------------------------------------------------
@@ -79,6 +84,16 @@ class Checker:
             after(Log, name, log_changed)
         for name in ("make_leader", "make_follower", "_on_alter_partition_result"):
             after(Partition, name, partition_changed)
+
+        # When a leader took each follower on (Replica.reset, at its election): an ISR member
+        # counts as caught up from then, whatever the leader's own bookkeeping says.
+        original_reset = Replica.reset
+
+        def reset(replica: Replica, now_ms: int, leader_end_offset: int, in_sync: bool) -> None:
+            original_reset(replica, now_ms, leader_end_offset, in_sync)
+            checker.taken_on[id(replica)] = (replica, now_ms if in_sync else 0)
+        self._originals.append((Replica, "reset", original_reset))
+        Replica.reset = reset  # type: ignore[method-assign]
 
         original_propose = Partition._propose
 
@@ -170,7 +185,7 @@ class Checker:
                 sim.violation("hw-monotonic", f"{key[0]}-{key[1]} on leader {who[0]}#{who[1]} at epoch {epoch}: "
                               f"high watermark {last} -> {hw}")
             self.leader_hw[hw_key] = hw
-            isr = p.isr
+            isr = p.maximal_isr  # (the committed ISR plus a follower being added: KIP-497)
             seen_key = (key, epoch)
             previous = self._isr_seen.get(seen_key, frozenset())
             if isr != previous:
@@ -187,13 +202,19 @@ class Checker:
                     continue  # dead, or not hosting it (yet)
                 rnode, rp = replica
                 joined = self.isr_joined.get((key, epoch, r))
+                # A member of the committed ISR may have been in it since before this epoch: it is
+                # whole only if it has not restarted since it last entered the controller's ISR (a
+                # leader's view may lag: it still lists a member the controller dropped after a crash).
+                entered = sim.isr_entered.get((key, r)) if r in p.isr else None
+                if entered is not None and (joined is None or entered < joined):
+                    joined = entered
                 if joined is None or rnode.started_at > joined:
                     continue  # restarted since it joined: it may have lost unsynced bytes
                 leo = rp.log.log_end_offset
                 if leo < hw:
                     sim.violation("hw-le-isr-leo", f"{key[0]}-{key[1]} leader {who[0]}#{who[1]} epoch {epoch}: high "
                                   f"watermark {hw} above the log end offset {leo} of ISR member {rnode.process.key} "
-                                  f"(ISR {sorted(isr)}, member since {joined:.6f})")
+                                  f"(maximal ISR {sorted(isr)}, committed {sorted(p.isr)}, member since {joined:.6f})")
 
     def check_shrink(self, partition: Partition, proposal: PendingShrinkIsr) -> None:
         """Kafka's isCaughtUp: a follower leaves the ISR only once it has been behind the
@@ -205,10 +226,14 @@ class Checker:
             replica = partition.remote_replicas.get(rid)
             if replica is None:
                 continue
-            if replica.log_end_offset >= leo or now - replica.last_caught_up_time_ms <= lag_max:
+            taken_on = self.taken_on.get(id(replica))
+            caught_up = replica.last_caught_up_time_ms
+            if taken_on is not None and taken_on[0] is replica:
+                caught_up = max(caught_up, taken_on[1])
+            if replica.log_end_offset >= leo or now - caught_up <= lag_max:
                 self.sim.violation("isr-shrink-justified", f"{partition.topic}-{partition.partition} leader "
                                    f"{partition.local_broker_id} epoch {partition.leader_epoch} drops {rid} from the ISR "
-                                   f"{sorted(proposal.isr)}: caught up {now - replica.last_caught_up_time_ms} ms ago "
+                                   f"{sorted(proposal.isr)}: caught up {now - caught_up} ms ago "
                                    f"(replica.lag.time.max.ms={lag_max}), its LEO {replica.log_end_offset}, leader's {leo}")
 
     # -- the controller ------------------------------------------------------------------------
@@ -220,6 +245,7 @@ class Checker:
 
     def controller_loaded(self, store: LocalMetadataStore, loaded: Any) -> None:
         """A controller incarnation loaded its metadata: the shadow starts over from it."""
+        self.broker_epochs = {}
         self.shadow = _shadow(self.sim)
         for record in loaded.snapshot_records:
             self.shadow.replay(record)
@@ -248,10 +274,17 @@ class Checker:
                     state = "not registered" if reg is None else "fenced" if reg.fenced else "shutting down"
                     sim.violation("isr-eligible", f"{info.name}-{pid}: ISR {list(part.isr)} (leader {part.leader}, "
                                   f"leader epoch {part.leader_epoch}) holds broker {r}, {state}")
+        # Within a controller incarnation a registration's epoch never goes back; across one, it
+        # never goes below an epoch a broker was answered (a record appended but not yet synced
+        # when the controller lost power is legitimately gone, and nobody saw it).
         for broker_id, reg in sorted(cluster.brokers.items()):
             last = self.broker_epochs.get(broker_id)
             if last is not None and reg.epoch < last:
                 sim.violation("broker-epoch-monotonic", f"broker {broker_id}: registered epoch {last} then {reg.epoch}")
+            answered = sim.answered_broker_epochs.get(broker_id)
+            if answered is not None and reg.epoch < answered:
+                sim.violation("broker-epoch-monotonic", f"broker {broker_id}: registered epoch {reg.epoch} in the "
+                              f"controller's state, below the epoch {answered} it was answered")
             self.broker_epochs[broker_id] = max(reg.epoch, last if last is not None else reg.epoch)
         if self.shadow is not None and self.shadow_owner is controller.store and controller.active:
             live, replayed = controller.state_summary(), self.shadow.state_summary()

@@ -7,7 +7,7 @@ Inside ``sandbox(seed)``:
 * ``uuid.uuid4``, ``os.urandom``, the ``secrets`` functions and ``random.Random()`` made
   without a seed draw from a PRNG seeded from the seed (cluster ids, incarnation ids, topic
   ids, member ids, deleted directories' names);
-* ``time.time``/``time_ns``/``monotonic``/``monotonic_ns`` read the simulated clock (log
+* ``time.time``/``time_ns``/``monotonic``/``monotonic_ns``/``perf_counter``/``perf_counter_ns`` read the simulated clock (log
   records too: a run's log reads in simulated time);
 * the cyclic garbage collector is off (a collection runs finalizers at a moment that
   depends on memory, not on the run); the runner collects between runs;
@@ -104,6 +104,7 @@ def sandbox(seed: int, clock: Any) -> Iterator[random.Random]:
         (os, "urandom", randbytes), (uuid, "uuid4", uuid4), (secrets, "token_bytes", token_bytes),
         (secrets, "token_hex", token_hex), (secrets, "token_urlsafe", token_urlsafe),
         (time, "time", wall), (time, "time_ns", wall_ns), (time, "monotonic", mono), (time, "monotonic_ns", mono_ns),
+        (time, "perf_counter", mono), (time, "perf_counter_ns", mono_ns),
         (threading.Thread, "start", _no_threads),
     ]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]

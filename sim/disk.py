@@ -57,6 +57,7 @@ class DiskFaults:
 class SimDisk:
     def __init__(self, root: Path, rng: Any, clock: Any, trace: Any = None) -> None:
         self.root = os.path.abspath(root)
+        self._machines: dict[Any, str] = {}  # path -> the machine (top directory) it is on
         self.rng = rng
         self.clock = clock  # the SimLoop (``_now``)
         self.trace = trace
@@ -83,8 +84,12 @@ class SimDisk:
 
     # -- helpers ---------------------------------------------------------------------------
     def machine_of(self, path: str) -> str:
-        rel = os.path.relpath(path, self.root)
-        return rel.split(os.sep, 1)[0]
+        machine = self._machines.get(path)
+        if machine is None:
+            machine = os.path.relpath(path, self.root).split(os.sep, 1)[0]
+            if len(self._machines) < 65536:  # (a cache: the same files are written again and again)
+                self._machines[path] = machine
+        return machine
 
     def _now_ms(self) -> int:
         return WALL_CLOCK_START_MS + int(self.clock._now * 1000.0)

@@ -5,6 +5,8 @@ on and how often), each undone after a random while:
 
 * ``kill`` / ``power``: a broker or the controller crashes (kill -9: the page cache stays;
   power loss: unsynced bytes go, a torn last write may stay), and restarts later;
+* ``rack``: a rack loses power: the controller and a broker crash together, unsynced
+  bytes lost, and come back one after the other, in either order;
 * ``restart``: a clean shutdown (a broker's controlled shutdown) and start;
 * ``partition``: two machines stop hearing each other (or one stops hearing the other);
 * ``slow-link``: a link adds tens to hundreds of milliseconds;
@@ -27,7 +29,8 @@ from .disk import DiskFaults
 
 log = logging.getLogger("kbroker.sim")
 
-KINDS = ("kill", "power", "restart", "partition", "slow-link", "pause", "slow-disk", "disk-full", "disk-errors", "reset")
+KINDS = ("kill", "power", "restart", "partition", "slow-link", "pause", "slow-disk", "disk-full", "disk-errors", "reset",
+         "rack")
 
 
 class FaultInjector:
@@ -116,6 +119,28 @@ class FaultInjector:
                 await self._sleep(duration)
                 if sim.disk.faults.get(node.name) is faults:
                     del sim.disk.faults[node.name]
+        elif kind == "rack":
+            nodes = [n for n in cluster.nodes if n.alive and n.name not in self.down]
+            controller = cluster.controller
+            brokers = [n for n in nodes if n.kind == "broker"]
+            if controller not in nodes or not brokers:
+                return
+            broker = rng.choice(brokers)
+            back = {controller.name: rng.uniform(0.2, duration), broker.name: rng.uniform(0.2, duration)}
+            self._event(kind, f"{controller.name} for {back[controller.name]:.3f}s and {broker.name} for "
+                        f"{back[broker.name]:.3f}s")
+            pair = sorted((controller, broker), key=lambda n: (back[n.name], n.name))
+            for node in pair:
+                self.down.add(node.name)
+                node.crash(power_loss=True)
+            elapsed = 0.0
+            for node in pair:
+                await self._sleep(back[node.name] - elapsed)
+                elapsed = back[node.name]
+                node.power_on()
+                if not node.alive:
+                    node.start()
+                self.down.discard(node.name)
         elif kind in ("partition", "slow-link"):
             machines = self._machines()
             a, b = rng.sample(machines, 2)

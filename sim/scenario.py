@@ -107,7 +107,7 @@ class Scenario:
                 for name, partitions in sorted(self.topics.items()):
                     configs = {"min.insync.replicas": "2"}
                     if name == retention_topic:
-                        configs.update({"retention.bytes": "20000", "segment.bytes": "8192"})
+                        configs.update({"retention.bytes": "1000", "segment.bytes": "1024"})
                     await client.create_topics([(name, partitions, 3, configs)], timeout_ms=10000)
             finally:
                 await client.close()

@@ -118,11 +118,11 @@ class CheckpointFile(Generic[E]):
         """The entries; None when the file does not exist. Raises CheckpointFormatError."""
         try:
             with open(self.path, "rb") as f:  # (builtin open: cheaper than Path.read_text, once per partition at start)
-                text = f.read().decode()
+                data = f.read()
         except FileNotFoundError:
             return None
-        lines = text.splitlines()
         try:
+            lines = data.decode().splitlines()  # (bytes a crash left that are not UTF-8: malformed too)
             version, count = int(lines[0]), int(lines[1])
             if version != VERSION:
                 raise CheckpointFormatError(f"{self.path}: unsupported version {version}")

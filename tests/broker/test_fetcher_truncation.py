@@ -169,3 +169,29 @@ async def test_a_truncation_below_the_recovery_point_writes_the_recovery_point_c
     assert (log.log_end_offset, log.recovery_point, state.truncating) == (5, 5, False)
     assert checkpoint.read() == {("t", 0): 5}  # on disk now, not at the next periodic checkpoint
     manager.shutdown()
+
+
+def test_a_follower_without_leader_epochs_ahead_of_the_leader_truncates_to_the_leaders_high_watermark(tmp_path, time):
+    """OFFSET_OUT_OF_RANGE for a follower that knows no leader epochs and whose high watermark
+    (taken from an earlier leader) is above the new leader's log end: epoch truncation would cut
+    to its own HW only, the next fetch would be out of range again, for ever. It cuts to the HW
+    the leader's answer carries (at most the leader's log end; Kafka cuts to the log end)."""
+    log = follower_log(tmp_path / "t-0", time, [(0, 3), (0, 3), (0, 4)])
+    log.update_high_watermark(9)
+    log.leader_epoch_cache.clear()
+    fetcher, state = fetcher_for(follower(log, time), time)
+    state.truncating = False
+    out_of_range = SimpleNamespace(error_code=1, high_watermark=6, log_start_offset=0, records=b"")  # OFFSET_OUT_OF_RANGE
+    fetcher._process_partition(("t", 0), state, out_of_range)
+    assert (log.log_end_offset, state.truncating) == (6, False)
+    log.close()
+
+
+def test_a_follower_with_leader_epochs_out_of_range_truncates_by_epoch(tmp_path, time):
+    log = follower_log(tmp_path / "t-0", time, [(0, 10)])
+    fetcher, state = fetcher_for(follower(log, time), time)
+    state.truncating = False
+    out_of_range = SimpleNamespace(error_code=1, high_watermark=6, log_start_offset=0, records=b"")
+    fetcher._process_partition(("t", 0), state, out_of_range)
+    assert (log.log_end_offset, state.truncating) == (10, True)  # asks the leader where the logs diverge
+    log.close()

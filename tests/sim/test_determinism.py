@@ -42,3 +42,20 @@ def test_twenty_seeds_with_every_fault_replay_bit_for_bit_under_two_hash_seeds()
     assert len(set(first.values())) == len(SEEDS)  # (each seed its own run)
     for seed in SEEDS[:3]:
         assert run_seed(seed, Options(fault_kinds=KINDS)).trace_hash == first[seed]
+
+
+def test_kbroker_sim_seed_trace_prints_the_same_trace_twice_under_two_hash_seeds():
+    """``kbroker sim --seed S --trace`` (here ``python -m sim``, the same entry): every printed
+    event, the processes' log lines included, is the same in two processes with different
+    PYTHONHASHSEED values; only the closing line's CPU seconds may differ."""
+    outputs = []
+    for hash_seed in ("7", "31337"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(REPO)}
+        proc = subprocess.run([sys.executable, "-m", "sim", "--seed", "5", "--trace"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        lines = proc.stdout.splitlines()
+        assert lines[-1].startswith("seed 5: trace ")
+        outputs.append((lines[:-1], lines[-1].split(",")[0]))
+    assert outputs[0] == outputs[1]
+    assert len(outputs[0][0]) > 1000  # (the events were printed)

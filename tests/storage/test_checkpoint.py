@@ -30,6 +30,17 @@ def test_malformed_checkpoint(tmp_path, text):
         OffsetCheckpointFile(path).read()
 
 
+def test_a_checkpoint_that_is_not_utf8_is_malformed(tmp_path):
+    """A crash can leave any bytes: they are a CheckpointFormatError (which the leader-epoch
+    cache and the log manager handle), not a UnicodeDecodeError that stops the broker."""
+    path = tmp_path / "cp"
+    path.write_bytes(b"0\n1\n\xff\xfe 0 1\n")
+    with pytest.raises(CheckpointFormatError):
+        OffsetCheckpointFile(path).read()
+    path.write_bytes(b"0\n1\n0 \xc3\n")
+    assert LeaderEpochFileCache(path, lambda: 0).latest_epoch() is None  # warned, and starts empty
+
+
 def test_leader_epoch_cache(tmp_path):
     leo = [100]
     path = tmp_path / "leader-epoch-checkpoint"
