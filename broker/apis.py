@@ -438,10 +438,10 @@ class KafkaApis:
         if op is not None:
             ctx.on_cancel(op.cancel)
 
-    def _to_verify(self, topics) -> dict[tuple[str, int], tuple[Any, int, int]]:
+    def _to_verify(self, topics) -> dict[tuple[str, int], tuple[Any, int, int, int]]:
         """KIP-890: the partitions (led here) where a transactional batch starts its producer's
-        transaction: {(topic, partition): (Partition, producer id, epoch)}."""
-        out: dict[tuple[str, int], tuple[Any, int, int]] = {}
+        transaction: {(topic, partition): (Partition, producer id, epoch, base sequence)}."""
+        out: dict[tuple[str, int], tuple[Any, int, int, int]] = {}
         for t, parts in topics:
             for p, records in parts:
                 if records is None or not first_batch_is_transactional(records):
@@ -450,8 +450,9 @@ class KafkaApis:
                 if partition is None or not partition.is_leader:
                     continue  # the replica manager answers it
                 header = read_header(records, 0)
-                if partition.needs_verification(header.producer_id, header.producer_epoch):
-                    out[(t, p)] = (partition, header.producer_id, header.producer_epoch)
+                if partition.needs_verification(header.producer_id, header.producer_epoch) \
+                        or partition.verifying(header.producer_id):
+                    out[(t, p)] = (partition, header.producer_id, header.producer_epoch, header.base_sequence)
         return out
 
     def _verify_then_append(self, ctx: "RequestContext", request, txn_id: str, topics, to_verify: dict,
@@ -460,10 +461,10 @@ class KafkaApis:
         partitions are in the producer's transaction; those that are not are answered with the
         error and nothing is written to them. The rest are appended as usual."""
         by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
-        guards: dict[tuple[str, int], object] = {}
-        for tp, (partition, pid, epoch) in to_verify.items():
+        guards: dict[tuple[str, int], Any] = {}  # partition.VerificationGuard
+        for tp, (partition, pid, epoch, sequence) in to_verify.items():
             by_producer.setdefault((pid, epoch), []).append(tp)
-            guards[tp] = partition.start_verification(pid)
+            guards[tp] = partition.start_verification(pid, sequence)
         remaining = len(by_producer)
         failed: dict[tuple[str, int], int] = {}
         cancelled = False
@@ -471,9 +472,15 @@ class KafkaApis:
         def verified(errors: dict[tuple[str, int], int]) -> None:
             nonlocal remaining
             for tp, error in errors.items():
-                partition, pid, _epoch = to_verify[tp]
+                partition, pid, epoch, sequence = to_verify[tp]
+                guards[tp].in_flight -= 1
                 if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
                     error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
+                elif error == ErrorCode.NONE and partition.out_of_order_first_batch(pid, epoch, guards[tp], sequence):
+                    # a lower sequence must come first (it failed its verification, retriably):
+                    # retriable here too, the client resends in order (Kafka's log answers
+                    # OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka may take for a desync)
+                    error = ErrorCode.NOT_ENOUGH_REPLICAS
                 if error != ErrorCode.NONE:
                     failed[tp] = error
             remaining -= 1

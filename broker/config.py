@@ -95,6 +95,19 @@ GROUP_COORDINATOR_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600, "segment size of __consumer_offsets", low=1),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000,
               "how long an offset commit or group metadata write waits for all in-sync replicas", low=1),
+    # the transaction coordinator's (broker/transaction/coordinator.py TransactionConfig)
+    ConfigKey("transaction.state.log.num.partitions", "int", 50,
+              "partitions of __transaction_state (fixed once created)", low=1),
+    ConfigKey("transaction.state.log.replication.factor", "int", 3,
+              "replication factor of __transaction_state (capped by the live brokers when created)", low=1),
+    ConfigKey("transaction.state.log.min.isr", "int", 2, "min.insync.replicas of __transaction_state", low=1),
+    ConfigKey("transaction.state.log.segment.bytes", "int", 104857600, "segment size of __transaction_state", low=1),
+    ConfigKey("transaction.max.timeout.ms", "int", 900000,
+              "the largest transaction timeout a producer may ask for", low=1),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+              "how often transactions past their timeout are looked for", low=1),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+              "how often expired transactional ids are looked for", low=1),
 )
 
 # Transport and authentication (broker/security/listeners.py resolves them per listener: a key
@@ -281,7 +294,6 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir", "num.replica.fetchers",
     "background.threads",
-    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
     "controller.quorum.voters",
     "socket.listen.backlog.size", "max.connections",
     "log.preallocate", "confluent.support.metrics.enable",

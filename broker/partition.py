@@ -86,6 +86,18 @@ class LeaderAndIsrState:
     removing: tuple[int, ...] = ()  # ... and removed
 
 
+class VerificationGuard:
+    """KIP-890: a producer's verification in progress on a partition (Kafka's
+    VerificationStateEntry): the guard an append must still find (a marker drops it) and the
+    lowest sequence of the batches verifying, and how many requests are verifying with it."""
+
+    __slots__ = ("lowest_sequence", "in_flight")
+
+    def __init__(self, lowest_sequence: int) -> None:
+        self.lowest_sequence = lowest_sequence
+        self.in_flight = 0
+
+
 class Replica:
     """A follower's state, as its leader tracks it (Kafka's Replica / ReplicaState)."""
 
@@ -273,7 +285,7 @@ class Partition:
         self._on_ineligible_replica = on_ineligible_replica
         # KIP-890: producer id -> the guard of a verification in flight or done for the first
         # batch of its transaction here; a marker of that producer drops it (Kafka's VerificationGuard).
-        self.verification_guards: dict[int, object] = {}
+        self.verification_guards: dict[int, VerificationGuard] = {}
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, leader={self.leader_id}, epoch={self.leader_epoch})"
@@ -390,14 +402,39 @@ class Partition:
         entry = leader_log.producer_state.last_entry(producer_id)
         return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != epoch
 
-    def start_verification(self, producer_id: int) -> object:
-        guard = self.verification_guards[producer_id] = object()
+    def start_verification(self, producer_id: int, base_sequence: int) -> "VerificationGuard":
+        """The producer's verification guard here, shared by every request verifying at the same
+        time (its first batches pipelined: Kafka's VerificationStateEntry keeps one guard per
+        producer until a marker), remembering the lowest sequence among them (see
+        ``out_of_order_first_batch``); a new one after a marker dropped it."""
+        guard = self.verification_guards.get(producer_id)
+        if guard is None:
+            guard = self.verification_guards[producer_id] = VerificationGuard(base_sequence)
+        else:
+            guard.lowest_sequence = min(guard.lowest_sequence, base_sequence)
+        guard.in_flight += 1
         return guard
 
-    def verification_holds(self, producer_id: int, guard: object) -> bool:
+    def out_of_order_first_batch(self, producer_id: int, epoch: int, guard: "VerificationGuard",
+                                 base_sequence: int) -> bool:
+        """Kafka's checkSequence with a verification entry: while the producer has no
+        transaction open here, a batch past the lowest sequence verifying may not be its first
+        (a producer the partition has no state of is accepted at any sequence: appended first,
+        the lower batches would then be refused and lost)."""
+        return self.needs_verification(producer_id, epoch) and base_sequence > guard.lowest_sequence
+
+    def verifying(self, producer_id: int) -> bool:
+        """Requests of this producer are waiting for their verification here: a later batch of
+        it goes through verification too, so it is appended after them, in order (Kafka reads a
+        connection's next request only once the last is answered; kbroker serves pipelined
+        requests at once, and a batch appended directly could overtake the verified ones)."""
+        guard = self.verification_guards.get(producer_id)
+        return guard is not None and guard.in_flight > 0
+
+    def verification_holds(self, producer_id: int, guard: "VerificationGuard") -> bool:
         return self.verification_guards.get(producer_id) is guard
 
-    def end_verification(self, producer_id: int, guard: object) -> None:
+    def end_verification(self, producer_id: int, guard: "VerificationGuard") -> None:
         if self.verification_guards.get(producer_id) is guard:
             del self.verification_guards[producer_id]
 

@@ -49,6 +49,7 @@ class TxnMarkerChannel(TxnMarkerSender):
         self.retry_backoff_ms = retry_backoff_ms
         self.on_local_markers = on_local_markers
         self._connections: dict[int, BrokerConnection] = {}
+        self._connect_locks: dict[int, asyncio.Lock] = {}
         self._connecting: dict[int, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
@@ -148,17 +149,25 @@ class TxnMarkerChannel(TxnMarkerSender):
         conn = self._connections.get(broker_id)
         if conn is not None and conn.connected:
             return conn
-        endpoint = self.metadata_cache.broker_endpoint(broker_id, self.listener_name)
-        if endpoint is None:
-            raise ConnectionError(f"broker {broker_id} has no {self.listener_name} endpoint")
-        conn = BrokerConnection(endpoint.host, endpoint.port, client_id=f"broker-{self.broker_id}-txn-markers",
-                                network=self.network, time=self.time, request_timeout_ms=self.request_timeout_ms)
-        await conn.connect()
-        old = self._connections.get(broker_id)
-        if old is not None and old is not conn:
-            old.close()
-        self._connections[broker_id] = conn
-        return conn
+        # one connect at a time per broker: callers arriving meanwhile (verifications of pipelined
+        # produce requests) wait for it and share it, instead of each opening one and the last
+        # closing the others' under their requests in flight
+        lock = self._connect_locks.setdefault(broker_id, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(broker_id)
+            if conn is not None and conn.connected:
+                return conn
+            endpoint = self.metadata_cache.broker_endpoint(broker_id, self.listener_name)
+            if endpoint is None:
+                raise ConnectionError(f"broker {broker_id} has no {self.listener_name} endpoint")
+            conn = BrokerConnection(endpoint.host, endpoint.port, client_id=f"broker-{self.broker_id}-txn-markers",
+                                    network=self.network, time=self.time, request_timeout_ms=self.request_timeout_ms)
+            await conn.connect()
+            old = self._connections.get(broker_id)
+            if old is not None and old is not conn:
+                old.close()
+            self._connections[broker_id] = conn
+            return conn
 
     async def _write_remote(self, broker_id: int, marker, answered: Callable[[list[tuple[str, int, int]]], None]) -> None:
         producer_id, epoch, commit, coordinator_epoch, tps = marker

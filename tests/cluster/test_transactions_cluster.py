@@ -192,3 +192,31 @@ def test_a_leader_killed_with_ongoing_transactions_recovers_its_index_and_produc
         assert after[len(before):] == [f"open-{i}".encode() for i in range(5)] + [b"late"]
     finally:
         cluster.kill()
+
+
+def test_pipelined_first_batches_of_a_transaction_share_one_verification(tmp_path):
+    """KIP-890: a producer's first batches of a transaction on a partition, several in flight
+    (librdkafka with batch.num.messages=1, as 0103_transactions' fatal_idempo test), are verified
+    with a coordinator on another broker at the same time; each must find the verification
+    still holding (one guard per producer and partition, as Kafka's VerificationGuard), not
+    INVALID_TXN_STATE for all but the last."""
+    cluster = start_cluster(tmp_path)
+    try:
+        create_topic(cluster, "pv", 3)
+        tid = "pipelined"
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid, "linger.ms": 0,
+                             "batch.num.messages": 1, "max.in.flight.requests.per.connection": 5})
+        producer.init_transactions(60)
+        coordinator = find_coordinator(cluster, tid, 1)
+        partition = next(p for p, n in sorted(leaders(cluster, "pv").items()) if n != coordinator)
+        expected = []
+        for t in range(3):
+            producer.begin_transaction()
+            for i in range(20):
+                value = f"t{t}-{i}".encode()
+                producer.produce("pv", value=value, partition=partition)
+                expected.append(value)
+            producer.commit_transaction(60)
+        assert read_committed(cluster.bootstrap, "pv", 3)[partition] == expected
+    finally:
+        cluster.kill()

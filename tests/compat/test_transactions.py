@@ -219,3 +219,28 @@ def test_metrics_count_commits_aborts_and_the_lso_lag(threaded_broker):
     m = _metrics(threaded_broker)
     assert m[("kafka_cluster_partition_last_stable_offset_lag", labels)] == 0
     assert m[("kafka_server_transaction_coordinator_ongoing", ())] == 0
+
+
+def test_the_transaction_keys_reach_the_coordinator(tmp_path):
+    """transaction.max.timeout.ms and transaction.state.log.num.partitions set on the broker are
+    the coordinator's (they were once warned about as unknown keys and ignored): a producer
+    asking for more than the maximum gets INVALID_TRANSACTION_TIMEOUT, and __transaction_state
+    has the partitions asked for."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.support import ThreadedBroker
+    broker = ThreadedBroker(tmp_path / "data", overrides={
+        "listeners": "PLAINTEXT://127.0.0.1:0", "transaction.max.timeout.ms": "5000",
+        "transaction.state.log.num.partitions": "3"}).start()
+    try:
+        too_long = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "long",
+                             "transaction.timeout.ms": 6000})
+        with pytest.raises(KafkaException) as exc:
+            too_long.init_transactions(30)
+        assert exc.value.args[0].code() == 50  # INVALID_TRANSACTION_TIMEOUT
+        ok = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "ok", "transaction.timeout.ms": 5000})
+        ok.init_transactions(30)
+        md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics("__transaction_state", timeout=30)
+        assert len(md.topics["__transaction_state"].partitions) == 3
+    finally:
+        broker.stop()
