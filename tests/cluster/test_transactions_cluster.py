@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from confluent_kafka import Producer
@@ -67,7 +66,7 @@ def test_a_coordinator_killed_between_prepare_commit_and_the_markers(tmp_path):
         assert new != coordinator
         bootstrap = live_bootstrap(cluster, {coordinator})
         wait_until(lambda: describe(bootstrap, tid)[4] == "CompleteCommit", 60, 0.2, "the new coordinator's commit")
-        assert f"transactional ids of __transaction_state" in cluster.brokers[new].log_text()
+        assert "transactional ids of __transaction_state" in cluster.brokers[new].log_text()
         wait_until(lambda: offsets(bootstrap, "pc", 3, 1)[partition] == offsets(bootstrap, "pc", 3, 0)[partition] == 11,
                    60, 0.2, "the LSO past the transaction and its marker")
         assert read_committed(bootstrap, "pc", 3)[partition] == [f"v{i}".encode() for i in range(10)]
