@@ -108,6 +108,8 @@ class SimNode:
             self.sim.trace.event(process.key, "start-failed", f"{type(exc).__name__}: {exc}")
             log.warning("%s failed to start: %r", process.key, exc)
             self.sim.on_start_failed(self, exc)
+            if process.alive and self.process is process:
+                self.exit()  # (the process exits; a restart, or the heal, starts another)
             return
         if process.alive:
             self.ready = True
@@ -137,6 +139,20 @@ class SimNode:
         self.ready = False
         self._task = None
         return lost
+
+    def exit(self) -> None:
+        """The process exits on its own (a failed start): nothing of it runs again; the page
+        cache keeps what it wrote."""
+        process = self.process
+        assert process is not None
+        self.sim.trace.event(process.key, "exit", "")
+        self.sim.loop.kill(process)
+        self.sim.network.process_died(process, False)
+        self.sim.disk.crash(self.name, False)  # (closes what it left open)
+        self.process = None
+        self.server = None
+        self.ready = False
+        self._task = None
 
     def power_on(self) -> None:
         self.sim.network.down.discard(self.name)

@@ -133,6 +133,13 @@ class Simulation:
             self.answered_broker_epochs[node.node_id] = max(epoch, self.answered_broker_epochs.get(node.node_id, -1))
 
     def on_start_failed(self, node: SimNode, exc: BaseException) -> None:
+        """A start that fails is a violation, unless the machine's disk is failing on purpose
+        (ENOSPC, EIO: Kafka's broker stops too when its only log dir fails); it is started
+        again when the fault heals."""
+        faults = self.disk.faults.get(node.name)
+        if faults is not None and faults.any and isinstance(exc, OSError):
+            self.trace.event("check", "node-starts-exempt", f"{node.name}: {type(exc).__name__}: {exc} (disk faults on)")
+            return
         self.violation("node-starts", f"{node.name} failed to start: {type(exc).__name__}: {exc}")
 
     def on_crashed(self, node: SimNode, power_loss: bool, lost: list[str]) -> None:

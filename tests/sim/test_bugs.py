@@ -17,8 +17,7 @@ from sim.runner import Options, run_seed
 CAUGHT: dict[str, tuple] = {
     "shrink-before-first-fetch": (5, frozenset({"isr-shrink-justified"})),
     "log-start-before-hw": (2, frozenset({"liveness"})),
-    "hw-over-local-isr": (5, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"}),
-                          ("pause", "slow-disk", "partition", "slow-link")),
+    "hw-over-local-isr": (218, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
     "ineligible-isr-accepted": (21, frozenset({"isr-eligible"})),
     "stale-broker-epoch-accepted": (1, frozenset({"one-leader-per-epoch"})),
     "ack-before-min-isr": (9, frozenset({"lost-write", "inconsistent-offset"})),
@@ -27,7 +26,7 @@ CAUGHT: dict[str, tuple] = {
 SEEDS_TO_CATCH: dict[str, int] = {
     "stale-broker-epoch-accepted": 1, "log-start-before-hw": 2, "shrink-before-first-fetch": 5,
     "ack-before-min-isr": 9, "ineligible-isr-accepted": 21,
-    "hw-over-local-isr": 5,  # with pause, slow-disk, partition and slow-link faults only
+    "hw-over-local-isr": 218,  # (5 with pause, slow-disk, partition and slow-link faults only)
 }
 # Not caught yet: kbroker's log recovery rebuilds the leader epoch cache from the batches it
 # re-validates, so a follower with records above its high watermark and no epochs did not occur
