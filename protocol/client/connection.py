@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import importlib.metadata
 import itertools
 import random
@@ -50,6 +51,12 @@ try:
 except importlib.metadata.PackageNotFoundError:  # running from a source tree that is not installed
     _SOFTWARE_VERSION = "0"
 
+
+
+# True in the task running a SASL exchange: its own requests pass a re-authentication's gate,
+# everyone else's wait (a request sent between SaslHandshake and the last SaslAuthenticate is
+# ILLEGAL_SASL_STATE, and the broker closes the connection).
+_IN_SASL_EXCHANGE: contextvars.ContextVar[bool] = contextvars.ContextVar("kbroker_in_sasl_exchange", default=False)
 
 class KafkaConnectionError(KafkaError):
     """A connection to a broker could not be opened, or was lost. Retriable (after a
@@ -138,7 +145,6 @@ class BrokerConnection(asyncio.Protocol):
         self._closed: KafkaConnectionError | None = None
         self.session_lifetime_ms = 0  # SASL (KIP-368): the broker ends the session after this long (0: never)
         self.reauthentications = 0
-        self._authenticating = False  # the SASL exchange's own requests pass the gate
         self._auth_gate: asyncio.Event | None = None  # holds new requests while re-authenticating
         self._reauth_timer: TimerHandle | None = None
 
@@ -171,11 +177,11 @@ class BrokerConnection(asyncio.Protocol):
         requests until both sides are done (KIP-152). A refusal raises the broker's error:
         UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED (with its message), ..."""
         assert security.mechanism is not None
-        self._authenticating = True
+        token = _IN_SASL_EXCHANGE.set(True)
         try:
             await self._authenticate(security)
         finally:
-            self._authenticating = False
+            _IN_SASL_EXCHANGE.reset(token)
         if self.session_lifetime_ms > 0:
             # KIP-368: re-authenticate before the session ends, at 85-95% of it as Kafka's clients do.
             delay = self.session_lifetime_ms * random.uniform(0.85, 0.95)
@@ -342,11 +348,14 @@ class BrokerConnection(asyncio.Protocol):
                     timeout_ms: float) -> bytearray | None:
         """Write the frame ``encode(correlation_id)`` gives; return the response frame (or
         None without one). Waits first while the transport's buffer is full."""
-        gate = self._auth_gate
-        if gate is not None and not self._authenticating:
-            await gate.wait()  # a re-authentication is under way
-        if not self._writable.is_set():
-            await self._writable.wait()
+        while True:
+            gate = self._auth_gate
+            if gate is not None and not _IN_SASL_EXCHANGE.get():
+                await gate.wait()  # a re-authentication is under way
+            elif not self._writable.is_set():
+                await self._writable.wait()
+            else:
+                break  # checked again after each wait: a re-authentication may have begun meanwhile
         if self._closed is not None or self._transport is None:
             raise KafkaConnectionError(str(self._closed or f"{self} is not connected"))
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
