@@ -540,22 +540,33 @@ async def test_deleted_scram_credential_fails_the_next_login_and_ends_a_reauthen
         broker.stop()
 
 
+async def plain_sasl_broker(tmp_path, reauth_ms: int):
+    """A broker with a SASL_PLAINTEXT (PLAIN) listener and connections.max.reauth.ms, and
+    kbroker's client connected to it as alice: (broker, connection, client security)."""
+    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port()}
+    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
+        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+        "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS, "connections.max.reauth.ms": str(reauth_ms)})
+    await asyncio.to_thread(broker.start, 60)
+    security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                               "sasl.username": "alice", "sasl.password": "alice-secret"})
+    conn = BrokerConnection("127.0.0.1", ports["SASL_PLAINTEXT"], network=Network(security))
+    try:
+        await conn.connect()
+    except BaseException:
+        broker.stop()
+        raise
+    return broker, conn, security
+
+
 async def test_the_bundled_client_reauthenticates_before_its_session_ends(tmp_path):
     """KIP-368 on kbroker's own client (what inter-broker and controller links use): with
     connections.max.reauth.ms=3000 a connection used for 7.5 s re-authenticates (between its
     requests) instead of being closed by the broker. (The client starts at 85-95 % of the
     lifetime, as Kafka's do: 3 s leaves a loaded machine 150-450 ms for the exchange.)"""
-    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port()}
-    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
-        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-        "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS, "connections.max.reauth.ms": "3000"})
-    await asyncio.to_thread(broker.start, 60)
+    broker, conn, security = await plain_sasl_broker(tmp_path, 3000)
     try:
-        security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                                                   "sasl.username": "alice", "sasl.password": "alice-secret"})
-        conn = BrokerConnection("127.0.0.1", ports["SASL_PLAINTEXT"], network=Network(security))
-        await conn.connect()
         assert conn.session_lifetime_ms == 3000
         from protocol.api_keys import ApiKey
         deadline = time.monotonic() + 7.5
@@ -574,17 +585,8 @@ async def test_requests_sent_while_the_client_re_authenticates_wait_for_it(tmp_p
     """A request made while kbroker's client re-authenticates waits until the exchange is over:
     sent between SaslHandshake and the last SaslAuthenticate, the broker would answer it
     ILLEGAL_SASL_STATE and close the connection (it used to, under load, in the test above)."""
-    ports = {"PLAINTEXT": free_port(), "SASL_PLAINTEXT": free_port()}
-    broker = BrokerProcess(tmp_path / "data", ports["PLAINTEXT"], 1, {
-        "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-        "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS, "connections.max.reauth.ms": "600000"})
-    await asyncio.to_thread(broker.start, 60)
+    broker, conn, security = await plain_sasl_broker(tmp_path, 600000)
     try:
-        security = ClientSecurity.from_properties({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                                                   "sasl.username": "alice", "sasl.password": "alice-secret"})
-        conn = BrokerConnection("127.0.0.1", ports["SASL_PLAINTEXT"], network=Network(security))
-        await conn.connect()
         from protocol.api_keys import ApiKey
         for _ in range(3):
             conn._start_reauthentication(security)  # what the session timer does; the requests below
