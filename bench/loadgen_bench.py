@@ -12,6 +12,10 @@
 3. replay x1, x5, x20 against three brokers (LocalCluster), acks=all, RF=3, speed max:
    throughput and publish p99 against the scale; the curve goes into a report
    (OUT/scale/report.html, scale.png).
+4. the user's replay: an OMB-style recording (2 producers, --recorded-rate records/s, 20 s,
+   1 KiB records) at its recorded pace, --scale 1, 5, 20 on local[2], against frame_server.py:
+   the publish rate as a fraction of scale x the recorded rate (goal >= 0.9 up to the machine's
+   limit).
 
     python bench/loadgen_bench.py [--rounds 3] [--duration 5] [--out bench-loadgen] [--parts 1,2,3]
 """
@@ -189,12 +193,54 @@ def part3(args, work: Path, out: Path) -> dict:
     return {"points": points}
 
 
+def part4(args, work: Path) -> dict:
+    """The user's replay (issue 29): an OMB-style recording (2 producers, RATE records/s, 20 s),
+    replayed at its recorded pace with --scale 1, 5, 20 on local[2] against frame_server.py (a
+    sink that is not the bottleneck): the publish rate against scale x the recorded rate."""
+    from loadgen.synth import synthesize
+    from tests.support import free_port, port_open, wait_until
+
+    rate, seconds = args.recorded_rate, 20
+    print(f"== 4. replay of a {seconds} s recording (2 producers, {rate:,} records/s) at its recorded pace, "
+          "x1, x5, x20 on local[2], against frame_server.py", flush=True)
+    workload = work / "omb.yaml"
+    workload.write_text(f"name: omb\ntopics: 1\npartitionsPerTopic: 4\nmessageSize: 1024\nproducersPerTopic: 2\n"
+                        f"producerRate: {rate}\nbatchSize: 16384\nacks: 1\n")
+    recording = work / "omb"
+    synthesize(workload, recording, duration_s=seconds, topic_prefix="omb")
+    spark, _startup = spark_session()
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(FRAME_SERVER), "--port", str(port), "--uvloop", "--duration", "1200"],
+                              stderr=subprocess.DEVNULL)
+    points = []
+    try:
+        wait_until(lambda: port_open(port), 30)
+        for scale in args.scales:
+            raw = replay_once(spark, recording, f"127.0.0.1:{port}", "omb",
+                              ["--scale", str(scale), "--speed", "1", "--raw", "--consumers", "0", "--no-report"])
+            send = raw["run"]["send_elapsed_s"]
+            got = raw["totals"]["records"] / max(send, 1e-9)
+            want = rate * scale
+            points.append((scale, got, want))
+            print(f"  x{scale}: {raw['totals']['records']:,} records in {send:.1f} s: {got:,.0f} records/s, "
+                  f"{got / want:.2f} of {want:,} (tasks {raw['run']['tasks']} on {raw['run']['slots']} slots, "
+                  f"errors {raw['totals']['errors']})", flush=True)
+    finally:
+        server.kill()
+        server.wait()
+        spark.stop()
+    return {"points": points}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=5.0, help="kafka_load.py's measured seconds per round")
     p.add_argument("--out", default="bench-loadgen")
-    p.add_argument("--parts", default="1,2,3")
+    p.add_argument("--parts", default="1,2,3,4")
+    p.add_argument("--recorded-rate", type=int, default=5000, help="part 4: the recording's records/s (default 5000)")
+    p.add_argument("--scales", type=lambda v: [int(x) for x in v.split(",")], default=[1, 5, 20],
+                   help="part 4: the scales replayed (default 1,5,20)")
     args = p.parse_args()
     parts = {int(x) for x in args.parts.split(",")}
     out = Path(args.out).resolve()
@@ -209,6 +255,8 @@ def main() -> int:
             summary["sink"] = part2(args, work, (summary.get("replay_vs_kafka_load") or {}).get("broker_records_per_cpu_s"))
         if 3 in parts:
             summary["scale"] = part3(args, work, out)
+        if 4 in parts:
+            summary["recorded_pace"] = part4(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"load average at end: {os.getloadavg()}")

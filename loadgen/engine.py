@@ -29,7 +29,7 @@ import logging
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from crc32c import crc32c
 
@@ -289,9 +289,15 @@ class ProducerTask:
                                  [(t, p) for t, parts in ts for p, _ in parts]))
         return {-1: plan}
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self, ready: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+        """Prepare the frames, then send them at the recorded pace. ``ready``: awaited once
+        prepared (or failed to), so that the connections of one task start sending together."""
         try:
-            plan = await self.prepare()
+            try:
+                plan = await self.prepare()
+            finally:
+                if ready is not None:
+                    await ready()
             t0 = time.monotonic()
             self.stats["totals"]["send_start_min"] = time.time()
             cpu0 = time.process_time()
@@ -553,6 +559,36 @@ async def _fetch_once(client: KafkaClient, node: int, tps: list[tuple[str, int]]
 
 def run_producer(params: Params, rows: list[tuple[int, int, bytes]], copy: int) -> dict[str, Any]:
     return _run(ProducerTask(params, rows, copy).run())
+
+
+def run_many(params: Params, producers: list[tuple[list[tuple[int, int, bytes]], int]],
+             consumers: list[tuple[dict[tuple[str, int], int], int, float]]) -> list[dict[str, Any]]:
+    """Every recorded connection (``producers``: (rows, copy)) and consumer (``consumers``:
+    (start offsets, expected records, idle seconds)) of one Spark task at once, on one event
+    loop: the recorded concurrency, not one connection after another. Returns their statistics;
+    ``send_cpu_s`` is the process's CPU from the common start of sending, counted once (on the
+    first)."""
+    async def main() -> list[dict[str, Any]]:
+        cpu0 = [time.process_time()]
+        # Every connection prepares its frames first, then all start sending at once: one that
+        # began while the others still prepared (on the same loop) would pace against a late start.
+        arrived, everyone = [0], asyncio.Event()
+
+        async def ready() -> None:
+            arrived[0] += 1
+            if arrived[0] == len(producers):
+                cpu0[0] = time.process_time()  # the send phase starts: CPU from here, as one connection's
+                everyone.set()
+            await everyone.wait()
+        coros = [ProducerTask(params, rows, copy).run(ready) for rows, copy in producers]
+        coros += [consume(params, offsets, expected, idle) for offsets, expected, idle in consumers]
+        results = list(await asyncio.gather(*coros))
+        for stats in results:
+            stats["totals"].pop("send_cpu_s", None)
+        if results:
+            results[0]["totals"]["send_cpu_s"] = time.process_time() - cpu0[0]
+        return results
+    return _run(main())  # type: ignore[return-value]
 
 
 def run_consumer(params: Params, start_offsets: dict[tuple[str, int], int], expected: int, idle_s: float = 15.0

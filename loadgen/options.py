@@ -16,7 +16,13 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, help="stop sending after this many seconds (per task)")
     p.add_argument("--depth", type=int, default=5, help="requests in flight per connection (default 5)")
     p.add_argument("--topic-map", action="append", default=[], metavar="FROM=TO", help="replay FROM's records into TO")
-    p.add_argument("--consumers", type=int, default=1, help="consumer tasks measuring end-to-end latency (default 1)")
+    p.add_argument("--consumers", type=int, default=1, help="consumers measuring end-to-end latency (default 1)")
+    p.add_argument("--raw", action="store_true",
+                   help="the target only frames (bench/: shared/bench/frame_server.py): the recorded produce frames "
+                        "are sent as they are, with no Metadata, no topic creation and no consumers")
+    p.add_argument("--tasks", type=int, default=0,
+                   help="Spark tasks sharing the connections, each driving its share at once on its own event loop "
+                        "(default: as many as Spark has slots; more than that is warned about: they would queue)")
     p.add_argument("--replication-factor", type=int, default=-1, help="for topics the replay creates (default: broker's)")
     p.add_argument("--no-create-topics", dest="create_topics", action="store_false",
                    help="fail instead of creating the recording's topics when missing")
@@ -29,8 +35,8 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.scale < 1 or args.depth < 1 or args.consumers < 0:
-        p.error("--scale and --depth must be >= 1, --consumers >= 0")
+    if args.scale < 1 or args.depth < 1 or args.consumers < 0 or args.tasks < 0:
+        p.error("--scale and --depth must be >= 1, --consumers and --tasks >= 0")
     if args.speed != "max":
         try:
             if float(args.speed) <= 0:
@@ -47,7 +53,7 @@ def replay_argv(args: argparse.Namespace) -> list[str]:
     argv = ["--recording", args.recording, "--bootstrap", args.bootstrap, "--scale", str(args.scale),
             "--speed", str(args.speed), "--depth", str(args.depth), "--consumers", str(args.consumers),
             "--replication-factor", str(args.replication_factor), "--idle-timeout", str(args.idle_timeout),
-            "--window", str(args.window)]
+            "--window", str(args.window), "--tasks", str(args.tasks)]
     for flag in ("acks", "duration", "out", "name"):
         value = getattr(args, flag)
         if value is not None:
@@ -56,6 +62,8 @@ def replay_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--topic-map", m]
     if not args.create_topics:
         argv.append("--no-create-topics")
+    if getattr(args, "raw", False):
+        argv.append("--raw")
     if not args.progress:
         argv.append("--no-progress")
     if not args.report:

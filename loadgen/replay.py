@@ -49,7 +49,8 @@ def params_of(args: argparse.Namespace, job_start: float) -> engine.Params:
     acks = None if args.acks is None else (-1 if args.acks == "all" else int(args.acks))
     return engine.Params(bootstrap=args.bootstrap, speed=None if args.speed == "max" else float(args.speed), acks=acks,
                          depth=args.depth, topic_map=dict(m.split("=", 1) for m in args.topic_map),
-                         duration_s=args.duration, window_s=args.window, job_start=job_start)
+                         duration_s=args.duration, window_s=args.window, job_start=job_start, raw=args.raw,
+                         stamp_timestamps=not args.raw)
 
 
 def package_zip(directory: Path) -> Path:
@@ -129,6 +130,19 @@ def _flatten(stats: dict[str, Any]) -> list[tuple[Any, Any]]:
     return out
 
 
+def plan_text(producers: int, consumers: int, tasks: int, slots: int, scale: int) -> str:
+    """What the replay will run, said before it starts, with a warning where the plan cannot
+    reach the recorded concurrency (more tasks than Spark runs at once)."""
+    text = (f"replay plan: {producers} producer connection(s) (scale {scale}) and {consumers} consumer(s) at once, "
+            f"on {tasks} Spark task(s), {-(-(producers + consumers) // tasks)} at most per task's event loop; "
+            f"Spark runs {slots} task(s) at a time")
+    if tasks > slots:
+        text += (f"\nWARNING: {tasks} tasks on {slots} slots: {tasks - slots} of them wait for a free slot, so their "
+                 f"connections start late and the scaled rate is not reached; use --tasks {slots} or more executor "
+                 "cores")
+    return text
+
+
 def run_replay(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Run the replay on ``spark`` (a SparkSession); returns the merged statistics and the
     description of the run (loadgen/report.py turns them into the result)."""
@@ -170,12 +184,20 @@ def run_replay(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         t = topic_map.get(t, t)
         if t in partitions:
             partitions[t] = max(partitions[t], int(n))
+    if args.raw:  # a framing-only sink: nothing to create, nobody to consume
+        partitions = {}
     start_offsets = asyncio.run(_prepare_cluster(args, partitions)) if partitions else {}
-    # 2. The fan-out: one task per (connection, copy), the consumers first.
+    # 2. The plan: every (connection, copy) and consumer runs at once, as recorded. A Spark
+    #    task drives many of them on its own event loop; there are as many tasks as Spark has
+    #    slots (--tasks to choose), each key placed round-robin, the consumers first.
     keys: list[tuple[Any, ...]] = [("c", i) for i in range(args.consumers if partitions else 0)]
     keys += [("p", c, copy) for copy in range(args.scale) for c in connections]
-    index = {k: i for i, k in enumerate(keys)}
-    n_tasks = len(keys)
+    slots = max(1, int(sc.defaultParallelism))
+    n_tasks = max(1, min(args.tasks or slots, len(keys)))
+    index = {k: i % n_tasks for i, k in enumerate(keys)}
+    plan = plan_text(len(keys) - args.consumers if partitions else len(keys), args.consumers if partitions else 0,
+                     n_tasks, slots, args.scale)
+    print(plan, file=sys.stderr, flush=True)
     job_start = time.time()
     prepare_s = time.monotonic() - t_prepare
     params = params_of(args, job_start)
@@ -188,21 +210,23 @@ def run_replay(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         row = (r.send_time_us, r.api_version, bytes(r.frame))
         return [(("p", r.connection_id, copy), row) for copy in range(scale)]
 
-    # One shuffle places every frame of (connection, copy) in that task's partition.
+    # One shuffle places every frame of (connection, copy) in its task's partition.
     frames = df.rdd.flatMap(fan_out)
     tasks = sc.parallelize(consumer_partitions, max(1, len(consumer_partitions))).union(frames) \
         .partitionBy(n_tasks, lambda k: index[k])
 
     def run_task(items: Any) -> Any:
-        out: list[tuple[Any, Any]] = []
+        consumers: list[Any] = []
         producer_rows: dict[tuple[Any, ...], list[Any]] = {}
         for key, value in items:
-            if key[0] == "c":  # each consumer task reads every partition: one subscription each
-                out += _flatten(engine.run_consumer(params, value, expected, idle))
+            if key[0] == "c":  # each consumer reads every partition: one subscription each
+                consumers.append((value, expected, idle))
             else:
                 producer_rows.setdefault(key, []).append(value)
-        for key, rows in producer_rows.items():
-            out += _flatten(engine.run_producer(params, rows, key[2]))
+        producers = [(rows, key[2]) for key, rows in producer_rows.items()]
+        out: list[tuple[Any, Any]] = []
+        for stats in engine.run_many(params, producers, consumers):
+            out += _flatten(stats)
         return out
 
     with Progress(sc, n_tasks, args.progress):
@@ -224,10 +248,13 @@ def run_replay(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
             result["hists"] = {k: value[k] for k in ("publish", "e2e", "delay")}
     result["run"] = {
         "recording": str(args.recording), "bootstrap": args.bootstrap, "scale": args.scale, "speed": args.speed,
-        "acks": args.acks, "depth": args.depth, "tasks": n_tasks, "producer_tasks": n_tasks - len(consumer_partitions),
-        "consumer_tasks": len(consumer_partitions), "recorded_records": recorded_records, "expected_records": expected,
+        "acks": args.acks, "depth": args.depth, "tasks": n_tasks, "slots": slots, "plan": plan,
+        # producers and consumers (each a connection of its own; OMB's producers/consumers per topic)
+        "producer_tasks": len(keys) - len(consumer_partitions), "consumer_tasks": len(consumer_partitions),
+        "recorded_records": recorded_records, "expected_records": expected,
         "elapsed_s": elapsed, "prepare_s": prepare_s,
-        "send_elapsed_s": max(0.0, result["totals"].get("send_end_max", 0) - result["totals"].get("send_start_min", 0)), "window_s": args.window, "topics": sorted(partitions), "partitions": partitions,
+        "send_elapsed_s": max(0.0, result["totals"].get("send_end_max", 0) - result["totals"].get("send_start_min", 0)),
+        "window_s": args.window, "topics": sorted(partitions), "partitions": partitions,
         "master": sc.master, "workload": args.name or (manifest.get("workload") or {}).get("name")
         or Path(args.recording).name, "message_size": manifest.get("message_size"),
         "spark_version": sc.version, "recording_source": manifest.get("source"),

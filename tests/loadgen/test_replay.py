@@ -75,6 +75,8 @@ def test_replay_x10_acks_all_rf3_puts_every_record_in_the_log(cluster, recording
 
     expected = 10 * (IDEMPOTENT + PLAIN)
     assert run["recorded_records"] == IDEMPOTENT + PLAIN and run["master"] == "local[2]"
+    # 2 recorded connections x 10 and a consumer, all at once on local[2]'s two slots: two tasks
+    assert (run["tasks"], run["slots"]) == (2, 2) and "WARNING" not in run["plan"], run["plan"]
     assert consume_count(kcat_path, cluster.bootstrap, target) == expected
     assert result["kbroker"]["errors"] == {} and result["kbroker"]["errorCount"] == 0
     totals = result["kbroker"]["totals"]
