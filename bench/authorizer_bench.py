@@ -247,8 +247,7 @@ def _child(side: str, requests: int) -> None:
         import gc
         gc.disable()
     try:
-        for _ in range(200 + requests):
-            conn.data_received(frame)
+        callgrind.measured(lambda: conn.data_received(frame), 200 + requests)
     finally:
         logs.shutdown()
         shutil.rmtree(root, ignore_errors=True)

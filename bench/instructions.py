@@ -5,16 +5,32 @@ argument naming a side and an iteration count; each side runs twice, with ``low`
 n`` iterations, and the difference over ``n`` is one iteration's cost, start-up, warm-up and
 shutdown cancelled out.
 
-    from instructions import per_iteration
+A broker started in the child runs timers in the background (heartbeats, flush plans) whose
+number depends on how long start-up took, which a loaded machine stretches: thousands of
+instructions per iteration of noise in the difference. So the child runs its iterations through
+``measured(fn, n)`` (inside functools.reduce, a C function nothing else on these paths calls), and
+callgrind counts only what runs inside it (``--toggle-collect``): the iterations alone.
+
+    from instructions import per_iteration, measured
     per_iteration([sys.executable, __file__, "--_child", "on"], n=300)  # the child appends the count
+    measured(lambda: conn.data_received(frame), count)                  # in the child
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import tempfile
+from typing import Callable
+
+COLLECT_IN = "functools_reduce"  # CPython's C function behind functools.reduce
+
+
+def measured(fn: Callable[[], object], n: int) -> None:
+    """Call ``fn`` ``n`` times inside the one C function callgrind counts in (see above)."""
+    functools.reduce(lambda _acc, _i: fn(), range(n), None)
 
 
 def available() -> bool:
@@ -22,10 +38,11 @@ def available() -> bool:
 
 
 def total(argv: list[str], timeout: float = 3600) -> int:
-    """Instructions ``argv`` executes under callgrind (PYTHONHASHSEED fixed: dictionaries and sets
-    then lay out alike in both runs)."""
+    """Instructions ``argv`` executes under callgrind inside ``measured`` (PYTHONHASHSEED fixed:
+    dictionaries and sets then lay out alike in both runs)."""
     with tempfile.TemporaryDirectory(prefix="kbroker-callgrind-") as tmp:
-        out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out", *argv],
+        out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out",
+                              f"--toggle-collect={COLLECT_IN}", *argv],
                              capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONHASHSEED": "0"})
     for line in out.stderr.splitlines():
         if "Collected :" in line:

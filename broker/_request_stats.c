@@ -1,8 +1,9 @@
 /* One API's request observations for the broker's metrics (broker/metrics.py, ApiStats):
  * five latency phases and the request size, each a log2 histogram (a value's bucket is its
- * bit length: 65 buckets) with a sum, and the response bytes. done() is called once per request
- * on the event loop: one C call instead of ~170 bytecodes of Python (bench/metrics_bench.py
- * --instructions shows the difference). broker/metrics.py's PyRequestStats is the reference;
+ * bit length: 65 buckets) with a sum, the response bytes and the requests per version.
+ * arrived(version) is called when a request is read and done() when it is answered, once each
+ * per request on the event loop: C calls instead of ~200 bytecodes of Python
+ * (bench/metrics_bench.py --instructions shows the difference). broker/metrics.py's PyRequestStats is the reference;
  * tests/metrics/test_request_stats.py checks the two agree (hypothesis).
  *
  * Arguments are signed 64-bit ints (others raise OverflowError: the clock's nanoseconds never
@@ -11,6 +12,8 @@
 #include <Python.h>
 #include <limits.h>
 #include <string.h>
+#include <stddef.h>
+#include <structmember.h>
 
 #if PY_BIG_ENDIAN
 #error "from_int128 assumes a little-endian machine"
@@ -18,13 +21,56 @@
 
 #define PHASES 6
 #define BUCKETS 65
+#define VERSIONS 64 /* broker/metrics.py's MAX_VERSION: 0..62, then "other" */
 
 typedef struct {
     PyObject_HEAD
     long long counts[PHASES][BUCKETS];
     __int128 sums[PHASES];
     __int128 response_bytes;
+    long long versions[VERSIONS];
 } RequestStats;
+
+/* An int argument as a signed 64-bit value. The clock's nanoseconds are two 30-bit digits:
+ * CPython 3.11's PyLong_AsLongLong takes its slow path (_PyLong_AsByteArray) for those, so
+ * exact ints of up to two digits are read here directly; anything else goes through it. */
+static inline int as_i64(PyObject *o, long long *out) {
+#if PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
+    if (PyLong_CheckExact(o)) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        switch (Py_SIZE(o)) {
+        case 0: *out = 0; return 0;
+        case 1: *out = (long long)d[0]; return 0;
+        case -1: *out = -(long long)d[0]; return 0;
+        case 2: *out = ((long long)d[1] << PyLong_SHIFT) | (long long)d[0]; return 0;
+        case -2: *out = -(((long long)d[1] << PyLong_SHIFT) | (long long)d[0]); return 0;
+        default: break;
+        }
+    }
+#endif
+    *out = PyLong_AsLongLong(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* len() of a response: None (no response) 0, a buffer its length, a list the sum of its items'. */
+static Py_ssize_t response_size(PyObject *r) {
+    if (r == Py_None)
+        return 0;
+    if (PyBytes_CheckExact(r))
+        return PyBytes_GET_SIZE(r);
+    if (PyList_CheckExact(r)) {
+        Py_ssize_t total = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r); i++) {
+            PyObject *item = PyList_GET_ITEM(r, i);
+            Py_ssize_t n = PyBytes_CheckExact(item) ? PyBytes_GET_SIZE(item) : PyObject_Length(item);
+            if (n < 0)
+                return -1;
+            total += n;
+        }
+        return total;
+    }
+    return PyObject_Length(r);
+}
 
 static inline int bit_length(long long v) {
     /* Python's int.bit_length: that of the absolute value (LLONG_MIN included). */
@@ -37,20 +83,48 @@ static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py
         PyErr_Format(PyExc_TypeError, "done() takes 7 arguments (%zd given)", nargs);
         return NULL;
     }
-    long long v[7];
-    for (int i = 0; i < 7; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred())
+    long long v[6];
+    for (int i = 0; i < 6; i++) {
+        if (as_i64(args[i], &v[i]) < 0)
             return NULL;
     }
-    /* t_read, t_start, t_local, t_ready, t_sent, request size, response size */
+    Py_ssize_t size = response_size(args[6]);
+    if (size < 0)
+        return NULL;
+    /* t_read, t_start, t_local, t_ready, t_sent, request size; the response. t_local 0: answered
+     * while its handler ran, so no remote time (t_local is t_ready). */
+    if (v[2] == 0)
+        v[2] = v[3];
     long long d[PHASES] = {v[4] - v[0], v[1] - v[0], v[2] - v[1], v[3] - v[2], v[4] - v[3], v[5]};
     for (int i = 0; i < PHASES; i++) {
         self->counts[i][bit_length(d[i])]++;
         self->sums[i] += d[i];
     }
-    self->response_bytes += v[6];
+    self->response_bytes += size;
+    return PyLong_FromSsize_t(size);
+}
+
+static PyObject *RequestStats_arrived(RequestStats *self, PyObject *arg) {
+    long long version;
+    if (as_i64(arg, &version) < 0)
+        return NULL;
+    self->versions[0 <= version && version < VERSIONS - 1 ? version : VERSIONS - 1]++;
     Py_RETURN_NONE;
+}
+
+static PyObject *RequestStats_versions(RequestStats *self, PyObject *unused) {
+    PyObject *out = PyList_New(VERSIONS);
+    if (out == NULL)
+        return NULL;
+    for (int i = 0; i < VERSIONS; i++) {
+        PyObject *n = PyLong_FromLongLong(self->versions[i]);
+        if (n == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, n);
+    }
+    return out;
 }
 
 static int phase_arg(PyObject *arg) {
@@ -109,7 +183,11 @@ static PyObject *RequestStats_new(PyTypeObject *type, PyObject *args, PyObject *
 
 static PyMethodDef RequestStats_methods[] = {
     {"done", (PyCFunction)(void (*)(void))RequestStats_done, METH_FASTCALL,
-     "done(t_read, t_start, t_local, t_ready, t_sent, request_size, response_size)"},
+     "done(t_read, t_start, t_local, t_ready, t_sent, request_size, response) -> the response's size\n"
+     "(response: None, a buffer, or a list of buffers)"},
+    {"arrived", (PyCFunction)RequestStats_arrived, METH_O, "arrived(version): a request read"},
+    {"versions", (PyCFunction)RequestStats_versions, METH_NOARGS,
+     "versions() -> requests per version, 0..62, then any other"},
     {"counts", (PyCFunction)RequestStats_counts, METH_O, "counts(phase) -> the 65 bucket counts"},
     {"sum", (PyCFunction)RequestStats_sum, METH_O, "sum(phase) -> the sum of the phase's values"},
     {NULL},
@@ -131,10 +209,138 @@ static PyTypeObject RequestStatsType = {
     .tp_getset = RequestStats_getset,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_request_stats", NULL, -1, NULL};
+/* A topic's produce counters (broker/metrics.py TopicStats.appends): appended(records, batch)
+ * for an append to a leader log, failed() for one refused, one C call per partition append
+ * instead of ~25 bytecodes. PyAppendCounter in broker/metrics.py is the reference. */
+typedef struct {
+    PyObject_HEAD
+    long long requests, messages, bytes, failed;
+} AppendCounter;
+
+static PyObject *AppendCounter_appended(AppendCounter *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "appended() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long records;
+    if (as_i64(args[0], &records) < 0)
+        return NULL;
+    Py_ssize_t size = PyBytes_CheckExact(args[1]) ? PyBytes_GET_SIZE(args[1]) : PyObject_Length(args[1]);
+    if (size < 0)
+        return NULL;
+    self->requests++;
+    self->messages += records;
+    self->bytes += size;
+    Py_RETURN_NONE;
+}
+
+static PyObject *AppendCounter_failed(AppendCounter *self, PyObject *unused) {
+    self->requests++;
+    self->failed++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *AppendCounter_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "AppendCounter() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed */
+}
+
+static PyMethodDef AppendCounter_methods[] = {
+    {"appended", (PyCFunction)(void (*)(void))AppendCounter_appended, METH_FASTCALL,
+     "appended(records, batch): an append of ``records`` records in ``batch`` (a buffer)"},
+    {"failed", (PyCFunction)AppendCounter_failed, METH_NOARGS, "failed(): an append refused"},
+    {NULL},
+};
+
+static PyMemberDef AppendCounter_members[] = {
+    {"requests", T_LONGLONG, offsetof(AppendCounter, requests), READONLY, "appends requested"},
+    {"messages", T_LONGLONG, offsetof(AppendCounter, messages), READONLY, "records appended"},
+    {"bytes", T_LONGLONG, offsetof(AppendCounter, bytes), READONLY, "bytes of batches appended"},
+    {"failed_appends", T_LONGLONG, offsetof(AppendCounter, failed), READONLY, "appends refused"},
+    {NULL},
+};
+
+static PyTypeObject AppendCounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "broker._request_stats.AppendCounter",
+    .tp_basicsize = sizeof(AppendCounter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A topic's produce counters: appends requested, records, bytes, failed appends.",
+    .tp_new = AppendCounter_new,
+    .tp_methods = AppendCounter_methods,
+    .tp_members = AppendCounter_members,
+};
+
+/* count_row_errors(results, errors): results [(topic, [row, ...]), ...] with a row's error code
+ * at index 1 (a Produce response's partitions); every non-zero code counted into the dict
+ * ``errors`` ({code: count}, ApiStats.errors). One C call per response instead of a loop of
+ * bytecodes; broker/metrics.py's py_count_row_errors is the reference. */
+static PyObject *count_row_errors(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "count_row_errors(results, errors: dict)");
+        return NULL;
+    }
+    PyObject *errors = args[1];
+    PyObject *topics = PySequence_Fast(args[0], "results must be a sequence");
+    if (topics == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(topics); i++) {
+        PyObject *rows = PySequence_GetItem(PySequence_Fast_GET_ITEM(topics, i), 1);
+        if (rows == NULL)
+            goto fail;
+        PyObject *fast = PySequence_Fast(rows, "a topic's rows must be a sequence");
+        Py_DECREF(rows);
+        if (fast == NULL)
+            goto fail;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fast); j++) {
+            PyObject *code = PySequence_GetItem(PySequence_Fast_GET_ITEM(fast, j), 1);
+            if (code == NULL) {
+                Py_DECREF(fast);
+                goto fail;
+            }
+            int nonzero = PyObject_IsTrue(code);
+            if (nonzero > 0) {
+                PyObject *n = PyDict_GetItemWithError(errors, code);
+                PyObject *next = NULL;
+                if (n != NULL) {
+                    long long v = PyLong_AsLongLong(n);
+                    if (!(v == -1 && PyErr_Occurred()))
+                        next = PyLong_FromLongLong(v + 1);
+                } else if (!PyErr_Occurred()) {
+                    next = PyLong_FromLong(1);
+                }
+                if (next == NULL || PyDict_SetItem(errors, code, next) < 0)
+                    nonzero = -1;
+                Py_XDECREF(next);
+            }
+            Py_DECREF(code);
+            if (nonzero < 0) {
+                Py_DECREF(fast);
+                goto fail;
+            }
+        }
+        Py_DECREF(fast);
+    }
+    Py_DECREF(topics);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(topics);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"count_row_errors", (PyCFunction)(void (*)(void))count_row_errors, METH_FASTCALL,
+     "count_row_errors(results, errors): count each row's non-zero error code (index 1) into errors"},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_request_stats", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit__request_stats(void) {
-    if (PyType_Ready(&RequestStatsType) < 0)
+    if (PyType_Ready(&RequestStatsType) < 0 || PyType_Ready(&AppendCounterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -142,6 +348,12 @@ PyMODINIT_FUNC PyInit__request_stats(void) {
     Py_INCREF(&RequestStatsType);
     if (PyModule_AddObject(m, "RequestStats", (PyObject *)&RequestStatsType) < 0) {
         Py_DECREF(&RequestStatsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&AppendCounterType);
+    if (PyModule_AddObject(m, "AppendCounter", (PyObject *)&AppendCounterType) < 0) {
+        Py_DECREF(&AppendCounterType);
         Py_DECREF(m);
         return NULL;
     }

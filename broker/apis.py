@@ -43,7 +43,7 @@ from .error_response import error_response_body
 from .fetch_params import FetchParams
 from .forwarding import FORWARDED_APIS, NoControllerForwarding, error_response as forwarding_error_response
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
-from .metrics import count_errors
+from .metrics import count_errors, count_row_errors
 from .partition import LeaderAndIsrState, error_name, partition_names
 from .replica_manager import is_internal_topic
 from .security import request_checks
@@ -340,7 +340,7 @@ class KafkaApis:
     def send(self, ctx: "RequestContext", api: Api, body: dict) -> None:
         version = ctx.api_version
         if self.request_metrics is not None:
-            count_errors(body, self.request_metrics.api(api.key))
+            count_errors(body, self.request_metrics.by_key[api.key])
         ctx.send_response(frame_response(api.key, version, ctx.header.correlation_id, api.response.build(version, body)))
 
     # -- Produce ---------------------------------------------------------------------------
@@ -350,7 +350,7 @@ class KafkaApis:
         acks = request.acks
         correlation_id = ctx.header.correlation_id
         topics = request.topics
-        metrics = self.request_metrics.api(ApiKey.PRODUCE) if self.request_metrics is not None else None
+        metrics = self.request_metrics.by_key[ApiKey.PRODUCE] if self.request_metrics is not None else None
         txn_id = request.transactional_id
         # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords
         # reads each partition's first batch header until one is transactional: a corrupt header
@@ -413,10 +413,7 @@ class KafkaApis:
             if denied or invalid:
                 results = _in_request_order(request.topics, results, denied, invalid)
             if metrics is not None:
-                for _t, rs in results:
-                    for r in rs:
-                        if r[1]:
-                            metrics.error(r[1])
+                count_row_errors(results, metrics.errors)
             if acks == 0:
                 # Kafka closes the connection when an acks=0 produce fails, so the client notices.
                 errors = [(t, r[0], r[1]) for t, rs in results for r in rs if r[1]]
@@ -576,26 +573,20 @@ class KafkaApis:
     def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
         """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out
         (to followers: replication bytes out, as Kafka counts them)."""
-        api = self.request_metrics.api(ApiKey.FETCH) if self.request_metrics is not None else None
-        everything = topic_stats.all
+        api = self.request_metrics.by_key[ApiKey.FETCH] if self.request_metrics is not None else None
         for topic, parts in results:
             stats = topic_stats.topic(topic)
             for pd in parts:
                 stats.fetch_requests += 1
-                everything.fetch_requests += 1
                 if pd.error_code:
                     stats.failed_fetch += 1
-                    everything.failed_fetch += 1
                     if api is not None:
                         api.error(pd.error_code)
                 elif pd.records is not None:
-                    n = len(pd.records)
                     if replication:
-                        stats.replication_bytes_out += n
-                        everything.replication_bytes_out += n
+                        stats.replication_bytes_out += len(pd.records)
                     else:
-                        stats.bytes_out += n
-                        everything.bytes_out += n
+                        stats.bytes_out += len(pd.records)
 
     # -- ListOffsets -----------------------------------------------------------------------
     def handle_list_offsets_request(self, ctx: "RequestContext") -> None:

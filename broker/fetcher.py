@@ -293,9 +293,7 @@ class ReplicaFetcher:
                     return
                 topic_stats = self.manager.topic_stats
                 if topic_stats is not None:
-                    n = len(pd.records)
-                    topic_stats.topic(key[0]).replication_bytes_in += n
-                    topic_stats.all.replication_bytes_in += n
+                    topic_stats.topic(key[0]).replication_bytes_in += len(pd.records)
             # The HW first (clamped to our LEO), then the log start: the leader's log start is at
             # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
             if pd.log_start_offset > log_.log_start_offset and BUG_LOG_START_BEFORE_HW:

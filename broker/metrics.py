@@ -90,32 +90,51 @@ class Log2Histogram:
 
 class PyRequestStats:
     """One API's request observations: the five phases of REQUEST_HISTOGRAMS and the request
-    size as log2 histograms (65 buckets each, a value's bucket its bit length) with sums, and
-    the response bytes. The reference for broker/_request_stats.c's RequestStats, which the
-    broker uses when it is built (one C call per request instead of ~170 bytecodes); the tests
-    check that the two agree."""
+    size as log2 histograms (65 buckets each, a value's bucket its bit length) with sums, the
+    response bytes and the requests per version. The reference for broker/_request_stats.c's
+    RequestStats, which the broker uses when it is built (C calls instead of ~200 bytecodes a
+    request); the tests check that the two agree."""
 
-    __slots__ = ("_counts", "_sums", "response_bytes")
+    __slots__ = ("_counts", "_sums", "response_bytes", "_versions")
 
     def __init__(self) -> None:
         self._counts = [[0] * 65 for _ in range(PHASES)]
         self._sums = [0] * PHASES
         self.response_bytes = 0
+        self._versions = [0] * MAX_VERSION
+
+    def arrived(self, version: int) -> None:
+        """A request read: counted by version (any int16; the last slot is "other")."""
+        self._versions[version if 0 <= version < MAX_VERSION - 1 else MAX_VERSION - 1] += 1
 
     def done(self, t_read: int, t_start: int, t_local: int, t_ready: int, t_sent: int, request_size: int,
-             response_size: int) -> None:
+             response: Any) -> int:
+        """A request answered: its phases, its size and the response (None, a buffer or a list
+        of buffers); returns the response's size."""
+        if response is None:
+            size = 0
+        elif isinstance(response, list):
+            size = sum(map(len, response))
+        else:
+            size = len(response)
+        if not t_local:  # answered while its handler ran: no remote time
+            t_local = t_ready
         values = (t_sent - t_read, t_start - t_read, t_local - t_start, t_ready - t_local, t_sent - t_ready,
                   request_size)
         for phase, value in enumerate(values):
             self._counts[phase][value.bit_length()] += 1
             self._sums[phase] += value
-        self.response_bytes += response_size
+        self.response_bytes += size
+        return size
 
     def counts(self, phase: int) -> list[int]:
         return list(self._counts[phase])
 
     def sum(self, phase: int) -> int:
         return self._sums[phase]
+
+    def versions(self) -> list[int]:
+        return list(self._versions)
 
 
 PHASES = 6  # total, queue, local, remote, send (REQUEST_HISTOGRAMS' order), then the request size
@@ -172,14 +191,76 @@ def add_sample(family, suffix: str, labels: dict[str, str], value: float) -> Non
 
 # -- the data path: per topic (Kafka's BrokerTopicMetrics) ---------------------------------
 
-class TopicStats:
-    __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "fetch_requests", "failed_produce",
-                 "failed_fetch", "replication_bytes_in", "replication_bytes_out")
+class PyAppendCounter:
+    """A topic's produce counters: ``appended(records, batch)`` for an append to a leader log,
+    ``failed()`` for one refused. The reference for broker/_request_stats.c's AppendCounter (one
+    C call per partition append); the tests check that the two agree."""
+
+    __slots__ = ("requests", "messages", "bytes", "failed_appends")
 
     def __init__(self) -> None:
-        self.messages_in = self.bytes_in = self.bytes_out = 0
-        self.produce_requests = self.fetch_requests = self.failed_produce = self.failed_fetch = 0
+        self.requests = self.messages = self.bytes = self.failed_appends = 0
+
+    def appended(self, records: int, batch: Any) -> None:
+        self.requests += 1
+        self.messages += records
+        self.bytes += len(batch)
+
+    def failed(self) -> None:
+        self.requests += 1
+        self.failed_appends += 1
+
+
+def py_count_row_errors(results: Any, errors: dict[int, int]) -> None:
+    """Every row's non-zero error code (a row's index 1) of ``results`` [(topic, [row, ...])]
+    counted into ``errors``: a Produce response's partitions. The reference for
+    broker/_request_stats.c's count_row_errors (one C call per response)."""
+    for _topic, rows in results:
+        for row in rows:
+            code = row[1]
+            if code:
+                errors[code] = errors.get(code, 0) + 1
+
+
+try:
+    from ._request_stats import AppendCounter, count_row_errors
+except ImportError:  # not built (no compiler): the references, slower
+    AppendCounter = PyAppendCounter  # type: ignore[assignment,misc]
+    count_row_errors = py_count_row_errors
+
+
+class TopicStats:
+    """One topic's BrokerTopicMetrics. The produce side lives in ``appends`` (an AppendCounter,
+    whose bound methods a Partition keeps); the fetch side is counted here."""
+
+    __slots__ = ("appends", "bytes_out", "fetch_requests", "failed_fetch", "replication_bytes_in",
+                 "replication_bytes_out")
+    FIELDS = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "fetch_requests", "failed_produce",
+              "failed_fetch", "replication_bytes_in", "replication_bytes_out")
+
+    def __init__(self, counter_type: Any = None) -> None:
+        self.appends = (counter_type or AppendCounter)()
+        self.bytes_out = self.fetch_requests = self.failed_fetch = 0
         self.replication_bytes_in = self.replication_bytes_out = 0
+
+    @property
+    def messages_in(self) -> int:
+        return self.appends.messages
+
+    @property
+    def bytes_in(self) -> int:
+        return self.appends.bytes
+
+    @property
+    def produce_requests(self) -> int:
+        return self.appends.requests
+
+    @property
+    def failed_produce(self) -> int:
+        return self.appends.failed_appends
+
+    def values(self) -> dict[str, int]:
+        return {field: getattr(self, field) for field in self.FIELDS}
 
 
 # (metric suffix, TopicStats field, help, per topic too)
@@ -199,11 +280,13 @@ TOPIC_COUNTERS = (
 
 
 class BrokerTopicStats:
-    """Kafka's BrokerTopicStats: a TopicStats per topic and one for all topics (``all``)."""
+    """Kafka's BrokerTopicStats: a TopicStats per topic. The broker totals (Kafka's all-topics
+    meters) are summed at scrape time (``all``), with what deleted topics had counted: the data
+    path counts each event once, on its topic."""
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicStats] = {}
-        self.all = TopicStats()
+        self.removed = dict.fromkeys(TopicStats.FIELDS, 0)  # what deleted topics had counted: the totals keep it
 
     def topic(self, name: str) -> TopicStats:
         stats = self.topics.get(name)
@@ -212,30 +295,28 @@ class BrokerTopicStats:
         return stats
 
     def remove(self, name: str) -> None:
-        self.topics.pop(name, None)
+        stats = self.topics.pop(name, None)
+        if stats is not None:
+            for field, value in stats.values().items():
+                self.removed[field] += value
 
-    def appended(self, topic: str, records: int, size: int) -> None:
-        s = self.topic(topic)
-        a = self.all
-        s.produce_requests += 1
-        s.messages_in += records
-        s.bytes_in += size
-        a.produce_requests += 1
-        a.messages_in += records
-        a.bytes_in += size
+    @property
+    def all(self) -> dict[str, int]:
+        """The broker totals, summed now: {TopicStats field: value}."""
+        total = dict(self.removed)
+        for stats in self.topics.values():
+            for field, value in stats.values().items():
+                total[field] += value
+        return total
 
     def append_failed(self, topic: str) -> None:
-        s = self.topic(topic)
-        a = self.all
-        s.produce_requests += 1
-        s.failed_produce += 1
-        a.produce_requests += 1
-        a.failed_produce += 1
+        self.topic(topic).appends.failed()
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily
 
         topics = sorted(self.topics.items())
+        total = self.all
         for suffix, field, doc, per_topic in TOPIC_COUNTERS:
             name = "kafka_server_brokertopicmetrics_" + suffix
             family = CounterMetricFamily(name, doc + "; the series without a topic label is the broker total",
@@ -243,7 +324,7 @@ class BrokerTopicStats:
             if per_topic:
                 for topic, stats in topics:
                     family.add_metric([topic], getattr(stats, field))
-            add_sample(family, "_total", {}, getattr(self.all, field))
+            add_sample(family, "_total", {}, total[field])
             yield family
 
 
@@ -260,18 +341,19 @@ MAX_VERSION = 64
 
 class ApiStats:
     """One API's counters and histograms, bound once (the hot path indexes a list by API key).
-    ``done(t_read, t_start, t_local, t_ready, t_sent, request_size, response_size)``: a request
-    answered, its phases (nanoseconds of the injected clock) and sizes; it is RequestStats.done
-    itself (one C call per request where broker/_request_stats.c is built)."""
+    ``arrived(version)``: a request read; ``done(t_read, t_start, t_local, t_ready, t_sent,
+    request_size, response) -> response size``: a request answered, its phases (nanoseconds of
+    the injected clock; t_local 0 when answered while its handler ran) and sizes. Both are RequestStats' own methods (C calls where
+    broker/_request_stats.c is built)."""
 
-    __slots__ = ("name", "versions", "errors", "stats", "done", "total", "queue", "local", "remote", "send",
+    __slots__ = ("name", "errors", "stats", "arrived", "done", "total", "queue", "local", "remote", "send",
                  "request_size")
 
     def __init__(self, name: str, stats_type: Any = None) -> None:
         self.name = name
-        self.versions = [0] * MAX_VERSION  # requests per version (the last slot: any version beyond)
         self.errors: dict[int, int] = {}
         self.stats = stats = (stats_type or RequestStats)()
+        self.arrived = stats.arrived
         self.done = stats.done
         self.total = PhaseHistogram(stats, 0, NS_BUCKETS, 1e-9)
         self.queue = PhaseHistogram(stats, 1, NS_BUCKETS, 1e-9)
@@ -283,6 +365,11 @@ class ApiStats:
     @property
     def response_bytes(self) -> int:
         return self.stats.response_bytes
+
+    @property
+    def versions(self) -> list[int]:
+        """Requests read per version (a copy; the last slot: any version beyond)."""
+        return self.stats.versions()
 
     def error(self, code: int, n: int = 1) -> None:
         self.errors[code] = self.errors.get(code, 0) + n
@@ -311,6 +398,8 @@ class RequestMetrics:
 
         self._names = {int(k): a.name for k, a in APIS.items()}
         self.by_key: list[ApiStats | None] = [None] * (max(self._names) + 1)
+        for key in self._names:  # bound up front: the hot path indexes by_key with a served key
+            self.by_key[key] = ApiStats(self._names[key])
 
     def api(self, key: int) -> ApiStats:
         try:
@@ -327,15 +416,20 @@ class RequestMetrics:
 
         from protocol.errors import ErrorCode
 
-        apis = [s for s in self.by_key if s is not None]
+        apis = []  # the APIs that have been used (requests read or answered, errors counted)
+        for s in self.by_key:
+            if s is not None:
+                versions = s.versions
+                if any(versions) or s.errors or s.total.count:
+                    apis.append((s, versions))
         requests = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests received, by API and "
                                        "version (RequestsPerSec)", labels=["request", "version"])
         errors = CounterMetricFamily("kafka_network_requestmetrics_errors", "Error codes answered, per partition or "
                                      "resource where the response has one (ErrorsPerSec)", labels=["request", "error"])
         response_bytes = CounterMetricFamily("kafka_network_requestmetrics_responsebytes", "Bytes of responses",
                                              labels=["request"])
-        for s in apis:
-            for version, n in enumerate(s.versions):
+        for s, versions in apis:
+            for version, n in enumerate(versions):
                 if n:
                     requests.add_metric([s.name, str(version) if version < MAX_VERSION - 1 else "other"], n)
             for code, n in sorted(s.errors.items()):
@@ -348,6 +442,7 @@ class RequestMetrics:
         yield requests
         yield errors
         yield response_bytes
+        apis = [s for s, _ in apis]
         for name, field, doc in REQUEST_HISTOGRAMS:
             yield histogram_family(name, doc, ["request"], [((s.name,), getattr(s, field)) for s in apis])
         yield histogram_family("kafka_network_requestmetrics_requestbytes", "Size of requests in bytes (RequestBytes)",

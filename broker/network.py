@@ -53,7 +53,7 @@ from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import APIS, request_is_flexible
 
-from .metrics import MAX_VERSION, ListenerStats, RequestMetrics
+from .metrics import ListenerStats, RequestMetrics
 from .security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
@@ -233,10 +233,11 @@ class RequestContext:
         slot.response = response
         slot.done = True
         if slot.stats is not None:
-            slot.t_ready = t = self.connection._now()
-            if not slot.t_local:
-                slot.t_local = t  # answered while its handler ran: no remote time
-            self.connection._flush(t)
+            # An answer while its handler ran leaves t_local 0: no remote time. The reading is
+            # also where the next request of the read starts.
+            conn = self.connection
+            slot.t_ready = conn._t_cursor = t = conn._now()
+            conn._flush(t)
             return
         self.connection._flush()
 
@@ -246,10 +247,9 @@ class RequestContext:
             return
         slot.done = True
         if slot.stats is not None:
-            slot.t_ready = t = self.connection._now()
-            if not slot.t_local:
-                slot.t_local = t
-            self.connection._flush(t)
+            conn = self.connection
+            slot.t_ready = conn._t_cursor = t = conn._now()
+            conn._flush(t)
             return
         self.connection._flush()
 
@@ -521,14 +521,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         slot = _Slot(header)
         metrics = self.metrics
         if metrics is not None:
-            stats = slot.stats = metrics.api(header.api_key)
             # Any int16 arrives here: a negative version, or one past the table, counts as "other".
             # Whether the version is served is the dispatcher's to answer (ApiVersions: an
             # UNSUPPORTED_VERSION v0 response; any other API: the connection closed).
-            version = header.api_version
-            stats.versions[version if 0 <= version < MAX_VERSION - 1 else MAX_VERSION - 1] += 1
+            stats = slot.stats = metrics.by_key[header.api_key]  # every served key's is bound up front
+            stats.arrived(header.api_version)
             slot.t_read = self._t_read
-            slot.t_start = self._t_cursor  # when the request before it in this read was done with
+            slot.t_start = self._t_cursor  # when the requests before it in this read were done with
             slot.size = len(frame) + 4
         self._pending.append(slot)
         ctx = RequestContext(header, frame, self, slot)
@@ -546,14 +545,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                           header.api_key, header.api_version, self.peer)
             self.close("internal error")
             return
-        if metrics is not None:
-            if slot.t_ready:  # answered while its handler ran: that reading is when it was done
-                self._t_cursor = slot.t_ready
-            else:
-                self._t_cursor = t = self._now()
-                if not slot.t_local:
-                    slot.t_local = t  # parked (a purgatory) or answered later
-        if not slot.done:
+        if not slot.done:  # parked (a purgatory) or answered later
+            if metrics is not None:
+                slot.t_local = self._t_cursor = self._now()
             self._update_reading()
 
     def _flush(self, now: int = 0) -> None:
@@ -564,8 +558,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         while pending and pending[0].done:
             slot = pending.popleft()
             response = slot.response
-            if slot.stats is not None:
-                self._record(slot, response, now or self._now())
+            stats = slot.stats
+            if stats is not None:
+                self.lstats.bytes_out += stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready,
+                                                    now or self._now(), slot.size, response)
             if response is None or self.closed:
                 continue
             if out is not None:  # inside data_received: written once the whole read is processed
@@ -585,16 +581,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._update_reading()
         if not pending:
             self.server.connection_idle()
-
-    def _record(self, slot: _Slot, response, now: int) -> None:
-        if response is None:
-            size = 0
-        elif isinstance(response, list):
-            size = sum(map(len, response))
-        else:
-            size = len(response)
-        slot.stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready, now, slot.size, size)
-        self.lstats.bytes_out += size
 
     def _update_reading(self) -> None:
         flow = self.flow

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from protocol.clock import Time
 from protocol.errors import (ErrorCode, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
@@ -264,6 +264,8 @@ class Partition:
         self.partition = partition
         self.key = (topic, partition)
         self.local_broker_id = local_broker_id
+        # Its topic's AppendCounter.appended (broker/metrics.py BrokerTopicMetrics) when metrics are on.
+        self.count_append: Callable[[int, Any], None] | None = None
         self.time = time
         self.log: Log | None = None
         self.leader_id = -1

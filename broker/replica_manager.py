@@ -124,6 +124,8 @@ class ReplicaManager:
                           is_replica_isr_eligible=self._is_replica_isr_eligible,
                           replica_lag_time_max_ms=self.replica_lag_time_max_ms,
                           on_ineligible_replica=self._replica_ineligible)
+            if self.topic_stats is not None:  # bound once: the append path counts with one C call
+                p.count_append = self.topic_stats.topic(topic).appends.appended
             self.partitions[key] = p
         if p.log is None:
             try:
@@ -222,8 +224,9 @@ class ReplicaManager:
             if self.topic_stats is not None:
                 self.topic_stats.append_failed(topic)
             return [partition_index, ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1, -1], -1
-        if self.topic_stats is not None and not info.duplicate:
-            self.topic_stats.appended(topic, info.record_count, len(records))
+        count = partition.count_append  # BrokerTopicMetrics (None: metrics off)
+        if count is not None and not info.duplicate:
+            count(info.record_count, records)
         key = partition.key
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():

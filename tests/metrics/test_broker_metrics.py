@@ -175,9 +175,9 @@ def test_request_phases_and_sizes_land_in_their_api_histograms():
     registry.register(metrics)
     produce = metrics.api(0)
     assert metrics.api(0) is produce  # bound once
-    produce.versions[9] += 1
+    produce.arrived(9)
     # read at 0, started at 1 ms, handler returned at 3 ms, ready at 503 ms (a purgatory), sent at 504 ms
-    produce.done(0, 1_000_000, 3_000_000, 503_000_000, 504_000_000, 100, 60)
+    produce.done(0, 1_000_000, 3_000_000, 503_000_000, 504_000_000, 100, b"r" * 60)
     produce.error(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def v(name, **labels):

@@ -1,6 +1,6 @@
 """broker/_request_stats.c against its Python reference, broker.metrics.PyRequestStats: the same
-observations give the same buckets, sums and response bytes (hypothesis), and the broker uses
-the C one where it is built (make test-deps builds it)."""
+observations give the same buckets, sums, response bytes and versions (hypothesis), and the
+broker uses the C one where it is built (make test-deps builds it)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ from broker import _request_stats  # make test-deps builds it: not built is a fa
 from broker import metrics
 from broker.metrics import PHASES, ApiStats, PyRequestStats
 
+# Clock readings: ints of one, two or three 30-bit digits (the helper reads exact ints of up to
+# two digits itself and leaves the rest to CPython).
 NS = st.integers(min_value=0, max_value=2**62)
 # Phases may come out negative (a clock stepping back, a test's fixed timestamps): Python's
 # bit_length is that of the absolute value, and so is the helper's.
-OBSERVATION = st.tuples(NS, NS, NS, NS, NS, st.integers(0, 2**40), st.integers(0, 2**40))
+# A response: none, a buffer, or a list of buffers (what a connection writes).
+BUFFER = st.one_of(st.binary(max_size=64), st.binary(max_size=64).map(bytearray),
+                   st.binary(max_size=64).map(memoryview))
+RESPONSE = st.one_of(st.none(), BUFFER, st.lists(BUFFER, max_size=4))
+OBSERVATION = st.tuples(NS, NS, NS, NS, NS, st.integers(0, 2**40), RESPONSE)
 
 
 def test_the_broker_uses_the_c_helper():
@@ -27,19 +33,28 @@ def test_the_broker_uses_the_c_helper():
 def test_the_c_helper_agrees_with_the_reference(observations):
     c, py = _request_stats.RequestStats(), PyRequestStats()
     for o in observations:
-        c.done(*o)
-        py.done(*o)
+        assert c.done(*o) == py.done(*o)
     for phase in range(PHASES):
         assert c.counts(phase) == py.counts(phase)
         assert c.sum(phase) == py.sum(phase)
     assert c.response_bytes == py.response_bytes
 
 
-@pytest.mark.parametrize("value", [0, 1, 2, 3, 2**31, 2**62, 2**63 - 1, -1, -2, -(2**63)])
+@given(st.lists(st.integers(-(2**15), 2**15 - 1), max_size=60))
+def test_versions_agree_with_the_reference(versions):
+    c, py = _request_stats.RequestStats(), PyRequestStats()
+    for v in versions:
+        c.arrived(v)
+        py.arrived(v)
+    assert c.versions() == py.versions() and sum(c.versions()) == len(versions)
+
+
+@pytest.mark.parametrize("value", [0, 1, 2, 3, 2**30 - 1, 2**30, 2**31, 2**60 - 1, 2**60, 2**62, 2**63 - 1,
+                                   -1, -2, -(2**30), -(2**40), -(2**60), -(2**63)])
 def test_bucket_edges_are_python_s_bit_length(value):
     c, py = _request_stats.RequestStats(), PyRequestStats()
     for stats in (c, py):
-        stats.done(0, 0, 0, 0, 0, value, 0)
+        stats.done(0, 0, 0, 0, 0, value, None)
     assert c.counts(5) == py.counts(5) and c.counts(5)[abs(value).bit_length()] == 1
     assert c.sum(5) == py.sum(5) == value
 
@@ -49,9 +64,13 @@ def test_bad_arguments_raise_and_count_nothing():
     with pytest.raises(TypeError):
         c.done(1, 2, 3)
     with pytest.raises(OverflowError):
-        c.done(2**63, 0, 0, 0, 0, 0, 0)
+        c.done(2**63, 0, 0, 0, 0, 0, None)
     with pytest.raises(TypeError):
-        c.done("1", 0, 0, 0, 0, 0, 0)
+        c.done("1", 0, 0, 0, 0, 0, None)
+    with pytest.raises(TypeError):
+        c.done(0, 0, 0, 0, 0, 0, 5)  # a response is a buffer, a list of them, or None
+    with pytest.raises(TypeError):
+        c.done(0, 0, 0, 0, 0, 0, [b"x", 5])
     with pytest.raises(IndexError):
         c.counts(PHASES)
     assert all(sum(c.counts(p)) == 0 for p in range(PHASES)) and c.response_bytes == 0
@@ -60,15 +79,46 @@ def test_bad_arguments_raise_and_count_nothing():
 @pytest.mark.parametrize("stats_type", [_request_stats.RequestStats, PyRequestStats])
 def test_api_stats_exports_the_same_histograms_either_way(stats_type):
     s = ApiStats("Produce", stats_type)
-    s.done(1_000, 3_000, 50_000, 50_000, 60_000, 1_500, 80)
-    s.done(2_000, 2_500, 9_000, 2_000_000, 2_001_000, 20_000, 80)
+    assert s.done(1_000, 3_000, 50_000, 50_000, 60_000, 1_500, b"r" * 80) == 80
+    assert s.done(2_000, 2_500, 9_000, 2_000_000, 2_001_000, 20_000, [b"r" * 30, memoryview(b"r" * 50)]) == 80
     assert s.response_bytes == 160
     assert s.total.count == 2 and s.total.sum == 59_000 + 1_999_000
     assert s.request_size.cumulative()[-1] == ("+Inf", 2)
     assert s.remote.sum == 1_991_000
     ref = ApiStats("Produce", PyRequestStats)
-    ref.done(1_000, 3_000, 50_000, 50_000, 60_000, 1_500, 80)
-    ref.done(2_000, 2_500, 9_000, 2_000_000, 2_001_000, 20_000, 80)
+    ref.done(1_000, 3_000, 50_000, 50_000, 60_000, 1_500, b"r" * 80)
+    ref.done(2_000, 2_500, 9_000, 2_000_000, 2_001_000, 20_000, [b"r" * 30, memoryview(b"r" * 50)])
     for field in ("total", "queue", "local", "remote", "send", "request_size"):
         assert getattr(s, field).cumulative() == getattr(ref, field).cumulative()
         assert getattr(s, field).scaled_sum == getattr(ref, field).scaled_sum
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.integers(0, 2**40), st.binary(max_size=64)), st.none()), max_size=40))
+def test_the_append_counter_agrees_with_the_reference(appends):
+    """A topic's produce counters (BrokerTopicMetrics): None is a failed append."""
+    c, py = _request_stats.AppendCounter(), metrics.PyAppendCounter()
+    for a in appends:
+        for counter in (c, py):
+            if a is None:
+                counter.failed()
+            else:
+                counter.appended(a[0], a[1] if counter is py else memoryview(a[1]))
+    assert (c.requests, c.messages, c.bytes, c.failed_appends) == (py.requests, py.messages, py.bytes, py.failed_appends)
+    assert c.requests == len(appends)
+    assert metrics.AppendCounter is _request_stats.AppendCounter
+
+
+ROW = st.tuples(st.integers(0, 10), st.sampled_from([0, 0, 0, 6, 7, 19, 87]), st.integers(-1, 100))
+
+
+@given(st.lists(st.tuples(st.text(max_size=3), st.lists(ROW.map(list), max_size=5)), max_size=5),
+       st.dictionaries(st.sampled_from([6, 7, 19]), st.integers(1, 2**62)))
+def test_count_row_errors_agrees_with_the_reference(results, before):
+    """A Produce response's error codes (index 1 of each partition's row) counted per code."""
+    c, py = dict(before), dict(before)
+    _request_stats.count_row_errors(results, c)
+    metrics.py_count_row_errors(results, py)
+    assert c == py
+    assert sum(c.values()) - sum(before.values()) == sum(1 for _t, rows in results for r in rows if r[1])
+    assert metrics.count_row_errors is _request_stats.count_row_errors
