@@ -488,10 +488,13 @@ def item_version(item: Prepared) -> int:
 # consumer task
 
 async def consume(params: Params, start_offsets: dict[tuple[str, int], int], expected: int,
-                  idle_s: float = 15.0, max_s: float = 600.0) -> dict[str, Any]:
+                  idle_s: float = 15.0, max_s: float = 600.0, producing: Callable[[], bool] | None = None
+                  ) -> dict[str, Any]:
     """Fetch ``start_offsets``' partitions from there until ``expected`` records arrived (or
     nothing arrived for ``idle_s``); end-to-end latency = arrival - the batch's base timestamp
-    (stamped when the replay sent it), per batch, weighted by its records."""
+    (stamped when the replay sent it), per batch, weighted by its records. ``producing``: true
+    while producers on this event loop still send; idle time only counts once it is false (a
+    loop busy with them is no sign that nothing more will come)."""
     stats = new_stats()
     p = params
     offsets = dict(start_offsets)
@@ -505,6 +508,8 @@ async def consume(params: Params, start_offsets: dict[tuple[str, int], int], exp
                 by_leader[client.cluster.leader(*tp)].append(tp)
             results = await asyncio.gather(*(_fetch_once(client, node, tps, offsets) for node, tps in by_leader.items()
                                              if node >= 0), return_exceptions=True)
+            if producing is not None and producing():
+                last = time.monotonic()
             for r in results:
                 if isinstance(r, BaseException):
                     try:
@@ -580,8 +585,19 @@ def run_many(params: Params, producers: list[tuple[list[tuple[int, int, bytes]],
                 cpu0[0] = time.process_time()  # the send phase starts: CPU from here, as one connection's
                 everyone.set()
             await everyone.wait()
-        coros = [ProducerTask(params, rows, copy).run(ready) for rows, copy in producers]
-        coros += [consume(params, offsets, expected, idle) for offsets, expected, idle in consumers]
+        sending = [len(producers)]
+
+        async def produce(rows: list[tuple[int, int, bytes]], copy: int) -> dict[str, Any]:
+            try:
+                return await ProducerTask(params, rows, copy).run(ready)
+            finally:
+                sending[0] -= 1
+
+        coros = [produce(rows, copy) for rows, copy in producers]
+        # The consumers' idle time counts once this task's producers are done: on a loaded
+        # machine they can hold the shared loop longer than the idle timeout.
+        coros += [consume(params, offsets, expected, idle, producing=lambda: sending[0] > 0)
+                  for offsets, expected, idle in consumers]
         results = list(await asyncio.gather(*coros))
         for stats in results:
             stats["totals"].pop("send_cpu_s", None)

@@ -49,3 +49,27 @@ def test_one_task_sends_on_every_connection_at_once(cluster, tmp_path):
     assert max(t["send_start_min"] for t in totals) < min(t["send_end_max"] for t in totals), totals
     # The task's CPU is counted once, from the common start.
     assert sum(1 for t in totals if "send_cpu_s" in t) == 1
+
+
+def test_a_consumer_waits_while_its_task_still_produces(cluster):
+    """A consumer sharing its task's event loop with producers: on a loaded machine they can
+    hold the loop past the idle timeout, so idleness only counts once they are done (a replay
+    against tansu, in the full suite, stopped its consumer 3 records short)."""
+    from protocol.records import Record, build_batch
+
+    topic = "idle-while-producing"
+
+    async def main() -> dict:
+        async with KafkaClient(cluster.bootstrap, client_id="test") as client:
+            await client.create_topics([(topic, 1, 1, None)])
+            await client.refresh_metadata([topic])
+            producing = [True]
+            consumer = asyncio.create_task(engine.consume(
+                engine.Params(bootstrap=cluster.bootstrap), {(topic, 0): 0}, 5, idle_s=0.3,
+                producing=lambda: producing[0]))
+            await asyncio.sleep(1.5)  # a producer on the loop, still preparing: nothing sent yet
+            conn = await client.connection(client.cluster.leader(topic, 0))
+            await conn.produce(1, 5000, [(topic, [(0, bytes(build_batch([Record(value=b"v", timestamp=int(time.time() * 1000))] * 5)))])])
+            producing[0] = False
+            return await asyncio.wait_for(consumer, 60)
+    assert asyncio.run(main())["totals"]["consumed"] == 5
