@@ -440,7 +440,7 @@ class BrokerCollector:
                                     "waiting (NumDelayedOperations)", labels=["delayed_operation"])
         expired = CounterMetricFamily("kafka_server_delayedoperationpurgatory_expires", "Operations completed by "
                                       "their timeout (ExpiresPerSec)", labels=["delayed_operation"])
-        for purgatory in (rm.produce_purgatory, rm.fetch_purgatory):
+        for purgatory in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory):
             size.add_metric([purgatory.name], purgatory.watched())
             delayed.add_metric([purgatory.name], purgatory.delayed())
             expired.add_metric([purgatory.name], purgatory.expired)
