@@ -232,6 +232,7 @@ class RequestContext:
             return
         slot.response = response
         slot.done = True
+        slot.cancel = None  # answered: nothing left to cancel (see ``_flush``)
         if slot.stats is not None:
             slot.t_ready = t = self.connection._now()
             if not slot.t_local:
@@ -245,6 +246,7 @@ class RequestContext:
         if slot.done:
             return
         slot.done = True
+        slot.cancel = None
         if slot.stats is not None:
             slot.t_ready = t = self.connection._now()
             if not slot.t_local:
@@ -563,7 +565,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         wrote = False
         while pending and pending[0].done:
             slot = pending.popleft()
-            response = slot.response
+            # The buffers go to the transport and leave the slot: whatever still holds the
+            # request's context (a completed delayed operation a purgatory drops lazily, the
+            # operation's own callback) must not hold its answer, whose record slices keep the
+            # segment's mapping, hence a descriptor, open (file_records.py: a mapping with
+            # exports cannot close). Likewise an answered slot keeps no ``cancel``: it held the
+            # delayed operation, whose callback holds the context, hence the slot (a cycle only
+            # a full collection frees).
+            response, slot.response = slot.response, None
             if slot.stats is not None:
                 self._record(slot, response, now or self._now())
             if response is None or self.closed:
