@@ -210,7 +210,6 @@ class KafkaApis:
             ApiKey.PRODUCE: self.handle_produce_request,
             ApiKey.FETCH: self.handle_fetch_request,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets_request,
-            ApiKey.DELETE_RECORDS: self.handle_delete_records_request,
             ApiKey.METADATA: self.handle_metadata_request,
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator_request,
             ApiKey.API_VERSIONS: self.handle_api_versions_request,
@@ -224,6 +223,9 @@ class KafkaApis:
             ApiKey.UPDATE_METADATA: self.handle_update_metadata_request,
             ApiKey.DESCRIBE_ACLS: self.handle_describe_acls_request,
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.handle_describe_user_scram_credentials_request,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records_request,
+            ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs_request,
+            ApiKey.DESCRIBE_CLUSTER: self.handle_describe_cluster_request,
             # On a SASL listener they never get here (broker/security/sasl_server.py); elsewhere: ILLEGAL_SASL_STATE.
             ApiKey.SASL_HANDSHAKE: answer_sasl_outside_authentication,
             ApiKey.SASL_AUTHENTICATE: answer_sasl_outside_authentication,
@@ -615,37 +617,89 @@ class KafkaApis:
             topics.append({"name": t.name, "partitions": parts})
         self.send(ctx, api, {"topics": topics})
 
-    # -- DeleteRecords ---------------------------------------------------------------------
+    # -- DeleteRecords, DescribeLogDirs, DescribeCluster (issue 27) ------------------------
     def handle_delete_records_request(self, ctx: "RequestContext") -> None:
-        """DELETE on each topic; the partitions' leaders move their log start offsets (see
-        broker/delayed_delete_records.py)."""
+        """Kafka's handleDeleteRecordsRequest: DELETE on each topic, then each partition this
+        broker leads has its log start offset moved; the answer waits for the followers."""
         api = APIS[ApiKey.DELETE_RECORDS]
         req = self.parse(ctx, api)
         allowed = self.authorized_names(ctx, Operation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
-        refused: dict[tuple[str, int], tuple[int, int]] = {}
-        offsets: dict[tuple[str, int], int] = {}
-        order = []
+        refused: dict[tuple[str, int], int] = {}
+        offsets = []
         for t in req.topics:
+            parts = []
             for p in t.partitions:
-                key = (t.name, p.partition_index)
-                order.append(key)
                 if t.name not in allowed:
-                    refused[key] = (-1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    refused[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                elif not self.metadata_cache.contains_partition(t.name, p.partition_index):
+                    refused[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
-                    offsets[key] = p.offset
+                    parts.append((p.partition_index, p.offset))
+            offsets.append((t.name, parts))
 
-        def respond(results: dict[tuple[str, int], tuple[int, int]]) -> None:
-            results = {**refused, **results}
-            topics: dict[str, list[dict]] = {}
-            for key in order:
-                low, error = results[key]
-                if error:
-                    log.info("DeleteRecords %s-%d from %s: %s", key[0], key[1], ctx.principal, _error_name(error))
-                topics.setdefault(key[0], []).append({"partition_index": key[1], "low_watermark": low,
-                                                      "error_code": error})
-            self.send(ctx, api, {"topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})
+        def respond(results: list) -> None:
+            done = {(t, r["partition_index"]): r for t, rs in results for r in rs}
+            topics = []
+            for t in req.topics:
+                rows = []
+                for p in t.partitions:
+                    key = (t.name, p.partition_index)
+                    rows.append(done.get(key) or {"partition_index": p.partition_index, "low_watermark": -1,
+                                                  "error_code": refused[key]})
+                topics.append({"name": t.name, "partitions": rows})
+            self.send(ctx, api, {"throttle_time_ms": 0, "topics": topics})
 
-        self.replica_manager.delete_records(offsets, req.timeout_ms, respond)
+        op = self.replica_manager.delete_records(req.timeout_ms, offsets, respond)
+        if op is not None:
+            ctx.on_cancel(op.cancel)
+
+    def handle_describe_log_dirs_request(self, ctx: "RequestContext") -> None:
+        """Kafka's handleDescribeLogDirsRequest: DESCRIBE on the cluster, else
+        CLUSTER_AUTHORIZATION_FAILED (v3+; no results before); per log dir, the partitions asked
+        for (all when ``topics`` is null) that live there: size, offset lag (how far the log end
+        is behind the high watermark, as Kafka's getLogEndOffsetLag), is_future false (no
+        AlterReplicaLogDirs), and the file system's total and usable bytes (v4+)."""
+        api = APIS[ApiKey.DESCRIBE_LOG_DIRS]
+        req = self.parse(ctx, api)
+        if not self.authorize(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return self.send(ctx, api, {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                        "results": []})
+        wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
+        self.send(ctx, api, {"throttle_time_ms": 0, "error_code": 0,
+                             "results": self.replica_manager.describe_log_dirs(wanted)})
+
+    def handle_describe_cluster_request(self, ctx: "RequestContext") -> None:
+        """Kafka's handleDescribeCluster on a broker: the cluster id, the controller as Metadata
+        names it, the live brokers on this listener (with racks) and, when asked, the cluster
+        operations the principal may perform (0 without DESCRIBE on the cluster). A broker gives
+        broker endpoints only: endpoint_type CONTROLLER is MISMATCHED_ENDPOINT_TYPE, an unknown one
+        UNSUPPORTED_ENDPOINT_TYPE (INVALID_REQUEST in v0)."""
+        api = APIS[ApiKey.DESCRIBE_CLUSTER]
+        req = self.parse(ctx, api)
+        version = ctx.api_version
+        endpoint_type = req.endpoint_type if version >= 1 else 1
+        body: dict = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "endpoint_type": endpoint_type,
+                      "cluster_id": self.metadata_cache.cluster_id or "", "controller_id": -1, "brokers": []}
+        if endpoint_type != 1:  # Kafka's AuthHelper.computeDescribeClusterResponse
+            if endpoint_type == 2:
+                code, message = ErrorCode.MISMATCHED_ENDPOINT_TYPE, ("The request was sent to an endpoint of type "
+                                                                     "BROKER, but we wanted an endpoint of type CONTROLLER")
+            else:
+                code, message = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {endpoint_type}"
+            log.warning("DescribeCluster v%d from %s refused: %s", version, ctx.peer, message)
+            body.update(error_code=code if version > 0 else ErrorCode.INVALID_REQUEST, error_message=message)
+            return self.send(ctx, api, body)
+        if req.include_cluster_authorized_operations:
+            body["cluster_authorized_operations"] = (
+                self.authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)
+                if self.authorize(ctx, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else 0)
+        for b in self.metadata_cache.alive_brokers():
+            ep = b.endpoint(ctx.listener_name) or next(iter(b.endpoints.values()), None)
+            if ep is not None:
+                body["brokers"].append({"broker_id": b.broker_id, "host": ep.host, "port": ep.port, "rack": b.rack,
+                                        "is_fenced": False})
+        body["controller_id"] = self._client_controller_id()
+        self.send(ctx, api, body)
 
     # -- Metadata --------------------------------------------------------------------------
     def handle_metadata_request(self, ctx: "RequestContext") -> None:

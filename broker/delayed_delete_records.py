@@ -1,10 +1,15 @@
-"""DeleteRecords (21) on a partition leader, Kafka's ``ReplicaManager.deleteRecords`` and
-``DelayedDeleteRecords``: the leader moves its log start offset to the requested offset (-1: the
-high watermark; above it, or below -1, OFFSET_OUT_OF_RANGE), and the answer waits until the
-partition's low watermark (the smallest log start offset of the leader and of the followers
-that reported one in their fetches) has reached it, or the request's timeout
-(REQUEST_TIMED_OUT). Followers learn the new log start offset from the leader's fetch
-responses and report theirs in their next fetch."""
+"""DelayedDeleteRecords: a DeleteRecords waiting until every live replica has moved its log
+start offset past the offset asked for (Kafka's DelayedDeleteRecords).
+
+The leader moves its own log start offset at once; followers learn it from the next fetch
+answer and report theirs in their next fetch request. The partition's low watermark is the
+smallest log start offset over the leader and its followers on live brokers
+(``Partition.low_watermark``). Completion cases, per partition still pending:
+  A. this broker no longer hosts the partition  → UNKNOWN_TOPIC_OR_PARTITION
+  B. this broker is no longer its leader         → NOT_LEADER_OR_FOLLOWER
+  C. low watermark ≥ the offset asked for        → NONE, with that low watermark
+Each pending partition starts at REQUEST_TIMED_OUT (low watermark -1), so expiring is just completing.
+"""
 
 from __future__ import annotations
 
@@ -12,47 +17,55 @@ from typing import Callable
 
 from protocol.errors import ErrorCode
 
-from .partition import Partition
+from .delayed_produce import PartitionSource
 from .purgatory import DelayedOperation
 
-Key = tuple[str, int]
 
+class DeleteRecordsPartitionStatus:
+    __slots__ = ("key", "required_offset", "result", "pending")
 
-def low_watermark(partition: Partition) -> int:
-    """Kafka's lowWatermarkIfLeader: the smallest known log start offset of the replicas."""
-    assert partition.log is not None
-    starts = [r.log_start_offset for r in partition.remote_replicas.values() if r.log_start_offset >= 0]
-    return min([partition.log.log_start_offset, *starts])
+    def __init__(self, key: tuple[str, int], required_offset: int, result: dict) -> None:
+        self.key = key
+        self.required_offset = required_offset
+        self.result = result  # {"partition_index", "low_watermark", "error_code"}
+        self.pending = result["error_code"] == ErrorCode.NONE
+        if self.pending:
+            result["error_code"], result["low_watermark"] = ErrorCode.REQUEST_TIMED_OUT, -1
 
 
 class DelayedDeleteRecords(DelayedOperation):
-    __slots__ = ("pending", "results", "lookup", "respond")
+    __slots__ = ("statuses", "replica_manager", "is_alive", "callback")
 
-    def __init__(self, delay_ms: float, pending: dict[Key, int], results: dict[Key, tuple[int, int]],
-                 lookup: Callable[[str, int], Partition | None],
-                 respond: Callable[[dict[Key, tuple[int, int]]], None]) -> None:
-        """``pending``: partition -> the offset its low watermark must reach; ``results``:
-        (low watermark, error) of the partitions already answered."""
+    def __init__(self, delay_ms: float, statuses: list[DeleteRecordsPartitionStatus], replica_manager: PartitionSource,
+                 is_alive: Callable[[int], bool], callback: Callable[[], None]) -> None:
         super().__init__(delay_ms)
-        self.pending = dict(pending)
-        self.results = results
-        self.lookup = lookup
-        self.respond = respond
+        self.statuses = statuses
+        self.replica_manager = replica_manager
+        self.is_alive = is_alive
+        self.callback = callback
 
     def try_complete(self) -> bool:
-        for key, required in list(self.pending.items()):
-            partition = self.lookup(*key)
-            if partition is None or not partition.is_leader or partition.log is None:
-                self.results[key] = (-1, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                del self.pending[key]
+        pending = False
+        for status in self.statuses:
+            if not status.pending:
                 continue
-            low = low_watermark(partition)
-            if low >= required:
-                self.results[key] = (low, ErrorCode.NONE)
-                del self.pending[key]
-        return not self.pending and self.force_complete()
+            partition = self.replica_manager.get_partition(*status.key)
+            low = -1
+            if partition is None:
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not partition.is_leader or partition.log is None:
+                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                low = partition.low_watermark(self.is_alive)
+                if low < status.required_offset:
+                    pending = True
+                    continue
+                error = ErrorCode.NONE
+            status.pending = False
+            status.result["error_code"], status.result["low_watermark"] = error, low
+        if pending:
+            return False
+        return self.force_complete()
 
     def on_complete(self) -> None:
-        for key in self.pending:
-            self.results[key] = (-1, ErrorCode.REQUEST_TIMED_OUT)
-        self.respond(self.results)
+        self.callback()

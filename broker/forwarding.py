@@ -53,10 +53,11 @@ log = logging.getLogger("kbroker.forwarding")
 
 RETRY_BACKOFF_MS = 50
 RETRY_BACKOFF_MAX_MS = 1000
+# Relayed to the controller, and so advertised by brokers: only what the controller handles
+# (controller/controller_apis.py; tests/compat/test_cluster_admin.py checks it).
 FORWARDED_APIS = (ApiKey.CREATE_PARTITIONS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS,
                   ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.ALTER_CLIENT_QUOTAS,
-                  ApiKey.UNREGISTER_BROKER)
+                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.UNREGISTER_BROKER)
 
 Respond = Callable[[bytes], None]
 

@@ -232,6 +232,7 @@ class RequestContext:
             return
         slot.response = response
         slot.done = True
+        slot.cancel = None  # answered: nothing left to cancel (see ``_flush``)
         if slot.stats is not None:
             # An answer while its handler ran leaves t_local 0: no remote time. The reading is
             # also where the next request of the read starts.
@@ -246,6 +247,7 @@ class RequestContext:
         if slot.done:
             return
         slot.done = True
+        slot.cancel = None
         if slot.stats is not None:
             conn = self.connection
             slot.t_ready = conn._t_cursor = t = conn._now()
@@ -557,7 +559,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         wrote = False
         while pending and pending[0].done:
             slot = pending.popleft()
-            response = slot.response
+            # The buffers go to the transport and leave the slot: whatever still holds the
+            # request's context (a completed delayed operation a purgatory drops lazily, the
+            # operation's own callback) must not hold its answer, whose record slices keep the
+            # segment's mapping, hence a descriptor, open (file_records.py: a mapping with
+            # exports cannot close). Likewise an answered slot keeps no ``cancel``: it held the
+            # delayed operation, whose callback holds the context, hence the slot (a cycle only
+            # a full collection frees).
+            response, slot.response = slot.response, None
             stats = slot.stats
             if stats is not None:
                 self.lstats.bytes_out += stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready,

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from protocol.clock import Time
 from protocol.errors import (ErrorCode, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
-                             NotLeaderOrFollowerError, UnknownLeaderEpochError)
+                             NotLeaderOrFollowerError, OffsetOutOfRangeError, PolicyViolationError,
+                             UnknownLeaderEpochError)
 
 if TYPE_CHECKING:
     from storage import Log, LogAppendInfo
@@ -570,6 +571,30 @@ class Partition:
         if self._on_isr_change is not None:
             self._on_isr_change(self, sorted(new_isr))
         return False
+
+    def low_watermark(self, is_alive: Callable[[int], bool]) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset over this leader's log and
+        the followers on live brokers (-1 for one that has not fetched since this broker leads)."""
+        low = self._leader_log().log_start_offset
+        for rid, replica in self.remote_replicas.items():
+            if replica.log_start_offset < low and is_alive(rid):
+                low = replica.log_start_offset
+        return low
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """DeleteRecords on the leader (Kafka's deleteRecordsOnLeader): move the log start offset
+        to ``offset`` (-1: the high watermark); returns the offset to wait for. Above the high
+        watermark: OffsetOutOfRangeError; a topic without cleanup.policy delete: PolicyViolation."""
+        log_ = self._leader_log()
+        if not log_.config.delete:
+            raise PolicyViolationError(f"records of partition {self.topic}-{self.partition} can not be deleted "
+                                       f"due to the configured policy")
+        converted = log_.high_watermark if offset == -1 else offset
+        if converted < 0:
+            raise OffsetOutOfRangeError(f"the offset {offset} for partition {self.topic}-{self.partition} "
+                                        f"is not valid")
+        log_.maybe_increment_log_start_offset(converted)
+        return converted
 
     def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, int]:
         """(done, error code) for an acks=-1 append that needs the HW to reach ``required_offset``."""

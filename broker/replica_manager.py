@@ -13,6 +13,7 @@ Not thread-safe: everything runs on the event loop.
 from __future__ import annotations
 
 import logging
+import shutil
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from protocol.clock import Time
@@ -21,7 +22,7 @@ from protocol.errors import (ErrorCode, KafkaError, KafkaStorageError, NotLeader
 from protocol.fast_codecs import FetchPartitionData
 from protocol.records import iter_batch_headers
 
-from .delayed_delete_records import DelayedDeleteRecords
+from .delayed_delete_records import DelayedDeleteRecords, DeleteRecordsPartitionStatus
 from .delayed_fetch import DelayedFetch, FetchPurgatory
 from .delayed_produce import DelayedProduce, ProducePartitionStatus
 from .fetch_params import FetchParams
@@ -357,38 +358,88 @@ class ReplicaManager:
             # The high watermark moved forward: acks=-1 produces, and consumers' fetches it reached.
             self.produce_purgatory.check_and_complete(partition.key)
             self.fetch_purgatory.check_appended(partition.key, partition.log)
-        self.delete_records_purgatory.check_and_complete(partition.key)  # the replica's log start offset may have moved
-
-    # -- DeleteRecords -------------------------------------------------------------------------
-    def delete_records(self, offsets: dict[tuple[str, int], int], timeout_ms: int,
-                       respond: Callable[[dict[tuple[str, int], tuple[int, int]]], None]) -> None:
-        """Move each led partition's log start offset to its offset (-1: the high watermark) and
-        ``respond`` with (low watermark, error) per partition once every replica's log start
-        offset reached it, or at ``timeout_ms`` (see delayed_delete_records.py)."""
-        results: dict[tuple[str, int], tuple[int, int]] = {}
-        pending: dict[tuple[str, int], int] = {}
-        for key, offset in offsets.items():
-            partition = self.get_partition(*key)
-            if partition is None:
-                results[key] = (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            log_ = partition.log
-            if not partition.is_leader or log_ is None:
-                results[key] = (-1, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                continue
-            target = log_.high_watermark if offset == -1 else offset
-            if target < 0 or target > log_.high_watermark:
-                results[key] = (-1, ErrorCode.OFFSET_OUT_OF_RANGE)
-                continue
-            if log_.maybe_increment_log_start_offset(target):
-                log.info("%s-%d: log start offset moved to %d (DeleteRecords)", key[0], key[1], target)
-            pending[key] = target
-        op = DelayedDeleteRecords(timeout_ms, pending, results, self.get_partition, respond)
-        self.delete_records_purgatory.try_complete_else_watch(op, list(pending))
+        # The follower reported its log start offset: a DeleteRecords waiting for it may be done.
+        self.delete_records_purgatory.check_and_complete(partition.key)
 
     def try_complete_delayed_requests(self, key: tuple[str, int]) -> None:
         self.produce_purgatory.check_and_complete(key)
         self.fetch_purgatory.check_and_complete(key)
+        self.delete_records_purgatory.check_and_complete(key)
+
+    # -- delete records --------------------------------------------------------------------
+    def delete_records(self, timeout_ms: int, offsets: list[tuple[str, list[tuple[int, int]]]],
+                       callback: Callable[[list], None]) -> DelayedDeleteRecords | None:
+        """DeleteRecords (Kafka's ReplicaManager.deleteRecords): on each partition this broker
+        leads, move the log start offset to the offset asked for (-1: the high watermark), then
+        answer once every live replica's log start offset got there (the low watermark) or
+        ``timeout_ms`` passed (REQUEST_TIMED_OUT). The segments wholly below it leave with the
+        next retention pass. ``offsets``: [(topic, [(partition, offset)])]; ``callback`` gets
+        [(topic, [{partition_index, low_watermark, error_code}])] in request order. Returns the
+        DelayedDeleteRecords when the answer waits, for the caller to cancel."""
+        results = []
+        statuses: list[DeleteRecordsPartitionStatus] = []
+        for topic, parts in offsets:
+            topic_results = []
+            for partition_index, offset in parts:
+                result = {"partition_index": partition_index, "low_watermark": -1, "error_code": ErrorCode.NONE}
+                required = -1
+                if is_internal_topic(topic):
+                    result["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
+                else:
+                    try:
+                        partition = self.get_partition_or_error(topic, partition_index)
+                        required = partition.delete_records_on_leader(offset)
+                        log.info("%s-%d: log start offset moved to %d (DeleteRecords)", topic, partition_index,
+                                 partition.log.log_start_offset)
+                    except KafkaError as exc:
+                        result["error_code"] = exc.error_code
+                        if exc.error_code in (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.POLICY_VIOLATION):
+                            log.warning("DeleteRecords of %s-%d to %d refused: %s %s", topic, partition_index, offset,
+                                        exc.error_code.name, exc)
+                    except Exception:
+                        log.exception("unexpected error deleting records of %s-%d", topic, partition_index)
+                        result["error_code"] = ErrorCode.UNKNOWN_SERVER_ERROR
+                topic_results.append(result)
+                statuses.append(DeleteRecordsPartitionStatus((topic, partition_index), required, result))
+            results.append((topic, topic_results))
+        if any(s.pending for s in statuses):
+            op = DelayedDeleteRecords(timeout_ms, statuses, self, self._is_alive_broker, lambda: callback(results))
+            if not self.delete_records_purgatory.try_complete_else_watch(op, [s.key for s in statuses if s.pending]):
+                return op
+        else:
+            callback(results)
+        return None
+
+    def describe_log_dirs(self, wanted: set[tuple[str, int]] | None) -> list[dict]:
+        """DescribeLogDirs' results (Kafka's ReplicaManager.describeLogDirs): per log dir its
+        absolute path, the logs there of the partitions ``wanted`` (None: all) by topic, each
+        with its size in bytes, its offset lag (the high watermark less the log end offset,
+        at least 0) and is_future_key false; and the file system's total and usable bytes. A dir
+        that cannot be read answers KAFKA_STORAGE_ERROR."""
+        results = []
+        for log_dir, logs in self.log_manager.logs_by_dir().items():
+            path = str(log_dir.absolute())
+            try:
+                usage = shutil.disk_usage(log_dir)
+            except OSError as exc:
+                log.warning("DescribeLogDirs: %s cannot be read: %s", path, exc)
+                results.append({"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": path, "topics": [],
+                                "total_bytes": -1, "usable_bytes": -1})
+                continue
+            by_topic: dict[str, list[dict]] = {}
+            for (topic, index), log_ in sorted(logs.items()):
+                if wanted is not None and (topic, index) not in wanted:
+                    continue
+                by_topic.setdefault(topic, []).append({
+                    "partition_index": index, "partition_size": log_.size_in_bytes(),
+                    "offset_lag": max(log_.high_watermark - log_.log_end_offset, 0), "is_future_key": False})
+            results.append({"error_code": 0, "log_dir": path,
+                            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                            "total_bytes": usage.total, "usable_bytes": usage.free})
+        return results
+
+    def _is_alive_broker(self, broker_id: int) -> bool:
+        return broker_id in self.metadata_cache.brokers
 
     # -- list offsets ----------------------------------------------------------------------
     def fetch_offset_for_timestamp(self, topic: str, partition_index: int, timestamp: int, isolation_level: int | None,

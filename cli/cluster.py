@@ -51,10 +51,12 @@ from pathlib import Path
 
 import uvloop
 from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
 from cli.certs import make_certs
 from cli.common import UsageError, error_name
+from cli.reassign import moving_bytes
 from controller.launcher import ADMIN_USER, ZOOKEEPER_DIGEST_MODULE, ZOOKEEPER_USER, LocalCluster, port_open
 from protocol.client import BrokerConnection, KafkaClient, Network
 from protocol.client.admin import DEFAULT_SCRAM_ITERATIONS, ScramUpsertion
@@ -362,7 +364,7 @@ def status(args: argparse.Namespace) -> int:
         return 1
     try:
         network = _admin_network(cluster) if cluster.secure else Network()
-        md = uvloop.run(_metadata(",".join(running), args.timeout, network))
+        md, moving, (moved, to_move) = uvloop.run(_metadata(",".join(running), args.timeout, network))
     except (OSError, TimeoutError, asyncio.TimeoutError) as exc:
         out.print(f"no metadata from the brokers: {exc}")
         return 1
@@ -384,9 +386,25 @@ def status(args: argparse.Namespace) -> int:
                           ("offline" if p.leader < 0 else "under-replicated")
                           + (f" ({error_name(p.error_code)})" if p.error_code else ""))
         out.print(table)
+    if moving:
+        out.print(f"{len(moving)} partition(s) being reassigned: "
+                  + ", ".join(f"{tp.topic}-{tp.partition} (adding {','.join(map(str, m.adding))}; removing "
+                              f"{','.join(map(str, m.removing)) or '-'})" for tp, m in sorted(moving.items())[:10])
+                  + (" ..." if len(moving) > 10 else ""), soft_wrap=True)
+        with Progress(TextColumn("reassignment"), BarColumn(), DownloadColumn(),
+                      TextColumn("{task.fields[left]} left"), console=out) as progress:
+            progress.add_task("move", total=max(to_move, 1), completed=moved, left=f"{max(to_move - moved, 0):,} B")
     return 0 if healthy and not offline else 1
 
 
-async def _metadata(bootstrap: str, timeout_s: float, network: Network) -> ClusterMetadata:
+async def _metadata(bootstrap: str, timeout_s: float, network: Network) -> tuple[ClusterMetadata, dict, tuple[int, int]]:
+    """The metadata, the reassignments in progress and (bytes the new replicas hold, bytes
+    they must hold); no reassignment figures if the controller does not answer."""
     async with KafkaClient(bootstrap, client_id="kbroker-cluster-status", network=network) as client:
-        return await asyncio.wait_for(client.refresh_metadata(), timeout_s)
+        md = await asyncio.wait_for(client.refresh_metadata(), timeout_s)
+        try:
+            moving = await asyncio.wait_for(client.list_partition_reassignments(), timeout_s)
+            progress = await asyncio.wait_for(moving_bytes(client, moving), timeout_s) if moving else (0, 0)
+        except (KafkaError, OSError, TimeoutError, asyncio.TimeoutError):
+            moving, progress = {}, (0, 0)
+        return md, moving, progress

@@ -155,6 +155,39 @@ def _add_topics(commands: Subcommands) -> None:
     describe.add_argument("-t", "--topic", required=True)
     delete = client_command(actions, "delete", "cli.topics:delete", "delete a topic")
     delete.add_argument("-t", "--topic", required=True)
+    alter = client_command(actions, "alter", "cli.topics:alter", "add partitions to a topic (CreatePartitions)")
+    alter.add_argument("-t", "--topic", required=True)
+    alter.add_argument("--partitions", type=int, required=True, help="the topic's new partition count")
+    trim = client_command(actions, "trim", "cli.cluster_ops:trim",
+                          "delete the records before an offset or a time (DeleteRecords, as kafka-delete-records.sh)")
+    trim.add_argument("-t", "--topic", required=True)
+    trim.add_argument("-p", "--partition", type=int, action="append", help="only this partition (repeatable)")
+    trim.add_argument("--before", type=int, metavar="OFFSET",
+                      help="the new first offset of every partition (-1: its high watermark, deleting everything)")
+    trim.add_argument("--before-time", metavar="T",
+                      help="delete the records before this time (epoch ms or ISO 8601): each partition starts at "
+                           "its first record at or after T")
+
+
+def _add_configs(commands: Subcommands) -> None:
+    configs = commands.add_parser("configs", help="describe, set or delete configs of a topic or broker "
+                                                  "(as kafka-configs.sh)")
+    actions = configs.add_subparsers(dest="configs_command", required=True, metavar="ACTION")
+
+    def entity(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--topic", help="a topic's configs")
+        p.add_argument("--broker", type=int, help="a broker's own configs")
+        p.add_argument("--broker-defaults", action="store_true", help="the cluster-wide broker defaults")
+        return p
+    describe = entity(client_command(actions, "describe", "cli.configs:describe",
+                                     "each key's value and source (DescribeConfigs)"))
+    describe.add_argument("--all", action="store_true", help="defaults too (DEFAULT_CONFIG)")
+    set_ = entity(client_command(actions, "set", "cli.configs:set_configs",
+                                 "set keys (IncrementalAlterConfigs SET)"))
+    set_.add_argument("pairs", type=_key_value, nargs="+", metavar="KEY=VALUE")
+    delete = entity(client_command(actions, "delete", "cli.configs:delete_configs",
+                                   "remove keys, back to their default (IncrementalAlterConfigs DELETE)"))
+    delete.add_argument("keys", nargs="+", metavar="KEY")
 
 
 def _add_produce(commands: Subcommands) -> None:
@@ -280,6 +313,20 @@ def _add_metadata(commands: Subcommands) -> None:
                           help="also read this metrics endpoint (metrics.listener) and show its health (repeatable)")
 
 
+def _reassign_arguments(reassign: argparse.ArgumentParser, decommission_: argparse.ArgumentParser) -> None:
+    for mode in ("generate", "execute", "verify", "cancel", "list"):
+        reassign.add_argument(f"--{mode}", action="store_true")
+    reassign.add_argument("--topics-to-move-json-file", help='{"topics": [{"topic": "T"}], "version": 1}')
+    reassign.add_argument("--broker-list", help="the brokers to place replicas on, as 1,2,3 (--generate)")
+    reassign.add_argument("--reassignment-json-file", help="a plan (--execute, --verify, --cancel)")
+    reassign.add_argument("--additional", action="store_true",
+                          help="execute while other reassignments are in progress")
+    decommission_.add_argument("--broker", type=int, required=True, help="the broker to empty")
+    decommission_.add_argument("--timeout", type=float, default=600, help="seconds to wait (default %(default)s)")
+    decommission_.add_argument("--no-unregister", action="store_true",
+                               help="stop once the broker is empty (do not wait for it to stop and unregister it)")
+
+
 def _add_cluster(commands: Subcommands) -> None:
     cluster = commands.add_parser("cluster", help="run a controller and brokers on this machine; leader elections")
     actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -313,6 +360,16 @@ def _add_cluster(commands: Subcommands) -> None:
     down.add_argument("--dir", default="cluster", help=dir_help)
     down.add_argument("--purge", action="store_true", help="then remove the directory and its data")
     down.add_argument("--timeout", type=float, default=60, help="seconds to wait for each process (default 60)")
+    _reassign_arguments(
+        client_command(actions, "reassign", "cli.reassign:run",
+                       "move replicas with kafka-reassign-partitions.sh's plans: --generate, --execute, --verify, "
+                       "--cancel, --list"),
+        client_command(actions, "decommission", "cli.reassign:decommission",
+                       "move every replica off a broker, wait, then unregister it once stopped"))
+    dirs = client_command(actions, "log-dirs", "cli.cluster_ops:log_dirs",
+                          "per broker and log dir: each partition's size and offset lag (DescribeLogDirs)")
+    dirs.add_argument("--broker", type=int, action="append", help="only this broker (repeatable; default all)")
+    dirs.add_argument("-t", "--topic", action="append", help="only this topic (repeatable)")
     elect = client_command(actions, "elect-leaders", "cli.elect_leaders:run",
                            "preferred (or --unclean) leader election, for a topic or every partition")
     elect.add_argument("-t", "--topic", help="only this topic (default: every partition)")
@@ -431,8 +488,8 @@ def _add_transactions(commands: Subcommands) -> None:
 
 # In the order `kbroker --help` lists them.
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
-    _add_serve, _add_controller, _add_storage, _add_topics, _add_produce, _add_consume, _add_groups, _add_transactions,
-    _add_acls,
+    _add_serve, _add_controller, _add_storage, _add_topics, _add_configs, _add_produce, _add_consume, _add_groups,
+    _add_transactions, _add_acls,
     _add_users, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
 
 

@@ -59,3 +59,11 @@ async def delete(client: KafkaClient, args: argparse.Namespace) -> int:
     await client.delete_topics([args.topic])
     print(f"Deleted topic {args.topic}.")
     return 0
+
+
+async def alter(client: KafkaClient, args: argparse.Namespace) -> int:
+    """``topics alter -t T --partitions N``: CreatePartitions (the topic grows to N; fewer is
+    INVALID_PARTITIONS, as Kafka answers)."""
+    await client.create_partitions(args.topic, args.partitions)
+    print(f"Topic {args.topic} now has {args.partitions} partitions.")
+    return 0

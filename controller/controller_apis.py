@@ -84,6 +84,7 @@ class ControllerApis:
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r, v: self.controller.alter_user_scram_credentials(r),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: lambda r, v: self.controller.alter_partition_reassignments(r, v),
             ApiKey.LIST_PARTITION_REASSIGNMENTS: lambda r, v: self.controller.list_partition_reassignments(r),
+            ApiKey.UNREGISTER_BROKER: lambda r, v: self.controller.unregister_broker(r),
         }
         self.handlers = set(self.operations) | {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.DESCRIBE_ACLS,
                                                 ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}

@@ -977,6 +977,25 @@ class QuorumController:
         return self._submit("list partition reassignments", lambda: ControllerResult(
             [], self.replication.list_partition_reassignments(request.topics)))
 
+    def unregister_broker(self, request) -> asyncio.Future:
+        """UnregisterBroker (Kafka's ReplicationControlManager.unregisterBroker): the broker leaves
+        every ISR and leadership it holds, then an UnregisterBrokerRecord removes its
+        registration; one never registered is BROKER_ID_NOT_REGISTERED. A broker that is still
+        running registers again at its next heartbeat, as in Kafka; stop it first."""
+        def op() -> ControllerResult:
+            broker_id = request.broker_id
+            reg = self.cluster.registration(broker_id)
+            if reg is None:
+                log.warning("UnregisterBroker of broker %d refused: BROKER_ID_NOT_REGISTERED", broker_id)
+                return ControllerResult([], {"throttle_time_ms": 0, "error_code": ErrorCode.BROKER_ID_NOT_REGISTERED,
+                                             "error_message": f"Broker ID {broker_id} is not currently registered"})
+            self.heartbeats.remove(broker_id)
+            records = self.replication.handle_broker_fenced(broker_id)
+            records.append(make_record(T.UNREGISTER_BROKER, broker_id=broker_id, broker_epoch=reg.epoch))
+            log.info("unregistering broker %d (epoch %d)", broker_id, reg.epoch)
+            return ControllerResult(records, {"throttle_time_ms": 0, "error_code": 0, "error_message": None})
+        return self._submit("unregister broker", op)
+
     def elect_leaders(self, request, version: int) -> asyncio.Future:
         election_type = request.election_type if version >= 1 else PREFERRED_ELECTION
         return self._submit("elect leaders", lambda: self.replication.elect_leaders(

@@ -112,6 +112,9 @@ class StandbyController:
         return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE,
                              "responses": []})
 
+    def unregister_broker(self, request) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE})
+
     def list_partition_reassignments(self, request) -> asyncio.Future:
         return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE,
                              "topics": []})

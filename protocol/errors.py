@@ -123,6 +123,8 @@ class ErrorCode(enum.IntEnum):
     FETCH_SESSION_TOPIC_ID_ERROR = 106
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
 
 
 class KafkaError(Exception):
@@ -627,6 +629,14 @@ class IneligibleReplicaError(KafkaError):
 
 class NewLeaderElectedError(KafkaError):
     error_code = ErrorCode.NEW_LEADER_ELECTED
+
+
+class MismatchedEndpointTypeError(KafkaError):
+    error_code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+
+
+class UnsupportedEndpointTypeError(KafkaError):
+    error_code = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 
 
 # A record-level name for CORRUPT_MESSAGE, as storage and the record codecs use it.

@@ -165,6 +165,13 @@ class LogManager:
     def all_logs(self) -> dict[TopicPartition, Log]:
         return dict(self._logs)
 
+    def logs_by_dir(self) -> dict[Path, dict[TopicPartition, Log]]:
+        """Every log dir (each, even an empty one) with the logs it holds."""
+        out: dict[Path, dict[TopicPartition, Log]] = {d: {} for d in self.log_dirs}
+        for tp, log_ in self._logs.items():
+            out.setdefault(self._log_dir_of[tp], {})[tp] = log_
+        return out
+
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None, *,
                           defer_dir_sync: bool = False) -> Log:
         """The partition's log, created in the log dir holding the fewest partitions if new.

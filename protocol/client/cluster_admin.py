@@ -7,13 +7,14 @@ connections, metadata and retries, and nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 from ..api_keys import ApiKey
-from ..errors import ErrorCode
+from ..errors import ErrorCode, KafkaError
 from .connection import BrokerConnection, wire_error
-from .metadata import TopicPartition
+from .metadata import ClusterMetadata, TopicPartition
 
 T = TypeVar("T")
 TP = TypeVar("TP", bound=tuple[str, int])
@@ -42,6 +43,10 @@ class ClusterAdminMixin:
         async def connection(self, node_id: int) -> BrokerConnection: ...
         async def any_connection(self) -> BrokerConnection: ...
         async def _controller_connection(self) -> BrokerConnection: ...
+        async def leader_for(self, topic: str, partition: int) -> int: ...
+        async def refresh_metadata(self, topics: Iterable[str] | None = None,
+                                   allow_auto_create: bool = False) -> ClusterMetadata: ...
+        async def _topics_admin(self, api_key: int, results_field: str, body: Mapping[str, Any]) -> None: ...
 
     # -- partition reassignment (KIP-455): any broker forwards it to the controller --------
 
@@ -89,3 +94,139 @@ class ClusterAdminMixin:
         return {TopicPartition(t.name, p.partition_index): OngoingReassignment(
             list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
             for t in response.topics for p in t.partitions}
+
+    # -- DeleteRecords (to each partition's leader), DescribeLogDirs (to each broker) -----
+
+    async def delete_records(self, offsets: Mapping[TP, int], timeout_ms: int = 30000) -> dict[TopicPartition, int]:
+        """Move each partition's log start offset to ``offset`` (-1: its high watermark);
+        per partition, its new low watermark. A partition's error is raised (retriable ones,
+        a leader that moved, retried)."""
+        pending = {TopicPartition(*tp): off for tp, off in offsets.items()}
+        done: dict[TopicPartition, int] = {}
+
+        async def ask(node: int, tps: list[TopicPartition]) -> list[Exception]:
+            conn = await self.connection(node)
+            by_topic: dict[str, list[dict[str, int]]] = collections.defaultdict(list)
+            for tp in tps:
+                by_topic[tp.topic].append({"partition_index": tp.partition, "offset": pending[tp]})
+            response = await conn.request(ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()], "timeout_ms": timeout_ms})
+            errors: list[Exception] = []
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if p.error_code:
+                        errors.append(wire_error(p.error_code, f"DeleteRecords {t.name}-{p.partition_index}"))
+                    elif tp in pending:
+                        del pending[tp]
+                        done[tp] = p.low_watermark
+            return errors
+
+        async def attempt() -> None:
+            by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+            for tp in pending:
+                by_leader[await self.leader_for(*tp)].append(tp)
+            results = await asyncio.gather(*(ask(n, tps) for n, tps in by_leader.items()), return_exceptions=True)
+            errors = [e for r in results for e in (r if isinstance(r, list) else [r])]
+            if errors:
+                raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
+        await self.with_retries(attempt, sorted({tp.topic for tp in pending}))
+        return done
+
+    async def describe_log_dirs(self, broker_ids: Iterable[int] | None = None,
+                                partitions: Iterable[tuple[str, int]] | None = None) -> dict[int, list[LogDirInfo]]:
+        """Per broker (all live ones by default), its log dirs: path, error, total and usable
+        bytes, and the size and offset lag of each partition (of ``partitions``, or all)."""
+        if broker_ids is None:
+            broker_ids = sorted((await self.refresh_metadata([])).brokers)
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = collections.defaultdict(list)
+            for topic, partition in partitions:
+                by_topic[topic].append(partition)
+            topics = [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+        out: dict[int, list[LogDirInfo]] = {}
+        for node in broker_ids:
+            async def attempt(node: int = node) -> Any:
+                conn = await self.connection(node)
+                response = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": topics})
+                if response.get("error_code", 0):
+                    raise wire_error(response.error_code, f"DescribeLogDirs of broker {node}")
+                return response
+            response = await self.with_retries(attempt)
+            out[node] = [LogDirInfo(r.log_dir, r.error_code, r.get("total_bytes", -1), r.get("usable_bytes", -1),
+                                    {TopicPartition(t.name, p.partition_index): (p.partition_size, p.offset_lag)
+                                     for t in r.topics for p in t.partitions})
+                         for r in response.results]
+        return out
+
+    async def describe_cluster(self) -> Any:
+        """DescribeCluster: cluster id, controller id, brokers (with racks) and the cluster
+        operations this principal may perform (a bit set)."""
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": True})
+            if response.error_code:
+                raise wire_error(response.error_code, "DescribeCluster", response.error_message)
+            return response
+        return await self.with_retries(attempt)
+
+
+    # -- partitions and configs of any resource ------------------------------------------
+
+    async def create_partitions(self, topic: str, total: int, timeout_ms: int = 30000) -> None:
+        """CreatePartitions: ``topic`` grows to ``total`` partitions (its error raised)."""
+        await self._topics_admin(ApiKey.CREATE_PARTITIONS, "results", {
+            "topics": [{"name": topic, "count": total, "assignments": None}], "timeout_ms": timeout_ms,
+            "validate_only": False})
+
+    async def describe_resource_configs(self, resource_type: int, name: str,
+                                        node: int | None = None) -> list[tuple[str, str | None, int, bool, bool]]:
+        """DescribeConfigs of a topic (2) or broker (4; name "" the cluster-wide defaults), sent to
+        ``node`` (a broker's own configs are asked of it) or any broker; each key as (name, value,
+        source, read_only, sensitive)."""
+        async def attempt() -> Any:
+            conn = await (self.connection(node) if node is not None else self.any_connection())
+            return await conn.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": resource_type, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False})
+        response = await self.with_retries(attempt)
+        result = response.results[0]
+        if result.error_code:
+            raise wire_error(result.error_code, name or "broker defaults", result.error_message)
+        return [(c.name, c.value, c.get("config_source", -1), c.read_only, c.is_sensitive) for c in result.configs]
+
+    async def incremental_alter_configs(self, resource_type: int, name: str,
+                                        ops: Iterable[tuple[str, int, str | None]]) -> None:
+        """IncrementalAlterConfigs of one resource: ``ops`` are (key, operation: 0 SET 1 DELETE
+        2 APPEND 3 SUBTRACT, value); the resource's error is raised."""
+        body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configs": [
+            {"name": k, "config_operation": op, "value": v} for k, op, v in ops]}], "validate_only": False}
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            return await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
+        response = await self.with_retries(attempt)
+        r = response.responses[0]
+        if r.error_code:
+            raise wire_error(r.error_code, name or "broker defaults", r.error_message)
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (64) through any broker, which forwards it to the controller."""
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.UNREGISTER_BROKER, {"broker_id": broker_id})
+            _retry_if_not_controller(response.error_code)
+            return response
+        response = await self.with_retries(attempt)
+        if response.error_code:
+            raise wire_error(response.error_code, f"UnregisterBroker {broker_id}", response.error_message)
+
+class LogDirInfo(NamedTuple):
+    """One log dir of a broker, as DescribeLogDirs gives it."""
+
+    path: str
+    error_code: int
+    total_bytes: int
+    usable_bytes: int
+    partitions: dict[TopicPartition, tuple[int, int]]  # (size in bytes, offset lag)

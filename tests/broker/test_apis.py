@@ -555,3 +555,91 @@ async def test_the_heap_is_frozen_while_a_sliced_leader_and_isr_is_applied(broke
     response = await broker.sliced_answer()
     assert response.error_code == ErrorCode.NONE
     assert between[0] > 0 and gc.get_freeze_count() == 0
+
+
+# -- what an answered request leaves behind ---------------------------------------------------
+
+def _answers(broker) -> dict[int, bytes]:
+    """The frames written so far (several may share a write), by correlation id."""
+    data = b"".join(broker.transport.written)
+    broker.transport.written.clear()
+    out = {}
+    while data:
+        size, correlation_id = struct.unpack_from(">ii", data)
+        out[correlation_id], data = data[:4 + size], data[4 + size:]
+    return out
+
+
+def _produce(broker, topic: str, value: bytes) -> int:
+    from protocol.records import Record, build_batch
+
+    return broker.send(ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": build_batch([Record(value=value, timestamp=1)])}]}]})
+
+
+def _fetch(broker, topic: str, offset: int, max_wait_ms: int) -> int:
+    return broker.send(ApiKey.FETCH, 11, {
+        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+        "topics": [{"topic": topic, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                                                    "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+
+
+def _fetched(frame: bytes):
+    [partition] = APIS[ApiKey.FETCH].response.parse(11, frame, 8).responses[0].partitions
+    assert partition.error_code == ErrorCode.NONE
+    return partition.records
+
+
+def _descriptors_of(path) -> int:
+    import os
+
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass
+    return count
+
+
+@pytest.mark.parametrize("another_parked", [False, True], ids=["alone", "another-parked"])
+def test_an_answered_long_poll_leaves_no_slice_of_the_log_alive(broker, another_parked):
+    """A parked Fetch answered when a produce arrives: once its answer is written, nothing may
+    hold the slices of the segment's mapping it was read from. Its request's slot kept the
+    delayed operation's ``cancel`` after the answer, and the operation's callback kept the
+    request context, hence the slot and its response: a cycle that only a full collection
+    frees (fuzzing found the active ``.log`` held by 3-4 descriptors: the mappings a later read
+    replaced could not close). The collector is off here, as it is in effect between full
+    collections. With another fetch still parked on the partition, the purgatory keeps the
+    answered one in its wake-up heap until it compacts (delayed_fetch.py), and with it the
+    request's context: the answer must not be kept there either."""
+    from storage.segment_budget import ACTIVE_SEGMENT_FDS
+
+    broker.create_online("t")
+    _produce(broker, "t", b"first" * 200)
+    gc.disable()
+    try:
+        if another_parked:  # another client's, waiting for a MiB: stays parked throughout
+            other = KafkaConnection(broker.conn.server, "PLAINTEXT")
+            other.connection_made(MockTransport())
+            raw = encode_request_header(ApiKey.FETCH, 11, 1, "t", False) + APIS[ApiKey.FETCH].request.build(11, {
+                "replica_id": -1, "max_wait_ms": 60_000, "min_bytes": 1 << 20, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 1,
+                                                          "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]})
+            other.data_received(struct.pack(">i", len(raw)) + raw)
+            assert broker.rm.fetch_purgatory.delayed() == 1
+        parked = _fetch(broker, "t", 1, max_wait_ms=60_000)  # at the end: parks
+        assert parked not in _answers(broker)
+        _produce(broker, "t", b"second" * 200)  # answers the long-poll (a slice of the mapping: over 512 bytes)
+        assert _fetched(_answers(broker)[parked])
+        _produce(broker, "t", b"third" * 200)
+        again = _fetch(broker, "t", 0, max_wait_ms=0)  # reads past the old mapping: the file is mapped again
+        assert _fetched(_answers(broker)[again])
+        active = broker.logs.get_log("t", 0).active_segment
+        assert active.records._retired == [], "a replaced mapping is still exported"
+        assert _descriptors_of(active.log_path) <= ACTIVE_SEGMENT_FDS
+        assert broker.rm.fetch_purgatory.delayed() == another_parked
+    finally:
+        gc.enable()

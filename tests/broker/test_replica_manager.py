@@ -212,3 +212,68 @@ def test_a_partition_whose_log_cannot_be_created_is_answered_kafka_storage_error
     assert rm.get_partition("t", 0).is_leader and rm.get_partition("t", 2).is_leader
     assert sorted(p.name for p in log_dir.iterdir() if p.name.startswith("t-")) == ["t-0", "t-1", "t-2"]
     assert (log_dir / "t-1").is_file()  # what was there before is not ours to remove
+
+
+# -- DeleteRecords (DelayedDeleteRecords) ------------------------------------------------------
+
+def follower_fetch_at(rm, replica_id, offset, log_start_offset):
+    out = []
+    rm.fetch_messages(FetchParams(replica_id, 0, 1, 1 << 20, 0),
+                      [("t", [FetchPartition(0, -1, offset, log_start_offset, 1 << 20)])], out.append)
+    return out
+
+
+def delete_records(rm, offset, timeout_ms=1000):
+    out = []
+    rm.delete_records(timeout_ms, [("t", [(0, offset)])], out.append)
+    return out
+
+
+def alive(rm, *ids):
+    from broker.metadata_cache import BrokerInfo
+    rm.metadata_cache.brokers = {i: BrokerInfo(i, {}) for i in ids}
+
+
+def test_delete_records_answers_once_every_live_replica_moved_its_log_start(rm):
+    p = lead(rm)
+    alive(rm, 1, 2, 3)
+    produce(rm, 10)
+    follower_fetch_at(rm, 2, 10, 0)
+    follower_fetch_at(rm, 3, 10, 0)
+    assert p.high_watermark == 10
+    out = delete_records(rm, 4)
+    assert p.log.log_start_offset == 4  # the leader's at once
+    assert out == [] and rm.delete_records_purgatory.delayed() == 1
+    follower_fetch_at(rm, 2, 10, 4)
+    assert out == []  # broker 3 still holds offsets below 4
+    follower_fetch_at(rm, 3, 10, 4)
+    assert out == [[("t", [{"partition_index": 0, "low_watermark": 4, "error_code": ErrorCode.NONE}])]]
+
+
+def test_delete_records_does_not_wait_for_a_replica_on_a_dead_broker(rm):
+    lead(rm)
+    alive(rm, 1, 2)
+    produce(rm, 10)
+    follower_fetch_at(rm, 2, 10, 0)
+    follower_fetch_at(rm, 3, 10, 0)
+    out = delete_records(rm, 6)
+    assert out == []
+    follower_fetch_at(rm, 2, 10, 6)
+    assert out[0][0][1][0]["low_watermark"] == 6
+
+
+def test_delete_records_times_out_and_refuses_beyond_the_high_watermark(rm, time):
+    p = lead(rm)
+    alive(rm, 1, 2, 3)
+    produce(rm, 10)
+    follower_fetch_at(rm, 2, 10, 0)
+    follower_fetch_at(rm, 3, 10, 0)
+    assert delete_records(rm, 11) == [[("t", [{"partition_index": 0, "low_watermark": -1,
+                                                "error_code": ErrorCode.OFFSET_OUT_OF_RANGE}])]]
+    assert p.log.log_start_offset == 0
+    out = delete_records(rm, -1, timeout_ms=500)  # -1: the high watermark
+    assert p.log.log_start_offset == 10 and out == []
+    time.sleep(499)
+    assert out == []
+    time.sleep(1)
+    assert out == [[("t", [{"partition_index": 0, "low_watermark": -1, "error_code": ErrorCode.REQUEST_TIMED_OUT}])]]

@@ -7,7 +7,9 @@ in order. Bad targets get Kafka's answers and change nothing."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -17,6 +19,7 @@ from kafka.errors import InvalidReplicationAssignmentError, UnknownTopicOrPartit
 from controller.launcher import LocalCluster
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
+from tests.cli.test_cli import KBROKER
 
 from .helpers import NumberedProducer, read_all, resolved, wait_for
 
@@ -170,3 +173,107 @@ async def test_bad_targets_get_kafkas_answers_and_change_nothing(tmp_path):
         assert await replica_sets(cluster) == before
     finally:
         cluster.kill()
+
+
+CANCELLED = "cancelled"
+
+
+async def isr_and_replicas(port: int, topic: str) -> dict[int, tuple[list[int], list[int]]]:
+    conn = BrokerConnection("127.0.0.1", port, client_id="test")
+    await conn.connect()
+    try:
+        md = await conn.request(ApiKey.METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
+                                version=8)
+    finally:
+        conn.close()
+    [t] = md.topics
+    return {p.partition_index: (list(p.replica_nodes), sorted(p.isr_nodes)) for p in t.partitions}
+
+
+async def test_cancel_midway_puts_the_replicas_back_and_deletes_the_added_ones(tmp_path):
+    """4 partitions RF 2 on brokers 1-2 move to 3, 4, 1 while broker 3 is down (kill -9,
+    fenced: a registered broker is a valid target), so no move can complete; broker 4 creates
+    its replicas and joins the ISRs. Cancelled (kafka-python, a None target): the replica sets
+    and ISRs are 1-2 again (as sets: Kafka's PartitionReassignmentRevert keeps the order of
+    the moving replica list, target then removing, less the added ones, so [2, 1] comes back
+    as [1, 2]), nothing is listed as moving, broker 4's replicas are deleted from
+    its disk, and under idempotent acks=all load every acknowledged record is there once, in order."""
+    cluster = start_cluster(tmp_path)
+    try:
+        conn = BrokerConnection("127.0.0.1", cluster.brokers[1].port, client_id="test")
+        await conn.connect()
+        try:
+            resp = await conn.request(ApiKey.CREATE_TOPICS, {"topics": [{
+                "name": CANCELLED, "num_partitions": -1, "replication_factor": -1,
+                "assignments": [{"partition_index": p, "broker_ids": [1, 2] if p % 2 else [2, 1]} for p in range(4)],
+                "configs": [{"name": "min.insync.replicas", "value": "2"}]}], "timeout_ms": 30000,
+                "validate_only": False}, version=4)
+            assert resp.topics[0].error_code == 0, resp
+        finally:
+            conn.close()
+        original = await isr_and_replicas(cluster.brokers[1].port, CANCELLED)
+        assert all(sorted(r) == isr == [1, 2] for r, isr in original.values()), original
+        cluster.brokers[3].signal(signal.SIGKILL)
+        cluster.brokers[3].proc.wait(10)
+
+        async def broker_3_fenced() -> bool:
+            conn = BrokerConnection("127.0.0.1", cluster.brokers[1].port, client_id="test")
+            await conn.connect()
+            try:
+                md = await conn.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False}, version=8)
+            finally:
+                conn.close()
+            return 3 not in {b.node_id for b in md.brokers}
+        # kafka-python's admin asks any broker Metadata has: not one just killed (connection refused, not retried)
+        await wait_for(broker_3_fenced, 30, "broker 3 fenced")
+        admin = kafka_admin(cluster)
+        try:
+            with NumberedProducer(cluster.bootstrap, CANCELLED, 4, max_seconds=120) as producer:
+                await wait_for(lambda: resolved(producer.count > 1000), 60, "records acknowledged before the move")
+                moves = {TopicPartition(CANCELLED, p): [3, 4, 1] for p in range(4)}
+                assert admin.alter_partition_reassignments(moves) == {tp: None for tp in moves}
+
+                async def broker_4_in_sync() -> bool:
+                    state = await isr_and_replicas(cluster.brokers[1].port, CANCELLED)
+                    return all(4 in isr for _r, isr in state.values())
+                await wait_for(broker_4_in_sync, 60, "broker 4's new replicas in the ISRs")
+                ongoing = admin.list_partition_reassignments()
+                assert {tp: (r["adding_replicas"], r["removing_replicas"]) for tp, r in ongoing.items()} == \
+                    {tp: ([3, 4], [2]) for tp in moves}, ongoing
+                assert len(live_logs_of(cluster, 4, CANCELLED)) == 4
+                # kbroker cluster status shows the moves in progress (and exits 1: broker 3 is down)
+                cluster.save_state()
+                status = subprocess.run([KBROKER, "cluster", "status", "--dir", str(cluster.directory)],
+                                        capture_output=True, env=dict(os.environ, COLUMNS="400"), timeout=60)
+                text = status.stdout.decode()
+                assert status.returncode == 1, (status.returncode, text, status.stderr)
+                assert "4 partition(s) being reassigned" in text and "(adding 3,4; removing 2)" in text, text
+                assert "reassignment" in text and "left" in text, text
+
+                assert admin.alter_partition_reassignments({tp: None for tp in moves}) == {tp: None for tp in moves}
+
+                async def back() -> bool:
+                    now = await isr_and_replicas(cluster.brokers[1].port, CANCELLED)
+                    return {p: (sorted(r), isr) for p, (r, isr) in now.items()} == \
+                        {p: (sorted(r), isr) for p, (r, isr) in original.items()}
+                await wait_for(back, 60, "the original replica sets and ISRs")
+                assert admin.list_partition_reassignments() == {}
+                count = producer.count
+                await wait_for(lambda: resolved(producer.count > count + 500), 60, "records acknowledged after")
+            assert not producer.errors, producer.errors[:5]
+            read = read_all(cluster.bootstrap, CANCELLED, 4)
+            for p in range(4):
+                assert len(set(read[p])) == len(read[p]) and read[p] == sorted(read[p]), p
+                assert not set(producer.acked[p]) - set(read[p]), f"partition {p} lost acknowledged records"
+        finally:
+            admin.close()
+        await wait_for(lambda: resolved(not live_logs_of(cluster, 4, CANCELLED)), 30,
+                       "broker 4's added replicas deleted")
+        assert len(live_logs_of(cluster, 1, CANCELLED)) == len(live_logs_of(cluster, 2, CANCELLED)) == 4
+    finally:
+        cluster.kill()
+
+
+def live_logs_of(cluster, broker_id: int, topic: str) -> list[str]:
+    return sorted(d.name for d in cluster.brokers[broker_id].log_dir.glob(f"{topic}-*")
+                  if d.name[len(topic) + 1:].isdigit())

@@ -316,3 +316,28 @@ async def test_a_move_in_progress_survives_a_controller_restart(tmp_path):
         assert state(h.partition("t", 0)) == ([2, 3, 4], [2, 3, 4], 2, [], [])
     finally:
         await h.stop()
+
+
+# -- UnregisterBroker (64) ---------------------------------------------------------------------
+
+async def test_unregister_broker_drops_it_from_isrs_and_registrations_and_a_restart_keeps_that(tmp_path):
+    h = await Harness(tmp_path).start()
+    try:
+        await h.start_brokers(1, 2, 3)
+        await h.create(("t", -1, -1, {}, {0: [1, 2, 3]}))
+        unknown = await h.controller.unregister_broker(request(ApiKey.UNREGISTER_BROKER, 0, broker_id=9))
+        assert unknown["error_code"] == E.BROKER_ID_NOT_REGISTERED
+        done = await h.controller.unregister_broker(request(ApiKey.UNREGISTER_BROKER, 0, broker_id=3))
+        assert done["error_code"] == E.NONE
+        assert 3 not in h.controller.cluster.brokers
+        assert 3 not in h.partition("t", 0).isr
+        again = await h.controller.unregister_broker(request(ApiKey.UNREGISTER_BROKER, 0, broker_id=3))
+        assert again["error_code"] == E.BROKER_ID_NOT_REGISTERED
+    finally:
+        await h.stop()
+    h = await Harness(tmp_path).start()  # replayed from the metadata log
+    try:
+        assert sorted(h.controller.cluster.brokers) == [1, 2]
+        assert 3 not in h.partition("t", 0).isr
+    finally:
+        await h.stop()

@@ -386,7 +386,7 @@ def run_fuzz(tmp_path: Path, seed: int, seconds: float) -> None:
                 if t in extra:
                     extra.remove(t)
             raise AssertionError(f"{len(other)} descriptors other than log files (baseline {len(base_other)}), "
-                                 f"new: {extra}; {len(data)} log files for {partitions} partitions") from None
+                                 f"new: {extra}; {len(data)} log files for {partitions} partitions: {data}") from None
         grown = rss_bytes(broker.pid) - base_rss
         assert grown < 96 * 2**20, f"RSS grew by {grown / 2**20:.0f} MiB"
         got = consume_all(broker.bootstrap, CANARY, len(canary.acked))

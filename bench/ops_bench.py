@@ -1,0 +1,126 @@
+"""Running-a-cluster numbers (issue 27), in process: prints, never asserts.
+
+plan     protocol/balance.py's plan_balance for a new broker joining a cluster of 1,000
+         partitions RF 3 on three brokers (and with four racks): milliseconds per plan over
+         ROUNDS runs (median, min, max), replicas moved, replica counts after.
+records  the controller's metadata records for that move, written by the real
+         ReplicationControlManager: the PartitionChangeRecord that starts each move, and the one
+         that completes it when the new replica joins the ISR (AlterPartition); encoded bytes per
+         partition moved (Kafka's ApiMessageAndVersion frames, as the metadata log stores them).
+
+    .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7]
+
+The machine is shared: the load average is printed with the numbers. Reassignment data rates
+and quota bookkeeping are not measured here (replication throttles and client quotas are not
+built)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.cluster_control import BrokerRegistration, ClusterControlManager  # noqa: E402
+from controller.configuration_control import ConfigurationControlManager  # noqa: E402
+from controller.replication_control import ReplicationControlManager  # noqa: E402
+from protocol.api_keys import ApiKey  # noqa: E402
+from protocol.balance import plan_balance, replica_counts  # noqa: E402
+from protocol.messages import APIS  # noqa: E402
+from protocol.messages.metadata_records import MetadataRecordType as T, encode_record  # noqa: E402
+
+
+def request(api_key: int, version: int, **fields):
+    msg = APIS[api_key].request
+    return msg.parse(version, msg.build(version, fields))
+
+
+def assignment(n: int) -> dict[int, list[int]]:
+    brokers = [1, 2, 3]
+    return {p: brokers[p % 3:] + brokers[:p % 3] for p in range(n)}
+
+
+def bench_plan(n: int, rounds: int, racks: bool) -> dict[int, list[int]]:
+    current = assignment(n)
+    brokers = {b: (f"rack-{b}" if racks else None) for b in (1, 2, 3, 4)}
+    times, moves = [], {}
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        moves = plan_balance(brokers, current)
+        times.append((time.perf_counter() - t0) * 1000)
+    after = {p: moves.get(p, r) for p, r in current.items()}
+    moved = sum(len(set(after[p]) - set(current[p])) for p in current)
+    reordered = sum(1 for p in moves if set(moves[p]) == set(current[p]))
+    print(f"plan {n} partitions RF 3, 3 -> 4 brokers{' (4 racks)' if racks else ''}: "
+          f"median {statistics.median(times):.1f} ms (min {min(times):.1f}, max {max(times):.1f}, {rounds} runs); "
+          f"{moved} replicas move, {reordered} partitions only reordered (preferred leaders); "
+          f"replicas per broker after {dict(sorted(replica_counts(after, brokers).items()))}")
+    return moves
+
+
+def bench_records(n: int, moves: dict[int, list[int]]) -> None:
+    cluster = ClusterControlManager("bench-cluster-id-000000")
+    configs = ConfigurationControlManager({"min.insync.replicas": "1"})
+    repl = ReplicationControlManager(cluster, configs, default_num_partitions=1, default_replication_factor=1,
+                                     rng=random.Random(1))
+    for b in (1, 2, 3, 4):
+        cluster.replay(BrokerRegistration(b, uuid.UUID(int=b), 100 + b, (), None, False, False).to_record())
+
+    def apply(records) -> None:
+        for r in records:
+            (configs if r.type == T.CONFIG else repl).replay(r)
+
+    current = assignment(n)
+    created = repl.create_topics(request(ApiKey.CREATE_TOPICS, 7, topics=[{
+        "name": "t", "num_partitions": -1, "replication_factor": -1, "configs": [],
+        "assignments": [{"partition_index": p, "broker_ids": r} for p, r in current.items()]}],
+        validate_only=False).topics)
+    apply(created.records)
+    moving = {p: r for p, r in moves.items() if set(r) != set(current[p])}
+    start = repl.alter_partition_reassignments(request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, timeout_ms=1000,
+                                                       allow_replication_factor_change=True, topics=[{
+                                                           "name": "t", "partitions": [
+                                                               {"partition_index": p, "replicas": r}
+                                                               for p, r in sorted(moving.items())]}]).topics, True)
+    apply(start.records)
+    start_bytes = sum(len(encode_record(r)) for r in start.records)
+    info = repl.topic("t")
+    done_bytes = 0
+    for p in sorted(moving):
+        part = info.parts[p]
+        pd = {"partition_index": p, "leader_epoch": part.leader_epoch, "partition_epoch": part.partition_epoch,
+              "leader_recovery_state": 0,
+              "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": -1} for b in part.replicas]}
+        result = repl.alter_partition(request(ApiKey.ALTER_PARTITION, 3, broker_id=part.leader,
+                                              broker_epoch=100 + part.leader, topics=[
+                                                  {"topic_id": info.topic_id, "topic_name": "t",
+                                                   "partitions": [pd]}]), 3)
+        apply(result.records)
+        done_bytes += sum(len(encode_record(r)) for r in result.records)
+    left = sum(1 for p in moving if info.parts[p].adding or info.parts[p].removing)
+    print(f"records for moving {len(moving)} partitions: start {start_bytes:,} B "
+          f"({start_bytes / len(moving):.0f} B/partition), completion {done_bytes:,} B "
+          f"({done_bytes / len(moving):.0f} B/partition), total {(start_bytes + done_bytes) / len(moving):.0f} "
+          f"B/partition; {left} still moving after the AlterPartitions")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
+          f"(shared machine: other work runs beside this)")
+    moves = bench_plan(args.partitions, args.rounds, racks=False)
+    bench_plan(args.partitions, args.rounds, racks=True)
+    bench_records(args.partitions, moves)
+
+
+if __name__ == "__main__":
+    main()
