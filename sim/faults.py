@@ -104,7 +104,7 @@ class FaultInjector:
             elif kind == "pause":
                 self._event(kind, f"{node.name} for {duration:.3f}s")
                 if node.process is not None:
-                    node.process.paused_until = sim.loop.time() + duration
+                    sim.loop.pause(node.process, sim.loop.time() + duration)
             elif kind == "slow-disk":
                 self._event(kind, f"{node.name} for {duration:.3f}s")
                 process = node.process
