@@ -287,6 +287,33 @@ def iter_batch_headers(buf: Buffer, start: int = 0, end: int | None = None) -> I
         pos += size
 
 
+# baseOffset, batchLength and lastOffsetDelta: all a scan for an offset needs of a header.
+_SCAN = struct.Struct(">qi11xi")
+
+
+def find_batch(buf: Buffer, offset: int, start: int = 0, end: int | None = None) -> tuple[int, BatchHeader] | None:
+    """(position, header) of the first complete batch in ``buf[start:end]`` whose last offset
+    is >= ``offset``; None if none is (a partial tail ends the scan, as in iter_batch_headers).
+
+    What ``next(h for h in iter_batch_headers(...) if h.last_offset >= offset)`` finds, reading
+    three fields of each batch passed over instead of building its whole header (the log's
+    offset lookup scans up to index.interval.bytes of batches this way on every read).
+    """
+    if end is None:
+        end = len(buf)
+    pos = start
+    scan = _SCAN.unpack_from
+    while end - pos >= HEADER_SIZE:
+        base_offset, batch_length, last_offset_delta = scan(buf, pos)
+        size = batch_length + LOG_OVERHEAD
+        if size < HEADER_SIZE or pos + size > end:
+            return None
+        if base_offset + last_offset_delta >= offset:
+            return pos, _tuple_new(BatchHeader, HEADER.unpack_from(buf, pos))
+        pos += size
+    return None
+
+
 def set_base_offset_and_epoch(buf: WritableBuffer, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Stamp the broker-assigned fields; both are outside the CRC, so it stays valid."""
     _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)

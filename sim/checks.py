@@ -79,9 +79,23 @@ class Checker:
         def partition_changed(partition: Partition, _result: Any) -> None:
             checker.dirty[partition.key] = None
 
-        for name in ("update_high_watermark", "append_as_leader", "append_as_follower", "truncate_to",
-                     "truncate_fully_and_start_at", "maybe_increment_log_start_offset"):
+        # What can break a partition's invariants: a high watermark moving, a log end going
+        # back, a log start moving, a leadership or ISR change. An append only moves a log end
+        # forward, which breaks none (HW <= LEO of the ISR members can only become true), so
+        # appends, most of a run's calls, are not watched.
+        for name in ("truncate_to", "truncate_fully_and_start_at", "maybe_increment_log_start_offset"):
             after(Log, name, log_changed)
+        # A high watermark set to what it was (every fetch answer sets a follower's) changes nothing.
+        original_update_hw = Log.update_high_watermark
+
+        def update_high_watermark(log: Log, hw: int) -> int:
+            before = log.high_watermark
+            result = original_update_hw(log, hw)
+            if log.high_watermark != before:
+                checker.dirty[(log.topic, log.partition)] = None
+            return result
+        self._originals.append((Log, "update_high_watermark", original_update_hw))
+        Log.update_high_watermark = update_high_watermark  # type: ignore[method-assign]
         for name in ("make_leader", "make_follower", "_on_alter_partition_result"):
             after(Partition, name, partition_changed)
 
@@ -101,6 +115,7 @@ class Checker:
             if isinstance(proposal, PendingShrinkIsr):
                 checker.check_shrink(partition, proposal)
             original_propose(partition, proposal, reason)
+            checker.dirty[partition.key] = None  # (the maximal ISR may have grown: noted when it did)
         self._originals.append((Partition, "_propose", original_propose))
         Partition._propose = propose  # type: ignore[method-assign]
 

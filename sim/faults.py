@@ -13,7 +13,15 @@ on and how often), each undone after a random while:
 * ``pause``: a process stalls (a long GC pause), then catches up;
 * ``slow-disk``: a node's background disk work (fsync, flush plans, the cleaner) is slow;
 * ``disk-full`` / ``disk-errors``: writes fail with ENOSPC, or writes and fsyncs with EIO now and then;
-* ``reset``: a connection is reset.
+* ``reset``: a connection is reset;
+* ``lost-epochs`` (``EXTRA_KINDS``: drawn apart, from a PRNG of its own, so the seeds without
+  it run as before it existed): a broker leading partitions is cut off from the controller
+  and the other brokers (clients still reach it: its logs take records the new leaders do not
+  get), shut down cleanly while cut off, and its leader-epoch-checkpoint files are lost
+  while it is down (a damaged disk): it starts again with records above its high watermark
+  and no leader epochs (no recovery runs after a clean shutdown to rebuild them), which it
+  must truncate to the high watermark before it follows (Kafka's truncateToHighWatermark).
+  A seed drawing it draws no power losses (sim/scenario.py says why).
 
 ``heal()`` ends every fault at once: machines back on, crashed nodes restarted, links
 healed, disks healthy.
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 from .disk import DiskFaults
@@ -31,12 +40,18 @@ log = logging.getLogger("kbroker.sim")
 
 KINDS = ("kill", "power", "restart", "partition", "slow-link", "pause", "slow-disk", "disk-full", "disk-errors", "reset",
          "rack")
+POWER_KINDS = ("power", "rack")  # the faults that lose unsynced bytes
+EXTRA_KINDS = ("lost-epochs",)
+ALL_KINDS = KINDS + EXTRA_KINDS
+LOST_EPOCHS_PROBABILITY = 0.3  # a seed with lost-epochs faults (when the seed picks the kinds)
 
 
 class FaultInjector:
     def __init__(self, sim: Any, kinds: tuple[str, ...], mean_interval_s: float) -> None:
         self.sim = sim
-        self.kinds = kinds
+        self.kinds = tuple(k for k in kinds if k not in EXTRA_KINDS) or ()
+        self.extra = tuple(k for k in kinds if k in EXTRA_KINDS)
+        self.extra_rng = sim.rng_for("lost-epochs")
         self.mean_interval_s = mean_interval_s
         self.rng = sim.rng_for("faults")
         self.active: list[asyncio.Task] = []
@@ -53,7 +68,9 @@ class FaultInjector:
 
     async def run(self, until: float) -> None:
         loop = self.sim.loop
-        while True:
+        if "lost-epochs" in self.extra:
+            self.active.append(loop.create_task(self._lost_epochs_loop(until)))
+        while self.kinds:
             wait = self.rng.expovariate(1.0 / self.mean_interval_s)
             if loop.time() + wait >= until:
                 break
@@ -104,7 +121,7 @@ class FaultInjector:
             elif kind == "pause":
                 self._event(kind, f"{node.name} for {duration:.3f}s")
                 if node.process is not None:
-                    node.process.paused_until = sim.loop.time() + duration
+                    sim.loop.pause(node.process, sim.loop.time() + duration)
             elif kind == "slow-disk":
                 self._event(kind, f"{node.name} for {duration:.3f}s")
                 process = node.process
@@ -162,6 +179,57 @@ class FaultInjector:
                 conn = rng.choice(conns)
                 self._event(kind, f"conn {conn}")
                 sim.network.reset(conn)
+
+    async def _lost_epochs_loop(self, until: float) -> None:
+        loop, rng = self.sim.loop, self.extra_rng
+        wait = rng.uniform(0.5, 2.0)  # (early: the whole fault takes ~8-12 s)
+        while True:
+            if loop.time() + wait >= until or self._healing.is_set():
+                return
+            await self._sleep(wait)
+            if self._healing.is_set():
+                return
+            await self._lost_epochs(rng)
+            wait = rng.uniform(1.0, 8.0)
+
+    async def _lost_epochs(self, rng: Any) -> None:
+        sim = self.sim
+        cluster = sim.cluster
+        leaders = []
+        for node in cluster.brokers.values():
+            if not node.alive or node.name in self.down or node.server is None:
+                continue
+            rm = node.server.replica_manager
+            if rm is not None and any(p.is_leader for p in rm.partitions.values()):
+                leaders.append(node)
+        if not leaders:
+            return
+        node = rng.choice(leaders)
+        controller = cluster.controller.name
+        brokers = [n.name for n in cluster.brokers.values() if n is not node]
+        cut_off = rng.uniform(6.5, 8.0)  # past broker.session.timeout.ms: fenced, its partitions get new leaders
+        down = rng.uniform(1.0, 4.0)  # the new leaders take records meanwhile
+        self._event("lost-epochs", f"{node.name}: cut off from {controller} {' '.join(brokers)} for {cut_off:.3f}s, "
+                    f"then shut down cleanly and down for {down:.3f}s, its leader-epoch-checkpoint files lost")
+        self.down.add(node.name)
+        for other in (controller, *brokers):
+            sim.network.partition(node.name, other)
+        await self._sleep(cut_off)
+        # Back in touch with the controller (a quick controlled shutdown), still not with the
+        # other brokers (so it cannot ask them where its log diverges before it stops).
+        sim.network.heal(node.name, controller)
+        await asyncio.shield(node.stop())
+        removed = 0
+        for path in sorted(Path(str(node.props["log.dirs"])).glob("*/leader-epoch-checkpoint")):
+            sim.disk.unlink(str(path))
+            removed += 1
+        self._event("lost-epochs", f"{node.name}: {removed} leader-epoch-checkpoint files removed")
+        await self._sleep(down)
+        for other in brokers:
+            sim.network.heal(node.name, other)
+        if not node.alive:
+            node.start()
+        self.down.discard(node.name)
 
     async def heal(self) -> None:
         """End every fault now: each fault's while ends, and its undo runs; then whatever is

@@ -91,6 +91,9 @@ class SimLoop(asyncio.BaseEventLoop):
         self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []
         self._timer_seq = 0
         self._timers_cancelled = 0
+        # No process is paused at or after this loop time (Process.paused_until of every
+        # process is below it): until then, each step looks for paused processes.
+        self._pause_horizon = 0.0
         self.errors: list[dict[str, Any]] = []  # exceptions that reached the loop's handler (live processes)
         self.set_exception_handler(self._on_error)
 
@@ -146,6 +149,12 @@ class SimLoop(asyncio.BaseEventLoop):
             raise SimulationStuck(f"livelock: {BUSY_STEPS} callbacks without waiting once for a timer (the last "
                                   f"thousand: {', '.join(f'{k} {v}' for k, v in busiest)})")
 
+    def pause(self, process: Process, until: float) -> None:
+        """``process`` stalls until loop time ``until`` (a long GC pause)."""
+        process.paused_until = until
+        if until > self._pause_horizon:
+            self._pause_horizon = until
+
     def kill(self, process: Process) -> None:
         """``process`` crashed: nothing of it runs again (timers and callbacks still to come
         are dropped as they come up)."""
@@ -200,10 +209,11 @@ class SimLoop(asyncio.BaseEventLoop):
                 self._timers_cancelled -= 1
         order = self._order
         eligible = order
-        for process in order:
-            if process is not None and process.paused_until > now:  # a stalled process waits
-                eligible = [p for p in order if p is None or p.paused_until <= now]
-                break
+        if now < self._pause_horizon:
+            for process in order:
+                if process is not None and process.paused_until > now:  # a stalled process waits
+                    eligible = [p for p in order if p is None or p.paused_until <= now]
+                    break
         if not eligible:
             # Nothing can run now: on to the next timer, or the end of a pause.
             wake = [p.paused_until for p in order if p is not None]

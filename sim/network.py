@@ -132,7 +132,7 @@ class SimTransport(asyncio.Transport):
     def writelines(self, list_of_data: Any) -> None:
         if self._closing:
             return
-        data = b"".join(bytes(d) for d in list_of_data)
+        data = b"".join(list_of_data)  # (bytes-like pieces, memoryviews included: one copy)
         if data:
             self._network._send(self, data)
 

@@ -2,24 +2,47 @@
 
 An event is one line, ``<simulated seconds> <process> <kind> <detail>``. The hash (BLAKE2b
 over every line) is what two runs of one seed must agree on; the tail (the last
-``tail`` lines) is what a violation prints. Bytes delivered on a connection are traced as
-their length and CRC-32, so the hash covers what every process said to every other.
+``tail`` lines) is what a violation prints. Bytes delivered on a connection are shown as
+their length and CRC-32; the hash takes the bytes themselves (with the time, process and
+connection), so it covers what every process said to every other. Delivered bytes are
+most of a run's events: their line is written only if it is printed (verbose, or in the
+tail a violation shows), never for the hash.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import struct
 import sys
 import zlib
 from typing import Any, TextIO
+
+
+_DATA = struct.Struct("<dQI")  # time, connection, length of a delivery (hashed before its bytes)
+
+
+class _Data:
+    """A delivery in the tail, formatted when shown."""
+
+    __slots__ = ("now", "who", "conn_id", "data")
+
+    def __init__(self, now: float, who: str, conn_id: int, data: bytes) -> None:
+        self.now, self.who, self.conn_id, self.data = now, who, conn_id, data
+
+    def __str__(self) -> str:
+        return _data_line(self.now, self.who, self.conn_id, self.data)
+
+
+def _data_line(now: float, who: str, conn_id: int, data: bytes) -> str:
+    return f"{now:.6f} {who} recv conn {conn_id} {len(data)}B crc {zlib.crc32(data):08x}"
 
 
 class Trace:
     def __init__(self, clock: Any, *, tail: int = 200, verbose: bool = False, out: TextIO | None = None) -> None:
         self._clock = clock  # an object with ``_now`` (the SimLoop)
         self._hash = hashlib.blake2b(digest_size=16)
-        self.tail: collections.deque[str] = collections.deque(maxlen=tail)
+        self.tail: collections.deque[str | _Data] = collections.deque(maxlen=tail)
         self.verbose = verbose
         self.out = out or sys.stdout
         self.events = 0
@@ -42,11 +65,19 @@ class Trace:
             print(line, file=self.out)
 
     def data(self, process: Any, conn_id: int, data: bytes) -> None:
-        self.event(process.key if process is not None else "sim", "recv",
-                   f"conn {conn_id} {len(data)}B crc {zlib.crc32(data):08x}")
+        now = self._clock._now
+        who = process.key if process is not None else "sim"
+        update = self._hash.update
+        update(_DATA.pack(now, conn_id, len(data)))
+        update(who.encode())
+        update(data)
+        self.tail.append(_Data(now, who, conn_id, data))
+        self.events += 1
+        if self.verbose:
+            print(_data_line(now, who, conn_id, data), file=self.out)
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
 
     def last(self, n: int = 60) -> list[str]:
-        return list(self.tail)[-n:]
+        return [str(line) for line in list(self.tail)[-n:]]

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from protocol.errors import KafkaError
-from protocol.records import BatchHeader, batch_body, check_batch, decode_records, iter_batch_headers
+from protocol.records import BatchHeader, batch_body, check_batch, decode_records, find_batch, iter_batch_headers
 
 from . import fileio
 from .file_records import FileRecords
@@ -349,10 +349,7 @@ class LogSegment:
         offset is >= ``offset``; None if the segment has none."""
         position = max(self.offset_index.lookup(offset).position, start_position)
         records = self.records
-        for pos, header in iter_batch_headers(records.buffer(records.size), position, records.size):
-            if header.last_offset >= offset:
-                return pos, header
-        return None
+        return find_batch(records.buffer(records.size), offset, position, records.size)
 
     def read(self, start_offset: int, max_size: int, max_offset: int | None = None,
              min_one_batch: bool = True) -> tuple[int, memoryview] | None:

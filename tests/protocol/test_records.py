@@ -478,3 +478,23 @@ def test_iter_batch_headers_stops_at_a_partial_tail() -> None:
     assert [h.base_offset for _, h in R.iter_batch_headers(blob, len(GOOD))] == [0, 2]
     assert [pos for pos, _ in R.iter_batch_headers(blob, 0, 2 * len(GOOD) + 60)] == starts[:2]
     assert [r.value for r in R.iter_records(blob + third[:70])] == [b"v" * 10, b"w", b"v" * 10, b"w", b"three"]
+
+
+def test_find_batch_finds_what_a_scan_of_the_headers_finds() -> None:
+    """find_batch (the log's offset lookup) against the scan it replaces, for every offset, start
+    boundary and cut of batches of 1, 3 and 2 records (offsets 0, 1-3, 4-5), corrupt length included."""
+    batches = [R.build_batch([R.Record(timestamp=1, value=b"a")], base_offset=0),
+               R.build_batch([R.Record(timestamp=1, value=b"b" * n) for n in (1, 20, 3)], base_offset=1),
+               R.build_batch([R.Record(timestamp=1, value=b"c")] * 2, base_offset=4)]
+    blob = b"".join(batches)
+    boundaries = [0, len(batches[0]), len(batches[0]) + len(batches[1])]
+    bad = bytearray(blob)
+    struct.pack_into(">i", bad, boundaries[2] + 8, 3)  # a batch length below the header's
+    for buf in (blob, bytes(bad)):
+        for start in boundaries:
+            for end in range(start, len(buf) + 1):
+                for offset in range(-1, 8):
+                    expected = next(((pos, h) for pos, h in R.iter_batch_headers(buf, start, end)
+                                     if h.last_offset >= offset), None)
+                    assert R.find_batch(buf, offset, start, end) == expected, (start, end, offset)
+    assert R.find_batch(memoryview(blob), 5) == (boundaries[2], R.read_header(batches[2]))

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sim.faults import KINDS
+from sim.faults import ALL_KINDS as KINDS  # (every fault type, lost-epochs included)
 from sim.runner import Options, run_seed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ SEEDS = list(range(1, 21))
 SCRIPT = """
 import json, sys
 from sim.runner import Options, run_seed
-from sim.faults import KINDS
+from sim.faults import ALL_KINDS as KINDS
 seeds = json.loads(sys.argv[1])
 print(json.dumps({s: run_seed(s, Options(fault_kinds=KINDS)).trace_hash for s in seeds}))
 """

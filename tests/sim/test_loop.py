@@ -117,7 +117,7 @@ def test_a_paused_process_waits_and_keeps_its_order():
     paused = Process("slow", "m", 1)
     other = Process("fast", "n", 1)
     seen = []
-    paused.paused_until = 2.0
+    loop.pause(paused, 2.0)
     for i in range(3):
         loop.call_soon(seen.append, ("slow", i, loop.time()), context=paused.context())
     loop.call_soon(lambda: seen.append(("fast", 0, loop.time())), context=other.context())
