@@ -11,7 +11,13 @@ shared/bench/kafka_load.py: 100-byte records, 148 per batch, acks=all (-1), an R
 partitions, 3 connections, depth 4, for ``--duration`` seconds, then a consume run of what was
 produced; each round a new topic on both clusters. Prints, per metric, each side's median and
 range over the rounds, the ratio of the medians (compose / local and host / local) and the range
-of the per-round ratios; never asserts. Also: the image sizes, the time from ``docker-compose up`` to
+of the per-round ratios; and per produce run the CPU the kbroker processes (controller and
+brokers) got: cores used over the run, and CPU µs per 1,000 records. On a busy machine that
+matters: with cgroup v1 every container is in Docker's cpu cgroup (/sys/fs/cgroup/cpu/docker,
+cpu.shares 1024), which as a whole weighs as much as one runnable process of the host, so the
+containers together get less CPU than the same processes running on the host. First, each
+cluster's idle CPU (``--idle`` seconds, no client): a container's cgroup includes its
+HEALTHCHECK runs. Never asserts. Also: the image sizes, the time from ``docker-compose up`` to
 all healthy (fresh volumes, and again after ``down`` + ``up``), warm ``make image`` times, and
 with ``--cold`` a cold ``make image`` (removes the kbroker images, bases and root file systems
 first: several minutes, and other users of those images must not be running).
@@ -36,12 +42,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from controller.launcher import LocalCluster  # noqa: E402
-from tests.deploy.compose import HOST_FILE, ComposeCluster, docker  # noqa: E402
+from tests.deploy.compose import BROKERS, HOST_FILE, ComposeCluster, docker  # noqa: E402
 
 LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
 METRICS = [("produce", "records_per_s"), ("produce", "mb_per_s"), ("produce", "p50_ms"), ("produce", "p99_ms"),
            ("consume", "records_per_s"), ("consume", "mb_per_s")]
 IMAGES = ["kbroker:latest", "kbroker-base:bookworm", "kbroker-prometheus:latest", "kbroker-zookeeper:latest"]
+# Where the cluster's CPU time goes, per produce run: the kbroker processes' CPU seconds (the
+# containers' cpuacct cgroups; /proc/<pid>/stat for local processes) over the run's wall time.
+CPU_METRICS = [("produce", "cluster_cpu_util"), ("produce", "cluster_cpu_us_per_krecord")]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CPUACCT = Path("/sys/fs/cgroup/cpuacct/docker")
 # The compose cluster's broker settings (docker-compose.yml), given to the local one too.
 BROKER_PROPS = {"default.replication.factor": 3, "min.insync.replicas": 2, "num.partitions": 3,
                 "offsets.topic.replication.factor": 3}
@@ -61,6 +72,26 @@ def load(mode: str, bootstrap: str, topic: str, duration: float) -> dict:
     return result
 
 
+def container_cpu_reader(stack: ComposeCluster):
+    """A function returning the CPU seconds of the stack's controller and brokers (cgroup v1
+    cpuacct of each container), or None where that accounting is not there."""
+    ids = [docker("inspect", "-f", "{{.Id}}", stack.container(s)).stdout.strip() for s in ("controller", *BROKERS)]
+    files = [CPUACCT / i / "cpuacct.usage" for i in ids]
+    if not all(f.exists() for f in files):
+        return lambda: None
+    return lambda: sum(int(f.read_text()) for f in files) / 1e9
+
+
+def process_cpu_reader(pids: list[int]):
+    def read() -> float:
+        total = 0
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / CLK_TCK
+    return read
+
+
 def timed(cmd: list[str]) -> float:
     started = time.monotonic()
     subprocess.run(cmd, cwd=REPO, check=True, capture_output=True)
@@ -77,6 +108,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of produce load per run")
     parser.add_argument("--make-rounds", type=int, default=3, help="warm `make image` runs to time")
     parser.add_argument("--cold", action="store_true", help="time a cold `make image` first (removes the images)")
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of each cluster's idle CPU, measured first")
     parser.add_argument("--no-image", action="store_true",
                         help="use the kbroker images as they are: no `make image` run or timing")
     args = parser.parse_args()
@@ -113,21 +145,40 @@ def main() -> int:
         started = time.monotonic()
         local.start()
         print(f"LocalCluster start -> all brokers live: {time.monotonic() - started:.1f} s")
-
-        results: dict[str, list[dict]] = {"compose": [], "host": [], "local": []}
         sides = [("compose", stack.bootstrap), ("host", host_stack.bootstrap), ("local", local.bootstrap)]
+        cpu = {"compose": container_cpu_reader(stack), "host": container_cpu_reader(host_stack),
+               "local": process_cpu_reader([c.pid for c in local.controllers] + [b.pid for b in local.brokers.values()])}
+
+        # Idle: what each cluster burns with no client. The containers' cgroups include their
+        # HEALTHCHECKs (`kbroker health` every 2 s, a Python start of ~0.5 CPU-s each).
+        for side, _bootstrap in sides:
+            before, started = cpu[side](), time.monotonic()
+            time.sleep(args.idle)
+            after = cpu[side]()
+            if before is not None and after is not None:
+                print(f"idle {side:8s} kbroker processes' CPU {(after - before) / (time.monotonic() - started):.3f} cores"
+                      f" over {args.idle:.0f} s (containers: their health checks included)")
+        results: dict[str, list[dict]] = {"compose": [], "host": [], "local": []}
+
         for r in range(args.rounds):
             order = sides[r % 3:] + sides[:r % 3]  # each side first, second and last in turn
             for side, bootstrap in order:
                 topic = f"bench-{side}-{r}"
+                cpu_before, started = cpu[side](), time.monotonic()
                 produce = load("produce", bootstrap, topic, args.duration)
+                cpu_after, wall = cpu[side](), time.monotonic() - started
+                if cpu_before is not None and cpu_after is not None:
+                    produce["cluster_cpu_util"] = (cpu_after - cpu_before) / wall
+                    produce["cluster_cpu_us_per_krecord"] = (cpu_after - cpu_before) * 1e9 / produce["records_total"]
                 consume = load("consume", bootstrap, topic, args.duration)
                 results[side].append({"produce": produce, "consume": consume})
                 print(f"round {r + 1} {side:8s} produce {produce['records_per_s']:9.0f} rec/s "
-                      f"(p99 {produce['p99_ms']:.1f} ms, errors {produce['errors']})  "
+                      f"(p99 {produce['p99_ms']:.1f} ms, errors {produce['errors']}, kbroker processes' CPU "
+                      f"{produce.get('cluster_cpu_util', float('nan')):.2f} cores)  "
                       f"consume {consume['records_per_s']:9.0f} rec/s", flush=True)
         print(f"\n{args.rounds} rounds, {args.duration:.0f} s produce each, load average now {os.getloadavg()}")
-        for mode, metric in METRICS:
+        for mode, metric in METRICS + [m for m in CPU_METRICS
+                                        if all(m[1] in r[m[0]] for side in results.values() for r in side)]:
             b = [r[mode][metric] for r in results["local"]]
             print(f"{mode} {metric}:")
             for side in ("compose", "host", "local"):
