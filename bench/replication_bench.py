@@ -9,7 +9,18 @@ Three broker processes without a controller of their own (process.roles=broker) 
    request (``--server-pid`` of the broker leading the most partitions; all three are
    sampled for CPU here from /proc);
 2. at about half that rate (fewer requests in flight: the closed-loop tool has no rate
-   limit, so concurrency is stepped down until the rate is nearest half): p50/p99.
+   limit, so concurrency is stepped down until the rate is nearest half): p50/p99, and the
+   end-to-end latency, producer send -> consumer receive.
+
+End-to-end latency: kafka_load.py builds its batches once, before the run, so its records carry
+no send time. During each half-load step a probe therefore runs alongside it in this process:
+a confluent-kafka (librdkafka) producer, acks=all, linger.ms=0, sends one 100-byte record every
+millisecond to a second topic on the same three brokers (3 partitions, RF=3, one led by each
+broker), the value holding the send time (CLOCK_MONOTONIC, ns); a confluent-kafka consumer
+(fetch defaults: fetch.wait.max.ms=500, fetch.min.bytes=1) reads that topic concurrently and
+takes arrival - send for every probe record (the first second, the clients' start, not counted).
+The probe adds 1,000 rec/s to a half load of ~350 k rec/s on a quiet machine; its send ->
+acknowledgement is printed too: the share of the replicated produce in the end-to-end figure.
 
 During each run every follower's lag (leader LEO - follower LEO, via ListOffsets with the
 debugging replica id) is sampled every 100 ms. Prints medians over rounds; never asserts.
@@ -21,14 +32,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,6 +55,9 @@ from protocol.api_keys import ApiKey  # noqa: E402
 LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
 TOPIC = "rbench"
 PARTITIONS = 4
+PROBE_TOPIC = "rbench-e2e"
+PROBE_PARTITIONS = 3
+PROBE_INTERVAL_S = 0.001
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -101,6 +118,116 @@ class LagSampler:
         self._thread.join(10)
 
 
+class EndToEndProbe:
+    """Producer send -> consumer receive, per record, for one load step (see the module doc).
+
+    Each record's value is (step, send time in ns), padded to 100 bytes; the consumer reads the
+    probe topic from the beginning and keeps only this step's records, so the steps of a round
+    can share the topic."""
+
+    VALUE = struct.Struct(">qq")
+
+    def __init__(self, bootstrap: str, step: int) -> None:
+        self.bootstrap = bootstrap
+        self.step = step
+        self.latencies_ns: list[int] = []
+        self.acks_ns: list[int] = []
+        self.warm_until_ns = 0
+        self.counted = 0  # send -> acks=all acknowledgement, the producer's share
+        self.sent = 0
+        self.errors = 0
+        self._stop_sending = threading.Event()
+        self._stop_reading = threading.Event()
+        self._threads = [threading.Thread(target=self._produce, daemon=True),
+                         threading.Thread(target=self._consume, daemon=True)]
+        self._subscribed = threading.Event()
+
+    def _produce(self) -> None:
+        from confluent_kafka import Producer
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 0,
+                             "enable.idempotence": False, "socket.nagle.disable": True})
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                self.errors += 1
+            else:
+                sent = self.VALUE.unpack_from(msg.value())[1]
+                if sent >= self.warm_until_ns:
+                    self.acks_ns.append(time.monotonic_ns() - sent)
+        pad = b"\0" * (100 - self.VALUE.size)
+        next_at = time.monotonic()
+        i = 0
+        while not self._stop_sending.is_set():
+            now = time.monotonic()
+            if now < next_at:
+                time.sleep(next_at - now)
+            next_at += PROBE_INTERVAL_S
+            stamp = time.monotonic_ns()
+            self.counted += stamp >= self.warm_until_ns
+            producer.produce(PROBE_TOPIC, self.VALUE.pack(self.step, stamp) + pad,
+                             partition=i % PROBE_PARTITIONS, on_delivery=delivered)
+            producer.poll(0)
+            i += 1
+        self.sent = i
+        producer.flush(10)
+
+    def _consume(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"rbench-e2e-{os.getpid()}",
+                             "enable.auto.commit": False, "socket.nagle.disable": True})
+        consumer.assign([TopicPartition(PROBE_TOPIC, p, OFFSET_BEGINNING) for p in range(PROBE_PARTITIONS)])
+        self._subscribed.set()
+        try:
+            idle_since = None
+            while True:
+                # poll, not consume(num_messages=N): that one waits for N messages or its timeout
+                m = consumer.poll(0.1)
+                arrived = time.monotonic_ns()
+                msgs = [m] if m is not None else []
+                for m in msgs:
+                    if m.error() is None:
+                        step, sent = self.VALUE.unpack_from(m.value())
+                        if step == self.step and sent >= self.warm_until_ns:
+                            self.latencies_ns.append(arrived - sent)
+                if self._stop_reading.is_set():
+                    # after the producer stopped: read until everything sent arrived, or 5 s idle
+                    if len(self.latencies_ns) >= self.counted:
+                        break
+                    if msgs:
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > 5:
+                        break
+        finally:
+            consumer.close()
+
+    def __enter__(self) -> "EndToEndProbe":
+        # Records sent in the first second are not counted: the clients' start (metadata,
+        # connections, the consumer's first offsets) is in their latency, as in kafka_load's
+        # warm-up second.
+        self.warm_until_ns = time.monotonic_ns() + 1_000_000_000
+        self._threads[1].start()
+        self._subscribed.wait(10)
+        self._threads[0].start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop_sending.set()
+        self._threads[0].join(20)
+        self._stop_reading.set()
+        self._threads[1].join(20)
+
+    def summary(self) -> dict:
+        def pct(values: list[int], q: float) -> float | None:
+            values = sorted(values)
+            return values[min(len(values) - 1, int(q * len(values)))] / 1e6 if values else None
+        return {"e2e_p50_ms": pct(self.latencies_ns, 0.50), "e2e_p99_ms": pct(self.latencies_ns, 0.99),
+                "e2e_max_ms": pct(self.latencies_ns, 1.0), "e2e_records": len(self.latencies_ns),
+                "e2e_sent": self.counted, "e2e_errors": self.errors,
+                "ack_p50_ms": pct(self.acks_ns, 0.50), "ack_p99_ms": pct(self.acks_ns, 0.99)}
+
+
 def one_round(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rbench-"))
     procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, overrides={
@@ -114,20 +241,29 @@ def one_round(args) -> dict:
                                            isr=[1 + (p + k) % 3 for k in range(3)],
                                            replicas=[1 + (p + k) % 3 for k in range(3)])
                        for p in range(PARTITIONS)]
+        probe = [PartitionAssignment(PROBE_TOPIC, p, leader=1 + p % 3, leader_epoch=0,
+                                     isr=[1 + (p + k) % 3 for k in range(3)],
+                                     replicas=[1 + (p + k) % 3 for k in range(3)])
+                 for p in range(PROBE_PARTITIONS)]
 
         async def assign():
             ctrl = StaticController(brokers)
             try:
-                await ctrl.assign(assignments)
+                await ctrl.assign(assignments + probe)
             finally:
                 await ctrl.close()
         asyncio.run(assign())
         bootstrap = procs[1].bootstrap
         out = {}
-        for label, connections, depth in [("full", 4, 8)] + [("half", c, d) for c, d in args.half_steps]:
+        all_bootstrap = ",".join(p.bootstrap for p in procs.values())
+        steps = [("full", 4, 8)] + [("half", c, d) for c, d in args.half_steps]
+        for step, (label, connections, depth) in enumerate(steps):
             before = {i: cpu_seconds(p.pid) for i, p in procs.items()}
-            with LagSampler(brokers, assignments) as lag:
+            e2e = EndToEndProbe(all_bootstrap, step) if label == "half" else contextlib.nullcontext()
+            with LagSampler(brokers, assignments) as lag, e2e:
                 res = load(bootstrap, procs[1].pid, args.duration, connections, depth)
+            if label == "half":
+                res.update(e2e.summary())
             after = {i: cpu_seconds(p.pid) for i, p in procs.items()}
             window = args.duration + 1.0  # the tool's warm-up second is in the CPU window too
             res["cpu_util_per_broker"] = {i: round((after[i] - before[i]) / window, 2) for i in procs}
@@ -140,6 +276,10 @@ def one_round(args) -> dict:
         for p in procs.values():
             p.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def fmt(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms:.2f}"
 
 
 def main() -> int:
@@ -160,8 +300,17 @@ def main() -> int:
               f"cpu/req(leader of p1,p4) {f['server_cpu_us_per_request']:.0f} µs, cpu util {f['cpu_util_per_broker']}, "
               f"lag max {f['lag_max']} median {f['lag_median']} | nearest half ({half['concurrency']}): "
               f"{half['records_per_s']:>9,.0f} rec/s p50 {half['p50_ms']:.2f} p99 {half['p99_ms']:.2f} ms, "
-              f"lag max {half['lag_max']}", flush=True)
+              f"lag max {half['lag_max']}; end-to-end p50 {fmt(half['e2e_p50_ms'])} p99 {fmt(half['e2e_p99_ms'])} "
+              f"max {fmt(half.get('e2e_max_ms'))} ms ({half['e2e_records']} of {half['e2e_sent']} probe records; "
+              f"send -> ack p50 {fmt(half['ack_p50_ms'])} p99 {fmt(half['ack_p99_ms'])} ms)",
+              flush=True)
     med = statistics.median
+
+    def spread(values) -> str:
+        values = [v for v in values if v is not None]
+        if not values:
+            return "n/a"
+        return f"{med(values):6.2f} [{min(values):.2f}-{max(values):.2f}]"
     print()
     print(f"medians over {args.rounds} rounds: RF=3, acks=all, min.insync.replicas=2, 4 partitions, 100-byte records, "
           f"148/batch")
@@ -170,6 +319,11 @@ def main() -> int:
           f"broker-1 CPU µs/request {med(x['server_cpu_us_per_request'] for x in full):6.0f}")
     print(f"  ~half rate  records/s {med(x['records_per_s'] for x in halves):>12,.0f}   p50 "
           f"{med(x['p50_ms'] for x in halves):6.2f} ms   p99 {med(x['p99_ms'] for x in halves):6.2f} ms")
+    print(f"  ~half rate  end-to-end (send -> consumer receive, probe records) p50 "
+          f"{spread(x['e2e_p50_ms'] for x in halves)} ms   p99 {spread(x['e2e_p99_ms'] for x in halves)} ms   "
+          f"(median [range] over rounds)")
+    print(f"  ~half rate  probe send -> acks=all acknowledgement                p50 "
+          f"{spread(x['ack_p50_ms'] for x in halves)} ms   p99 {spread(x['ack_p99_ms'] for x in halves)} ms")
     print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
           f"max of maxima {max(x['lag_max'] for x in full)}")
     return 0

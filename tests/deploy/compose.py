@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 HA_FILE = REPO / "docker-compose.ha.yml"
 SECURE_FILE = REPO / "docker-compose.secure.yml"
+HOST_FILE = REPO / "docker-compose.host.yml"
 IMAGES = ("kbroker:latest", "kbroker-prometheus:latest")
 BROKERS = ("broker-1", "broker-2", "broker-3")
 
@@ -70,15 +72,32 @@ class ComposeCluster:
     """One compose project of docker-compose.yml (plus ``files``), on free host ports."""
 
     def __init__(self, *, files: tuple[Path, ...] = (), command: list[str] | None = None,
-                 project: str | None = None, one_shot: tuple[str, ...] = ()) -> None:
+                 project: str | None = None, one_shot: tuple[str, ...] = (), base: Path = COMPOSE_FILE) -> None:
         """``one_shot``: services that run once and exit (docker-compose.secure.yml's certs and
-        admin): done, rather than healthy, when they exited with status 0."""
+        admin): done, rather than healthy, when they exited with status 0. ``base``: the file
+        ``files`` extend (docker-compose.host.yml stands alone)."""
         self.project = project or f"kbt{uuid.uuid4().hex[:10]}"
         self.one_shot = one_shot
-        self.files = (COMPOSE_FILE, *files)
+        self.files = (base, *files)
         self.command = command or compose_commands()[0]
         self.ports = {f"BROKER_{i}_PORT": free_port() for i in (1, 2, 3)}
         self.ports["PROMETHEUS_PORT"] = free_port()
+        self._prometheus_config: Path | None = None
+        if HOST_FILE in self.files:
+            # network_mode: host: every listener is a port of the host's loopback
+            self.ports["CONTROLLER_PORT"] = free_port()
+            self.ports["CONTROLLER_METRICS_PORT"] = free_port()
+            for i in (1, 2, 3):
+                self.ports[f"BROKER_{i}_INTERNAL_PORT"] = free_port()
+                self.ports[f"BROKER_{i}_METRICS_PORT"] = free_port()
+            self._prometheus_config = Path(tempfile.mkdtemp(prefix=f"{self.project}-")) / "prometheus.yml"
+            text = (REPO / "deploy" / "compose" / "prometheus-host.yml").read_text()
+            for default, key in (("19404", "CONTROLLER_METRICS_PORT"), ("19405", "BROKER_1_METRICS_PORT"),
+                                 ("19406", "BROKER_2_METRICS_PORT"), ("19407", "BROKER_3_METRICS_PORT")):
+                text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{self.ports[key]}")
+            self._prometheus_config.write_text(text)
+            self._prometheus_config.parent.chmod(0o755)
+            self._prometheus_config.chmod(0o644)
 
     # -- compose -------------------------------------------------------------------------------
 
@@ -88,6 +107,8 @@ class ComposeCluster:
             cmd += ["-f", str(f)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "KBROKER_"))}
         env.update({k: str(v) for k, v in self.ports.items()})
+        if self._prometheus_config is not None:
+            env["PROMETHEUS_CONFIG"] = str(self._prometheus_config)
         result = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
         if check and result.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd + list(args))} exited {result.returncode}: {result.stderr.strip()}")
