@@ -47,6 +47,10 @@ from .group_metadata_manager import GROUP_METADATA_TOPIC_NAME, AppendFn, GroupMe
 
 log = logging.getLogger("kbroker.coordinator")
 
+# TxnOffsetCommit verification answers that are the producer's fault (fenced, unknown, not in a transaction)
+_TXN_REFUSALS = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                           ErrorCode.INVALID_TXN_STATE, ErrorCode.PRODUCER_FENCED})
+
 JoinCallback = Callable[[JoinGroupResult], None]
 SyncCallback = Callable[[SyncGroupResult], None]
 TopicPartition = tuple[str, int]
@@ -733,9 +737,12 @@ class GroupCoordinator:
 
         def verified(error: int) -> None:
             if error != ErrorCode.NONE:
-                log.warning("transactional offset commit of group %s by %r (producer id %d, epoch %d) refused by "
-                            "the transaction coordinator: %s", group_id, transactional_id, producer_id, producer_epoch,
-                            ErrorCode(error).name if error in ErrorCode._value2member_map_ else error)
+                # the client's fault: one warning; a retriable answer (the coordinator moving,
+                # loading, busy) is routine
+                level = logging.WARNING if error in _TXN_REFUSALS else logging.DEBUG
+                log.log(level, "transactional offset commit of group %s by %r (producer id %d, epoch %d) refused by "
+                        "the transaction coordinator: %s", group_id, transactional_id, producer_id, producer_epoch,
+                        ErrorCode(error).name if error in ErrorCode._value2member_map_ else error)
                 callback({tp: error for tp in offsets})
                 return
             again = self._validate_group_status(group_id, "txn_offset_commit")  # it may have moved meanwhile
