@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 from broker.metrics import TIME_BUCKETS, FastHistogram
 from broker.security.authorizer import (AclBindingFilter, AuthorizerMetrics, StandardAcl, StandardAuthorizer,
                                         parse_super_users)
-from broker.security.metadata import SECURITY_RECORD_TYPES, describe_acls_resources
+from broker.security.metadata import BROKER_RECORD_TYPES, describe_acls_resources
 from protocol.clock import Time, TimerHandle
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, encode_record, make_record
@@ -462,7 +462,8 @@ class QuorumController:
                       for info, pid, part in self.replication.all_partitions()}
         configs = {info.name: self.configs.topic_configs(info.name) for info in self.replication.topics.values()}
         return UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True,
-                                  records=tuple(encode_record(r) for r in self.security_records()))
+                                  records=tuple(encode_record(r) for r in self.security_records()
+                                                + self.quotas.snapshot_records()))
 
     def _full_leader_and_isr(self, broker_id: int, full: UpdateMetadataItem) -> LeaderAndIsrItem:
         mine = {key: state for key, state in full.partitions.items() if broker_id in state.replicas}
@@ -476,7 +477,7 @@ class QuorumController:
         changed: dict[tuple[uuid.UUID, int], bool] = {}
         config_topics: set[str] = set()
         brokers_changed = False
-        security = [encode_record(r) for r in records if r.type in SECURITY_RECORD_TYPES]
+        security = [encode_record(r) for r in records if r.type in BROKER_RECORD_TYPES]
         for r in records:
             t = r.type
             if t == T.PARTITION:

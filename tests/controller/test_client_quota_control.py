@@ -151,3 +151,35 @@ async def test_quotas_are_kept_across_a_reload_and_a_snapshot(tmp_path):
                                     "values": [{"key": "producer_byte_rate", "value": 1048576.0}]}]
     finally:
         await h.stop()
+
+
+async def test_quotas_reach_every_broker_in_full_and_incremental_states(tmp_path):
+    from broker.security.credentials import CredentialCache
+    from broker.security.metadata import SecurityMetadata
+    from controller.channel_manager import UpdateMetadataItem
+
+    def broker_quotas(items) -> dict:
+        sm = SecurityMetadata(None, CredentialCache())
+        changes = []
+        sm.on_quotas_changed = lambda: changes.append(1)
+        for item in items:
+            if isinstance(item, UpdateMetadataItem):
+                sm.apply(item.records, item.full)
+        return sm.client_quotas if changes else {"never told": {}}
+
+    h = await Harness(tmp_path).start()
+    try:
+        await h.start_brokers(1, 2)
+        await h.controller.alter_client_quotas(alter(({"user": "alice"}, {"producer_byte_rate": 1e6}),
+                                                     ({"client-id": None}, {"consumer_byte_rate": 5e5})))
+        await h.controller.alter_client_quotas(alter(({"client-id": None}, {"consumer_byte_rate": None})))
+        expected = {entity_of([("user", "alice")]): {"producer_byte_rate": 1e6}}
+        for broker in (1, 2):
+            assert broker_quotas(h.channel.queues[broker]) == expected
+        # a broker registering now gets them in its full state
+        h.channel.clear()
+        await h.register(3)
+        full = [i for i in h.channel.queues[3] if isinstance(i, UpdateMetadataItem)]
+        assert [i.full for i in full] == [True] and broker_quotas(full) == expected
+    finally:
+        await h.stop()
