@@ -11,11 +11,11 @@ confluent-kafka (librdkafka) as the client, the issue's Performance section:
    the transactions were aborted (goal ≥ 0.8); rate = offsets of the log passed per second
    (read_committed delivers 10 % fewer records from the same log).
 3. commit latency at half load: a transactional producer at half the rate phase 1 measured,
-   committing every 100 ms; per commit the client's commit_transaction() time (EndTxn until
-   PrepareCommit is acknowledged) and, from the brokers' metrics, the coordinator's p99 of
-   Prepare* → every marker acknowledged (kafka_server_transaction_marker_latency_p99_seconds).
-   The goal is p99 ≤ 20 ms for EndTxn → markers acknowledged; the two are printed apart (their
-   p99s added is an upper bound of the whole's).
+   committing every 100 ms; per commit the client's commit_transaction() time after a flush
+   (EndTxn until PrepareCommit is acknowledged), and the coordinators' own EndTxn → every marker
+   acknowledged (kafka_server_transaction_end_txn_to_markers_seconds, the difference of two
+   scrapes around this phase, so only its commits count; quantiles as bucket upper bounds).
+   The goal is p99 ≤ 20 ms for EndTxn → markers acknowledged.
 
 Prints medians and ranges over the rounds, per-round ratios, and the load average (the
 machine may be shared: the numbers are noisy). Never pass/fail.
@@ -104,6 +104,10 @@ def produce(bootstrap: str, topic: str, transactional: bool, duration: float, *,
                 p.flush(30)
                 p.abort_transaction(30)
             else:
+                if commit_times is not None:
+                    # the records first, so commit_transaction() is EndTxn's round trip alone
+                    # (it would flush them otherwise)
+                    p.flush(30)
                 t0 = time.perf_counter()
                 p.commit_transaction(30)
                 if commit_times is not None:
@@ -147,6 +151,33 @@ def marker_p99(cluster: LocalCluster) -> float:
         if m:
             worst = max(worst, float(m.group(1)) * 1000)
     return worst
+
+
+def end_txn_buckets(cluster: LocalCluster) -> dict[float, float]:
+    """The coordinators' EndTxn -> every marker acknowledged histogram, summed over the brokers:
+    {upper bound in ms: cumulative count}."""
+    total: dict[float, float] = {}
+    for b in cluster.brokers.values():
+        if b.metrics_port is None:
+            continue
+        text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
+        for le, n in re.findall(r'^kafka_server_transaction_end_txn_to_markers_seconds_bucket\{le="([^"]+)"\} '
+                                r'([0-9.e+]+)$', text, re.M):
+            bound = float("inf") if le == "+Inf" else float(le) * 1000
+            total[bound] = total.get(bound, 0.0) + float(n)
+    return total
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> tuple[float, int]:
+    """(the upper bound, ms, of the bucket holding the ``q`` quantile of what was observed
+    between the two scrapes, the number observed)."""
+    bounds = sorted(after)
+    window = [after[b] - before.get(b, 0.0) for b in bounds]
+    n = int(window[-1]) if window else 0
+    for bound, cumulative in zip(bounds, window):
+        if n and cumulative >= q * n:
+            return bound, n
+    return float("nan"), n
 
 
 def spread(values: list[float], fmt: str = "{:,.0f}") -> str:
@@ -208,8 +239,12 @@ def main() -> int:
         half = statistics.median(produced["txn"]) / 2
         create(b, "lat")
         commits: list[float] = []
+        buckets_before = end_txn_buckets(cluster)
         produce(b, "lat", True, max(10.0, args.duration * 2), rate=half, commit_times=commits)
+        buckets_after = end_txn_buckets(cluster)
         markers = marker_p99(cluster)
+        e2e_median, e2e_n = bucket_quantile(buckets_before, buckets_after, 0.5)
+        e2e_p99, _n = bucket_quantile(buckets_before, buckets_after, 0.99)
 
         print()
         print("=== results (3 brokers, RF 3, acks=all, 100-byte records, confluent-kafka "
@@ -226,10 +261,13 @@ def main() -> int:
             print(f"consume {topic:11s} read_committed  : {spread(rc)} offsets/s "
                   f"({delivered[(topic, 'read_committed')]:,} records)")
             print(f"  committed / uncommitted: {spread(per_round, '{:.3f}')} per round  (goal ≥ {goal})")
-        print(f"commit at half load ({half:,.0f} records/s, {len(commits)} commits): commit_transaction() "
-              f"median {statistics.median(commits):.1f} ms, p99 {p99(commits):.1f} ms, max {max(commits):.1f} ms")
-        print(f"  coordinator Prepare* → markers acknowledged p99 (worst broker, last 1,000 transactions of the "
-              f"run): {markers:.1f} ms;  sum of the p99s (an upper bound): {p99(commits) + markers:.1f} ms (goal ≤ 20)")
+        print(f"commit at half load ({half:,.0f} records/s, {len(commits)} commits): commit_transaction() after a "
+              f"flush (EndTxn's round trip) median {statistics.median(commits):.1f} ms, p99 {p99(commits):.1f} ms, "
+              f"max {max(commits):.1f} ms")
+        print(f"  coordinators' EndTxn → every marker acknowledged, these {e2e_n} commits only: median ≤ "
+              f"{e2e_median:g} ms, p99 ≤ {e2e_p99:g} ms (histogram bucket bounds; goal p99 ≤ 20)")
+        print(f"  (Prepare* written → markers acknowledged p99, worst broker, last 1,000 transactions of the whole "
+              f"run, full-load phases included: {markers:.1f} ms)")
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -479,6 +479,9 @@ class BrokerCollector:
             p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] / 1000.0 if latencies else 0.0
             yield gauge("kafka_server_transaction_marker_latency_p99_seconds", "99th percentile, over the last 1,000 "
                         "transactions, of the time from writing Prepare* to every marker acknowledged", p99)
+            yield histogram_family("kafka_server_transaction_end_txn_to_markers_seconds", "Commit latency: from an "
+                                   "EndTxn's arrival to every marker of its transaction acknowledged", [],
+                                   [((), tc.end_txn_latency)])
             markers = getattr(server, "txn_markers", None)
             yield gauge("kafka_server_transaction_marker_pending", "Markers sent and not yet acknowledged "
                         "(TransactionMarkerChannelManager's queue)", markers.pending if markers is not None else 0)

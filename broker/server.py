@@ -51,6 +51,7 @@ from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
 from .controller_channel import ControllerChannel
 from .coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
+from .coordinator.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from .coordinator.offsets_topic import OffsetsTopic
 from .transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionConfig, TransactionCoordinator
 from .transaction.handlers import TransactionApis
@@ -324,6 +325,10 @@ class KafkaServer:
             self.txn_verifier = apis.txn_verifier = TransactionVerifier(
                 broker_id=self.broker_id, metadata_cache=self.metadata_cache, coordinator=coordinator, channel=markers,
                 state_topic_name=TRANSACTION_STATE_TOPIC_NAME)
+            if gc is not None:
+                verifier, rm = self.txn_verifier, self.replica_manager
+                gc.coordinator.txn_verify = lambda index, tid, pid, epoch, done: verifier.verify_offsets(
+                    rm.get_partition(GROUP_METADATA_TOPIC_NAME, index), tid, pid, epoch, done)
 
     async def wait_until_live(self) -> None:
         """Until the controller has unfenced this broker and its UpdateMetadata lists it live

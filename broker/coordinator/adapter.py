@@ -258,7 +258,8 @@ class GroupCoordinatorAdapter:
         else:
             generation, member_id, instance_id = -1, "", None
         self.coordinator.handle_txn_commit_offsets(request.group_id, request.producer_id, request.producer_epoch,
-                                                   member_id, instance_id, generation, offsets, callback)
+                                                   member_id, instance_id, generation, offsets, callback,
+                                                   request.transactional_id)
 
     def on_transaction_completed(self, producer_id: int, commit: bool, partitions: Iterable[tuple[str, int]]) -> None:
         """A COMMIT/ABORT marker of ``producer_id`` was written to these ``__consumer_offsets``

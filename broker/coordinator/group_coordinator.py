@@ -70,6 +70,9 @@ class GroupCoordinator:
         self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", time)
         self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", time)
         self.is_active = False
+        # KIP-890 verification of TxnOffsetCommit: (partition of __consumer_offsets, transactional
+        # id, producer id, epoch, done(error)); set by the broker when it verifies transactions
+        self.txn_verify: Callable[[int, str, int, int, Callable[[int], None]], None] | None = None
 
     def _now(self) -> int:
         return self.time.milliseconds()
@@ -706,17 +709,49 @@ class GroupCoordinator:
     def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
                                   group_instance_id: str | None, generation_id: int,
                                   offsets: dict[TopicPartition, OffsetAndMetadata],
-                                  callback: Callable[[dict[TopicPartition, int]], None]) -> None:
+                                  callback: Callable[[dict[TopicPartition, int]], None],
+                                  transactional_id: str = "") -> None:
         """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written in the producer's
         transaction and stay pending (OffsetFetch with require_stable answers
         UNSTABLE_OFFSET_COMMIT) until its marker completes them. An unknown group is created as
         a simple group when the generation is -1, else ILLEGAL_GENERATION; v3's generation,
         member id and group instance id are checked as an OffsetCommit's are (a zombie
-        consumer of an older generation is fenced), but any group state takes the commit."""
+        consumer of an older generation is fenced), but any group state takes the commit.
+
+        With ``txn_verify`` set (KIP-890, ``transaction.partition.verification.enable``), the
+        transaction coordinator first confirms the group's partition is in the producer's
+        transaction at this producer id and epoch, as Kafka 3.6+ does; a refusal (a stale epoch,
+        another producer id, a group never added with AddOffsetsToTxn) writes nothing."""
         error = self._validate_group_status(group_id, "txn_offset_commit")
         if error is not None:
             callback({tp: error for tp in offsets})
             return
+        if self.txn_verify is None:
+            self._txn_commit_offsets(group_id, producer_id, producer_epoch, member_id, group_instance_id,
+                                     generation_id, offsets, callback)
+            return
+
+        def verified(error: int) -> None:
+            if error != ErrorCode.NONE:
+                log.warning("transactional offset commit of group %s by %r (producer id %d, epoch %d) refused by "
+                            "the transaction coordinator: %s", group_id, transactional_id, producer_id, producer_epoch,
+                            ErrorCode(error).name if error in ErrorCode._value2member_map_ else error)
+                callback({tp: error for tp in offsets})
+                return
+            again = self._validate_group_status(group_id, "txn_offset_commit")  # it may have moved meanwhile
+            if again is not None:
+                callback({tp: again for tp in offsets})
+                return
+            self._txn_commit_offsets(group_id, producer_id, producer_epoch, member_id, group_instance_id,
+                                     generation_id, offsets, callback)
+
+        self.txn_verify(self.group_manager.partition_for(group_id), transactional_id, producer_id, producer_epoch,
+                        verified)
+
+    def _txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                            group_instance_id: str | None, generation_id: int,
+                            offsets: dict[TopicPartition, OffsetAndMetadata],
+                            callback: Callable[[dict[TopicPartition, int]], None]) -> None:
         group = self.group_manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:

@@ -43,6 +43,7 @@ from protocol.messages.transactions import (TxnLogValue, read_transaction_log_ke
                                             transaction_log_key, transaction_log_value)
 
 from ..coordinator.group_metadata_manager import partition_for
+from ..metrics import FastHistogram
 
 if TYPE_CHECKING:
     from ..producer_ids import ProducerIdGenerator
@@ -55,6 +56,10 @@ Record = tuple[bytes, "bytes | None"]
 AppendFn = Callable[[int, list, Callable[[int], None]], None]
 ReadFn = Callable[[int, Callable[["Iterable[Record] | None"], None]], None]
 Respond = Callable[..., None]
+
+
+END_TXN_LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2,
+                           0.3, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class TxnState(enum.IntEnum):
@@ -201,6 +206,9 @@ class TransactionCoordinator:
         self.loading: set[int] = set()
         self._timers: list[TimerHandle] = []
         self.stats = {"commits": 0, "aborts": 0, "marker_latency_ms": []}  # (metrics: broker/metrics.py)
+        # EndTxn received -> every marker of its transaction acknowledged (seconds): the issue's
+        # commit latency, cumulative (a histogram, so a window of it is the difference of two scrapes)
+        self.end_txn_latency = FastHistogram(END_TXN_LATENCY_BUCKETS)
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -453,11 +461,12 @@ class TransactionCoordinator:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             now = self.time.milliseconds()
             t = md.transit(state=target, now_ms=now)
+            received = self.time.monotonic_ms()
 
             def written(error: int) -> None:
                 respond(error)
                 if not error:
-                    self._send_markers(md, self.owned.get(self.partition_for(transactional_id), 0))
+                    self._send_markers(md, self.owned.get(self.partition_for(transactional_id), 0), received)
             return self._write(md, t, written)
         if state == TxnState.COMPLETE_COMMIT:
             return respond(ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE)
@@ -470,7 +479,9 @@ class TransactionCoordinator:
         return respond(ErrorCode.INVALID_TXN_STATE)  # Empty, Dead
 
     # -- markers -----------------------------------------------------------------------------
-    def _send_markers(self, md: TransactionMetadata, coordinator_epoch: int) -> None:
+    def _send_markers(self, md: TransactionMetadata, coordinator_epoch: int, end_txn_at: float | None = None) -> None:
+        """``end_txn_at``: when the EndTxn that prepared it arrived (monotonic ms), for the
+        EndTxn -> markers acknowledged histogram; None for a coordinator's own abort or a reload."""
         commit = md.state == TxnState.PREPARE_COMMIT
         sent_at = self.time.monotonic_ms()
         producer_id, epoch = md.producer_id, md.producer_epoch
@@ -479,7 +490,10 @@ class TransactionCoordinator:
             if self.txns.get(md.transactional_id) is not md or md.producer_id != producer_id \
                     or md.producer_epoch != epoch or md.state not in _PREPARE:
                 return
-            latency = self.time.monotonic_ms() - sent_at
+            acked_at = self.time.monotonic_ms()
+            latency = acked_at - sent_at
+            if end_txn_at is not None:
+                self.end_txn_latency.observe((acked_at - end_txn_at) / 1000.0)
             lat = self.stats["marker_latency_ms"]
             assert isinstance(lat, list)
             lat.append(latency)

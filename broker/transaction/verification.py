@@ -31,6 +31,7 @@ from ..coordinator.group_metadata_manager import partition_for
 
 if TYPE_CHECKING:
     from ..metadata_cache import MetadataCache
+    from ..partition import Partition
     from .coordinator import TransactionCoordinator
     from .markers import TxnMarkerChannel
 
@@ -55,6 +56,19 @@ def client_error(error: int) -> int:
     return error
 
 
+def offsets_error(error: int) -> int:
+    """The TxnOffsetCommit error for a verification's answer: Kafka's AddPartitionsToTxnManager
+    turns PRODUCER_FENCED into INVALID_PRODUCER_EPOCH for every request version, and
+    maybeConvertOffsetCommitError a failed round trip (NETWORK_EXCEPTION) into
+    COORDINATOR_LOAD_IN_PROGRESS, which clients retry without looking the coordinator up again;
+    the rest (INVALID_PRODUCER_ID_MAPPING, INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS, ...) as is."""
+    if error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if error == ErrorCode.NETWORK_EXCEPTION:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    return error
+
+
 class TransactionVerifier:
     def __init__(self, *, broker_id: int, metadata_cache: "MetadataCache", coordinator: "TransactionCoordinator",
                  channel: "TxnMarkerChannel", state_topic_name: str) -> None:
@@ -76,6 +90,34 @@ class TransactionVerifier:
         def answered(errors: dict[TopicPartition, int]) -> None:
             done({tp: client_error(errors.get(tp, ErrorCode.INVALID_TXN_STATE)) for tp in partitions})
 
+        self._ask(transactional_id, producer_id, epoch, partitions, answered)
+
+    def verify_offsets(self, partition: "Partition | None", transactional_id: str, producer_id: int, epoch: int,
+                       done: Callable[[int], None]) -> None:
+        """TxnOffsetCommit (Kafka's GroupCoordinator.handleTxnCommitOffsets): the group's
+        ``__consumer_offsets`` ``partition`` (led here) must be in the producer's transaction
+        (AddOffsetsToTxn) before its offsets are written; ``done(error)``, with the error as
+        Kafka's TxnOffsetCommit answers it (``offsets_error``). Nothing to ask when the
+        producer's transaction is already open on the partition at this epoch."""
+        if partition is None or not partition.is_leader:
+            return done(ErrorCode.NOT_COORDINATOR)
+        if not partition.needs_verification(producer_id, epoch):
+            return done(ErrorCode.NONE)
+        tp = (partition.topic, partition.partition)
+        guard = partition.start_verification(producer_id, -1)
+
+        def answered(errors: dict[TopicPartition, int]) -> None:
+            guard.in_flight -= 1
+            error = errors.get(tp, ErrorCode.INVALID_TXN_STATE)
+            if error == ErrorCode.NONE and not partition.verification_holds(producer_id, guard):
+                error = ErrorCode.INVALID_TXN_STATE  # a marker ended the transaction meanwhile
+            done(offsets_error(error))
+
+        self._ask(transactional_id, producer_id, epoch, [tp], answered)
+
+    def _ask(self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition],
+             answered: Done) -> None:
+        """``answered({tp: error})`` once, with the coordinator's own errors."""
         state_partition = partition_for(transactional_id, self.coordinator.config.num_partitions)
         info = self.metadata_cache.topics.get(self.state_topic_name)
         state = info.partitions.get(state_partition) if info is not None else None

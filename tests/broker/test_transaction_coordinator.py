@@ -271,3 +271,32 @@ def test_kip890_verification_errors_for_the_producer():
         E.COORDINATOR_NOT_AVAILABLE: E.NOT_ENOUGH_REPLICAS, E.NOT_COORDINATOR: E.NOT_ENOUGH_REPLICAS,
         E.NETWORK_EXCEPTION: E.NOT_ENOUGH_REPLICAS, E.PRODUCER_FENCED: E.INVALID_PRODUCER_EPOCH,
         E.INVALID_TXN_STATE: E.INVALID_TXN_STATE, E.INVALID_PRODUCER_ID_MAPPING: E.INVALID_PRODUCER_ID_MAPPING}
+
+
+def test_end_txn_to_markers_latency_is_counted_from_the_end_txn():
+    """The commit latency histogram: from EndTxn's arrival, through the Prepare* write, to the
+    last marker acknowledged; a coordinator's own abort (a fence) is not an EndTxn."""
+    h = Harness(hold_appends=True)
+    out = []
+    h.c.handle_init_producer_id(TID, 60000, -1, -1, lambda *r: out.append(r))
+    h.held.pop(0)(0)
+    _e, pid, epoch = out[0]
+    h.c.handle_add_partitions(TID, pid, epoch, [("t", 0)], lambda e: None)
+    h.held.pop(0)(0)
+    h.c.handle_end_txn(TID, pid, epoch, True, lambda e: None)
+    h.time.sleep(4)            # the PrepareCommit write takes 4 ms
+    h.held.pop(0)(0)
+    h.time.sleep(12)           # the markers 12 more
+    h.markers.ack_all()
+    hist = h.c.end_txn_latency
+    assert hist.count == 1 and hist.sum == pytest.approx(0.016)
+    assert dict(hist.cumulative())["0.015"] == 0 and dict(hist.cumulative())["0.02"] == 1
+    h.held.pop(0)(0)           # CompleteCommit
+    # a fence (InitProducerId during a transaction) aborts without an EndTxn: not counted
+    h.c.handle_add_partitions(TID, pid, epoch, [("t", 0)], lambda e: None)
+    h.held.pop(0)(0)
+    h.c.handle_init_producer_id(TID, 60000, -1, -1, lambda *r: None)
+    while h.held:
+        h.held.pop(0)(0)
+    h.markers.ack_all()
+    assert h.c.end_txn_latency.count == 1

@@ -215,6 +215,9 @@ def test_metrics_count_commits_aborts_and_the_lso_lag(threaded_broker):
     assert m[("kafka_server_transaction_coordinator_ongoing", ())] == 1
     assert m[("kafka_cluster_partition_last_stable_offset_lag", labels)] == 1  # the open record
     assert m[("kafka_server_transaction_marker_latency_p99_seconds", ())] > 0
+    # the commit latency histogram: each of the five EndTxns, from its arrival to its markers acknowledged
+    assert m[("kafka_server_transaction_end_txn_to_markers_seconds_count", ())] == 5
+    assert 0 < m[("kafka_server_transaction_end_txn_to_markers_seconds_sum", ())] < 5 * 30
     p.commit_transaction(30)
     m = _metrics(threaded_broker)
     assert m[("kafka_cluster_partition_last_stable_offset_lag", labels)] == 0
