@@ -196,3 +196,60 @@ class ClientQuotaManager:
         throttle = round(total * 1000.0 / bound - elapsed)
         self.throttle_time_ms[tags] = throttle
         return throttle
+
+    def _found(self, user: str, client_id: str):
+        try:
+            return self._resolved[(user, client_id)]
+        except KeyError:
+            return self._resolve(user, client_id)
+
+    def unrecord(self, user: str, client_id: str, value: float, now_ms: int) -> None:
+        """Take back ``value`` recorded for this client (Kafka's unrecordQuotaSensor: a
+        throttled Fetch is answered empty, its bytes were not sent)."""
+        found = self._found(user, client_id) if self.quotas else None
+        if found is not None:
+            found[2].record(-value, now_ms)
+
+    def throttle_time_now_ms(self, user: str, client_id: str, now_ms: int) -> int:
+        """The throttle time this client's rate earns now, recording nothing (0 without a quota)."""
+        found = self._found(user, client_id) if self.quotas else None
+        if found is None:
+            return 0
+        bound, _tags, rate = found
+        rate_now = rate.measure(now_ms)
+        if rate_now <= bound:
+            return 0
+        return round((rate_now - bound) / bound * rate.window_size_ms(now_ms))
+
+    def bound(self, user: str, client_id: str) -> float | None:
+        found = self._found(user, client_id) if self.quotas else None
+        return None if found is None else found[0]
+
+
+PRODUCE_KEY, FETCH_KEY, REQUEST_KEY = "producer_byte_rate", "consumer_byte_rate", "request_percentage"
+# Kafka's ClientRequestQuotaManager: request time as a percentage of one thread per second.
+NANOS_TO_PERCENT = 100.0 / 1e9
+
+
+class ClientQuotas:
+    """The three quota managers of a broker (Kafka's QuotaManagers: produce, fetch, request),
+    all reading the broker's one {entity: {key: value}} (broker/security/metadata.py keeps it
+    from the controller's ClientQuotaRecords), on the injected clock. KafkaApis asks them for
+    the throttle time of each Produce and consumer Fetch, and of each request of any other
+    non-exempt API; the network layer mutes the connection that long (KIP-219)."""
+
+    def __init__(self, quotas: dict[frozenset, dict[str, float]], time, *, samples: int = 11,
+                 window_seconds: int = 1) -> None:
+        self.quotas = quotas
+        self.time = time
+        self.produce = ClientQuotaManager(PRODUCE_KEY, quotas, samples=samples, window_seconds=window_seconds)
+        self.fetch = ClientQuotaManager(FETCH_KEY, quotas, samples=samples, window_seconds=window_seconds)
+        self.request = ClientQuotaManager(REQUEST_KEY, quotas, samples=samples, window_seconds=window_seconds)
+        self.managers = (self.produce, self.fetch, self.request)
+
+    def quotas_changed(self) -> None:
+        for m in self.managers:
+            m.quotas_changed()
+
+    def now_ms(self) -> int:
+        return int(self.time.monotonic_ms())

@@ -1,0 +1,180 @@
+"""Client quotas enforced (issue 27 item 7, KIP-13/124/219) on a real controller and broker:
+quotas set with AlterClientQuotas through the broker (forwarded to the controller, back to the
+broker in its metadata), then three clients at once, each measuring what was acknowledged:
+
+* a confluent-kafka producer with client id ``slow`` and a 1 MB/s producer_byte_rate quota is
+  held to 1 MB/s +- 10 % after a warm-up, and sees throttle_time_ms > 0 (its throttle_cb);
+* a raw-protocol client (``raw``, the same quota) that ignores throttle_time_ms and keeps four
+  Produce requests in flight gains nothing: the broker mutes its connection (KIP-219);
+* an unthrottled producer keeps its solo throughput (measured alone first, in the same run).
+
+Kafka's defaults for the windows (11 samples of 1 s): a new client may burst up to
+10 s worth of its quota before it is held (Kafka's Rate counts at least samples - 1 windows),
+so the measurement starts after WARM_UP_S. Kafka's SampledStat lets a whole sample leave the
+window at once, so a held client's rate is periodic with the whole window (11 s): over any 6 s
+it swings between ~0.1x and ~1.8x of the quota (the same in Kafka), over whole windows it is
+within ~10 %. So CI measures one whole window (11 s), the slow version three (33 s); the slow
+producer sends small batches (batch.size 16 KiB), since a 1 MB request can itself be most of a
+sample. The unthrottled producer is measured beside them, then alone once they stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from controller.launcher import LocalCluster
+from protocol.client import BrokerConnection, KafkaClient
+from protocol.records import Record, build_batch
+from tests.support import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+QUOTA = 1_000_000  # bytes/s
+WARM_UP_S = 12.0
+MEASURE_S = 11.0  # one whole quota window (11 x 1 s): see the module docstring
+SOLO_S = 4.0
+TOPIC = "quota"
+
+
+class Meter:
+    """Bytes acknowledged, with when: the rate over any interval, measured by the client."""
+
+    def __init__(self) -> None:
+        self.acks: list[tuple[float, int]] = []
+        self.throttles: list[int] = []
+        self.lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.acks.append((time.monotonic(), n))
+
+    def rate(self, start: float, end: float) -> float:
+        with self.lock:
+            return sum(n for t, n in self.acks if start <= t < end) / (end - start)
+
+
+def run_producer(bootstrap: str, client_id: str, meter: Meter, batch_size: int, stop: threading.Event) -> None:
+    """A confluent-kafka producer writing 10 KB values as fast as the broker takes them."""
+    value = b"x" * 10_000
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            meter.add(len(msg.value()))
+
+    def throttled(event) -> None:
+        meter.throttles.append(int(event.throttle_time * 1000))
+
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "acks": 1,
+                  "queue.buffering.max.kbytes": 2048, "batch.size": batch_size, "throttle_cb": throttled})
+    while not stop.is_set():
+        try:
+            p.produce(TOPIC, value, on_delivery=delivered)
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(30)
+
+
+def run_raw_client(port: int, meter: Meter, stop: threading.Event, in_flight: int = 4) -> None:
+    """Produce requests of 64 KiB on one connection, ``in_flight`` at a time, never waiting the
+    throttle_time_ms it is given (kbroker's BrokerConnection does not read it)."""
+    batch_value = b"r" * 65_536
+
+    async def main() -> None:
+        conn = BrokerConnection("127.0.0.1", port, client_id="raw")
+        await conn.connect()
+
+        async def loop() -> None:
+            while not stop.is_set():
+                batch = build_batch([Record(value=batch_value)], now_ms=int(time.time() * 1000))
+                result = await conn.produce(1, 30000, [(TOPIC, [(0, batch)])])
+                assert result is not None and result[0][1][0][1] == 0, result
+                meter.add(len(batch_value))
+        try:
+            await asyncio.gather(*(loop() for _ in range(in_flight)))
+        finally:
+            conn.close()
+    asyncio.run(main())
+
+
+def set_quotas(bootstrap: str, quotas: dict[str, float]) -> None:
+    async def go() -> None:
+        async with KafkaClient(bootstrap) as client:
+            errors = await client.alter_client_quotas([({"client-id": c}, {"producer_byte_rate": q})
+                                                       for c, q in quotas.items()])
+            assert errors == [None] * len(quotas)
+            await client.create_topics([(TOPIC, 1, 1, None)])
+    asyncio.run(go())
+
+
+def start(tmp_path) -> LocalCluster:
+    cluster = LocalCluster(tmp_path, 1, broker_props={"broker.heartbeat.interval.ms": 500})
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.kill()
+        raise
+    return cluster
+
+
+def check_quotas(tmp_path, measure_s: float) -> None:
+    cluster = start(tmp_path)
+    [broker] = cluster.brokers.values()
+    threads: dict[str, threading.Thread] = {}
+    stops: dict[str, threading.Event] = {}
+    try:
+        set_quotas(cluster.bootstrap, {"slow": QUOTA, "raw": QUOTA})
+        fast, slow, raw = Meter(), Meter(), Meter()
+
+        def spawn(name, target, *args) -> None:
+            stop = stops[name] = threading.Event()
+            t = threads[name] = threading.Thread(target=target, args=(*args, stop), daemon=True)
+            t.start()
+
+        def halt(name) -> None:
+            stops[name].set()
+            threads[name].join(60)
+        started = time.monotonic()
+        spawn("slow", run_producer, cluster.bootstrap, "slow", slow, 16384)
+        spawn("raw", run_raw_client, broker.port, raw)
+        time.sleep(WARM_UP_S - 1.0)
+        spawn("fast", run_producer, cluster.bootstrap, "fast", fast, 1 << 20)
+        wait_until(lambda: fast.acks, 30, what="the unthrottled producer's first acknowledgement")
+        t1 = max(time.monotonic(), started + WARM_UP_S)
+        time.sleep(t1 + measure_s - time.monotonic())
+        t2 = time.monotonic()
+        halt("slow")
+        halt("raw")
+        t3 = time.monotonic()
+        time.sleep(SOLO_S)
+        t4 = time.monotonic()
+        slow_rate, raw_rate = slow.rate(t1, t2), raw.rate(t1, t2)
+        together, solo = fast.rate(t1, t2), fast.rate(t3 + 0.5, t4)
+        print(f"quota {QUOTA / 1e6:.2f} MB/s over {measure_s:.0f} s: slow {slow_rate / 1e6:.3f} MB/s, "
+              f"raw (ignores throttle) {raw_rate / 1e6:.3f} MB/s; unthrottled solo {solo / 1e6:.2f} MB/s, "
+              f"beside them {together / 1e6:.2f} MB/s ({together / solo:.2f}x); "
+              f"throttle_time_ms seen by slow: {len(slow.throttles)} (max {max(slow.throttles, default=0)})")
+        assert 0.9 * QUOTA <= slow_rate <= 1.1 * QUOTA
+        assert slow.throttles and max(slow.throttles) > 0
+        assert raw_rate <= 1.1 * QUOTA
+        assert together >= 0.9 * solo
+    finally:
+        for s in stops.values():
+            s.set()
+        for t in threads.values():
+            t.join(60)
+        cluster.stop()
+
+
+def test_client_quotas_hold_a_producer_and_spare_the_others(tmp_path):
+    check_quotas(tmp_path, MEASURE_S)
+
+
+@pytest.mark.slow
+def test_client_quotas_over_30_seconds(tmp_path):
+    check_quotas(tmp_path, 33.0)
