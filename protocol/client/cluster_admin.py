@@ -259,7 +259,7 @@ class ClusterAdminMixin:
         response = await self.with_retries(attempt)
         if response.error_code:
             raise wire_error(response.error_code, "DescribeClientQuotas", response.error_message)
-        return [({e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry.values})
+        return [({e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry["values"]})
                 for entry in response.entries or ()]
 
 

@@ -1,6 +1,7 @@
 """Client quotas enforced (issue 27 item 7, KIP-13/124/219) on a real controller and broker:
-quotas set with AlterClientQuotas through the broker (forwarded to the controller, back to the
-broker in its metadata), then three clients at once, each measuring what was acknowledged:
+quotas set with ``kbroker quotas set`` (AlterClientQuotas through the broker, forwarded to the
+controller, back to the broker in its metadata) and shown by ``kbroker quotas describe``, then
+three clients at once, each measuring what was acknowledged:
 
 * a confluent-kafka producer with client id ``slow`` and a 1 MB/s producer_byte_rate quota is
   held to 1 MB/s +- 10 % after a warm-up, and sees throttle_time_ms > 0 (its throttle_cb);
@@ -8,12 +9,14 @@ broker in its metadata), then three clients at once, each measuring what was ack
   Produce requests in flight gains nothing: the broker mutes its connection (KIP-219);
 * an unthrottled producer keeps its solo throughput (measured alone first, in the same run).
 
-Kafka's defaults for the windows (11 samples of 1 s): a new client may burst up to
-10 s worth of its quota before it is held (Kafka's Rate counts at least samples - 1 windows),
-so the measurement starts after WARM_UP_S. Kafka's SampledStat lets a whole sample leave the
-window at once, so a held client's rate is periodic with the whole window (11 s): over any 6 s
-it swings between ~0.1x and ~1.8x of the quota (the same in Kafka), over whole windows it is
-within ~10 %. So CI measures one whole window (11 s), the slow version three (33 s); the slow
+A new client may burst up to quota.window.num - 1 seconds worth of its quota before it is held
+(Kafka's Rate counts at least samples - 1 windows), so the measurement starts after that.
+Kafka's SampledStat lets a whole sample leave the window at once, so a held client's rate is
+periodic with the whole window (quota.window.num x quota.window.size.seconds): with Kafka's
+defaults (11 x 1 s), over any 6 s it swings between ~0.1x and ~1.8x of the quota (the same in
+Kafka; a MockTime replay of the bookkeeping shows it), over whole windows it is within ~10 %.
+So the measurement spans whole windows: CI runs quota.window.num 6 and measures one window
+(6 s); the slow version runs Kafka's 11 and measures three (33 s). The slow
 producer sends small batches (batch.size 16 KiB), since a 1 MB request can itself be most of a
 sample. The unthrottled producer is measured beside them, then alone once they stopped.
 """
@@ -30,14 +33,13 @@ from confluent_kafka import Producer
 from controller.launcher import LocalCluster
 from protocol.client import BrokerConnection, KafkaClient
 from protocol.records import Record, build_batch
+from tests.cli.test_cli import kbroker
 from tests.support import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
 QUOTA = 1_000_000  # bytes/s
-WARM_UP_S = 12.0
-MEASURE_S = 11.0  # one whole quota window (11 x 1 s): see the module docstring
-SOLO_S = 4.0
+SOLO_S = 3.0
 TOPIC = "quota"
 
 
@@ -102,18 +104,29 @@ def run_raw_client(port: int, meter: Meter, stop: threading.Event, in_flight: in
     asyncio.run(main())
 
 
-def set_quotas(bootstrap: str, quotas: dict[str, float]) -> None:
-    async def go() -> None:
+def set_quotas(bootstrap: str) -> None:
+    """Through ``kbroker quotas`` (its bad input too: the controller's INVALID_REQUEST, nothing set)."""
+    kbroker(bootstrap, "quotas", "set", "--client-id", "slow", "--add-config", f"producer_byte_rate={QUOTA}")
+    kbroker(bootstrap, "quotas", "set", "--client-id", "raw", "--add-config",
+            f"producer_byte_rate={QUOTA},consumer_byte_rate=5")
+    kbroker(bootstrap, "quotas", "set", "--client-id", "raw", "--delete-config", "consumer_byte_rate")
+    bad = kbroker(bootstrap, "quotas", "set", "--client-defaults", "--add-config", "producer_byte_rate=-1", expect=1)
+    assert b"Quota producer_byte_rate must be greater than 0" in bad.stderr, bad.stderr  # Kafka's INVALID_REQUEST message
+    out = kbroker(bootstrap, "quotas", "describe").stdout.decode()
+    assert out.splitlines() == [f"Quota configs for client-id 'raw' are producer_byte_rate={float(QUOTA)}",
+                                f"Quota configs for client-id 'slow' are producer_byte_rate={float(QUOTA)}"], out
+    out = kbroker(bootstrap, "quotas", "describe", "--client-id", "slow").stdout.decode()
+    assert out == f"Quota configs for client-id 'slow' are producer_byte_rate={float(QUOTA)}\n", out
+
+    async def create() -> None:
         async with KafkaClient(bootstrap) as client:
-            errors = await client.alter_client_quotas([({"client-id": c}, {"producer_byte_rate": q})
-                                                       for c, q in quotas.items()])
-            assert errors == [None] * len(quotas)
             await client.create_topics([(TOPIC, 1, 1, None)])
-    asyncio.run(go())
+    asyncio.run(create())
 
 
-def start(tmp_path) -> LocalCluster:
-    cluster = LocalCluster(tmp_path, 1, broker_props={"broker.heartbeat.interval.ms": 500})
+def start(tmp_path, samples: int) -> LocalCluster:
+    cluster = LocalCluster(tmp_path, 1, broker_props={"broker.heartbeat.interval.ms": 500,
+                                                      "quota.window.num": samples, "quota.window.size.seconds": 1})
     try:
         cluster.start()
     except BaseException:
@@ -122,13 +135,16 @@ def start(tmp_path) -> LocalCluster:
     return cluster
 
 
-def check_quotas(tmp_path, measure_s: float) -> None:
-    cluster = start(tmp_path)
+def check_quotas(tmp_path, samples: int, windows: int) -> None:
+    """quota.window.num ``samples`` of 1 s; measured over ``windows`` whole quota windows after
+    the first burst (samples - 1 seconds) is over."""
+    warm_up_s, measure_s = samples + 1.0, float(samples * windows)
+    cluster = start(tmp_path, samples)
     [broker] = cluster.brokers.values()
     threads: dict[str, threading.Thread] = {}
     stops: dict[str, threading.Event] = {}
     try:
-        set_quotas(cluster.bootstrap, {"slow": QUOTA, "raw": QUOTA})
+        set_quotas(cluster.bootstrap)
         fast, slow, raw = Meter(), Meter(), Meter()
 
         def spawn(name, target, *args) -> None:
@@ -142,10 +158,10 @@ def check_quotas(tmp_path, measure_s: float) -> None:
         started = time.monotonic()
         spawn("slow", run_producer, cluster.bootstrap, "slow", slow, 16384)
         spawn("raw", run_raw_client, broker.port, raw)
-        time.sleep(WARM_UP_S - 1.0)
+        time.sleep(warm_up_s - 1.0)
         spawn("fast", run_producer, cluster.bootstrap, "fast", fast, 1 << 20)
         wait_until(lambda: fast.acks, 30, what="the unthrottled producer's first acknowledgement")
-        t1 = max(time.monotonic(), started + WARM_UP_S)
+        t1 = max(time.monotonic(), started + warm_up_s)
         time.sleep(t1 + measure_s - time.monotonic())
         t2 = time.monotonic()
         halt("slow")
@@ -172,9 +188,9 @@ def check_quotas(tmp_path, measure_s: float) -> None:
 
 
 def test_client_quotas_hold_a_producer_and_spare_the_others(tmp_path):
-    check_quotas(tmp_path, MEASURE_S)
+    check_quotas(tmp_path, samples=6, windows=1)
 
 
 @pytest.mark.slow
 def test_client_quotas_over_30_seconds(tmp_path):
-    check_quotas(tmp_path, 33.0)
+    check_quotas(tmp_path, samples=11, windows=3)
