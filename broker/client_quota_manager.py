@@ -253,3 +253,25 @@ class ClientQuotas:
 
     def now_ms(self) -> int:
         return int(self.time.monotonic_ms())
+
+    # -- metrics (Kafka's per-entity quota sensors: kafka.server:type=Produce|Fetch|Request,
+    # user=U,client-id=C), one series per sensor a quota made ---------------------------------
+    METRICS = (("produce", "byte_rate", "Bytes per second produced"),
+               ("fetch", "byte_rate", "Bytes per second fetched by consumers"),
+               ("request", "request_time", "Request handler time, percent of one thread"))
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        now = self.now_ms()
+        for manager, (kind, rate_name, doc) in zip(self.managers, self.METRICS):
+            labels = ["user", "client_id"]
+            rate = GaugeMetricFamily(f"kafka_server_{kind}_{rate_name}", f"{doc} per quota entity, over the "
+                                     "quota window (Kafka's quota sensor)", labels=labels)
+            throttle = GaugeMetricFamily(f"kafka_server_{kind}_throttle_time", "The last throttle time (ms) this "
+                                         "quota entity earned (Kafka's is the window's average)", labels=labels)
+            for tags, sensor in manager.sensors.items():
+                rate.add_metric(list(tags), sensor.measure(now))
+                throttle.add_metric(list(tags), manager.throttle_time_ms.get(tags, 0))
+            yield rate
+            yield throttle

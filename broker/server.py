@@ -263,7 +263,7 @@ class KafkaServer:
         if metrics_on:
             self.collector = BrokerCollector(self, self.metrics.per_partition)
             self.collector.recovery_seconds = recovery_seconds
-            for collector in (topic_stats, request_metrics, self.socket_server, self.collector):
+            for collector in (topic_stats, request_metrics, self.socket_server, self.collector, self.apis.quotas):
                 self.metrics.registry.register(collector)
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them
