@@ -8,11 +8,17 @@ records  the controller's metadata records for that move, written by the real
          that completes it when the new replica joins the ISR (AlterPartition); encoded bytes per
          partition moved (Kafka's ApiMessageAndVersion frames, as the metadata log stores them).
 
-    .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7]
+quotas   broker/client_quota_manager.py's record_and_get_throttle_time_ms, the bookkeeping a
+         request pays: with 1,000 user quotas configured and requests of 1,000 clients in turn
+         (each within its quota), against the same call with no quota configured, in the same
+         run: ns per request over ROUNDS runs (median, min, max), and with valgrind installed,
+         instructions per request (bench/instructions.py; a count, not a time).
+
+    .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas]
 
 The machine is shared: the load average is printed with the numbers. Reassignment data rates
-and quota bookkeeping are not measured here (replication throttles and client quotas are not
-built)."""
+are not measured here (replication throttles are not built); the quota numbers are the
+bookkeeping only (enforcement, the throttle in responses and the muting, is not wired yet)."""
 
 from __future__ import annotations
 
@@ -110,16 +116,71 @@ def bench_records(n: int, moves: dict[int, list[int]]) -> None:
           f"B/partition; {left} still moving after the AlterPartitions")
 
 
+QUOTA_CLIENTS = 1000
+
+
+def quota_workload(configured: bool):
+    """(call, argument list): the calls a broker would make, one per request."""
+    from broker.client_quota_manager import ClientQuotaManager
+
+    quotas = ({frozenset([("user", f"user-{i}")]): {"producer_byte_rate": 1e12} for i in range(QUOTA_CLIENTS)}
+              if configured else {})
+    manager = ClientQuotaManager("producer_byte_rate", quotas)
+    clients = [(f"user-{i}", f"client-{i}") for i in range(QUOTA_CLIENTS)]
+    return manager.record_and_get_throttle_time_ms, clients
+
+
+def quota_loop(configured: bool, n: int) -> float:
+    """Seconds for ``n`` requests spread over the clients (clock readings advance 1 ms per 100)."""
+    record, clients = quota_workload(configured)
+    for user, client in clients:  # warm: every client resolved once
+        record(user, client, 1000, 0)
+    k = len(clients)
+    t0 = time.perf_counter()
+    for i in range(n):
+        user, client = clients[i % k]
+        record(user, client, 1000, i // 100)
+    return time.perf_counter() - t0
+
+
+def bench_quotas(rounds: int, n: int = 200_000) -> None:
+    on, off = [], []
+    for _ in range(rounds):  # interleaved, so both sides see the same machine
+        on.append(quota_loop(True, n) / n * 1e9)
+        off.append(quota_loop(False, n) / n * 1e9)
+    print(f"quota bookkeeping per request ({n:,} requests, {QUOTA_CLIENTS} clients, {rounds} runs each, "
+          f"loop overhead included on both sides): quotas configured median {statistics.median(on):.0f} ns "
+          f"(min {min(on):.0f}, max {max(on):.0f}); none configured median {statistics.median(off):.0f} ns "
+          f"(min {min(off):.0f}, max {max(off):.0f}); difference {statistics.median(on) - statistics.median(off):.0f} ns")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from instructions import available, per_iteration
+    if available():
+        counts = {side: per_iteration([sys.executable, __file__, "--_child", side], n=20_000, low=2_000)
+                  for side in ("on", "off")}
+        print(f"instructions per request (callgrind): quotas configured {counts['on']:.0f}, none configured "
+              f"{counts['off']:.0f}, difference {counts['on'] - counts['off']:.0f}")
+    else:
+        print("instructions: valgrind not installed (apt-get install valgrind)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--only", choices=("plan", "quotas"))
+    parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)  # side, iterations (bench/instructions.py)
     args = parser.parse_args()
+    if args._child:
+        quota_loop(args._child[0] == "on", int(args._child[1]))
+        return
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(shared machine: other work runs beside this)")
-    moves = bench_plan(args.partitions, args.rounds, racks=False)
-    bench_plan(args.partitions, args.rounds, racks=True)
-    bench_records(args.partitions, moves)
+    if args.only != "quotas":
+        moves = bench_plan(args.partitions, args.rounds, racks=False)
+        bench_plan(args.partitions, args.rounds, racks=True)
+        bench_records(args.partitions, moves)
+    if args.only != "plan":
+        bench_quotas(args.rounds)
 
 
 if __name__ == "__main__":

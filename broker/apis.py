@@ -41,6 +41,7 @@ from .security.metadata import SecurityMetadata, describe_acls_resources, descri
 from .coordinator.adapter import error_response
 from .error_response import error_response_body
 from .fetch_params import FetchParams
+from .client_quota_manager import NANOS_TO_PERCENT
 from .forwarding import FORWARDED_APIS, NoControllerForwarding, error_response as forwarding_error_response
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .metrics import count_errors, count_row_errors
@@ -81,6 +82,8 @@ SERVED_BEFORE_LIVE = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, A
 _NOTHING: frozenset[str] = frozenset()
 _WRITE, _TOPIC = int(Operation.WRITE), int(ResourceType.TOPIC)  # the produce path's check, without enum lookups
 CONTROLLER_REQUESTS = frozenset({ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA, ApiKey.STOP_REPLICA})
+# Not counted against request_percentage quotas (Kafka's exempt APIs: cluster actions, ApiVersions, SASL)
+QUOTA_EXEMPT = CONTROLLER_REQUESTS | {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 REQUEST_TYPE_FULL = 2  # UpdateMetadata's and LeaderAndIsr's type (KIP-516): the whole state, replacing what the broker knew
 
 _SOFTWARE_NAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
@@ -184,6 +187,10 @@ class KafkaApis:
         self.security_metadata = SecurityMetadata(authorizer, self.credential_cache)
         self.group_coordinator = group_coordinator
         self.offsets_topic = offsets_topic
+        # Client quotas (broker/client_quota_manager.py ClientQuotas), when attached: throttle
+        # times for Produce, consumer Fetch and request time, and the connection muted (KIP-219).
+        self.quotas: Any = None
+        self._quota_exempt = False  # set by a handler for its own request (a follower's Fetch)
         self.transactions = None  # broker/transaction/handlers.py TransactionApis, when attached
         # KIP-890 verification of transactional produce (broker/transaction/verification.py), when
         # transaction.partition.verification.enable
@@ -290,6 +297,9 @@ class KafkaApis:
                 return self._reject_old_produce(ctx)
             raise RemoteProtocolError(f"unsupported version {header.api_version} of {api.name} "
                                       f"(supported {api.min_version}-{api.max_version})")
+        quotas = self.quotas
+        if quotas is not None and quotas.quotas and header.api_key not in QUOTA_EXEMPT:
+            return self._handle_with_request_quota(ctx, handler, api, quotas)
         try:
             handler(ctx)
         except RemoteProtocolError:
@@ -303,6 +313,41 @@ class KafkaApis:
             log.exception("unexpected error handling %s v%d (correlation id %d) from %s; answering "
                           "UNKNOWN_SERVER_ERROR", api.name, header.api_version, header.correlation_id, ctx.peer)
             self._answer_error(ctx, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _handle_with_request_quota(self, ctx: "RequestContext", handler, api: Api, quotas) -> None:
+        """``handle`` with a quota configured: the handler's time is recorded against the
+        client's request_percentage quota (Kafka's ClientRequestQuotaManager: the request
+        thread's time, as a percentage of one thread), and a throttle it earns mutes the
+        connection. Exempt: the controller's requests, ApiVersions, SASL, followers' Fetch."""
+        time = quotas.time
+        t0 = time.nanoseconds()
+        self._quota_exempt = False
+        try:
+            handler(ctx)
+        except RemoteProtocolError:
+            raise
+        except KafkaError as exc:
+            log.warning("%s v%d from %s failed: %s %s", api.name, ctx.header.api_version, ctx.peer,
+                        exc.error_code.name, exc)
+            self._answer_error(ctx, api, exc.error_code, str(exc) or None)
+        except Exception as exc:
+            log.exception("unexpected error handling %s v%d (correlation id %d) from %s; answering "
+                          "UNKNOWN_SERVER_ERROR", api.name, ctx.header.api_version, ctx.header.correlation_id,
+                          ctx.peer)
+            self._answer_error(ctx, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+        if self._quota_exempt:
+            return
+        elapsed = time.nanoseconds() - t0
+        throttle = quotas.request.record_and_get_throttle_time_ms(
+            ctx.principal.name, ctx.header.client_id or "", elapsed * NANOS_TO_PERCENT, quotas.now_ms())
+        if throttle > 0:
+            ctx.connection.throttle(throttle)
+
+    def _request_throttle_ms(self, ctx: "RequestContext") -> int:
+        """The throttle time the client's request_percentage quota stands at (what was recorded
+        up to its previous request), for the response's throttle_time_ms."""
+        quotas = self.quotas
+        return quotas.request.throttle_time_now_ms(ctx.principal.name, ctx.header.client_id or "", quotas.now_ms())
 
     def _answer_error(self, ctx: "RequestContext", api: Api, code: int, message: str | None) -> None:
         """Answer the whole request with ``code`` (Kafka's getErrorResponse), unless a response
@@ -354,6 +399,7 @@ class KafkaApis:
         topics = request.topics
         metrics = self.request_metrics.by_key[ApiKey.PRODUCE] if self.request_metrics is not None else None
         txn_id = request.transactional_id
+        request_size = len(ctx.frame) + 4
         # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords
         # reads each partition's first batch header until one is transactional: a corrupt header
         # there (batchLength under 14, magic outside 0..2) fails the whole request.
@@ -412,6 +458,17 @@ class KafkaApis:
             topics = checked
 
         def respond(results: list) -> None:
+            throttle = 0
+            quotas = self.quotas
+            if quotas is not None and quotas.quotas:
+                # Kafka: the request's bytes against the producer_byte_rate quota, and (not for
+                # acks=0) its request time; the larger throttle goes in the answer and mutes.
+                throttle = quotas.produce.record_and_get_throttle_time_ms(
+                    ctx.principal.name, ctx.header.client_id or "", request_size, quotas.now_ms())
+                if acks != 0:
+                    throttle = max(throttle, self._request_throttle_ms(ctx))
+                if throttle > 0:
+                    ctx.connection.throttle(throttle)
             if denied or invalid:
                 results = _in_request_order(request.topics, results, denied, invalid)
             if metrics is not None:
@@ -425,7 +482,7 @@ class KafkaApis:
                 else:
                     ctx.send_no_response()
                 return
-            ctx.send_response(encode_produce_response(version, correlation_id, results))
+            ctx.send_response(encode_produce_response(version, correlation_id, results, throttle))
 
         if transactional and self.txn_verifier is not None:
             to_verify = self._to_verify(topics)
@@ -541,6 +598,8 @@ class KafkaApis:
                                               error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
             ctx.send_response(chunks)
             return
+        if request.replica_id >= 0:
+            self._quota_exempt = True  # a follower's fetch: replication is not a client's request time
         params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
                              request.isolation_level)
         topics = request.topics
@@ -559,9 +618,22 @@ class KafkaApis:
         def respond(results: list) -> None:
             if denied:
                 results = _fetch_in_request_order(request.topics, results, denied)
+            chunks, size = encode_fetch_response(version, correlation_id, results)
+            quotas = self.quotas
+            if quotas is not None and quotas.quotas and request.replica_id < 0:
+                # Kafka's consumer fetch quota: the response's bytes against consumer_byte_rate,
+                # and the request time; throttled, the answer is an empty one carrying the
+                # throttle time and the bytes are taken back (they were not sent).
+                user, client_id, now = ctx.principal.name, ctx.header.client_id or "", quotas.now_ms()
+                fetch_throttle = quotas.fetch.record_and_get_throttle_time_ms(user, client_id, size, now)
+                throttle = max(fetch_throttle, self._request_throttle_ms(ctx))
+                if throttle > 0:
+                    quotas.fetch.unrecord(user, client_id, size, now)
+                    ctx.connection.throttle(throttle)
+                    chunks, _ = encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle)
+                    return ctx.send_response(chunks)
             if topic_stats is not None:
                 self._fetch_stats(results, topic_stats, request.replica_id >= 0)
-            chunks, _ = encode_fetch_response(version, correlation_id, results)
             ctx.send_response(chunks)
 
         topic_stats = self.replica_manager.topic_stats

@@ -184,6 +184,8 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF (-1: OS default)"),
     _k("queued.max.requests", "int", 500, "requests a connection may have in flight before reads pause", low=1),
     _k("connections.max.idle.ms", "long", 600000, "close connections idle (or stuck mid-frame) this long; -1: never"),
+    _k("quota.window.num", "int", 11, "samples of each client quota's rate (Kafka's)", low=1),
+    _k("quota.window.size.seconds", "int", 1, "length of each client quota sample (Kafka's)", low=1),
     _k("queued.max.request.bytes", "long", -1, "bytes of requests read but not processed, all connections; -1: no limit"),
     _k("log.segment.bytes", "int", 1073741824, low=14),
     _k("log.roll.ms", "long", None),

@@ -3,8 +3,8 @@ AutoTopicCreationManager), and waiting for their effect on this broker's metadat
 
 Clients may send CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
 AlterConfigs, ElectLeaders, CreateAcls, DeleteAcls, AlterUserScramCredentials,
-AlterPartitionReassignments, ListPartitionReassignments, AlterClientQuotas and UnregisterBroker
-to any broker; the controller decides them. Clients do not
+AlterPartitionReassignments, ListPartitionReassignments, DescribeClientQuotas, AlterClientQuotas and
+UnregisterBroker to any broker; the controller decides them. Clients do not
 notice the hop:
 
 * ``ForwardingManager.forward`` relays a request as it came (same API version, same body
@@ -57,7 +57,8 @@ RETRY_BACKOFF_MAX_MS = 1000
 # (controller/controller_apis.py; tests/compat/test_cluster_admin.py checks it).
 FORWARDED_APIS = (ApiKey.CREATE_PARTITIONS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS,
                   ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.UNREGISTER_BROKER)
+                  ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.UNREGISTER_BROKER,
+                  ApiKey.DESCRIBE_CLIENT_QUOTAS, ApiKey.ALTER_CLIENT_QUOTAS)
 
 Respond = Callable[[bytes], None]
 
@@ -102,6 +103,8 @@ def error_response(api_key: int, request: Any, code: int, message: str | None) -
             for entry in request.entries]}
     if api_key == ApiKey.UNREGISTER_BROKER:
         return {"throttle_time_ms": 0, "error_code": code, "error_message": message}
+    if api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "entries": None}
     if api_key == ApiKey.ELECT_LEADERS:
         return {"throttle_time_ms": 0, "error_code": code, "replica_election_results": [
             {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": message}

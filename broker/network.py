@@ -30,6 +30,10 @@ Per connection:
   certificate mapped by ``ssl.principal.mapping.rules``; on a SASL listener each connection's requests pass through
   its SASL state machine first (``KafkaConnection.sasl``, broker/security/sasl_server.py). A PLAINTEXT
   connection pays one attribute check per request for all of it.
+* Client quotas (KIP-219): a request that earns a throttle time is answered at once, with the
+  time in the response, and then ``throttle(ms)`` mutes the connection: it reads nothing, and
+  requests already read behind that one wait, until a timer on the injected clock unmutes it
+  — so a client that ignores throttle_time_ms gains nothing.
 * Metrics (when the server has ``RequestMetrics``): each request's slot carries the clock
   readings of its phases (read, start, handler returned, response ready, handed to the
   socket) and its API's stats, bound once; the stats are updated when the slot leaves the
@@ -292,6 +296,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.granted = False  # ``reserved`` covers the whole frame being read (it may keep reading)
         self.from_reserve = False  # the grant is from the pool's reserve for small frames
         self.memory_paused = False
+        # Client quotas (KIP-219): muted until the timer fires; frames read but not yet processed wait
+        self.throttled = False
+        self._throttle_timer: TimerHandle | None = None
+        self._muted_until = 0.0
+        self._held_frames: list | None = None
         self._out: list | None = None
         self.closed = False
         self.requests = 0
@@ -400,6 +409,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 except Exception:
                     log.exception("cancelling a request of a closed connection from %s failed", self.peer)
         self.framer = _CLOSED_FRAMER
+        self._held_frames = None
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
+            self._throttle_timer = None
         if self.sasl is not None:
             self.sasl.connection_closed()
         pool = self.server.memory_pool
@@ -441,20 +454,56 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self.close(str(exc))
             return
+        completed = bool(frames)
+        if self._held_frames is not None:  # muted (a quota): behind the frames already waiting
+            self._held_frames.extend(frames)
+        else:
+            self._process_frames(frames)
+        if self.server.memory_pool is not None and not self.closed:
+            self._account_memory(completed)
+
+    def _process_frames(self, frames: list) -> None:
         # Responses that are ready while this read is processed leave in one writev.
         self._out = out = []
         try:
-            for frame in frames:
+            for i, frame in enumerate(frames):
                 if self.closed:
                     return
+                if self.throttled:  # a request just earned a throttle: the rest wait for the unmute
+                    self._held_frames = list(frames[i:])
+                    break
                 self._process(frame)
         finally:
             self._out = None
             if out and not self.closed:
                 self.transport.writelines(out)
                 self._update_reading()
-        if self.server.memory_pool is not None and not self.closed:
-            self._account_memory(bool(frames))
+
+    def throttle(self, ms: int) -> None:
+        """Mute this connection for ``ms`` (a client quota's throttle time, KIP-219): no reads,
+        no requests processed, until the timer fires. A longer throttle earned meanwhile
+        extends it."""
+        if ms <= 0 or self.closed:
+            return
+        now = self.server.time.monotonic_ms()
+        if self._throttle_timer is not None:
+            if now + ms <= self._muted_until:
+                return
+            self._throttle_timer.cancel()
+        self.throttled = True
+        self._muted_until = now + ms
+        self._throttle_timer = self.server.time.schedule(ms, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._throttle_timer = None
+        self.throttled = False
+        if self.closed:
+            return
+        held, self._held_frames = self._held_frames, None
+        if held:
+            self._process_frames(held)
+        self._update_reading()
 
     def _account_memory(self, completed: bool) -> None:
         """After a read: reserve (or give back) pool memory for the partial frame now buffered."""
@@ -595,7 +644,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         flow = self.flow
         if self.closed or flow is None:
             return
-        if (flow.write_paused or (self.memory_paused and self.framer.buffered >= _PAUSED_READ)
+        if (flow.write_paused or self.throttled or (self.memory_paused and self.framer.buffered >= _PAUSED_READ)
                 or len(self._pending) >= self._max_inflight):
             if not flow.read_paused and self.metrics is not None:
                 self._paused_at = self._now()

@@ -47,6 +47,7 @@ from .alter_partition_manager import AlterPartitionManager
 from .apis import KafkaApis
 from .broker_lifecycle import BrokerLifecycleManager, Listener
 from .cleaner_threads import CleanerThreads
+from .client_quota_manager import ClientQuotas
 from .config import ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
 from .controller_channel import ControllerChannel
@@ -245,6 +246,10 @@ class KafkaServer:
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
             group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics,
             authorizer=self.authorizer, credential_cache=self.credential_cache)
+        # Client quotas (KIP-13/55/124): the controller's ClientQuotaRecords, enforced per request
+        apis.quotas = ClientQuotas(apis.security_metadata.client_quotas, self.time, samples=cfg["quota.window.num"],
+                                   window_seconds=cfg["quota.window.size.seconds"])
+        apis.security_metadata.on_quotas_changed = apis.quotas.quotas_changed
         if self.has_controller:  # the credentials the controller gives it: where the next start begins
             self.apis.security_metadata.on_credentials_changed = lambda: write_credentials(
                 cfg.metadata_log_dir, self.credential_cache, self.time.milliseconds())
@@ -258,7 +263,7 @@ class KafkaServer:
         if metrics_on:
             self.collector = BrokerCollector(self, self.metrics.per_partition)
             self.collector.recovery_seconds = recovery_seconds
-            for collector in (topic_stats, request_metrics, self.socket_server, self.collector):
+            for collector in (topic_stats, request_metrics, self.socket_server, self.collector, self.apis.quotas):
                 self.metrics.registry.register(collector)
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them

@@ -10,6 +10,7 @@
     kbroker transactions list | describe --transactional-id ID | describe-producers | find-hanging | abort ...
     kbroker acls add|list|remove [--allow-principal User:A] [--operation Read] [--topic T] ...
     kbroker users scram set|delete|list -u USER [--add-config 'SCRAM-SHA-256=[password=...]']
+    kbroker quotas set|describe [--user U | --user-defaults] [--client-id C | --client-defaults] ...
     kbroker metadata [-t TOPIC ...] [--metrics HOST:PORT ...]
     kbroker cluster up|status|down [--dir DIR] ...   kbroker cluster elect-leaders [-t TOPIC] ...
     kbroker health [-b HOST:PORT] [--timeout-ms MS]
@@ -306,6 +307,25 @@ def _add_users(commands: Subcommands) -> None:
     listing.add_argument("-u", "--user", "--entity-name", dest="user")
 
 
+def _add_quotas(commands: Subcommands) -> None:
+    quotas = commands.add_parser("quotas", help="client quotas (as kafka-configs.sh --entity-type users|clients)")
+    actions = quotas.add_subparsers(dest="quotas_command", required=True, metavar="ACTION")
+
+    def entity_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--user", help="a user principal's name")
+        p.add_argument("--user-defaults", action="store_true", help="the default user")
+        p.add_argument("--client-id", help="a client id")
+        p.add_argument("--client-defaults", action="store_true", help="the default client id")
+    set_ = client_command(actions, "set", "cli.quotas:set_quotas", "set or delete an entity's quotas")
+    entity_options(set_)
+    set_.add_argument("--add-config", metavar="KEY=VALUE[,KEY=VALUE]",
+                      help="producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage")
+    set_.add_argument("--delete-config", metavar="KEY[,KEY]", help="quotas to remove")
+    describe = client_command(actions, "describe", "cli.quotas:describe_quotas",
+                              "entities' quotas (every entity with one when none is named)")
+    entity_options(describe)
+
+
 def _add_metadata(commands: Subcommands) -> None:
     metadata = client_command(commands, "metadata", "cli.metadata:run", "show brokers, controller, topics and partitions")
     metadata.add_argument("-t", "--topic", action="append", help="only these topics (repeatable)")
@@ -490,7 +510,7 @@ def _add_transactions(commands: Subcommands) -> None:
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
     _add_serve, _add_controller, _add_storage, _add_topics, _add_configs, _add_produce, _add_consume, _add_groups,
     _add_transactions, _add_acls,
-    _add_users, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
+    _add_users, _add_quotas, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -82,6 +82,8 @@ class ControllerApis:
             ApiKey.CREATE_ACLS: lambda r, v: self.controller.create_acls(r, v),
             ApiKey.DELETE_ACLS: lambda r, v: self.controller.delete_acls(r, v),
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: lambda r, v: self.controller.alter_user_scram_credentials(r),
+            ApiKey.ALTER_CLIENT_QUOTAS: lambda r, v: self.controller.alter_client_quotas(r),
+            ApiKey.DESCRIBE_CLIENT_QUOTAS: lambda r, v: self.controller.describe_client_quotas(r),
             ApiKey.ALTER_PARTITION_REASSIGNMENTS: lambda r, v: self.controller.alter_partition_reassignments(r, v),
             ApiKey.LIST_PARTITION_REASSIGNMENTS: lambda r, v: self.controller.list_partition_reassignments(r),
             ApiKey.UNREGISTER_BROKER: lambda r, v: self.controller.unregister_broker(r),

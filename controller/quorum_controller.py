@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 from broker.metrics import TIME_BUCKETS, FastHistogram
 from broker.security.authorizer import (AclBindingFilter, AuthorizerMetrics, StandardAcl, StandardAuthorizer,
                                         parse_super_users)
-from broker.security.metadata import SECURITY_RECORD_TYPES, describe_acls_resources
+from broker.security.metadata import BROKER_RECORD_TYPES, describe_acls_resources
 from protocol.clock import Time, TimerHandle
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, encode_record, make_record
@@ -54,6 +54,7 @@ from .metadata_store import MetadataStore
 from .partition_change import NO_LEADER, NO_LEADER_CHANGE
 from .producer_id_control import ProducerIdControlManager
 from .replication_control import PREFERRED_ELECTION, ZERO_UUID, ReplicationControlManager
+from .client_quota_control import ClientQuotaControlManager, describe as describe_client_quotas
 from .scram_control import ScramControlManager
 
 log = logging.getLogger("kbroker.controller")
@@ -160,6 +161,7 @@ class QuorumController:
             if config.authorizer_enabled else None)
         self.acls = AclControlManager(self.authorizer, self.rng)
         self.scram = ScramControlManager()
+        self.quotas = ClientQuotaControlManager()
         self.heartbeats = BrokerHeartbeatManager(time, config.session_timeout_ms)
         self.features: dict[str, int] = {}
         self.purgatory = ControllerPurgatory()
@@ -397,6 +399,8 @@ class QuorumController:
             self.acls.replay(record)
         elif t in (T.USER_SCRAM_CREDENTIAL, T.REMOVE_USER_SCRAM_CREDENTIAL):
             self.scram.replay(record)
+        elif t == T.CLIENT_QUOTA:
+            self.quotas.replay(record)
         elif t == T.FEATURE_LEVEL:
             self.features[record.name] = record.feature_level
         elif t == T.NO_OP:
@@ -409,7 +413,7 @@ class QuorumController:
         features = [make_record(T.FEATURE_LEVEL, name=k, feature_level=v) for k, v in sorted(self.features.items())]
         return (features + self.cluster.snapshot_records() + self.replication.snapshot_records()
                 + self.configs.snapshot_records() + self.producer_ids.snapshot_records()
-                + self.security_records())
+                + self.security_records() + self.quotas.snapshot_records())
 
     def security_records(self) -> list[ApiMessageAndVersion]:
         """The ACL bindings and SCRAM credentials as records: what a broker's full state carries."""
@@ -427,6 +431,7 @@ class QuorumController:
             "next_producer_id": self.producer_ids.next_producer_id,
             "acls": dict(self.acls.acls),
             "scram": dict(self.scram.credentials),
+            "quotas": {entity: dict(values) for entity, values in self.quotas.quotas.items()},
         }
 
     # ==================================================================================
@@ -457,7 +462,8 @@ class QuorumController:
                       for info, pid, part in self.replication.all_partitions()}
         configs = {info.name: self.configs.topic_configs(info.name) for info in self.replication.topics.values()}
         return UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True,
-                                  records=tuple(encode_record(r) for r in self.security_records()))
+                                  records=tuple(encode_record(r) for r in self.security_records()
+                                                + self.quotas.snapshot_records()))
 
     def _full_leader_and_isr(self, broker_id: int, full: UpdateMetadataItem) -> LeaderAndIsrItem:
         mine = {key: state for key, state in full.partitions.items() if broker_id in state.replicas}
@@ -471,7 +477,7 @@ class QuorumController:
         changed: dict[tuple[uuid.UUID, int], bool] = {}
         config_topics: set[str] = set()
         brokers_changed = False
-        security = [encode_record(r) for r in records if r.type in SECURITY_RECORD_TYPES]
+        security = [encode_record(r) for r in records if r.type in BROKER_RECORD_TYPES]
         for r in records:
             t = r.type
             if t == T.PARTITION:
@@ -1079,6 +1085,22 @@ class QuorumController:
             result = self.scram.alter_credentials(deletions, upsertions)
             return ControllerResult(result.records, {"throttle_time_ms": 0, "results": result.response})
         return self._submit("alter user scram credentials", op)
+
+    def alter_client_quotas(self, request) -> asyncio.Future:
+        """AlterClientQuotas (client_quota_control.py); ``validate_only``: the answer, no records."""
+        def op() -> ControllerResult:
+            result = self.quotas.alter_client_quotas(request.entries)
+            return ControllerResult([] if request.validate_only else result.records,
+                                    {"throttle_time_ms": 0, "entries": result.response})
+        return self._submit("alter client quotas", op)
+
+    def describe_client_quotas(self, request) -> asyncio.Future:
+        """DescribeClientQuotas' answer from the controller's own quotas."""
+        def op() -> ControllerResult:
+            code, message, entries = describe_client_quotas(self.quotas.quotas, request.components, request.strict)
+            return ControllerResult([], {"throttle_time_ms": 0, "error_code": code, "error_message": message,
+                                         "entries": entries})
+        return self._submit("describe client quotas", op)
 
     # -- reads (no records; answered once everything decided before them is durable) -----
 

@@ -108,6 +108,15 @@ class StandbyController:
         return self._answer({"throttle_time_ms": 0, "results": [
             {"user": u, "error_code": NOT_CONTROLLER, "error_message": MESSAGE} for u in users]})
 
+    def alter_client_quotas(self, request) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "entries": [
+            {"error_code": NOT_CONTROLLER, "error_message": MESSAGE, "entity": [
+                {"entity_type": c.entity_type, "entity_name": c.entity_name} for c in e.entity]} for e in request.entries]})
+
+    def describe_client_quotas(self, request) -> asyncio.Future:
+        return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE,
+                             "entries": None})
+
     def alter_partition_reassignments(self, request, version: int) -> asyncio.Future:
         return self._answer({"throttle_time_ms": 0, "error_code": NOT_CONTROLLER, "error_message": MESSAGE,
                              "responses": []})

@@ -28,6 +28,9 @@ log = logging.getLogger("kbroker.security")
 
 SECURITY_RECORD_TYPES = frozenset({T.ACCESS_CONTROL_ENTRY, T.REMOVE_ACCESS_CONTROL_ENTRY, T.USER_SCRAM_CREDENTIAL,
                                    T.REMOVE_USER_SCRAM_CREDENTIAL})
+# What UpdateMetadata's records carry (tag 10001): the security records and the client quotas
+# (ClientQuotaRecord: this broker's ``client_quotas``, {entity: {key: value}}).
+BROKER_RECORD_TYPES = SECURITY_RECORD_TYPES | {T.CLIENT_QUOTA}
 
 
 class SecurityMetadata:
@@ -37,6 +40,10 @@ class SecurityMetadata:
         # Called after the SCRAM credentials changed (a full state, or a credential record):
         # the broker keeps a copy on disk for its next start (broker/security/bootstrap.py).
         self.on_credentials_changed: Callable[[], None] | None = None
+        # The client quotas, {frozenset((entity type, name or None), ...): {key: value}}, kept
+        # in place (the quota managers hold this dict); told after every change.
+        self.client_quotas: dict[frozenset, dict[str, float]] = {}
+        self.on_quotas_changed: Callable[[], None] | None = None
 
     def apply(self, encoded_records: Iterable[bytes], full: bool) -> None:
         """Replay the records (each framed as in the metadata log); ``full``: they are the
@@ -49,10 +56,11 @@ class SecurityMetadata:
             except MetadataRecordError as exc:
                 log.warning("security record from the controller skipped: %s", exc)
                 continue
-            if record.type not in SECURITY_RECORD_TYPES:
+            if record.type not in BROKER_RECORD_TYPES:
                 log.warning("unexpected %s among the security records; skipped", record.message.name)
                 continue
             records.append(record)
+        self._apply_quotas([r for r in records if r.type == T.CLIENT_QUOTA], full)
         authorizer, cache = self.authorizer, self.credential_cache
         if full:
             acls = {r.id: StandardAcl.from_record(r) for r in records if r.type == T.ACCESS_CONTROL_ENTRY}
@@ -92,6 +100,29 @@ class SecurityMetadata:
                      authorizer.acl_count() if authorizer is not None else 0)
         if credentials:
             self._credentials_changed()
+
+    def _apply_quotas(self, records: list, full: bool) -> None:
+        quotas = self.client_quotas
+        if not records and (not full or not quotas):
+            return
+        if full:
+            quotas.clear()
+        for r in records:
+            entity = frozenset((e.entity_type, e.entity_name) for e in r.entity)
+            if r.remove:
+                values = quotas.get(entity)
+                if values is not None:
+                    values.pop(r.key, None)
+                    if not values:
+                        del quotas[entity]
+            else:
+                quotas.setdefault(entity, {})[r.key] = r.value
+        if not full:
+            log.info("client quotas changed: %d record(s), %d entities now", len(records), len(quotas))
+        elif quotas:
+            log.info("client quotas loaded from the controller: %d entities", len(quotas))
+        if self.on_quotas_changed is not None:
+            self.on_quotas_changed()
 
     def _credentials_changed(self) -> None:
         if self.on_credentials_changed is not None:

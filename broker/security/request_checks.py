@@ -49,12 +49,12 @@ class Screen(NamedTuple):
 
 # The APIs refused whole without an operation on the cluster: ALTER (Kafka's ControllerApis for
 # ElectLeaders, the ACL and SCRAM APIs, AlterPartitionReassignments, UnregisterBroker), DESCRIBE
-# (ListPartitionReassignments), ALTER_CONFIGS (AlterClientQuotas).
+# (ListPartitionReassignments), ALTER_CONFIGS (AlterClientQuotas), DESCRIBE_CONFIGS (DescribeClientQuotas).
 CLUSTER_OPERATION_APIS: dict[int, int] = {
     ApiKey.ELECT_LEADERS: Op.ALTER, ApiKey.CREATE_ACLS: Op.ALTER, ApiKey.DELETE_ACLS: Op.ALTER,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Op.ALTER, ApiKey.ALTER_PARTITION_REASSIGNMENTS: Op.ALTER,
     ApiKey.UNREGISTER_BROKER: Op.ALTER, ApiKey.LIST_PARTITION_REASSIGNMENTS: Op.DESCRIBE,
-    ApiKey.ALTER_CLIENT_QUOTAS: Op.ALTER_CONFIGS,
+    ApiKey.ALTER_CLIENT_QUOTAS: Op.ALTER_CONFIGS, ApiKey.DESCRIBE_CLIENT_QUOTAS: Op.DESCRIBE_CONFIGS,
 }
 CLUSTER_ALTER_APIS = frozenset(k for k, op in CLUSTER_OPERATION_APIS.items() if op == Op.ALTER)
 

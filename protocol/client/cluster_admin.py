@@ -221,6 +221,47 @@ class ClusterAdminMixin:
         response = await self.with_retries(attempt)
         if response.error_code:
             raise wire_error(response.error_code, f"UnregisterBroker {broker_id}", response.error_message)
+    # -- client quotas (KIP-546): any broker forwards them to the controller -------------
+
+    async def alter_client_quotas(self, entries: Iterable[tuple[Mapping[str, str | None], Mapping[str, float | None]]],
+                                  validate_only: bool = False) -> list[KafkaError | None]:
+        """AlterClientQuotas (49): ``entries`` are (entity, ops): the entity as
+        {entity type: name, None for the default}, e.g. {"user": "alice", "client-id": None};
+        ops as {key: value, None to remove it}. Per entry, None or its error."""
+        body = {"validate_only": validate_only, "entries": [
+            {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity.items()],
+             "ops": [{"key": k, "value": 0.0 if v is None else float(v), "remove": v is None} for k, v in ops.items()]}
+            for entity, ops in entries]}
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.ALTER_CLIENT_QUOTAS, body)
+            for e in response.entries:
+                _retry_if_not_controller(e.error_code)
+            return response
+        response = await self.with_retries(attempt)
+        return [wire_error(e.error_code, "AlterClientQuotas", e.error_message) if e.error_code else None
+                for e in response.entries]
+
+    async def describe_client_quotas(self, components: Iterable[tuple[str, int, str | None]] = (),
+                                     strict: bool = False) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """DescribeClientQuotas (48): ``components`` are (entity type, match type: 0 exact
+        name, 1 the default, 2 any, name); none matches every entity. Each matching entity
+        ({type: name, None for the default}) with its quotas; the request's error is raised."""
+        body = {"components": [{"entity_type": t, "match_type": m, "match": n} for t, m, n in components],
+                "strict": strict}
+
+        async def attempt() -> Any:
+            conn = await self.any_connection()
+            response = await conn.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, body)
+            _retry_if_not_controller(response.error_code)
+            return response
+        response = await self.with_retries(attempt)
+        if response.error_code:
+            raise wire_error(response.error_code, "DescribeClientQuotas", response.error_message)
+        return [({e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry["values"]})
+                for entry in response.entries or ()]
+
 
 class LogDirInfo(NamedTuple):
     """One log dir of a broker, as DescribeLogDirs gives it."""

@@ -97,7 +97,7 @@ class Broker:
                               config_repository=self.configs, producer_ids=self.producer_ids,
                               inter_broker_listener="PLAINTEXT", forwarding=self.forwarding,
                               broker_epoch=lambda: self.broker_epoch)
-        server = SocketServer(self.apis, max_request_size=1 << 20, max_inflight=10)
+        server = SocketServer(self.apis, max_request_size=1 << 20, max_inflight=10, time=self.time)
         self.conn = KafkaConnection(server, "PLAINTEXT")
         self.transport = MockTransport()
         self.conn.connection_made(self.transport)
@@ -643,3 +643,79 @@ def test_an_answered_long_poll_leaves_no_slice_of_the_log_alive(broker, another_
         assert broker.rm.fetch_purgatory.delayed() == another_parked
     finally:
         gc.enable()
+
+
+# -- client quotas (KIP-13/124/219) ---------------------------------------------------------------
+
+def _with_quota(broker, key: str, value: float):
+    from broker.client_quota_manager import ClientQuotas
+
+    quotas = broker.apis.quotas = ClientQuotas(broker.apis.security_metadata.client_quotas, broker.time)
+    broker.apis.security_metadata.client_quotas[frozenset({("client-id", "t")})] = {key: value}
+    quotas.quotas_changed()
+    return quotas
+
+
+def test_a_produce_over_its_quota_is_answered_with_its_throttle_and_the_connection_muted(broker):
+    """Kafka's produce quota: the request's bytes over the window (at least 10 of the 11 one-second
+    samples), (rate - bound) / bound * window of throttle, in the answer at once; then the
+    connection reads nothing and the next request waits until the throttle has passed."""
+    broker.create_online("q")
+    _with_quota(broker, "producer_byte_rate", 1000)
+    first = _produce(broker, "q", b"v" * 20_000)
+    answers = _answers(broker)
+    frame = answers[first]
+    size = struct.unpack_from(">i", frame)[0]
+    response = APIS[ApiKey.PRODUCE].response.parse(8, frame, 8)
+    assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    request_bytes = broker.apis.quotas.produce.sensors[("", "t")]._total
+    assert response.throttle_time_ms == round(request_bytes - 10_000) > 0  # bytes / (1000 B/s) - 10 s
+    assert broker.transport.paused and size
+    second = _produce(broker, "q", b"w")
+    assert _answers(broker) == {}
+    broker.time.sleep(response.throttle_time_ms - 1)
+    assert _answers(broker) == {} and broker.transport.paused
+    broker.time.sleep(1)
+    assert list(_answers(broker)) == [second]
+
+
+def test_within_its_quota_a_produce_is_not_throttled(broker):
+    broker.create_online("q")
+    _with_quota(broker, "producer_byte_rate", 1_000_000)
+    first = _produce(broker, "q", b"v" * 20_000)
+    response = APIS[ApiKey.PRODUCE].response.parse(8, _answers(broker)[first], 8)
+    assert response.throttle_time_ms == 0 and not broker.transport.paused
+
+
+def test_a_consumer_fetch_over_its_quota_is_answered_empty_and_its_bytes_taken_back(broker):
+    """Kafka: a throttled Fetch answers no partitions, with the throttle time, and unrecords
+    the bytes it did not send; a follower's fetch is not a client's (not counted)."""
+    broker.create_online("q")
+    _produce(broker, "q", b"v" * 20_000)
+    _answers(broker)
+    quotas = _with_quota(broker, "consumer_byte_rate", 1000)
+    cid = _fetch(broker, "q", 0, 0)
+    response = APIS[ApiKey.FETCH].response.parse(11, _answers(broker)[cid], 8)
+    assert response.throttle_time_ms > 0 and response.responses == []
+    assert quotas.fetch.sensors[("", "t")]._total == 0
+    assert broker.transport.paused
+
+
+def test_request_time_over_a_request_percentage_quota_mutes_the_connection(broker):
+    """request_percentage: the handler's time on the injected clock as a percentage of one
+    thread; a handler that takes 2 s against 1 % of a thread over the 10 s minimum window:
+    (2 s * 100 / 10 s - 1) / 1 * 10 s = 190 s of throttle."""
+    broker.create_online("q")
+    _with_quota(broker, "request_percentage", 1)
+    handler = broker.apis.handlers[ApiKey.METADATA]
+
+    def slow_handler(ctx):
+        broker.time.sleep(2000)
+        handler(ctx)
+    broker.apis.handlers[ApiKey.METADATA] = slow_handler
+    metadata(broker, "q")
+    assert broker.transport.paused and broker.conn.throttled
+    broker.time.sleep(189_999)
+    assert broker.conn.throttled
+    broker.time.sleep(1)
+    assert not broker.conn.throttled and not broker.transport.paused

@@ -275,3 +275,64 @@ async def test_wait_for_inflight_times_out():
     conn, apis, transport = make()
     conn.data_received(request(3, 1))
     assert await conn.server.wait_for_inflight(0.01) is False
+
+
+class ThrottlingApis(FakeApis):
+    """Answers each request at once; the first earns a throttle of ``ms`` (a client quota)."""
+
+    def __init__(self, ms):
+        super().__init__()
+        self.ms = ms
+
+    def handle(self, ctx):
+        self.contexts.append(ctx)
+        ctx.send_response(b"answer%d" % ctx.header.correlation_id)
+        if len(self.contexts) == 1:
+            ctx.connection.throttle(self.ms)
+
+
+def test_a_throttle_mutes_the_connection_until_its_timer_fires():
+    """KIP-219: the throttled request is answered at once; then nothing is read or processed —
+    not even a request already read behind it — until the throttle time has passed."""
+    time = MockTime()
+    server = SocketServer(ThrottlingApis(100), max_request_size=1 << 20, max_inflight=10, time=time)
+    conn, apis, transport = make(server=server)
+    conn.data_received(request(18, 1) + request(18, 2))
+    assert [c.header.correlation_id for c in apis.contexts] == [1]
+    assert transport.written == [b"answer1"]
+    assert transport.paused and conn.throttled
+    conn.data_received(request(18, 3))  # arrives anyway (in flight when reading paused): waits too
+    time.sleep(99)
+    assert [c.header.correlation_id for c in apis.contexts] == [1]
+    assert transport.paused
+    time.sleep(1)
+    assert [c.header.correlation_id for c in apis.contexts] == [1, 2, 3]
+    assert b"".join(transport.written) == b"answer1answer2answer3"
+    assert not transport.paused and not conn.throttled
+
+
+def test_a_longer_throttle_extends_the_mute_and_a_shorter_one_does_not_shorten_it():
+    time = MockTime()
+    server = SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=10, time=time)
+    conn, apis, transport = make(server=server)
+    conn.throttle(100)
+    time.sleep(50)
+    conn.throttle(10)  # 60 from the start: inside the first mute
+    time.sleep(20)
+    assert transport.paused
+    conn.throttle(200)  # 270 from the start
+    time.sleep(199)
+    assert transport.paused
+    time.sleep(1)
+    assert not transport.paused
+
+
+def test_closing_a_muted_connection_drops_its_timer_and_held_requests():
+    time = MockTime()
+    server = SocketServer(ThrottlingApis(100), max_request_size=1 << 20, max_inflight=10, time=time)
+    conn, apis, transport = make(server=server)
+    conn.data_received(request(18, 1) + request(18, 2))
+    conn.close("bye")
+    assert time.pending_timers() == 0
+    time.sleep(200)
+    assert [c.header.correlation_id for c in apis.contexts] == [1]
