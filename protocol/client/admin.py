@@ -12,7 +12,7 @@ import asyncio
 import collections
 import hashlib
 import secrets
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Sequence, TypeVar
 
 from ..acl import AclBinding, AclBindingFilter
 from ..api_keys import ApiKey
@@ -182,16 +182,26 @@ class AdminMixin:
                         found[tp] = None if p.offset < 0 else (p.offset, p.timestamp)
             return errors
 
-        async def attempt() -> None:
-            by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
-            for tp in pending:
-                by_leader[await self.leader_for(*tp)].append(tp)
-            results = await asyncio.gather(*(ask(n, tps) for n, tps in by_leader.items()), return_exceptions=True)
-            errors = [e for r in results for e in (r if isinstance(r, list) else [r])]
-            if errors:  # a retriable one first, so that the partitions still pending are retried
-                raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
-        await self.with_retries(attempt, sorted({tp.topic for tp in pending}))
+        await self.with_retries(lambda: self.ask_leaders(pending, ask), sorted({tp.topic for tp in pending}))
         return found
+
+    async def ask_leaders(self, pending: Iterable[TopicPartition],
+                          ask: Callable[[int, list[TopicPartition]], Awaitable[Sequence[Exception]]]) -> None:
+        """One attempt of a per-partition request sent to the leaders: ``ask(node, partitions)``
+        for each leader at once, returning the partitions' errors; raises one of them, a retriable
+        one first, so that ``with_retries`` retries the partitions still pending."""
+        by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
+        for tp in pending:
+            by_leader[await self.leader_for(*tp)].append(tp)
+        results = await asyncio.gather(*(ask(n, tps) for n, tps in by_leader.items()), return_exceptions=True)
+        errors: list[BaseException] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                errors.append(r)
+            else:
+                errors.extend(r)
+        if errors:
+            raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
 
     # -- ACLs (KIP-140) and SCRAM credentials (KIP-554); any broker answers (or forwards) them --
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Sequence, TypeVar
 
 from ..api_keys import ApiKey
 from ..errors import ErrorCode, KafkaError
@@ -44,6 +44,8 @@ class ClusterAdminMixin:
         async def any_connection(self) -> BrokerConnection: ...
         async def _controller_connection(self) -> BrokerConnection: ...
         async def leader_for(self, topic: str, partition: int) -> int: ...
+        async def ask_leaders(self, pending: Iterable[TopicPartition],
+                              ask: Callable[[int, list[TopicPartition]], Awaitable[Sequence[Exception]]]) -> None: ...
         async def refresh_metadata(self, topics: Iterable[str] | None = None,
                                    allow_auto_create: bool = False) -> ClusterMetadata: ...
         async def _topics_admin(self, api_key: int, results_field: str, body: Mapping[str, Any]) -> None: ...
@@ -122,15 +124,7 @@ class ClusterAdminMixin:
                         done[tp] = p.low_watermark
             return errors
 
-        async def attempt() -> None:
-            by_leader: dict[int, list[TopicPartition]] = collections.defaultdict(list)
-            for tp in pending:
-                by_leader[await self.leader_for(*tp)].append(tp)
-            results = await asyncio.gather(*(ask(n, tps) for n, tps in by_leader.items()), return_exceptions=True)
-            errors = [e for r in results for e in (r if isinstance(r, list) else [r])]
-            if errors:
-                raise next((e for e in errors if isinstance(e, KafkaError) and e.retriable), errors[0])
-        await self.with_retries(attempt, sorted({tp.topic for tp in pending}))
+        await self.with_retries(lambda: self.ask_leaders(pending, ask), sorted({tp.topic for tp in pending}))
         return done
 
     async def describe_log_dirs(self, broker_ids: Iterable[int] | None = None,
