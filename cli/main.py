@@ -399,7 +399,7 @@ def _add_cluster(commands: Subcommands) -> None:
 
 
 def _add_health(commands: Subcommands) -> None:
-    from cli.health import own_listener
+    from cli.entry import own_listener
     health = client_command(commands, "health", "cli.health:run",
                             "exit 0 if the broker or controller answers ApiVersions, 1 if not (the image's HEALTHCHECK)",
                             bootstrap_default=own_listener(os.environ), bare=True)
