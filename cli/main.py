@@ -386,6 +386,17 @@ def _add_cluster(commands: Subcommands) -> None:
                        "--cancel, --list"),
         client_command(actions, "decommission", "cli.reassign:decommission",
                        "move every replica off a broker, wait, then unregister it once stopped"))
+    balance = client_command(actions, "balance", "cli.balance:run",
+                             "even replicas and preferred leaders across the live brokers, racks apart, moving as "
+                             "little as it can (--execute: move, wait, elect preferred leaders)")
+    balance.add_argument("--execute", action="store_true", help="start the moves, wait, then elect preferred leaders")
+    balance.add_argument("-t", "--topic", action="append", help="only these topics (repeatable; default all)")
+    balance.add_argument("--exclude-internal", action="store_true",
+                         help="leave __consumer_offsets and __transaction_state where they are")
+    balance.add_argument("--output-json-file", metavar="F", help="also write the proposed plan to F (JSON)")
+    balance.add_argument("--timeout", type=float, default=600, help="seconds to wait for the moves (default %(default)s)")
+    balance.add_argument("--no-wait", action="store_true", help="start the moves and return (no election)")
+    balance.add_argument("--no-elect", action="store_true", help="no preferred leader election after the moves")
     dirs = client_command(actions, "log-dirs", "cli.cluster_ops:log_dirs",
                           "per broker and log dir: each partition's size and offset lag (DescribeLogDirs)")
     dirs.add_argument("--broker", type=int, action="append", help="only this broker (repeatable; default all)")
