@@ -173,7 +173,7 @@ class ReplicationQuotas:
             if manager.bound < UNBOUNDED:
                 bound.add_metric([], manager.bound)
             yield bound
-            throttle = GaugeMetricFamily(f"{name}_throttle_time_ms", "How long until the throttled replicas' rate "
+            throttle = GaugeMetricFamily(f"{name}_throttle_time", "How long until the throttled replicas' rate "
                                          "is back within the quota (ms)")
             throttle.add_metric([], manager.throttle_time_ms())
             yield throttle

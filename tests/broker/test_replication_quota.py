@@ -45,3 +45,23 @@ def test_the_two_sides_follow_their_topic_configs_and_rates():
     assert not quotas.leader.throttled and not quotas.follower.throttled
     quotas.configs_changed(Config({"leader.replication.throttled.rate": 5, "follower.replication.throttled.rate": UNBOUNDED}))
     assert quotas.leader.bound == 5 and quotas.follower.bound >= UNBOUNDED and not quotas.follower.is_quota_exceeded()
+
+
+def test_the_leader_throttles_followers_out_of_the_isr_only():
+    """Kafka's shouldLeaderThrottle: throttled partition, follower not in the ISR, quota exceeded."""
+    from types import SimpleNamespace
+
+    from broker.replica_manager import ReplicaManager
+
+    time = MockTime()
+    q = ReplicationQuotaManager("leader", time, samples=2, window_seconds=1)
+    q.update_quota(1000)
+    q.update_topic("t", "0:1", broker_id=1)
+    q.record(100_000)
+    part = SimpleNamespace(topic="t", partition=0, isr=frozenset({1, 2}))
+    assert ReplicaManager.should_leader_throttle(q, part, 3)       # adding replica 3: held back
+    assert not ReplicaManager.should_leader_throttle(q, part, 2)   # in the ISR: never
+    other = SimpleNamespace(topic="t", partition=1, isr=frozenset({1}))
+    assert not ReplicaManager.should_leader_throttle(q, other, 3)  # not a throttled partition
+    time.sleep(3000)
+    assert not ReplicaManager.should_leader_throttle(q, part, 3)   # the rate is back within the quota
