@@ -632,6 +632,13 @@ class KafkaApis:
                     ctx.connection.throttle(throttle)
                     chunks, _ = encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle)
                     return ctx.send_response(chunks)
+            if request.replica_id >= 0:
+                replication_quotas = self.replica_manager.replication_quotas
+                if replication_quotas is not None and replication_quotas.leader.throttled:
+                    # KIP-73: what throttled partitions send to followers counts against the leader quota
+                    leader_quota = replication_quotas.leader
+                    leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
+                                            if pd.records and leader_quota.is_throttled(topic, pd.partition)))
             if topic_stats is not None:
                 self._fetch_stats(results, topic_stats, request.replica_id >= 0)
             ctx.send_response(chunks)
