@@ -88,7 +88,11 @@ class DelayedFetch(DelayedOperation):
         positions = self._positions
         accumulated = 0
         i = 0
-        throttled = getattr(self.replica_manager, "leader_throttled", None) if params.replica_id >= 0 else None
+        throttled = None
+        if params.replica_id >= 0:
+            quotas = getattr(self.replica_manager, "replication_quotas", None)
+            if quotas is not None and quotas.leader.throttled:  # KIP-73 leader throttle set: ask per partition
+                throttled = self.replica_manager.leader_throttled
         for topic, parts in self.topics:
             for fp in parts:
                 parked_log, fetch_meta = positions[i]
