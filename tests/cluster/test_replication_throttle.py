@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -62,37 +62,57 @@ def fill(bootstrap: str, topic: str, size: int) -> None:
     assert p.flush(60) == 0
 
 
+def run_client(bootstrap: str, topic: str, max_seconds: float, stop, results) -> None:
+    """A confluent-kafka producer (acks=all) writing 100 KB records as fast as they are taken, in
+    a process of its own (``spawn``: a thread of the test process would share its GIL with the
+    sampling loop); the (when, bytes) of each acknowledgement go back through ``results``."""
+    acks: list[tuple[float, int]] = []
+    value = b"c" * 100_000
+
+    def acked(err, _msg) -> None:
+        if err is None:
+            acks.append((time.monotonic(), len(value)))
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "queue.buffering.max.kbytes": 8192})
+    deadline = time.monotonic() + max_seconds
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            p.produce(topic, value, on_delivery=acked)
+        except BufferError:
+            p.poll(0.01)
+        p.poll(0)
+    p.flush(30)
+    results.send(acks)
+
+
 class ClientLoad:
-    """A confluent-kafka producer (acks=all) writing 100 KB records as fast as they are taken;
-    the bytes acknowledged, with when."""
+    """run_client in a child process; ``rate`` once it stopped (CLOCK_MONOTONIC is the same in
+    every process)."""
+    CONTEXT = multiprocessing.get_context("spawn")
 
     def __init__(self, bootstrap: str, topic: str, max_seconds: float) -> None:
+        self.stop_event = self.CONTEXT.Event()
+        self.receive, send = self.CONTEXT.Pipe(duplex=False)
+        self.process = self.CONTEXT.Process(target=run_client, args=(bootstrap, topic, max_seconds, self.stop_event,
+                                                                      send), daemon=True)
         self.acks: list[tuple[float, int]] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.max_seconds = max_seconds
-        self.thread = threading.Thread(target=self._run, args=(bootstrap, topic), daemon=True)
+        self.stopped = False
 
-    def _run(self, bootstrap: str, topic: str) -> None:
-        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2, "queue.buffering.max.kbytes": 8192})
-        value = b"c" * 100_000  # large records: few calls into the client, little of this process's GIL
+    def start(self) -> None:
+        self.process.start()
 
-        def acked(err, _msg) -> None:
-            if err is None:
-                with self.lock:
-                    self.acks.append((time.monotonic(), len(value)))
-        deadline = time.monotonic() + self.max_seconds
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            try:
-                p.produce(topic, value, on_delivery=acked)
-            except BufferError:
-                p.poll(0.01)
-            p.poll(0)
-        p.flush(30)
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self.stop_event.set()
+        if self.receive.poll(60):
+            self.acks = self.receive.recv()
+        self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
 
     def rate(self, start: float, end: float) -> float:
-        with self.lock:
-            return sum(n for t, n in self.acks if start <= t < end) / (end - start)
+        return sum(n for t, n in self.acks if start <= t < end) / (end - start)
 
 
 def slope(points: list[tuple[float, int]]) -> float:
@@ -123,12 +143,12 @@ def check_throttled_move(tmp_path, strict: bool) -> None:
         total = replica_bytes(cluster.brokers[1].log_dir / "moving-0")
         assert total >= DATA
 
-        load = ClientLoad(bootstrap, "clients", max_seconds=120)
-        load.thread.start()
-        time.sleep(2.0)  # the client warmed up
-        solo_start = time.monotonic()
+        load = ClientLoad(bootstrap, "clients", max_seconds=150)
+        load.start()
+        time.sleep(3.0)  # the client started and warmed up
+        before_start = time.monotonic()
         time.sleep(SOLO_S)
-        before = load.rate(solo_start, time.monotonic())
+        before_end = time.monotonic()
 
         plan = tmp_path / "plan.json"
         plan.write_text(json.dumps({"version": 1, "partitions": [
@@ -154,12 +174,13 @@ def check_throttled_move(tmp_path, strict: bool) -> None:
         t0, t1 = span[0][0], span[-1][0]
         assert t1 - t0 >= 3 * WINDOW_S, (t0, t1)
         rate = slope(span)
-        during = load.rate(t0, t1)
         # the client alone: just before the move and just after it (the machine's load drifts)
         after_start = time.monotonic()
         time.sleep(SOLO_S)
-        after = load.rate(after_start, time.monotonic())
-        load.stop.set()
+        after_end = time.monotonic()
+        load.stop()
+        during = load.rate(t0, t1)
+        before, after = load.rate(before_start, before_end), load.rate(after_start, after_end)
         solo = (before + after) / 2
         ratio = during / solo
         print(f"move {rate / 1e6:.2f} MB/s over {t1 - t0:.1f} s (throttle {THROTTLE / 1e6:.0f} MB/s); "
@@ -189,8 +210,7 @@ def check_throttled_move(tmp_path, strict: bool) -> None:
         assert "throttled.replicas" not in topic_rows, topic_rows
     finally:
         if load is not None:
-            load.stop.set()
-            load.thread.join(60)
+            load.stop()
         cluster.kill()
 
 
