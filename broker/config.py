@@ -792,6 +792,9 @@ def validate_topic_name(name: str) -> str | None:
     return None
 
 
+_THROTTLED_REPLICA = re.compile(r"^([0-9]+:[0-9]+)?$")
+
+
 def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) -> str | None:
     """The reason a topic's config overrides are invalid (Kafka's INVALID_CONFIG), or None:
     names that are no topic configs (TOPIC_CONFIG_SYNONYMS), or values storage.LogConfig rejects."""
@@ -802,6 +805,13 @@ def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) ->
             return f"Unknown topic config name: {key}"
     if configs.get("unclean.leader.election.enable", "false").strip().lower() not in ("true", "false"):
         return "unclean.leader.election.enable: expected true or false"
+    for key in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+        # Kafka's ThrottledReplicaListValidator
+        value = configs.get(key)
+        if value is not None and value.strip() != "*" and not all(
+                _THROTTLED_REPLICA.match(item.strip()) for item in value.split(",")):
+            return (f"Invalid value {value} for configuration {key}: {key} must be the literal '*' or a list of "
+                    "replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
     try:
         LogConfig.from_topic_properties({**defaults, **configs})
     except ValueError as exc:

@@ -65,3 +65,46 @@ def test_the_leader_throttles_followers_out_of_the_isr_only():
     assert not ReplicaManager.should_leader_throttle(q, other, 3)  # not a throttled partition
     time.sleep(3000)
     assert not ReplicaManager.should_leader_throttle(q, part, 3)   # the rate is back within the quota
+
+
+async def test_the_follower_leaves_out_throttled_partitions_it_has_not_caught_up_on(tmp_path):
+    """Kafka's ReplicaFetcherThread: while the follower quota is exceeded, a throttled partition
+    is left out of the fetch unless this replica has caught up (lag 0 at its last fetch); with
+    nothing left to fetch, the fetcher waits (at most replica.fetch.backoff.ms)."""
+    from types import SimpleNamespace
+
+    from broker.fetcher import PartitionFetchState, ReplicaFetcher
+    from broker.partition import Partition
+    from storage import Log, LogConfig
+
+    time = MockTime()
+    quota = ReplicationQuotaManager("follower", time, samples=2, window_seconds=1)
+    quota.update_quota(1000)
+    quota.update_topic("t", "0:2,1:2", broker_id=2)
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None, follower_quota=quota,
+                              fetch_wait_max_ms=500, fetch_min_bytes=1, fetch_max_bytes=1 << 20,
+                              fetch_response_max_bytes=10 << 20)
+    fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)
+    states = {}
+    for p, lag in ((0, 5), (1, 0), (2, 5)):
+        part = Partition("t", p, local_broker_id=2, time=time)
+        part.log = Log.open(tmp_path / f"t-{p}", LogConfig(), time=time)
+        state = states[p] = fetcher.partitions[part.key] = PartitionFetchState(part, leader_epoch=0)
+        state.truncating, state.lag = False, lag
+
+    class Leader:
+        def __init__(self) -> None:
+            self.asked: list[list[int]] = []
+
+        async def fetch(self, request):
+            self.asked.append(sorted(fp.partition for _t, parts in request.topics for fp in parts))
+            return SimpleNamespace(error_code=0, responses=[])
+
+    leader = Leader()
+    assert await fetcher._fetch(leader) and leader.asked[-1] == [0, 1, 2]  # within the quota: all
+    quota.record(100_000)
+    assert await fetcher._fetch(leader) and leader.asked[-1] == [1, 2]  # t-0 held; t-1 caught up; t-2 not throttled
+    del fetcher.partitions[("t", 2)], fetcher.partitions[("t", 1)]
+    assert not await fetcher._fetch(leader) and len(leader.asked) == 2
+    assert fetcher._throttled_until_ms == time.monotonic_ms() + 1000  # the backoff bounds the wait
+    assert quota.throttled_fetches == 2

@@ -20,6 +20,9 @@ from confluent_kafka.admin import NewTopic
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from controller.launcher import LocalCluster
+from protocol.api_keys import ApiKey
+from protocol.client import KafkaClient
+from protocol.errors import ErrorCode
 from tests.cli.test_cli import kbroker
 from tests.cluster.helpers import admin, topic_metadata, wait_futures
 from tests.support import wait_until
@@ -138,3 +141,18 @@ def test_dynamic_broker_configs_apply_without_restart_and_survive_restarts(clust
     assert produce_one(bootstrap) == 0
     bad = kbroker(bootstrap, "configs", "set", "--broker-defaults", "listeners=PLAINTEXT://:1", expect=1)
     assert b"Cannot update these configs dynamically" in bad.stderr, bad.stderr
+    # a broker's own configs go through that broker (Kafka's ConfigAdminManager.preprocess)
+    code, message = asyncio.run(alter_through(bootstrap, other, str(leader), "log.cleaner.threads", "3"))
+    assert code == ErrorCode.INVALID_REQUEST and message == (
+        f"Unexpected broker id, expected {other}, but received {leader}"), message
+    assert sources(bootstrap, leader, ["log.cleaner.threads"])["log.cleaner.threads"] == ("1", "DEFAULT_CONFIG")
+
+
+async def alter_through(bootstrap: str, node: int, resource: str, key: str, value: str) -> tuple[int, str | None]:
+    async with KafkaClient(bootstrap, client_id="test-alter") as client:
+        conn = await client.connection(node)
+        response = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
+            {"resource_type": 4, "resource_name": resource, "configs": [
+                {"name": key, "config_operation": 0, "value": value}]}], "validate_only": False})
+    [r] = response.responses
+    return r.error_code, r.error_message

@@ -90,6 +90,16 @@ def test_dynamic_broker_configs_follow_kafkas_rules():
     assert again.broker_configs == c.broker_configs
 
 
+def test_throttled_replicas_lists_are_validated_as_kafka_does():
+    """Kafka's ThrottledReplicaListValidator: "*" or partition:broker pairs, else INVALID_CONFIG."""
+    c = ConfigurationControlManager(DEFAULTS)
+    for good in ("*", "0:1,1:2", ""):
+        assert c.incremental_alter("t", [("leader.replication.throttled.replicas", SET, good)])[0] == E.NONE, good
+    for bad in ("abc", "0:1,x", "0:"):
+        code, message, records = c.incremental_alter("t", [("follower.replication.throttled.replicas", SET, bad)])
+        assert (code, records) == (E.INVALID_CONFIG, []) and "[partitionId]:[brokerId]" in message, bad
+
+
 def test_legacy_alter_configs_replaces_the_whole_set():
     c = ConfigurationControlManager(DEFAULTS)
     apply(c, c.legacy_alter("t", {"retention.ms": "1", "segment.bytes": "100000"})[2])
