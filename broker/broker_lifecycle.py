@@ -84,7 +84,7 @@ class BrokerLifecycleManager:
                  on_cluster_id: Callable[[str], None] | None = None,
                  incarnation_id: uuid.UUID | None = None, on_registered: Callable[[], None] | None = None,
                  log_dir_usage: Callable[[], list[dict]] | None = None) -> None:
-        """``log_dir_usage``: each log dir's {path, total_bytes, used_bytes}, sent with every
+        """``log_dir_usage``: each log dir's {total_bytes, used_bytes}, sent with every
         heartbeat (a tagged field of kbroker's, for the controller's partition autobalancer)."""
         self.broker_id = broker_id
         self.time = time

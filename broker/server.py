@@ -32,7 +32,6 @@ import fcntl
 import gc
 import logging
 import os
-import shutil
 import uuid
 from typing import Callable
 
@@ -376,10 +375,10 @@ class KafkaServer:
         out = []
         for d in self.config.log_dirs:
             try:
-                usage = shutil.disk_usage(d)
+                usage = fileio.disk_usage(d)
             except OSError:
                 continue
-            out.append({"path": str(d), "total_bytes": usage.used + usage.free, "used_bytes": usage.used})
+            out.append({"total_bytes": usage.used + usage.free, "used_bytes": usage.used})
         return out
 
     def _registration_listeners(self) -> list[Listener]:

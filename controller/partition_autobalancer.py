@@ -41,7 +41,7 @@ balance the previous controller began). Time is the controller's injected clock;
 a tick (``partition.autobalancing.tick.interval.ms``) is an event on its queue.
 
 Log dir usage: kbroker's BrokerHeartbeat carries it in a tagged field (``log_dir_usage``, tag
-10000: path, total and used bytes of the file system of each log dir, as Redpanda's health
+10000: total and used bytes of the file system of each log dir, in log.dirs order, as Redpanda's health
 report carries disk space); Kafka's controllers ignore unknown tagged fields.
 """
 
@@ -86,7 +86,6 @@ class AutobalancerConfig:
 
 @dataclass(frozen=True)
 class LogDirUsage:
-    path: str
     total_bytes: int
     used_bytes: int
 

@@ -767,7 +767,7 @@ class QuorumController:
             self.heartbeats.touch(request.broker_id)
         usage = getattr(request, "log_dir_usage", None)
         if reg is not None and reg.epoch == request.broker_epoch and usage:
-            self.autobalancer.report_usage(request.broker_id, [LogDirUsage(d.path, d.total_bytes, d.used_bytes)
+            self.autobalancer.report_usage(request.broker_id, [LogDirUsage(d.total_bytes, d.used_bytes)
                                                                for d in usage])
         return self._submit("broker heartbeat", lambda: self._heartbeat(request))
 

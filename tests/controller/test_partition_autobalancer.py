@@ -240,7 +240,7 @@ async def test_continuous_moves_replicas_off_a_full_log_dir(tmp_path):
         balancer = h.controller.autobalancer
         h.controller.broker_heartbeat(request(ApiKey.BROKER_HEARTBEAT, 1, broker_id=1, broker_epoch=h.epochs[1],
                                               current_metadata_offset=0, want_fence=False, want_shut_down=False,
-                                              log_dir_usage=[{"path": "/d", "total_bytes": 100,
+                                              log_dir_usage=[{"total_bytes": 100,
                                                               "used_bytes": 95}]))
         await h.settle()
         assert balancer.disk_percent(1) == 95.0
@@ -266,7 +266,7 @@ async def test_continuous_moves_replicas_off_a_full_log_dir(tmp_path):
 
 def _usage(percent):
     from controller.partition_autobalancer import LogDirUsage
-    return LogDirUsage("/d", 100, percent)
+    return LogDirUsage(100, percent)
 
 
 async def test_replicas_of_an_unregistered_broker_move_to_the_live_ones(tmp_path):
