@@ -22,8 +22,10 @@
 
 Every move is a reassignment started through the path AlterPartitionReassignments takes
 (ReplicationControlManager._alter_reassignment: the same validation, a PartitionChangeRecord in
-the metadata log), so it survives a controller failover, shows in ListPartitionReassignments,
-and replicates under the replication throttles like any other. At most
+the metadata log), so it survives a controller failover and shows in
+ListPartitionReassignments. It sets no replication throttles itself (not built: Kafka's tools
+set the throttled-replicas lists per move): its moves are throttled where the topics' lists
+cover them (``*``) and a rate is set. At most
 ``partition.autobalancing.concurrent.moves`` partitions move at once (every reassignment in
 progress counts, an operator's too). A partition whose ISR is below its min.insync.replicas,
 or that is being moved already, is never moved; nor is one with a replica on a broker that is
