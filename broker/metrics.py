@@ -522,6 +522,12 @@ class BrokerCollector:
                     "(UnderMinIsrPartitionCount)", len(under_min))
         yield gauge(prefix + "atminisrpartitioncount", "Led partitions whose ISR is exactly min.insync.replicas "
                     "(AtMinIsrPartitionCount)", len(at_min))
+        yield gauge(prefix + "reassigningpartitions", "Led partitions being reassigned (ReassigningPartitions)",
+                    sum(1 for p in leaders if p.is_reassigning))
+        yield gauge("kbroker_replicamanager_reassignment_adding_bytes", "Bytes held by the replicas this broker is "
+                    "adding in reassignments in progress (what they copied so far)",
+                    sum(p.log.size_in_bytes() for p in partitions
+                        if p.log is not None and rm.broker_id in p.adding_replicas))
         for name, value, doc in (("isrshrinks", rm.isr_shrinks, "Committed ISR shrinks (IsrShrinksPerSec)"),
                                  ("isrexpands", rm.isr_expands, "Committed ISR expansions (IsrExpandsPerSec)")):
             family = CounterMetricFamily(prefix + name, doc)

@@ -385,7 +385,19 @@ class KafkaServer:
         return BrokerLifecycleManager(
             broker_id=self.broker_id, time=self.time, channel=self._channel("heartbeat", timeout), listeners=[],
             rack=cfg["broker.rack"], cluster_id=self.cluster_id, heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
-            on_cluster_id=self._on_cluster_id, on_registered=self._on_registered)
+            on_cluster_id=self._on_cluster_id, on_registered=self._on_registered, log_dir_usage=self._log_dir_usage)
+
+    def _log_dir_usage(self) -> list[dict]:
+        """The file system usage of each log dir (statvfs, microseconds), for the heartbeat: used
+        bytes against used + available, as df counts Use% (blocks reserved for root are neither)."""
+        out = []
+        for d in self.config.log_dirs:
+            try:
+                usage = fileio.disk_usage(d)
+            except OSError:
+                continue
+            out.append({"total_bytes": usage.used + usage.free, "used_bytes": usage.used})
+        return out
 
     def _registration_listeners(self) -> list[Listener]:
         """The advertised broker endpoints, the inter-broker listener first (the one the
