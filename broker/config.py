@@ -222,6 +222,8 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("replica.fetch.response.max.bytes", "int", 10485760, low=0),
     _k("replica.fetch.backoff.ms", "int", 1000, low=0),
     _k("replica.socket.timeout.ms", "int", 30000),
+    _k("max.incremental.fetch.session.cache.slots", "int", 1000, "KIP-227: the incremental fetch sessions a broker "
+       "keeps (followers' and consumers')", low=0),
     _k("producer.id.expiration.ms", "int", 86400000, low=1),
     _k("producer.id.expiration.check.interval.ms", "int", 600000, low=1),
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),
