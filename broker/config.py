@@ -231,6 +231,8 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "followers of throttled replicas that are not in the ISR (a dynamic broker config)", low=0),
     _k("follower.replication.throttled.rate", "long", LONG_MAX, "bytes/s this broker fetches as follower for "
        "throttled replicas (a dynamic broker config)", low=0),
+    _k("max.incremental.fetch.session.cache.slots", "int", 1000, "KIP-227: the incremental fetch sessions a broker "
+       "keeps (followers' and consumers')", low=0),
     _k("producer.id.expiration.ms", "int", 86400000, low=1),
     _k("producer.id.expiration.check.interval.ms", "int", 600000, low=1),
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),

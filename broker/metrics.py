@@ -549,6 +549,20 @@ class BrokerCollector:
         yield delayed
         yield expired
 
+        # Incremental fetch sessions (KIP-227; Kafka's FetchSessionCache metrics).
+        apis = getattr(server, "apis", None)
+        if apis is not None:
+            cache = apis.fetch_manager.cache
+            prefix = "kafka_server_fetchsessioncache_"
+            yield gauge(prefix + "numincrementalfetchsessions", "Incremental fetch sessions held "
+                        "(NumIncrementalFetchSessions)", len(cache))
+            yield gauge(prefix + "numincrementalfetchpartitionscached", "Partitions in the incremental fetch "
+                        "sessions held (NumIncrementalFetchPartitionsCached)", cache.total_partitions())
+            family = CounterMetricFamily(prefix + "incrementalfetchsessionevictions", "Sessions evicted to make room "
+                                         "for a new one (IncrementalFetchSessionEvictionsPerSec)")
+            family.add_metric([], cache.evictions)
+            yield family
+
         # The fetchers (follower side).
         fm = server.fetcher_manager
         states = {}

@@ -249,7 +249,8 @@ class KafkaServer:
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
             group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics,
-            authorizer=self.authorizer, credential_cache=self.credential_cache)
+            authorizer=self.authorizer, credential_cache=self.credential_cache,
+            fetch_session_cache_slots=cfg["max.incremental.fetch.session.cache.slots"])
         # Client quotas (KIP-13/55/124): the controller's ClientQuotaRecords, enforced per request
         apis.quotas = ClientQuotas(apis.security_metadata.client_quotas, self.time, samples=cfg["quota.window.num"],
                                    window_seconds=cfg["quota.window.size.seconds"])
