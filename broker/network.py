@@ -463,8 +463,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._account_memory(completed)
 
     def _process_frames(self, frames: list) -> None:
-        # Responses that are ready while this read is processed leave in one writev.
-        self._out = out = []
+        # Responses that are ready while this read is processed leave in one writev per
+        # connection, once the read is done: this connection's, and those of other connections
+        # that its requests completed (a follower's fetch moving the high watermark answers
+        # acks=all produces on every producer's connection; a produce answers followers' parked
+        # fetches). SocketServer.corked holds the connections with answers waiting.
+        server = self.server
+        outer = server.corked is None
+        if outer:
+            server.corked = []
+        if self._out is None:
+            self._out = []
+            server.corked.append(self)  # type: ignore[union-attr]
         try:
             for i, frame in enumerate(frames):
                 if self.closed:
@@ -474,10 +484,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     break
                 self._process(frame)
         finally:
-            self._out = None
-            if out and not self.closed:
-                self.transport.writelines(out)
-                self._update_reading()
+            if outer:
+                server.flush_corked()
 
     def throttle(self, ms: int) -> None:
         """Mute this connection for ``ms`` (a client quota's throttle time, KIP-219): no reads,
@@ -605,6 +613,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """``now``: the clock reading of the response that triggered the flush (metrics)."""
         pending = self._pending
         out = self._out
+        if out is None:
+            corked = self.server.corked
+            if corked is not None and pending and pending[0].done:
+                # answered while another connection's read is processed: written with the
+                # others when that read is done (_process_frames)
+                out = self._out = []
+                corked.append(self)
         wrote = False
         while pending and pending[0].done:
             slot = pending.popleft()
@@ -661,6 +676,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.peer, reason)
         self.closed = True
         if self.transport is not None:
+            out, self._out = self._out, None
+            if out:  # answers of earlier requests, held for the end of a read: they go first
+                self.transport.writelines(out)
             self.transport.close()
         self._release()
 
@@ -697,6 +715,9 @@ class SocketServer:
         self.idle_closed = 0
         self.memory_pool = RequestMemoryPool(queued_max_request_bytes, self) if queued_max_request_bytes > 0 else None
         self.read_buffer = memoryview(bytearray(_READ_BUFFER_SIZE))  # every read lands here first
+        # While a read is processed: the connections whose answers wait to be written when it is
+        # done (KafkaConnection._process_frames); None otherwise.
+        self.corked: list[KafkaConnection] | None = None
         # Security, per listener name (start() fills them from the listener's ListenerSecurity).
         self.listener_auth: dict[str, Any] = {}  # SASL listeners: their ListenerAuthentication
         self.principal_mappers: dict[str, "SslPrincipalMapper"] = {}  # TLS listeners
@@ -714,6 +735,19 @@ class SocketServer:
     def connection_closed(self, conn: KafkaConnection) -> None:
         self.connections.pop(conn, None)
         self.connection_idle()
+
+    def flush_corked(self) -> None:
+        """Write what the connections in ``corked`` have waiting, one writev each (see
+        KafkaConnection._process_frames), and stop corking."""
+        corked, self.corked = self.corked, None
+        if not corked:
+            return
+        for conn in corked:
+            out, conn._out = conn._out, None
+            if out and not conn.closed:
+                conn.transport.writelines(out)
+                self.touch(conn)
+                conn._update_reading()
 
     def touch(self, conn: KafkaConnection) -> None:
         """``conn`` read or wrote: it goes to the back of the idle order."""

@@ -336,3 +336,56 @@ def test_closing_a_muted_connection_drops_its_timer_and_held_requests():
     assert time.pending_timers() == 0
     time.sleep(200)
     assert [c.header.correlation_id for c in apis.contexts] == [1]
+
+
+class AnsweringApis(FakeApis):
+    """Answers a request with api key 1 (a follower's Fetch, say) by completing every request
+    held so far on other connections (the acks=all produces its high watermark move completes),
+    then itself."""
+
+    def handle(self, ctx):
+        if ctx.header.api_key != 1:
+            return super().handle(ctx)
+        for held in self.contexts:
+            held.send_response(f"produce-{held.header.correlation_id}".encode())
+        self.contexts.clear()
+        ctx.send_response(b"fetch")
+
+
+def test_answers_completed_by_another_connections_read_leave_in_one_write_per_connection():
+    # A follower's fetch that moves the high watermark answers several acks=all produces on
+    # each producer's connection: each connection gets one writev once the fetch's read is
+    # processed, not one write per answer (issue 29: a write syscall per produce on the leader).
+    server = SocketServer(AnsweringApis(), max_request_size=1 << 20, max_inflight=10)
+    producer_a, apis, written_a = make(server=server)
+    producer_b, _, written_b = make(server=server)
+    follower, _, written_f = make(server=server)
+    producer_a.data_received(request(0, 1) + request(0, 2))
+    producer_b.data_received(request(0, 7))
+    producer_a.data_received(request(0, 3))
+    assert written_a.written == [] and written_b.written == []
+    follower.data_received(request(1, 99))
+    assert written_a.written == [b"produce-1produce-2produce-3"]
+    assert written_b.written == [b"produce-7"]
+    assert written_f.written == [b"fetch"]
+    assert server.corked is None
+    # outside any read (a timer: a DelayedProduce expiring) an answer is written at once
+    producer_b.data_received(request(0, 8))
+    apis.contexts[0].send_response(b"late")
+    assert written_b.written == [b"produce-7", b"late"]
+
+
+def test_a_connection_closed_while_corked_writes_its_earlier_answers_first():
+    server = SocketServer(AnsweringApis(), max_request_size=1 << 20, max_inflight=10)
+    producer, apis, written = make(server=server)
+    follower, _, _ = make(server=server)
+    producer.data_received(request(0, 1))
+
+    class Closing(AnsweringApis):
+        def handle(self, ctx):
+            super().handle(ctx)
+            producer.close("acks=0 produce failed")
+    follower.dispatcher = Closing()
+    follower.dispatcher.contexts = apis.contexts
+    follower.data_received(request(1, 5))
+    assert written.written == [b"produce-1"] and written.closed
