@@ -17,8 +17,8 @@ quotas   broker/client_quota_manager.py's record_and_get_throttle_time_ms, the b
     .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas]
 
 The machine is shared: the load average is printed with the numbers. Reassignment data rates
-are not measured here (replication throttles are not built); the quota numbers are the
-bookkeeping only (enforcement, the throttle in responses and the muting, is not wired yet)."""
+are not measured here (tests/cluster/test_replication_throttle.py measures a throttled move);
+the quota numbers are the bookkeeping a request pays, not the muting of a throttled connection."""
 
 from __future__ import annotations
 
@@ -143,6 +143,24 @@ def quota_loop(configured: bool, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def quota_child(configured: bool, n: int) -> None:
+    """The callgrind child: ``n`` requests, the same as quota_loop's, counted inside
+    instructions.measured (one lambda call per request on both sides)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from instructions import measured
+    record, clients = quota_workload(configured)
+    for user, client in clients:
+        record(user, client, 1000, 0)
+    k = len(clients)
+    counter = iter(range(1 << 62))
+
+    def one() -> None:
+        i = next(counter)
+        user, client = clients[i % k]
+        record(user, client, 1000, i // 100)
+    measured(one, n)
+
+
 def bench_quotas(rounds: int, n: int = 200_000) -> None:
     on, off = [], []
     for _ in range(rounds):  # interleaved, so both sides see the same machine
@@ -171,7 +189,7 @@ def main() -> None:
     parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)  # side, iterations (bench/instructions.py)
     args = parser.parse_args()
     if args._child:
-        quota_loop(args._child[0] == "on", int(args._child[1]))
+        quota_child(args._child[0] == "on", int(args._child[1]))
         return
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(shared machine: other work runs beside this)")

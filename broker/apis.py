@@ -642,6 +642,13 @@ class KafkaApis:
                     chunks, _ = encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle,
                                                       session_id=session_id, error_code=error)
                     return ctx.send_response(chunks)
+            if request.replica_id >= 0:
+                replication_quotas = self.replica_manager.replication_quotas
+                if replication_quotas is not None and replication_quotas.leader.throttled:
+                    # KIP-73: what throttled partitions send to followers counts against the leader quota
+                    leader_quota = replication_quotas.leader
+                    leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
+                                            if pd.records and leader_quota.is_throttled(topic, pd.partition)))
             if topic_stats is not None:
                 self._fetch_stats(results, topic_stats, request.replica_id >= 0)
             results, session_id, error = context.response(results)
@@ -982,6 +989,14 @@ class KafkaApis:
             return self.send(ctx, api, reconfiguration.apply(api.key, req, allowed))
         body = bytes(memoryview(ctx.frame)[ctx.body_offset:])
         complete = None
+        if api.key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
+            # a broker's own dynamic configs are changed through that broker (Kafka's preprocess)
+            elsewhere = request_checks.broker_resources_of_others(req, self.metadata_cache.broker_id)
+            if elsewhere.complete is not None:
+                complete = elsewhere.complete
+                if elsewhere.request is None:
+                    return self.send(ctx, api, complete(request_checks.empty_response(api.key)))
+                body = api.request.build(version, elsewhere.request)
         if self.authorizer is not None:
             checked = request_checks.screen(api.key, req, lambda *a: self.authorize(ctx, *a),
                                             self.metadata_cache.contains_topic)
@@ -989,7 +1004,8 @@ class KafkaApis:
                 return self.send(ctx, api, forwarding_error_response(api.key, req, checked.error,
                                                                      ERROR_MESSAGES.get(checked.error)))
             if checked.complete is not None:
-                complete = checked.complete
+                first, second = complete, checked.complete
+                complete = second if first is None else (lambda response: first(second(response)))
                 if checked.request is None:
                     return self.send(ctx, api, complete(request_checks.empty_response(api.key)))
                 body = api.request.build(version, checked.request)

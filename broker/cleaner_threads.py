@@ -51,6 +51,18 @@ class CleanerThreads:
         # Given to each pass: called on the cleaner thread after each group it wrote (tests pause here).
         self.on_group_cleaned: Callable[[CleanTask, int], None] | None = None
 
+    def resize(self, threads: int) -> None:
+        """log.cleaner.threads changed (a dynamic broker config): passes start on a pool of the
+        new size from now on; the old pool finishes the passes it runs, then its threads end."""
+        threads = max(1, threads)
+        if threads == self.threads or self._closed:
+            return
+        old, self.threads = self._executor, threads
+        self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="kbroker-cleaner")
+        old.shutdown(wait=False)
+        log.info("log cleaner: %d thread(s)", threads)
+        self.maybe_clean()
+
     @property
     def running(self) -> list[CleanTask]:
         return list(self._running.values())

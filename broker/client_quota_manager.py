@@ -35,9 +35,10 @@ from __future__ import annotations
 USER_TAG, CLIENT_TAG = "user", "client-id"
 
 
-class SampledRate:
+class PySampledRate:
     """Kafka's Rate (SampledStat of ``samples`` windows of ``window_ms``), per second. Keeps
-    the samples' total as it goes (no sum per measure)."""
+    the samples' total as it goes (no sum per measure). The reference for broker/_request_stats.c's
+    SampledRate (``SampledRate`` below is that one when it is built)."""
 
     __slots__ = ("samples", "window_ms", "_starts", "_values", "_total")
 
@@ -111,6 +112,12 @@ class SampledRate:
         return round(total * 1000.0 / bound - elapsed)
 
 
+try:
+    from ._request_stats import SampledRate  # the C helper (setup.py; optional)
+except ImportError:  # pragma: no cover - built by make test-deps
+    SampledRate = PySampledRate  # type: ignore[misc,assignment]
+
+
 def resolve(quotas: dict[frozenset, dict[str, float]], key: str, user: str,
             client_id: str) -> tuple[float, tuple[str, str]] | None:
     """(bound, sensor tags (user, client-id)) of ``key`` for this user and client id, or None
@@ -144,7 +151,6 @@ class ClientQuotaManager:
         self.quotas = quotas
         self.samples = samples
         self.window_ms = window_seconds * 1000
-        self._min_window_ms = (samples - 1) * self.window_ms
         self.sensors: dict[tuple[str, str], SampledRate] = {}
         self.throttle_time_ms: dict[tuple[str, str], int] = {}  # the last throttle earned per sensor (a metric)
         # (user, client id) -> (bound, its sensor) or None: resolved once per client, not per request
@@ -169,8 +175,8 @@ class ClientQuotaManager:
 
     def record_and_get_throttle_time_ms(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Record ``value`` (bytes, or request-time percentage) for this client; the throttle
-        time it earns (0 within its quota, or when none applies). SampledRate's
-        record_and_throttle_ms inlined: this runs for every request of every client."""
+        time it earns (0 within its quota, or when none applies). This runs for every request
+        of every client: one dict lookup and one C call when broker/_request_stats.c is built."""
         if not self.quotas:
             return 0
         try:
@@ -180,21 +186,9 @@ class ClientQuotaManager:
         if found is None:
             return 0
         bound, tags, rate = found
-        starts = rate._starts
-        w = self.window_ms
-        if not starts or now_ms >= starts[-1] + w or starts[0] <= now_ms - rate.samples * w:
-            rate.record(value, now_ms)  # a new sample, or old ones to drop: the general path
-            total = rate._total
-        else:
-            rate._values[-1] += value
-            total = rate._total = rate._total + value
-        elapsed = now_ms - starts[0]
-        if elapsed < self._min_window_ms:  # fewer than samples - 1 full windows (Kafka's Rate.windowSize)
-            elapsed = self._min_window_ms + elapsed % w
-        if total * 1000.0 <= bound * elapsed:
-            return 0
-        throttle = round(total * 1000.0 / bound - elapsed)
-        self.throttle_time_ms[tags] = throttle
+        throttle = rate.record_and_throttle_ms(value, now_ms, bound)
+        if throttle:
+            self.throttle_time_ms[tags] = throttle
         return throttle
 
     def _found(self, user: str, client_id: str):

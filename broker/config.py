@@ -186,6 +186,9 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("connections.max.idle.ms", "long", 600000, "close connections idle (or stuck mid-frame) this long; -1: never"),
     _k("quota.window.num", "int", 11, "samples of each client quota's rate (Kafka's)", low=1),
     _k("quota.window.size.seconds", "int", 1, "length of each client quota sample (Kafka's)", low=1),
+    _k("replication.quota.window.num", "int", 11, "samples of each replication throttle's rate (Kafka's)", low=1),
+    _k("replication.quota.window.size.seconds", "int", 1, "length of each replication throttle sample (Kafka's)",
+       low=1),
     _k("queued.max.request.bytes", "long", -1, "bytes of requests read but not processed, all connections; -1: no limit"),
     _k("log.segment.bytes", "int", 1073741824, low=14),
     _k("log.roll.ms", "long", None),
@@ -224,6 +227,12 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("replica.socket.timeout.ms", "int", 30000),
     _k("max.incremental.fetch.session.cache.slots", "int", 1000, "KIP-227: the incremental fetch sessions a broker "
        "keeps (followers' and consumers')", low=0),
+    # KIP-73 replication throttles (dynamic broker configs, bytes/s; Kafka's default: unbounded). The
+    # replicas they apply to are the topics' leader/follower.replication.throttled.replicas.
+    _k("leader.replication.throttled.rate", "long", LONG_MAX, "bytes/s this broker sends as leader to the "
+       "followers of throttled replicas that are not in the ISR (a dynamic broker config)", low=0),
+    _k("follower.replication.throttled.rate", "long", LONG_MAX, "bytes/s this broker fetches as follower for "
+       "throttled replicas (a dynamic broker config)", low=0),
     _k("producer.id.expiration.ms", "int", 86400000, low=1),
     _k("producer.id.expiration.check.interval.ms", "int", 600000, low=1),
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),
@@ -348,6 +357,10 @@ class KafkaConfig:
     def __init__(self, props: Mapping[str, Any] | None = None) -> None:
         props = dict(props or {})
         self.originals = props
+        # The dynamic broker configs in force (broker/dynamic_config.py keeps them): the
+        # cluster-wide default's and this broker's own, raw.
+        self.dynamic_default: dict[str, str] = {}
+        self.dynamic_broker: dict[str, str] = {}
         self._implicit_controller_listener: Endpoint | None = None
         self.values: dict[str, Any] = {}
         for name, key in KEYS.items():
@@ -567,7 +580,9 @@ class KafkaConfig:
             if key in acted_on:
                 out[key] = acted_on[key]
             else:  # accepted, not acted on: the broker key's value as given, else Kafka's default
-                given = [str(self.originals[name]).strip() for name in synonyms if name in self.originals]
+                given = [str(source[name]).strip() for source in (self.dynamic_broker, self.dynamic_default,
+                                                                  self.originals)
+                         for name in synonyms if name in source]
                 out[key] = given[0] if given else PASSIVE_TOPIC_DEFAULTS[key]
         return out
 
@@ -579,14 +594,17 @@ class KafkaConfig:
     def topic_default_sources(self) -> dict[str, int]:
         """DescribeConfigs' config_source of each topic config a topic does not set, as Kafka's
         ConfigHelper.createTopicConfigEntry finds it: its broker synonyms (TOPIC_CONFIG_SYNONYMS)
-        looked up in the dynamic broker configs (kbroker has none), the static ones (what
-        server.properties, the environment or --override set) and the defaults, in that order;
+        looked up in the dynamic broker configs (this broker's, then the cluster-wide default's),
+        the static ones (what server.properties, the environment or --override set) and the
+        defaults, in that order;
         the list is kept from the first entry named after the config's own broker key (so a
         topic whose retention comes from a static log.retention.hours reads DEFAULT_CONFIG, as
         in Kafka); the first entry's source, or DEFAULT_CONFIG when none is left."""
         out = {}
         for key, synonyms in TOPIC_CONFIG_SYNONYMS.items():
-            found = [(name, CONFIG_SOURCE_STATIC_BROKER) for name in synonyms if name in self.originals]
+            found = [(name, CONFIG_SOURCE_DYNAMIC_BROKER) for name in synonyms if name in self.dynamic_broker]
+            found += [(name, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER) for name in synonyms if name in self.dynamic_default]
+            found += [(name, CONFIG_SOURCE_STATIC_BROKER) for name in synonyms if name in self.originals]
             found += [(name, CONFIG_SOURCE_DEFAULT) for name in synonyms if _broker_default(name) is not None]
             while found and found[0][0] != synonyms[0]:
                 found.pop(0)
@@ -665,6 +683,78 @@ PASSIVE_TOPIC_DEFAULTS: dict[str, str] = {
 }
 
 
+# -- dynamic broker configs (Kafka's DynamicBrokerConfig, KIP-226) -----------------------------
+#
+# Set with IncrementalAlterConfigs / AlterConfigs on a BROKER resource: "N" (broker N) or ""
+# (the cluster-wide default), kept by the controller as ConfigRecords (resource type 4) and sent
+# to every broker with the security records. Precedence: per-broker dynamic, cluster-wide
+# dynamic, static (server.properties, environment, --override), Kafka's default.
+
+# Kafka's DynamicLogConfig.ReconfigurableConfigs: the broker keys behind the topic configs.
+DYNAMIC_LOG_KEYS = frozenset(name for synonyms in TOPIC_CONFIG_SYNONYMS.values() for name in synonyms) - {
+    "log.message.format.version"}
+# Kafka's dynamic broker configs that kbroker applies at once, without a restart.
+DYNAMIC_APPLIED_KEYS = frozenset({k for k in DYNAMIC_LOG_KEYS if k in KEYS} | {
+    "log.cleaner.threads", "log.cleaner.backoff.ms",  # LogCleaner.ReconfigurableConfigs
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate",  # KIP-73
+    "producer.id.expiration.ms",  # DynamicProducerStateManagerConfig
+})
+# Kafka's dynamic broker configs kbroker accepts and keeps without acting on them (thread pools,
+# connection limits, cleaner buffers: nothing here uses them; the passive log keys).
+DYNAMIC_PASSIVE_KEYS = frozenset((DYNAMIC_LOG_KEYS - DYNAMIC_APPLIED_KEYS) | {
+    "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+    "background.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second", "max.connections",
+    "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connection.creation.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second", "metric.reporters"})
+DYNAMIC_BROKER_KEYS = DYNAMIC_APPLIED_KEYS | DYNAMIC_PASSIVE_KEYS
+# Kafka's DynamicSecurityConfigs (SslConfigs.RECONFIGURABLE_CONFIGS): per listener only.
+DYNAMIC_SECURITY_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates", "ssl.protocol", "ssl.provider",
+    "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.secure.random.implementation", "ssl.endpoint.identification.algorithm", "ssl.client.auth",
+    "ssl.engine.factory.class"})
+_LISTENER_PREFIXED = re.compile(r"^listener\.name\.[^.]*\.(.*)$")
+
+
+def _scala_set(names: Iterable[str]) -> str:
+    return "Set(" + ", ".join(sorted(names)) + ")"
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str], per_broker: bool) -> str | None:
+    """Kafka's DynamicBrokerConfig.validateConfigs of the configs a broker resource would have:
+    the reason they are refused (Kafka answers INVALID_REQUEST, KAFKA-13609), or None.
+
+    * a key Kafka (or kbroker) has but only reads at start: "Cannot update these configs
+      dynamically" (listener.name.* keys too: kbroker reloads a listener's key stores live
+      only when they come alone, broker/security/reconfigure.py, and does not keep them);
+    * an SSL key without a listener prefix: per listener only;
+    * a per-broker key at the cluster-wide level;
+    * a value the key's type or range refuses.
+
+    A key Kafka does not know is a custom config, accepted and kept (Kafka's Broker.validate
+    allows custom props); nothing here reads it."""
+    static = [k for k in configs if k not in DYNAMIC_BROKER_KEYS and k not in DYNAMIC_SECURITY_KEYS and (
+        k in KEYS or k in IGNORED_KAFKA_KEYS or _LISTENER_PREFIXED.match(k))]
+    if static:
+        return f"Cannot update these configs dynamically: {_scala_set(static)}"
+    security = [k for k in configs if k in DYNAMIC_SECURITY_KEYS]
+    if security:
+        return ("These security configs can be dynamically updated only per-listener using the listener prefix: "
+                f"{_scala_set(security)}")
+    for name, value in configs.items():
+        key = KEYS.get(name)
+        if key is None:
+            continue
+        try:
+            key.parse(value)
+        except ConfigError as exc:
+            return f"Invalid value {value} for configuration {name}: {exc}"
+    return None
+
+
 def topic_config_entries(overrides: Mapping[str, str], defaults: Mapping[str, str],
                          default_sources: Mapping[str, int] | None = None) -> list[tuple[str, str, int]]:
     """DescribeConfigs of a topic, as (name, value, config_source): every topic config
@@ -704,6 +794,9 @@ def validate_topic_name(name: str) -> str | None:
     return None
 
 
+_THROTTLED_REPLICA = re.compile(r"^([0-9]+:[0-9]+)?$")
+
+
 def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) -> str | None:
     """The reason a topic's config overrides are invalid (Kafka's INVALID_CONFIG), or None:
     names that are no topic configs (TOPIC_CONFIG_SYNONYMS), or values storage.LogConfig rejects."""
@@ -714,6 +807,13 @@ def validate_topic_configs(configs: dict[str, str], defaults: dict[str, str]) ->
             return f"Unknown topic config name: {key}"
     if configs.get("unclean.leader.election.enable", "false").strip().lower() not in ("true", "false"):
         return "unclean.leader.election.enable: expected true or false"
+    for key in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+        # Kafka's ThrottledReplicaListValidator
+        value = configs.get(key)
+        if value is not None and value.strip() != "*" and not all(
+                _THROTTLED_REPLICA.match(item.strip()) for item in value.split(",")):
+            return (f"Invalid value {value} for configuration {key}: {key} must be the literal '*' or a list of "
+                    "replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
     try:
         LogConfig.from_topic_properties({**defaults, **configs})
     except ValueError as exc:

@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING
 from protocol.errors import ErrorCode
 from storage import LogConfig
 
-from .config import CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_STATIC_BROKER, topic_config_entries
+from .config import (CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_DYNAMIC_BROKER, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER,
+                     CONFIG_SOURCE_STATIC_BROKER,
+                     DYNAMIC_BROKER_KEYS, topic_config_entries)
 
 if TYPE_CHECKING:
     from .config import KafkaConfig
+    from .dynamic_config import DynamicBrokerConfig
     from .metadata_cache import MetadataCache
 
 # DescribeConfigs resource types (Kafka's ConfigResource.Type).
@@ -32,6 +35,7 @@ class ConfigRepository:
         self.config = config
         self.broker_id = broker_id
         self.metadata_cache = metadata_cache
+        self.dynamic: "DynamicBrokerConfig | None" = None  # the dynamic broker configs (set by the server)
         # LogConfig (immutable) per set of overrides, for the broker's topic defaults of the
         # time: thousands of partitions of one topic share one, built once.
         self._log_configs: dict[tuple[tuple[tuple[str, str], ...], frozenset[tuple[str, str]]], LogConfig] = {}
@@ -67,9 +71,16 @@ class ConfigRepository:
                                            self.config.topic_default_sources())
             return ErrorCode.NONE, None, [(k, v, False, source) for k, v, source in entries]
         if resource_type == RESOURCE_BROKER:
-            if name and name != str(self.broker_id):
-                return ErrorCode.INVALID_REQUEST, f"this is broker {self.broker_id}, not {name}", []
+            dynamic = self.dynamic
+            if name == "":
+                # the cluster-wide default resource: its dynamic configs only (Kafka's ConfigHelper)
+                defaults = dynamic.defaults if dynamic is not None else {}
+                return ErrorCode.NONE, None, [(k, v, False, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER)
+                                              for k, v in sorted(defaults.items())]
+            if name != str(self.broker_id):
+                return ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {self.broker_id}, but received {name}", []
             entries = []
+            shown = set()
             for key, value in sorted(self.config.values.items()):
                 if value is None:
                     continue
@@ -77,7 +88,20 @@ class ConfigRepository:
                     text = ",".join(value)
                 else:
                     text = str(value).lower() if isinstance(value, bool) else str(value)
-                source = CONFIG_SOURCE_STATIC_BROKER if key in self.config.originals else CONFIG_SOURCE_DEFAULT
-                entries.append((key, text, True, source))
+                if dynamic is not None:
+                    source = dynamic.source(key)
+                else:
+                    source = CONFIG_SOURCE_STATIC_BROKER if key in self.config.originals else CONFIG_SOURCE_DEFAULT
+                # read_only as Kafka marks it: a key that cannot be changed without a restart
+                entries.append((key, text, key not in DYNAMIC_BROKER_KEYS, source))
+                shown.add(key)
+            if dynamic is not None:  # kept, not acted on (passive and custom keys): shown as set
+                for source, values in ((CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER, dynamic.defaults),
+                                       (CONFIG_SOURCE_DYNAMIC_BROKER, dynamic.per_broker)):
+                    for key, text in values.items():
+                        if key not in shown:
+                            entries = [e for e in entries if e[0] != key]
+                            entries.append((key, text, False, source))
+                entries.sort()
             return ErrorCode.NONE, None, entries
         return ErrorCode.INVALID_REQUEST, f"resource type {resource_type} is not supported", []

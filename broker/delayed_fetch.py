@@ -88,6 +88,11 @@ class DelayedFetch(DelayedOperation):
         positions = self._positions
         accumulated = 0
         i = 0
+        throttled = None
+        if params.replica_id >= 0:
+            quotas = getattr(self.replica_manager, "replication_quotas", None)
+            if quotas is not None and quotas.leader.throttled:  # KIP-73 leader throttle set: ask per partition
+                throttled = self.replica_manager.leader_throttled
         for topic, parts in self.topics:
             for fp in parts:
                 parked_log, fetch_meta = positions[i]
@@ -101,6 +106,8 @@ class DelayedFetch(DelayedOperation):
                 fetch_offset = fp.fetch_offset
                 if fetch_offset > log.log_end_offset or fetch_offset < log.log_start_offset:
                     return self.force_complete()
+                if throttled is not None and throttled(partition, params.replica_id):
+                    continue  # Kafka: a throttled replica's new data does not complete the fetch early
                 committed = params.isolation == FETCH_TXN_COMMITTED
                 end = log.log_end_offset if from_leo else (log.last_stable_offset if committed else log.high_watermark)
                 if end > fetch_offset:

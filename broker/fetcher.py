@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from storage import Log
 
     from .partition import Partition
+    from .replication_quota import ReplicationQuotaManager
 
 log = logging.getLogger("kbroker.fetcher")
 
@@ -86,6 +87,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self.session = FetchSessionHandler(source_id)  # KIP-227, with the source broker
+        self._throttled_until_ms = 0.0  # every ready partition held back by the follower quota until then
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(source={self.source_id} at {self.host}:{self.port}, {len(self.partitions)} partitions)"
@@ -147,6 +149,8 @@ class ReplicaFetcher:
         self._wakeup.clear()
         now = self.manager.time.monotonic_ms()
         delays = [s.delayed_until_ms - now for s in self.partitions.values() if s.delayed_until_ms > now]
+        if self._throttled_until_ms > now:
+            delays.append(self._throttled_until_ms - now)
         timer = self.manager.time.schedule(min(delays), self._wakeup.set) if delays else None
         try:
             await self._wakeup.wait()
@@ -263,11 +267,25 @@ class ReplicaFetcher:
 
         In an incremental fetch session (KIP-227, protocol/fetch_session.py) the request names
         only the partitions whose fetch position changed, and the leader answers only those
-        with something new: an idle partition costs neither bytes nor work per fetch."""
+        with something new: an idle partition costs no request or response bytes."""
         ready = {k: s for k, s in self._ready().items() if not s.truncating}
         if not ready:
             return False
         m = self.manager
+        quota = getattr(m, "follower_quota", None)
+        if quota is not None and quota.throttled:
+            # KIP-73 (Kafka's ReplicaFetcherThread.shouldFollowerThrottle): a throttled partition
+            # this replica has not caught up on is left out while the follower quota is exceeded
+            held = [k for k, s in ready.items() if s.lag != 0 and quota.is_throttled(*k)]
+            if held and quota.is_quota_exceeded():
+                quota.throttled_fetches += len(held)
+                for k in held:
+                    del ready[k]
+                if not ready:
+                    # back when the rate is within the quota again (at most replica.fetch.backoff.ms)
+                    wait = min(m.backoff_ms, max(1, quota.throttle_time_ms()))
+                    self._throttled_until_ms = m.time.monotonic_ms() + wait
+                    return False
         wanted = {}
         for key, state in ready.items():
             log_ = state.partition.log
@@ -310,6 +328,9 @@ class ReplicaFetcher:
                 topic_stats = self.manager.topic_stats
                 if topic_stats is not None:
                     topic_stats.topic(key[0]).replication_bytes_in += len(pd.records)
+                quota = getattr(self.manager, "follower_quota", None)
+                if quota is not None and quota.is_throttled(*key):  # in sync or not (Kafka's rule)
+                    quota.record(len(pd.records))
             # The HW first (clamped to our LEO), then the log start: the leader's log start is at
             # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
             if pd.log_start_offset > log_.log_start_offset and BUG_LOG_START_BEFORE_HW:
@@ -378,6 +399,8 @@ class ReplicaFetcherManager:
         self.backoff_ms = config["replica.fetch.backoff.ms"]
         self.socket_timeout_ms = config["replica.socket.timeout.ms"]
         self.topic_stats = None  # BrokerTopicStats, for ReplicationBytesIn (set by the server when metrics are on)
+        # KIP-73: the follower replication quota (broker/replication_quota.py; set by the server)
+        self.follower_quota: "ReplicationQuotaManager | None" = None
         # Called after a truncation below a log's recovery point (the server sets the LogManager's
         # checkpoint_recovery_points_after_truncation): the lowered recovery point is written at once.
         self.on_truncated_below_recovery_point: Callable[[Log], None] | None = None

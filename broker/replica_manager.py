@@ -31,6 +31,7 @@ from .partition import (FETCH_LOG_END, FETCH_TXN_COMMITTED, LOCAL_ALTER_PARTITIO
 from .purgatory import DelayedOperationPurgatory
 
 if TYPE_CHECKING:
+    from .replication_quota import ReplicationQuotaManager, ReplicationQuotas
     from storage import LogConfig, LogManager
 
     from .fetcher import ReplicaFetcherManager
@@ -81,6 +82,8 @@ class ReplicaManager:
                  topic_stats: "BrokerTopicStats | None" = None) -> None:
         self.broker_id = broker_id
         self.topic_stats = topic_stats  # BrokerTopicMetrics (None: metrics off)
+        # KIP-73 replication throttles (broker/replication_quota.py; None: not set up)
+        self.replication_quotas: "ReplicationQuotas | None" = None
         self.isr_shrinks = 0  # committed ISR changes of partitions this broker leads (IsrShrinksPerSec)
         self.isr_expands = 0
         self.time = time
@@ -306,6 +309,8 @@ class ReplicaManager:
         min_one = True
         out = []
         isolation = params.isolation
+        quotas = self.replication_quotas
+        leader_quota = quotas.leader if quotas is not None and params.replica_id >= 0 and quotas.leader.throttled else None
         for topic, parts in topics:
             topic_out = []
             for fp in parts:
@@ -317,8 +322,14 @@ class ReplicaManager:
                     lso = log_.last_stable_offset
                     leo = log_.log_end_offset
                     max_offset = None if isolation == FETCH_LOG_END else (lso if isolation == FETCH_TXN_COMMITTED else hw)
-                    data = log_.read(fp.fetch_offset, min(fp.partition_max_bytes, limit), max_offset, min_one)
-                    records = data.records
+                    if leader_quota is not None and self.should_leader_throttle(leader_quota, partition,
+                                                                                params.replica_id):
+                        # Kafka's readFromLog: a throttled replica's fetch gets no records (KIP-73)
+                        leader_quota.throttled_fetches += 1
+                        records = b""
+                    else:
+                        data = log_.read(fp.fetch_offset, min(fp.partition_max_bytes, limit), max_offset, min_one)
+                        records = data.records
                     n = len(records)
                     if n:
                         min_one = False
@@ -348,6 +359,20 @@ class ReplicaManager:
                 topic_out.append(pd)
             out.append((topic, topic_out))
         return out
+
+    @staticmethod
+    def should_leader_throttle(quota: "ReplicationQuotaManager", partition: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a throttled partition, a follower out of the ISR, the
+        leader quota exceeded."""
+        return (quota.is_throttled(partition.topic, partition.partition) and replica_id not in partition.isr
+                and quota.is_quota_exceeded())
+
+    def leader_throttled(self, partition: Partition, replica_id: int) -> bool:
+        """Whether a follower's fetch of ``partition`` gets no records now (DelayedFetch asks)."""
+        quotas = self.replication_quotas
+        if quotas is None or replica_id < 0 or not quotas.leader.throttled:
+            return False
+        return self.should_leader_throttle(quotas.leader, partition, replica_id)
 
     def _update_follower_fetch_state(self, partition: Partition, replica_id: int, fp, leader_leo: int) -> None:
         if not partition.is_leader:
@@ -609,6 +634,11 @@ class ReplicaManager:
         for (topic, _p), log_ in self.log_manager.all_logs().items():
             if topic in wanted:
                 log_.update_config(self.log_config_for(topic))
+        quotas = self.replication_quotas
+        if quotas is not None:  # the throttled replicas (KIP-73) are topic configs too
+            cache = self.metadata_cache
+            quotas.topic_configs_changed({t: (cache.topics[t].configs if t in cache.topics else {}) for t in wanted},
+                                         wanted)
 
     def stop_replicas(self, keys: Iterable[tuple[str, int]], delete: bool,
                       leader_epoch: int | None = None) -> dict[tuple[str, int], int]:

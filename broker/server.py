@@ -48,8 +48,10 @@ from .apis import KafkaApis
 from .broker_lifecycle import BrokerLifecycleManager, Listener
 from .cleaner_threads import CleanerThreads
 from .client_quota_manager import ClientQuotas
-from .config import ConfigError, Endpoint, KafkaConfig, read_properties
+from .config import DYNAMIC_LOG_KEYS, ConfigError, Endpoint, KafkaConfig, read_properties
 from .config_repository import ConfigRepository
+from .dynamic_config import DynamicBrokerConfig
+from .replication_quota import ReplicationQuotas
 from .controller_channel import ControllerChannel
 from .coordinator import GroupCoordinatorAdapter, GroupCoordinatorConfig
 from .coordinator.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
@@ -138,6 +140,8 @@ class KafkaServer:
         self.metrics = metrics if metrics is not None else ProcessMetrics(config, time, serve=False)
         self.collector: BrokerCollector | None = None  # replication, purgatories, logs (when metrics are on)
         self.reconfiguration: ListenerReconfiguration | None = None  # TLS key stores reloaded live
+        self.dynamic_config: DynamicBrokerConfig | None = None  # dynamic broker configs (KIP-226)
+        self.replication_quotas: ReplicationQuotas | None = None  # KIP-73 replication throttles
         # The broker's one cache of SCRAM credentials: filled from the controller's records
         # (KafkaApis' UpdateMetadata), read by the SCRAM authenticator.
         self.credential_cache = CredentialCache()
@@ -251,6 +255,19 @@ class KafkaServer:
         apis.quotas = ClientQuotas(apis.security_metadata.client_quotas, self.time, samples=cfg["quota.window.num"],
                                    window_seconds=cfg["quota.window.size.seconds"])
         apis.security_metadata.on_quotas_changed = apis.quotas.quotas_changed
+        # Dynamic broker configs (KIP-226): the controller's ConfigRecords of BROKER resources,
+        # applied without a restart (broker/dynamic_config.py)
+        self.dynamic_config = DynamicBrokerConfig(cfg, self.broker_id)
+        configs.dynamic = self.dynamic_config
+        apis.security_metadata.on_broker_configs = self.dynamic_config.apply
+        self.dynamic_config.listeners.append(self._dynamic_configs_changed)
+        # KIP-73 replication throttles: rates from the dynamic broker configs, replicas from the topic configs
+        self.replication_quotas = ReplicationQuotas(
+            self.broker_id, self.time, samples=cfg["replication.quota.window.num"],
+            window_seconds=cfg["replication.quota.window.size.seconds"],
+            leader_rate=cfg["leader.replication.throttled.rate"], follower_rate=cfg["follower.replication.throttled.rate"])
+        self.replica_manager.replication_quotas = self.replication_quotas
+        self.fetcher_manager.follower_quota = self.replication_quotas.follower
         if self.has_controller:  # the credentials the controller gives it: where the next start begins
             self.apis.security_metadata.on_credentials_changed = lambda: write_credentials(
                 cfg.metadata_log_dir, self.credential_cache, self.time.milliseconds())
@@ -264,7 +281,8 @@ class KafkaServer:
         if metrics_on:
             self.collector = BrokerCollector(self, self.metrics.per_partition)
             self.collector.recovery_seconds = recovery_seconds
-            for collector in (topic_stats, request_metrics, self.socket_server, self.collector, self.apis.quotas):
+            for collector in (topic_stats, request_metrics, self.socket_server, self.collector, self.apis.quotas,
+                              self.replication_quotas):
                 self.metrics.registry.register(collector)
         if self.lifecycle is not None:
             self.apis.hold_until_live()  # wait_until_live serves them
@@ -500,6 +518,24 @@ class KafkaServer:
             self.cleaner_threads = CleanerThreads(self.log_cleaner, cfg["log.cleaner.threads"],
                                                   lm.checkpoint_cleaner_offsets)
             self._schedule_periodic("log-cleaner", max(1, cfg["log.cleaner.backoff.ms"]),
+                                    self.cleaner_threads.maybe_clean)
+
+    def _dynamic_configs_changed(self, changed: set[str]) -> None:
+        """Dynamic broker configs changed (their values are in self.config already): what read
+        them once takes the new values."""
+        if changed & (DYNAMIC_LOG_KEYS | {"producer.id.expiration.ms"}) and self.replica_manager is not None:
+            # the topic defaults moved: every log takes its LogConfig again (topics' own overrides still win)
+            self.replica_manager.topic_configs_changed({topic for topic, _p in self.log_manager.all_logs()})
+        if changed & {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}:
+            if self.replication_quotas is not None:
+                self.replication_quotas.configs_changed(self.config)
+        if "log.cleaner.threads" in changed and self.cleaner_threads is not None:
+            self.cleaner_threads.resize(self.config["log.cleaner.threads"])
+        if "log.cleaner.backoff.ms" in changed and self.cleaner_threads is not None:
+            timer = self._timers.pop("log-cleaner", None)
+            if timer is not None:
+                timer.cancel()
+            self._schedule_periodic("log-cleaner", max(1, self.config["log.cleaner.backoff.ms"]),
                                     self.cleaner_threads.maybe_clean)
 
     def _flush_pass(self) -> None:

@@ -1,5 +1,5 @@
 """``python -m cli``: the ``kbroker`` command."""
 
-from cli.main import main
+from cli.entry import main
 
 raise SystemExit(main())

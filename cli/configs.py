@@ -9,8 +9,9 @@ through any broker, which forwards it to the controller).
 ``describe`` shows each key's value and its source, named as Kafka names them
 (DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, ...); without ``--all`` only the
 keys set somewhere (not DEFAULT_CONFIG), as kafka-configs.sh lists a resource's own configs.
-A broker's configs are asked of that broker. Setting broker configs needs dynamic broker
-configs on the controller (refused with INVALID_REQUEST where they are not supported)."""
+A broker's configs are asked of (and changed through) that broker. Broker configs set here are
+dynamic broker configs (KIP-226): kept by the controller, applied by the brokers without a
+restart; a key that only takes effect at start is refused with INVALID_REQUEST, as Kafka does."""
 
 from __future__ import annotations
 
@@ -57,14 +58,14 @@ async def describe(client: KafkaClient, args: argparse.Namespace) -> int:
 
 
 async def set_configs(client: KafkaClient, args: argparse.Namespace) -> int:
-    resource_type, name, _node, what = _resource(args)
-    await client.incremental_alter_configs(resource_type, name, [(k, SET, v) for k, v in args.pairs])
+    resource_type, name, node, what = _resource(args)
+    await client.incremental_alter_configs(resource_type, name, [(k, SET, v) for k, v in args.pairs], node)
     print(f"Completed updating config for {what}.")
     return 0
 
 
 async def delete_configs(client: KafkaClient, args: argparse.Namespace) -> int:
-    resource_type, name, _node, what = _resource(args)
-    await client.incremental_alter_configs(resource_type, name, [(k, DELETE, None) for k in args.keys])
+    resource_type, name, node, what = _resource(args)
+    await client.incremental_alter_configs(resource_type, name, [(k, DELETE, None) for k in args.keys], node)
     print(f"Completed updating config for {what}.")
     return 0

@@ -341,6 +341,13 @@ def _reassign_arguments(reassign: argparse.ArgumentParser, decommission_: argpar
     reassign.add_argument("--reassignment-json-file", help="a plan (--execute, --verify, --cancel)")
     reassign.add_argument("--additional", action="store_true",
                           help="execute while other reassignments are in progress")
+    reassign.add_argument("--throttle", type=int, metavar="BYTES/s",
+                          help="replication throttle of the moves (--execute; with --additional: a new rate for "
+                               "the moves in progress); --verify clears it once they are done")
+    reassign.add_argument("--replica-alter-log-dirs-throttle", type=int, metavar="BYTES/s",
+                          help="refused: kbroker has no AlterReplicaLogDirs (KIP-113)")
+    reassign.add_argument("--preserve-throttles", action="store_true",
+                          help="--verify leaves the throttles in place")
     decommission_.add_argument("--broker", type=int, required=True, help="the broker to empty")
     decommission_.add_argument("--timeout", type=float, default=600, help="seconds to wait (default %(default)s)")
     decommission_.add_argument("--no-unregister", action="store_true",
@@ -386,6 +393,17 @@ def _add_cluster(commands: Subcommands) -> None:
                        "--cancel, --list"),
         client_command(actions, "decommission", "cli.reassign:decommission",
                        "move every replica off a broker, wait, then unregister it once stopped"))
+    balance = client_command(actions, "balance", "cli.balance:run",
+                             "even replicas and preferred leaders across the live brokers, racks apart, moving as "
+                             "little as it can (--execute: move, wait, elect preferred leaders)")
+    balance.add_argument("--execute", action="store_true", help="start the moves, wait, then elect preferred leaders")
+    balance.add_argument("-t", "--topic", action="append", help="only these topics (repeatable; default all)")
+    balance.add_argument("--exclude-internal", action="store_true",
+                         help="leave __consumer_offsets and __transaction_state where they are")
+    balance.add_argument("--output-json-file", metavar="F", help="also write the proposed plan to F (JSON)")
+    balance.add_argument("--timeout", type=float, default=600, help="seconds to wait for the moves (default %(default)s)")
+    balance.add_argument("--no-wait", action="store_true", help="start the moves and return (no election)")
+    balance.add_argument("--no-elect", action="store_true", help="no preferred leader election after the moves")
     dirs = client_command(actions, "log-dirs", "cli.cluster_ops:log_dirs",
                           "per broker and log dir: each partition's size and offset lag (DescribeLogDirs)")
     dirs.add_argument("--broker", type=int, action="append", help="only this broker (repeatable; default all)")
@@ -399,7 +417,7 @@ def _add_cluster(commands: Subcommands) -> None:
 
 
 def _add_health(commands: Subcommands) -> None:
-    from cli.health import own_listener
+    from cli.entry import own_listener
     health = client_command(commands, "health", "cli.health:run",
                             "exit 0 if the broker or controller answers ApiVersions, 1 if not (the image's HEALTHCHECK)",
                             bootstrap_default=own_listener(os.environ), bare=True)

@@ -2,8 +2,8 @@
 over the protocol, with kafka-reassign-partitions.sh's JSON plan format and messages.
 
     kbroker cluster reassign --generate --topics-to-move-json-file F --broker-list 2,3,4
-    kbroker cluster reassign --execute --reassignment-json-file F [--additional]
-    kbroker cluster reassign --verify --reassignment-json-file F
+    kbroker cluster reassign --execute --reassignment-json-file F [--additional] [--throttle BYTES/s]
+    kbroker cluster reassign --verify --reassignment-json-file F [--preserve-throttles]
     kbroker cluster reassign --cancel --reassignment-json-file F
     kbroker cluster reassign --list
     kbroker cluster decommission --broker N [--timeout S] [--no-unregister]
@@ -15,6 +15,16 @@ brokers not listed, racks apart, counts even, as little moved as it can). ``--ex
 while partitions are moving unless ``--additional``. ``--verify`` says, per partition, whether
 its move is complete, with the bytes the new replicas hold against what they must copy (a
 progress bar, from DescribeLogDirs); it exits 1 while any is in progress.
+
+``--throttle BYTES/s`` (KIP-73), as kafka-reassign-partitions.sh sets it: every broker the moves
+involve (their current and new replicas) gets ``leader.replication.throttled.rate`` and
+``follower.replication.throttled.rate`` (dynamic broker configs), and each moving topic
+``leader.replication.throttled.replicas`` (the partitions' current replicas, "p:b,...") and
+``follower.replication.throttled.replicas`` (their new replicas); the moves already in progress
+count too, so ``--additional --throttle`` changes the rate of a running move. ``--verify``, once
+every partition of the plan has moved, clears the rates on every broker and the throttled
+replicas of the plan's topics (unless ``--preserve-throttles``). ``--replica-alter-log-dirs-throttle``
+is refused: kbroker has no AlterReplicaLogDirs (KIP-113).
 
 ``decommission`` moves every replica off broker N (onto the other live brokers, racks apart),
 waits until no partition lists N, then waits for N to stop and unregisters it
@@ -39,8 +49,12 @@ from protocol.balance import plan_balance
 from protocol.client import KafkaClient
 from protocol.client.metadata import TopicPartition
 
-TOPIC = 2
+TOPIC, BROKER = 2, 4
+SET, DELETE = 0, 1
 POLL_S = 0.5
+RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
+             "replica.alter.log.dirs.io.max.bytes.per.second")
+REPLICAS_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
 
 def _plan_json(assignment: dict[TopicPartition, list[int]]) -> str:
@@ -100,20 +114,85 @@ async def generate(client: KafkaClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def move_map(ongoing: dict, plan: dict[TopicPartition, list[int]], current: dict[TopicPartition, list[int]]
+             ) -> dict[TopicPartition, tuple[list[int], list[int]]]:
+    """Kafka's calculateProposedMoveMap: per partition moving (in progress or planned), (its
+    sources: the replicas it had before any move, its destinations: the new ones)."""
+    moves: dict[TopicPartition, tuple[list[int], list[int]]] = {}
+    for tp, m in ongoing.items():
+        sources = [r for r in m.replicas if r not in m.adding]
+        targets = [r for r in m.replicas if r not in m.removing]
+        moves[tp] = (sources, [r for r in targets if r not in sources])
+    for tp, target in plan.items():
+        sources = moves[tp][0] if tp in moves else list(current.get(tp, []))
+        moves[tp] = (sources, [r for r in target if r not in sources])
+    return moves
+
+
+def throttled_replicas(moves: dict[TopicPartition, tuple[list[int], list[int]]]
+                       ) -> dict[str, tuple[str, str]]:
+    """Per topic, (leader.replication.throttled.replicas, follower.replication.throttled.replicas):
+    every source replica of a moving partition, and every destination (Kafka's
+    calculateLeaderThrottles / calculateFollowerThrottles)."""
+    leader: dict[str, list[str]] = {}
+    follower: dict[str, list[str]] = {}
+    for tp, (sources, destinations) in sorted(moves.items()):
+        leader.setdefault(tp.topic, []).extend(f"{tp.partition}:{b}" for b in sources)
+        follower.setdefault(tp.topic, []).extend(f"{tp.partition}:{b}" for b in destinations)
+    return {topic: (",".join(leader[topic]), ",".join(follower.get(topic, []))) for topic in leader}
+
+
+async def set_throttles(client: KafkaClient, moves: dict[TopicPartition, tuple[list[int], list[int]]],
+                        rate: int) -> None:
+    """Kafka's modifyReassignmentThrottle: the throttled replicas of every moving topic, the
+    rates on every broker the moves involve (each asked of that broker)."""
+    for topic, (leader, follower) in sorted(throttled_replicas(moves).items()):
+        await client.incremental_alter_configs(TOPIC, topic, [(REPLICAS_KEYS[0], SET, leader),
+                                                              (REPLICAS_KEYS[1], SET, follower)])
+    brokers = sorted({b for sources, destinations in moves.values() for b in [*sources, *destinations]})
+    for broker in brokers:
+        await client.incremental_alter_configs(BROKER, str(broker), [(RATE_KEYS[0], SET, str(rate)),
+                                                                     (RATE_KEYS[1], SET, str(rate))], broker)
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+async def clear_throttles(client: KafkaClient, topics: list[str]) -> None:
+    """Kafka's clearAllThrottles: the rates off every broker of the cluster, the throttled
+    replicas off the plan's topics."""
+    brokers = sorted(b.broker_id for b in (await client.describe_cluster()).brokers)
+    print(f"Clearing broker-level throttles on broker{'s' if len(brokers) > 1 else ''} "
+          f"{','.join(str(b) for b in brokers)}")
+    for broker in brokers:
+        await client.incremental_alter_configs(BROKER, str(broker), [(k, DELETE, None) for k in RATE_KEYS], broker)
+    print(f"Clearing topic-level throttles on topic{'s' if len(topics) > 1 else ''} {','.join(topics)}")
+    for topic in topics:
+        await client.incremental_alter_configs(TOPIC, topic, [(k, DELETE, None) for k in REPLICAS_KEYS])
+
+
 async def execute(client: KafkaClient, args: argparse.Namespace) -> int:
     if not args.reassignment_json_file:
         raise UsageError("--execute needs --reassignment-json-file")
+    if getattr(args, "replica_alter_log_dirs_throttle", None) is not None:
+        raise UsageError("--replica-alter-log-dirs-throttle: kbroker does not move replicas between log dirs "
+                         "(AlterReplicaLogDirs, KIP-113, is not implemented), so there is nothing to throttle")
+    throttle = getattr(args, "throttle", None)
+    if throttle is not None and throttle < 0:
+        raise UsageError("--throttle must be at least 0 (bytes/s)")
     plan = _read_plan(args.reassignment_json_file)
     ongoing = await client.list_partition_reassignments()
     if ongoing and not args.additional:
         raise UsageError("Cannot execute because there is an existing partition assignment. Use --additional to "
                          "override this and create a new partition assignment in addition to the existing one.")
-    current = await _assignment(client, sorted({tp.topic for tp in plan}))
+    current = await _assignment(client, sorted({tp.topic for tp in plan} | {tp.topic for tp in ongoing}))
     print("Current partition replica assignment")
     print()
     print(_plan_json({tp: current[tp] for tp in plan if tp in current}))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
+    if throttle is not None:
+        print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+              "throttle is removed.")
+        await set_throttles(client, move_map(ongoing, plan, current), throttle)
     results = await client.alter_partition_reassignments(plan)
     failed = {tp: r for tp, r in results.items() if r[0]}
     started = [tp for tp in results if tp not in failed]
@@ -172,6 +251,9 @@ async def verify(client: KafkaClient, args: argparse.Namespace) -> int:
                       TextColumn("{task.fields[left]} left"), console=Console(), transient=False) as progress:
             progress.add_task("move", total=max(total, 1), completed=done, n=len(moving),
                               left=f"{max(total - done, 0):,} B")
+    if not pending and not getattr(args, "preserve_throttles", False):
+        # every move of the plan is done: the throttles go (Kafka's verify clears them all then)
+        await clear_throttles(client, sorted({tp.topic for tp in plan}))
     return 1 if pending else 0
 
 

@@ -1,20 +1,24 @@
-"""ConfigurationControlManager (Kafka's): topic config overrides.
+"""ConfigurationControlManager (Kafka's): topic config overrides and dynamic broker configs.
 
-State: {topic name: {key: value}}, changed only by replaying ConfigRecords (a null value
-deletes the key; removing a topic drops its configs). Changes are validated by the rules
-the broker applies (broker.config.validate_topic_configs: known or passively accepted
-keys, values storage.LogConfig accepts) against the full set of overrides they would
-leave, over the broker-level defaults.
+State: {topic name: {key: value}} and {broker resource name: {key: value}} (name "N" for
+broker N, "" for the cluster-wide default), changed only by replaying ConfigRecords (a null
+value deletes the key; removing a topic drops its configs).
 
-Only topic resources are kept; broker resources are refused with INVALID_REQUEST (dynamic
-broker configs are not supported).
+Topic changes are validated by the rules the broker applies (broker.config.validate_topic_configs:
+known or passively accepted keys, values storage.LogConfig accepts) against the full set of
+overrides they would leave, over the broker-level defaults. Broker changes are validated as
+Kafka's DynamicBrokerConfig.validateConfigs does (broker.config.validate_dynamic_broker_configs):
+a static-only key, an SSL key without a listener prefix or a bad value is INVALID_REQUEST, as
+Kafka answers it (KAFKA-13609), and nothing changes. Brokers receive the broker records with the
+security records (UpdateMetadata) and apply them without a restart (broker/dynamic_config.py).
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from broker.config import CONFIG_SOURCE_DEFAULT, LIST_TOPIC_CONFIGS, topic_config_entries, validate_topic_configs
+from broker.config import (CONFIG_SOURCE_DEFAULT, KEYS, LIST_TOPIC_CONFIGS, topic_config_entries,
+                           validate_dynamic_broker_configs, validate_topic_configs)
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T, make_record
 
@@ -23,8 +27,24 @@ BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def config_record(topic: str, name: str, value: str | None) -> ApiMessageAndVersion:
-    return make_record(T.CONFIG, resource_type=TOPIC, resource_name=topic, name=name, value=value)
+def config_record(topic: str, name: str, value: str | None, resource_type: int = TOPIC) -> ApiMessageAndVersion:
+    return make_record(T.CONFIG, resource_type=resource_type, resource_name=topic, name=name, value=value)
+
+
+def broker_config_record(resource: str, name: str, value: str | None) -> ApiMessageAndVersion:
+    return config_record(resource, name, value, BROKER)
+
+
+def broker_resource_problem(name: str) -> str | None:
+    """Kafka's check of a BROKER resource name: "" (the cluster-wide default) or a node id."""
+    if name == "":
+        return None
+    try:
+        if int(name) >= 0 and str(int(name)) == name.strip():
+            return None
+    except ValueError:
+        pass
+    return f"Node id must be an integer, but it is: {name}"
 
 
 class ConfigurationControlManager:
@@ -34,17 +54,22 @@ class ConfigurationControlManager:
         self.topic_default_sources = dict(topic_default_sources or {})
         self.unclean_leader_election_default = unclean_leader_election_default
         self.configs: dict[str, dict[str, str]] = {}
+        self.broker_configs: dict[str, dict[str, str]] = {}  # "N" or "" (cluster-wide) -> {key: value}
 
     # -- replay ----------------------------------------------------------------------------
 
     def replay(self, record: ApiMessageAndVersion) -> None:
-        if record.resource_type != TOPIC:
+        if record.resource_type == TOPIC:
+            state = self.configs
+        elif record.resource_type == BROKER:
+            state = self.broker_configs
+        else:
             return
-        configs = self.configs.setdefault(record.resource_name, {})
+        configs = state.setdefault(record.resource_name, {})
         if record.value is None:
             configs.pop(record.name, None)
             if not configs:
-                del self.configs[record.resource_name]
+                del state[record.resource_name]
         else:
             configs[record.name] = record.value
 
@@ -58,6 +83,8 @@ class ConfigurationControlManager:
 
     def unclean_leader_election_enabled(self, topic: str) -> bool:
         value = self.configs.get(topic, {}).get("unclean.leader.election.enable")
+        if value is None:  # the cluster-wide dynamic default, else the controller's static one
+            value = self.broker_configs.get("", {}).get("unclean.leader.election.enable")
         if value is None:
             return self.unclean_leader_election_default
         return value.strip().lower() == "true"
@@ -132,4 +159,67 @@ class ConfigurationControlManager:
         return ErrorCode.NONE, None, records
 
     def snapshot_records(self) -> list[ApiMessageAndVersion]:
-        return [config_record(topic, k, v) for topic in sorted(self.configs) for k, v in sorted(self.configs[topic].items())]
+        return ([config_record(topic, k, v) for topic in sorted(self.configs) for k, v in sorted(self.configs[topic].items())]
+                + self.broker_snapshot_records())
+
+    # -- dynamic broker configs ------------------------------------------------------------
+
+    def broker_snapshot_records(self) -> list[ApiMessageAndVersion]:
+        """The dynamic broker configs as records (also what a broker's full state carries)."""
+        return [broker_config_record(name, k, v) for name in sorted(self.broker_configs)
+                for k, v in sorted(self.broker_configs[name].items())]
+
+    def broker_incremental_alter(self, name: str, ops) -> tuple[int, str | None, list]:
+        """IncrementalAlterConfigs on a broker resource (``name``: "N" or "" for the
+        cluster-wide default). APPEND/SUBTRACT apply to list keys only (INVALID_CONFIG, as
+        Kafka's prepareIncrementalConfigs answers)."""
+        problem = broker_resource_problem(name)
+        if problem is not None:
+            return ErrorCode.INVALID_REQUEST, problem, []
+        current = dict(self.broker_configs.get(name, {}))
+        new = dict(current)
+        for key, operation, value in ops:
+            if operation == SET:
+                if value is None:
+                    return ErrorCode.INVALID_REQUEST, f"Null value not supported for : {key}", []
+                new[key] = value
+            elif operation == DELETE:
+                new.pop(key, None)
+            elif operation in (APPEND, SUBTRACT):
+                spec = KEYS.get(key)
+                if spec is None or spec.type != "list":
+                    return ErrorCode.INVALID_CONFIG, f"Config value append is not allowed for config key: {key}", []
+                items = [x for x in new.get(key, "").split(",") if x.strip()]
+                given = [x for x in (value or "").split(",") if x.strip()]
+                items = items + [x for x in given if x not in items] if operation == APPEND else [
+                    x for x in items if x not in given]
+                new[key] = ",".join(items)
+            else:
+                return ErrorCode.INVALID_REQUEST, f"Unknown operations type {operation}", []
+        return self._broker_records_for(name, current, new)
+
+    def broker_legacy_alter(self, name: str, configs: Mapping[str, str | None]) -> tuple[int, str | None, list]:
+        """AlterConfigs on a broker resource: its dynamic configs become exactly ``configs``."""
+        problem = broker_resource_problem(name)
+        if problem is not None:
+            return ErrorCode.INVALID_REQUEST, problem, []
+        nulls = [k for k, v in configs.items() if v is None]
+        if nulls:
+            return ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls), []
+        return self._broker_records_for(name, dict(self.broker_configs.get(name, {})), dict(configs))
+
+    def _broker_records_for(self, name: str, current: dict, new: dict) -> tuple[int, str | None, list]:
+        problem = validate_dynamic_broker_configs(new, per_broker=name != "")
+        if problem is not None:
+            return ErrorCode.INVALID_REQUEST, problem, []
+        records = [broker_config_record(name, k, v) for k, v in sorted(new.items()) if current.get(k) != v]
+        records += [broker_config_record(name, k, None) for k in sorted(current) if k not in new]
+        return ErrorCode.NONE, None, records
+
+    def describe_broker(self, name: str, keys=None) -> list[dict]:
+        """The dynamic configs of a broker resource, as the controller keeps them (the brokers
+        answer DescribeConfigs with every config and its source: broker/config_repository.py)."""
+        source = 3 if name == "" else 2  # DYNAMIC_DEFAULT_BROKER_CONFIG / DYNAMIC_BROKER_CONFIG
+        return [{"name": k, "value": v, "read_only": False, "config_source": source, "is_default": False,
+                 "is_sensitive": False, "synonyms": []}
+                for k, v in sorted(self.broker_configs.get(name, {}).items()) if keys is None or k in set(keys)]

@@ -46,7 +46,7 @@ from .channel_manager import (LEADER_DURING_DELETE, Barrier, LeaderAndIsrItem, L
                               StopReplicaItem, UpdateMetadataItem)
 from .acl_control import AclControlManager
 from .cluster_control import FENCE, UNFENCE, ClusterControlManager
-from .configuration_control import BROKER, TOPIC, ConfigurationControlManager
+from .configuration_control import BROKER, TOPIC, ConfigurationControlManager, broker_resource_problem
 from .controller_purgatory import ControllerPurgatory
 from .controller_result import ControllerResult
 from .creation_watch import CreationWatch
@@ -428,6 +428,7 @@ class QuorumController:
             "topics": {info.name: (info.topic_id, {p: info.parts[p] for p in sorted(info.parts)})
                        for info in sorted(self.replication.topics.values(), key=lambda i: i.name)},
             "configs": {k: dict(v) for k, v in sorted(self.configs.configs.items())},
+            "broker_configs": {k: dict(v) for k, v in sorted(self.configs.broker_configs.items())},
             "next_producer_id": self.producer_ids.next_producer_id,
             "acls": dict(self.acls.acls),
             "scram": dict(self.scram.credentials),
@@ -463,7 +464,8 @@ class QuorumController:
         configs = {info.name: self.configs.topic_configs(info.name) for info in self.replication.topics.values()}
         return UpdateMetadataItem(partitions, configs, self._live_brokers(), full=True,
                                   records=tuple(encode_record(r) for r in self.security_records()
-                                                + self.quotas.snapshot_records()))
+                                                + self.quotas.snapshot_records()
+                                                + self.configs.broker_snapshot_records()))
 
     def _full_leader_and_isr(self, broker_id: int, full: UpdateMetadataItem) -> LeaderAndIsrItem:
         mine = {key: state for key, state in full.partitions.items() if broker_id in state.replicas}
@@ -477,7 +479,10 @@ class QuorumController:
         changed: dict[tuple[uuid.UUID, int], bool] = {}
         config_topics: set[str] = set()
         brokers_changed = False
-        security = [encode_record(r) for r in records if r.type in BROKER_RECORD_TYPES]
+        # the security records, client quotas and dynamic broker configs (not topic configs:
+        # those go with their topic's state)
+        security = [encode_record(r) for r in records if r.type in BROKER_RECORD_TYPES
+                    and (r.type != T.CONFIG or r.resource_type == BROKER)]
         for r in records:
             t = r.type
             if t == T.PARTITION:
@@ -1010,14 +1015,21 @@ class QuorumController:
     def incremental_alter_configs(self, request) -> asyncio.Future:
         def apply(topic: str, resource):
             return self.configs.incremental_alter(topic, [(c.name, c.config_operation, c.value) for c in resource.configs])
-        return self._submit("incremental alter configs", lambda: self._alter_configs(request, apply))
+
+        def broker_apply(name: str, resource):
+            return self.configs.broker_incremental_alter(name, [(c.name, c.config_operation, c.value)
+                                                                for c in resource.configs])
+        return self._submit("incremental alter configs", lambda: self._alter_configs(request, apply, broker_apply))
 
     def alter_configs(self, request) -> asyncio.Future:
         def apply(topic: str, resource):
             return self.configs.legacy_alter(topic, {c.name: c.value for c in resource.configs})
-        return self._submit("alter configs", lambda: self._alter_configs(request, apply))
 
-    def _alter_configs(self, request, apply) -> ControllerResult:
+        def broker_apply(name: str, resource):
+            return self.configs.broker_legacy_alter(name, {c.name: c.value for c in resource.configs})
+        return self._submit("alter configs", lambda: self._alter_configs(request, apply, broker_apply))
+
+    def _alter_configs(self, request, apply, broker_apply) -> ControllerResult:
         records, responses = [], []
         keys = [(r.resource_type, r.resource_name) for r in request.resources]
         for resource in request.resources:
@@ -1032,7 +1044,11 @@ class QuorumController:
                 else:
                     code, message, found = apply(resource.resource_name, resource)
             elif resource.resource_type == BROKER:
-                code, message = ErrorCode.INVALID_REQUEST, "Broker configs cannot be changed through this controller."
+                code, message, found = broker_apply(resource.resource_name, resource)
+                if not code and found and not request.validate_only:
+                    log.info("dynamic broker configs of %s changed: %s", f"broker {resource.resource_name}"
+                             if resource.resource_name else "the cluster-wide default", ", ".join(
+                                 f"{r.name}={r.value}" if r.value is not None else f"{r.name} deleted" for r in found))
             else:
                 code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource.resource_type}."
             if not code and not request.validate_only:
@@ -1112,6 +1128,11 @@ class QuorumController:
                     results.append({"error_code": ErrorCode.NONE, "error_message": None, "resource_type": TOPIC,
                                     "resource_name": r.resource_name,
                                     "configs": self.configs.describe(r.resource_name, r.configuration_keys)})
+                elif r.resource_type == BROKER and broker_resource_problem(r.resource_name) is None:
+                    # the dynamic configs this controller keeps (a broker answers with all its configs)
+                    results.append({"error_code": ErrorCode.NONE, "error_message": None, "resource_type": BROKER,
+                                    "resource_name": r.resource_name,
+                                    "configs": self.configs.describe_broker(r.resource_name, r.configuration_keys)})
                 elif r.resource_type == TOPIC:
                     results.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                     "error_message": f"Topic '{r.resource_name}' does not exist.",

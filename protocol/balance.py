@@ -16,9 +16,11 @@ the controller's partition autobalancer from its own.
    replica, a replica moves from the fullest to the emptiest (the next emptiest when none
    fits) that does not hold the partition yet and keeps its racks apart; the smallest
    partition that fits goes first (``sizes``: bytes per partition), so the least data moves;
-4. **leaders**: the preferred leader is the first replica; partitions whose first replica's
-   broker leads more than its share reorder their replicas so that one of theirs with fewer
-   leads comes first (no data moves; a preferred election then moves the leadership).
+4. **leaders**: the preferred leader is the first replica; replicas are reordered along
+   chains of partitions (X leads one Y holds, Y leads one Z holds, ...) from a broker leading
+   more to one leading at least two fewer, until no such chain is left: the spread of
+   preferred leaders is then the smallest the replica sets allow (no data moves; a preferred
+   election then moves the leadership).
 
 A replica keeps its position in the list when it moves, so a partition's leader stays first
 unless the leader's own replica moves. Nothing moves for partitions ``movable`` refuses.
@@ -125,8 +127,9 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
                 return False
             if not racks_known:
                 return True
-            others = {rack(r) for r in replicas if r != frm}
-            return rack(to) not in others or rack(to) == rack(frm)
+            # the move may not leave the partition on fewer racks than it uses now
+            others = [rack(r) for r in replicas if r != frm]
+            return len(set(others) | {rack(to)}) >= len({rack(r) for r in replicas})
 
         # Each broker's partitions, smallest (then not led by it) first, sorted once: a move only
         # takes partitions away from the fullest broker; one it gains is looked at when sorted again.
@@ -169,33 +172,54 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
 
 
 def _balance_leaders(current: dict[K, list[int]], fixed: set[K], eligible: list[int]) -> None:
-    """Reorder replicas so that each broker is the first replica (the preferred leader) of
-    its share of the partitions, within one; each partition's other replicas keep their order."""
+    """Reorder replicas so that the preferred leaders (first replicas) are as even as the
+    replica sets allow; each partition's other replicas keep their order.
+
+    Augmenting paths (the semi-matching argument): while some broker X leads a partition that
+    Y holds, Y leads one that Z holds, ..., ending at a broker leading at least two fewer than
+    X, the leaderships shift one step along that chain (X one fewer, the end one more, the
+    others unchanged). When no such chain is left, no reordering can lower the most-leading
+    broker or raise the least-leading one, so the spread is the smallest there is; only
+    partitions on a chain are reordered."""
     lead = {b: 0 for b in eligible}
-    for k, replicas in current.items():
+    led_by: dict[int, list[K]] = {b: [] for b in eligible}
+    for k in sorted(current, key=repr):
+        replicas = current[k]
         if replicas and replicas[0] in lead:
             lead[replicas[0]] += 1
-    hosting = [b for b in eligible if any(b in r for r in current.values())]
-    if len(hosting) < 2:
-        return
-    total = sum(lead[b] for b in hosting)
-    ceiling = -(-total // len(hosting))
-    for _ in range(3):  # a few passes settle it; each swap narrows the spread
-        changed = False
-        for k in sorted(current, key=repr):
+            if k not in fixed:
+                led_by[replicas[0]].append(k)
+
+    def shift_from(start: int) -> bool:
+        """One chain from ``start`` to a broker leading <= lead[start] - 2, applied."""
+        parent: dict[int, tuple[int, K] | None] = {start: None}
+        queue = [start]
+        best: int | None = None
+        for x in queue:
+            for k in led_by[x]:
+                for y in current[k][1:]:
+                    if y in lead and y not in parent:
+                        parent[y] = (x, k)
+                        queue.append(y)
+                        if lead[y] <= lead[start] - 2 and (best is None or lead[y] < lead[best]):
+                            best = y
+        if best is None:
+            return False
+        y = best
+        while parent[y] is not None:
+            x, k = parent[y]  # type: ignore[misc]
             replicas = current[k]
-            if k in fixed or not replicas or replicas[0] not in lead or lead[replicas[0]] <= ceiling - 1:
-                continue
-            first = replicas[0]
-            better = min((r for r in replicas[1:] if r in lead), key=lambda r: (lead[r], r), default=None)
-            if better is None or lead[better] + 1 >= lead[first]:
-                continue
-            replicas.remove(better)
-            replicas.insert(0, better)
-            lead[first] -= 1
-            lead[better] += 1
-            changed = True
-        if not changed:
+            replicas.remove(y)
+            replicas.insert(0, y)
+            led_by[x].remove(k)
+            led_by[y].append(k)
+            y = x
+        lead[start] -= 1
+        lead[best] += 1
+        return True
+
+    for _ in range(len(current) ** 2 + 1):  # each shift lowers sum(lead^2) by 2 or more: bounded
+        if not any(shift_from(x) for x in sorted(lead, key=lambda b: (-lead[b], b))):
             break
 
 

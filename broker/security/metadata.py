@@ -30,7 +30,8 @@ SECURITY_RECORD_TYPES = frozenset({T.ACCESS_CONTROL_ENTRY, T.REMOVE_ACCESS_CONTR
                                    T.REMOVE_USER_SCRAM_CREDENTIAL})
 # What UpdateMetadata's records carry (tag 10001): the security records and the client quotas
 # (ClientQuotaRecord: this broker's ``client_quotas``, {entity: {key: value}}).
-BROKER_RECORD_TYPES = SECURITY_RECORD_TYPES | {T.CLIENT_QUOTA}
+# and the dynamic broker configs (ConfigRecords of resource type 4, given to ``on_broker_configs``).
+BROKER_RECORD_TYPES = SECURITY_RECORD_TYPES | {T.CLIENT_QUOTA, T.CONFIG}
 
 
 class SecurityMetadata:
@@ -44,6 +45,9 @@ class SecurityMetadata:
         # in place (the quota managers hold this dict); told after every change.
         self.client_quotas: dict[frozenset, dict[str, float]] = {}
         self.on_quotas_changed: Callable[[], None] | None = None
+        # Given the dynamic broker config records (and whether they are the whole set):
+        # broker/dynamic_config.py applies them.
+        self.on_broker_configs: Callable[[list, bool], None] | None = None
 
     def apply(self, encoded_records: Iterable[bytes], full: bool) -> None:
         """Replay the records (each framed as in the metadata log); ``full``: they are the
@@ -61,6 +65,9 @@ class SecurityMetadata:
                 continue
             records.append(record)
         self._apply_quotas([r for r in records if r.type == T.CLIENT_QUOTA], full)
+        configs = [r for r in records if r.type == T.CONFIG]
+        if self.on_broker_configs is not None and (configs or full):
+            self.on_broker_configs(configs, full)
         authorizer, cache = self.authorizer, self.credential_cache
         if full:
             acls = {r.id: StandardAcl.from_record(r) for r in records if r.type == T.ACCESS_CONTROL_ENTRY}

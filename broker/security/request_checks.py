@@ -169,6 +169,40 @@ def _config_resources(request: Any, out_field: str, op: int, authorize: Authoriz
     return Screen(request if request.resources else None, complete)
 
 
+def broker_resources_of_others(request: Any, broker_id: int) -> Screen:
+    """IncrementalAlterConfigs / AlterConfigs: a BROKER resource naming a broker goes to that
+    broker (Kafka's ConfigAdminManager.preprocess): another id, or a name that is no integer, is
+    INVALID_REQUEST here and not forwarded; the cluster-wide default ("") goes through any broker."""
+    resources = list(request.resources)
+    refused: dict[int, str] = {}
+    for i, r in enumerate(resources):
+        if r.resource_type != CONFIG_BROKER or r.resource_name == "":
+            continue
+        try:
+            node = int(r.resource_name)
+        except ValueError:
+            refused[i] = f"Node id must be an integer, but it is: {r.resource_name}"
+            continue
+        if node != broker_id:
+            refused[i] = f"Unexpected broker id, expected {broker_id}, but received {r.resource_name}"
+    if not refused:
+        return Screen(request)
+    request.resources = [r for i, r in enumerate(resources) if i not in refused]
+
+    def complete(response: Any) -> Any:
+        got = list(response["responses"])
+        out = []
+        for i, r in enumerate(resources):
+            if i in refused:
+                out.append({"error_code": ErrorCode.INVALID_REQUEST, "error_message": refused[i],
+                            "resource_type": r.resource_type, "resource_name": r.resource_name})
+            elif got:
+                out.append(got.pop(0))
+        response["responses"] = out
+        return response
+    return Screen(request if request.resources else None, complete)
+
+
 def empty_response(api_key: int) -> dict:
     """The answer to a request with nothing left to send (everything refused), before
     ``Screen.complete`` adds the refused entries."""

@@ -244,7 +244,9 @@ class TransactionCoordinator:
     # -- leadership ------------------------------------------------------------------------
     def on_elected(self, partition: int, epoch: int | None = None) -> None:
         coordinator_epoch = epoch if epoch is not None else 0
-        if self.owned.get(partition, -1) > coordinator_epoch:
+        if self.owned.get(partition, -1) >= coordinator_epoch:
+            # an older election, or this one again: LeaderAndIsr of an ISR change keeps the leader
+            # epoch, and a reload would resend the markers of every prepared transaction
             return
         self._drop_partition(partition)
         self.owned[partition] = coordinator_epoch

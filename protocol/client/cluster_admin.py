@@ -191,14 +191,15 @@ class ClusterAdminMixin:
         return [(c.name, c.value, c.get("config_source", -1), c.read_only, c.is_sensitive) for c in result.configs]
 
     async def incremental_alter_configs(self, resource_type: int, name: str,
-                                        ops: Iterable[tuple[str, int, str | None]]) -> None:
+                                        ops: Iterable[tuple[str, int, str | None]], node: int | None = None) -> None:
         """IncrementalAlterConfigs of one resource: ``ops`` are (key, operation: 0 SET 1 DELETE
-        2 APPEND 3 SUBTRACT, value); the resource's error is raised."""
+        2 APPEND 3 SUBTRACT, value), sent to ``node`` (Kafka's AdminClient sends a broker's own
+        configs to that broker) or any broker; the resource's error is raised."""
         body = {"resources": [{"resource_type": resource_type, "resource_name": name, "configs": [
             {"name": k, "config_operation": op, "value": v} for k, op, v in ops]}], "validate_only": False}
 
         async def attempt() -> Any:
-            conn = await self.any_connection()
+            conn = await (self.connection(node) if node is not None else self.any_connection())
             return await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body)
         response = await self.with_retries(attempt)
         r = response.responses[0]

@@ -148,3 +148,61 @@ def test_the_window_counts_the_current_partial_window_on_top_of_the_minimum():
     assert m.record_and_get_throttle_time_ms("alice", "app", 150_000, 0) == 5_000  # 15 s of quota over a 10 s window
     # 0.5 s later, the same sample: the window is 10.5 s (Kafka: elapsed plus the missing full windows)
     assert m.record_and_get_throttle_time_ms("alice", "app", 1, 500) == 4_500
+
+
+# -- broker/_request_stats.c's SampledRate against its reference -----------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from broker import _request_stats  # noqa: E402  make test-deps builds it: not built is a failure, not a skip
+from broker.client_quota_manager import PySampledRate  # noqa: E402
+
+
+def test_the_manager_uses_the_c_rate():
+    assert SampledRate is _request_stats.SampledRate
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["record", "throttle", "measure", "window"]),
+                         st.integers(0, 3_000),  # ms since the previous operation
+                         st.one_of(st.integers(-5_000, 2_000_000), st.floats(-1e6, 1e7, allow_nan=False)),
+                         st.sampled_from([1.0, 7.5, 1000.0, 2000.0, 1e6, 123_456.7])),
+               max_size=80)
+
+
+@settings(max_examples=400, deadline=None)
+@given(samples=st.integers(1, 12), window_ms=st.sampled_from([1, 7, 100, 1000]), start=st.integers(-10_000, 10**12),
+       ops=OPS)
+def test_c_sampled_rate_matches_the_reference(samples, window_ms, start, ops):
+    c, py = _request_stats.SampledRate(samples, window_ms), PySampledRate(samples, window_ms)
+    now = start
+    for op, dt, value, bound in ops:
+        now += dt
+        if op == "record":
+            assert c.record(value, now) is py.record(value, now) is None
+        elif op == "throttle":
+            a, b = c.record_and_throttle_ms(value, now, bound), py.record_and_throttle_ms(value, now, bound)
+            assert a == b and type(a) is type(b) is int, (a, b)
+        elif op == "measure":
+            assert c.measure(now) == py.measure(now)
+        else:
+            assert c.window_size_ms(now) == py.window_size_ms(now)
+        assert c._total == py._total
+    assert (c.samples, c.window_ms) == (py.samples, py.window_ms)
+
+
+@pytest.mark.parametrize("rate", [_request_stats.SampledRate, PySampledRate])
+def test_a_throttle_time_half_way_rounds_to_even_as_pythons_round(rate):
+    for value, expected in ((5, 2), (7, 4), (1, 0), (3, 2)):  # value * 1000 / 2000: 2.5, 3.5, 0.5, 1.5 ms
+        assert rate(1, 1000).record_and_throttle_ms(value, 0, 2000.0) == expected
+
+
+def test_c_sampled_rate_refuses_bad_arguments():
+    with pytest.raises(ValueError):
+        _request_stats.SampledRate(0, 1000)
+    rate = _request_stats.SampledRate(2, 1000)
+    with pytest.raises(TypeError):
+        rate.record(1.0)
+    with pytest.raises(TypeError):
+        rate.record("x", 0)
+    with pytest.raises(OverflowError):
+        rate.measure(1 << 70)

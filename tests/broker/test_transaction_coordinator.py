@@ -170,6 +170,29 @@ def test_a_new_coordinator_loads_and_resends_prepared_markers():
     assert other.state() == TxnState.COMPLETE_COMMIT
 
 
+def test_a_leader_and_isr_of_the_same_leader_epoch_does_not_reload_the_partition():
+    """An ISR change of __transaction_state (the same leader epoch) comes as LeaderAndIsr too: a
+    reload would resend the prepared transaction's markers, a second COMMIT marker in each of its
+    partitions (seen in tests/cluster/test_transactions_cluster.py: the end offset one too far)."""
+    h = Harness()
+    _e, pid, epoch = h.init()
+    h.add(pid, epoch, [("t", 0)])
+    h.end(pid, epoch, True)
+    other = Harness()
+    other.log = list(h.log)
+    other.c.on_resigned(0, 5)
+    other.c.on_elected(0, 6)
+    assert len(other.markers.sent) == 1
+    other.c.on_elected(0, 6)  # the ISR grew: same leader epoch
+    assert len(other.markers.sent) == 1
+    other.markers.ack_all()
+    assert other.state() == TxnState.COMPLETE_COMMIT
+    other.c.on_elected(0, 6)
+    assert other.state() == TxnState.COMPLETE_COMMIT and len(other.markers.sent) == 1
+    other.c.on_elected(0, 7)  # a new leader epoch: the partition is loaded again
+    assert other.c.owned[0] == 7 and other.state() == TxnState.COMPLETE_COMMIT
+
+
 def test_idle_ids_expire():
     h = Harness()
     h.c.config.id_expiration_ms = 1000

@@ -3,9 +3,11 @@ run as subprocesses against the test broker."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
+from protocol.client import KafkaClient
 from tests.cli.test_cli import kbroker
 
 
@@ -71,11 +73,21 @@ def test_configs_describe_set_delete_a_topic_with_sources(bootstrap, topic_name)
     assert b"INVALID_CONFIG" in bad.stderr or b"retention.ms" in bad.stderr, bad.stderr
 
 
+def session_broker_id(bootstrap: str) -> int:
+    async def ask() -> int:
+        async with KafkaClient(bootstrap, client_id="test-admin") as client:
+            return (await client.describe_cluster()).brokers[0].broker_id
+    return asyncio.run(ask())
+
+
 def test_configs_describe_a_broker_shows_static_and_default_sources(bootstrap):
-    out = kbroker(bootstrap, "configs", "describe", "--broker-defaults", "--all").stdout.decode()
+    broker = str(session_broker_id(bootstrap))
+    out = kbroker(bootstrap, "configs", "describe", "--broker", broker, "--all").stdout.decode()
     rows = config_rows(out)
     assert rows["listeners"][1] == "STATIC_BROKER_CONFIG"
     assert rows["num.partitions"] == ("1", "DEFAULT_CONFIG")
     assert "num.partitions" not in config_rows(kbroker(bootstrap, "configs", "describe",
-                                                       "--broker-defaults").stdout.decode())
+                                                       "--broker", broker).stdout.decode())
+    # the cluster-wide default resource holds only the dynamic defaults (none here), as in Kafka
+    assert config_rows(kbroker(bootstrap, "configs", "describe", "--broker-defaults", "--all").stdout.decode()) == {}
     kbroker(bootstrap, "configs", "describe", "--topic", "x", "--broker", "1", expect=2)

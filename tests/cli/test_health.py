@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from cli.health import own_listener
+from cli.entry import own_listener
 from controller.launcher import ControllerProcess
 
 KBROKER = str(Path(sys.executable).with_name("kbroker"))
@@ -82,3 +82,66 @@ def test_own_listener():
     assert own_listener({"KBROKER_LISTENERS": "PLAINTEXT://broker-1:9092"}) == "broker-1:9092"
     assert own_listener({}) == "127.0.0.1:9092"
     assert own_listener({"KBROKER_LISTENERS": "nonsense"}) == "127.0.0.1:9092"
+
+
+LIGHT = """
+import sys
+from cli.entry import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("cli.main", "protocol.client", "uvloop", "asyncio", "argparse") if m in sys.modules)
+print("heavy:", heavy)
+raise SystemExit(code)
+"""
+
+
+def test_the_plain_check_runs_on_the_standard_library_alone(bootstrap):
+    """The image's HEALTHCHECK runs every few seconds in every container: through cli.main it
+    cost ~0.4 CPU-seconds a check (argparse, uvloop, the asyncio client)."""
+    result = subprocess.run([sys.executable, "-c", LIGHT, "health", "-b", bootstrap, "--timeout-ms=4000"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert f"{bootstrap} answered ApiVersions (" in result.stdout
+    assert "heavy: []" in result.stdout
+    # client properties (TLS, SASL) take the full path
+    result = subprocess.run([sys.executable, "-c", LIGHT, "health", "-b", bootstrap, "-X", "security.protocol=PLAINTEXT"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "'protocol.client'" in result.stdout
+
+
+def test_both_paths_count_the_same_apis(bootstrap):
+    light = health("-b", bootstrap).stdout
+    full = health("-b", bootstrap, "-X", "client.id=x").stdout
+    assert light == full and "APIs)" in light
+
+
+def test_a_frame_that_is_not_kafka_is_unhealthy():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(100)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+        import threading
+        thread = threading.Thread(target=answer)
+        thread.start()
+        result = health("-b", f"127.0.0.1:{port}", "--timeout-ms", "4000")
+        thread.join()
+    assert result.returncode == 1
+    assert "not a Kafka answer" in result.stderr
+
+
+def test_parse_light():
+    from cli.entry import parse_light
+    env = {"KBROKER_LISTENERS": "PLAINTEXT://0.0.0.0:9"}
+    assert parse_light([], env) == ("127.0.0.1:9", 5000)
+    assert parse_light(["-b", "h:1", "--timeout-ms", "10"], env) == ("h:1", 10)
+    assert parse_light(["--bootstrap-server=h:2"], {"KBROKER_BOOTSTRAP_SERVER": "e:3"}) == ("h:2", 5000)
+    assert parse_light([], {"KBROKER_BOOTSTRAP_SERVER": "e:3"}) == ("e:3", 5000)
+    for full in (["-X", "security.protocol=SSL"], ["--command-config", "f"], ["-h"], ["--timeout-ms", "x"], ["-b"]):
+        assert parse_light(full, env) is None, full

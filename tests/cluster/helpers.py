@@ -147,3 +147,19 @@ async def partitions_of(port: int, topic: str):
 async def resolved(value):
     """``value`` as an awaitable (wait_for polls coroutine functions)."""
     return value
+
+
+def start_some(cluster, broker_ids: list[int], timeout_s: float = 60) -> None:
+    """Start the controllers and only ``broker_ids`` of ``cluster``'s brokers (the others join
+    later: ``cluster.brokers[i].start()``), and wait until those are live."""
+    for c in cluster.controllers:
+        if not c.running:
+            c.launch()
+    for c in cluster.controllers:
+        c.wait_ready(timeout_s)
+    cluster.wait_active_controller(timeout_s)
+    for i in broker_ids:
+        cluster.brokers[i].launch()
+    for i in broker_ids:
+        cluster.brokers[i].wait_ready(timeout_s)
+    cluster.wait_live(broker_ids, timeout_s)

@@ -21,7 +21,7 @@ from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
 from tests.cli.test_cli import KBROKER
 
-from .helpers import NumberedProducer, read_all, resolved, wait_for
+from .helpers import NumberedProducer, read_all, resolved, topic_metadata, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -179,14 +179,7 @@ CANCELLED = "cancelled"
 
 
 async def isr_and_replicas(port: int, topic: str) -> dict[int, tuple[list[int], list[int]]]:
-    conn = BrokerConnection("127.0.0.1", port, client_id="test")
-    await conn.connect()
-    try:
-        md = await conn.request(ApiKey.METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
-                                version=8)
-    finally:
-        conn.close()
-    [t] = md.topics
+    _md, t = await topic_metadata(port, topic)
     return {p.partition_index: (list(p.replica_nodes), sorted(p.isr_nodes)) for p in t.partitions}
 
 

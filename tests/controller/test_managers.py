@@ -46,6 +46,60 @@ def test_incremental_alter_configs_operations():
     assert c.incremental_alter("t", [("retention.ms", 9, "1")])[0] == E.INVALID_REQUEST
 
 
+def test_dynamic_broker_configs_follow_kafkas_rules():
+    """Kafka's DynamicBrokerConfig.validateConfigs: dynamic keys per broker or cluster-wide,
+    static-only keys, SSL keys without a listener prefix, bad values and bad broker names are
+    INVALID_REQUEST (KAFKA-13609) and change nothing; a custom key is kept (Kafka allows them)."""
+    c = ConfigurationControlManager(DEFAULTS)
+    code, _m, records = c.broker_incremental_alter("", [("message.max.bytes", SET, "2000"),
+                                                        ("log.cleaner.threads", SET, "2")])
+    assert code == E.NONE and [(r.resource_type, r.resource_name, r.name, r.value) for r in records] == [
+        (4, "", "log.cleaner.threads", "2"), (4, "", "message.max.bytes", "2000")]
+    apply(c, records)
+    code, _m, records = c.broker_incremental_alter("1", [("follower.replication.throttled.rate", SET, "100"),
+                                                         ("custom.key", SET, "x")])
+    assert code == E.NONE
+    apply(c, records)
+    assert c.broker_configs == {"": {"message.max.bytes": "2000", "log.cleaner.threads": "2"},
+                                "1": {"follower.replication.throttled.rate": "100", "custom.key": "x"}}
+    for name, ops, fragment in [
+            ("1", [("log.dirs", SET, "/x")], "Cannot update these configs dynamically: Set(log.dirs)"),
+            ("", [("broker.id", SET, "3"), ("message.max.bytes", SET, "1")], "Set(broker.id)"),
+            ("1", [("ssl.keystore.location", SET, "/k")], "only per-listener"),
+            ("1", [("message.max.bytes", SET, "big")], "message.max.bytes"),
+            ("1", [("leader.replication.throttled.rate", SET, "-1")], "below the minimum"),
+            ("x", [("message.max.bytes", SET, "1")], "Node id must be an integer"),
+            ("1", [("message.max.bytes", SET, None)], "Null value")]:
+        code, message, records = c.broker_incremental_alter(name, ops)
+        assert (code, records) == (E.INVALID_REQUEST, []) and fragment in message, (name, ops, message)
+    code, _m, records = c.broker_incremental_alter("", [("message.max.bytes", DELETE, None)])
+    assert code == E.NONE and [(r.name, r.value) for r in records] == [("message.max.bytes", None)]
+    apply(c, records)
+    assert c.broker_configs[""] == {"log.cleaner.threads": "2"}
+    # AlterConfigs: the resource's dynamic configs become exactly the given ones
+    code, _m, records = c.broker_legacy_alter("1", {"leader.replication.throttled.rate": "7"})
+    apply(c, records)
+    assert c.broker_configs["1"] == {"leader.replication.throttled.rate": "7"}
+    # the cluster-wide unclean.leader.election.enable is the default of every topic (the controller decides)
+    assert not c.unclean_leader_election_enabled("t")
+    apply(c, c.broker_incremental_alter("", [("unclean.leader.election.enable", SET, "true")])[2])
+    assert c.unclean_leader_election_enabled("t")
+    # the snapshot carries them
+    again = ConfigurationControlManager(DEFAULTS)
+    apply(again, c.snapshot_records())
+    assert again.broker_configs == c.broker_configs
+
+
+def test_throttled_replicas_lists_are_validated_as_kafka_does():
+    """Kafka's ThrottledReplicaListValidator: "*" or partition:broker pairs, else INVALID_CONFIG."""
+    c = ConfigurationControlManager(DEFAULTS)
+    for good in ("*", "0:1,1:2", ""):
+        assert c.incremental_alter("t", [("leader.replication.throttled.replicas", SET, good)])[0] == E.NONE, good
+    for bad in ("abc", "0:1,x", "0:"):
+        code, message, records = c.incremental_alter("t", [("follower.replication.throttled.replicas", SET, bad)])
+        assert (code, records) == (E.INVALID_CONFIG, []) and "[partitionId]:[brokerId]" in message, bad
+
+
 def test_legacy_alter_configs_replaces_the_whole_set():
     c = ConfigurationControlManager(DEFAULTS)
     apply(c, c.legacy_alter("t", {"retention.ms": "1", "segment.bytes": "100000"})[2])

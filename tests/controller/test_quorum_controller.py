@@ -331,7 +331,11 @@ async def run_some_operations(h):
     await h.create(("a", 3, 2, {"retention.ms": "1000"}), ("b", 2, 3))
     await h.controller.incremental_alter_configs(request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=[{
         "resource_type": 2, "resource_name": "b", "configs": [
-            {"name": "segment.bytes", "config_operation": 0, "value": "100000"}]}]))
+            {"name": "segment.bytes", "config_operation": 0, "value": "100000"}]},
+        {"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "log.retention.ms", "config_operation": 0, "value": "5000"}]},
+        {"resource_type": 4, "resource_name": "2", "configs": [
+            {"name": "leader.replication.throttled.rate", "config_operation": 0, "value": "1000"}]}]))
     await h.controller.create_partitions(request(ApiKey.CREATE_PARTITIONS, 3, topics=[
         {"name": "a", "count": 5, "assignments": None}]))
     await h.controller.allocate_producer_ids(request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, broker_id=1,
@@ -346,6 +350,7 @@ async def test_replay_equivalence_reload_and_snapshot_plus_tail(tmp_path):
     await run_some_operations(h)
     live = h.controller.state_summary()
     assert live["topics"].keys() == {"a", "b"} and live["next_producer_id"] == 1000
+    assert live["broker_configs"] == {"": {"log.retention.ms": "5000"}, "2": {"leader.replication.throttled.rate": "1000"}}
     await h.stop()
 
     # The same state from replaying the log ...
@@ -487,9 +492,43 @@ async def test_config_changes_reach_every_broker_with_the_topic(h):
         {"resource_type": 2, "resource_name": "t", "configs": [
             {"name": "retention.ms", "config_operation": 0, "value": "42"}]},
         {"resource_type": 2, "resource_name": "nope", "configs": []},
-        {"resource_type": 4, "resource_name": "1", "configs": []}]))
+        {"resource_type": 4, "resource_name": "x", "configs": []}]))
     assert [r["error_code"] for r in resp["responses"]] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                                             ErrorCode.INVALID_REQUEST]
     for b in (1, 2, 3):
         [um] = h.channel.items(b, UpdateMetadataItem)
         assert um.topic_configs == {"t": {"retention.ms": "42"}} and set(um.partitions) == {("t", 0)}
+        assert um.records == ()
+
+
+async def test_dynamic_broker_configs_reach_every_broker_as_records(h):
+    """A BROKER resource's change is ConfigRecords (type 4) in the metadata log, sent to every
+    broker with the security records; a static-only key is INVALID_REQUEST and changes nothing;
+    a broker's full state carries the whole set."""
+    from protocol.messages.metadata_records import decode_record
+
+    await h.start_brokers(1, 2)
+    h.channel.clear()
+    resp = await h.controller.incremental_alter_configs(request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=[
+        {"resource_type": 4, "resource_name": "", "configs": [
+            {"name": "message.max.bytes", "config_operation": 0, "value": "2000"}]},
+        {"resource_type": 4, "resource_name": "2", "configs": [
+            {"name": "follower.replication.throttled.rate", "config_operation": 0, "value": "5000000"}]},
+        {"resource_type": 4, "resource_name": "1", "configs": [
+            {"name": "log.dirs", "config_operation": 0, "value": "/tmp/x"}]}]))
+    assert [r["error_code"] for r in resp["responses"]] == [0, 0, ErrorCode.INVALID_REQUEST]
+    assert "log.dirs" in resp["responses"][2]["error_message"]
+    assert h.controller.configs.broker_configs == {"": {"message.max.bytes": "2000"},
+                                                   "2": {"follower.replication.throttled.rate": "5000000"}}
+    for b in (1, 2):
+        [um] = h.channel.items(b, UpdateMetadataItem)
+        sent = [decode_record(raw) for raw in um.records]
+        assert [(r.resource_type, r.resource_name, r.name, r.value) for r in sent] == [
+            (4, "", "message.max.bytes", "2000"), (4, "2", "follower.replication.throttled.rate", "5000000")]
+    full = h.controller._full_update_metadata()
+    assert {(r.resource_name, r.name) for r in map(decode_record, full.records) if r.type == 4 and
+            r.resource_type == 4} == {("", "message.max.bytes"), ("2", "follower.replication.throttled.rate")}
+    resp = await h.controller.describe_configs(request(ApiKey.DESCRIBE_CONFIGS, 4, resources=[
+        {"resource_type": 4, "resource_name": "", "configuration_keys": None}]))
+    assert [(c["name"], c["value"], c["config_source"]) for c in resp["results"][0]["configs"]] == [
+        ("message.max.bytes", "2000", 3)]

@@ -38,13 +38,6 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-@pytest.fixture
-def raw(broker):
-    r = Raw(broker.port)
-    yield r
-    r.close()
-
-
 def log_dir(broker):
     return broker.server.config.log_dirs[0]
 

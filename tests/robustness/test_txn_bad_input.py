@@ -53,13 +53,6 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-@pytest.fixture
-def raw(broker):
-    r = Raw(broker.port)
-    yield r
-    r.close()
-
-
 def init(raw: Raw, transactional_id: str) -> tuple[int, int]:
     """InitProducerId (retried while __transaction_state is created, with a deadline)."""
     deadline = time.monotonic() + 30
