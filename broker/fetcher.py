@@ -267,7 +267,7 @@ class ReplicaFetcher:
 
         In an incremental fetch session (KIP-227, protocol/fetch_session.py) the request names
         only the partitions whose fetch position changed, and the leader answers only those
-        with something new: an idle partition costs neither bytes nor work per fetch."""
+        with something new: an idle partition costs no request or response bytes."""
         ready = {k: s for k, s in self._ready().items() if not s.truncating}
         if not ready:
             return False

@@ -9,6 +9,7 @@ layer (or the broker's acks=all check, ``min.insync.replicas``) reads are here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,12 @@ CLEANUP_POLICIES = ("delete", "compact")
 # reads them (the broker passes its value that way) but they are no topic configs in
 # Kafka, so ``to_topic_properties`` leaves them out.
 _BROKER_LEVEL = frozenset({"producer_id_expiration_ms"})
+
+
+@functools.lru_cache(maxsize=64)
+def _policies(cleanup_policy: str) -> frozenset[str]:
+    """The policies of a cleanup.policy value (read on every append: parsed once per value)."""
+    return frozenset(p.strip() for p in cleanup_policy.split(","))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +104,12 @@ class LogConfig:
     @property
     def compact(self) -> bool:
         """cleanup.policy includes compact: the log cleaner keeps the newest record of each key."""
-        return "compact" in (p.strip() for p in self.cleanup_policy.split(","))
+        return "compact" in _policies(self.cleanup_policy)
 
     @property
     def delete(self) -> bool:
         """cleanup.policy includes delete: retention.ms / retention.bytes delete old segments."""
-        return "delete" in (p.strip() for p in self.cleanup_policy.split(","))
+        return "delete" in _policies(self.cleanup_policy)
 
     @property
     def log_append_time(self) -> bool:
