@@ -3,6 +3,9 @@
 plan     protocol/balance.py's plan_balance for a new broker joining a cluster of 1,000
          partitions RF 3 on three brokers (and with four racks): milliseconds per plan over
          ROUNDS runs (median, min, max), replicas moved, replica counts after.
+autobalancer  the controller's partition autobalancer deciding one tick over those partitions
+         (it runs on the controller's event queue): broker 4 new (node_add), and balanced
+         (continuous, nothing to do): milliseconds per decision.
 records  the controller's metadata records for that move, written by the real
          ReplicationControlManager: the PartitionChangeRecord that starts each move, and the one
          that completes it when the new replica joins the ISR (AlterPartition); encoded bytes per
@@ -116,6 +119,60 @@ def bench_records(n: int, moves: dict[int, list[int]]) -> None:
           f"B/partition; {left} still moving after the AlterPartitions")
 
 
+def bench_autobalancer(n: int, rounds: int) -> None:
+    """The controller's partition autobalancer: one tick's decision (it runs on the controller's
+    event queue, so this is how long the queue waits), with broker 4 newly joined (node_add: the
+    first batch of moves) and in a balanced cluster (continuous: the tick that finds nothing)."""
+    from controller.partition_autobalancer import AutobalancerConfig, PartitionAutobalancer
+    from protocol.clock import MockTime
+
+    cluster = ClusterControlManager("bench-cluster-id-000000")
+    configs = ConfigurationControlManager({"min.insync.replicas": "1"})
+    repl = ReplicationControlManager(cluster, configs, default_num_partitions=1, default_replication_factor=1,
+                                     rng=random.Random(1))
+    for b in (1, 2, 3, 4):
+        cluster.replay(BrokerRegistration(b, uuid.UUID(int=b), 100 + b, (), None, False, False).to_record())
+    created = repl.create_topics(request(ApiKey.CREATE_TOPICS, 7, topics=[{
+        "name": "t", "num_partitions": -1, "replication_factor": -1, "configs": [],
+        "assignments": [{"partition_index": p, "broker_ids": r} for p, r in assignment(n).items()]}],
+        validate_only=False).topics)
+    for r in created.records:
+        (configs if r.type == T.CONFIG else repl).replay(r)
+    results = {}
+    for label, mode in (("node_add, broker 4 new", "node_add"), ("continuous", "continuous")):
+        balancer = PartitionAutobalancer(AutobalancerConfig(mode=mode, concurrent_moves=n), MockTime(), cluster, repl,
+                                         configs)
+        balancer.activate()  # broker 4 holds nothing: a node_add balance is due
+        times, decided = [], {}
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            decided = balancer.decide()
+            times.append((time.perf_counter() - t0) * 1000)
+        results[label] = (times, len(decided))
+    # a balanced cluster: the assignment the plan leads to
+    balanced = plan_balance({b: None for b in (1, 2, 3, 4)}, assignment(n))
+    steady = {p: balanced.get(p, r) for p, r in assignment(n).items()}
+    repl2 = ReplicationControlManager(cluster, configs, default_num_partitions=1, default_replication_factor=1,
+                                      rng=random.Random(1))
+    created = repl2.create_topics(request(ApiKey.CREATE_TOPICS, 7, topics=[{
+        "name": "t", "num_partitions": -1, "replication_factor": -1, "configs": [],
+        "assignments": [{"partition_index": p, "broker_ids": r} for p, r in steady.items()]}],
+        validate_only=False).topics)
+    for r in created.records:
+        (configs if r.type == T.CONFIG else repl2).replay(r)
+    balancer = PartitionAutobalancer(AutobalancerConfig(mode="continuous"), MockTime(), cluster, repl2, configs)
+    balancer.activate()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        assert not balancer.decide()
+        times.append((time.perf_counter() - t0) * 1000)
+    results["continuous, balanced (nothing to do)"] = (times, 0)
+    for label, (times, moves) in results.items():
+        print(f"autobalancer tick, {n} partitions RF 3 on 4 brokers, {label}: median {statistics.median(times):.1f} ms "
+              f"(min {min(times):.1f}, max {max(times):.1f}, {rounds} runs); {moves} moves decided")
+
+
 QUOTA_CLIENTS = 1000
 
 
@@ -197,6 +254,7 @@ def main() -> None:
         moves = bench_plan(args.partitions, args.rounds, racks=False)
         bench_plan(args.partitions, args.rounds, racks=True)
         bench_records(args.partitions, moves)
+        bench_autobalancer(args.partitions, args.rounds)
     if args.only != "plan":
         bench_quotas(args.rounds)
 

@@ -41,6 +41,7 @@ from .security.metadata import SecurityMetadata, describe_acls_resources, descri
 from .coordinator.adapter import error_response
 from .error_response import error_response_body
 from .fetch_params import FetchParams
+from .fetch_session import FetchManager, FetchSessionCache
 from .client_quota_manager import NANOS_TO_PERCENT
 from .forwarding import FORWARDED_APIS, NoControllerForwarding, error_response as forwarding_error_response
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
@@ -168,9 +169,11 @@ class KafkaApis:
                  broker_epoch: Callable[[], int] = lambda: -1,
                  group_coordinator: "GroupCoordinatorAdapter | None" = None,
                  offsets_topic: "OffsetsTopic | None" = None, request_metrics: "RequestMetrics | None" = None,
-                 authorizer: StandardAuthorizer | None = None, credential_cache: "CredentialCache | None" = None
-                 ) -> None:
+                 authorizer: StandardAuthorizer | None = None, credential_cache: "CredentialCache | None" = None,
+                 fetch_session_cache_slots: int = 1000) -> None:
         self.replica_manager = replica_manager
+        # KIP-227 incremental fetch sessions (max.incremental.fetch.session.cache.slots)
+        self.fetch_manager = FetchManager(FetchSessionCache(fetch_session_cache_slots, replica_manager.time))
         self.request_metrics = request_metrics  # error codes answered, per API (None: metrics off)
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
@@ -592,17 +595,20 @@ class KafkaApis:
         version = ctx.api_version
         request = decode_fetch_request(version, memoryview(ctx.frame), ctx.body_offset)
         correlation_id = ctx.header.correlation_id
-        if request.session_id != 0:
-            # kbroker hands out no fetch sessions (KIP-227): every fetch is a full one.
-            chunks, _ = encode_fetch_response(version, correlation_id, [],
-                                              error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        # KIP-227: the partitions to read are the request's, or its incremental session's
+        # (broker/fetch_session.py); a session error is answered with no partitions.
+        context = self.fetch_manager.new_context(request, request.replica_id >= 0)
+        if context.error:
+            chunks, _ = encode_fetch_response(version, correlation_id, [], error_code=context.error)
+            if self.request_metrics is not None:
+                self.request_metrics.by_key[ApiKey.FETCH].error(context.error)
             ctx.send_response(chunks)
             return
         if request.replica_id >= 0:
             self._quota_exempt = True  # a follower's fetch: replication is not a client's request time
         params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
                              request.isolation_level)
-        topics = request.topics
+        wanted = topics = context.topics
         denied: set[str] = set()
         if self.authorizer is not None:
             # Kafka: a follower needs CLUSTER_ACTION on the cluster, else every partition is
@@ -617,20 +623,24 @@ class KafkaApis:
 
         def respond(results: list) -> None:
             if denied:
-                results = _fetch_in_request_order(request.topics, results, denied)
-            chunks, size = encode_fetch_response(version, correlation_id, results)
+                results = _fetch_in_request_order(wanted, results, denied)
             quotas = self.quotas
             if quotas is not None and quotas.quotas and request.replica_id < 0:
                 # Kafka's consumer fetch quota: the response's bytes against consumer_byte_rate,
                 # and the request time; throttled, the answer is an empty one carrying the
                 # throttle time and the bytes are taken back (they were not sent).
+                sent, session_id, error = context.response(results, update=False)
+                chunks, size = encode_fetch_response(version, correlation_id, sent, session_id=session_id,
+                                                     error_code=error)
                 user, client_id, now = ctx.principal.name, ctx.header.client_id or "", quotas.now_ms()
                 fetch_throttle = quotas.fetch.record_and_get_throttle_time_ms(user, client_id, size, now)
                 throttle = max(fetch_throttle, self._request_throttle_ms(ctx))
                 if throttle > 0:
                     quotas.fetch.unrecord(user, client_id, size, now)
                     ctx.connection.throttle(throttle)
-                    chunks, _ = encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle)
+                    session_id, error = context.throttled()
+                    chunks, _ = encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle,
+                                                      session_id=session_id, error_code=error)
                     return ctx.send_response(chunks)
             if request.replica_id >= 0:
                 replication_quotas = self.replica_manager.replication_quotas
@@ -641,6 +651,9 @@ class KafkaApis:
                                             if pd.records and leader_quota.is_throttled(topic, pd.partition)))
             if topic_stats is not None:
                 self._fetch_stats(results, topic_stats, request.replica_id >= 0)
+            results, session_id, error = context.response(results)
+            chunks, _ = encode_fetch_response(version, correlation_id, results, session_id=session_id,
+                                              error_code=error)
             ctx.send_response(chunks)
 
         topic_stats = self.replica_manager.topic_stats

@@ -82,7 +82,10 @@ class BrokerLifecycleManager:
     def __init__(self, *, broker_id: int, time: Time, channel: ControllerSender, listeners: list[Listener],
                  rack: str | None = None, cluster_id: str | None = None, heartbeat_interval_ms: int = 2000,
                  on_cluster_id: Callable[[str], None] | None = None,
-                 incarnation_id: uuid.UUID | None = None, on_registered: Callable[[], None] | None = None) -> None:
+                 incarnation_id: uuid.UUID | None = None, on_registered: Callable[[], None] | None = None,
+                 log_dir_usage: Callable[[], list[dict]] | None = None) -> None:
+        """``log_dir_usage``: each log dir's {total_bytes, used_bytes}, sent with every
+        heartbeat (a tagged field of kbroker's, for the controller's partition autobalancer)."""
         self.broker_id = broker_id
         self.time = time
         self.channel = channel
@@ -93,6 +96,7 @@ class BrokerLifecycleManager:
         self.on_cluster_id = on_cluster_id
         self.on_registered = on_registered  # told each time a registration is answered (the epoch is known)
         self.incarnation_id = incarnation_id or uuid.uuid4()
+        self.log_dir_usage = log_dir_usage
         self.state = BrokerState.NOT_RUNNING
         self.broker_epoch = -1
         self.registered = False
@@ -231,7 +235,8 @@ class BrokerLifecycleManager:
         self.heartbeats_sent += 1
         response = await self.channel.send(ApiKey.BROKER_HEARTBEAT, {
             "broker_id": self.broker_id, "broker_epoch": self.broker_epoch, "current_metadata_offset": 0,
-            "want_fence": False, "want_shut_down": shutting_down})
+            "want_fence": False, "want_shut_down": shutting_down,
+            "log_dir_usage": self.log_dir_usage() if self.log_dir_usage is not None else []})
         if response.error_code:
             log.warning("broker %d: heartbeat answered %s", self.broker_id, _error_name(response.error_code))
             return self.heartbeat_interval_ms

@@ -231,6 +231,8 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        "followers of throttled replicas that are not in the ISR (a dynamic broker config)", low=0),
     _k("follower.replication.throttled.rate", "long", LONG_MAX, "bytes/s this broker fetches as follower for "
        "throttled replicas (a dynamic broker config)", low=0),
+    _k("max.incremental.fetch.session.cache.slots", "int", 1000, "KIP-227: the incremental fetch sessions a broker "
+       "keeps (followers' and consumers')", low=0),
     _k("producer.id.expiration.ms", "int", 86400000, low=1),
     _k("producer.id.expiration.check.interval.ms", "int", 600000, low=1),
     _k("transactional.id.expiration.ms", "int", 604800000, low=1),
@@ -255,6 +257,18 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("leader.imbalance.check.interval.seconds", "long", 300, "how often the controller checks leader balance", low=1),
     _k("leader.imbalance.per.broker.percentage", "int", 10, "the imbalance a broker may have before a rebalance",
        low=0),
+    # The controller's partition autobalancer (controller/partition_autobalancer.py; Redpanda's names).
+    _k("partition.autobalancing.mode", "string", "node_add", "off; node_add: replicas move onto a broker that "
+       "joins and off one unregistered, until counts are within one; continuous: also even out at any time, off a "
+       "broker fenced past the availability timeout and off a log dir above the disk usage limit",
+       choices=("off", "node_add", "continuous")),
+    _k("partition.autobalancing.node.availability.timeout.sec", "long", 900, "continuous: a broker fenced this long "
+       "has its replicas moved to the others", low=1),
+    _k("partition.autobalancing.max.disk.usage.percent", "int", 80, "continuous: replicas move off a broker whose "
+       "log dir file system is fuller than this", low=1),
+    _k("partition.autobalancing.concurrent.moves", "int", 50, "at most this many partitions moving at once "
+       "(every reassignment in progress counts)", low=1),
+    _k("partition.autobalancing.tick.interval.ms", "long", 30000, "how often the autobalancer decides", low=1),
     _k("metadata.log.dir", "string", None, "the controller's metadata log directory (default: the first log dir)"),
     _k("metadata.log.segment.bytes", "int", 1073741824, "segment size of the metadata log", low=14),
     _k("metadata.log.segment.ms", "long", 604800000, "age at which the metadata log rolls", low=1),

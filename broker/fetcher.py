@@ -33,6 +33,7 @@ from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionEr
 from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError
 from protocol.fast_codecs import FetchPartition, FetchRequest
+from protocol.fetch_session import FetchSessionHandler
 from protocol.records import iter_batch_headers
 
 from .partition import partition_names
@@ -87,6 +88,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._throttled_until_ms = 0.0  # every ready partition held back by the follower quota until then
+        self.session = FetchSessionHandler(source_id)  # KIP-227, with the source broker
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(source={self.source_id} at {self.host}:{self.port}, {len(self.partitions)} partitions)"
@@ -282,7 +284,11 @@ class ReplicaFetcher:
 
     # -- fetching --------------------------------------------------------------------------
     async def _fetch(self, conn: BrokerConnection) -> bool:
-        """One Fetch for every ready, non-truncating partition; False if there was none."""
+        """One Fetch for every ready, non-truncating partition; False if there was none.
+
+        In an incremental fetch session (KIP-227, protocol/fetch_session.py) the request names
+        only the partitions whose fetch position changed, and the leader answers only those
+        with something new: an idle partition costs neither bytes nor work per fetch."""
         ready = {k: s for k, s in self._ready().items() if not s.truncating}
         if not ready:
             return False
@@ -301,16 +307,27 @@ class ReplicaFetcher:
                     wait = min(m.backoff_ms, max(1, quota.throttle_time_ms()))
                     self._throttled_until_ms = m.time.monotonic_ms() + wait
                     return False
-        by_topic: dict[str, list[FetchPartition]] = {}
-        for (topic, p), state in ready.items():
+        # a partition left out (held back, backing off) leaves the session as Kafka's builder does
+        wanted = {}
+        for key, state in ready.items():
             log_ = state.partition.log
-            by_topic.setdefault(topic, []).append(FetchPartition(p, state.leader_epoch, log_.log_end_offset,
-                                                                 log_.log_start_offset, m.fetch_max_bytes))
+            wanted[key] = FetchPartition(key[1], state.leader_epoch, log_.log_end_offset, log_.log_start_offset,
+                                         m.fetch_max_bytes)
+        session = self.session
+        data = session.build(wanted)
         request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
-                               0, 0, -1, list(by_topic.items()), [], "")
-        response = await conn.fetch(request)
-        if response.error_code:
-            raise KafkaError(f"Fetch from broker {self.source_id}: {ErrorCode(response.error_code).name}")
+                               0, data.session_id, data.epoch, data.to_send, data.to_forget, "")
+        try:
+            response = await conn.fetch(request)
+        except BaseException:
+            session.handle_error()
+            raise
+        if not session.handle_response(response, data):
+            if response.error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+                return True  # the next fetch is a full one, at once
+            if response.error_code:
+                raise KafkaError(f"Fetch from broker {self.source_id}: {ErrorCode(response.error_code).name}")
+            return True
         for topic, parts in response.responses:
             for pd in parts:
                 key = (topic, pd.partition)

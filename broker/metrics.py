@@ -522,6 +522,12 @@ class BrokerCollector:
                     "(UnderMinIsrPartitionCount)", len(under_min))
         yield gauge(prefix + "atminisrpartitioncount", "Led partitions whose ISR is exactly min.insync.replicas "
                     "(AtMinIsrPartitionCount)", len(at_min))
+        yield gauge(prefix + "reassigningpartitions", "Led partitions being reassigned (ReassigningPartitions)",
+                    sum(1 for p in leaders if p.is_reassigning))
+        yield gauge("kbroker_replicamanager_reassignment_adding_bytes", "Bytes held by the replicas this broker is "
+                    "adding in reassignments in progress (what they copied so far)",
+                    sum(p.log.size_in_bytes() for p in partitions
+                        if p.log is not None and rm.broker_id in p.adding_replicas))
         for name, value, doc in (("isrshrinks", rm.isr_shrinks, "Committed ISR shrinks (IsrShrinksPerSec)"),
                                  ("isrexpands", rm.isr_expands, "Committed ISR expansions (IsrExpandsPerSec)")):
             family = CounterMetricFamily(prefix + name, doc)
@@ -542,6 +548,20 @@ class BrokerCollector:
         yield size
         yield delayed
         yield expired
+
+        # Incremental fetch sessions (KIP-227; Kafka's FetchSessionCache metrics).
+        apis = getattr(server, "apis", None)
+        if apis is not None:
+            cache = apis.fetch_manager.cache
+            prefix = "kafka_server_fetchsessioncache_"
+            yield gauge(prefix + "numincrementalfetchsessions", "Incremental fetch sessions held "
+                        "(NumIncrementalFetchSessions)", len(cache))
+            yield gauge(prefix + "numincrementalfetchpartitionscached", "Partitions in the incremental fetch "
+                        "sessions held (NumIncrementalFetchPartitionsCached)", cache.total_partitions())
+            family = CounterMetricFamily(prefix + "incrementalfetchsessionevictions", "Sessions evicted to make room "
+                                         "for a new one (IncrementalFetchSessionEvictionsPerSec)")
+            family.add_metric([], cache.evictions)
+            yield family
 
         # The fetchers (follower side).
         fm = server.fetcher_manager

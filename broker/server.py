@@ -249,7 +249,8 @@ class KafkaServer:
             config_repository=configs, producer_ids=self.producer_ids, inter_broker_listener=self.inter_broker_listener,
             forwarding=self.forwarding, broker_epoch=lambda: self.broker_epoch,
             group_coordinator=self.group_coordinator, offsets_topic=self.offsets_topic, request_metrics=request_metrics,
-            authorizer=self.authorizer, credential_cache=self.credential_cache)
+            authorizer=self.authorizer, credential_cache=self.credential_cache,
+            fetch_session_cache_slots=cfg["max.incremental.fetch.session.cache.slots"])
         # Client quotas (KIP-13/55/124): the controller's ClientQuotaRecords, enforced per request
         apis.quotas = ClientQuotas(apis.security_metadata.client_quotas, self.time, samples=cfg["quota.window.num"],
                                    window_seconds=cfg["quota.window.size.seconds"])
@@ -385,7 +386,19 @@ class KafkaServer:
         return BrokerLifecycleManager(
             broker_id=self.broker_id, time=self.time, channel=self._channel("heartbeat", timeout), listeners=[],
             rack=cfg["broker.rack"], cluster_id=self.cluster_id, heartbeat_interval_ms=cfg["broker.heartbeat.interval.ms"],
-            on_cluster_id=self._on_cluster_id, on_registered=self._on_registered)
+            on_cluster_id=self._on_cluster_id, on_registered=self._on_registered, log_dir_usage=self._log_dir_usage)
+
+    def _log_dir_usage(self) -> list[dict]:
+        """The file system usage of each log dir (statvfs, microseconds), for the heartbeat: used
+        bytes against used + available, as df counts Use% (blocks reserved for root are neither)."""
+        out = []
+        for d in self.config.log_dirs:
+            try:
+                usage = fileio.disk_usage(d)
+            except OSError:
+                continue
+            out.append({"total_bytes": usage.used + usage.free, "used_bytes": usage.used})
+        return out
 
     def _registration_listeners(self) -> list[Listener]:
         """The advertised broker endpoints, the inter-broker listener first (the one the

@@ -46,6 +46,13 @@ class ControllerCollector:
         yield gauge("globalpartitioncount", "Partitions (GlobalPartitionCount)", len(partitions))
         yield gauge("offlinepartitionscount", "Partitions without a leader (OfflinePartitionsCount)",
                     controller.replication.offline_partition_count())
+        yield gauge("reassigningpartitions", "Partitions being reassigned (the metadata's adding/removing replicas)",
+                    sum(1 for _i, _p, part in partitions if part.is_reassigning))
+        balancer = controller.autobalancer
+        yield counter("kbroker_controller_autobalancer_moves", "Reassignments the partition autobalancer started "
+                      "(partition.autobalancing.mode)", balancer.moves_started)
+        yield GaugeMetricFamily("kbroker_controller_autobalancer_pending", "1 while a node_add balance is due or "
+                                "in progress", value=1 if balancer.pending else 0)
         store = controller.store
         yield gauge("lastappliedrecordoffset", "The metadata log's last record (LastAppliedRecordOffset)",
                     store.end_offset - 1)

@@ -51,6 +51,7 @@ from .controller_purgatory import ControllerPurgatory
 from .controller_result import ControllerResult
 from .creation_watch import CreationWatch
 from .metadata_store import MetadataStore
+from .partition_autobalancer import AutobalancerConfig, LogDirUsage, PartitionAutobalancer
 from .partition_change import NO_LEADER, NO_LEADER_CHANGE
 from .producer_id_control import ProducerIdControlManager
 from .replication_control import PREFERRED_ELECTION, ZERO_UUID, ReplicationControlManager
@@ -89,6 +90,7 @@ class QuorumControllerConfig:
     authorizer_enabled: bool = False
     super_users: frozenset = frozenset()
     allow_everyone_if_no_acl_found: bool = False
+    autobalancer: AutobalancerConfig = field(default_factory=AutobalancerConfig)
 
     @classmethod
     def from_kafka_config(cls, config, cluster_id: str) -> "QuorumControllerConfig":
@@ -106,7 +108,8 @@ class QuorumControllerConfig:
             snapshot_max_interval_ms=config["metadata.log.max.snapshot.interval.ms"],
             authorizer_enabled=bool(config["authorizer.class.name"]),
             super_users=parse_super_users(config["super.users"]),
-            allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
+            allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"],
+            autobalancer=AutobalancerConfig.from_kafka_config(config))
 
 
 class ControllerStoppedError(Exception):
@@ -154,6 +157,7 @@ class QuorumController:
             default_replication_factor=config.default_replication_factor,
             delete_topic_enable=config.delete_topic_enable, rng=self.rng)
         self.producer_ids = ProducerIdControlManager(self.cluster)
+        self.autobalancer = PartitionAutobalancer(config.autobalancer, time, self.cluster, self.replication, self.configs)
         # The authorizer ControllerApis checks requests with (None: no authorizer.class.name);
         # the AclControlManager keeps its bindings in step with the replayed records.
         self.authorizer: StandardAuthorizer | None = (StandardAuthorizer(
@@ -242,12 +246,17 @@ class QuorumController:
         self._schedule_periodic("leader-rebalance", self.config.leader_imbalance_check_interval_ms,
                                 self.config.auto_leader_rebalance_enable, "auto leader rebalance",
                                 self._auto_rebalance)
+        self.autobalancer.activate()
+        self._schedule_periodic("partition-autobalancer", self.config.autobalancer.tick_interval_ms,
+                                self.config.autobalancer.mode != "off", "partition autobalancer",
+                                self._autobalance)
         self._schedule_periodic("snapshot", self.config.snapshot_max_interval_ms,
                                 self.config.snapshot_max_interval_ms > 0, "periodic snapshot", self._periodic_snapshot)
         return ControllerResult(records, None)
 
     async def stop(self) -> None:
         self.active = False
+        self.autobalancer.deactivate()
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
@@ -388,7 +397,9 @@ class QuorumController:
     def replay(self, record: ApiMessageAndVersion, offset: int | None = None) -> None:
         t = record.type
         if t in (T.REGISTER_BROKER, T.UNREGISTER_BROKER, T.FENCE_BROKER, T.UNFENCE_BROKER, T.BROKER_REGISTRATION_CHANGE):
+            new_broker = t == T.REGISTER_BROKER and not self.cluster.is_registered(record.broker_id)
             self.cluster.replay(record)
+            self.autobalancer.replayed(record, new_broker)
         elif t in (T.TOPIC, T.PARTITION, T.PARTITION_CHANGE, T.REMOVE_TOPIC):
             self.replication.replay(record)
         elif t == T.CONFIG:
@@ -672,6 +683,9 @@ class QuorumController:
         self.heartbeats.remove(broker_id)
         return self.replication.handle_broker_fenced(broker_id) + [self.cluster.fence_record(broker_id)]
 
+    def _autobalance(self) -> ControllerResult:
+        return ControllerResult(self.autobalancer.tick(), None)
+
     def _auto_rebalance(self) -> ControllerResult:
         return ControllerResult(
             self.replication.maybe_balance_partition_leaders(self.config.leader_imbalance_per_broker_percentage), None)
@@ -756,6 +770,10 @@ class QuorumController:
         reg = self.cluster.registration(request.broker_id)
         if reg is not None and reg.epoch == request.broker_epoch and self.heartbeats.tracked(request.broker_id):
             self.heartbeats.touch(request.broker_id)
+        usage = getattr(request, "log_dir_usage", None)
+        if reg is not None and reg.epoch == request.broker_epoch and usage:
+            self.autobalancer.report_usage(request.broker_id, [LogDirUsage(d.total_bytes, d.used_bytes)
+                                                               for d in usage])
         return self._submit("broker heartbeat", lambda: self._heartbeat(request))
 
     def _heartbeat(self, request) -> ControllerResult:

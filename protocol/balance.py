@@ -42,7 +42,7 @@ def _rack_of(brokers: Mapping[int, str | None], broker: int) -> str:
 def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Sequence[int]], *,
                  exclude: Collection[int] = (), sizes: Mapping[K, int] | None = None,
                  movable: Callable[[K], bool] | None = None, leaders: bool = True,
-                 even: bool = True) -> dict[K, list[int]]:
+                 even: bool = True, closed: Collection[int] = ()) -> dict[K, list[int]]:
     """The new replica list of every partition whose list changes (set or order).
 
     ``brokers``: the broker ids that may hold replicas, with their racks (None: no rack; such
@@ -50,6 +50,7 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
     ``exclude``: brokers to empty. ``sizes``: partition sizes (bytes), to move small ones first.
     ``movable(key)``: False keeps a partition where it is (e.g. a reassignment in progress).
     ``even``: False skips phase 3 (only evacuate and fix racks). ``leaders``: False skips phase 4.
+    ``closed``: brokers that keep their replicas (and count) but take no new ones (a full disk).
     """
     eligible = sorted(b for b in brokers if b not in exclude)
     sizes = sizes or {}
@@ -83,7 +84,7 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
         used_racks = {rack(r) for r in replicas if r != frm}
         best: tuple[int, int, int] | None = None
         for b in eligible:
-            if b in replicas:
+            if b in replicas or b in closed:
                 continue
             key = (1 if racks_known and rack(b) in used_racks else 0, counts[b], b)
             if best is None or key < best:
@@ -123,7 +124,7 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
     if even and len(eligible) > 1:
         def fits(k: K, frm: int, to: int) -> bool:
             replicas = current[k]
-            if to in replicas or k in fixed:
+            if to in replicas or k in fixed or to in closed:
                 return False
             if not racks_known:
                 return True

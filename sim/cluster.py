@@ -57,6 +57,7 @@ CONTROLLER_DEFAULTS: dict[str, Any] = {
     "default.replication.factor": 3,
     "min.insync.replicas": 2,
     "auto.leader.rebalance.enable": "false",
+    "partition.autobalancing.mode": "off",  # no moves the scenario did not ask for (as no leader rebalance)
     "kbroker.shutdown.timeout.ms": 5000,
 }
 

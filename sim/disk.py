@@ -75,12 +75,21 @@ class SimDisk:
         self._previous = fileio.install({
             "open": self.open, "close": self.close, "dup": self.dup, "pwrite": self.pwrite, "write": self.write,
             "fsync": self.fsync, "ftruncate": self.ftruncate, "replace": self.replace, "rename": self.rename,
-            "unlink": self.unlink, "rmtree": self.rmtree, "modified_ms": self.modified_ms, "write_windows": False})
+            "unlink": self.unlink, "rmtree": self.rmtree, "modified_ms": self.modified_ms, "write_windows": False,
+            "disk_usage": self.disk_usage})
 
     def uninstall(self) -> None:
         if self._previous is not None:
             fileio.install(self._previous)
             self._previous = None
+
+    def disk_usage(self, path: Any) -> Any:
+        """A file system of 1 TiB, empty, or full while the machine has the ENOSPC fault: the
+        same answer every run (the real disk's usage would make the run depend on the host)."""
+        total = 1 << 40
+        faults = self.faults.get(self.machine_of(os.path.abspath(path)))
+        used = total if faults is not None and faults.enospc else 0
+        return shutil._ntuple_diskusage(total, used, total - used)  # type: ignore[attr-defined]
 
     # -- helpers ---------------------------------------------------------------------------
     def machine_of(self, path: str) -> str:

@@ -35,6 +35,9 @@ replace = os.replace
 rename = os.rename
 unlink = os.unlink
 rmtree = shutil.rmtree
+# The file system's total, used and free bytes of a path (the broker's heartbeat reports each
+# log dir's: the controller's partition autobalancer): the simulated disk answers its own.
+disk_usage = shutil.disk_usage
 
 
 def modified_ms(path: StrPath) -> int:
@@ -49,7 +52,7 @@ write_windows = True
 thread_pool: Callable[..., concurrent.futures.Executor] = concurrent.futures.ThreadPoolExecutor
 
 _SWAPPABLE = ("open", "close", "dup", "pwrite", "write", "fsync", "ftruncate", "replace", "rename", "unlink", "rmtree",
-              "modified_ms", "write_windows", "thread_pool")
+              "modified_ms", "write_windows", "thread_pool", "disk_usage")
 
 
 def install(functions: dict[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,13 @@ BROKER_HEARTBEAT_REQUEST = Message("BrokerHeartbeatRequest", 63, "0-1", "0+", [
     F("want_fence", "bool"),
     F("want_shut_down", "bool"),
     F("offline_log_dirs", "[]uuid", "1+", tag=0, tagged="1+"),
+    # kbroker's own (not in Kafka's schema; Kafka ignores unknown tags): the file system usage of
+    # each log dir, for the controller's partition autobalancer (as Redpanda's health report), in
+    # the order of log.dirs (no paths: the bytes on the wire stay the same from run to run).
+    F("log_dir_usage", "[]LogDirUsage", "0+", tag=10000, tagged="0+", fields=[
+        F("total_bytes", "int64"),
+        F("used_bytes", "int64"),
+    ]),
 ])
 
 BROKER_HEARTBEAT_RESPONSE = Message("BrokerHeartbeatResponse", 63, "0-1", "0+", [

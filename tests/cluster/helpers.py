@@ -104,12 +104,14 @@ class NumberedProducer:
 def high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: float = 60) -> int:
     """The partition's high watermark, asked of its leader. librdkafka fails the query at once
     (_UNKNOWN_PARTITION) while its metadata shows the partition without a leader it knows (a
-    leadership change under way): asked again until a leader answers."""
+    leadership change under way), or asks a broker that just gave up the leadership
+    (NOT_LEADER_FOR_PARTITION): asked again until a leader answers."""
     def ask() -> tuple[int] | None:
         try:
             return (consumer.get_watermark_offsets(ConsumerTP(topic, partition), timeout=30)[1],)
         except KafkaException as exc:
-            if exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+            if exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                                      KafkaError.NOT_LEADER_FOR_PARTITION):
                 print(f"high watermark of {topic}-{partition} not answered yet: {exc}")
                 return None
             raise

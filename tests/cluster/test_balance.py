@@ -53,7 +53,10 @@ def produce(bootstrap: str, n: int) -> None:
 
 async def test_balance_proposes_then_moves_onto_a_new_broker_and_spreads_racks(tmp_path):
     cluster = LocalCluster(tmp_path / "c", 4, broker_props=BROKER_PROPS,
-                           controller_props={"broker.session.timeout.ms": 3000})
+                           controller_props={"broker.session.timeout.ms": 3000,
+                                             # the command's moves only: broker 4 joining would
+                                             # start the node_add autobalancer beside it
+                                             "partition.autobalancing.mode": "off"})
     for b, rack in RACKS.items():
         cluster.brokers[b].overrides["broker.rack"] = rack
     try:

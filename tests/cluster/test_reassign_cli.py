@@ -58,7 +58,10 @@ def replicas_of(bootstrap: str, topics_file) -> dict[int, list[int]]:
 
 async def test_reassign_by_plan_then_decommission_and_unregister(tmp_path):
     cluster = LocalCluster(tmp_path / "c", 4, broker_props=BROKER_PROPS,
-                           controller_props={"broker.session.timeout.ms": 3000}).start()
+                           controller_props={"broker.session.timeout.ms": 3000,
+                                             # the operator's moves only: an unregistration would
+                                             # start the node_add autobalancer beside them
+                                             "partition.autobalancing.mode": "off"}).start()
     bootstrap = cluster.bootstrap
     try:
         await create(cluster, "ops", [[1, 2], [2, 3], [3, 1], [1, 3], [2, 1], [3, 2]])

@@ -34,7 +34,9 @@ PARTITIONS = 12
 
 def start_cluster(tmp_path) -> LocalCluster:
     return LocalCluster(tmp_path, 4, broker_props=BROKER_PROPS,
-                        controller_props={"broker.session.timeout.ms": SESSION_MS}).start()
+                        controller_props={"broker.session.timeout.ms": SESSION_MS,
+                                          # the operator's moves only (no autobalancer beside them)
+                                          "partition.autobalancing.mode": "off"}).start()
 
 
 def kafka_admin(cluster, broker_id: int = 1) -> KafkaAdminClient:

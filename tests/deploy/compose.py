@@ -29,6 +29,7 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 HA_FILE = REPO / "docker-compose.ha.yml"
 SECURE_FILE = REPO / "docker-compose.secure.yml"
 HOST_FILE = REPO / "docker-compose.host.yml"
+SCALE_FILE = REPO / "docker-compose.scale.yml"
 IMAGES = ("kbroker:latest", "kbroker-prometheus:latest")
 BROKERS = ("broker-1", "broker-2", "broker-3")
 
@@ -82,6 +83,8 @@ class ComposeCluster:
         self.command = command or compose_commands()[0]
         self.ports = {f"BROKER_{i}_PORT": free_port() for i in (1, 2, 3)}
         self.ports["PROMETHEUS_PORT"] = free_port()
+        if SCALE_FILE in files:
+            self.ports["BROKER_4_PORT"] = free_port()
         self._prometheus_config: Path | None = None
         if HOST_FILE in self.files:
             # network_mode: host: every listener is a port of the host's loopback

@@ -248,7 +248,8 @@ def test_flexibility_of_known_cases() -> None:
 
 def test_kbroker_tagged_fields_are_only_where_documented() -> None:
     """The extensions: UpdateMetadata's TopicState.topic_configs, tag 10000, and its
-    metadata_records, tag 10001, both v6+ (control.py)."""
+    metadata_records, tag 10001, both v6+ (control.py); BrokerHeartbeat's log_dir_usage, tag
+    10000, v0+ (lifecycle.py: the controller's partition autobalancer)."""
     found = []
 
     def walk(path, fields):
@@ -259,8 +260,9 @@ def test_kbroker_tagged_fields_are_only_where_documented() -> None:
 
     for msg in MESSAGES:
         walk(f"{msg.name}.", msg.fields)
-    assert found == [("UpdateMetadataRequest.topic_states.topic_configs", 10000, "6+"),
-                     ("UpdateMetadataRequest.metadata_records", 10001, "6+")]
+    assert sorted(found) == [("BrokerHeartbeatRequest.log_dir_usage", 10000, "0+"),
+                             ("UpdateMetadataRequest.metadata_records", 10001, "6+"),
+                             ("UpdateMetadataRequest.topic_states.topic_configs", 10000, "6+")]
     req = control.UPDATE_METADATA_REQUEST
     topic = {"topic_name": "t", "partition_states": [], "topic_configs": [{"name": "retention.ms", "value": "1"}]}
     body = {"controller_id": 1, "controller_epoch": 1, "topic_states": [topic], "live_brokers": []}

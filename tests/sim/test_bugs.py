@@ -20,7 +20,7 @@ CAUGHT: dict[str, tuple] = {
     "hw-over-local-isr": (218, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
     "ineligible-isr-accepted": (21, frozenset({"isr-eligible"})),
     "stale-broker-epoch-accepted": (1, frozenset({"one-leader-per-epoch"})),
-    "ack-before-min-isr": (9, frozenset({"lost-write", "inconsistent-offset"})),
+    "ack-before-min-isr": (7, frozenset({"lost-write", "inconsistent-offset"})),
     # (seed 14 draws the lost-epochs fault: a broker back with records above its high watermark
     # and no leader epochs keeps records the leader replaced: acknowledged writes lost)
     "no-truncation-without-epochs": (14, frozenset({"lost-write", "inconsistent-offset"})),
@@ -28,7 +28,7 @@ CAUGHT: dict[str, tuple] = {
 # How many seeds from 1 it took to catch each (with the scenario of the commit that pinned them).
 SEEDS_TO_CATCH: dict[str, int] = {
     "stale-broker-epoch-accepted": 1, "log-start-before-hw": 2, "shrink-before-first-fetch": 5,
-    "ack-before-min-isr": 9, "ineligible-isr-accepted": 21,
+    "ack-before-min-isr": 7, "ineligible-isr-accepted": 21,
     "hw-over-local-isr": 218,  # (5 with pause, slow-disk, partition and slow-link faults only)
     # kbroker's recovery rebuilds a leader epoch cache from the batches it re-validates, and the
     # checkpoint below the recovery point is durable, so no crash alone leaves records above the

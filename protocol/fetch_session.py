@@ -1,0 +1,139 @@
+"""Incremental fetch sessions (KIP-227), the client side: Kafka's FetchSessionHandler.
+
+One handler per broker fetched from. ``build`` turns the partitions wanted now into the next
+Fetch's session id, epoch, partitions to send and partitions to forget; ``handle_response``
+(or ``handle_error`` when no response came) moves the session on:
+
+* no session yet (or one to be replaced): a full fetch of every partition, epoch 0, which asks
+  the broker for a session (and closes the one named, if any);
+* in a session: epoch 1, 2, ... with only the partitions added or whose fetch parameters
+  changed (offset, log start offset, max bytes, leader epoch), and those dropped as forgotten;
+  the response names only the partitions with something new;
+* FETCH_SESSION_ID_NOT_FOUND: start over without a session id; any other top-level error, a
+  response naming partitions the session does not hold (or a full one not naming exactly
+  those asked for), or no response: start over with a full fetch that closes the session;
+* a full response with session id 0 (the broker keeps none: a full cache, a broker without
+  sessions): the next fetch is full again; an incremental response with session id 0: the
+  broker closed the session.
+
+Sans-I/O: the follower's fetcher (broker/fetcher.py) sends what ``build`` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable
+
+from .errors import ErrorCode
+from .fast_codecs import FetchPartition, FetchResponse
+
+log = logging.getLogger("kbroker.fetch_session")
+
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+MAX_EPOCH = (1 << 31) - 1
+
+TopicPartition = tuple[str, int]
+
+
+def next_epoch(epoch: int) -> int:
+    if epoch < 0:
+        return FINAL_EPOCH
+    if epoch == MAX_EPOCH:
+        return 1
+    return epoch + 1
+
+
+@dataclass(slots=True)
+class FetchRequestData:
+    session_id: int
+    epoch: int
+    to_send: list[tuple[str, list[FetchPartition]]]  # by topic, in the order wanted
+    to_forget: list[tuple[str, list[int]]]
+    full: bool
+
+
+class FetchSessionHandler:
+    def __init__(self, node_id: int) -> None:
+        self.node_id = node_id
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        # the session's partitions as last sent (a full fetch: all of those asked for)
+        self.session_partitions: dict[TopicPartition, FetchPartition] = {}
+
+    def __repr__(self) -> str:
+        return f"FetchSessionHandler(node={self.node_id}, session={self.session_id}, epoch={self.epoch})"
+
+    @property
+    def full(self) -> bool:
+        return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+
+    def build(self, wanted: dict[TopicPartition, FetchPartition]) -> FetchRequestData:
+        """The next Fetch for ``wanted`` (in its order)."""
+        if self.full:
+            self.session_partitions = dict(wanted)
+            return FetchRequestData(self.session_id, self.epoch, _by_topic(wanted.items()), [], True)
+        previous = self.session_partitions
+        to_send = [(key, fp) for key, fp in wanted.items() if previous.get(key) != fp]
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in previous.keys() - wanted.keys():
+            forgotten.setdefault(topic, []).append(index)
+        self.session_partitions = dict(wanted)
+        return FetchRequestData(self.session_id, self.epoch, _by_topic(to_send),
+                                [(t, sorted(ps)) for t, ps in forgotten.items()], False)
+
+    def handle_response(self, response: FetchResponse, request: FetchRequestData) -> bool:
+        """Move the session on; False when the response is not to be used (an error, or one
+        the session cannot explain)."""
+        if response.error_code:
+            if response.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND:
+                self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+            else:
+                self.epoch = INITIAL_EPOCH  # a full fetch that closes the session
+            log.info("broker %d could not continue fetch session %d at epoch %d: %s; the next fetch is full",
+                     self.node_id, request.session_id, request.epoch, _name(response.error_code))
+            return False
+        answered = {(topic, pd.partition) for topic, parts in response.responses for pd in parts}
+        if request.full:
+            if answered != self.session_partitions.keys():
+                log.info("broker %d sent a full fetch response with extra %s / omitted %s partitions", self.node_id,
+                         sorted(answered - self.session_partitions.keys()),
+                         sorted(self.session_partitions.keys() - answered))
+                self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+                return False
+            if response.session_id == INVALID_SESSION_ID:
+                self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+            else:
+                self.session_id, self.epoch = response.session_id, next_epoch(INITIAL_EPOCH)
+            return True
+        extra = answered - self.session_partitions.keys()
+        if extra:
+            log.info("broker %d sent an incremental fetch response for session %d with partitions not in it: %s",
+                     self.node_id, request.session_id, sorted(extra))
+            self.epoch = INITIAL_EPOCH
+            return False
+        if response.session_id == INVALID_SESSION_ID:  # the broker closed the session
+            self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+        else:
+            self.epoch = next_epoch(self.epoch)
+        return True
+
+    def handle_error(self) -> None:
+        """No response (the connection failed): the next fetch is full and closes the session."""
+        self.epoch = INITIAL_EPOCH
+
+
+def _by_topic(items: Iterable[tuple[TopicPartition, FetchPartition]]) -> list[tuple[str, list[FetchPartition]]]:
+    out: dict[str, list[FetchPartition]] = {}
+    for (topic, _index), fp in items:
+        out.setdefault(topic, []).append(fp)
+    return list(out.items())
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
