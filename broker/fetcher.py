@@ -12,7 +12,8 @@ own latest epoch, and truncates to the point where the two logs diverge — poss
 several rounds, when the leader's answer names an older epoch than the one asked for.
 
 A follower without any leader epoch (an empty log, or a lost or damaged leader-epoch
-checkpoint) truncates to its high watermark instead, as Kafka does.
+checkpoint) truncates to its high watermark instead, as Kafka does, as soon as it is added:
+that needs nothing from the leader, which may be unreachable.
 
 Errors: NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, FENCED_LEADER_EPOCH and the like back
 the partition off for replica.fetch.backoff.ms (a newer LeaderAndIsr will re-add it);
@@ -94,6 +95,8 @@ class ReplicaFetcher:
 
     # -- membership ------------------------------------------------------------------------
     def add_partitions(self, states: dict[tuple[str, int], PartitionFetchState]) -> None:
+        for key, state in states.items():
+            self._truncate_without_epochs(key, state)
         self.partitions.update(states)
         self._wakeup.set()
         if self._task is None:
@@ -217,6 +220,24 @@ class ReplicaFetcher:
                     self._back_off(key, state, f"OffsetsForLeaderEpoch: {ErrorCode(r.error_code).name}")
                     continue
                 self._apply_truncation(key, state, r.leader_epoch, r.end_offset)
+
+    def _truncate_without_epochs(self, key, state: PartitionFetchState) -> None:
+        """A partition added without any leader epoch truncates to its high watermark at once,
+        here: that needs nothing from the leader (Kafka's maybeTruncate runs truncateToHighWatermark
+        without a request). Waiting for a connection left the tail above the HW in place while the
+        leader was unreachable (dead, or cut off); a crash meanwhile then rebuilt leader epochs
+        for that tail from its batches (recovery), and epoch truncation against a leader that
+        knows no older epochs kept it: two ISR members holding different records at the same
+        offsets (simulator seed 2771)."""
+        log_ = state.partition.log
+        if BUG_NO_TRUNCATION_WITHOUT_EPOCHS or log_ is None or log_.leader_epoch_cache.latest_epoch() is not None:
+            return
+        try:
+            self._truncate_to_high_watermark(key, state)
+        except OSError as exc:  # (a failing disk: the loop's truncation round tries again)
+            state.truncating = True
+            log.warning("%s-%d: truncating to the high watermark failed: %s; retrying before fetching", key[0], key[1],
+                        exc)
 
     def _truncate_to_high_watermark(self, key, state: PartitionFetchState) -> None:
         log_ = state.partition.log

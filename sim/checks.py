@@ -29,6 +29,7 @@ live node's state:
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Callable
 
 from broker.partition import Partition, PendingShrinkIsr, Replica
@@ -37,6 +38,7 @@ from controller.quorum_controller import QuorumController, QuorumControllerConfi
 from storage.log import Log
 
 Key = tuple[str, int]
+Incarnation = tuple[Key, "uuid.UUID | None"]  # a partition of one incarnation of its topic
 
 
 class Checker:
@@ -44,10 +46,12 @@ class Checker:
         self.sim = sim
         self.dirty: dict[Key, None] = {}
         self.controller_dirty = False
-        self.epoch_leader: dict[tuple[Key, int], tuple[str, int]] = {}
-        self.leader_hw: dict[tuple[Key, int, str, int], int] = {}
-        self.isr_joined: dict[tuple[Key, int, int], float] = {}  # (partition, leader epoch, replica) -> since
-        self._isr_seen: dict[tuple[Key, int], frozenset[int]] = {}
+        # Keyed by the partition of one incarnation of its topic (Incarnation: the name and the
+        # topic id): a topic deleted and created again under its name starts over at leader epoch 0.
+        self.epoch_leader: dict[tuple[Incarnation, int], tuple[str, int]] = {}
+        self.leader_hw: dict[tuple[Incarnation, int, str, int], int] = {}
+        self.isr_joined: dict[tuple[Incarnation, int, int], float] = {}  # (partition, leader epoch, replica) -> since
+        self._isr_seen: dict[tuple[Incarnation, int], frozenset[int]] = {}
         self.controller_epochs: list[int] = []
         self.broker_epochs: dict[int, int] = {}
         self.shadow: QuorumController | None = None
@@ -188,26 +192,28 @@ class Checker:
                 continue
             epoch = p.leader_epoch
             who = (node.name, node.process.incarnation)
-            seen = self.epoch_leader.setdefault((key, epoch), who)
+            topic_id = _topic_id(node, key[0])
+            incarnation = (key, topic_id)
+            seen = self.epoch_leader.setdefault((incarnation, epoch), who)
             if seen != who:
-                sim.violation("one-leader-per-epoch", f"{key[0]}-{key[1]} leader epoch {epoch}: led by {seen[0]}#{seen[1]} "
-                              f"and by {who[0]}#{who[1]}")
-                self.epoch_leader[(key, epoch)] = who
+                sim.violation("one-leader-per-epoch", f"{key[0]}-{key[1]} (topic id {topic_id}) leader epoch {epoch}: "
+                              f"led by {seen[0]}#{seen[1]} and by {who[0]}#{who[1]}")
+                self.epoch_leader[(incarnation, epoch)] = who
             hw = p.log.high_watermark
-            hw_key = (key, epoch, who[0], who[1])
+            hw_key = (incarnation, epoch, who[0], who[1])
             last = self.leader_hw.get(hw_key)
             if last is not None and hw < last:
                 sim.violation("hw-monotonic", f"{key[0]}-{key[1]} on leader {who[0]}#{who[1]} at epoch {epoch}: "
                               f"high watermark {last} -> {hw}")
             self.leader_hw[hw_key] = hw
             isr = p.maximal_isr  # (the committed ISR plus a follower being added: KIP-497)
-            seen_key = (key, epoch)
+            seen_key = (incarnation, epoch)
             previous = self._isr_seen.get(seen_key, frozenset())
             if isr != previous:
                 for r in isr - previous:
-                    self.isr_joined[(key, epoch, r)] = now
+                    self.isr_joined[(incarnation, epoch, r)] = now
                 for r in previous - isr:
-                    self.isr_joined.pop((key, epoch, r), None)
+                    self.isr_joined.pop((incarnation, epoch, r), None)
                 self._isr_seen[seen_key] = isr
             for r in isr:
                 if r == node.node_id:
@@ -216,11 +222,12 @@ class Checker:
                 if replica is None:
                     continue  # dead, or not hosting it (yet)
                 rnode, rp = replica
-                joined = self.isr_joined.get((key, epoch, r))
+                joined = self.isr_joined.get((incarnation, epoch, r))
                 # A member of the committed ISR may have been in it since before this epoch: it is
                 # whole only if it has not restarted since it last entered the controller's ISR (a
                 # leader's view may lag: it still lists a member the controller dropped after a crash).
-                entered = sim.isr_entered.get((key, r)) if r in p.isr else None
+                entered = (sim.isr_entered.get((key, r))
+                           if r in p.isr and sim.topic_ids.get(key, topic_id) == topic_id else None)
                 if entered is not None and (joined is None or entered < joined):
                     joined = entered
                 if joined is None or rnode.started_at > joined:
@@ -280,7 +287,7 @@ class Checker:
         sim = self.sim
         cluster = controller.cluster
         for info, pid, part in controller.replication.all_partitions():
-            sim.isr_changed((info.name, pid), frozenset(part.isr))
+            sim.isr_changed((info.name, pid), frozenset(part.isr), info.topic_id)
             if len(part.isr) == 1 and part.leader < 0:
                 continue  # the last ISR member is kept, leaderless, when it goes (Kafka's ELR-less rule)
             for r in part.isr:
@@ -312,6 +319,14 @@ class Checker:
         if self.controller_epochs and epoch <= self.controller_epochs[-1]:
             self.sim.violation("controller-epoch-monotonic", f"controller epoch {epoch} after {self.controller_epochs[-1]}")
         self.controller_epochs.append(epoch)
+
+
+def _topic_id(node: Any, topic: str) -> uuid.UUID | None:
+    """The id of the topic as a broker knows it (its metadata cache): the incarnation of the
+    topic its partition of that name belongs to; None while it knows none."""
+    cache = node.server.metadata_cache
+    info = cache.topics.get(topic) if cache is not None else None
+    return info.topic_id if info is not None and info.topic_id.int else None
 
 
 def _shadow(sim: Any) -> QuorumController:

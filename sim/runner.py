@@ -107,6 +107,7 @@ class Simulation:
         self._isr: dict[tuple[str, int], frozenset[int]] = {}
         # (partition, broker) -> when the broker last entered the controller's ISR of it
         self.isr_entered: dict[tuple[tuple[str, int], int], float] = {}
+        self.topic_ids: dict[tuple[str, int], Any] = {}  # partition -> the controller's topic id of it
         self._broker_epochs: dict[int, int] = {}
         self.answered_broker_epochs: dict[int, int] = {}  # the highest epoch each broker's registration got
 
@@ -159,8 +160,16 @@ class Simulation:
     def on_stopped(self, node: SimNode) -> None:
         pass
 
-    def isr_changed(self, key: tuple[str, int], isr: frozenset[int]) -> None:
-        """The controller's ISR of ``key``: members that joined are whole again."""
+    def isr_changed(self, key: tuple[str, int], isr: frozenset[int], topic_id: Any = None) -> None:
+        """The controller's ISR of ``key``: members that joined are whole again. A topic deleted
+        and created again under its name (another topic id) starts over: new logs, a new ISR."""
+        if topic_id is not None and self.topic_ids.get(key, topic_id) != topic_id:
+            self._isr.pop(key, None)
+            self.tainted.pop(key, None)
+            for r in [r for k, r in self.isr_entered if k == key]:
+                del self.isr_entered[(key, r)]
+        if topic_id is not None:
+            self.topic_ids[key] = topic_id
         previous = self._isr.get(key, frozenset())
         self._isr[key] = isr
         now = self.loop.time()

@@ -123,6 +123,71 @@ async def test_a_follower_without_leader_epochs_truncates_to_its_high_watermark(
     log.close()
 
 
+def lost_epochs_log(path, time) -> Log:
+    """A follower back from a clean shutdown with its leader-epoch checkpoint lost: records 0-9,
+    high watermark 7 (offsets 7-9 were taken while it led, cut off, and nobody vouches for them)."""
+    log = follower_log(path, time, [(0, 5), (1, 2), (1, 3)])
+    log.update_high_watermark(7)
+    log.close()
+    (path / EPOCH_FILE).unlink()
+    log = Log.open(path, LogConfig(), time=time, recovery_point=10, had_clean_shutdown=True)
+    log.update_high_watermark(7)
+    assert log.leader_epoch_cache.latest_epoch() is None and log.log_end_offset == 10
+    return log
+
+
+async def test_a_follower_without_leader_epochs_truncates_to_its_high_watermark_when_added_not_when_connected(
+        tmp_path, time):
+    """Simulator seed 2771: the leader a broker back without leader epochs was told to follow was
+    down. The truncation to the high watermark waited for a connection to it, so the tail stayed;
+    the broker was killed meanwhile, its recovery rebuilt a leader epoch for that tail from the
+    batches, and the epoch truncation against the next leader (which had lost its epochs too)
+    kept it: two ISR members with different records at the same offsets. Kafka's
+    truncateToHighWatermark asks the leader nothing: the tail goes when the partition is added."""
+    log = lost_epochs_log(tmp_path / "t-0", time)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    fetcher.partitions.clear()
+    try:
+        fetcher.add_partitions({("t", 0): state})
+        # No await yet: the fetcher's loop has not run, nothing was connected to or asked.
+        assert (log.log_end_offset, state.truncating) == (7, False)
+    finally:
+        await fetcher.stop()  # (before its loop ran: the stub manager has no network)
+    log.close()
+
+
+async def test_a_follower_with_leader_epochs_waits_for_the_leader_to_truncate(tmp_path, time):
+    log = follower_log(tmp_path / "t-0", time, [(0, 5), (1, 5)])
+    log.update_high_watermark(7)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    fetcher.partitions.clear()
+    try:
+        fetcher.add_partitions({("t", 0): state})
+        assert (log.log_end_offset, state.truncating) == (10, True)  # only the leader can tell where they diverge
+    finally:
+        await fetcher.stop()
+    log.close()
+
+
+async def test_a_failed_truncation_when_added_is_left_to_the_fetchers_loop(tmp_path, time, monkeypatch):
+    log = lost_epochs_log(tmp_path / "t-0", time)
+    fetcher, state = fetcher_for(follower(log, time), time)
+    fetcher.partitions.clear()
+
+    def eio(offset):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(log, "truncate_to", eio)
+    try:
+        fetcher.add_partitions({("t", 0): state})  # (a LeaderAndIsr being applied: it must not raise)
+        assert (log.log_end_offset, state.truncating) == (10, True)
+    finally:
+        await fetcher.stop()
+    monkeypatch.undo()
+    await fetcher._truncate(ScriptedLeader({}))  # the loop's round, the disk back
+    assert (log.log_end_offset, state.truncating) == (7, False)
+    log.close()
+
+
 async def test_an_empty_follower_has_nothing_to_truncate(tmp_path, time):
     log = Log.open(tmp_path / "t-0", LogConfig(), time=time)
     fetcher, state = fetcher_for(follower(log, time), time)

@@ -95,3 +95,27 @@ def test_seed_625_a_broker_that_cannot_start_on_a_failing_disk_exits_and_starts_
     ready and never started again, and the cluster could not settle. A failed start now ends
     the process (started again when the faults heal), and is a violation only without disk faults."""
     _clean(625)
+
+
+def test_seed_2771_a_follower_without_leader_epochs_kept_its_tail_while_its_leader_was_down():
+    """Seed 2771: broker 3 led t0-0 cut off from the cluster and took acks=1 records the new
+    leader never got; it stopped cleanly and lost its leader-epoch checkpoints (the lost-epochs
+    fault). Back, it was to follow broker 2, which was down (killed): its truncation to the high
+    watermark waited for a connection to broker 2, so the tail stayed. Killed meanwhile, its
+    recovery rebuilt leader epoch 0 from the tail's batches; the next leader, broker 1, had lost
+    its epochs too and answered that epoch 0 ended at its log end, so broker 3 kept the tail, and
+    rejoined the ISR with other records than broker 1 and 2 at offsets 10-39: acknowledged
+    writes lost, offsets holding two records. The truncation needs nothing from the leader and
+    is done when the partition is added to a fetcher now, as Kafka's truncateToHighWatermark
+    (tests/broker/test_fetcher_truncation.py::test_a_follower_without_leader_epochs_truncates_to_its_high_watermark_when_added_not_when_connected)."""
+    _clean(2771)
+
+
+def test_seed_2782_a_topic_created_again_under_its_name_is_another_incarnation():
+    """Seed 2782 (a bug of the checks): churn-0's creation failed (a broker's disk was full) after
+    broker 1 had taken the lead of its partition at leader epoch 0, and the topic was taken
+    back (its answer waiting for a broker cut off from the controller to drop the partition);
+    the admin's CreateTopics, unanswered, was sent again when its connection was reset (broker
+    1 killed) and made it again (another topic id) with broker 2 leading at leader epoch 0. The one-leader-per-epoch check keyed partitions by name and flagged it;
+    the partition-level checks key by the topic id the leader's broker knows now."""
+    _clean(2782)
