@@ -369,13 +369,33 @@ def run_fuzz(tmp_path: Path, seed: int, seconds: float) -> None:
         base_other, _ = split(base_targets)
         partitions = len([p for p in log_dir.iterdir() if p.is_dir()])
 
+        def over_budget(data: list[str]) -> dict[str, int]:
+            """Files of the log dir held by more descriptors than storage allows (segment_budget.py):
+            the active segment's .log two (its descriptor and mapping), any other file one (a
+            non-active segment's .log mapping or a mapped index, a lock file). A mapping a remap
+            could not close shows as a third on the active .log, or a second elsewhere. (The
+            count used to be 2 per partition in all, lock files included: a seed whose fuzzed
+            appends rolled a segment and whose fetches then mapped the old one went over it
+            without any leak: seed 1012766788.)"""
+            held: dict[str, int] = {}
+            for t in data:
+                held[t] = held.get(t, 0) + 1
+            over = {}
+            for t, n in held.items():
+                path = Path(t)
+                logs = sorted(path.parent.glob("*.log")) if path.suffix == ".log" else []
+                allowed = ACTIVE_SEGMENT_FDS if logs and path == logs[-1] else 1
+                if n > allowed:
+                    over[t] = n
+            return over
+
         def settled() -> bool:
             other, data = split(fd_targets(broker.pid))
             # A connection closed while a request of it is parked (a mutated Fetch max_wait_ms can
             # be days) keeps its socket until the request completes: issue 12 §2 (closing a
             # connection cancels its parked requests) is another change; until it lands, each
             # such connection may hold one socket.
-            return len(other) <= len(base_other) + stuck and len(data) <= ACTIVE_SEGMENT_FDS * partitions
+            return len(other) <= len(base_other) + stuck and not over_budget(data)
 
         try:
             wait_until(settled, 30, what="descriptors back to the baseline")
@@ -386,7 +406,8 @@ def run_fuzz(tmp_path: Path, seed: int, seconds: float) -> None:
                 if t in extra:
                     extra.remove(t)
             raise AssertionError(f"{len(other)} descriptors other than log files (baseline {len(base_other)}), "
-                                 f"new: {extra}; {len(data)} log files for {partitions} partitions: {data}") from None
+                                 f"new: {extra}; {len(data)} log files for {partitions} partitions, held beyond "
+                                 f"the budget: {over_budget(data)}; all: {data}") from None
         grown = rss_bytes(broker.pid) - base_rss
         assert grown < 96 * 2**20, f"RSS grew by {grown / 2**20:.0f} MiB"
         got = consume_all(broker.bootstrap, CANARY, len(canary.acked))
