@@ -73,24 +73,33 @@ def bench_plan(n: int, rounds: int, racks: bool) -> dict[int, list[int]]:
     return moves
 
 
-def bench_records(n: int, moves: dict[int, list[int]]) -> None:
-    cluster = ClusterControlManager("bench-cluster-id-000000")
-    configs = ConfigurationControlManager({"min.insync.replicas": "1"})
+def cluster_with_topic(current: dict[int, list[int]], cluster=None, configs=None):
+    """Control managers of brokers 1-4 and a topic "t" with ``current``'s replicas, the records
+    replayed: (cluster, configs, replication). ``cluster``/``configs``: reuse those."""
+    if cluster is None:
+        cluster = ClusterControlManager("bench-cluster-id-000000")
+        for b in (1, 2, 3, 4):
+            cluster.replay(BrokerRegistration(b, uuid.UUID(int=b), 100 + b, (), None, False, False).to_record())
+    configs = configs if configs is not None else ConfigurationControlManager({"min.insync.replicas": "1"})
     repl = ReplicationControlManager(cluster, configs, default_num_partitions=1, default_replication_factor=1,
                                      rng=random.Random(1))
-    for b in (1, 2, 3, 4):
-        cluster.replay(BrokerRegistration(b, uuid.UUID(int=b), 100 + b, (), None, False, False).to_record())
+    created = repl.create_topics(request(ApiKey.CREATE_TOPICS, 7, topics=[{
+        "name": "t", "num_partitions": -1, "replication_factor": -1, "configs": [],
+        "assignments": [{"partition_index": p, "broker_ids": r} for p, r in current.items()]}],
+        validate_only=False).topics)
+    for r in created.records:
+        (configs if r.type == T.CONFIG else repl).replay(r)
+    return cluster, configs, repl
+
+
+def bench_records(n: int, moves: dict[int, list[int]]) -> None:
+    current = assignment(n)
+    _cluster, configs, repl = cluster_with_topic(current)
 
     def apply(records) -> None:
         for r in records:
             (configs if r.type == T.CONFIG else repl).replay(r)
 
-    current = assignment(n)
-    created = repl.create_topics(request(ApiKey.CREATE_TOPICS, 7, topics=[{
-        "name": "t", "num_partitions": -1, "replication_factor": -1, "configs": [],
-        "assignments": [{"partition_index": p, "broker_ids": r} for p, r in current.items()]}],
-        validate_only=False).topics)
-    apply(created.records)
     moving = {p: r for p, r in moves.items() if set(r) != set(current[p])}
     start = repl.alter_partition_reassignments(request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, timeout_ms=1000,
                                                        allow_replication_factor_change=True, topics=[{
@@ -126,18 +135,7 @@ def bench_autobalancer(n: int, rounds: int) -> None:
     from controller.partition_autobalancer import AutobalancerConfig, PartitionAutobalancer
     from protocol.clock import MockTime
 
-    cluster = ClusterControlManager("bench-cluster-id-000000")
-    configs = ConfigurationControlManager({"min.insync.replicas": "1"})
-    repl = ReplicationControlManager(cluster, configs, default_num_partitions=1, default_replication_factor=1,
-                                     rng=random.Random(1))
-    for b in (1, 2, 3, 4):
-        cluster.replay(BrokerRegistration(b, uuid.UUID(int=b), 100 + b, (), None, False, False).to_record())
-    created = repl.create_topics(request(ApiKey.CREATE_TOPICS, 7, topics=[{
-        "name": "t", "num_partitions": -1, "replication_factor": -1, "configs": [],
-        "assignments": [{"partition_index": p, "broker_ids": r} for p, r in assignment(n).items()]}],
-        validate_only=False).topics)
-    for r in created.records:
-        (configs if r.type == T.CONFIG else repl).replay(r)
+    cluster, configs, repl = cluster_with_topic(assignment(n))
     results = {}
     for label, mode in (("node_add, broker 4 new", "node_add"), ("continuous", "continuous")):
         balancer = PartitionAutobalancer(AutobalancerConfig(mode=mode, concurrent_moves=n), MockTime(), cluster, repl,
@@ -152,14 +150,7 @@ def bench_autobalancer(n: int, rounds: int) -> None:
     # a balanced cluster: the assignment the plan leads to
     balanced = plan_balance({b: None for b in (1, 2, 3, 4)}, assignment(n))
     steady = {p: balanced.get(p, r) for p, r in assignment(n).items()}
-    repl2 = ReplicationControlManager(cluster, configs, default_num_partitions=1, default_replication_factor=1,
-                                      rng=random.Random(1))
-    created = repl2.create_topics(request(ApiKey.CREATE_TOPICS, 7, topics=[{
-        "name": "t", "num_partitions": -1, "replication_factor": -1, "configs": [],
-        "assignments": [{"partition_index": p, "broker_ids": r} for p, r in steady.items()]}],
-        validate_only=False).topics)
-    for r in created.records:
-        (configs if r.type == T.CONFIG else repl2).replay(r)
+    _c, _configs, repl2 = cluster_with_topic(steady, cluster, configs)
     balancer = PartitionAutobalancer(AutobalancerConfig(mode="continuous"), MockTime(), cluster, repl2, configs)
     balancer.activate()
     times = []

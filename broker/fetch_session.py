@@ -41,6 +41,8 @@ import random
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode
+# session ids and epochs are the protocol's: the follower's handler uses the same
+from protocol.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, MAX_EPOCH, next_epoch
 from protocol.fast_codecs import FetchPartition, FetchPartitionData, FetchRequest
 
 if TYPE_CHECKING:
@@ -48,22 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.fetch_session")
 
-INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
-MAX_EPOCH = (1 << 31) - 1
 EVICTION_MS = 120_000  # Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 
 TopicPartition = tuple[str, int]
-
-
-def next_epoch(epoch: int) -> int:
-    """Kafka's FetchMetadata.nextEpoch."""
-    if epoch < 0:
-        return FINAL_EPOCH
-    if epoch == MAX_EPOCH:
-        return 1
-    return epoch + 1
 
 
 class CachedPartition:

@@ -24,7 +24,7 @@ from controller.launcher import LocalCluster
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
 
-from .helpers import NumberedProducer, read_all, resolved, start_some, wait_for
+from .helpers import NumberedProducer, read_all, resolved, start_some, topic_metadata, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,14 +53,7 @@ async def create(cluster, partitions: int, rf: int) -> None:
 
 
 async def partitions(cluster, broker_id: int = 1) -> dict[int, tuple[list[int], list[int]]]:
-    conn = BrokerConnection("127.0.0.1", cluster.brokers[broker_id].port, client_id="test")
-    await conn.connect()
-    try:
-        md = await conn.request(ApiKey.METADATA, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False},
-                                version=8)
-    finally:
-        conn.close()
-    [t] = md.topics
+    _md, t = await topic_metadata(cluster.brokers[broker_id].port, TOPIC)
     return {p.partition_index: (list(p.replica_nodes), list(p.isr_nodes)) for p in t.partitions}
 
 

@@ -62,14 +62,7 @@ async def create_on_first_three(cluster) -> None:
 
 
 async def replica_sets(cluster, port: int | None = None) -> dict[int, list[int]]:
-    conn = BrokerConnection("127.0.0.1", port or cluster.brokers[4].port, client_id="test")
-    await conn.connect()
-    try:
-        md = await conn.request(ApiKey.METADATA, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False},
-                                version=8)
-    finally:
-        conn.close()
-    [t] = md.topics
+    _md, t = await topic_metadata(port or cluster.brokers[4].port, TOPIC)
     return {p.partition_index: list(p.replica_nodes) for p in t.partitions}
 
 
