@@ -270,6 +270,54 @@ _CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buff
 _READ_BUFFER_SIZE = 256 << 10
 _PAUSED_READ = 4
 
+# A TLS record carries at most 16 KiB of data (RFC 8446 5.1, RFC 5246 6.2.1), and the loop's
+# TLS turns each write into its own records: one SSLObject.write each, encrypted whole into
+# the outgoing memory BIO before the first byte of it reaches the socket.
+TLS_RECORD_BYTES = 16384
+TLS_WRITE_BYTES = 4 * TLS_RECORD_BYTES
+
+
+def tls_writes(buffers, record: int = TLS_RECORD_BYTES, most: int = TLS_WRITE_BYTES) -> list:
+    """What a TLS connection hands the transport for ``buffers`` (one response's, or those of
+    several): the same bytes in writes that fill whole TLS records and hold at most ``most``.
+
+    Small buffers (a produce answer, a fetch answer's headers) are joined up to a record, the
+    gathered ones topped up from the head of the next big buffer, so a record per buffer
+    (librdkafka decrypts each) becomes a record per 16 KiB. A big buffer (a fetch's record
+    data) goes in slices of itself, not copied, so that a 1 MiB answer is encrypted and sent
+    64 KiB at a time: the first bytes leave, and the client decrypts them, while the rest is
+    encrypted, and the outgoing BIO stays small (warm in cache, never regrown)."""
+    writes: list = []
+    gathered: list = []
+    size = 0
+    for buf in buffers:
+        n = len(buf)
+        if not n:
+            continue
+        if size + n < record:
+            gathered.append(buf)
+            size += n
+            continue
+        view = memoryview(buf)
+        start = 0
+        if size:  # top the gathered buffers up to a whole record
+            start = record - size
+            gathered.append(view[:start])
+            writes.append(b"".join(gathered))
+            gathered = []
+            size = 0
+        end = n - (n - start) % record  # whole records of the rest, in writes of at most ``most``
+        while start < end:
+            step = min(most, end - start)
+            writes.append(view[start:start + step])
+            start += step
+        if start < n:
+            gathered.append(view[start:])
+            size = n - start
+    if gathered:
+        writes.append(gathered[0] if len(gathered) == 1 else b"".join(gathered))
+    return writes
+
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: "SocketServer", listener_name: str) -> None:
@@ -302,6 +350,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._muted_until = 0.0
         self._held_frames: list | None = None
         self._out: list | None = None
+        self.tls = False  # a TLS transport: writes go through tls_writes (connection_made)
         self.closed = False
         self.requests = 0
         self.metrics: RequestMetrics | None = server.metrics
@@ -327,6 +376,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.flow = FlowControl(transport)
+        self.tls = transport.get_extra_info("ssl_object") is not None
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -642,6 +692,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     out.extend(response)
                 else:
                     out.append(response)
+            elif self.tls:
+                self.write_out(response if isinstance(response, list) else [response])
+                wrote = True
             elif isinstance(response, list):
                 self.transport.writelines(response)
                 wrote = True
@@ -678,9 +731,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.transport is not None:
             out, self._out = self._out, None
             if out:  # answers of earlier requests, held for the end of a read: they go first
-                self.transport.writelines(out)
+                self.write_out(out)
             self.transport.close()
         self._release()
+
+    def write_out(self, buffers: list) -> None:
+        """Hand ``buffers`` to the transport: one writev on plaintext; on TLS, writes of whole
+        records (tls_writes)."""
+        if self.tls:
+            write = self.transport.write
+            for piece in tls_writes(buffers):
+                write(piece)
+        else:
+            self.transport.writelines(buffers)
 
     @property
     def inflight(self) -> int:
@@ -745,7 +808,7 @@ class SocketServer:
         for conn in corked:
             out, conn._out = conn._out, None
             if out and not conn.closed:
-                conn.transport.writelines(out)
+                conn.write_out(out)
                 self.touch(conn)
                 conn._update_reading()
 
@@ -789,11 +852,16 @@ class SocketServer:
         return closed
 
     async def start(self, listener_name: str, host: str, port: int, tls: ssl.SSLContext | None = None,
-                    principal_mapper: "SslPrincipalMapper | None" = None, authentication: Any = None) -> int:
+                    principal_mapper: "SslPrincipalMapper | None" = None, authentication: Any = None,
+                    avoid_ports: frozenset[int] = frozenset()) -> int:
         """Listen on ``host:port``: TLS with ``tls`` (a client certificate's principal mapped
         by ``principal_mapper``), SASL with ``authentication`` (broker/security/sasl_server.py's
         ListenerAuthentication: ``authenticator(connection)`` makes a connection's state
-        machine); neither is PLAINTEXT (broker/security/links.py's start_listener)."""
+        machine); neither is PLAINTEXT (broker/security/links.py's start_listener).
+
+        ``avoid_ports``: with port 0, ports the kernel must not hand out here because another
+        listener of this process binds them later (a combined node's controller listener on
+        port 0 took the broker's configured port once: the broker then failed to start)."""
         loop = asyncio.get_running_loop()
         if self.metrics is not None:
             self.listener_stats.setdefault(listener_name, ListenerStats(listener_name))
@@ -806,9 +874,20 @@ class SocketServer:
             tls.sslobject_class = FastSSLObject
             if principal_mapper is not None:
                 self.principal_mappers[listener_name] = principal_mapper
-            server = TlsListener(self, listener_name, host, port)
-        else:
-            server = await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024)
+
+        async def listen() -> Any:
+            if tls is not None:
+                return TlsListener(self, listener_name, host, port)
+            return await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024)
+
+        server = await listen()
+        # Held open while binding again, so the kernel cannot hand the same port back.
+        held: list[Any] = []
+        while port == 0 and server.sockets[0].getsockname()[1] in avoid_ports and len(held) < 16:
+            held.append(server)
+            server = await listen()
+        for unwanted in held:
+            unwanted.close()
         self.servers.append((listener_name, server))
         return server.sockets[0].getsockname()[1]
 

@@ -389,3 +389,75 @@ def test_a_connection_closed_while_corked_writes_its_earlier_answers_first():
     follower.dispatcher.contexts = apis.contexts
     follower.data_received(request(1, 5))
     assert written.written == [b"produce-1"] and written.closed
+
+
+# -- TLS: whole records per write ------------------------------------------------------------
+
+RECORD = 16384
+
+
+def records_of(writes, record=RECORD):
+    """TLS records the loop's TLS makes of ``writes``: one SSLObject.write each, 16 KiB per record."""
+    return sum(-(-len(w) // record) for w in writes)
+
+
+@pytest.mark.parametrize("sizes", [
+    [60],  # one produce answer
+    [60] * 40,  # answers of pipelined produces read at once
+    [78, 1 << 20, 0],  # a fetch answer: headers, the partition's records, an empty tail
+    [78, 1 << 20, 30, 500_000, 12],  # two partitions
+    [RECORD], [RECORD - 1, 1], [RECORD + 1], [3 * RECORD, 5, RECORD - 5],
+    [70, 200_000, 70, 70, 300_000],
+])
+def test_tls_writes_fill_whole_records_and_keep_the_bytes(sizes):
+    from broker.network import TLS_WRITE_BYTES, tls_writes
+
+    buffers = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    writes = tls_writes(buffers)
+    assert b"".join(bytes(w) for w in writes) == b"".join(buffers)
+    total = sum(sizes)
+    assert records_of(writes) == -(-total // RECORD)  # as few records as the bytes need
+    assert all(len(w) % RECORD == 0 for w in writes[:-1])  # only the last record of all is short
+    assert all(0 < len(w) <= TLS_WRITE_BYTES for w in writes)  # big answers leave a part at a time
+
+
+def test_tls_writes_slice_a_big_buffer_without_copying_it():
+    from broker.network import tls_writes
+
+    data = bytearray(b"r" * (1 << 20))
+    writes = tls_writes([b"h" * 78, data, b"t" * 20])
+    joined = [w for w in writes if not (isinstance(w, memoryview) and w.obj is data)]
+    # the only copies: the header topped up to a record with the data's head, and the data's
+    # last 78 bytes (past its whole records) with the trailer
+    assert [len(w) for w in joined] == [RECORD, 78 + 20]
+    assert sum(len(w) for w in writes if isinstance(w, memoryview) and w.obj is data) == (1 << 20) - RECORD
+
+
+class MockTlsTransport(MockTransport):
+    def get_extra_info(self, name, default=None):
+        return object() if name == "ssl_object" else super().get_extra_info(name, default)
+
+    def writelines(self, chunks):
+        raise AssertionError("a TLS connection writes whole records, never a record per buffer")
+
+
+def test_a_tls_connection_writes_pipelined_answers_in_one_record():
+    server = SocketServer(FakeApis(), max_request_size=1 << 20, max_inflight=10)
+    conn = KafkaConnection(server, "SSL")
+    transport = MockTlsTransport()
+    conn.connection_made(transport)
+    apis = server.dispatcher
+
+    class Answering:
+        def handle(self, ctx):
+            apis.contexts.append(ctx)
+            ctx.send_response([b"size", f"answer-{ctx.header.correlation_id}".encode()])
+    conn.dispatcher = Answering()
+    conn.data_received(b"".join(request(0, i) for i in range(5)))
+    assert transport.written == [b"".join(b"sizeanswer-%d" % i for i in range(5))]
+    # an answer outside a read (a purgatory's completion) goes the same way
+    conn.dispatcher = apis
+    conn.data_received(request(1, 9))
+    apis.contexts[-1].send_response([b"h" * 10, bytes(3 * RECORD)])
+    assert [len(w) for w in transport.written[1:]] == [RECORD, 2 * RECORD, 10]
+    assert b"".join(transport.written[1:]) == b"h" * 10 + bytes(3 * RECORD)

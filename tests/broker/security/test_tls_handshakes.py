@@ -169,3 +169,86 @@ def event_loop_policy(request):
         import uvloop
         return uvloop.EventLoopPolicy()
     return asyncio.DefaultEventLoopPolicy()
+
+
+class BigAnswers(Apis):
+    """Answers correlation id 1 with a fetch-like frame of several buffers (headers, 200 KB of
+    records, a trailer); any other with 8 bytes."""
+
+    def handle(self, ctx) -> None:
+        if ctx.header.correlation_id != 1:
+            return super().handle(ctx)
+        self.contexts.append(ctx)
+        body = [b"h" * 70, bytes(range(256)) * 800, b"t" * 30]
+        size = 4 + sum(len(b) for b in body)
+        ctx.send_response([struct.pack(">ii", size, 1), *body])
+
+
+async def tls12_client(port: int, ca: str, keystore: str):
+    """A TLS 1.2 client over a raw socket and memory BIOs, so that the test sees the records:
+    (send, receive) where receive returns the plaintext of the next ``n`` bytes and the number
+    of application-data records they came in."""
+    loop = asyncio.get_running_loop()
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.load_cert_chain(keystore)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2  # no session tickets after the handshake
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    raw = socket.create_connection(("127.0.0.1", port))
+    raw.setblocking(False)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            await loop.sock_sendall(raw, outgoing.read())
+            data = await asyncio.wait_for(loop.sock_recv(raw, 65536), 5)
+            assert data, "closed during the handshake"
+            incoming.write(data)
+    await loop.sock_sendall(raw, outgoing.read())
+    wire = bytearray()
+
+    async def send(data: bytes) -> None:
+        tls.write(data)
+        await loop.sock_sendall(raw, outgoing.read())
+
+    async def receive(n: int) -> tuple[bytes, int]:
+        plain, records = bytearray(), 0
+        while len(plain) < n:
+            while len(wire) < 5 or len(wire) < 5 + struct.unpack_from(">H", wire, 3)[0]:
+                data = await asyncio.wait_for(loop.sock_recv(raw, 65536), 5)
+                assert data, "closed"
+                wire.extend(data)
+            end = 5 + struct.unpack_from(">H", wire, 3)[0]
+            assert wire[0] == 23, f"record type {wire[0]}"
+            records += 1
+            incoming.write(bytes(wire[:end]))
+            del wire[:end]
+            plain += tls.read(1 << 20)
+        return bytes(plain), records
+    return raw, send, receive
+
+
+async def test_answers_leave_in_whole_tls_records(tmp_path):
+    # librdkafka decrypts a record at a time: an answer of several buffers is one run of
+    # 16 KiB records, not a record per buffer, and answers read together share their records.
+    keystores = make_certs(tmp_path / "certs", ["localhost"], ["alice"])
+    ca = str(tmp_path / "certs" / "ca.pem")
+    ctx = server_context({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystores["localhost"])})
+    server = SocketServer(BigAnswers(), max_request_size=1 << 20, max_inflight=10)
+    port = await server.start("SSL", "127.0.0.1", 0, tls=ctx)
+    raw, send, receive = await tls12_client(port, ca, str(keystores["alice"]))
+    try:
+        await send(request_frame())  # correlation id 7: 8 bytes back
+        assert await receive(8) == (struct.pack(">ii", 4, 7), 1)
+        big = request_frame().replace(struct.pack(">i", 7), struct.pack(">i", 1))
+        await send(big)
+        total = 8 + 70 + 256 * 800 + 30
+        plain, records = await receive(total)
+        assert plain == struct.pack(">ii", total - 4, 1) + b"h" * 70 + bytes(range(256)) * 800 + b"t" * 30
+        assert records == -(-total // 16384), records  # 13, not 16 (a record per header buffer and the trailer)
+        await send(request_frame() * 5)  # five requests in one record, read at once
+        assert await receive(40) == (struct.pack(">ii", 4, 7) * 5, 1)
+    finally:
+        raw.close()
+        server.close_all()
