@@ -31,7 +31,8 @@ from protocol.fast_codecs import (FetchPartitionData, LeaderAndIsrPartitionError
                                   decode_update_metadata_request, encode_fetch_response,
                                   encode_leader_and_isr_response, encode_produce_response, response_header)
 from protocol.messages import APIS, response_is_flexible
-from protocol.records import first_batch_is_transactional, next_batch_size, produce_records_error, read_header
+from protocol.records import (first_batch_is_transactional, first_batch_size, next_batch_size, produce_records_error,
+                              read_header)
 from protocol.schema import Api, SchemaError
 
 from . import heap
@@ -406,8 +407,18 @@ class KafkaApis:
         # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords
         # reads each partition's first batch header until one is transactional: a corrupt header
         # there (batchLength under 14, magic outside 0..2) fails the whole request.
+        # Each partition's first batch is sized once here (first_batch_size) and the size reused
+        # below; after a transactional one Kafka's check stops reading (False: not read yet).
+        firsts: list[int | None | bool] = []
+        transactional = False
         try:
-            transactional = any(first_batch_is_transactional(records) for _t, parts in topics for _p, records in parts)
+            for _t, parts in topics:
+                for _p, records in parts:
+                    if transactional:
+                        firsts.append(False)
+                    else:
+                        size, transactional = first_batch_size(records)
+                        firsts.append(size)
         except CorruptRecordError as exc:
             log.warning("produce v%d from %s rejected: CORRUPT_MESSAGE %s", version, ctx.peer, exc)
             return self._refuse_produce(ctx, request, ErrorCode.CORRUPT_MESSAGE, metrics, str(exc))
@@ -439,20 +450,26 @@ class KafkaApis:
         invalid: dict[tuple[str, int], tuple[int, str]] = {}
         trimmed = False
         checked = []
+        i = -1
+        contains_partition = self.metadata_cache.contains_partition
         for t, parts in topics:
             if t in denied:
+                i += len(parts)
                 continue
             kept = []
             for p, records in parts:
-                if self.metadata_cache.contains_partition(t, p):
-                    problem = produce_records_error(version, records)
+                i += 1
+                if contains_partition(t, p):
+                    size = firsts[i]
+                    problem = produce_records_error(version, records, size)
                     if problem is not None:
                         if not invalid:  # one line per request
                             log.warning("produce v%d from %s to %s-%d rejected: %s %s", version, ctx.peer, t, p,
                                         problem[0].name, problem[1])
                         invalid[(t, p)] = (problem[0], f"{t}-{p}: {problem[1]}")
                         continue
-                    size = next_batch_size(records, 0, len(records))
+                    if size is False:
+                        size = next_batch_size(records, 0, len(records))
                     if size is not None and size < len(records):
                         records, trimmed = records[:size], True
                 kept.append((p, records))

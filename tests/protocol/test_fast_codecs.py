@@ -844,7 +844,7 @@ def _outcome(fn, *args):
     """What a call gives: its value (records as bytes), or its error's type and text."""
     try:
         out = fn(*args)
-    except (RemoteProtocolError, struct.error, TypeError, ValueError, OverflowError) as exc:
+    except (RemoteProtocolError, struct.error, TypeError, ValueError, OverflowError, IndexError) as exc:
         return type(exc), str(exc), getattr(exc, "error_code", None)
     if isinstance(out, H.ProduceRequest):
         return dataclasses.replace(out, topics=[(t, [(p, None if r is None else (type(r), bytes(r))) for p, r in parts])
@@ -909,3 +909,14 @@ _ROW = st.one_of(
 def test_compiled_produce_encoder_agrees_with_python(v, correlation_id, responses, throttle) -> None:
     assert (_outcome(H.encode_produce_response, v, correlation_id, responses, throttle)
             == _outcome(H.encode_produce_response_py, v, correlation_id, responses, throttle))
+
+
+def test_request_is_flexible_follows_the_schemas() -> None:
+    """The header's flexibility table (protocol/messages: read per request) says what each schema says."""
+    from protocol.messages import request_is_flexible
+
+    for key, api in APIS.items():
+        req = api.request
+        for v in range(-1, req.valid[1] + 3):
+            assert request_is_flexible(key, v) == (req.valid[0] <= v <= req.valid[1] and req.is_flexible(v)), (key, v)
+    assert not request_is_flexible(32000, 0)
