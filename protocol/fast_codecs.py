@@ -276,7 +276,7 @@ def encode_produce_response(version: int, correlation_id: int, responses: Sequen
     _check_version(version, PRODUCE_VERSIONS, "Produce response")
     if _produce_codec is not None:
         # None: a row with record errors, or a value the C encoder leaves to Python (which says why)
-        encoded = _produce_codec.encode(version, correlation_id, responses, throttle_time_ms)
+        encoded: bytes | None = _produce_codec.encode(version, correlation_id, responses, throttle_time_ms)
         if encoded is not None:
             return encoded
     return encode_produce_response_py(version, correlation_id, responses, throttle_time_ms)

@@ -71,7 +71,7 @@ class Framer:
             buf += view[:taken]
             if len(buf) < 4:
                 return taken
-        (size,) = _SIZE.unpack_from(buf, 0)
+        size: int = _SIZE.unpack_from(buf, 0)[0]
         self._check(size)
         need = min(4 + size - len(buf), len(view) - taken)
         buf += view[taken:taken + need]

@@ -40,7 +40,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
@@ -190,7 +190,7 @@ class Log:
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
         # append_as_leader's reading of ``config`` (the config it was taken from first)
-        self._client_rules: tuple = (None,)
+        self._client_rules: tuple[Any, ...] = (None,)
         self.time = time
         self.segment_budget = budget
         self._segments = loaded.segments
