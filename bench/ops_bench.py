@@ -17,11 +17,23 @@ quotas   broker/client_quota_manager.py's record_and_get_throttle_time_ms, the b
          run: ns per request over ROUNDS runs (median, min, max), and with valgrind installed,
          instructions per request (bench/instructions.py; a count, not a time).
 
-    .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas]
+move     real processes (a controller and brokers 1 and 2, on 127.0.0.1): the rate at which an
+         unthrottled reassignment copies a partition of MOVE_MB from broker 1 to broker 2
+         (AlterPartitionReassignments [1] -> [2]), against the rate at which broker 2, as an
+         ordinary follower of a partition [1, 2] of the same size, catches up after a restart
+         (it was killed while the partition filled): the unthrottled follower fetch rate. Both
+         are the slope of broker 2's .log bytes over time between 10 % and 90 % of the
+         partition (sampled every 20 ms), so neither the restart nor the reassignment's start
+         counts. Rounds alternate which goes first; MB/s median [min-max] of each, and the
+         ratio of the medians (the issue asks >= 0.8). Bounded: every wait has a deadline.
 
-The machine is shared: the load average is printed with the numbers. Reassignment data rates
-are not measured here (tests/cluster/test_replication_throttle.py measures a throttled move);
-the quota numbers are the bookkeeping a request pays, not the muting of a throttled connection."""
+    .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas|move]
+                                        [--move-mb 64] [--move-rounds 4]
+
+Without --only, every mode but move runs (move starts processes and writes ~4 x MOVE_MB per
+round to a temporary directory). The machine is shared: the load average is printed with the
+numbers; the quota numbers are the bookkeeping a request pays, not the muting of a throttled
+connection."""
 
 from __future__ import annotations
 
@@ -164,6 +176,122 @@ def bench_autobalancer(n: int, rounds: int) -> None:
               f"(min {min(times):.1f}, max {max(times):.1f}, {rounds} runs); {moves} moves decided")
 
 
+MOVE_PROPS = {"broker.heartbeat.interval.ms": 500, "broker.session.timeout.ms": 3000,
+              "replica.lag.time.max.ms": 5000, "log.segment.bytes": 67_108_864}
+
+
+def fill_partition(bootstrap: str, topic: str, size: int) -> None:
+    """``size`` bytes of ~100 KB records into partition 0 (acks=1: a stopped follower does not hold it)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
+                         "message.max.bytes": 1_000_000})
+    value = bytes(range(256)) * 390
+    for _ in range(size // len(value) + 1):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120) != 0:
+        raise RuntimeError(f"{topic}: records left unacknowledged")
+
+
+def log_bytes(directory: Path) -> int:
+    try:
+        return sum(f.stat().st_size for f in directory.glob("*.log"))
+    except FileNotFoundError:  # a segment rolled or the directory appeared between glob and stat
+        return 0
+
+
+def copy_rate(directory: Path, total: int, timeout_s: float = 300) -> float:
+    """Bytes/s at which ``directory``'s .log files grow from 10 % to 90 % of ``total``: the
+    least-squares slope of (time, bytes) samples every 20 ms in that span."""
+    samples: list[tuple[float, int]] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        size = log_bytes(directory)
+        samples.append((time.monotonic(), size))
+        if size >= total:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{directory.name}: {size:,} of {total:,} bytes copied after {timeout_s:.0f} s")
+        time.sleep(0.02)
+    span = [(t, n) for t, n in samples if 0.1 * total <= n <= 0.9 * total]
+    if len(span) < 2 or span[-1][0] == span[0][0]:  # copied between two samples: a bound, from the whole run
+        first = next(t for t, n in samples if n > 0)
+        return total / max(samples[-1][0] - first, 0.02)
+    n = len(span)
+    mt = sum(t for t, _ in span) / n
+    mb = sum(b for _, b in span) / n
+    return sum((t - mt) * (b - mb) for t, b in span) / sum((t - mt) ** 2 for t, _ in span)
+
+
+def measure_catch_up(cluster, topic: str, size: int) -> float:
+    """Broker 2 follows ``topic`` [1, 2]; killed, the partition fills; restarted, it catches up."""
+    import asyncio
+    from tests.cluster.test_reassign_cli import create
+
+    asyncio.run(create(cluster, topic, [[1, 2]]))
+    cluster.brokers[2].kill()
+    fill_partition(cluster.bootstrap, topic, size)
+    total = log_bytes(cluster.brokers[1].log_dir / f"{topic}-0")
+    cluster.brokers[2].launch()
+    try:
+        return copy_rate(cluster.brokers[2].log_dir / f"{topic}-0", total)
+    finally:
+        cluster.brokers[2].wait_ready(60)
+        cluster.wait_live([1, 2], 60)
+
+
+def measure_reassignment(cluster, topic: str, size: int) -> float:
+    """``topic`` [1] fills, then moves to [2] (AlterPartitionReassignments, no throttle)."""
+    import asyncio
+    from protocol.client import KafkaClient
+    from tests.cluster.test_reassign_cli import create
+
+    asyncio.run(create(cluster, topic, [[1]]))
+    fill_partition(cluster.bootstrap, topic, size)
+    total = log_bytes(cluster.brokers[1].log_dir / f"{topic}-0")
+
+    async def move() -> None:
+        client = KafkaClient(cluster.bootstrap, client_id="ops-bench")
+        try:
+            results = await client.alter_partition_reassignments({(topic, 0): [2]})
+            if any(code for code, _message in results.values()):
+                raise RuntimeError(f"AlterPartitionReassignments: {results}")
+        finally:
+            await client.close()
+    asyncio.run(move())
+    return copy_rate(cluster.brokers[2].log_dir / f"{topic}-0", total)
+
+
+def bench_move(size_mb: int, rounds: int) -> None:
+    import tempfile
+    from controller.launcher import LocalCluster
+
+    size = size_mb * 1_000_000
+    with tempfile.TemporaryDirectory(prefix="ops-bench-move-") as tmp:
+        cluster = LocalCluster(Path(tmp) / "c", 2, broker_props=MOVE_PROPS).start()
+        catch_up, moved = [], []
+        try:
+            for r in range(rounds):
+                order = (("catch-up", catch_up), ("move", moved))
+                for what, out in (order if r % 2 == 0 else order[::-1]):
+                    rate = (measure_catch_up(cluster, f"cu-{r}", size) if what == "catch-up"
+                            else measure_reassignment(cluster, f"mv-{r}", size))
+                    out.append(rate / 1e6)
+                    print(f"  round {r + 1}: {what} {rate / 1e6:.1f} MB/s", flush=True)
+        finally:
+            cluster.kill()
+    ratio = statistics.median(moved) / statistics.median(catch_up)
+    print(f"move {size_mb} MB partition, broker 1 -> 2, unthrottled, {rounds} rounds: reassignment median "
+          f"{statistics.median(moved):.1f} MB/s [{min(moved):.1f}-{max(moved):.1f}]; follower catch-up median "
+          f"{statistics.median(catch_up):.1f} MB/s [{min(catch_up):.1f}-{max(catch_up):.1f}]; ratio {ratio:.2f} "
+          f"(per round: {', '.join(f'{m / c:.2f}' for m, c in zip(moved, catch_up))})")
+
+
 QUOTA_CLIENTS = 1000
 
 
@@ -233,7 +361,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--only", choices=("plan", "quotas"))
+    parser.add_argument("--only", choices=("plan", "quotas", "move"))
+    parser.add_argument("--move-mb", type=int, default=64, help="move: the partition's size (MB)")
+    parser.add_argument("--move-rounds", type=int, default=4)
     parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)  # side, iterations (bench/instructions.py)
     args = parser.parse_args()
     if args._child:
@@ -241,6 +371,9 @@ def main() -> None:
         return
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(shared machine: other work runs beside this)")
+    if args.only == "move":
+        bench_move(args.move_mb, args.move_rounds)
+        return
     if args.only != "quotas":
         moves = bench_plan(args.partitions, args.rounds, racks=False)
         bench_plan(args.partitions, args.rounds, racks=True)
