@@ -28,7 +28,7 @@ move     real processes (a controller and brokers 1 and 2, on 127.0.0.1): the ra
          ratio of the medians (the issue asks >= 0.8). Bounded: every wait has a deadline.
 
     .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas|move]
-                                        [--move-mb 64] [--move-rounds 4]
+                                        [--move-mb 200] [--move-rounds 4]
 
 Without --only, every mode but move runs (move starts processes and writes ~4 x MOVE_MB per
 round to a temporary directory). The machine is shared: the load average is printed with the
@@ -267,6 +267,19 @@ def measure_reassignment(cluster, topic: str, size: int) -> float:
     return copy_rate(cluster.brokers[2].log_dir / f"{topic}-0", total)
 
 
+def drop_topics(cluster, names: list[str]) -> None:
+    import asyncio
+    from protocol.client import KafkaClient
+
+    async def drop() -> None:
+        client = KafkaClient(cluster.bootstrap, client_id="ops-bench")
+        try:
+            await client.delete_topics(names)
+        finally:
+            await client.close()
+    asyncio.run(drop())
+
+
 def bench_move(size_mb: int, rounds: int) -> None:
     import tempfile
     from controller.launcher import LocalCluster
@@ -283,6 +296,7 @@ def bench_move(size_mb: int, rounds: int) -> None:
                             else measure_reassignment(cluster, f"mv-{r}", size))
                     out.append(rate / 1e6)
                     print(f"  round {r + 1}: {what} {rate / 1e6:.1f} MB/s", flush=True)
+                drop_topics(cluster, [f"cu-{r}", f"mv-{r}"])  # the disk is shared: ~4 x MOVE_MB a round
         finally:
             cluster.kill()
     ratio = statistics.median(moved) / statistics.median(catch_up)
@@ -362,7 +376,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--only", choices=("plan", "quotas", "move"))
-    parser.add_argument("--move-mb", type=int, default=64, help="move: the partition's size (MB)")
+    parser.add_argument("--move-mb", type=int, default=200, help="move: the partition's size (MB)")
     parser.add_argument("--move-rounds", type=int, default=4)
     parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)  # side, iterations (bench/instructions.py)
     args = parser.parse_args()

@@ -15,7 +15,12 @@ the controller's partition autobalancer from its own.
 3. **even out**: while the fullest and the emptiest eligible broker differ by more than one
    replica, a replica moves from the fullest to the emptiest (the next emptiest when none
    fits) that does not hold the partition yet and keeps its racks apart; the smallest
-   partition that fits goes first (``sizes``: bytes per partition), so the least data moves;
+   partition that fits goes first (``sizes``: bytes per partition), so the least data moves.
+   Counts are per broker over every partition given (all topics together, not per topic).
+   When racks let no replica go from a fuller broker straight to one two or more below it,
+   a replica moves along the shortest chain of brokers instead (full -> x -> ... -> empty,
+   one partition per step, each step keeping its partition's racks apart): the ends change
+   by one, the brokers between keep their counts, at the cost of a move per extra step;
 4. **leaders**: the preferred leader is the first replica; replicas are reordered along
    chains of partitions (X leads one Y holds, Y leads one Z holds, ...) from a broker leading
    more to one leading at least two fewer, until no such chain is left: the spread of
