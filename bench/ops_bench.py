@@ -205,30 +205,51 @@ def log_bytes(directory: Path) -> int:
         return 0
 
 
-def copy_rate(directory: Path, total: int, timeout_s: float = 300) -> float:
-    """Bytes/s at which ``directory``'s .log files grow from 10 % to 90 % of ``total``: the
-    least-squares slope of (time, bytes) samples every 20 ms in that span."""
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU of process ``pid`` so far (Linux /proc)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def copy_rate(cluster, directory: Path, total: int, timeout_s: float = 300) -> tuple[float, tuple[float, float]]:
+    """(bytes/s, (CPU seconds of broker 1, the leader, and of broker 2 per 100 MB)) while ``directory``'s .log files grow
+    from 10 % to 90 % of ``total``: the rate is the least-squares slope of (time, bytes)
+    samples every 20 ms in that span; the CPU is what brokers 1 and 2 used in it (a cost the
+    machine's other load moves less than the rate)."""
     samples: list[tuple[float, int]] = []
+    cpu: list[tuple[int, float]] = []  # (bytes, CPU seconds) at the span's ends
     deadline = time.monotonic() + timeout_s
     while True:
         size = log_bytes(directory)
         samples.append((time.monotonic(), size))
+        if (not cpu and size >= 0.1 * total) or (len(cpu) == 1 and size >= 0.9 * total):
+            cpu.append((size, cpu_seconds(cluster.brokers[1].pid), cpu_seconds(cluster.brokers[2].pid)))
         if size >= total:
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"{directory.name}: {size:,} of {total:,} bytes copied after {timeout_s:.0f} s")
         time.sleep(0.02)
+    if len(cpu) == 2:
+        copied = max(cpu[1][0] - cpu[0][0], 1)
+        cost = ((cpu[1][1] - cpu[0][1]) / copied * 1e8, (cpu[1][2] - cpu[0][2]) / copied * 1e8)
+    else:
+        cost = (float("nan"), float("nan"))
     span = [(t, n) for t, n in samples if 0.1 * total <= n <= 0.9 * total]
     if len(span) < 2 or span[-1][0] == span[0][0]:  # copied between two samples: a bound, from the whole run
         first = next(t for t, n in samples if n > 0)
-        return total / max(samples[-1][0] - first, 0.02)
+        return total / max(samples[-1][0] - first, 0.02), cost
     n = len(span)
     mt = sum(t for t, _ in span) / n
     mb = sum(b for _, b in span) / n
-    return sum((t - mt) * (b - mb) for t, b in span) / sum((t - mt) ** 2 for t, _ in span)
+    return sum((t - mt) * (b - mb) for t, b in span) / sum((t - mt) ** 2 for t, _ in span), cost
 
 
-def measure_catch_up(cluster, topic: str, size: int) -> float:
+def measure_catch_up(cluster, topic: str, size: int) -> tuple[float, tuple[float, float]]:
     """Broker 2 follows ``topic`` [1, 2]; killed, the partition fills; restarted, it catches up."""
     import asyncio
     from tests.cluster.test_reassign_cli import create
@@ -239,13 +260,13 @@ def measure_catch_up(cluster, topic: str, size: int) -> float:
     total = log_bytes(cluster.brokers[1].log_dir / f"{topic}-0")
     cluster.brokers[2].launch()
     try:
-        return copy_rate(cluster.brokers[2].log_dir / f"{topic}-0", total)
+        return copy_rate(cluster, cluster.brokers[2].log_dir / f"{topic}-0", total)
     finally:
         cluster.brokers[2].wait_ready(60)
         cluster.wait_live([1, 2], 60)
 
 
-def measure_reassignment(cluster, topic: str, size: int) -> float:
+def measure_reassignment(cluster, topic: str, size: int) -> tuple[float, tuple[float, float]]:
     """``topic`` [1] fills, then moves to [2] (AlterPartitionReassignments, no throttle)."""
     import asyncio
     from protocol.client import KafkaClient
@@ -264,7 +285,7 @@ def measure_reassignment(cluster, topic: str, size: int) -> float:
         finally:
             await client.close()
     asyncio.run(move())
-    return copy_rate(cluster.brokers[2].log_dir / f"{topic}-0", total)
+    return copy_rate(cluster, cluster.brokers[2].log_dir / f"{topic}-0", total)
 
 
 def drop_topics(cluster, names: list[str]) -> None:
@@ -287,15 +308,18 @@ def bench_move(size_mb: int, rounds: int) -> None:
     size = size_mb * 1_000_000
     with tempfile.TemporaryDirectory(prefix="ops-bench-move-") as tmp:
         cluster = LocalCluster(Path(tmp) / "c", 2, broker_props=MOVE_PROPS).start()
-        catch_up, moved = [], []
+        catch_up, moved, cpu = [], [], {"catch-up": [], "move": []}
         try:
             for r in range(rounds):
                 order = (("catch-up", catch_up), ("move", moved))
                 for what, out in (order if r % 2 == 0 else order[::-1]):
-                    rate = (measure_catch_up(cluster, f"cu-{r}", size) if what == "catch-up"
-                            else measure_reassignment(cluster, f"mv-{r}", size))
+                    rate, cost = (measure_catch_up(cluster, f"cu-{r}", size) if what == "catch-up"
+                                  else measure_reassignment(cluster, f"mv-{r}", size))
                     out.append(rate / 1e6)
-                    print(f"  round {r + 1}: {what} {rate / 1e6:.1f} MB/s", flush=True)
+                    cpu[what].append(cost)
+                    print(f"  round {r + 1}: {what} {rate / 1e6:.1f} MB/s, CPU s per 100 MB: leader {cost[0]:.2f}, "
+                          f"follower {cost[1]:.2f} "
+                          f"(load average {os.getloadavg()[0]:.2f})", flush=True)
                 drop_topics(cluster, [f"cu-{r}", f"mv-{r}"])  # the disk is shared: ~4 x MOVE_MB a round
         finally:
             cluster.kill()
@@ -304,6 +328,10 @@ def bench_move(size_mb: int, rounds: int) -> None:
           f"{statistics.median(moved):.1f} MB/s [{min(moved):.1f}-{max(moved):.1f}]; follower catch-up median "
           f"{statistics.median(catch_up):.1f} MB/s [{min(catch_up):.1f}-{max(catch_up):.1f}]; ratio {ratio:.2f} "
           f"(per round: {', '.join(f'{m / c:.2f}' for m, c in zip(moved, catch_up))})")
+    for side, i in (("leader", 0), ("follower", 1)):
+        print(f"{side}'s CPU seconds per 100 MB copied: " + "; ".join(
+            f"{what} median {statistics.median(c[i] for c in v):.2f} [{min(c[i] for c in v):.2f}-"
+            f"{max(c[i] for c in v):.2f}]" for what, v in cpu.items()))
 
 
 QUOTA_CLIENTS = 1000
