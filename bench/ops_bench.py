@@ -176,8 +176,11 @@ def bench_autobalancer(n: int, rounds: int) -> None:
               f"(min {min(times):.1f}, max {max(times):.1f}, {rounds} runs); {moves} moves decided")
 
 
+# log.segment.delete.delay.ms 0: a dropped round's files go at once (drop_topics waits for it), not a
+# minute later in the middle of another round's measurement (unlinking 100s of MB of page cache
+# is the broker's system CPU)
 MOVE_PROPS = {"broker.heartbeat.interval.ms": 500, "broker.session.timeout.ms": 3000,
-              "replica.lag.time.max.ms": 5000, "log.segment.bytes": 67_108_864}
+              "replica.lag.time.max.ms": 5000, "log.segment.bytes": 67_108_864, "log.segment.delete.delay.ms": 0}
 
 
 def fill_partition(bootstrap: str, topic: str, size: int) -> None:
@@ -299,6 +302,12 @@ def drop_topics(cluster, names: list[str]) -> None:
         finally:
             await client.close()
     asyncio.run(drop())
+    deadline = time.monotonic() + 60
+    while any(d.name.startswith(tuple(f"{n}-" for n in names)) for b in cluster.brokers.values()
+              if b.log_dir.exists() for d in b.log_dir.iterdir()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{names}: still on disk 60 s after being deleted")
+        time.sleep(0.1)
 
 
 def bench_move(size_mb: int, rounds: int) -> None:
