@@ -25,7 +25,9 @@ move     real processes (a controller and brokers 1 and 2, on 127.0.0.1): the ra
          are the slope of broker 2's .log bytes over time between 10 % and 90 % of the
          partition (sampled every 20 ms), so neither the restart nor the reassignment's start
          counts. Rounds alternate which goes first; MB/s median [min-max] of each, and the
-         ratio of the medians (the issue asks >= 0.8). Bounded: every wait has a deadline.
+         ratio of the medians (the issue asks >= 0.8); and the CPU seconds the leader and the
+         follower spent per 100 MB in that span (/proc), a cost the machine's other load moves
+         less than the rate. Bounded: every wait has a deadline.
 
     .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas|move]
                                         [--move-mb 200] [--move-rounds 4]
