@@ -38,7 +38,7 @@ class Framer:
         self.max_size = max_size
         self._buf = bytearray()
         self.gather = gather
-        self._frame: list | None = None  # gather: the chunks of the partial frame's body
+        self._frame: list[bytes | memoryview] | None = None  # gather: the chunks of the partial frame's body
         self._need = self._filled = 0  # its size, and the bytes of it held
 
     def _check(self, size: int) -> None:
