@@ -436,3 +436,32 @@ async def test_no_throttles_with_a_rate_of_zero(tmp_path):
         assert throttle_lists(h) == (set(), set()) and broker_rates(h) == {}
     finally:
         await h.stop()
+
+
+async def test_the_throttles_of_a_move_cancelled_or_a_topic_deleted_go_too(tmp_path):
+    h = await harness(tmp_path, concurrent_moves=50, replication_throttled_rate=RATE).start()
+    try:
+        await h.start_brokers(1, 2, 3)
+        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
+        await h.start_brokers(4)
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)
+        now = sorted(moving(h))
+        assert len(now) >= 2, now
+        cancelled, kept = now[:1], now[1:]
+        resp = await h.controller.alter_partition_reassignments(request(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=1000, topics=[{"name": "t", "partitions": [
+                {"partition_index": p, "replicas": None} for _t, p in cancelled]}]), 0)
+        assert all(p["error_code"] == 0 for t in resp["responses"] for p in t["partitions"]), resp
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)  # the cancelled move's entries go; the others stay
+        leader, follower = throttle_lists(h)
+        pids = {e.split(":")[0] for e in leader | follower}
+        assert pids == {str(p) for _t, p in kept}, (pids, cancelled, kept)
+        # the topic goes while its moves are under way: nothing of theirs is left
+        await h.controller.delete_topics(request(ApiKey.DELETE_TOPICS, 5, topic_names=["t"]), 5)
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)
+        assert "t" not in h.controller.configs.configs and broker_rates(h) == {}
+    finally:
+        await h.stop()
