@@ -147,6 +147,52 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
                 found = ranked[b] = sorted(on_broker[b], key=lambda k: (sizes.get(k, 0), current[k][0] == b, repr(k)))
             return found
 
+        def chain(by_count: list[int]) -> bool:
+            """No replica fits from a fuller broker straight to one two or more below it (racks
+            hold it there: e.g. every partition it holds would get two replicas in the
+            emptiest broker's rack): move one along a chain instead, full -> x -> ... -> empty,
+            each step a different partition that fits, so the ends change by one and the
+            brokers between keep their counts (shortest chain first: the fewest extra moves).
+            False if there is none."""
+            for start in reversed(by_count):
+                parent: dict[int, tuple[int, K] | None] = {start: None}
+                queue = [start]
+                end = None
+                for x in queue:
+                    for y in by_count:
+                        if y in parent:
+                            continue
+                        k = next((k for k in candidates(x) if k in on_broker[x] and fits(k, x, y)), None)
+                        if k is None:
+                            continue
+                        parent[y] = (x, k)
+                        if counts[y] <= counts[start] - 2:
+                            end = y
+                            break
+                        queue.append(y)
+                    if end is not None:
+                        break
+                if end is None:
+                    continue
+                steps = []
+                y = end
+                while parent[y] is not None:
+                    x, k = parent[y]  # type: ignore[misc]
+                    steps.append((k, x, y))
+                    y = x
+                steps.reverse()
+                done = []
+                for k, x, y in steps:  # checked again as applied: one partition may be on two steps
+                    if k not in on_broker[x] or not fits(k, x, y):
+                        for k2, x2, y2 in reversed(done):
+                            move(k2, y2, x2)
+                        break
+                    move(k, x, y)
+                    done.append((k, x, y))
+                else:
+                    return True
+            return False
+
         budget = sum(counts.values()) * 2 + 10  # a bound: every move narrows the spread
         while budget > 0:
             budget -= 1
@@ -167,7 +213,7 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
                         break
                 if moved:
                     break
-            if not moved:
+            if not moved and not chain(by_count):
                 break
 
     # 4. preferred leaders: reorder replicas (no data moves)
