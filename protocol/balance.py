@@ -174,14 +174,14 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
                         break
                 if end is None:
                     continue
-                steps = []
+                steps: list[tuple[K, int, int]] = []
                 y = end
                 while parent[y] is not None:
                     x, k = parent[y]  # type: ignore[misc]
                     steps.append((k, x, y))
                     y = x
                 steps.reverse()
-                done = []
+                done: list[tuple[K, int, int]] = []
                 for k, x, y in steps:  # checked again as applied: one partition may be on two steps
                     if k not in on_broker[x] or not fits(k, x, y):
                         for k2, x2, y2 in reversed(done):
