@@ -17,11 +17,25 @@ quotas   broker/client_quota_manager.py's record_and_get_throttle_time_ms, the b
          run: ns per request over ROUNDS runs (median, min, max), and with valgrind installed,
          instructions per request (bench/instructions.py; a count, not a time).
 
-    .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas]
+move     real processes (a controller and brokers 1 and 2, on 127.0.0.1): the rate at which an
+         unthrottled reassignment copies a partition of MOVE_MB from broker 1 to broker 2
+         (AlterPartitionReassignments [1] -> [2]), against the rate at which broker 2, as an
+         ordinary follower of a partition [1, 2] of the same size, catches up after a restart
+         (it was killed while the partition filled): the unthrottled follower fetch rate. Both
+         are the slope of broker 2's .log bytes over time between 10 % and 90 % of the
+         partition (sampled every 20 ms), so neither the restart nor the reassignment's start
+         counts. Rounds alternate which goes first; MB/s median [min-max] of each, and the
+         ratio of the medians (the issue asks >= 0.8); and the CPU seconds the leader and the
+         follower spent per 100 MB in that span (/proc), a cost the machine's other load moves
+         less than the rate. Bounded: every wait has a deadline.
 
-The machine is shared: the load average is printed with the numbers. Reassignment data rates
-are not measured here (tests/cluster/test_replication_throttle.py measures a throttled move);
-the quota numbers are the bookkeeping a request pays, not the muting of a throttled connection."""
+    .venv/bin/python bench/ops_bench.py [--partitions 1000] [--rounds 7] [--only plan|quotas|move]
+                                        [--move-mb 200] [--move-rounds 4]
+
+Without --only, every mode but move runs (move starts processes and writes ~4 x MOVE_MB per
+round to a temporary directory). The machine is shared: the load average is printed with the
+numbers; the quota numbers are the bookkeeping a request pays, not the muting of a throttled
+connection."""
 
 from __future__ import annotations
 
@@ -164,6 +178,173 @@ def bench_autobalancer(n: int, rounds: int) -> None:
               f"(min {min(times):.1f}, max {max(times):.1f}, {rounds} runs); {moves} moves decided")
 
 
+# log.segment.delete.delay.ms 0: a dropped round's files go at once (drop_topics waits for it), not a
+# minute later in the middle of another round's measurement (unlinking 100s of MB of page cache
+# is the broker's system CPU)
+MOVE_PROPS = {"broker.heartbeat.interval.ms": 500, "broker.session.timeout.ms": 3000,
+              "replica.lag.time.max.ms": 5000, "log.segment.bytes": 67_108_864, "log.segment.delete.delay.ms": 0}
+
+
+def fill_partition(bootstrap: str, topic: str, size: int) -> None:
+    """``size`` bytes of ~100 KB records into partition 0 (acks=1: a stopped follower does not hold it)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
+                         "message.max.bytes": 1_000_000})
+    value = bytes(range(256)) * 390
+    for _ in range(size // len(value) + 1):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120) != 0:
+        raise RuntimeError(f"{topic}: records left unacknowledged")
+
+
+def log_bytes(directory: Path) -> int:
+    try:
+        return sum(f.stat().st_size for f in directory.glob("*.log"))
+    except FileNotFoundError:  # a segment rolled or the directory appeared between glob and stat
+        return 0
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU of process ``pid`` so far (Linux /proc)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def copy_rate(cluster, directory: Path, total: int, timeout_s: float = 300) -> tuple[float, tuple[float, float]]:
+    """(bytes/s, (CPU seconds of broker 1, the leader, and of broker 2 per 100 MB)) while ``directory``'s .log files grow
+    from 10 % to 90 % of ``total``: the rate is the least-squares slope of (time, bytes)
+    samples every 20 ms in that span; the CPU is what brokers 1 and 2 used in it (a cost the
+    machine's other load moves less than the rate)."""
+    samples: list[tuple[float, int]] = []
+    cpu: list[tuple[int, float]] = []  # (bytes, CPU seconds) at the span's ends
+    deadline = time.monotonic() + timeout_s
+    while True:
+        size = log_bytes(directory)
+        samples.append((time.monotonic(), size))
+        if (not cpu and size >= 0.1 * total) or (len(cpu) == 1 and size >= 0.9 * total):
+            cpu.append((size, cpu_seconds(cluster.brokers[1].pid), cpu_seconds(cluster.brokers[2].pid)))
+        if size >= total:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{directory.name}: {size:,} of {total:,} bytes copied after {timeout_s:.0f} s")
+        time.sleep(0.02)
+    if len(cpu) == 2:
+        copied = max(cpu[1][0] - cpu[0][0], 1)
+        cost = ((cpu[1][1] - cpu[0][1]) / copied * 1e8, (cpu[1][2] - cpu[0][2]) / copied * 1e8)
+    else:
+        cost = (float("nan"), float("nan"))
+    span = [(t, n) for t, n in samples if 0.1 * total <= n <= 0.9 * total]
+    if len(span) < 2 or span[-1][0] == span[0][0]:  # copied between two samples: a bound, from the whole run
+        first = next(t for t, n in samples if n > 0)
+        return total / max(samples[-1][0] - first, 0.02), cost
+    n = len(span)
+    mt = sum(t for t, _ in span) / n
+    mb = sum(b for _, b in span) / n
+    return sum((t - mt) * (b - mb) for t, b in span) / sum((t - mt) ** 2 for t, _ in span), cost
+
+
+def measure_catch_up(cluster, topic: str, size: int) -> tuple[float, tuple[float, float]]:
+    """Broker 2 follows ``topic`` [1, 2]; killed, the partition fills; restarted, it catches up."""
+    import asyncio
+    from tests.cluster.test_reassign_cli import create
+
+    asyncio.run(create(cluster, topic, [[1, 2]]))
+    cluster.brokers[2].kill()
+    fill_partition(cluster.bootstrap, topic, size)
+    total = log_bytes(cluster.brokers[1].log_dir / f"{topic}-0")
+    cluster.brokers[2].launch()
+    try:
+        return copy_rate(cluster, cluster.brokers[2].log_dir / f"{topic}-0", total)
+    finally:
+        cluster.brokers[2].wait_ready(60)
+        cluster.wait_live([1, 2], 60)
+
+
+def measure_reassignment(cluster, topic: str, size: int) -> tuple[float, tuple[float, float]]:
+    """``topic`` [1] fills, then moves to [2] (AlterPartitionReassignments, no throttle)."""
+    import asyncio
+    from protocol.client import KafkaClient
+    from tests.cluster.test_reassign_cli import create
+
+    asyncio.run(create(cluster, topic, [[1]]))
+    fill_partition(cluster.bootstrap, topic, size)
+    total = log_bytes(cluster.brokers[1].log_dir / f"{topic}-0")
+
+    async def move() -> None:
+        client = KafkaClient(cluster.bootstrap, client_id="ops-bench")
+        try:
+            results = await client.alter_partition_reassignments({(topic, 0): [2]})
+            if any(code for code, _message in results.values()):
+                raise RuntimeError(f"AlterPartitionReassignments: {results}")
+        finally:
+            await client.close()
+    asyncio.run(move())
+    return copy_rate(cluster, cluster.brokers[2].log_dir / f"{topic}-0", total)
+
+
+def drop_topics(cluster, names: list[str]) -> None:
+    import asyncio
+    from protocol.client import KafkaClient
+
+    async def drop() -> None:
+        client = KafkaClient(cluster.bootstrap, client_id="ops-bench")
+        try:
+            await client.delete_topics(names)
+        finally:
+            await client.close()
+    asyncio.run(drop())
+    deadline = time.monotonic() + 60
+    while any(d.name.startswith(tuple(f"{n}-" for n in names)) for b in cluster.brokers.values()
+              if b.log_dir.exists() for d in b.log_dir.iterdir()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{names}: still on disk 60 s after being deleted")
+        time.sleep(0.1)
+
+
+def bench_move(size_mb: int, rounds: int) -> None:
+    import tempfile
+    from controller.launcher import LocalCluster
+
+    size = size_mb * 1_000_000
+    with tempfile.TemporaryDirectory(prefix="ops-bench-move-") as tmp:
+        cluster = LocalCluster(Path(tmp) / "c", 2, broker_props=MOVE_PROPS).start()
+        catch_up, moved, cpu = [], [], {"catch-up": [], "move": []}
+        try:
+            for r in range(rounds):
+                order = (("catch-up", catch_up), ("move", moved))
+                for what, out in (order if r % 2 == 0 else order[::-1]):
+                    rate, cost = (measure_catch_up(cluster, f"cu-{r}", size) if what == "catch-up"
+                                  else measure_reassignment(cluster, f"mv-{r}", size))
+                    out.append(rate / 1e6)
+                    cpu[what].append(cost)
+                    print(f"  round {r + 1}: {what} {rate / 1e6:.1f} MB/s, CPU s per 100 MB: leader {cost[0]:.2f}, "
+                          f"follower {cost[1]:.2f} "
+                          f"(load average {os.getloadavg()[0]:.2f})", flush=True)
+                drop_topics(cluster, [f"cu-{r}", f"mv-{r}"])  # the disk is shared: ~4 x MOVE_MB a round
+        finally:
+            cluster.kill()
+    ratio = statistics.median(moved) / statistics.median(catch_up)
+    print(f"move {size_mb} MB partition, broker 1 -> 2, unthrottled, {rounds} rounds: reassignment median "
+          f"{statistics.median(moved):.1f} MB/s [{min(moved):.1f}-{max(moved):.1f}]; follower catch-up median "
+          f"{statistics.median(catch_up):.1f} MB/s [{min(catch_up):.1f}-{max(catch_up):.1f}]; ratio {ratio:.2f} "
+          f"(per round: {', '.join(f'{m / c:.2f}' for m, c in zip(moved, catch_up))})")
+    for side, i in (("leader", 0), ("follower", 1)):
+        print(f"{side}'s CPU seconds per 100 MB copied: " + "; ".join(
+            f"{what} median {statistics.median(c[i] for c in v):.2f} [{min(c[i] for c in v):.2f}-"
+            f"{max(c[i] for c in v):.2f}]" for what, v in cpu.items()))
+
+
 QUOTA_CLIENTS = 1000
 
 
@@ -233,7 +414,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--only", choices=("plan", "quotas"))
+    parser.add_argument("--only", choices=("plan", "quotas", "move"))
+    parser.add_argument("--move-mb", type=int, default=200, help="move: the partition's size (MB)")
+    parser.add_argument("--move-rounds", type=int, default=4)
     parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)  # side, iterations (bench/instructions.py)
     args = parser.parse_args()
     if args._child:
@@ -241,6 +424,9 @@ def main() -> None:
         return
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(shared machine: other work runs beside this)")
+    if args.only == "move":
+        bench_move(args.move_mb, args.move_rounds)
+        return
     if args.only != "quotas":
         moves = bench_plan(args.partitions, args.rounds, racks=False)
         bench_plan(args.partitions, args.rounds, racks=True)

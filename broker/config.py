@@ -269,6 +269,9 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("partition.autobalancing.concurrent.moves", "int", 50, "at most this many partitions moving at once "
        "(every reassignment in progress counts)", low=1),
     _k("partition.autobalancing.tick.interval.ms", "long", 30000, "how often the autobalancer decides", low=1),
+    _k("partition.autobalancing.replication.throttled.rate", "long", 104857600, "bytes/s: the replication "
+       "throttle (KIP-73) its moves run under, set on the brokers they involve unless a dynamic rate is set there "
+       "(0 or less: unthrottled)"),
     _k("metadata.log.dir", "string", None, "the controller's metadata log directory (default: the first log dir)"),
     _k("metadata.log.segment.bytes", "int", 1073741824, "segment size of the metadata log", low=14),
     _k("metadata.log.segment.ms", "long", 604800000, "age at which the metadata log rolls", low=1),

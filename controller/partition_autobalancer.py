@@ -23,9 +23,18 @@
 Every move is a reassignment started through the path AlterPartitionReassignments takes
 (ReplicationControlManager._alter_reassignment: the same validation, a PartitionChangeRecord in
 the metadata log), so it survives a controller failover and shows in
-ListPartitionReassignments. It sets no replication throttles itself (not built: Kafka's tools
-set the throttled-replicas lists per move): its moves are throttled where the topics' lists
-cover them (``*``) and a rate is set. At most
+ListPartitionReassignments. Its moves run under the replication throttles (KIP-73), set as
+Cruise Control's executor sets them (ReplicationThrottleHelper), at
+``partition.autobalancing.replication.throttled.rate`` bytes/s (Redpanda's
+``raft_learner_recovery_rate`` default, 100 MiB/s; 0 or less: unthrottled): when a move starts,
+its partition's current replicas join the topic's ``leader.replication.throttled.replicas`` and
+its new ones ``follower.replication.throttled.replicas`` (a ``*`` list is left as it is), and
+every broker the move involves gets ``leader/follower.replication.throttled.rate`` unless a
+dynamic rate (its own or the cluster-wide one) is set already; once the move is over those
+entries go, and a rate it set goes when no move of its involves the broker any more (unless
+someone changed it meanwhile). What it set is this controller's memory; a controller taking
+over adopts the entries of the partitions moving then and the rates equal to its own (as
+Cruise Control recognises its throttles by value). At most
 ``partition.autobalancing.concurrent.moves`` partitions move at once (every reassignment in
 progress counts, an operator's too). A partition whose ISR is below its min.insync.replicas,
 or that is being moved already, is never moved; nor is one with a replica on a broker that is
@@ -58,7 +67,7 @@ from protocol.clock import Time
 from protocol.messages.metadata_records import ApiMessageAndVersion, MetadataRecordType as T
 
 from .cluster_control import ClusterControlManager
-from .configuration_control import ConfigurationControlManager
+from .configuration_control import ConfigurationControlManager, broker_config_record, config_record
 from .replication_control import PREFERRED_ELECTION, ReplicationControlManager
 
 log = logging.getLogger("kbroker.controller.autobalancer")
@@ -67,6 +76,8 @@ MODES = ("off", "node_add", "continuous")
 # A broker this close below the disk limit takes no new replicas (hysteresis: what moved off a
 # full disk is not moved back by evening out).
 DISK_HEADROOM_PERCENT = 10
+LEADER_REPLICAS, FOLLOWER_REPLICAS = "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"
+RATE_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class AutobalancerConfig:
     max_disk_usage_percent: int = 80
     concurrent_moves: int = 50
     tick_interval_ms: int = 30_000
+    replication_throttled_rate: int = 104_857_600  # bytes/s; <= 0: its moves are not throttled
 
     @classmethod
     def from_kafka_config(cls, config) -> "AutobalancerConfig":
@@ -83,7 +95,8 @@ class AutobalancerConfig:
                    node_availability_timeout_ms=config["partition.autobalancing.node.availability.timeout.sec"] * 1000,
                    max_disk_usage_percent=config["partition.autobalancing.max.disk.usage.percent"],
                    concurrent_moves=config["partition.autobalancing.concurrent.moves"],
-                   tick_interval_ms=config["partition.autobalancing.tick.interval.ms"])
+                   tick_interval_ms=config["partition.autobalancing.tick.interval.ms"],
+                   replication_throttled_rate=config["partition.autobalancing.replication.throttled.rate"])
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,11 @@ class PartitionAutobalancer:
         self.fenced_since: dict[int, float] = {}
         self.usage: dict[int, list[LogDirUsage]] = {}
         self.touched: set[Key] = set()  # moved or reordered by us: a preferred election once done
+        # the throttles our moves run under: per partition moving, the (leader, follower)
+        # entries "p:b" we added to its topic's throttled-replicas lists and the brokers it
+        # involves; per broker, the rate keys we set
+        self.throttled: dict[Key, tuple[frozenset[str], frozenset[str], frozenset[int]]] = {}
+        self.rates_set: dict[int, set[str]] = {}
         self.moves_started = 0  # metrics
         self.last_reason = ""
 
@@ -167,6 +185,7 @@ class PartitionAutobalancer:
         in_progress = bool(self.replication.reassigning_partitions())  # perhaps a balance the last one began
         self.pending = self.config.mode != "off" and (empty_live or unknown or in_progress)
         self.scope = set(self._assignment()) if self.pending else set()
+        self._adopt_throttles()
 
     def deactivate(self) -> None:
         self.active = False
@@ -274,6 +293,79 @@ class PartitionAutobalancer:
         # the partitions chosen, each off its full broker(s) only if a broker below the limit took it
         return {k: v for k, v in plan.items() if k in chosen and not any(b in full for b in v)}
 
+    # -- throttles (KIP-73), as Cruise Control's executor sets them ----------------------------
+
+    @property
+    def throttling(self) -> bool:
+        return self.config.replication_throttled_rate > 0
+
+    def _adopt_throttles(self) -> None:
+        """A controller taking over: the throttled-replicas entries of the partitions moving now,
+        and the per-broker rates equal to ours, are taken as ours (cleared when done)."""
+        self.throttled, self.rates_set = {}, {}
+        if not self.throttling or self.config.mode == "off":
+            return
+        rate = str(self.config.replication_throttled_rate)
+        for info, pid, part in self.replication.reassigning_partitions():
+            configs = self.configs.topic_configs(info.name)
+            lead = frozenset(e for e in _entries(configs.get(LEADER_REPLICAS)) if e.split(":")[0] == str(pid))
+            follow = frozenset(e for e in _entries(configs.get(FOLLOWER_REPLICAS)) if e.split(":")[0] == str(pid))
+            if lead or follow:
+                self.throttled[(info.name, pid)] = (lead, follow, frozenset(part.replicas))
+        for name, configs in self.configs.broker_configs.items():
+            keys = {k for k in RATE_KEYS if configs.get(k) == rate}
+            if name and keys:
+                self.rates_set[int(name)] = keys
+
+    def _throttle_records(self, started: dict[Key, tuple[list[int], list[int]]]) -> list[ApiMessageAndVersion]:
+        """ConfigRecords: the entries of the moves over go, those of the moves ``started``
+        ({key: (replicas before, target)}) come; then each broker's rates follow the moves."""
+        lists: dict[tuple[str, str], list[str]] = {}  # (topic, key) -> its entries, as this tick leaves them
+
+        def entries(topic: str, key: str) -> list[str]:
+            if (topic, key) not in lists:
+                lists[(topic, key)] = _entries(self.configs.topic_configs(topic).get(key))
+            return lists[(topic, key)]
+        def wildcard(topic: str, key: str) -> bool:  # every partition throttled already: left as it is
+            return (self.configs.topic_configs(topic).get(key) or "").strip() == "*"
+        for k, (lead, follow, _brokers) in list(self.throttled.items()):
+            part = self._partition(*k)
+            if part is not None and part.is_reassigning:
+                continue
+            del self.throttled[k]
+            if part is None:
+                continue  # the topic is gone, and its configs with it
+            for key, ours in ((LEADER_REPLICAS, lead), (FOLLOWER_REPLICAS, follow)):
+                if not wildcard(k[0], key):
+                    lists[(k[0], key)] = [e for e in entries(k[0], key) if e not in ours]
+        for k, (before, target) in started.items():
+            lead = frozenset(f"{k[1]}:{b}" for b in before)
+            follow = frozenset(f"{k[1]}:{b}" for b in target if b not in before)
+            for key, ours in ((LEADER_REPLICAS, lead), (FOLLOWER_REPLICAS, follow)):
+                if not wildcard(k[0], key):
+                    have = entries(k[0], key)
+                    have.extend(e for e in sorted(ours) if e not in have)
+            self.throttled[k] = (lead, follow, frozenset(before) | frozenset(target))
+        records = []
+        for (topic, key), now in sorted(lists.items()):
+            value = ",".join(now) or None
+            if value != (self.configs.topic_configs(topic).get(key) or None):
+                records.append(config_record(topic, key, value))
+        rate = str(self.config.replication_throttled_rate)
+        involved = set().union(*(brokers for _l, _f, brokers in self.throttled.values()))
+        defaults = self.configs.broker_configs.get("", {})
+        for b in sorted(involved - set(self.rates_set)):
+            own = self.configs.broker_configs.get(str(b), {})
+            keys = {k for k in RATE_KEYS if k not in own and k not in defaults}
+            if keys:
+                self.rates_set[b] = keys
+                records.extend(broker_config_record(str(b), k, rate) for k in sorted(keys))
+        for b in sorted(set(self.rates_set) - involved):
+            own = self.configs.broker_configs.get(str(b), {})
+            records.extend(broker_config_record(str(b), k, None) for k in sorted(self.rates_set.pop(b))
+                           if own.get(k) == rate)
+        return records
+
     def tick(self) -> list[ApiMessageAndVersion]:
         """Decide and start the moves: records (PartitionChangeRecords) through the path
         AlterPartitionReassignments takes; and a preferred election for the partitions it moved
@@ -292,16 +384,27 @@ class PartitionAutobalancer:
                     self.replication._elect_one(topic, pid, PREFERRED_ELECTION, records)
         decided = self.decide()
         started = []
+        moves: dict[Key, tuple[list[int], list[int]]] = {}
         for (topic, pid), target in decided.items():
+            before = list(self._partition(topic, pid).replicas)
             code, message = self.replication._alter_reassignment(topic, pid, target, False, records)
             if code:
                 log.info("autobalancer: cannot move %s-%d to %s: %s", topic, pid, target, message)
             else:
                 started.append((topic, pid))
                 self.touched.add((topic, pid))
+                if set(target) != set(before):  # (a reorder copies nothing)
+                    moves[(topic, pid)] = (before, list(target))
+        if self.throttling:
+            records.extend(self._throttle_records(moves))
         if started:
             self.moves_started += len(started)
             log.info("autobalancer (%s): moving %d partition(s) for %s: %s", self.config.mode, len(started),
                      self.last_reason, ", ".join(f"{t}-{p}" for t, p in started[:20])
                      + (" ..." if len(started) > 20 else ""))
         return records
+
+
+def _entries(value: str | None) -> list[str]:
+    """A throttled-replicas list's "p:b" entries ("*" and blanks: none)."""
+    return [e.strip() for e in (value or "").split(",") if e.strip() and e.strip() != "*"]

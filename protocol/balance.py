@@ -15,7 +15,12 @@ the controller's partition autobalancer from its own.
 3. **even out**: while the fullest and the emptiest eligible broker differ by more than one
    replica, a replica moves from the fullest to the emptiest (the next emptiest when none
    fits) that does not hold the partition yet and keeps its racks apart; the smallest
-   partition that fits goes first (``sizes``: bytes per partition), so the least data moves;
+   partition that fits goes first (``sizes``: bytes per partition), so the least data moves.
+   Counts are per broker over every partition given (all topics together, not per topic).
+   When racks let no replica go from a fuller broker straight to one two or more below it,
+   a replica moves along the shortest chain of brokers instead (full -> x -> ... -> empty,
+   one partition per step, each step keeping its partition's racks apart): the ends change
+   by one, the brokers between keep their counts, at the cost of a move per extra step;
 4. **leaders**: the preferred leader is the first replica; replicas are reordered along
    chains of partitions (X leads one Y holds, Y leads one Z holds, ...) from a broker leading
    more to one leading at least two fewer, until no such chain is left: the spread of
@@ -142,6 +147,52 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
                 found = ranked[b] = sorted(on_broker[b], key=lambda k: (sizes.get(k, 0), current[k][0] == b, repr(k)))
             return found
 
+        def chain(by_count: list[int]) -> bool:
+            """No replica fits from a fuller broker straight to one two or more below it (racks
+            hold it there: e.g. every partition it holds would get two replicas in the
+            emptiest broker's rack): move one along a chain instead, full -> x -> ... -> empty,
+            each step a different partition that fits, so the ends change by one and the
+            brokers between keep their counts (shortest chain first: the fewest extra moves).
+            False if there is none."""
+            for start in reversed(by_count):
+                parent: dict[int, tuple[int, K] | None] = {start: None}
+                queue = [start]
+                end = None
+                for x in queue:
+                    for y in by_count:
+                        if y in parent:
+                            continue
+                        k = next((k for k in candidates(x) if k in on_broker[x] and fits(k, x, y)), None)
+                        if k is None:
+                            continue
+                        parent[y] = (x, k)
+                        if counts[y] <= counts[start] - 2:
+                            end = y
+                            break
+                        queue.append(y)
+                    if end is not None:
+                        break
+                if end is None:
+                    continue
+                steps: list[tuple[K, int, int]] = []
+                y = end
+                while parent[y] is not None:
+                    x, k = parent[y]  # type: ignore[misc]
+                    steps.append((k, x, y))
+                    y = x
+                steps.reverse()
+                done: list[tuple[K, int, int]] = []
+                for k, x, y in steps:  # checked again as applied: one partition may be on two steps
+                    if k not in on_broker[x] or not fits(k, x, y):
+                        for k2, x2, y2 in reversed(done):
+                            move(k2, y2, x2)
+                        break
+                    move(k, x, y)
+                    done.append((k, x, y))
+                else:
+                    return True
+            return False
+
         budget = sum(counts.values()) * 2 + 10  # a bound: every move narrows the spread
         while budget > 0:
             budget -= 1
@@ -162,7 +213,7 @@ def plan_balance(brokers: Mapping[int, str | None], assignment: Mapping[K, Seque
                         break
                 if moved:
                     break
-            if not moved:
+            if not moved and not chain(by_count):
                 break
 
     # 4. preferred leaders: reorder replicas (no data moves)

@@ -5,6 +5,12 @@
 waits in the buffer. Frames that lie wholly inside one received chunk are sliced straight
 out of it (one copy); only a frame that straddles chunks is assembled in the buffer.
 A size above ``max_size`` raises ``FrameTooLarge`` before anything is allocated for it.
+
+``gather=True`` (a client reading responses it asked for: a follower's fetches) holds the
+chunks of a frame that straddles them (slices of ``bytes`` chunks, no copy; other chunks,
+which the caller may reuse, are copied) and joins them once the frame is whole: one copy of
+every byte, where growing the buffer and slicing the frame out of it copies it twice or more
+(a 1 MB fetch response arrives in ~16 chunks).
 """
 
 from __future__ import annotations
@@ -26,11 +32,14 @@ class NegativeFrameSize(Exception):
 
 
 class Framer:
-    __slots__ = ("max_size", "_buf")
+    __slots__ = ("max_size", "_buf", "gather", "_frame", "_need", "_filled")
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, gather: bool = False) -> None:
         self.max_size = max_size
         self._buf = bytearray()
+        self.gather = gather
+        self._frame: list[bytes | memoryview] | None = None  # gather: the chunks of the partial frame's body
+        self._need = self._filled = 0  # its size, and the bytes of it held
 
     def _check(self, size: int) -> None:
         if size < 0:
@@ -39,6 +48,8 @@ class Framer:
             raise FrameTooLarge(size, self.max_size)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
+        if self.gather:
+            return self._feed_gathered(data)
         frames: list[bytearray] = []
         view = memoryview(data)
         try:
@@ -55,6 +66,55 @@ class Framer:
             if pos < end:
                 self._buf = bytearray(view[pos:])  # a partial frame (or size prefix): kept from here on
         finally:
+            view.release()
+        return frames
+
+    def _feed_gathered(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
+        frames: list[bytearray] = []
+        owned = type(data) is bytes  # immutable: its slices can be held without a copy
+        view = memoryview(data)
+        end = len(view)
+        pos = 0
+        while pos < end:
+            parts = self._frame
+            if parts is not None:  # the rest of a frame: its chunks are held, joined once whole
+                n = min(self._need - self._filled, end - pos)
+                parts.append(view[pos:pos + n] if owned else bytes(view[pos:pos + n]))
+                self._filled += n
+                pos += n
+                if self._filled < self._need:
+                    break
+                frames.append(bytearray().join(parts))
+                for part in parts:
+                    if isinstance(part, memoryview):
+                        part.release()
+                self._frame = None
+                continue
+            buf = self._buf
+            if buf or end - pos < 4:  # a size prefix split across chunks
+                take = min(4 - len(buf), end - pos)
+                buf += view[pos:pos + take]
+                pos += take
+                if len(buf) < 4:
+                    break
+                (size,) = _SIZE.unpack_from(buf, 0)
+                self._check(size)
+                self._buf = bytearray()
+                if size == 0:
+                    frames.append(bytearray())
+                else:
+                    self._frame, self._need, self._filled = [], size, 0
+                continue
+            (size,) = _SIZE.unpack_from(view, pos)
+            self._check(size)
+            stop = pos + 4 + size
+            if stop <= end:  # wholly in this chunk: sliced out (one copy)
+                frames.append(bytearray(view[pos + 4:stop]))
+                pos = stop
+            else:
+                self._frame, self._need, self._filled = [], size, 0
+                pos += 4
+        if not owned:
             view.release()
         return frames
 
@@ -84,12 +144,17 @@ class Framer:
 
     @property
     def buffered(self) -> int:
+        """Bytes of the partial frame received so far (its size prefix included)."""
+        if self._frame is not None:
+            return 4 + self._filled
         return len(self._buf)
 
     @property
     def pending_frame_size(self) -> int:
         """Bytes the partial frame in the buffer will take when whole (size prefix included),
         or what is buffered while its size prefix is incomplete; 0 with nothing buffered."""
+        if self._frame is not None:
+            return 4 + self._need
         buf = self._buf
         if len(buf) < 4:
             return len(buf)

@@ -138,7 +138,7 @@ class BrokerConnection(asyncio.Protocol):
         self._network = network
         self._time = time
         self._transport: asyncio.Transport | None = None
-        self._framer = Framer(MAX_RESPONSE_BYTES)
+        self._framer = Framer(MAX_RESPONSE_BYTES, gather=True)  # responses: each byte copied once
         self._inflight: collections.deque[_InFlight] = collections.deque()
         self._correlation_ids = itertools.count()
         self._writable = asyncio.Event()

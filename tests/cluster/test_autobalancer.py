@@ -6,7 +6,8 @@ along, read back with its consumer.
   partition), a 4th joins: within 2 minutes the replica counts per broker (every topic's, the
   consumer's __consumer_offsets too) differ by at most one, the producer saw no error, a
   consumer reading throughout only retriable ones, and every acknowledged record is there
-  once, in order;
+  once, in order; the replication throttles its moves ran under are gone once they are over
+  (no throttled-replicas list on the topic, no throttled rate on any broker);
 * continuous, with a 5 s availability timeout: broker 4 is kill -9'd, and once it has been
   fenced for longer than the timeout its replicas move to brokers 1-3: RF 3 restored, every
   ISR full, no acknowledged record lost."""
@@ -24,7 +25,10 @@ from controller.launcher import LocalCluster
 from protocol.api_keys import ApiKey
 from protocol.client import BrokerConnection
 
+from tests.cli.test_cli import kbroker
+
 from .helpers import NumberedProducer, read_all, resolved, start_some, topic_metadata, wait_for
+from .test_replication_throttle import broker_dynamic
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -160,6 +164,12 @@ async def test_node_add_a_fourth_broker_gets_its_share_within_two_minutes(tmp_pa
             async def preferred_lead() -> bool:  # the autobalancer's elections after the moves
                 return all(leader == r[0] for leader, r in (await leaders(cluster, None)).values())
             await wait_for(preferred_lead, 30, "every preferred leader leading")
+
+            def throttles_cleared() -> bool:  # its moves ran under throttles it set, and they went with them
+                topics = kbroker(bootstrap, "configs", "describe", "--topic", TOPIC).stdout.decode()
+                return "throttled.replicas" not in topics and not any(
+                    "throttled" in k for b in (1, 2, 3, 4) for k in broker_dynamic(bootstrap, b))
+            await wait_for(lambda: resolved(throttles_cleared()), 30, "the autobalancer's throttles cleared")
             lead = Counter(leader for leader, _ in (await leaders(cluster, None)).values())
             assert max(lead.values()) - min(lead.values()) <= 1 and len(lead) == 4, lead
             count = producer.count

@@ -313,3 +313,155 @@ async def test_moves_live_in_the_metadata_log_and_a_new_controller_finishes_the_
         assert c[4] == 6 and max(c.values()) - min(c.values()) <= 1, c
     finally:
         await h2.stop()
+
+
+RATE = 5_000_000
+
+
+def throttle_lists(h, topic="t") -> tuple[set[str], set[str]]:
+    configs = h.controller.configs.topic_configs(topic)
+    return tuple({e for e in (configs.get(k) or "").split(",") if e}
+                 for k in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"))
+
+
+def broker_rates(h) -> dict[str, dict[str, str]]:
+    return {name: {k: v for k, v in c.items() if k.endswith("replication.throttled.rate")}
+            for name, c in h.controller.configs.broker_configs.items()
+            if any(k.endswith("replication.throttled.rate") for k in c)}
+
+
+async def alter_configs(h, *resources) -> None:
+    """IncrementalAlterConfigs SETs: (resource type, name, {key: value})."""
+    resp = await h.controller.incremental_alter_configs(request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=[
+        {"resource_type": t, "resource_name": name, "configs": [
+            {"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]}
+        for t, name, configs in resources]))
+    assert all(r["error_code"] == 0 for r in resp["responses"]), resp
+
+
+async def test_moves_run_under_the_replication_throttles_which_go_once_they_are_done(tmp_path):
+    """As Cruise Control's executor does (kafka-reassign-partitions.sh --throttle's lists):
+    each move's current replicas are leader-throttled and its new replica follower-throttled,
+    the brokers it involves get the rate, and all of it goes once the moves are over."""
+    h = await harness(tmp_path, concurrent_moves=2, replication_throttled_rate=RATE).start()
+    try:
+        await h.start_brokers(1, 2, 3)
+        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
+        await h.start_brokers(4)
+        seen = 0
+        for _ in range(10):
+            await h.heartbeat_all(1, 2, 3, 4)
+            await h.advance(TICK)
+            now = moving(h)
+            if not now:
+                break
+            leader, follower = throttle_lists(h)
+            want_leader = {f"{p}:{b}" for (_t, p), (_r, _adding, removing) in now.items()
+                           for b in set(h.partition("t", p).replicas) - set(_adding)}
+            want_follower = {f"{p}:{b}" for (_t, p), (_r, adding, _removing) in now.items() for b in adding}
+            assert (leader, follower) == (want_leader, want_follower)
+            involved = {b for (_t, p) in now for b in h.partition("t", p).replicas}
+            assert broker_rates(h) == {str(b): {"leader.replication.throttled.rate": str(RATE),
+                                                "follower.replication.throttled.rate": str(RATE)}
+                                       for b in involved}
+            seen += len(now)
+            await complete_moves(h)
+        assert seen == 6
+        assert throttle_lists(h) == (set(), set()) and broker_rates(h) == {}
+        assert "t" not in h.controller.configs.configs  # no empty lists left behind either
+    finally:
+        await h.stop()
+
+
+async def test_throttles_set_by_someone_else_are_left_alone(tmp_path):
+    """A broker with a dynamic rate of its own (or a cluster-wide one) keeps it; a "*" list
+    stays "*"; entries of other partitions stay."""
+    h = await harness(tmp_path, concurrent_moves=50, replication_throttled_rate=RATE).start()
+    try:
+        await h.start_brokers(1, 2, 3)
+        await h.create(("t", -1, -1, {}, assignment_12_rf2()), ("u", -1, -1, {}, {0: [1, 2]}))
+        await alter_configs(h, (4, "1", {"leader.replication.throttled.rate": "1000"}),
+                            (2, "t", {"follower.replication.throttled.replicas": "*"}),
+                            (2, "u", {"leader.replication.throttled.replicas": "0:1,0:2"}))
+        await h.start_brokers(4)
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)
+        assert moving(h)
+        rates = broker_rates(h)
+        assert rates["1"] == {"leader.replication.throttled.rate": "1000",
+                              "follower.replication.throttled.rate": str(RATE)}
+        configs = h.controller.configs
+        assert configs.topic_configs("t")["follower.replication.throttled.replicas"] == "*"
+        await balance_until_still(h, [1, 2, 3, 4])
+        assert broker_rates(h) == {"1": {"leader.replication.throttled.rate": "1000"}}
+        assert configs.topic_configs("t") == {"follower.replication.throttled.replicas": "*"}
+        assert configs.topic_configs("u")["leader.replication.throttled.replicas"].split(",")[:2] == ["0:1", "0:2"]
+    finally:
+        await h.stop()
+
+
+async def test_a_new_controller_clears_the_throttles_of_the_moves_it_finds(tmp_path):
+    h = await harness(tmp_path, concurrent_moves=2, replication_throttled_rate=RATE).start()
+    await h.start_brokers(1, 2, 3)
+    await h.create(("t", -1, -1, {}, assignment_12_rf2()))
+    await h.start_brokers(4)
+    await h.heartbeat_all(1, 2, 3, 4)
+    await h.advance(TICK)
+    assert len(moving(h)) == 2 and broker_rates(h)
+    epochs = dict(h.epochs)
+    await h.stop()
+
+    h2 = await Harness(tmp_path, time=h.time, autobalancer=AutobalancerConfig(
+        mode="node_add", tick_interval_ms=TICK, concurrent_moves=2, replication_throttled_rate=RATE),
+        auto_leader_rebalance_enable=False).start()
+    try:
+        h2.epochs = epochs
+        assert throttle_lists(h2) != (set(), set())  # in the metadata log
+        await complete_moves(h2)
+        await balance_until_still(h2, [1, 2, 3, 4])
+        assert throttle_lists(h2) == (set(), set()) and broker_rates(h2) == {}
+    finally:
+        await h2.stop()
+
+
+async def test_no_throttles_with_a_rate_of_zero(tmp_path):
+    h = await harness(tmp_path, replication_throttled_rate=0).start()
+    try:
+        await h.start_brokers(1, 2, 3)
+        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
+        await h.start_brokers(4)
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)
+        assert moving(h)
+        assert throttle_lists(h) == (set(), set()) and broker_rates(h) == {}
+    finally:
+        await h.stop()
+
+
+async def test_the_throttles_of_a_move_cancelled_or_a_topic_deleted_go_too(tmp_path):
+    h = await harness(tmp_path, concurrent_moves=50, replication_throttled_rate=RATE).start()
+    try:
+        await h.start_brokers(1, 2, 3)
+        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
+        await h.start_brokers(4)
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)
+        now = sorted(moving(h))
+        assert len(now) >= 2, now
+        cancelled, kept = now[:1], now[1:]
+        resp = await h.controller.alter_partition_reassignments(request(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, timeout_ms=1000, topics=[{"name": "t", "partitions": [
+                {"partition_index": p, "replicas": None} for _t, p in cancelled]}]), 0)
+        assert all(p["error_code"] == 0 for t in resp["responses"] for p in t["partitions"]), resp
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)  # the cancelled move's entries go; the others stay
+        leader, follower = throttle_lists(h)
+        pids = {e.split(":")[0] for e in leader | follower}
+        assert pids == {str(p) for _t, p in kept}, (pids, cancelled, kept)
+        # the topic goes while its moves are under way: nothing of theirs is left
+        await h.controller.delete_topics(request(ApiKey.DELETE_TOPICS, 5, topic_names=["t"]), 5)
+        await h.heartbeat_all(1, 2, 3, 4)
+        await h.advance(TICK)
+        assert "t" not in h.controller.configs.configs and broker_rates(h) == {}
+    finally:
+        await h.stop()

@@ -80,6 +80,20 @@ def test_evening_out_never_puts_two_replicas_in_one_rack():
     assert replica_counts(after, brokers)[4] > 0
 
 
+def test_counts_are_per_broker_over_all_topics_even_when_racks_block_the_direct_move():
+    """(hypothesis's smallest case of test_every_broker_ends_within_one_over_all_topics.) Two
+    topics: t0's single replicas all on broker 1, t1's on 1, 2 and 4. Racks placed, brokers end
+    at 3, 2, 2, 2, 2, 1 by direct moves, and no replica of broker 1 may go straight to the
+    emptiest broker without two replicas of a partition sharing a rack: a chain through a
+    broker between evens them out."""
+    brokers = {1: "r1", 2: "r2", 3: "r0", 4: "r1", 5: "r2", 6: "r0"}
+    before = {**{("t0", p): [1] for p in range(3)}, **{("t1", p): [1, 2, 4] for p in range(3)}}
+    after = apply(before, plan_balance(brokers, before))
+    assert replica_counts(after, brokers) == {b: 2 for b in brokers}
+    for k, replicas in after.items():
+        assert len({brokers[b] for b in replicas}) == len(replicas), (k, replicas)  # racks apart
+
+
 def test_small_partitions_move_first():
     before = assignment_on({1, 2, 3}, partitions=12)
     sizes = {k: (10 if k[1] % 2 else 10_000) for k in before}

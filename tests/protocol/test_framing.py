@@ -126,3 +126,78 @@ def test_oversized_size_split_across_feeds() -> None:
 def test_negative_size_raises(size) -> None:
     with pytest.raises(NegativeFrameSize):
         Framer(10).feed(struct.pack(">i", size) + b"rest")
+
+
+# -- gather=True (a client's responses): the same frames, each byte copied once ----------
+
+
+@given(st.lists(st.binary(max_size=40), max_size=8), st.lists(st.integers(0, 60), max_size=12),
+       st.sampled_from([bytes, bytearray, memoryview]))
+@FAST
+def test_gathered_any_chunking_gives_the_same_frames(bodies, cuts, kind) -> None:
+    stream = b"".join(frame(b) for b in bodies)
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    framer = Framer(100, gather=True)
+    got = []
+    for a, b in zip(points, points[1:]):
+        frames = framer.feed(kind(stream[a:b]))
+        assert all(type(f) is bytearray for f in frames)
+        got += [bytes(f) for f in frames]
+        # what is held is the partial frame's bytes so far, size prefix included
+        assert framer.buffered == b - sum(4 + len(x) for x in got)
+    assert got == bodies and framer.buffered == 0
+
+
+def test_gathered_byte_at_a_time() -> None:
+    framer = Framer(1 << 20, gather=True)
+    out, boundaries, pos = [], set(), 0
+    for b in BODIES:
+        pos += 4 + len(b)
+        boundaries.add(pos)
+    for i in range(len(STREAM)):
+        got = framer.feed(STREAM[i:i + 1])
+        assert len(got) == (1 if i + 1 in boundaries else 0), i
+        out += [bytes(f) for f in got]
+    assert out == BODIES and framer.buffered == 0
+
+
+def test_a_gathered_frame_holds_its_chunks_and_joins_them_once() -> None:
+    """Chunks of ``bytes`` are held as they are (no copy) until the frame is whole, then joined
+    once (a 1 MB fetch response: one copy of each byte, not two)."""
+    framer = Framer(1 << 20, gather=True)
+    data = frame(b"x" * 100_000) + frame(b"next")
+    chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)]
+    assert framer.feed(chunks[0]) == []
+    assert framer.pending_frame_size == 100_004
+    for i, chunk in enumerate(chunks[1:-1], 1):
+        assert framer.feed(chunk) == []
+        assert len(framer._frame) == i + 1 and framer._frame[-1].obj is chunk  # a view of it, not a copy
+    [big, small] = framer.feed(chunks[-1])
+    assert type(big) is bytearray and big == b"x" * 100_000 and small == b"next"
+    assert framer.buffered == 0 and framer.pending_frame_size == 0
+
+
+def test_gathered_frames_do_not_alias_a_reused_chunk() -> None:
+    framer = Framer(100, gather=True)
+    chunk = bytearray(frame(b"abcdef")[:6])
+    assert framer.feed(chunk) == []
+    chunk[4:6] = b"zz"  # the caller's buffer is reused
+    assert [bytes(f) for f in framer.feed(memoryview(b"cdef"))] == [b"abcdef"]
+
+
+def test_gathered_oversized_and_negative_sizes_are_refused_before_allocating() -> None:
+    framer = Framer(10, gather=True)
+    assert framer.feed(struct.pack(">i", 11)[:3]) == []
+    with pytest.raises(FrameTooLarge):
+        framer.feed(struct.pack(">i", 11)[3:])
+    with pytest.raises(NegativeFrameSize):
+        Framer(10, gather=True).feed(struct.pack(">i", -1) + b"rest")
+    framer = Framer(100 * 1024 * 1024, gather=True)
+    tracemalloc.start()
+    try:
+        with pytest.raises(FrameTooLarge):
+            framer.feed(struct.pack(">i", 2**31 - 1))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
