@@ -34,7 +34,7 @@ class FetchSource(Protocol):
 
     def get_partition(self, topic: str, partition: int) -> Partition | None: ...
 
-    def read_from_local_log(self, params: FetchParams, topics) -> list: ...
+    def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list: ...
 
 
 class DelayedFetch(DelayedOperation):
@@ -130,7 +130,7 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> None:
-        self.callback(self.replica_manager.read_from_local_log(self.params, self.topics))
+        self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, from_purgatory=True))
 
 
 class FetchPurgatory(DelayedOperationPurgatory):

@@ -304,7 +304,14 @@ class ReplicaManager:
             return None
         return op
 
-    def read_from_local_log(self, params: FetchParams, topics) -> list:
+    def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list:
+        """Read each partition for a fetch. A follower's fetch records its position (its fetch
+        offset as its LEO, and when it was caught up) when it is received, not again when its
+        long-poll completes (``from_purgatory``: Kafka's readFromPurgatory): completed up to
+        replica.fetch.wait.max.ms later, or after a pause of this broker, the same request
+        would count as a fetch made then, by a follower that may have crashed and restarted
+        with less since (simulator seed 4422: a parked fetch of a dead incarnation expired
+        when its leader woke from a pause and proposed it for the ISR)."""
         limit = params.max_bytes
         min_one = True
         out = []
@@ -338,7 +345,7 @@ class ReplicaManager:
                     pd.high_watermark = hw
                     pd.last_stable_offset = lso
                     pd.log_start_offset = log_.log_start_offset
-                    if params.replica_id >= 0:
+                    if params.replica_id >= 0 and not from_purgatory:
                         self._update_follower_fetch_state(partition, params.replica_id, fp, leo)
                     if isolation == FETCH_TXN_COMMITTED:
                         pd.aborted_transactions = _aborted_in(log_, fp.fetch_offset, records)

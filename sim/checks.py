@@ -32,7 +32,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Callable
 
-from broker.partition import Partition, PendingShrinkIsr, Replica
+from broker.partition import Partition, PendingExpandIsr, PendingShrinkIsr, Replica
 from controller.metadata_store import LocalMetadataStore
 from controller.quorum_controller import QuorumController, QuorumControllerConfig
 from storage.log import Log
@@ -206,7 +206,10 @@ class Checker:
                 sim.violation("hw-monotonic", f"{key[0]}-{key[1]} on leader {who[0]}#{who[1]} at epoch {epoch}: "
                               f"high watermark {last} -> {hw}")
             self.leader_hw[hw_key] = hw
-            isr = p.maximal_isr  # (the committed ISR plus a follower being added: KIP-497)
+            # The maximal ISR (KIP-497): the committed ISR plus a follower being added, taken from
+            # the proposal in flight rather than from Partition.maximal_isr (the code under check).
+            state = p.partition_state
+            isr = state.proposed_isr if isinstance(state, PendingExpandIsr) else state.isr
             seen_key = (incarnation, epoch)
             previous = self._isr_seen.get(seen_key, frozenset())
             if isr != previous:

@@ -17,7 +17,9 @@ import argparse
 import multiprocessing
 import sys
 import time
-from typing import Any
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Iterator
 
 from .bugs import BUGS
 from .runner import Options, Result, run_seed
@@ -79,9 +81,12 @@ def run(args: argparse.Namespace) -> int:
     wall = time.monotonic()
     done = 0
     jobs = [(seed, options) for seed in seeds]
+    lost: list[int] = []  # seeds whose worker process died (a crash of the interpreter)
     if args.jobs > 1:
-        pool = multiprocessing.get_context("fork").Pool(args.jobs)
-        results = pool.imap_unordered(_worker, jobs, chunksize=4)
+        # (Not multiprocessing.Pool: a worker that dies takes its job with it and the pool
+        # waits for its result forever; this executor reports the death as BrokenProcessPool.)
+        pool = ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork"))
+        results = _unordered(pool, args.jobs, _worker, jobs, lost)
     else:
         pool = None
         results = map(_worker, jobs)
@@ -101,13 +106,46 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr, flush=True)
     finally:
         if pool is not None:
-            pool.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+    if lost:
+        print(f"seeds {', '.join(map(str, lost[:20]))}{' ...' if len(lost) > 20 else ''}: a worker process died "
+              f"running them (replay one with kbroker sim --seed S)", flush=True)
     elapsed = time.monotonic() - wall
     print(f"{done} seeds ({args.first}..{args.first + done - 1}){' with ' + ', '.join(args.bug) if args.bug else ''}: "
-          f"{len(failed)} with violations{' (' + ', '.join(str(r.seed) for r in failed[:20]) + ')' if failed else ''}; "
+          f"{len(failed)} with violations{f', {len(lost)} lost to a dead worker' if lost else ''}{' (' + ', '.join(str(r.seed) for r in failed[:20]) + ')' if failed else ''}; "
           f"{elapsed:.1f} s wall, {done / elapsed:.2f} seeds/s on {args.jobs} process(es); {cpu / max(done, 1):.2f} s CPU "
           f"and {sim_seconds / max(done, 1):.1f} simulated s per seed")
-    return 1 if failed else 0
+    return 1 if failed or lost else 0
+
+
+def _unordered(pool: ProcessPoolExecutor, workers: int, fn: Callable[[tuple[int, Any]], Any],
+               jobs: list[tuple[int, Any]], lost: list[int]) -> Iterator[Any]:
+    """The jobs' results as they finish, at most two jobs queued per worker; once a worker
+    has died, the seeds not done go to ``lost`` and the iteration ends."""
+    pending: dict[Future[Any], int] = {}
+    todo = iter(jobs)
+    limit = 2 * workers
+    broken = False
+    while True:
+        while not broken and len(pending) < limit:
+            job = next(todo, None)
+            if job is None:
+                break
+            pending[pool.submit(fn, job)] = job[0]
+        if not pending:
+            return
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in sorted(done, key=lambda f: pending[f]):
+            seed = pending.pop(future)
+            try:
+                yield future.result()
+            except BrokenProcessPool:
+                broken = True
+                lost.append(seed)
+        if broken:
+            lost.extend(sorted(pending.values()))
+            lost.extend(seed for seed, _options in todo)
+            return
 
 
 def main(argv: list[str] | None = None) -> int:

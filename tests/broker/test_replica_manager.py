@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.metadata_cache import MetadataCache
-from broker.partition import LeaderAndIsrState
+from broker.partition import AlterPartitionResult, LeaderAndIsrState
 from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.clock import MockTime
 from protocol.errors import ErrorCode
@@ -277,3 +277,48 @@ def test_delete_records_times_out_and_refuses_beyond_the_high_watermark(rm, time
     assert out == []
     time.sleep(1)
     assert out == [[("t", [{"partition_index": 0, "low_watermark": -1, "error_code": ErrorCode.REQUEST_TIMED_OUT}])]]
+
+
+class HeldAlterPartition:
+    """An AlterPartitionSender whose proposals wait for the test to answer them."""
+
+    def __init__(self) -> None:
+        self.proposals: list[tuple[list[int], object]] = []
+
+    def submit(self, partition, new_isr, on_result) -> None:
+        self.proposals.append((sorted(new_isr), on_result))
+
+
+def test_a_parked_follower_fetch_counts_when_received_not_again_when_it_completes(tmp_path, time):
+    """Simulator seed 4422 (at 55839f7): a follower's long-poll fetch parked on its leader; the
+    leader paused; the follower lost power, restarted with fewer records and was not yet back;
+    the leader woke, the parked fetch expired, and its completion recorded the dead
+    incarnation's fetch offset as a fetch made now: the follower was proposed for the ISR with
+    a log end it no longer had. As in Kafka (readFromPurgatory), a follower's position is
+    recorded when its fetch arrives only."""
+    config = LogConfig(min_insync_replicas=2)
+    logs = LogManager([tmp_path], config, time=time)
+    logs.startup()
+    held = HeldAlterPartition()
+    rm = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=MetadataCache(1),
+                        log_config_for=lambda topic: config, replica_lag_time_max_ms=LAG_MS, alter_partition=held)
+    try:
+        p = lead(rm, isr=(1, 2))
+        produce(rm, acks=1)
+        follower_fetch(rm, 2, 3)
+        assert p.high_watermark == 3
+        received_at = time.milliseconds()
+        out = []
+        rm.fetch_messages(FetchParams(3, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 3, 0, 1 << 20)])],
+                          out.append)
+        assert out == [] and [isr for isr, _ in held.proposals] == [[1, 2, 3]]  # caught up when received
+        _isr, answer = held.proposals[0]
+        answer(AlterPartitionResult(ErrorCode.OPERATION_NOT_ATTEMPTED))  # the controller did not take it
+        assert p.isr == {1, 2} and not p.partition_state.is_inflight
+        time.sleep(500)  # the parked fetch expires and is answered
+        assert len(out) == 1 and out[0][0][1][0].error_code == 0
+        assert len(held.proposals) == 1  # its completion proposes nothing
+        replica = p.remote_replicas[3]
+        assert replica.last_fetch_time_ms == received_at and replica.last_caught_up_time_ms == received_at
+    finally:
+        logs.shutdown()

@@ -119,3 +119,16 @@ def test_seed_2782_a_topic_created_again_under_its_name_is_another_incarnation()
     1 killed) and made it again (another topic id) with broker 2 leading at leader epoch 0. The one-leader-per-epoch check keyed partitions by name and flagged it;
     the partition-level checks key by the topic id the leader's broker knows now."""
     _clean(2782)
+
+
+def test_seed_4422_a_parked_fetch_of_a_restarted_follower_completed_as_a_new_fetch():
+    """Seed 4422 (at 55839f7, where it reported hw-le-isr-leo; later changes moved its timings and
+    it passed without the fix): broker 1 parked a long-poll fetch on its leader, broker 2, which
+    a fault then paused for 6.4 s; broker 1 lost power meanwhile and came back with 1 record of
+    __consumer_offsets-1 where it had had 6. When broker 2 woke, the parked fetch expired and its
+    completion recorded the dead incarnation's fetch offset as a fetch made then: broker 1,
+    caught up as of that fetch, was proposed for the ISR, counted in the maximal ISR with a log
+    end it no longer had (and committed into the ISR once the controller was back). A follower's
+    fetch counts when received only now, as Kafka's readFromPurgatory
+    (tests/broker/test_replica_manager.py::test_a_parked_follower_fetch_counts_when_received_not_again_when_it_completes)."""
+    _clean(4422)
