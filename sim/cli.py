@@ -131,8 +131,13 @@ def _unordered(pool: ProcessPoolExecutor, workers: int, fn: Callable[[tuple[int,
             job = next(todo, None)
             if job is None:
                 break
-            pending[pool.submit(fn, job)] = job[0]
+            try:
+                pending[pool.submit(fn, job)] = job[0]
+            except BrokenProcessPool:  # marked broken before its pending futures are failed
+                broken = True
+                lost.append(job[0])
         if not pending:
+            lost.extend(seed for seed, _options in todo)
             return
         done, _ = wait(pending, return_when=FIRST_COMPLETED)
         for future in sorted(done, key=lambda f: pending[f]):
