@@ -178,34 +178,53 @@ static PyObject *encode(PyObject *self, PyObject *args) {
     PyObject *out = PyBytes_FromStringAndSize(NULL, size);
     if (out == NULL) { Py_DECREF(seq); return NULL; }
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    /* the throttle time's place: a row's __index__ (Python code) may have resized the lists
+     * since they were sized, so every write is checked against it, and the frame must end
+     * there exactly, else Python encodes (as it reads the lists then) */
+    unsigned char *limit = p + size - 4;
     wr32(p, (int32_t)(size - 4));
     wr32(p + 4, (int32_t)correlation_id);
     wr32(p + 8, (int32_t)ntopics);
     p += 12;
     for (Py_ssize_t t = 0; t < ntopics; t++) {
+        if (t >= PySequence_Fast_GET_SIZE(seq)) { Py_DECREF(out); goto fallback; }
         PyObject *entry = PySequence_Fast_GET_ITEM(seq, t);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(entry, 0))
+            || !PyList_Check(PyTuple_GET_ITEM(entry, 1))) { Py_DECREF(out); goto fallback; }
         PyObject *parts = PyTuple_GET_ITEM(entry, 1);
         Py_ssize_t n;
         const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(entry, 0), &n);
+        Py_ssize_t nparts = PyList_GET_SIZE(parts);
+        if (name == NULL || n > 32767 || limit - p < 2 + n + 4 + nparts * row_size) {
+            PyErr_Clear(); Py_DECREF(out); goto fallback;
+        }
         wr16(p, (int16_t)n);
         memcpy(p + 2, name, n);
         p += 2 + n;
-        Py_ssize_t nparts = PyList_GET_SIZE(parts);
         wr32(p, (int32_t)nparts);
         p += 4;
+        Py_INCREF(entry);  /* its rows' __index__ may drop it from the responses */
         for (Py_ssize_t i = 0; i < nparts; i++) {
+            if (i >= PyList_GET_SIZE(parts)) { Py_DECREF(entry); Py_DECREF(out); goto fallback; }
             PyObject *row = PyList_GET_ITEM(parts, i);
-            PyObject *fast = PySequence_Fast(row, "row");
-            if (fast == NULL) { PyErr_Clear(); Py_DECREF(out); goto fallback; }
+            if (!PyTuple_Check(row) && !PyList_Check(row)) { Py_DECREF(entry); Py_DECREF(out); goto fallback; }
+            /* ints (and int subclasses: ErrorCode) are read without running Python code; any
+             * other item's __index__ may change the row, so a list row is then read from a copy */
+            Py_ssize_t len = PySequence_Fast_GET_SIZE(row);
+            PyObject **items = PySequence_Fast_ITEMS(row);
+            int ints = 1;
+            for (Py_ssize_t k = 0; k < len && k < 5; k++) ints = ints && PyLong_Check(items[k]);
+            PyObject *fast = ints || PyTuple_Check(row) ? Py_NewRef(row) : PyList_AsTuple(row);
+            if (fast == NULL) { PyErr_Clear(); Py_DECREF(entry); Py_DECREF(out); goto fallback; }
             int64_t v[5];
-            Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
-            PyObject **items = PySequence_Fast_ITEMS(fast);
+            len = PySequence_Fast_GET_SIZE(fast);
+            items = PySequence_Fast_ITEMS(fast);
             int ok = len == 5 || (len > 5 && version < 8);
             ok = ok && get_int(items[0], INT32_MIN, INT32_MAX, &v[0]) && get_int(items[1], INT16_MIN, INT16_MAX, &v[1])
                  && get_int(items[2], INT64_MIN, INT64_MAX, &v[2]) && get_int(items[3], INT64_MIN, INT64_MAX, &v[3])
                  && (version < 5 || get_int(items[4], INT64_MIN, INT64_MAX, &v[4]));
             Py_DECREF(fast);
-            if (!ok) { Py_DECREF(out); goto fallback; }
+            if (!ok) { Py_DECREF(entry); Py_DECREF(out); goto fallback; }
             wr32(p, (int32_t)v[0]);
             wr16(p + 4, (int16_t)v[1]);
             wr64(p + 6, v[2]);
@@ -214,7 +233,11 @@ static PyObject *encode(PyObject *self, PyObject *args) {
             if (version >= 5) { wr64(p, v[4]); p += 8; }
             if (version >= 8) { memcpy(p, "\x00\x00\x00\x00\xff\xff", 6); p += 6; }
         }
+        int same = PyList_GET_SIZE(parts) == nparts;
+        Py_DECREF(entry);
+        if (!same) { Py_DECREF(out); goto fallback; }
     }
+    if (p != limit || PySequence_Fast_GET_SIZE(seq) != ntopics) { Py_DECREF(out); goto fallback; }
     wr32(p, (int32_t)throttle);
     Py_DECREF(seq);
     return out;

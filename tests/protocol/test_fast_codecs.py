@@ -920,3 +920,31 @@ def test_request_is_flexible_follows_the_schemas() -> None:
         for v in range(-1, req.valid[1] + 3):
             assert request_is_flexible(key, v) == (req.valid[0] <= v <= req.valid[1] and req.is_flexible(v)), (key, v)
     assert not request_is_flexible(32000, 0)
+
+
+class _Resizing:
+    """An integer (``__index__``) that resizes a list of rows when read: Python code running
+    in the middle of the compiled encoder, which sized its buffer from the lists' lengths."""
+
+    def __init__(self, rows: list, size: int) -> None:
+        self.rows, self.size = rows, size
+
+    def __index__(self) -> int:
+        del self.rows[self.size:]
+        self.rows.extend([(0, 0, 0, 0, 0)] * (self.size - len(self.rows)))
+        return 0
+
+
+@pytest.mark.parametrize("later_rows", [0, 1, 5])
+def test_compiled_produce_encoder_survives_rows_resized_while_it_encodes(later_rows) -> None:
+    """A later topic's rows resized (fewer, or more) while a row before is read: the compiled
+    encoder may not write the frame it sized before (past its end, or leaving garbage), it
+    gives what Python gives."""
+    for v in PRODUCE_VERSIONS:
+        def responses():
+            later = [(1, 0, 2, 3, 4)] * 3
+            return [("a", [(0, _Resizing(later, later_rows), 1, 2, 3)]), ("b", later)], later
+        compiled, _ = responses()
+        reference, _ = responses()
+        assert (_outcome(H.encode_produce_response, v, 7, compiled, 0)
+                == _outcome(H.encode_produce_response_py, v, 7, reference, 0)), v
