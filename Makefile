@@ -9,9 +9,10 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz sim clean lint typecheck loadtest test-images image image-kbroker image-prometheus image-zookeeper
 
-# setup.py builds the three C helpers in place (storage/_record_walk.c, the produce path's record walk;
+# setup.py builds the four C helpers in place (storage/_record_walk.c, the produce path's record walk;
+# protocol/_produce_codec.c, the Produce request decoder and response encoder;
 # storage/_write_window.c, appends without a descriptor; broker/_request_stats.c, the request metrics).
-$(STAMP): pyproject.toml setup.py storage/_record_walk.c storage/_write_window.c broker/_request_stats.c
+$(STAMP): pyproject.toml setup.py storage/_record_walk.c storage/_write_window.c broker/_request_stats.c protocol/_produce_codec.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e .

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import re
 from typing import TYPE_CHECKING, Any, Callable
@@ -31,7 +32,8 @@ from protocol.fast_codecs import (FetchPartitionData, LeaderAndIsrPartitionError
                                   decode_update_metadata_request, encode_fetch_response,
                                   encode_leader_and_isr_response, encode_produce_response, response_header)
 from protocol.messages import APIS, response_is_flexible
-from protocol.records import first_batch_is_transactional, next_batch_size, produce_records_error, read_header
+from protocol.records import (first_batch_is_transactional, first_batch_size, next_batch_size, produce_records_error,
+                              read_header)
 from protocol.schema import Api, SchemaError
 
 from . import heap
@@ -398,7 +400,6 @@ class KafkaApis:
         version = ctx.api_version
         request = decode_produce_request(version, memoryview(ctx.frame), ctx.body_offset)
         acks = request.acks
-        correlation_id = ctx.header.correlation_id
         topics = request.topics
         metrics = self.request_metrics.by_key[ApiKey.PRODUCE] if self.request_metrics is not None else None
         txn_id = request.transactional_id
@@ -406,8 +407,18 @@ class KafkaApis:
         # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords
         # reads each partition's first batch header until one is transactional: a corrupt header
         # there (batchLength under 14, magic outside 0..2) fails the whole request.
+        # Each partition's first batch is sized once here (first_batch_size) and the size reused
+        # below; after a transactional one Kafka's check stops reading (False: not read yet).
+        firsts: list[int | None | bool] = []
+        transactional = False
         try:
-            transactional = any(first_batch_is_transactional(records) for _t, parts in topics for _p, records in parts)
+            for _t, parts in topics:
+                for _p, records in parts:
+                    if transactional:
+                        firsts.append(False)
+                    else:
+                        size, transactional = first_batch_size(records)
+                        firsts.append(size)
         except CorruptRecordError as exc:
             log.warning("produce v%d from %s rejected: CORRUPT_MESSAGE %s", version, ctx.peer, exc)
             return self._refuse_produce(ctx, request, ErrorCode.CORRUPT_MESSAGE, metrics, str(exc))
@@ -439,20 +450,26 @@ class KafkaApis:
         invalid: dict[tuple[str, int], tuple[int, str]] = {}
         trimmed = False
         checked = []
+        i = -1
+        contains_partition = self.metadata_cache.contains_partition
         for t, parts in topics:
             if t in denied:
+                i += len(parts)
                 continue
             kept = []
             for p, records in parts:
-                if self.metadata_cache.contains_partition(t, p):
-                    problem = produce_records_error(version, records)
+                i += 1
+                if contains_partition(t, p):
+                    size = firsts[i]
+                    problem = produce_records_error(version, records, size)
                     if problem is not None:
                         if not invalid:  # one line per request
                             log.warning("produce v%d from %s to %s-%d rejected: %s %s", version, ctx.peer, t, p,
                                         problem[0].name, problem[1])
                         invalid[(t, p)] = (problem[0], f"{t}-{p}: {problem[1]}")
                         continue
-                    size = next_batch_size(records, 0, len(records))
+                    if size is False:
+                        size = next_batch_size(records, 0, len(records))
                     if size is not None and size < len(records):
                         records, trimmed = records[:size], True
                 kept.append((p, records))
@@ -460,32 +477,9 @@ class KafkaApis:
         if denied or invalid or trimmed:
             topics = checked
 
-        def respond(results: list) -> None:
-            throttle = 0
-            quotas = self.quotas
-            if quotas is not None and quotas.quotas:
-                # Kafka: the request's bytes against the producer_byte_rate quota, and (not for
-                # acks=0) its request time; the larger throttle goes in the answer and mutes.
-                throttle = quotas.produce.record_and_get_throttle_time_ms(
-                    ctx.principal.name, ctx.header.client_id or "", request_size, quotas.now_ms())
-                if acks != 0:
-                    throttle = max(throttle, self._request_throttle_ms(ctx))
-                if throttle > 0:
-                    ctx.connection.throttle(throttle)
-            if denied or invalid:
-                results = _in_request_order(request.topics, results, denied, invalid)
-            if metrics is not None:
-                count_row_errors(results, metrics.errors)
-            if acks == 0:
-                # Kafka closes the connection when an acks=0 produce fails, so the client notices.
-                errors = [(t, r[0], r[1]) for t, rs in results for r in rs if r[1]]
-                if errors:
-                    t, p, code = errors[0]
-                    ctx.close_connection(f"acks=0 produce failed for {t}-{p}: {ErrorCode(code).name}")
-                else:
-                    ctx.send_no_response()
-                return
-            ctx.send_response(encode_produce_response(version, correlation_id, results, throttle))
+        # A partial of a method, not a closure: the locals above stay fast locals (a closure
+        # would make each captured one a cell, read through on every use).
+        respond = functools.partial(self._produce_respond, ctx, request, denied, invalid, metrics, request_size)
 
         if transactional and self.txn_verifier is not None:
             to_verify = self._to_verify(topics)
@@ -494,6 +488,37 @@ class KafkaApis:
         op = self.replica_manager.append_records(request.timeout_ms, acks, False, topics, respond)
         if op is not None:
             ctx.on_cancel(op.cancel)
+
+    def _produce_respond(self, ctx: "RequestContext", request, denied, invalid: dict, metrics, request_size: int,
+                         results: list) -> None:
+        """Answer a Produce request with ``results`` (the replica manager's, in request order
+        once denied and invalid partitions are put back), after its quotas."""
+        acks = request.acks
+        throttle = 0
+        quotas = self.quotas
+        if quotas is not None and quotas.quotas:
+            # Kafka: the request's bytes against the producer_byte_rate quota, and (not for
+            # acks=0) its request time; the larger throttle goes in the answer and mutes.
+            throttle = quotas.produce.record_and_get_throttle_time_ms(
+                ctx.principal.name, ctx.header.client_id or "", request_size, quotas.now_ms())
+            if acks != 0:
+                throttle = max(throttle, self._request_throttle_ms(ctx))
+            if throttle > 0:
+                ctx.connection.throttle(throttle)
+        if denied or invalid:
+            results = _in_request_order(request.topics, results, denied, invalid)
+        if metrics is not None:
+            count_row_errors(results, metrics.errors)
+        if acks == 0:
+            # Kafka closes the connection when an acks=0 produce fails, so the client notices.
+            errors = [(t, r[0], r[1]) for t, rs in results for r in rs if r[1]]
+            if errors:
+                t, p, code = errors[0]
+                ctx.close_connection(f"acks=0 produce failed for {t}-{p}: {ErrorCode(code).name}")
+            else:
+                ctx.send_no_response()
+            return
+        ctx.send_response(encode_produce_response(request.version, ctx.header.correlation_id, results, throttle))
 
     def _to_verify(self, topics) -> dict[tuple[str, int], tuple[Any, int, int, int]]:
         """KIP-890: the partitions (led here) where a transactional batch starts its producer's

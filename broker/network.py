@@ -838,11 +838,16 @@ class SocketServer:
         return closed
 
     async def start(self, listener_name: str, host: str, port: int, tls: ssl.SSLContext | None = None,
-                    principal_mapper: "SslPrincipalMapper | None" = None, authentication: Any = None) -> int:
+                    principal_mapper: "SslPrincipalMapper | None" = None, authentication: Any = None,
+                    avoid_ports: frozenset[int] = frozenset()) -> int:
         """Listen on ``host:port``: TLS with ``tls`` (a client certificate's principal mapped
         by ``principal_mapper``), SASL with ``authentication`` (broker/security/sasl_server.py's
         ListenerAuthentication: ``authenticator(connection)`` makes a connection's state
-        machine); neither is PLAINTEXT (broker/security/links.py's start_listener)."""
+        machine); neither is PLAINTEXT (broker/security/links.py's start_listener).
+
+        ``avoid_ports``: with port 0, ports the kernel must not hand out here because another
+        listener of this process binds them later (a combined node's controller listener on
+        port 0 took the broker's configured port once: the broker then failed to start)."""
         loop = asyncio.get_running_loop()
         if self.metrics is not None:
             self.listener_stats.setdefault(listener_name, ListenerStats(listener_name))
@@ -855,9 +860,20 @@ class SocketServer:
             tls.sslobject_class = FastSSLObject
             if principal_mapper is not None:
                 self.principal_mappers[listener_name] = principal_mapper
-            server = TlsListener(self, listener_name, host, port)
-        else:
-            server = await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024)
+
+        async def listen() -> Any:
+            if tls is not None:
+                return TlsListener(self, listener_name, host, port)
+            return await loop.create_server(factory, host or None, port, reuse_address=True, backlog=1024)
+
+        server = await listen()
+        # Held open while binding again, so the kernel cannot hand the same port back.
+        held: list[Any] = []
+        while port == 0 and server.sockets[0].getsockname()[1] in avoid_ports and len(held) < 16:
+            held.append(server)
+            server = await listen()
+        for unwanted in held:
+            unwanted.close()
         self.servers.append((listener_name, server))
         return server.sockets[0].getsockname()[1]
 

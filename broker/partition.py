@@ -458,10 +458,12 @@ class Partition:
         leo = leader_log.log_end_offset
         new_hw = leo
         maximal = self.partition_state.maximal_isr
-        now = self.time.milliseconds()
+        now: int | None = None
         for rid, replica in self.remote_replicas.items():
             if replica.log_end_offset >= new_hw:
                 continue
+            if now is None:  # read once, and only for a follower behind (none on a produce at RF=1)
+                now = self.time.milliseconds()
             if rid in maximal or (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
                                   and self._is_replica_isr_eligible(rid) and not BUG_HW_OVER_LOCAL_ISR):
                 # A follower whose LEO is unknown (-1, just became leader) holds the HW where it is.

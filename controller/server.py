@@ -167,8 +167,12 @@ class ControllerServer:
         if request_metrics is not None:
             self.metrics.registry.register(request_metrics)
             self.metrics.registry.register(self.socket_server)
+        # A combined node's broker listeners bind after this one: with port 0 here the
+        # kernel must not hand out one of their configured ports.
+        controller_names = {ep.listener_name for ep in cfg.controller_listeners}
+        broker_ports = frozenset(ep.port for ep in cfg.listeners if ep.listener_name not in controller_names and ep.port)
         for ep in cfg.controller_listeners:
-            port = await start_listener(self.socket_server, cfg, ep, self.credential_cache)
+            port = await start_listener(self.socket_server, cfg, ep, self.credential_cache, avoid_ports=broker_ports)
             self.bound_ports[ep.listener_name] = port
 
     # -- controller.metadata.store=zookeeper: standby until elected ----------------------

@@ -40,17 +40,10 @@ class Framer:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         frames: list[bytearray] = []
-        buf = self._buf
-        owned = bool(buf)
-        if owned:
-            # A partial frame is waiting: grow it in place (amortised O(1) per byte; copying it
-            # anew on every feed would make a large frame arriving in small chunks quadratic).
-            buf += data
-            data = buf
         view = memoryview(data)
-        end = len(view)
-        pos = 0
         try:
+            pos = self._complete(view, frames) if self._buf else 0
+            end = len(view)
             while end - pos >= 4:
                 (size,) = _SIZE.unpack_from(view, pos)
                 self._check(size)
@@ -59,17 +52,35 @@ class Framer:
                     break
                 frames.append(bytearray(view[pos + 4:stop]))
                 pos = stop
+            if pos < end:
+                self._buf = bytearray(view[pos:])  # a partial frame (or size prefix): kept from here on
         finally:
             view.release()
-        if pos == end:
-            self._buf = bytearray()
-        elif owned:
-            if pos:
-                del buf[:pos]
-            self._buf = buf
-        else:
-            self._buf = bytearray(memoryview(data)[pos:])
         return frames
+
+    def _complete(self, view: memoryview, frames: list[bytearray]) -> int:
+        """A partial frame is waiting: grow it in place with what of ``view`` it still lacks
+        (amortised O(1) per byte; copying it anew on every feed would make a large frame
+        arriving in small chunks quadratic), and hand it out once whole. Only the pending
+        frame's bytes are copied into the buffer: the frames after it are sliced out of
+        ``view`` like any others. Returns how much of ``view`` was taken."""
+        buf = self._buf
+        taken = 0
+        if len(buf) < 4:
+            taken = min(4 - len(buf), len(view))
+            buf += view[:taken]
+            if len(buf) < 4:
+                return taken
+        size: int = _SIZE.unpack_from(buf, 0)[0]
+        self._check(size)
+        need = min(4 + size - len(buf), len(view) - taken)
+        buf += view[taken:taken + need]
+        taken += need
+        if len(buf) == 4 + size:
+            del buf[:4]  # cheap: a bytearray drops its head by moving its start
+            frames.append(buf)
+            self._buf = bytearray()
+        return taken
 
     @property
     def buffered(self) -> int:

@@ -229,7 +229,8 @@ def next_batch_size(buf: Buffer, pos: int, end: int) -> int | None:
     return size if size <= remaining else None
 
 
-def produce_records_error(version: int, records: Buffer | None) -> tuple[ErrorCode, str] | None:
+def produce_records_error(version: int, records: Buffer | None, first: int | None | bool = False,
+                          ) -> tuple[ErrorCode, str] | None:
     """Kafka's ProduceRequest.validateRecords for one partition of a v3+ Produce, read the way
     its batch iterator reads (``next_batch_size``): (error, message), or None when the records
     may go on to the log (their first ``next_batch_size`` bytes: a tail that is no whole batch
@@ -237,12 +238,14 @@ def produce_records_error(version: int, records: Buffer | None) -> tuple[ErrorCo
     a first batch of magic 0/1 -> INVALID_RECORD; zstd below v7 -> UNSUPPORTED_COMPRESSION_TYPE;
     a second whole batch -> INVALID_RECORD; a corrupt header (``next_batch_size``) ->
     CORRUPT_MESSAGE (the first batch's fails the whole request before this: see
-    ``first_batch_is_transactional``)."""
+    ``first_batch_is_transactional``). ``first``: ``next_batch_size(records, 0, len(records))``
+    when the caller has it already (``first_batch_size``)."""
     if records is None:
         return ErrorCode.INVALID_RECORD, f"Produce v{version} must carry a record batch for each partition"
     end = len(records)
     try:
-        first = next_batch_size(records, 0, end)
+        if first is False:
+            first = next_batch_size(records, 0, end)
         if first is None:
             return ErrorCode.INVALID_RECORD, f"Produce v{version} must carry a record batch for each partition"
         magic = records[MAGIC_OFFSET]
@@ -255,6 +258,17 @@ def produce_records_error(version: int, records: Buffer | None) -> tuple[ErrorCo
     except CorruptRecordError as exc:
         return ErrorCode.CORRUPT_MESSAGE, str(exc)
     return None
+
+
+def first_batch_size(records: Buffer | None) -> tuple[int | None, bool]:
+    """(``next_batch_size`` of the first batch, ``first_batch_is_transactional``) in one read:
+    what the produce path asks of each partition's records before anything else. Raises
+    CorruptRecordError as both do."""
+    if records is None:
+        return None, False
+    size = next_batch_size(records, 0, len(records))
+    return size, size is not None and records[MAGIC_OFFSET] == CURRENT_MAGIC and bool(
+        records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK)
 
 
 def first_batch_is_transactional(records: Buffer | None) -> bool:

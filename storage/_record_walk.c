@@ -54,6 +54,12 @@ static inline int read_varint32(const unsigned char **p, const unsigned char *en
         *out = (int64_t)((b >> 1) ^ -(int64_t)(b & 1));
         return WALK_OK;
     }
+    if (end - q >= 2 && q[1] < 0x80) {  /* two bytes: a value or record length of 64 to 8191 */
+        uint32_t u = (uint32_t)(q[0] & 0x7f) | ((uint32_t)q[1] << 7);
+        *p = q + 2;
+        *out = (int64_t)((u >> 1) ^ -(int64_t)(u & 1));
+        return WALK_OK;
+    }
     int rc = read_uvarint(p, end, 5, &raw);
     if (rc) return rc;
     uint32_t u = (uint32_t)raw;  /* Java: the int the five bytes make, upper bits dropped */
@@ -68,6 +74,12 @@ static inline int read_varint64(const unsigned char **p, const unsigned char *en
         unsigned char b = *q;
         *p = q + 1;
         *out = (int64_t)((b >> 1) ^ -(int64_t)(b & 1));
+        return WALK_OK;
+    }
+    if (end - q >= 2 && q[1] < 0x80) {
+        uint64_t u = (uint64_t)(q[0] & 0x7f) | ((uint64_t)q[1] << 7);
+        *p = q + 2;
+        *out = (int64_t)((u >> 1) ^ -(int64_t)(u & 1));
         return WALK_OK;
     }
     int rc = read_uvarint(p, end, 10, &raw);

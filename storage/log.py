@@ -40,7 +40,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
@@ -189,6 +189,8 @@ class Log:
         self.dir = Path(dir)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
+        # append_as_leader's reading of ``config`` (the config it was taken from first)
+        self._client_rules: tuple[Any, ...] = (None,)
         self.time = time
         self.segment_budget = budget
         self._segments = loaded.segments
@@ -388,12 +390,15 @@ class Log:
         if len(buf) > config.segment_bytes:
             raise RecordListTooLargeError(f"{self.topic}-{self.partition}: {len(buf)} bytes of batches exceed "
                                           f"segment.bytes {config.segment_bytes}")
-        buf, batches = validate_client_batches(buf, max_message_bytes=config.max_message_bytes,
-                                               log_append_time=config.log_append_time,
-                                               target_codec=config.target_codec, require_keys=config.compact,
-                                               where=f"{self.topic}-{self.partition}",
+        rules = self._client_rules
+        if rules[0] is not config:  # what validation reads of the config, derived once per config
+            rules = self._client_rules = (config, config.max_message_bytes, config.log_append_time,
+                                          config.target_codec, config.compact, f"{self.topic}-{self.partition}")
+        _config, max_message_bytes, append_time, target_codec, compact, where = rules
+        buf, batches = validate_client_batches(buf, max_message_bytes=max_message_bytes, log_append_time=append_time,
+                                               target_codec=target_codec, require_keys=compact, where=where,
                                                from_coordinator=from_coordinator)
-        log_append_time = self.time.milliseconds() if config.log_append_time else -1
+        log_append_time = self.time.milliseconds() if append_time else -1
         offset = self.log_end_offset
         written = []
         idempotent = False

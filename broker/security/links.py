@@ -36,9 +36,10 @@ def network_for(config: KafkaConfig, listener_name: str | None, mechanism: str |
         raise ConfigError(f"{where}: {rest} (this process's credentials towards listener {sec.name})") from None
 
 
-async def start_listener(socket_server: Any, config: KafkaConfig, ep: Endpoint, credentials: Any) -> int:
+async def start_listener(socket_server: Any, config: KafkaConfig, ep: Endpoint, credentials: Any,
+                         avoid_ports: frozenset[int] = frozenset()) -> int:
     """Listen on ``ep`` with its security (TLS, SASL); a key store that cannot be used stops
-    the start with an error naming its key."""
+    the start with an error naming its key. ``avoid_ports``: SocketServer.start's."""
     sec = config.security.listeners.get(ep.listener_name)
     try:
         tls = mapper = auth = None
@@ -47,7 +48,7 @@ async def start_listener(socket_server: Any, config: KafkaConfig, ep: Endpoint, 
         if sec is not None and sec.uses_sasl:
             auth = ListenerAuthentication(sec, credentials, socket_server.time, socket_server.max_request_size)
         port = await socket_server.start(ep.listener_name, ep.host, ep.port, tls=tls, principal_mapper=mapper,
-                                         authentication=auth)
+                                         authentication=auth, avoid_ports=avoid_ports)
     except JwksError as exc:
         raise ConfigError(f"{sec.keys.get('sasl.oauthbearer.jwks.endpoint.url') if sec is not None else ''}: "
                           f"{str(exc).partition(': ')[2]} (listener {ep.listener_name})") from None

@@ -120,13 +120,17 @@ APIS: dict[int, Api] = {a.key: a for a in (
 )}
 
 
+# api key -> the request's (lowest valid, highest valid, lowest flexible, highest flexible)
+# version: read for every request's header, so looked up once, not through the schema.
+_REQUEST_FLEXIBLE = {key: (*api.request.valid, *api.request.flexible_range) for key, api in APIS.items()}
+
+
 def request_is_flexible(api_key: int, api_version: int) -> bool:
     """Whether a request uses header v2 (and compact encodings): from the API's schema."""
-    api = APIS.get(api_key)
-    if api is None:
+    ranges = _REQUEST_FLEXIBLE.get(api_key)
+    if ranges is None:
         return False
-    req = api.request
-    return req.valid[0] <= api_version <= req.valid[1] and req.is_flexible(api_version)
+    return ranges[0] <= api_version <= ranges[1] and ranges[2] <= api_version <= ranges[3]
 
 
 def response_is_flexible(api_key: int, api_version: int) -> bool:

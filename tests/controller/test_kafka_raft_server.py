@@ -76,3 +76,59 @@ def test_a_broker_whose_controller_never_answers_stops_on_sigterm(tmp_path):
     finally:
         broker.kill()
     assert "no answer from the controller" in broker.log_text()
+
+
+# A combined node's controller listener on port 0 binds before the broker's listeners: once
+# the kernel handed it the broker's configured port and the broker could not start (CI,
+# tests/robustness/test_descriptors.py). Run in a network namespace of its own whose
+# ephemeral range is two ports while the controller binds (widened afterwards for the
+# broker's own connections), the broker's the upper one: Linux's bind() to port 0 takes the
+# upper of two free ports here, so without the fix the controller takes it every time.
+NAMESPACED_STARTS = r"""
+import asyncio, subprocess, sys
+from broker.config import KafkaConfig
+from controller import server
+from controller.kafka_raft_server import KafkaRaftServer
+
+def ephemeral_ports(first, last):
+    with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:
+        f.write(f"{first} {last}")
+
+controller_startup = server.ControllerServer.startup
+
+async def startup(self):
+    ephemeral_ports(40001, 40002)
+    await controller_startup(self)
+    ephemeral_ports(41000, 42000)
+
+server.ControllerServer.startup = startup
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+async def main(data):
+    for attempt in range(3):
+        node = KafkaRaftServer(KafkaConfig({"listeners": "PLAINTEXT://127.0.0.1:40002,CONTROLLER://127.0.0.1:0",
+                                            "log.dirs": f"{data}/{attempt}"}))
+        await node.startup()
+        try:
+            assert node.bound_port("PLAINTEXT") == 40002
+            assert node.bound_port("CONTROLLER") == 40001, node.bound_port("CONTROLLER")
+        finally:
+            await node.shutdown()
+    print("ok")
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_combined_nodes_controller_listener_on_port_0_never_takes_the_brokers_port(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        raise AssertionError("unshare and ip (util-linux, iproute2) are needed: make test-deps installs them")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(["unshare", "-n", sys.executable, "-c", NAMESPACED_STARTS, str(tmp_path)], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-2000:] + done.stderr[-4000:]

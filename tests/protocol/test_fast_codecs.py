@@ -829,3 +829,94 @@ def test_update_metadata_tags_in_any_order_and_unknown_tags_skipped() -> None:
     assert ours.type == theirs.type == 1
     assert ours.topic_states[0].topic_configs == [H.UpdateMetadataTopicConfig("a", "b")]
     assert DECODERS["update-metadata-request"](8, body) == without(plain(theirs), set())
+
+
+# ---------------------------------------------------------------------------
+# protocol/_produce_codec.c against its Python reference
+
+
+def test_the_produce_codec_is_built() -> None:
+    """make test-deps builds protocol/_produce_codec.c (the Produce request's decoder and answer)."""
+    assert H._produce_codec is not None, "protocol._produce_codec is not built: run `make test-deps`"
+
+
+def _outcome(fn, *args):
+    """What a call gives: its value (records as bytes), or its error's type and text."""
+    try:
+        out = fn(*args)
+    except (RemoteProtocolError, struct.error, TypeError, ValueError, OverflowError, IndexError) as exc:
+        return type(exc), str(exc), getattr(exc, "error_code", None)
+    if isinstance(out, H.ProduceRequest):
+        return dataclasses.replace(out, topics=[(t, [(p, None if r is None else (type(r), bytes(r))) for p, r in parts])
+                                                for t, parts in out.topics])
+    return out
+
+
+def _mutate(data: bytes, mutations) -> bytes:
+    out = bytearray(data)
+    for kind, where, value in mutations:
+        where = min(where, len(out))
+        if kind == "set" and out:
+            out[min(where, len(out) - 1)] = value
+        elif kind == "cut":
+            del out[where:]
+        elif kind == "add":
+            out[where:where] = bytes([value])
+        elif kind == "null" and len(out) >= where + value:
+            out[where:where + value] = b"\xff" * value
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_compiled_produce_decoder_agrees_with_python(data) -> None:
+    v = data.draw(st.sampled_from(PRODUCE_VERSIONS))
+    body = produce.REQUEST.build(v, data.draw(message_strategy(produce.REQUEST, v)))
+    body = _mutate(body, data.draw(st.lists(_mutations(body), max_size=3)))
+    prefix = data.draw(st.integers(0, 3))
+    buf = memoryview(bytearray(b"\x07" * prefix + body))
+    compiled = _outcome(H.decode_produce_request, v, buf, prefix)
+    assert compiled == _outcome(H.decode_produce_request_py, v, buf, prefix)
+    if isinstance(compiled, H.ProduceRequest):  # records are writable views of the frame, as in Python
+        for _t, parts in H.decode_produce_request(v, buf, prefix).topics:
+            for _p, records in parts:
+                assert records is None or (isinstance(records, memoryview) and not records.readonly
+                                           and records.obj is buf.obj)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=60), st.integers(0, 8))
+def test_compiled_produce_decoder_agrees_on_random_bytes(raw, pos) -> None:
+    buf = memoryview(raw)
+    assert _outcome(H.decode_produce_request, 3, buf, pos) == _outcome(H.decode_produce_request_py, 3, buf, pos)
+
+
+_ANY_INT = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**70), 2**70), st.sampled_from(list(ErrorCode)),
+                     st.booleans())
+_ROW = st.one_of(
+    st.lists(st.integers(-(2**31), 2**31 - 1), min_size=5, max_size=5),  # the plain row
+    st.lists(_ANY_INT, min_size=3, max_size=6),  # short, long, out of range
+    st.tuples(st.integers(0, 10), st.sampled_from(list(ErrorCode)), st.integers(-1, 2**40), st.integers(-1, 5),
+              st.integers(0, 9), st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.text(max_size=5))),
+                                          max_size=2), st.one_of(st.none(), st.text(max_size=5))),  # record errors
+    st.just([0, 0, 0.5, 0, 0]),  # not an int
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(PRODUCE_VERSIONS), _ANY_INT,
+       st.lists(st.tuples(st.text(max_size=6), st.lists(_ROW, max_size=3)), max_size=3), _ANY_INT)
+def test_compiled_produce_encoder_agrees_with_python(v, correlation_id, responses, throttle) -> None:
+    assert (_outcome(H.encode_produce_response, v, correlation_id, responses, throttle)
+            == _outcome(H.encode_produce_response_py, v, correlation_id, responses, throttle))
+
+
+def test_request_is_flexible_follows_the_schemas() -> None:
+    """The header's flexibility table (protocol/messages: read per request) says what each schema says."""
+    from protocol.messages import request_is_flexible
+
+    for key, api in APIS.items():
+        req = api.request
+        for v in range(-1, req.valid[1] + 3):
+            assert request_is_flexible(key, v) == (req.valid[0] <= v <= req.valid[1] and req.is_flexible(v)), (key, v)
+    assert not request_is_flexible(32000, 0)

@@ -65,6 +65,22 @@ def test_varint_edge_cases_agree():
             assert log_validator.walk_records(body, 0, len(body), count) == walk_records_py(body, 0, len(body), count)
 
 
+# Each varint width around its bounds: 1 byte up to |63|, 2 bytes up to |8191| (the compiled
+# walk's own path for them), then the general loop.
+WIDTH_EDGES = [0, 1, -1, 63, -64, 64, -65, 100, 8191, -8192, 8192, -8193, 1 << 20, -(1 << 27), 2**31 - 1]
+
+
+@pytest.mark.parametrize("delta", WIDTH_EDGES)
+def test_every_varint_width_agrees(delta):
+    """A record's timestamp delta (varint64), value and header lengths (varint32) and length
+    of each width: the same answer both ways, and the delta read back exactly."""
+    for size in (0, 1, 63, 64, 200, 8191, 8192):
+        body = encode_record(0, delta, None, b"v" * size, [("h" * min(size, 70), b"x" * (size // 2))])
+        py = walk_records_py(body, 0, len(body), 1)
+        assert log_validator.walk_records(body, 0, len(body), 1) == py == (WALK_OK, 1, delta)
+        assert log_validator.walk_records(body, 0, len(body) - 1, 1) == walk_records_py(body, 0, len(body) - 1, 1)
+
+
 def test_walk_reports_max_timestamp_delta():
     body = body_of(30, 7)
     status, n, delta = log_validator.walk_records(body, 0, len(body), 30)

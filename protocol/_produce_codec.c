@@ -1,0 +1,234 @@
+/* The compiled half of protocol/fast_codecs.py's Produce codec: the same layouts, read and
+ * written in one call instead of a Python call per field. fast_codecs.py keeps the reference
+ * (used when this module is not built) and the rules; tests/protocol/test_fast_codecs.py checks
+ * that both give the same answer on any input.
+ *
+ * decode(buf, pos) -> (transactional_id, acks, timeout_ms, topics) | str
+ *   A Produce v3-v8 body at `pos` of `buf` (a memoryview of the frame): topics is
+ *   [(name, [(partition, records or None)])], records a slice of `buf` (no copy). A malformed
+ *   body returns the reason as a str, worded as fast_codecs.py words it; the caller raises.
+ *
+ * encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None
+ *   A whole Produce v3-v8 response frame, size prefix included. None when a row is not the
+ *   plain (partition, error, base_offset, log_append_time, log_start_offset) one, or a value
+ *   does not fit its field: the caller then encodes in Python, which says what is wrong. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline int16_t rd16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+static inline int32_t rd32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static inline void wr16(unsigned char *p, int16_t v) { p[0] = (unsigned char)((uint16_t)v >> 8); p[1] = (unsigned char)v; }
+static inline void wr32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)(u >> 24); p[1] = (unsigned char)(u >> 16); p[2] = (unsigned char)(u >> 8); p[3] = (unsigned char)u;
+}
+static inline void wr64(unsigned char *p, int64_t v) {
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)u; u >>= 8; }
+}
+
+#define TRUNCATED "produce request is truncated"
+
+/* A string at *pos: a new str, Py_None (nullable, length -1) or NULL with *err set to the reason
+ * (a new str) — or NULL without *err when Python raised (memory). */
+static PyObject *read_string(const unsigned char *base, Py_ssize_t *pos, Py_ssize_t end, int nullable, PyObject **err) {
+    if (end - *pos < 2) { *err = PyUnicode_FromString(TRUNCATED); return NULL; }
+    int16_t n = rd16(base + *pos);
+    *pos += 2;
+    if (n < 0) {
+        if (n == -1 && nullable) Py_RETURN_NONE;
+        *err = PyUnicode_FromFormat("string length %d", (int)n);
+        return NULL;
+    }
+    if (*pos + n > end) { *err = PyUnicode_FromFormat("string of %d bytes runs past the frame", (int)n); return NULL; }
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)base + *pos, n, NULL);
+    if (s == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear();
+        *err = PyUnicode_FromString("string is not UTF-8");
+        return NULL;
+    }
+    *pos += n;
+    return s;
+}
+
+/* An array count at *pos (never nullable here); -1 with *err set when malformed. */
+static Py_ssize_t read_count(const unsigned char *base, Py_ssize_t *pos, Py_ssize_t end, Py_ssize_t min_item, PyObject **err) {
+    if (end - *pos < 4) { *err = PyUnicode_FromString(TRUNCATED); return -1; }
+    int32_t n = rd32(base + *pos);
+    *pos += 4;
+    if (n < 0) { *err = PyUnicode_FromFormat("array count %d", (int)n); return -1; }
+    if ((int64_t)n * min_item > (int64_t)(end - *pos)) {
+        *err = PyUnicode_FromFormat("array of %d entries cannot fit in the frame", (int)n);
+        return -1;
+    }
+    return n;
+}
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    PyObject *buf;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "On", &buf, &pos)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *base = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *err = NULL, *txn = NULL, *topics = NULL, *result = NULL;
+    if (pos < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "decode: negative position");
+        return NULL;
+    }
+    txn = read_string(base, &pos, end, 1, &err);
+    if (txn == NULL) goto done;
+    if (end - pos < 6) { err = PyUnicode_FromString(TRUNCATED); goto done; }
+    int16_t acks = rd16(base + pos);
+    int32_t timeout = rd32(base + pos + 2);
+    pos += 6;
+    Py_ssize_t ntopics = read_count(base, &pos, end, 6, &err);
+    if (ntopics < 0) goto done;
+    topics = PyList_New(0);
+    if (topics == NULL) goto done;
+    for (Py_ssize_t t = 0; t < ntopics; t++) {
+        PyObject *name = read_string(base, &pos, end, 0, &err);
+        if (name == NULL) goto done;
+        Py_ssize_t nparts = read_count(base, &pos, end, 8, &err);
+        if (nparts < 0) { Py_DECREF(name); goto done; }
+        PyObject *parts = PyList_New(0);
+        PyObject *entry = parts ? PyTuple_Pack(2, name, parts) : NULL;
+        Py_DECREF(name);
+        if (entry == NULL || PyList_Append(topics, entry) < 0) { Py_XDECREF(parts); Py_XDECREF(entry); goto done; }
+        Py_DECREF(entry);
+        Py_DECREF(parts);  /* held by entry, held by topics */
+        for (Py_ssize_t i = 0; i < nparts; i++) {
+            if (end - pos < 8) { err = PyUnicode_FromString(TRUNCATED); goto done; }
+            int32_t partition = rd32(base + pos);
+            int32_t size = rd32(base + pos + 4);
+            pos += 8;
+            PyObject *records;
+            if (size < 0) {
+                if (size != -1) { err = PyUnicode_FromFormat("records length %d", (int)size); goto done; }
+                records = Py_NewRef(Py_None);
+            } else {
+                if (pos + size > end) {
+                    err = PyUnicode_FromFormat("records of %d bytes run past the frame", (int)size);
+                    goto done;
+                }
+                records = PySequence_GetSlice(buf, pos, pos + size);
+                if (records == NULL) goto done;
+                pos += size;
+            }
+            PyObject *index = PyLong_FromLong(partition);
+            PyObject *row = index ? PyTuple_Pack(2, index, records) : NULL;
+            Py_XDECREF(index);
+            Py_DECREF(records);
+            if (row == NULL || PyList_Append(parts, row) < 0) { Py_XDECREF(row); goto done; }
+            Py_DECREF(row);
+        }
+    }
+    result = Py_BuildValue("(OhiO)", txn, acks, timeout, topics);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(txn);
+    Py_XDECREF(topics);
+    if (err != NULL) {
+        Py_XDECREF(result);
+        return err;
+    }
+    return result;
+}
+
+/* *out = the int in `o` if it fits [lo, hi]; 0 when it does not (no error left set). */
+static int get_int(PyObject *o, int64_t lo, int64_t hi, int64_t *out) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    if (overflow || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+static PyObject *encode(PyObject *self, PyObject *args) {
+    PyObject *version_o, *correlation_o, *responses, *throttle_o;
+    int64_t version, correlation_id, throttle;
+    if (!PyArg_ParseTuple(args, "OOOO", &version_o, &correlation_o, &responses, &throttle_o)) return NULL;
+    if (!get_int(version_o, 3, 8, &version) || !get_int(correlation_o, INT32_MIN, INT32_MAX, &correlation_id)
+        || !get_int(throttle_o, INT32_MIN, INT32_MAX, &throttle)
+        || (!PyList_Check(responses) && !PyTuple_Check(responses))) Py_RETURN_NONE;
+    PyObject *seq = PySequence_Fast(responses, "responses");
+    if (seq == NULL) return NULL;
+    Py_ssize_t ntopics = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t row_size = 4 + 2 + 8 + 8 + (version >= 5 ? 8 : 0) + (version >= 8 ? 6 : 0);
+    /* the size first: one allocation, written in place */
+    Py_ssize_t size = 8 + 4 + 4;
+    for (Py_ssize_t t = 0; t < ntopics; t++) {
+        PyObject *entry = PySequence_Fast_GET_ITEM(seq, t);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(entry, 0))) goto fallback;
+        PyObject *parts = PyTuple_GET_ITEM(entry, 1);
+        if (!PyList_Check(parts)) goto fallback;
+        Py_ssize_t n;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(entry, 0), &n) == NULL) { PyErr_Clear(); goto fallback; }
+        if (n > 32767) goto fallback;
+        size += 2 + n + 4 + PyList_GET_SIZE(parts) * row_size;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) { Py_DECREF(seq); return NULL; }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    wr32(p, (int32_t)(size - 4));
+    wr32(p + 4, (int32_t)correlation_id);
+    wr32(p + 8, (int32_t)ntopics);
+    p += 12;
+    for (Py_ssize_t t = 0; t < ntopics; t++) {
+        PyObject *entry = PySequence_Fast_GET_ITEM(seq, t);
+        PyObject *parts = PyTuple_GET_ITEM(entry, 1);
+        Py_ssize_t n;
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(entry, 0), &n);
+        wr16(p, (int16_t)n);
+        memcpy(p + 2, name, n);
+        p += 2 + n;
+        Py_ssize_t nparts = PyList_GET_SIZE(parts);
+        wr32(p, (int32_t)nparts);
+        p += 4;
+        for (Py_ssize_t i = 0; i < nparts; i++) {
+            PyObject *row = PyList_GET_ITEM(parts, i);
+            PyObject *fast = PySequence_Fast(row, "row");
+            if (fast == NULL) { PyErr_Clear(); Py_DECREF(out); goto fallback; }
+            int64_t v[5];
+            Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+            PyObject **items = PySequence_Fast_ITEMS(fast);
+            int ok = len == 5 || (len > 5 && version < 8);
+            ok = ok && get_int(items[0], INT32_MIN, INT32_MAX, &v[0]) && get_int(items[1], INT16_MIN, INT16_MAX, &v[1])
+                 && get_int(items[2], INT64_MIN, INT64_MAX, &v[2]) && get_int(items[3], INT64_MIN, INT64_MAX, &v[3])
+                 && (version < 5 || get_int(items[4], INT64_MIN, INT64_MAX, &v[4]));
+            Py_DECREF(fast);
+            if (!ok) { Py_DECREF(out); goto fallback; }
+            wr32(p, (int32_t)v[0]);
+            wr16(p + 4, (int16_t)v[1]);
+            wr64(p + 6, v[2]);
+            wr64(p + 14, v[3]);
+            p += 22;
+            if (version >= 5) { wr64(p, v[4]); p += 8; }
+            if (version >= 8) { memcpy(p, "\x00\x00\x00\x00\xff\xff", 6); p += 6; }
+        }
+    }
+    wr32(p, (int32_t)throttle);
+    Py_DECREF(seq);
+    return out;
+fallback:
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS, "decode(buf, pos) -> (transactional_id, acks, timeout_ms, topics) | reason"},
+    {"encode", encode, METH_VARARGS, "encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_codec", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__produce_codec(void) { return PyModule_Create(&module); }
