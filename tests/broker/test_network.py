@@ -401,37 +401,35 @@ def records_of(writes, record=RECORD):
     return sum(-(-len(w) // record) for w in writes)
 
 
-@pytest.mark.parametrize("sizes", [
-    [60],  # one produce answer
-    [60] * 40,  # answers of pipelined produces read at once
-    [78, 1 << 20, 0],  # a fetch answer: headers, the partition's records, an empty tail
-    [78, 1 << 20, 30, 500_000, 12],  # two partitions
-    [RECORD], [RECORD - 1, 1], [RECORD + 1], [3 * RECORD, 5, RECORD - 5],
-    [70, 200_000, 70, 70, 300_000],
+@pytest.mark.parametrize("sizes, lengths", [
+    ([60], [60]),  # one produce answer
+    ([60] * 40, [2400]),  # answers of pipelined produces read at once: one record
+    ([60] * 600, [273 * 60, 273 * 60, 54 * 60]),  # more than a record of them: a record at most per write
+    ([78, 1 << 20, 0], [78, 1 << 20]),  # a fetch answer: headers, the partition's records, an empty tail
+    ([8, 70, 1 << 20, 30, 500_000, 12], [78, 1 << 20, 30, 500_000, 12]),  # two partitions
+    ([RECORD], [RECORD]), ([RECORD - 1, 1], [RECORD]), ([RECORD - 1, 2], [RECORD - 1, 2]),
+    ([RECORD + 1], [RECORD + 1]), ([3 * RECORD, 5, RECORD - 5], [3 * RECORD, RECORD]),
+    ([70, 200_000, 70, 70, 300_000], [70, 200_000, 140, 300_000]),
 ])
-def test_tls_writes_fill_whole_records_and_keep_the_bytes(sizes):
+def test_tls_writes_join_runs_of_small_buffers_and_keep_the_bytes(sizes, lengths):
     from broker.network import tls_writes
 
     buffers = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
     writes = tls_writes(buffers)
+    assert [len(w) for w in writes] == lengths
     assert b"".join(bytes(w) for w in writes) == b"".join(buffers)
-    total = sum(sizes)
-    assert records_of(writes) == -(-total // RECORD)  # as few records as the bytes need
-    assert all(len(w) % RECORD == 0 for w in writes[:-1])  # only the last record of all is short
-    assert all(len(w) for w in writes)
+    assert all(any(w is b for w in writes) for b in buffers if len(b) >= RECORD)  # not copied
+    assert records_of(writes) <= records_of([b for b in buffers if b])
 
 
-def test_tls_writes_slice_a_big_buffer_without_copying_it():
+def test_tls_writes_join_small_answers_and_pass_big_buffers_as_they_are():
     from broker.network import tls_writes
 
+    assert tls_writes([b"a" * 60] * 11) == [b"a" * 60 * 11]  # a read's produce answers: one record
     data = bytearray(b"r" * (1 << 20))
-    writes = tls_writes([b"h" * 78, data, b"t" * 20])
-    joined = [w for w in writes if not (isinstance(w, memoryview) and w.obj is data)]
-    # the only copies: the header topped up to a record with the data's head, and the data's
-    # last 78 bytes (past its whole records) with the trailer
-    assert [len(w) for w in joined] == [RECORD, 78 + 20]
-    assert [len(w) for w in writes if isinstance(w, memoryview) and w.obj is data] == [(1 << 20) - RECORD]
-    assert tls_writes([data])[0] is data  # a buffer of whole records goes as it is
+    writes = tls_writes([b"h" * 8, b"h" * 70, data, b"t" * 20, b""])
+    assert writes[0] == b"h" * 78 and writes[1] is data and writes[2] == b"t" * 20 and len(writes) == 3
+    assert tls_writes([data]) == [data] and tls_writes([data])[0] is data
 
 
 class MockTlsTransport(MockTransport):
@@ -472,7 +470,7 @@ def test_a_tls_connection_writes_pipelined_answers_in_one_record():
     conn.dispatcher = apis
     conn.data_received(request(1, 9))
     apis.contexts[-1].send_response([b"h" * 10, bytes(3 * RECORD)])
-    assert [len(b) for b in transport.buffers[1]] == [RECORD, 2 * RECORD, 10]
+    assert [len(b) for b in transport.buffers[1]] == [10, 3 * RECORD]
     assert transport.written[1] == b"h" * 10 + bytes(3 * RECORD)
     # plaintext: the buffers as they are, one writev
     plain, plain_apis, plain_transport = make()

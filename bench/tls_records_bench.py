@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""What a TLS record costs the broker, counted in instructions (bench/instructions.py: callgrind,
+a count, the same however busy the machine is). The broker's TLS is the event loop's: an
+SSLObject over memory BIOs, each buffer handed to the transport written on its own, each record
+read by a call of its own (uvloop's SSLProtocol); this bench drives an SSLObject pair the same
+way in process, without sockets, so that OpenSSL's and Python's work per record is all that is
+counted. Numbers, never pass/fail.
+
+Read side, one Produce request of 15 records of 1 KiB (16.5 KB), as the broker decrypts it:
+* ``librdkafka``: in 31 TLS records, as librdkafka (confluent-kafka, kcat) sends it: it calls
+  SSL_write per buffer segment, a record's header and its value being two segments (31 records per
+  request is what the broker read from confluent-kafka in bench/security_bench.py's produce);
+* ``whole``: in 2 records, as a client that writes a request at once sends it (16 KiB a record).
+Write side, what the broker encrypts:
+* ``answers-per-buffer`` / ``answers-records``: the Produce answers of one read (11, as read from
+  confluent-kafka), a record per answer (uvloop's writelines of them as they are) vs through
+  broker/network.py's tls_writes (runs of small buffers joined: here one record);
+* ``fetch-per-buffer`` / ``fetch-records``: a Fetch answer of one partition (78 bytes of headers,
+  200 KB of records, an empty trailer), the same two ways.
+
+    python bench/tls_records_bench.py [--n 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from instructions import available, measured, per_iteration  # noqa: E402
+
+SIDES = ["librdkafka", "whole", "answers-per-buffer", "answers-records", "fetch-per-buffer", "fetch-records"]
+REQUEST = [b"p" * 150] + [b"h" * 70 if i % 2 == 0 else b"v" * 1024 for i in range(30)]  # 31 segments
+ANSWERS = [[b"a" * 60] for _ in range(11)]
+FETCH = [b"f" * 78, bytes(200_000), b""]
+
+
+def tls_pair():
+    from cli.certs import make_certs
+
+    directory = Path(tempfile.mkdtemp(prefix="tls-records-bench-"))
+    keystore = make_certs(directory, ["localhost"], [])["localhost"]
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(keystore)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(directory / "ca.pem")
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    for _ in range(6):
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    try:
+        client.read(1)  # TLS 1.3: takes the session tickets in
+    except ssl.SSLWantReadError:
+        pass
+    return server, client, s_in, s_out, c_out
+
+
+def child(side: str, count: int) -> None:
+    from broker.network import tls_writes
+
+    server, client, s_in, s_out, c_out = tls_pair()
+    sslobj = server._sslobj  # what uvloop calls (broker/network.py's FastSSLObject binds the same)
+    buffer = memoryview(bytearray(256 << 10))
+    if side in ("librdkafka", "whole"):
+        wires = []
+        for _ in range(count):
+            for piece in (REQUEST if side == "librdkafka" else [b"".join(REQUEST)]):
+                client.write(piece)
+            wires.append(c_out.read())
+        it = iter(wires)
+
+        def step() -> None:  # uvloop's _do_read__buffered: read while the BIO or OpenSSL holds data
+            s_in.write(next(it))
+            got = 0
+            while s_in.pending or sslobj.pending():
+                got += sslobj.read(len(buffer) - got, buffer[got:])
+            assert got == sum(map(len, REQUEST))
+        measured(step, count)
+        return
+    buffers = [b for answer in ANSWERS for b in answer] if side.startswith("answers") else FETCH
+
+    def write() -> None:
+        for piece in (tls_writes(buffers) if side.endswith("records") else buffers):
+            if len(piece):
+                sslobj.write(piece)
+        s_out.read()
+    measured(write, count)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=40, help="iterations counted per side (on top of 20)")
+    parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._child:
+        child(args._child[0], int(args._child[1]))
+        return 0
+    if not available():
+        print("valgrind is not installed: no counts")
+        return 1
+    counts = {}
+    for side in SIDES:
+        counts[side] = per_iteration([sys.executable, __file__, "--_child", side], n=args.n, low=20)
+        print(f"{side}: {counts[side]:,.0f} instructions per iteration", flush=True)
+    print(f"read: a produce request in 31 records (librdkafka) costs {counts['librdkafka'] / counts['whole']:.2f}x "
+          f"one in 2 records, {(counts['librdkafka'] - counts['whole']) / 29:,.0f} instructions per extra record")
+    for what in ("answers", "fetch"):
+        print(f"write {what}: tls_writes {counts[f'{what}-records']:,.0f} vs a record per buffer "
+              f"{counts[f'{what}-per-buffer']:,.0f} instructions ({counts[f'{what}-records'] / counts[f'{what}-per-buffer']:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
