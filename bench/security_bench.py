@@ -22,9 +22,12 @@ a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
    round-trip p50 / p99 / max before and during the storm.
 
     python bench/security_bench.py [--rounds 8] [--records 40000] [--logins 200] [--handshakes 500]
-                                   [--repo CHECKOUT] [--no-logins] [--no-storm]
+                                   [--repo CHECKOUT] [--before CHECKOUT] [--no-logins] [--no-storm]
 
-``--repo``: run the broker from another checkout (before/after comparisons).
+``--repo``: run the broker from another checkout. ``--before CHECKOUT``: a second broker, from
+that checkout (main before a change), runs beside the first; every round measures both (their
+order alternating too), and the report adds each phase's per-round ratio this / before: a
+before/after comparison under the same load, which on this shared machine moves 2x in minutes.
 """
 
 from __future__ import annotations
@@ -47,6 +50,41 @@ sys.path.insert(0, str(REPO))
 
 from cli.certs import make_certs  # noqa: E402
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
+
+
+@dataclass
+class Broker:
+    """One broker process with a PLAINTEXT, a SASL_SSL, an SSL and a SASL_PLAINTEXT listener, the
+    SCRAM user ``bench``, and the client settings of its two measured listeners."""
+    label: str
+    process: BrokerProcess
+    ports: dict[str, int]
+    admin: "AdminClient"
+    confs: dict[str, dict]
+    sides: dict[str, "Side"]
+
+    @classmethod
+    def start(cls, label: str, repo: Path, directory: Path, keystore: Path, ca: str) -> "Broker":
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        ports = {"PLAINTEXT": free_port(), "SASL_SSL": free_port(), "SSL": free_port(), "SASL_PLAINTEXT": free_port()}
+        process = BrokerProcess(directory / label / "data", ports["PLAINTEXT"], 1, {
+            "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+            "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)}, repo=repo).start(60)
+        try:
+            admin = AdminClient({"bootstrap.servers": process.bootstrap})
+            for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                    "bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"bench-secret")]).values():
+                f.result(10)
+        except BaseException:
+            process.stop()
+            raise
+        confs = {"PLAINTEXT": {"bootstrap.servers": process.bootstrap},
+                 "SASL_SSL": {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}", "security.protocol": "sasl_ssl",
+                              "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bench",
+                              "sasl.password": "bench-secret", "ssl.ca.location": ca}}
+        return cls(label, process, ports, admin, confs, {"PLAINTEXT": Side(), "SASL_SSL": Side()})
 
 
 def broker_cpu(pid: int) -> float:
@@ -223,66 +261,72 @@ def main() -> int:
     parser.add_argument("--logins", type=int, default=200)
     parser.add_argument("--handshakes", type=int, default=500)
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose broker runs (default: this one)")
+    parser.add_argument("--before", type=Path, help="another checkout (main before a change): its broker runs beside "
+                        "this one's, every round on both, and the report compares them (logins and storm: this one's)")
     parser.add_argument("--no-logins", action="store_true")
     parser.add_argument("--no-storm", action="store_true")
     args = parser.parse_args()
+    from confluent_kafka.admin import NewTopic
+
+    trees = [("this", args.repo)] + ([("before", args.before.resolve())] if args.before else [])
     with tempfile.TemporaryDirectory(prefix="security-bench-") as tmp:
         directory = Path(tmp)
         keystores = make_certs(directory / "certs", ["localhost"], [])
         ca = str(directory / "certs" / "ca.pem")
-        ports = {"PLAINTEXT": free_port(), "SASL_SSL": free_port(), "SSL": free_port(), "SASL_PLAINTEXT": free_port()}
-        broker = BrokerProcess(directory / "data", ports["PLAINTEXT"], 1, {
-            "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-            "inter.broker.listener.name": "PLAINTEXT", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystores["localhost"])},
-            repo=args.repo).start(60)
-        print(f"broker from {args.repo} (pid {broker.pid}); {args.rounds} rounds of {args.records:,} records; "
-              f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
+        brokers: list[Broker] = []
         try:
-            from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
-                                               UserScramCredentialUpsertion)
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-                    "bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"bench-secret")]).values():
-                f.result(10)
+            for label, repo in trees:
+                brokers.append(Broker.start(label, repo, directory, keystores["localhost"], ca))
+                print(f"{label}: broker from {repo} (pid {brokers[-1].process.pid})", flush=True)
+            print(f"{args.rounds} rounds of {args.records:,} records; {os.cpu_count()} CPUs; load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
             time.sleep(1)
-            plain = {"bootstrap.servers": broker.bootstrap}
-            secure = {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}", "security.protocol": "sasl_ssl",
-                      "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bench", "sasl.password": "bench-secret",
-                      "ssl.ca.location": ca}
-            sides = {"PLAINTEXT": Side(), "SASL_SSL": Side()}
             loads = []
             for r in range(args.rounds):
-                order = [("PLAINTEXT", plain), ("SASL_SSL", secure)]
-                if r % 2:  # A B, B A, A B, ...
-                    order.reverse()
-                for name, conf in order:
+                # A B, B A, ... between the protocols, and between the brokers with --before
+                order = [(b, name) for b in (brokers if r % 2 == 0 else brokers[::-1])
+                         for name in (("PLAINTEXT", "SASL_SSL") if r % 2 == 0 else ("SASL_SSL", "PLAINTEXT"))]
+                for broker, name in order:
                     topic = f"bench-{name.lower()}-{r}"
-                    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                    for f in broker.admin.create_topics([NewTopic(topic, 1, 1)]).values():
                         f.result(30)
-                    produced, consumed = produce_consume(conf, topic, args.records, broker.pid)
-                    sides[name].produce.append(produced)
-                    sides[name].consume.append(consumed)
+                    produced, consumed = produce_consume(broker.confs[name], topic, args.records, broker.process.pid)
+                    broker.sides[name].produce.append(produced)
+                    broker.sides[name].consume.append(consumed)
                     loads += [produced.load, consumed.load]
-                    print(f"round {r + 1} {name}: produce {produced.rate:,.0f} records/s (broker "
-                          f"{produced.broker_rate:,.0f} per CPU-s, client {produced.client_us:.1f} CPU-µs per record), "
-                          f"consume {consumed.rate:,.0f} records/s (broker {consumed.broker_rate:,.0f} per CPU-s, "
-                          f"client {consumed.client_us:.1f} CPU-µs per record); load {produced.load:.2f}", flush=True)
-            for what in ("produce", "consume"):
-                for line in report(what, getattr(sides["SASL_SSL"], what), getattr(sides["PLAINTEXT"], what)):
-                    print(line)
+                    print(f"round {r + 1}{' ' + broker.label if len(brokers) > 1 else ''} {name}: produce "
+                          f"{produced.rate:,.0f} records/s (broker {produced.broker_rate:,.0f} per CPU-s, client "
+                          f"{produced.client_us:.1f} CPU-µs per record), consume {consumed.rate:,.0f} records/s "
+                          f"(broker {consumed.broker_rate:,.0f} per CPU-s, client {consumed.client_us:.1f} CPU-µs per "
+                          f"record); load {produced.load:.2f}", flush=True)
+            for broker in brokers:
+                prefix = f"{broker.label}: " if len(brokers) > 1 else ""
+                for what in ("produce", "consume"):
+                    for line in report(what, getattr(broker.sides["SASL_SSL"], what),
+                                       getattr(broker.sides["PLAINTEXT"], what)):
+                        print(prefix + line)
+            if len(brokers) > 1:
+                this, before = brokers
+                for what in ("produce", "consume"):
+                    for name in ("SASL_SSL", "PLAINTEXT"):
+                        for label, attr in (("records/s (wall)", "rate"), ("broker records per CPU-s", "broker_rate")):
+                            pairs = [getattr(a, attr) / getattr(b, attr) for a, b in
+                                     zip(getattr(this.sides[name], what), getattr(before.sides[name], what))]
+                            print(f"{what} {name} this / before, {label}: per round {spread(pairs, '.2f')}")
             print(f"load average (1 min) at the phases' starts: {spread(loads, '.2f')}")
+            first = brokers[0]
             if not args.no_logins:
-                times = asyncio.run(logins(ports["SASL_PLAINTEXT"], args.logins))
+                times = asyncio.run(logins(first.ports["SASL_PLAINTEXT"], args.logins))
                 s = sorted(times)
                 print(f"SCRAM-SHA-256 login (4096 iterations, connect + ApiVersions + handshake + 2 authenticate): "
                       f"median {statistics.median(s):.2f} ms, p99 {s[int(len(s) * 0.99)]:.2f} ms ({len(s)} logins)")
             if not args.no_storm:
-                before, during = storm_latency(ports["PLAINTEXT"], ports["SSL"], args.handshakes)
+                before, during = storm_latency(first.ports["PLAINTEXT"], first.ports["SSL"], args.handshakes)
                 print(f"Metadata round trip before the storm: {percentiles(before)}")
                 print(f"Metadata round trip during {args.handshakes} TLS handshakes: {percentiles(during)}")
         finally:
-            broker.stop()
+            for broker in brokers:
+                broker.process.stop()
     return 0
 
 

@@ -397,7 +397,7 @@ RECORD = 16384
 
 
 def records_of(writes, record=RECORD):
-    """TLS records the loop's TLS makes of ``writes``: one SSLObject.write each, 16 KiB per record."""
+    """TLS records the loop's TLS makes of ``writes``: one SSLObject.write each, 16 KiB a record."""
     return sum(-(-len(w) // record) for w in writes)
 
 
@@ -410,7 +410,7 @@ def records_of(writes, record=RECORD):
     [70, 200_000, 70, 70, 300_000],
 ])
 def test_tls_writes_fill_whole_records_and_keep_the_bytes(sizes):
-    from broker.network import TLS_WRITE_BYTES, tls_writes
+    from broker.network import tls_writes
 
     buffers = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
     writes = tls_writes(buffers)
@@ -418,7 +418,7 @@ def test_tls_writes_fill_whole_records_and_keep_the_bytes(sizes):
     total = sum(sizes)
     assert records_of(writes) == -(-total // RECORD)  # as few records as the bytes need
     assert all(len(w) % RECORD == 0 for w in writes[:-1])  # only the last record of all is short
-    assert all(0 < len(w) <= TLS_WRITE_BYTES for w in writes)  # big answers leave a part at a time
+    assert all(len(w) for w in writes)
 
 
 def test_tls_writes_slice_a_big_buffer_without_copying_it():
@@ -430,15 +430,28 @@ def test_tls_writes_slice_a_big_buffer_without_copying_it():
     # the only copies: the header topped up to a record with the data's head, and the data's
     # last 78 bytes (past its whole records) with the trailer
     assert [len(w) for w in joined] == [RECORD, 78 + 20]
-    assert sum(len(w) for w in writes if isinstance(w, memoryview) and w.obj is data) == (1 << 20) - RECORD
+    assert [len(w) for w in writes if isinstance(w, memoryview) and w.obj is data] == [(1 << 20) - RECORD]
+    assert tls_writes([data])[0] is data  # a buffer of whole records goes as it is
 
 
 class MockTlsTransport(MockTransport):
+    """Keeps the buffers of each write: the loop's TLS makes records of each on its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.buffers = []
+
     def get_extra_info(self, name, default=None):
         return object() if name == "ssl_object" else super().get_extra_info(name, default)
 
+    def write(self, data):
+        self.buffers.append([bytes(data)])
+        super().write(data)
+
     def writelines(self, chunks):
-        raise AssertionError("a TLS connection writes whole records, never a record per buffer")
+        chunks = list(chunks)
+        self.buffers.append([bytes(c) for c in chunks])
+        super().writelines(chunks)
 
 
 def test_a_tls_connection_writes_pipelined_answers_in_one_record():
@@ -454,10 +467,15 @@ def test_a_tls_connection_writes_pipelined_answers_in_one_record():
             ctx.send_response([b"size", f"answer-{ctx.header.correlation_id}".encode()])
     conn.dispatcher = Answering()
     conn.data_received(b"".join(request(0, i) for i in range(5)))
-    assert transport.written == [b"".join(b"sizeanswer-%d" % i for i in range(5))]
+    assert transport.buffers == [[b"".join(b"sizeanswer-%d" % i for i in range(5))]]  # ten buffers, one record
     # an answer outside a read (a purgatory's completion) goes the same way
     conn.dispatcher = apis
     conn.data_received(request(1, 9))
     apis.contexts[-1].send_response([b"h" * 10, bytes(3 * RECORD)])
-    assert [len(w) for w in transport.written[1:]] == [RECORD, 2 * RECORD, 10]
-    assert b"".join(transport.written[1:]) == b"h" * 10 + bytes(3 * RECORD)
+    assert [len(b) for b in transport.buffers[1]] == [RECORD, 2 * RECORD, 10]
+    assert transport.written[1] == b"h" * 10 + bytes(3 * RECORD)
+    # plaintext: the buffers as they are, one writev
+    plain, plain_apis, plain_transport = make()
+    plain.data_received(request(1, 1))
+    plain_apis.contexts[-1].send_response([b"h" * 10, bytes(3 * RECORD)])
+    assert plain_transport.written == [b"h" * 10 + bytes(3 * RECORD)]
