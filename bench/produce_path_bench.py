@@ -131,6 +131,8 @@ def child(tree: str, mode: str, requests: int) -> None:
                 print(json.dumps({"cpu_us_per_request": cpu / ((len(data) - 20) * PER_READ) * 1e6}))
             end = sum(node.broker.replica_manager.get_partition("bench", p).log.log_end_offset for p in range(PARTITIONS))
             assert end == len(data) * PER_READ * 148, end  # every request was appended
+            if mode == "count":
+                print(json.dumps({"appended": True}))
         finally:
             await node.shutdown()
             shutil.rmtree(root, ignore_errors=True)
@@ -145,6 +147,18 @@ def run_child(tree: Path, mode: str, requests: int) -> dict:
     if out.returncode or not lines:
         raise RuntimeError(f"child in {tree} failed ({out.returncode}):\n{out.stdout}\n{out.stderr[-3000:]}")
     return json.loads(lines[-1])
+
+
+def counted(callgrind, argv: list[str]) -> int:
+    """instructions.total, but a child that did not append every request (a failed run counts
+    fewer instructions) is an error, not a count."""
+    with tempfile.TemporaryDirectory(prefix="kbroker-callgrind-") as tmp:
+        out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out",
+                              f"--toggle-collect={callgrind.COLLECT_IN}", *argv], capture_output=True, text=True,
+                             timeout=3600, env={**os.environ, "PYTHONHASHSEED": "0"})
+    if out.returncode or '"appended": true' not in out.stdout:
+        raise RuntimeError(f"callgrind child failed ({out.returncode}):\n{out.stdout}\n{out.stderr[-3000:]}")
+    return int(next(line for line in out.stderr.splitlines() if "Collected :" in line).rsplit(":", 1)[1])
 
 
 def spread(values: list[float]) -> str:
@@ -177,10 +191,11 @@ def main() -> int:
         if not callgrind.available():
             print("valgrind is not installed: no instruction counts")
         else:
-            low = 40
+            low = 20
             for name, tree in trees.items():
                 argv = [sys.executable, __file__, "--_child", str(tree), "count"]
-                per = callgrind.per_iteration(argv, args.instructions, low=low) / PER_READ
+                counts = [counted(callgrind, [*argv, str(reads_)]) for reads_ in (low, low + args.instructions)]
+                per = (counts[1] - counts[0]) / args.instructions / PER_READ
                 print(f"instructions per request, {name}: {per:,.0f}", flush=True)
     if args.rounds:
         cpu: dict[str, list[float]] = {name: [] for name in trees}

@@ -91,19 +91,10 @@ static inline int read_varint64(const unsigned char **p, const unsigned char *en
 #define CHECK(expr) do { int rc_ = (expr); if (rc_) { status = rc_; goto fail; } } while (0)
 #define FAIL(code, value) do { status = (code); detail = (value); goto fail; } while (0)
 
-static PyObject *walk(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t start, stop;
-    long long count;
-    int require_key = 0;
-    if (!PyArg_ParseTuple(args, "y*nnL|p", &view, &start, &stop, &count, &require_key)) return NULL;
-    if (start < 0 || stop > view.len || start > stop) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "walk: [start, end) is not inside the buffer");
-        return NULL;
-    }
-    const unsigned char *base = (const unsigned char *)view.buf;
-    const unsigned char *p = base + start, *end = base + stop;
+/* The walk over [p, end): a WALK_* status; `*index` the record it stopped at (count when all
+ * are well formed), `*detail` the offending value or, on success, the largest timestamp delta. */
+static int walk_impl(const unsigned char *p, const unsigned char *end, long long count, int require_key,
+                     long long *index_out, int64_t *detail_out) {
     int status = WALK_OK;
     long long index = 0;
     int64_t detail = 0, max_ts_delta = INT64_MIN;
@@ -143,20 +134,101 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         }
         if (p != rend) FAIL(WALK_SIZE_MISMATCH, (int64_t)(rend - p));
     }
-    if (p != end) {
-        status = WALK_TRAILING;
-        detail = (int64_t)(end - p);
-        goto fail;
-    }
-    PyBuffer_Release(&view);
-    return Py_BuildValue("(iLL)", WALK_OK, count, (long long)(count > 0 ? max_ts_delta : 0));
+    if (p != end) FAIL(WALK_TRAILING, (int64_t)(end - p));
+    *index_out = count;
+    *detail_out = count > 0 ? max_ts_delta : 0;
+    return WALK_OK;
 fail:
+    *index_out = index;
+    *detail_out = detail;
+    return status;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, stop;
+    long long count;
+    int require_key = 0;
+    if (!PyArg_ParseTuple(args, "y*nnL|p", &view, &start, &stop, &count, &require_key)) return NULL;
+    if (start < 0 || stop > view.len || start > stop) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "walk: [start, end) is not inside the buffer");
+        return NULL;
+    }
+    const unsigned char *base = (const unsigned char *)view.buf;
+    long long index;
+    int64_t detail;
+    int status = walk_impl(base + start, base + stop, count, require_key, &index, &detail);
     PyBuffer_Release(&view);
     return Py_BuildValue("(iLL)", status, index, (long long)detail);
 }
 
+static inline int64_t be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static inline int32_t be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static inline int16_t be16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+/* accept(buf, pos, end, max_message_bytes, log_append_time, require_key, from_coordinator)
+ *   -> ((13 header fields), batch size) | None
+ * The common case of storage/log_validator.py's validate_client_batches for the batch at `pos`,
+ * decided in one call: an uncompressed magic 2 batch from a client that passes every check of
+ * it but the CRC (left to the caller's crc32c) and needs nothing rewritten (a CreateTime batch
+ * whose maxTimestamp is its records' largest, or any batch under LogAppendTime without the
+ * LogAppendTime attribute). None for anything else: the caller then runs its Python checks,
+ * which say what is wrong, or rewrite. */
+static PyObject *accept(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, stop;
+    long long max_message_bytes;
+    int log_append_time, require_key, from_coordinator;
+    if (!PyArg_ParseTuple(args, "y*nnLppp", &view, &pos, &stop, &max_message_bytes, &log_append_time, &require_key,
+                          &from_coordinator)) return NULL;
+    PyObject *result = NULL;
+    if (pos < 0 || stop > view.len || pos > stop) goto reject;
+    const unsigned char *b = (const unsigned char *)view.buf + pos;
+    Py_ssize_t remaining = stop - pos;
+    if (remaining < 61) goto reject;
+    int32_t length = be32(b + 8);
+    if (length < 14 || b[16] != 2) goto reject;
+    long long size = (long long)length + 12;
+    if (size > remaining || size > max_message_bytes || size < 61) goto reject;
+    int64_t base_offset = be64(b);
+    int32_t leader_epoch = be32(b + 12);
+    uint32_t crc = (uint32_t)be32(b + 17);
+    int16_t attributes = be16(b + 21);
+    int32_t last_offset_delta = be32(b + 23);
+    int64_t base_timestamp = be64(b + 27), max_timestamp = be64(b + 35), producer_id = be64(b + 43);
+    int16_t producer_epoch = be16(b + 51);
+    int32_t base_sequence = be32(b + 53), count = be32(b + 57);
+    if (base_offset != 0 || last_offset_delta < 0 || count <= 0 || last_offset_delta != count - 1) goto reject;
+    if (attributes & (0x20 | 0x08 | 0x07)) goto reject;  /* control, LogAppendTime claimed, compressed */
+    if (producer_id >= 0 && base_sequence < 0 && !from_coordinator) goto reject;
+    long long index;
+    int64_t delta;
+    if (walk_impl(b + 61, b + size, count, require_key, &index, &delta) != WALK_OK) goto reject;
+    if (!log_append_time) {
+        int64_t computed;
+        if (__builtin_add_overflow(base_timestamp, delta, &computed) || computed != max_timestamp) goto reject;
+    }
+    result = Py_BuildValue("((LiibIhiLLLhii)L)", (long long)base_offset, length, leader_epoch, 2, (unsigned int)crc,
+                           attributes, last_offset_delta, (long long)base_timestamp, (long long)max_timestamp,
+                           (long long)producer_id, producer_epoch, base_sequence, count, size);
+    PyBuffer_Release(&view);
+    return result;
+reject:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(buf, start, end, count, require_key=False) -> (status, index, detail)"},
+    {"accept", accept, METH_VARARGS,
+     "accept(buf, pos, end, max_message_bytes, log_append_time, require_key, from_coordinator) -> (header, size) | None"},
     {NULL, NULL, 0, NULL},
 };
 

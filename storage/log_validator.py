@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from protocol.records import Buffer, WritableBuffer
 
 log = logging.getLogger("kbroker.storage.log_validator")
+_tuple_new = tuple.__new__  # a BatchHeader from the 13 fields the compiled module read
 
 WALK_OK = 0
 WALK_TRUNCATED = 1
@@ -211,15 +212,20 @@ def walk_records_py(buf: Buffer, start: int, end: int, count: int, require_key: 
 
 
 walk_records: Callable[[Buffer, int, int, int, bool], tuple[int, int, int]]
+# The compiled module's ``accept``: a batch that passes every check but the CRC and needs no
+# rewrite, decided in one call (see validate_client_batches); None where it is not built.
+accept_batch: Callable[[Buffer, int, int, int, bool, bool, bool], tuple[tuple[int, ...], int] | None] | None
 try:
     # By name: the extension has no .py source, and an ``import`` of it would read (to the
     # import-graph check, tests/test_architecture.py) as an import of the storage package.
-    walk_records = importlib.import_module("storage._record_walk").walk
+    _compiled = importlib.import_module("storage._record_walk")
 except ImportError:  # not built (no compiler at install time): the same rules, in Python
     walk_records = walk_records_py
+    accept_batch = None
     COMPILED = False
     log.debug("storage._record_walk is not built; the record walk runs in Python")
 else:
+    walk_records, accept_batch = _compiled.walk, _compiled.accept
     COMPILED = True
 
 
@@ -252,7 +258,22 @@ def validate_client_batches(buf: bytearray | memoryview, *, max_message_bytes: i
     out_pos = 0
     pos = 0
     prefix = f"{where}: " if where else ""
+    # A batch stored as it came (no re-compression) that the compiled module accepts whole and
+    # whose CRC holds needs none of the checks below: they would pass it unchanged (the module
+    # turns down anything they would refuse or rewrite, and those go through them).
+    accept = accept_batch if target_codec is None or target_codec == 0 else None
     while pos < size:
+        if accept is not None:
+            accepted = accept(buf, pos, size, max_message_bytes, log_append_time, require_keys, from_coordinator)
+            if accepted is not None:
+                fields, whole = accepted
+                if crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + whole]) == fields[4]:
+                    if pieces is not None:
+                        pieces.append(memoryview(buf)[pos:pos + whole])
+                    batches.append((out_pos, _tuple_new(BatchHeader, fields)))
+                    out_pos += whole
+                    pos += whole
+                    continue
         # Kafka's order: its batch iterator (ByteBufferLogInputStream), UnifiedLog.analyzeAndValidate-
         # Records (baseOffset, max.message.bytes, then isValid: size and CRC), LogValidator.validateBatch.
         try:

@@ -116,3 +116,67 @@ def test_compacted_topics_need_keys():
     # Kafka's RecordValidationException: each keyless record by its index in the batch.
     assert exc.value.error_code == ErrorCode.INVALID_RECORD and "batchIndex=1" in str(exc.value)
     assert [(i, "without key" in m) for i, m in exc.value.record_errors] == [(1, True)]
+
+
+def _validated(buf: bytearray, **kwargs):
+    """validate_client_batches' outcome: (the buffer as patched, its batches) or the error."""
+    try:
+        out, batches = validate_client_batches(buf, **kwargs)
+    except KafkaError as exc:
+        return type(exc), str(exc), bytes(buf)
+    return bytes(out), batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32), n=st.integers(1, 6), batches=st.integers(1, 3),
+       producer=st.sampled_from([(-1, -1, -1), (7, 0, 0), (7, 0, -1)]), transactional=st.booleans(),
+       control=st.booleans(), append_time_type=st.booleans(), codec=st.sampled_from([0, 0, 0, 1]),
+       base_offset=st.sampled_from([0, 0, 5]),
+       flips=st.lists(st.tuples(st.integers(0, 10**5), st.integers(0, 255)), max_size=2),
+       stale_max_timestamp=st.booleans(), cut=st.integers(-2, 2), max_message_bytes=st.sampled_from([10**6, 200]),
+       log_append_time=st.booleans(), require_keys=st.booleans(), from_coordinator=st.booleans(),
+       target_codec=st.sampled_from([None, 0, 1]))
+def test_accepted_batches_validate_as_without_the_compiled_accept(
+        seed, n, batches, producer, transactional, control, append_time_type, codec, base_offset, flips,
+        stale_max_timestamp, cut, max_message_bytes, log_append_time, require_keys, from_coordinator, target_codec):
+    """storage/_record_walk.c's ``accept`` decides a whole batch in one call: what it accepts must
+    validate exactly as the Python checks alone validate it (same buffer, headers and errors),
+    on well-formed, mutated, cut and odd batches (producer fields, control, LogAppendTime,
+    a maxTimestamp that is not the records' largest, a compressed one)."""
+    import struct
+
+    from crc32c import crc32c
+
+    rng = random.Random(seed)
+    data = bytearray()
+    for b in range(batches):
+        recs = [Record(key=b"k" if rng.random() < 0.7 else None, value=rng.randbytes(rng.choice([0, 5, 70, 300])),
+                       timestamp=1000 + rng.randrange(0, 20000)) for _ in range(n)]
+        batch = bytearray(build_batch(recs, base_offset=base_offset, compression=codec, producer_id=producer[0],
+                                      producer_epoch=producer[1], base_sequence=producer[2],
+                                      transactional=transactional, control=control,
+                                      timestamp_type=1 if append_time_type else 0))
+        if stale_max_timestamp:  # a CreateTime maxTimestamp that is not the records' largest (CRC redone)
+            struct.pack_into(">q", batch, 35, 5)
+            struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+        data += batch
+    for where, value in flips:
+        data[where % len(data)] = value
+    data = data[:len(data) + cut] if cut < 0 else data + bytes(cut)
+    kwargs = dict(max_message_bytes=max_message_bytes, log_append_time=log_append_time, target_codec=target_codec,
+                  require_keys=require_keys, where="t-0", from_coordinator=from_coordinator)
+    compiled = _validated(bytearray(data), **kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(log_validator, "accept_batch", None)
+        assert compiled == _validated(bytearray(data), **kwargs)
+
+
+def test_a_plain_client_batch_is_accepted_in_one_call():
+    """The produce path's common batch (uncompressed, CreateTime, no producer) takes the compiled
+    accept, and one the checks would rewrite does not."""
+    batch = bytearray(build_batch([Record(value=b"v" * 100, timestamp=1000 + i) for i in range(148)]))
+    accepted = log_validator.accept_batch(batch, 0, len(batch), 10**6, False, False, False)
+    assert accepted is not None and accepted[1] == len(batch)
+    assert tuple(accepted[0]) == tuple(log_validator.read_header(batch, 0))
+    claims_append_time = bytearray(build_batch([Record(value=b"v", timestamp=1)], timestamp_type=1))
+    assert log_validator.accept_batch(claims_append_time, 0, len(claims_append_time), 10**6, False, False, False) is None
