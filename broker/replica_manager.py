@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from protocol.clock import Time
 from protocol.errors import (ErrorCode, KafkaError, KafkaStorageError, NotLeaderOrFollowerError,
+                             OffsetNotAvailableError,
                              UnknownTopicOrPartitionError)
 from protocol.fast_codecs import FetchPartitionData
 from protocol.records import iter_batch_headers
@@ -480,9 +481,20 @@ class ReplicaManager:
 
         -2 earliest, -1 latest (HW for clients, LEO for replicas/debug); otherwise the first
         record with timestamp ≥ the one asked for, below the HW for clients; (-1, -1, -1) if none.
+
+        A leader elected at LEO ``leader_epoch_start_offset`` whose HW has not reached it yet
+        (its followers have not fetched in the new epoch) answers a client's latest, or a
+        timestamp found at or past the last fetchable offset, OFFSET_NOT_AVAILABLE, retriable
+        (KIP-207, Kafka's fetchOffsetForTimestamp): its HW may be behind what the old leader
+        acknowledged, and offsets from ListOffsets must not go back.
         """
         partition = self.get_partition_or_error(topic, partition_index)
         log_ = partition.local_log_with_epoch(current_leader_epoch, require_leader)
+        lagging: OffsetNotAvailableError | None = None
+        if isolation_level is not None and partition.leader_epoch_start_offset > log_.high_watermark:
+            lagging = OffsetNotAvailableError(
+                f"{topic}-{partition_index}: the high watermark ({log_.high_watermark}) is lagging behind the start "
+                f"offset of leader epoch {partition.leader_epoch} ({partition.leader_epoch_start_offset})")
         if isolation_level is None:
             last_fetchable = log_.log_end_offset
         elif isolation_level == 1:  # READ_COMMITTED: the last stable offset
@@ -498,9 +510,13 @@ class ReplicaManager:
         if timestamp == -2:
             return -1, log_.log_start_offset, epoch_of(log_.log_start_offset)
         if timestamp == -1:
+            if lagging is not None:
+                raise lagging
             return -1, last_fetchable, epoch_of(last_fetchable)
         found = log_.offset_for_timestamp(timestamp)
         if found is None or found.offset >= last_fetchable:
+            if lagging is not None:
+                raise lagging
             return -1, -1, -1
         epoch = found.leader_epoch if found.leader_epoch is not None else -1
         return found.timestamp, found.offset, epoch

@@ -322,3 +322,29 @@ def test_a_parked_follower_fetch_counts_when_received_not_again_when_it_complete
         assert replica.last_fetch_time_ms == received_at and replica.last_caught_up_time_ms == received_at
     finally:
         logs.shutdown()
+
+
+def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_not_available(rm):
+    """KIP-207 (Kafka's fetchOffsetForTimestamp): elected at LEO 3 with its HW still 0 (the
+    followers have not fetched in the new epoch), a client's latest offset, or a timestamp found
+    at or past the HW, is OFFSET_NOT_AVAILABLE (retriable), not the stale HW an acknowledged
+    record may lie beyond; the earliest offset and a replica's LEO are answered; once the
+    followers fetched, the HW is."""
+    from protocol.errors import OffsetNotAvailableError
+
+    lead(rm, epoch=0)
+    produce(rm, acks=1)
+    p = lead(rm, epoch=1)
+    assert (p.high_watermark, p.leader_epoch_start_offset) == (0, 3)
+    for isolation in (0, 1):
+        with pytest.raises(OffsetNotAvailableError):
+            rm.fetch_offset_for_timestamp("t", 0, -1, isolation, -1, True)
+        with pytest.raises(OffsetNotAvailableError):
+            rm.fetch_offset_for_timestamp("t", 0, 1, isolation, -1, True)  # found at offset 0, not below the HW
+    assert rm.fetch_offset_for_timestamp("t", 0, -2, 0, -1, True)[1] == 0
+    assert rm.fetch_offset_for_timestamp("t", 0, -1, None, -1, False)[1] == 3  # a replica: the LEO
+    follower_fetch(rm, 2, 3)
+    follower_fetch(rm, 3, 3)
+    assert p.high_watermark == 3
+    assert rm.fetch_offset_for_timestamp("t", 0, -1, 0, -1, True)[1] == 3
+    assert rm.fetch_offset_for_timestamp("t", 0, 1, 0, -1, True)[1] == 0

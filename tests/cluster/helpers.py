@@ -105,13 +105,14 @@ def high_watermark(consumer: Consumer, topic: str, partition: int, timeout_s: fl
     """The partition's high watermark, asked of its leader. librdkafka fails the query at once
     (_UNKNOWN_PARTITION) while its metadata shows the partition without a leader it knows (a
     leadership change under way), or asks a broker that just gave up the leadership
-    (NOT_LEADER_FOR_PARTITION): asked again until a leader answers."""
+    (NOT_LEADER_FOR_PARTITION), or a new leader whose HW has not yet reached the start of its
+    epoch answers OFFSET_NOT_AVAILABLE (KIP-207): asked again until a leader answers."""
     def ask() -> tuple[int] | None:
         try:
             return (consumer.get_watermark_offsets(ConsumerTP(topic, partition), timeout=30)[1],)
         except KafkaException as exc:
             if exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                                      KafkaError.NOT_LEADER_FOR_PARTITION):
+                                      KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.OFFSET_NOT_AVAILABLE):
                 print(f"high watermark of {topic}-{partition} not answered yet: {exc}")
                 return None
             raise
