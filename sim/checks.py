@@ -277,6 +277,10 @@ class Checker:
         for _offset, record in loaded.log_records:
             self.shadow.replay(record)
         self.shadow_owner = store
+        # The ISRs as loaded are the baseline: a member the lost (unsynced) tail of the old
+        # controller's log had dropped is back in them without having rejoined anything.
+        for info, pid, part in self.shadow.replication.all_partitions():
+            self.sim.isr_changed((info.name, pid), frozenset(part.isr), info.topic_id, reloaded=True)
 
     def controller_appended(self, store: LocalMetadataStore, records: Any) -> None:
         if self.shadow is not None and store is self.shadow_owner:

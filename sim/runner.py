@@ -160,9 +160,14 @@ class Simulation:
     def on_stopped(self, node: SimNode) -> None:
         pass
 
-    def isr_changed(self, key: tuple[str, int], isr: frozenset[int], topic_id: Any = None) -> None:
+    def isr_changed(self, key: tuple[str, int], isr: frozenset[int], topic_id: Any = None,
+                    reloaded: bool = False) -> None:
         """The controller's ISR of ``key``: members that joined are whole again. A topic deleted
-        and created again under its name (another topic id) starts over: new logs, a new ISR."""
+        and created again under its name (another topic id) starts over: new logs, a new ISR.
+        ``reloaded``: the ISR a new controller incarnation loaded from its durable records. A
+        member back in it only because the records that had dropped it were lost with the old
+        controller's unsynced bytes has not caught up with anything: it stays tainted, and keeps
+        the time it last really entered."""
         if topic_id is not None and self.topic_ids.get(key, topic_id) != topic_id:
             self._isr.pop(key, None)
             self.tainted.pop(key, None)
@@ -173,11 +178,15 @@ class Simulation:
         previous = self._isr.get(key, frozenset())
         self._isr[key] = isr
         now = self.loop.time()
-        for r in isr - previous:
-            self.isr_entered[(key, r)] = now
-        tainted = self.tainted.get(key)
-        if tainted:
-            tainted -= isr - previous
+        if reloaded:
+            for r in isr - previous:
+                self.isr_entered.setdefault((key, r), now)
+        else:
+            for r in isr - previous:
+                self.isr_entered[(key, r)] = now
+            tainted = self.tainted.get(key)
+            if tainted:
+                tainted -= isr - previous
         self._check_exposed(key)
 
     def _check_exposed(self, key: tuple[str, int]) -> None:

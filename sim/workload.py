@@ -163,10 +163,12 @@ class ObserverActor(Actor):
         self.positions: dict[Key, int] = {}
         self.polled_at: dict[Key, float] = {}
         self.last_value: dict[Key, bytes | None] = {}
+        self.resets_seen: dict[Key, int] = {}  # the consumer's OFFSET_OUT_OF_RANGE resets as of the last poll
+        self.consumer: Consumer | None = None
 
     async def main(self) -> None:
         assert self.client is not None
-        consumer = Consumer(self.client, max_wait_ms=500)
+        consumer = self.consumer = Consumer(self.client, max_wait_ms=500)
         consumer.assign([(t, p) for t, n in sorted(self.topics.items()) for p in range(n)])
         while not self.stopping:
             try:
@@ -182,6 +184,18 @@ class ObserverActor(Actor):
         now = sim.loop.time()
         for tp, records in sorted(batch.items()):
             key = (tp.topic, tp.partition)
+            resets = self.consumer.out_of_range_resets[tp] if self.consumer is not None else 0
+            if resets != self.resets_seen.get(key, 0):
+                # The position was reset per auto.offset.reset since the last poll (Kafka's
+                # "the current offset does not exist any more on the server"): it starts over
+                # at the log start or end the leader now reports, which may be below what was
+                # polled (a new leader whose log start lags the old leader's, as Kafka allows).
+                self.resets_seen[key] = resets
+                last = self.positions.pop(key, None)
+                if last is not None and records and records[0].offset <= last:
+                    sim.trace.event("check", "poll-monotonic-reset",
+                                    f"{self.process.key} polled {tp.topic}-{tp.partition} offset {records[0].offset} "
+                                    f"after {last} ({session}): position reset after OFFSET_OUT_OF_RANGE")
             for r in records:
                 last = self.positions.get(key)
                 if last is not None and r.offset <= last:
@@ -213,6 +227,7 @@ class GroupActor(ObserverActor):
         assert self.client is not None
         member = GroupConsumer(self.client, self.group, sorted(self.topics), session_timeout_ms=10000,
                                heartbeat_interval_ms=1000)
+        self.consumer = member.consumer
         generation = None
         try:
             while not self.stopping:

@@ -72,6 +72,9 @@ class Consumer:
         self._resets: dict[TopicPartition, int] = {}  # pending seeks by timestamp (-2 earliest, -1 latest)
         self._buffer: collections.deque[ConsumerRecord] = collections.deque()
         self._refresh_needed = False
+        # Positions reset per auto_offset_reset after OFFSET_OUT_OF_RANGE, per partition: the
+        # position may move back then (a new leader's log start below the old one's), as in Kafka.
+        self.out_of_range_resets: collections.Counter[TopicPartition] = collections.Counter()
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Consume exactly these (topic, partition)s from now on."""
@@ -231,6 +234,7 @@ class Consumer:
             log.info("%s-%d: offset %d out of range, resetting to %s", tp.topic, tp.partition, offset,
                      self._auto_offset_reset)
             self._positions[tp] = None
+            self.out_of_range_resets[tp] += 1
             return []
         if error and error_for(error).invalid_metadata:
             self._refresh_needed = True

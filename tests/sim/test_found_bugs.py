@@ -132,3 +132,31 @@ def test_seed_4422_a_parked_fetch_of_a_restarted_follower_completed_as_a_new_fet
     fetch counts when received only now, as Kafka's readFromPurgatory
     (tests/broker/test_replica_manager.py::test_a_parked_follower_fetch_counts_when_received_not_again_when_it_completes)."""
     _clean(4422)
+
+
+def test_seed_5875_a_broker_back_in_an_isr_a_lost_controller_record_had_dropped_is_not_whole():
+    """Seed 5875 (a bug of the checks): the controller, its disk slow, fenced broker 2 (restarted
+    after a kill) and dropped it from the ISRs of t0-0, t1-2 and t2-2; the records were never
+    synced, nor sent to anyone, before it lost power, and broker 2 lost power too, every record of
+    those partitions gone. Back, the controller loaded ISR [1, 2, 3]: the checks took broker 2's
+    return to them for a rejoin and forgot its loss, so when the controlled shutdowns of brokers
+    1 and 3 left ISR [2] and broker 2 led again with an empty log (Kafka's rule without ELR), the
+    57 acknowledged records it dropped were flagged lost-write / inconsistent-offset instead of
+    exempt. The ISRs a controller loads are now the checks' baseline (sim/checks.py
+    controller_loaded, sim/runner.py isr_changed(reloaded=True)): nothing joins by being loaded."""
+    result = run_seed(5875)
+    assert not result.violations, [f"{v.check}: {v.detail}" for v in result.violations] + result.tail[-20:]
+    assert result.stats["exempt"] > 0
+
+
+def test_seed_5541_a_group_member_reset_after_offset_out_of_range_starts_over_below_its_polls():
+    """Seed 5541 (a bug of the checks): broker 2 led t1-0 cut off from the cluster (the lost-epochs
+    fault); member-0, stuck 5 s in a commit to it, was at offset 19 when retention.bytes moved
+    broker 2's log start to 20 (below its high watermark, as Kafka's deletableSegments allows),
+    while broker 3's stayed at 10. Broker 3 took the lead; member-0's next fetch, still to broker
+    2 at the epoch its metadata knew, got OFFSET_OUT_OF_RANGE, and auto.offset.reset=earliest's
+    ListOffsets reached broker 3: log start 10, so it polled 10 after 18 within generation 2, as
+    Kafka's consumer would (a reset is the one move back Kafka allows without a seek or a
+    rebalance). Polls must move forward between the consumer's out-of-range resets now
+    (Consumer.out_of_range_resets)."""
+    _clean(5541)
