@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import instructions as callgrind  # noqa: E402  (bench/instructions.py)
+from transports import NullTransport  # noqa: E402  (bench/transports.py)
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
 
 LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
@@ -123,31 +124,6 @@ def scrape_cost(args, per_partition: bool) -> dict:
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-class NullTransport:
-    """A transport that drops what is written: the request path timed without a socket."""
-
-    def write(self, data) -> None:
-        pass
-
-    def writelines(self, chunks) -> None:
-        pass
-
-    def get_extra_info(self, name, default=None):
-        return default
-
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def sides(round_index: int) -> tuple[str, str]:

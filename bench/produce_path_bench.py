@@ -40,34 +40,6 @@ PARTITIONS = 4
 PER_READ = 4
 
 
-class NullTransport:
-    """A transport that drops what is written."""
-
-    def write(self, data) -> None:
-        pass
-
-    def writelines(self, chunks) -> None:
-        pass
-
-    def get_extra_info(self, name, default=None):
-        return default
-
-    def is_reading(self) -> bool:
-        return True
-
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def reads(count: int) -> list[bytes]:
     """``count`` reads of PER_READ Produce frames each, as kafka_load.py sends them."""
     spec = importlib.util.spec_from_file_location("kafka_load", LOAD)
@@ -113,6 +85,8 @@ def child(tree: str, mode: str, requests: int) -> None:
             await node.startup()
             async with KafkaClient(f"127.0.0.1:{node.bound_port()}") as client:
                 await client.create_topics([("bench", PARTITIONS, 1, None)])
+            from transports import NullTransport  # bench/transports.py (this script's directory)
+
             conn = KafkaConnection(node.broker.socket_server, "PLAINTEXT")
             conn.connection_made(NullTransport())
             for chunk in data[:20]:  # warm-up: the segments' first appends, the caches

@@ -78,6 +78,13 @@ def assignment_12_rf2() -> dict[int, list[int]]:
     return {p: [brokers[p % 3], brokers[(p + 1) % 3]] for p in range(12)}
 
 
+async def broker_4_joins(h) -> None:
+    """Brokers 1-3 with topic t (12 partitions, RF 2, evenly spread), then broker 4 registers."""
+    await h.start_brokers(1, 2, 3)
+    await h.create(("t", -1, -1, {}, assignment_12_rf2()))
+    await h.start_brokers(4)
+
+
 async def test_node_add_gives_a_new_broker_its_share_then_stops(tmp_path):
     h = await harness(tmp_path).start()
     try:
@@ -108,9 +115,7 @@ async def test_node_add_gives_a_new_broker_its_share_then_stops(tmp_path):
 async def test_off_moves_nothing(tmp_path):
     h = await harness(tmp_path, mode="off").start()
     try:
-        await h.start_brokers(1, 2, 3)
-        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
-        await h.start_brokers(4)
+        await broker_4_joins(h)
         for _ in range(3):
             await h.heartbeat_all(1, 2, 3, 4)
             await h.advance(TICK)
@@ -137,9 +142,7 @@ async def test_node_add_does_not_even_out_an_uneven_cluster_without_a_new_broker
 async def test_moves_are_bounded_by_concurrent_moves(tmp_path):
     h = await harness(tmp_path, concurrent_moves=2).start()
     try:
-        await h.start_brokers(1, 2, 3)
-        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
-        await h.start_brokers(4)
+        await broker_4_joins(h)
         seen = 0
         for _ in range(10):
             await h.heartbeat_all(1, 2, 3, 4)
@@ -291,9 +294,7 @@ async def test_replicas_of_an_unregistered_broker_move_to_the_live_ones(tmp_path
 
 async def test_moves_live_in_the_metadata_log_and_a_new_controller_finishes_the_balance(tmp_path):
     h = await harness(tmp_path, concurrent_moves=2).start()
-    await h.start_brokers(1, 2, 3)
-    await h.create(("t", -1, -1, {}, assignment_12_rf2()))
-    await h.start_brokers(4)
+    await broker_4_joins(h)
     await h.heartbeat_all(1, 2, 3, 4)
     await h.advance(TICK)
     before = moving(h)
@@ -345,9 +346,7 @@ async def test_moves_run_under_the_replication_throttles_which_go_once_they_are_
     the brokers it involves get the rate, and all of it goes once the moves are over."""
     h = await harness(tmp_path, concurrent_moves=2, replication_throttled_rate=RATE).start()
     try:
-        await h.start_brokers(1, 2, 3)
-        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
-        await h.start_brokers(4)
+        await broker_4_joins(h)
         seen = 0
         for _ in range(10):
             await h.heartbeat_all(1, 2, 3, 4)
@@ -402,9 +401,7 @@ async def test_throttles_set_by_someone_else_are_left_alone(tmp_path):
 
 async def test_a_new_controller_clears_the_throttles_of_the_moves_it_finds(tmp_path):
     h = await harness(tmp_path, concurrent_moves=2, replication_throttled_rate=RATE).start()
-    await h.start_brokers(1, 2, 3)
-    await h.create(("t", -1, -1, {}, assignment_12_rf2()))
-    await h.start_brokers(4)
+    await broker_4_joins(h)
     await h.heartbeat_all(1, 2, 3, 4)
     await h.advance(TICK)
     assert len(moving(h)) == 2 and broker_rates(h)
@@ -427,9 +424,7 @@ async def test_a_new_controller_clears_the_throttles_of_the_moves_it_finds(tmp_p
 async def test_no_throttles_with_a_rate_of_zero(tmp_path):
     h = await harness(tmp_path, replication_throttled_rate=0).start()
     try:
-        await h.start_brokers(1, 2, 3)
-        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
-        await h.start_brokers(4)
+        await broker_4_joins(h)
         await h.heartbeat_all(1, 2, 3, 4)
         await h.advance(TICK)
         assert moving(h)
@@ -441,9 +436,7 @@ async def test_no_throttles_with_a_rate_of_zero(tmp_path):
 async def test_the_throttles_of_a_move_cancelled_or_a_topic_deleted_go_too(tmp_path):
     h = await harness(tmp_path, concurrent_moves=50, replication_throttled_rate=RATE).start()
     try:
-        await h.start_brokers(1, 2, 3)
-        await h.create(("t", -1, -1, {}, assignment_12_rf2()))
-        await h.start_brokers(4)
+        await broker_4_joins(h)
         await h.heartbeat_all(1, 2, 3, 4)
         await h.advance(TICK)
         now = sorted(moving(h))

@@ -34,8 +34,9 @@ def test_whole_input() -> None:
     assert framer.buffered == 0
 
 
-def test_byte_at_a_time() -> None:
-    framer = Framer(1 << 20)
+@pytest.mark.parametrize("gather", [False, True])
+def test_byte_at_a_time(gather) -> None:
+    framer = Framer(1 << 20, gather=gather)
     out, boundaries, pos = [], set(), 0
     for b in BODIES:
         pos += 4 + len(b)
@@ -61,14 +62,21 @@ def test_many_frames_in_one_chunk_then_a_partial_tail() -> None:
     assert [bytes(f) for f in framer.feed(tail[2:])] == [b"tail-frame"]
 
 
+@pytest.mark.parametrize("gather", [False, True])
 @given(st.lists(st.binary(max_size=40), max_size=8), st.lists(st.integers(0, 60), max_size=12),
        st.sampled_from([bytes, bytearray, memoryview]))
 @FAST
-def test_any_chunking_gives_the_same_frames(bodies, cuts, kind) -> None:
+def test_any_chunking_gives_the_same_frames(gather, bodies, cuts, kind) -> None:
     stream = b"".join(frame(b) for b in bodies)
     points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
-    framer = Framer(100)
-    got = feed_all(framer, [kind(stream[a:b]) for a, b in zip(points, points[1:])])
+    framer = Framer(100, gather=gather)
+    got = []
+    for a, b in zip(points, points[1:]):
+        frames = framer.feed(kind(stream[a:b]))
+        assert all(type(f) is bytearray for f in frames)
+        got += [bytes(f) for f in frames]
+        # what is held is the partial frame's bytes so far, size prefix included
+        assert framer.buffered == b - sum(4 + len(x) for x in got)
     assert got == bodies and framer.buffered == 0
 
 
@@ -128,37 +136,8 @@ def test_negative_size_raises(size) -> None:
         Framer(10).feed(struct.pack(">i", size) + b"rest")
 
 
-# -- gather=True (a client's responses): the same frames, each byte copied once ----------
-
-
-@given(st.lists(st.binary(max_size=40), max_size=8), st.lists(st.integers(0, 60), max_size=12),
-       st.sampled_from([bytes, bytearray, memoryview]))
-@FAST
-def test_gathered_any_chunking_gives_the_same_frames(bodies, cuts, kind) -> None:
-    stream = b"".join(frame(b) for b in bodies)
-    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
-    framer = Framer(100, gather=True)
-    got = []
-    for a, b in zip(points, points[1:]):
-        frames = framer.feed(kind(stream[a:b]))
-        assert all(type(f) is bytearray for f in frames)
-        got += [bytes(f) for f in frames]
-        # what is held is the partial frame's bytes so far, size prefix included
-        assert framer.buffered == b - sum(4 + len(x) for x in got)
-    assert got == bodies and framer.buffered == 0
-
-
-def test_gathered_byte_at_a_time() -> None:
-    framer = Framer(1 << 20, gather=True)
-    out, boundaries, pos = [], set(), 0
-    for b in BODIES:
-        pos += 4 + len(b)
-        boundaries.add(pos)
-    for i in range(len(STREAM)):
-        got = framer.feed(STREAM[i:i + 1])
-        assert len(got) == (1 if i + 1 in boundaries else 0), i
-        out += [bytes(f) for f in got]
-    assert out == BODIES and framer.buffered == 0
+# -- gather=True (a client's responses): the same frames (the tests above run in both modes),
+# each byte copied once ----------
 
 
 def test_a_gathered_frame_holds_its_chunks_and_joins_them_once() -> None:
