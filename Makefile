@@ -61,7 +61,7 @@ test-images:
 	  command -v docker-compose >/dev/null 2>&1 || { echo "installing docker-compose (Debian package)"; \
 	    $(SUDO) apt-get -o DPkg::Lock::Timeout=600 update -qq && \
 	    $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq docker-compose >/dev/null; }; \
-	  $(MAKE) --no-print-directory image; \
+	  $(MAKE) --no-print-directory -j3 image; \
 	else echo "make test: the Docker engine does not answer (docker info failed): tests/deploy will be skipped"; fi
 
 # Long soaks / crash loops (not in CI).

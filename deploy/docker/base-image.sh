@@ -39,10 +39,10 @@ if [ ! -e "$rootfs/.complete" ]; then
         apt-get -o DPkg::Lock::Timeout=600 install -y -qq debootstrap >/dev/null
     }
     remove_rootfs
-    mkdir -p "$rootfs" "$(dirname "$rootfs")/debs"
+    mkdir -p "$rootfs" "$rootfs.debs"
     echo "debootstrap bookworm into $rootfs (+ $packages)"
     debootstrap --variant=minbase --include="$packages" \
-        --cache-dir="$(cd "$(dirname "$rootfs")/debs" && pwd)" bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || {
+        --cache-dir="$(cd "$rootfs.debs" && pwd)" bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || {
         tail -20 "$rootfs.log" >&2
         exit 1
     }
