@@ -9,10 +9,11 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test venv test-deps kcat zookeeper prometheus bench soak fuzz sim clean lint typecheck loadtest test-images image image-kbroker image-prometheus image-zookeeper
 
-# setup.py builds the four C helpers in place (storage/_record_walk.c, the produce path's record walk;
+# setup.py builds the five C helpers in place (storage/_record_walk.c, the produce path's record walk;
 # protocol/_produce_codec.c, the Produce request decoder and response encoder;
-# storage/_write_window.c, appends without a descriptor; broker/_request_stats.c, the request metrics).
-$(STAMP): pyproject.toml setup.py storage/_record_walk.c storage/_write_window.c broker/_request_stats.c protocol/_produce_codec.c
+# storage/_write_window.c, appends without a descriptor; broker/_request_stats.c, the request metrics;
+# broker/_tls_read.c, TLS connections' reads).
+$(STAMP): pyproject.toml setup.py storage/_record_walk.c storage/_write_window.c broker/_request_stats.c protocol/_produce_codec.c broker/_tls_read.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e .

@@ -25,7 +25,14 @@ acknowledgement is printed too: the share of the replicated produce in the end-t
 During each run every follower's lag (leader LEO - follower LEO, via ListOffsets with the
 debugging replica id) is sampled every 100 ms. Prints medians over rounds; never asserts.
 
-    python bench/replication_bench.py [--rounds 3] [--duration 8]
+``--before PATH`` runs the same rounds against the brokers of another checkout too
+(``git worktree add /tmp/before <commit>``), before and after alternating within each round,
+and prints both with the after/before ratio of each figure's medians: a same-run A/B, since
+figures taken minutes apart on this machine differ by up to 40 %. Each broker's CPU is also
+given per produce request of the whole run (its CPU seconds / the load's requests): every broker
+leads some partitions and follows others, so it is the cluster's cost spread per broker.
+
+    python bench/replication_bench.py [--rounds 3] [--duration 8] [--before PATH]
 """
 
 from __future__ import annotations
@@ -228,9 +235,9 @@ class EndToEndProbe:
                 "ack_p50_ms": pct(self.acks_ns, 0.50), "ack_p99_ms": pct(self.acks_ns, 0.99)}
 
 
-def one_round(args) -> dict:
+def one_round(args, repo: Path = REPO) -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rbench-"))
-    procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, overrides={
+    procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, repo=repo, overrides={
         "process.roles": "broker", "min.insync.replicas": 2,
         "log.retention.check.interval.ms": 3600000}) for i in (1, 2, 3)}
     try:
@@ -267,6 +274,8 @@ def one_round(args) -> dict:
             after = {i: cpu_seconds(p.pid) for i, p in procs.items()}
             window = args.duration + 1.0  # the tool's warm-up second is in the CPU window too
             res["cpu_util_per_broker"] = {i: round((after[i] - before[i]) / window, 2) for i in procs}
+            res["cpu_us_per_request_per_broker"] = {
+                i: round((after[i] - before[i]) / max(1, res.get("requests") or 0) * 1e6, 1) for i in procs}
             res["lag_max"] = max(lag.samples) if lag.samples else None
             res["lag_median"] = statistics.median(lag.samples) if lag.samples else None
             res["concurrency"] = f"{connections}x{depth}"
@@ -282,28 +291,50 @@ def fmt(ms: float | None) -> str:
     return "n/a" if ms is None else f"{ms:.2f}"
 
 
+def tree(path: Path) -> str:
+    out = subprocess.run(["git", "-C", str(path), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+    return f"{path} ({out.stdout.strip()[:80]})"
+
+
+def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list[dict]]]:
+    results: dict[str, tuple[list[dict], list[dict]]] = {name: ([], []) for name in trees}
+    for r in range(args.rounds):
+        for name, repo in trees.items():
+            res = one_round(args, repo)
+            full, halves = results[name]
+            f = res["full"][0]
+            full.append(f)
+            target = f["records_per_s"] / 2
+            half = min(res["half"], key=lambda x: abs(x["records_per_s"] - target))
+            halves.append(half)
+            print(f"round {r + 1} {name}: full {f['records_per_s']:>9,.0f} rec/s p50 {f['p50_ms']:.2f} p99 "
+                  f"{f['p99_ms']:.2f} ms cpu/req(leader of p1,p4) {f['server_cpu_us_per_request']:.0f} µs, cpu µs/req "
+                  f"per broker {f['cpu_us_per_request_per_broker']}, cpu util {f['cpu_util_per_broker']}, "
+                  f"lag max {f['lag_max']} median {f['lag_median']} | nearest half ({half['concurrency']}): "
+                  f"{half['records_per_s']:>9,.0f} rec/s p50 {half['p50_ms']:.2f} p99 {half['p99_ms']:.2f} ms, "
+                  f"lag max {half['lag_max']}; end-to-end p50 {fmt(half['e2e_p50_ms'])} p99 {fmt(half['e2e_p99_ms'])} "
+                  f"max {fmt(half.get('e2e_max_ms'))} ms ({half['e2e_records']} of {half['e2e_sent']} probe records; "
+                  f"send -> ack p50 {fmt(half['ack_p50_ms'])} p99 {fmt(half['ack_p99_ms'])} ms)",
+                  flush=True)
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--before", type=Path, metavar="PATH", help="also run the brokers of this checkout (same-run A/B)")
     args = ap.parse_args()
     args.half_steps = [(2, 4), (2, 2), (1, 2), (1, 1)]
-    full, halves = [], []
-    for r in range(args.rounds):
-        res = one_round(args)
-        f = res["full"][0]
-        full.append(f)
-        target = f["records_per_s"] / 2
-        half = min(res["half"], key=lambda x: abs(x["records_per_s"] - target))
-        halves.append(half)
-        print(f"round {r + 1}: full {f['records_per_s']:>9,.0f} rec/s p50 {f['p50_ms']:.2f} p99 {f['p99_ms']:.2f} ms "
-              f"cpu/req(leader of p1,p4) {f['server_cpu_us_per_request']:.0f} µs, cpu util {f['cpu_util_per_broker']}, "
-              f"lag max {f['lag_max']} median {f['lag_median']} | nearest half ({half['concurrency']}): "
-              f"{half['records_per_s']:>9,.0f} rec/s p50 {half['p50_ms']:.2f} p99 {half['p99_ms']:.2f} ms, "
-              f"lag max {half['lag_max']}; end-to-end p50 {fmt(half['e2e_p50_ms'])} p99 {fmt(half['e2e_p99_ms'])} "
-              f"max {fmt(half.get('e2e_max_ms'))} ms ({half['e2e_records']} of {half['e2e_sent']} probe records; "
-              f"send -> ack p50 {fmt(half['ack_p50_ms'])} p99 {fmt(half['ack_p99_ms'])} ms)",
-              flush=True)
+    trees = {"after": REPO}
+    if args.before is not None:
+        before = args.before.resolve()
+        if not (before / "broker" / "__main__.py").exists():
+            print(f"{before} is not a kbroker checkout", file=sys.stderr)
+            return 2
+        trees = {"before": before, "after": REPO}
+        print(f"before: {tree(before)}\nafter:  {tree(REPO)}", flush=True)
+    results = run_rounds(args, trees)
     med = statistics.median
 
     def spread(values) -> str:
@@ -311,21 +342,40 @@ def main() -> int:
         if not values:
             return "n/a"
         return f"{med(values):6.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+    def big(values) -> str:
+        values = list(values)
+        return f"{med(values):>10,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
     print()
-    print(f"medians over {args.rounds} rounds: RF=3, acks=all, min.insync.replicas=2, 4 partitions, 100-byte records, "
-          f"148/batch")
-    print(f"  full load   records/s {med(x['records_per_s'] for x in full):>12,.0f}   p50 "
-          f"{med(x['p50_ms'] for x in full):6.2f} ms   p99 {med(x['p99_ms'] for x in full):6.2f} ms   "
-          f"broker-1 CPU µs/request {med(x['server_cpu_us_per_request'] for x in full):6.0f}")
-    print(f"  ~half rate  records/s {med(x['records_per_s'] for x in halves):>12,.0f}   p50 "
-          f"{med(x['p50_ms'] for x in halves):6.2f} ms   p99 {med(x['p99_ms'] for x in halves):6.2f} ms")
-    print(f"  ~half rate  end-to-end (send -> consumer receive, probe records) p50 "
-          f"{spread(x['e2e_p50_ms'] for x in halves)} ms   p99 {spread(x['e2e_p99_ms'] for x in halves)} ms   "
-          f"(median [range] over rounds)")
-    print(f"  ~half rate  probe send -> acks=all acknowledgement                p50 "
-          f"{spread(x['ack_p50_ms'] for x in halves)} ms   p99 {spread(x['ack_p99_ms'] for x in halves)} ms")
-    print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
-          f"max of maxima {max(x['lag_max'] for x in full)}")
+    print(f"medians [range] over {args.rounds} rounds: RF=3, acks=all, min.insync.replicas=2, 4 partitions, "
+          f"100-byte records, 148/batch")
+    rows: dict[str, dict[str, float]] = {}
+    for name, (full, halves) in results.items():
+        m = rows[name] = {}
+        cpu = {b: [x["cpu_us_per_request_per_broker"][b] for x in full] for b in full[0]["cpu_us_per_request_per_broker"]}
+        m["full records/s"] = med(x["records_per_s"] for x in full)
+        m["full p99 ms"] = med(x["p99_ms"] for x in full)
+        m["half p99 ms"] = med(x["p99_ms"] for x in halves)
+        m["half e2e p99 ms"] = med(x["e2e_p99_ms"] for x in halves if x["e2e_p99_ms"] is not None) \
+            if any(x["e2e_p99_ms"] is not None for x in halves) else float("nan")
+        m["broker-1 cpu µs/req"] = med(x["server_cpu_us_per_request"] for x in full)
+        print(f"[{name}]")
+        print(f"  full load   records/s {big(x['records_per_s'] for x in full)}   p50 "
+              f"{spread(x['p50_ms'] for x in full)} ms   p99 {spread(x['p99_ms'] for x in full)} ms")
+        print(f"  full load   CPU µs per produce request: broker 1 (kafka_load's --server-pid) "
+              f"{spread(x['server_cpu_us_per_request'] for x in full)}; per broker (its CPU / all requests) "
+              + ", ".join(f"{b}: {spread(v)}" for b, v in cpu.items()))
+        print(f"  ~half rate  records/s {big(x['records_per_s'] for x in halves)}   p50 "
+              f"{spread(x['p50_ms'] for x in halves)} ms   p99 {spread(x['p99_ms'] for x in halves)} ms")
+        print(f"  ~half rate  end-to-end (send -> consumer receive, probe records) p50 "
+              f"{spread(x['e2e_p50_ms'] for x in halves)} ms   p99 {spread(x['e2e_p99_ms'] for x in halves)} ms")
+        print(f"  ~half rate  probe send -> acks=all acknowledgement                p50 "
+              f"{spread(x['ack_p50_ms'] for x in halves)} ms   p99 {spread(x['ack_p99_ms'] for x in halves)} ms")
+        print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
+              f"max of maxima {max(x['lag_max'] for x in full)}")
+    if len(rows) == 2:
+        print("after/before (ratio of medians): " + ", ".join(
+            f"{k} {rows['after'][k] / rows['before'][k]:.3f}" for k in rows["after"] if rows["before"][k]))
     return 0
 
 

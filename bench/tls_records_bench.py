@@ -10,7 +10,10 @@ Read side, one Produce request of 15 records of 1 KiB (16.5 KB), as the broker d
 * ``librdkafka``: in 31 TLS records, as librdkafka (confluent-kafka, kcat) sends it: it calls
   SSL_write per buffer segment, a record's header and its value being two segments (31 records per
   request is what the broker read from confluent-kafka in bench/security_bench.py's produce);
-* ``whole``: in 2 records, as a client that writes a request at once sends it (16 KiB a record).
+* ``whole``: in 2 records, as a client that writes a request at once sends it (16 KiB a record);
+  both read as uvloop's SSLProtocol reads (read(n, buffer) until SSLWantReadError) through
+  _ssl's read, a record a call, and (``-records``) through broker/_tls_read.c's, every whole
+  record in one call.
 Write side, what the broker encrypts:
 * ``answers-per-buffer`` / ``answers-records``: the Produce answers of one read (11, as read from
   confluent-kafka), a record per answer (uvloop's writelines of them as they are) vs through
@@ -35,19 +38,22 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from instructions import available, measured, per_iteration  # noqa: E402
 
-SIDES = ["librdkafka", "whole", "answers-per-buffer", "answers-records", "fetch-per-buffer", "fetch-records"]
+SIDES = ["librdkafka", "librdkafka-records", "whole", "whole-records", "answers-per-buffer", "answers-records", "fetch-per-buffer", "fetch-records"]
 REQUEST = [b"p" * 150] + [b"h" * 70 if i % 2 == 0 else b"v" * 1024 for i in range(30)]  # 31 segments
 ANSWERS = [[b"a" * 60] for _ in range(11)]
 FETCH = [b"f" * 78, bytes(200_000), b""]
 
 
-def tls_pair():
+def tls_pair(record_reader: bool = False):
+    from broker.network import FastSSLObject
     from cli.certs import make_certs
 
     directory = Path(tempfile.mkdtemp(prefix="tls-records-bench-"))
     keystore = make_certs(directory, ["localhost"], [])["localhost"]
     server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_ctx.load_cert_chain(keystore)
+    server_ctx.sslobject_class = FastSSLObject  # the listeners' (broker/network.py)
+    FastSSLObject.use_record_reader = record_reader
     client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client_ctx.load_verify_locations(directory / "ca.pem")
     s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -71,22 +77,30 @@ def tls_pair():
 def child(side: str, count: int) -> None:
     from broker.network import tls_writes
 
-    server, client, s_in, s_out, c_out = tls_pair()
-    sslobj = server._sslobj  # what uvloop calls (broker/network.py's FastSSLObject binds the same)
+    server, client, s_in, s_out, c_out = tls_pair(record_reader=side.endswith("-records"))
+    sslobj = server._sslobj  # what uvloop calls for writes (broker/network.py's FastSSLObject binds the same)
     buffer = memoryview(bytearray(256 << 10))
-    if side in ("librdkafka", "whole"):
+    if side.startswith(("librdkafka", "whole")):
         wires = []
         for _ in range(count):
-            for piece in (REQUEST if side == "librdkafka" else [b"".join(REQUEST)]):
+            for piece in (REQUEST if side.startswith("librdkafka") else [b"".join(REQUEST)]):
                 client.write(piece)
             wires.append(c_out.read())
         it = iter(wires)
+        read = server.read  # FastSSLObject's: _ssl's read, or broker/_tls_read.c's with -records
 
-        def step() -> None:  # uvloop's _do_read__buffered: read while the BIO or OpenSSL holds data
+        def step() -> None:  # uvloop's SSLProtocol._do_read__buffered: read until SSLWantReadError
             s_in.write(next(it))
-            got = 0
-            while s_in.pending or sslobj.pending():
-                got += sslobj.read(len(buffer) - got, buffer[got:])
+            wants = len(buffer)
+            got = read(wants, buffer)
+            try:
+                while got < wants:
+                    n = read(wants - got, buffer[got:])
+                    if not n:
+                        break
+                    got += n
+            except ssl.SSLWantReadError:
+                pass
             assert got == sum(map(len, REQUEST))
         measured(step, count)
         return
@@ -117,6 +131,10 @@ def main() -> int:
         print(f"{side}: {counts[side]:,.0f} instructions per iteration", flush=True)
     print(f"read: a produce request in 31 records (librdkafka) costs {counts['librdkafka'] / counts['whole']:.2f}x "
           f"one in 2 records, {(counts['librdkafka'] - counts['whole']) / 29:,.0f} instructions per extra record")
+    print(f"read with broker/_tls_read.c: {counts['librdkafka-records']:,.0f} vs {counts['librdkafka']:,.0f} instructions "
+          f"({counts['librdkafka-records'] / counts['librdkafka']:.2f}x) in 31 records, {counts['whole-records']:,.0f} vs "
+          f"{counts['whole']:,.0f} in 2; {(counts['librdkafka-records'] - counts['whole-records']) / 29:,.0f} "
+          f"instructions per extra record")
     for what in ("answers", "fetch"):
         print(f"write {what}: tls_writes {counts[f'{what}-records']:,.0f} vs a record per buffer "
               f"{counts[f'{what}-per-buffer']:,.0f} instructions ({counts[f'{what}-records'] / counts[f'{what}-per-buffer']:.2f}x)")

@@ -970,17 +970,39 @@ class SocketServer:
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
+def _record_reader() -> Callable[[Any], Any] | None:
+    """broker/_tls_read.c's ``reader_for``, bound to the OpenSSL of the loaded ``_ssl`` module;
+    None without the helper (no compiler at install) or when it cannot bind."""
+    try:
+        import _ssl
+
+        from . import _tls_read
+    except ImportError:
+        return None
+    return _tls_read.reader_for if _tls_read.bind(getattr(_ssl, "__file__", "")) else None
+
+
+_RECORD_READER = _record_reader()
+
+
 class FastSSLObject(ssl.SSLObject):
     """The SSLObject of a TLS listener's connections. uvloop binds ``read``, ``write`` and
     ``pending`` once per connection and calls them for every TLS record: here they are the
     C methods themselves, without ssl.py's Python wrapper frame per call (librdkafka writes a
-    TLS record per message: two per 1 KiB record produced)."""
+    TLS record per message: two per 1 KiB record produced). ``read`` is broker/_tls_read.c's
+    when it loads: every whole record that fits the buffer in one call (uvloop called ``read``
+    once per record, and once more to hear SSLWantReadError), OpenSSL's SSL_read_ex per record
+    and nothing else; ``_ssl``'s own read answers whatever is not a record read
+    (``use_record_reader`` False: always)."""
+
+    use_record_reader = True
 
     @classmethod
     def _create(cls, *args: Any, **kwargs: Any) -> "FastSSLObject":
         self = super()._create(*args, **kwargs)
         sslobj = self._sslobj
-        self.read = sslobj.read  # type: ignore[method-assign]
+        reader = _RECORD_READER(sslobj) if _RECORD_READER is not None and cls.use_record_reader else None
+        self.read = reader if reader is not None else sslobj.read  # type: ignore[method-assign]
         self.write = sslobj.write  # type: ignore[method-assign]
         self.pending = sslobj.pending  # type: ignore[method-assign]
         return self

@@ -19,6 +19,21 @@
  * .close()                    unmaps (idempotent; also on dealloc).
  * .offset, .length            the mapped range.
  *
+ * ReadMap(fd, capacity, length) a read-only MAP_SHARED mapping of [0, capacity) of the file
+ *                             behind fd for the reads of FileRecords (file_records.py,
+ *                             "Reading"). It holds a dup() of fd until closed, as mmap.mmap
+ *                             does, so the descriptor budget counts it as before and the file
+ *                             shows in /proc/PID/fd while it is mapped. capacity may exceed the
+ *                             file's size (mapping past EOF is legal; touching a page wholly
+ *                             past it is a SIGBUS), so only [0, length) is ever exported:
+ *                             length <= the bytes written, which the caller keeps.
+ * .extend(length)             sets the exported length (<= capacity): what an append made
+ *                             readable, with no new mapping. Views already exported keep the
+ *                             length they were taken with.
+ * len(), buffer protocol      length, and [0, length) read-only; m[i], m[a:b] copy as mmap's.
+ * .close()                    unmaps; BufferError while views are exported (as mmap.close).
+ * .capacity, .closed
+ *
  * The SIGBUS guard: a handler installed once (SA_SIGINFO | SA_NODEFER | SA_ONSTACK) jumps
  * back into write() when the fault happened inside one of its copies on this thread (a
  * thread-local jump buffer is armed only around the memcpy); any other SIGBUS goes to the
@@ -29,6 +44,7 @@
 #include <Python.h>
 #include "structmember.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
@@ -214,15 +230,200 @@ static PyTypeObject WindowType = {
     .tp_getset = Window_getset,
 };
 
+/* -- ReadMap ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    char *base;
+    Py_ssize_t capacity;
+    Py_ssize_t length;
+    Py_ssize_t exports;
+    int fd;  /* the dup() it holds, -1 once closed */
+} ReadMap;
+
+static int ReadMap_init(ReadMap *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"fd", "capacity", "length", NULL};
+    int fd;
+    Py_ssize_t capacity, length;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "inn", kwlist, &fd, &capacity, &length)) return -1;
+    if (self->base != NULL) {
+        PyErr_SetString(PyExc_ValueError, "already mapped");
+        return -1;
+    }
+    if (capacity <= 0 || length < 0 || length > capacity) {
+        PyErr_Format(PyExc_ValueError, "bad read mapping: capacity %zd, length %zd", capacity, length);
+        return -1;
+    }
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    void *base = mmap(NULL, (size_t)capacity, PROT_READ, MAP_SHARED, own, 0);
+    if (base == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        close(own);
+        return -1;
+    }
+    self->base = base;
+    self->fd = own;
+    self->capacity = capacity;
+    self->length = length;
+    return 0;
+}
+
+static void ReadMap_unmap(ReadMap *self) {
+    if (self->base != NULL) {
+        munmap(self->base, (size_t)self->capacity);
+        self->base = NULL;
+        close(self->fd);
+        self->fd = -1;
+    }
+}
+
+static void ReadMap_dealloc(ReadMap *self) {
+    ReadMap_unmap(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ReadMap_getbuffer(ReadMap *self, Py_buffer *view, int flags) {
+    if (self->base == NULL) {
+        PyErr_SetString(PyExc_ValueError, "mapping closed");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)self, self->base, self->length, 1, flags) != 0) return -1;
+    self->exports++;
+    return 0;
+}
+
+static void ReadMap_releasebuffer(ReadMap *self, Py_buffer *Py_UNUSED(view)) { self->exports--; }
+
+static PyBufferProcs ReadMap_as_buffer = {
+    .bf_getbuffer = (getbufferproc)ReadMap_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)ReadMap_releasebuffer,
+};
+
+static Py_ssize_t ReadMap_len(ReadMap *self) {
+    if (self->base == NULL) {
+        PyErr_SetString(PyExc_ValueError, "mapping closed");
+        return -1;
+    }
+    return self->length;
+}
+
+static PyObject *ReadMap_subscript(ReadMap *self, PyObject *item) {
+    if (self->base == NULL) {
+        PyErr_SetString(PyExc_ValueError, "mapping closed");
+        return NULL;
+    }
+    if (PyIndex_Check(item)) {
+        Py_ssize_t i = PyNumber_AsSsize_t(item, PyExc_IndexError);
+        if (i == -1 && PyErr_Occurred()) return NULL;
+        if (i < 0) i += self->length;
+        if (i < 0 || i >= self->length) {
+            PyErr_SetString(PyExc_IndexError, "mapping index out of range");
+            return NULL;
+        }
+        return PyLong_FromLong((unsigned char)self->base[i]);
+    }
+    if (PySlice_Check(item)) {
+        Py_ssize_t start, stop, step;
+        if (PySlice_Unpack(item, &start, &stop, &step) < 0) return NULL;
+        Py_ssize_t n = PySlice_AdjustIndices(self->length, &start, &stop, step);
+        if (step == 1) return PyBytes_FromStringAndSize(self->base + start, n);
+        PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+        if (out == NULL) return NULL;
+        char *dest = PyBytes_AS_STRING(out);
+        for (Py_ssize_t k = 0, i = start; k < n; k++, i += step) dest[k] = self->base[i];
+        return out;
+    }
+    PyErr_SetString(PyExc_TypeError, "mapping indices must be integers or slices");
+    return NULL;
+}
+
+static PyMappingMethods ReadMap_as_mapping = {
+    .mp_length = (lenfunc)ReadMap_len,
+    .mp_subscript = (binaryfunc)ReadMap_subscript,
+};
+
+static PySequenceMethods ReadMap_as_sequence = {
+    .sq_length = (lenfunc)ReadMap_len,
+};
+
+static PyObject *ReadMap_extend(ReadMap *self, PyObject *arg) {
+    Py_ssize_t length = PyLong_AsSsize_t(arg);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    if (self->base == NULL) {
+        PyErr_SetString(PyExc_ValueError, "mapping closed");
+        return NULL;
+    }
+    if (length < 0 || length > self->capacity) {
+        PyErr_Format(PyExc_ValueError, "length %zd outside a mapping of %zd", length, self->capacity);
+        return NULL;
+    }
+    self->length = length;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ReadMap_close(ReadMap *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->exports > 0) {
+        PyErr_SetString(PyExc_BufferError, "cannot close exported pointers exist");
+        return NULL;
+    }
+    ReadMap_unmap(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *ReadMap_closed(ReadMap *self, void *Py_UNUSED(closure)) { return PyBool_FromLong(self->base == NULL); }
+
+static PyMethodDef ReadMap_methods[] = {
+    {"extend", (PyCFunction)ReadMap_extend, METH_O, "extend(length): export [0, length) from now on"},
+    {"close", (PyCFunction)ReadMap_close, METH_NOARGS, "unmap; BufferError while views are exported"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef ReadMap_members[] = {
+    {"capacity", T_PYSSIZET, offsetof(ReadMap, capacity), READONLY, "bytes mapped (may pass EOF)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef ReadMap_getset[] = {
+    {"closed", (getter)ReadMap_closed, NULL, "True once unmapped", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ReadMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "storage._write_window.ReadMap",
+    .tp_basicsize = sizeof(ReadMap),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A read-only shared mapping of a file, longer than the file, exporting only its written bytes.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)ReadMap_init,
+    .tp_dealloc = (destructor)ReadMap_dealloc,
+    .tp_methods = ReadMap_methods,
+    .tp_members = ReadMap_members,
+    .tp_getset = ReadMap_getset,
+    .tp_as_buffer = &ReadMap_as_buffer,
+    .tp_as_mapping = &ReadMap_as_mapping,
+    .tp_as_sequence = &ReadMap_as_sequence,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_write_window", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit__write_window(void) {
-    if (PyType_Ready(&WindowType) < 0) return NULL;
+    if (PyType_Ready(&WindowType) < 0 || PyType_Ready(&ReadMapType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&WindowType);
     if (PyModule_AddObject(m, "Window", (PyObject *)&WindowType) < 0) {
         Py_DECREF(&WindowType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&ReadMapType);
+    if (PyModule_AddObject(m, "ReadMap", (PyObject *)&ReadMapType) < 0) {
+        Py_DECREF(&ReadMapType);
         Py_DECREF(m);
         return NULL;
     }

@@ -72,9 +72,9 @@ if TYPE_CHECKING:
     from protocol.records import Buffer
 
 try:
-    from ._write_window import Window
+    from ._write_window import ReadMap, Window
 except ImportError:  # not built (setup.py): appends without a descriptor open and close the file
-    Window = None  # type: ignore[assignment,misc]
+    Window = ReadMap = None  # type: ignore[assignment,misc]
 
 _ZERO_CHUNK = 1 << 20
 _EMPTY = memoryview(b"")
@@ -82,6 +82,9 @@ WINDOWS = Window is not None
 PAGE_SIZE = mmap.PAGESIZE
 WINDOW_BYTES = 256 << 10  # the file range one write window maps (module docstring)
 WINDOW_RELEASE_BYTES = 4 << 10  # written pages behind a window's end are given back this often (a page)
+READ_HEADROOM_MIN = 1 << 20  # a read mapping reaches this far past the data at least ("Reading" below)
+READ_HEADROOM_MAX = 64 << 20  # and at most this far (else as far as the data is long)
+read_maps = ReadMap is not None  # False: mmap.mmap of the file's size, the reference (tests flip it)
 
 
 def try_close(m: mmap.mmap) -> bool:
@@ -237,16 +240,36 @@ class FileRecords:
 
     # -- reading -------------------------------------------------------------------------
 
+    # Reading. A mapping made with mmap.mmap covers the file as it is (CPython refuses a length
+    # past EOF), so every read after an append mapped the file again: on a leader, every
+    # follower fetch and every consumer fetch at the tail paid an mmap, a munmap and the page
+    # faults of a fresh mapping (issue 29). Where the C module is built, the mapping is a
+    # ReadMap instead: it maps READ_HEADROOM past the data (legal past EOF; only touching a
+    # page wholly past EOF is a SIGBUS) and exports only [0, size), which ``extend`` moves up
+    # as appends land, so a read after an append costs no syscall until the data outgrows the
+    # headroom. Its ``len`` is the exported length, as an mmap's is the mapped one, so
+    # everything below (retiring, the shrink rule of ``_drop_tail``) reads the same; like an
+    # mmap it holds a descriptor of its own (a dup), so ``held_fds`` and the budget are as before.
+
     def buffer(self, end: int) -> mmap.mmap | memoryview:
         """A read-only buffer (the mapping) valid for [0, ``end``), ``end`` <= ``size``."""
         if end <= 0:
             return _EMPTY
         m = self._map
         if m is None or len(m) < end:
+            if m is not None and read_maps and type(m) is ReadMap and m.capacity >= self.size:
+                m.extend(self.size)  # the headroom holds it: no new mapping
+                return m
             if m is not None:
                 self._retire_map(m)
             self._prune_retired()
-            m = self._map = mmap.mmap(self._file(), self.size, access=mmap.ACCESS_READ)
+            if read_maps:
+                size = self.size
+                capacity = size + min(max(size, READ_HEADROOM_MIN), READ_HEADROOM_MAX)
+                capacity += -capacity % PAGE_SIZE
+                m = self._map = ReadMap(self._file(), capacity, size)
+            else:
+                m = self._map = mmap.mmap(self._file(), self.size, access=mmap.ACCESS_READ)
             if self.on_open is not None:
                 self.on_open()
         return m
@@ -296,7 +319,7 @@ class FileRecords:
                 if exc.errno == errno.ENXIO:  # nothing but holes from start on
                     return True
             stop = min(stop, start + _ZERO_CHUNK)
-            if buf[start:stop] != bytes(stop - start):
+            if buf[start:stop] != bytes(stop - start):  # a copy, from an mmap or a ReadMap alike
                 return False
             start = stop
         return True

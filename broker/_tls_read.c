@@ -1,0 +1,192 @@
+/* broker/_tls_read.c: the read method of a TLS listener's SSLObjects (broker/network.py's
+ * FastSSLObject), reading every whole TLS record OpenSSL can decrypt in one call.
+ *
+ * uvloop's SSLProtocol reads a connection's plaintext with SSLObject.read(n, buffer) until it
+ * raises SSLWantReadError, and OpenSSL's SSL_read_ex hands out one TLS record per call:
+ * librdkafka sends a 16 KiB Produce request as 31 records, so 31 calls, each parsing its
+ * arguments, taking a buffer, releasing and retaking the GIL and checking the error queue, and
+ * one more raising the exception. Here ``Reader(sslobj, fallback)(n, buffer)`` calls SSL_read_ex
+ * until ``buffer[:n]`` is full or OpenSSL has no whole record left, and returns the bytes read;
+ * when the first record is not there (no data yet, close_notify, an error) or the call is not of
+ * that form, it calls ``fallback`` (the C method ``_ssl._SSLSocket.read`` of the same object),
+ * whose answer or exception is then Python's own. Records after the first that fail stay for
+ * the next call, which is the fallback's: OpenSSL answers a failed read again the same way (no
+ * data yet; close_notify seen) and leaves a fatal error's reason in its error queue, which
+ * Python's read reports.
+ *
+ * Same SSL object, same library: SSL_read_ex and SSL_get_error are found through the loaded
+ * _ssl module (dlsym on its handle), never linked here, so they are those of the OpenSSL that
+ * made the SSL object. The SSL pointer is the second field of CPython's PySSLSocket (after the
+ * socket weakref); ``reader_for`` checks it is that object's (CPython stores the PySSLSocket as
+ * the SSL object's app data, ex_data index 0) before any Reader is made, and broker/network.py
+ * keeps Python's own read when this module does not load or the check fails.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stddef.h>
+
+typedef struct ssl_st SSL;
+typedef int (*read_ex_fn)(SSL *, void *, size_t, size_t *);
+typedef void *(*get_ex_data_fn)(const SSL *, int);
+
+static read_ex_fn ssl_read_ex;
+static get_ex_data_fn ssl_get_ex_data;
+static PyTypeObject *sslsocket_type; /* _ssl._SSLSocket, checked once (reader_for) */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *socket_weakref;
+    SSL *ssl;
+} PySSLSocketHead; /* CPython 3.8-3.13's PySSLSocket starts so */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *sslobj;   /* the _ssl._SSLSocket */
+    PyObject *fallback; /* its read method */
+    SSL *ssl;
+} Reader;
+
+static PyObject *
+reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Reader *self = (Reader *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || kwnames != NULL || args[1] == Py_None)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    Py_ssize_t n = PyLong_AsSsize_t(args[0]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (n <= 0 || n > view.len)
+        n = view.len;
+    size_t total = 0;
+    if (n > 0) {
+        char *buf = view.buf;
+        Py_BEGIN_ALLOW_THREADS
+        size_t got;
+        while (total < (size_t)n && ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) == 1)
+            total += got;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    if (total == 0) /* nothing whole to read, or a failure: Python's read says which */
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    return PyLong_FromSize_t(total);
+}
+
+static int
+reader_traverse(Reader *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->sslobj);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+reader_clear(Reader *self)
+{
+    Py_CLEAR(self->sslobj);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+reader_dealloc(Reader *self)
+{
+    PyObject_GC_UnTrack(self);
+    reader_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "broker._tls_read.Reader",
+    .tp_doc = "read(n, buffer): every whole TLS record that fits, in one call (see the module)",
+    .tp_basicsize = sizeof(Reader),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Reader, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = (traverseproc)reader_traverse,
+    .tp_clear = (inquiry)reader_clear,
+    .tp_dealloc = (destructor)reader_dealloc,
+};
+
+/* reader_for(sslobj): a Reader for the _ssl._SSLSocket ``sslobj`` (an SSLObject's _sslobj), or
+ * None when its SSL pointer cannot be trusted. */
+static PyObject *
+reader_for(PyObject *module, PyObject *sslobj)
+{
+    if (ssl_read_ex == NULL || ssl_get_ex_data == NULL)
+        Py_RETURN_NONE;
+    PyTypeObject *type = Py_TYPE(sslobj);
+    if (sslsocket_type == NULL) {
+        if (strcmp(type->tp_name, "_ssl._SSLSocket") != 0 || type->tp_basicsize < (Py_ssize_t)sizeof(PySSLSocketHead))
+            Py_RETURN_NONE;
+    }
+    else if (type != sslsocket_type)
+        Py_RETURN_NONE;
+    SSL *ssl = ((PySSLSocketHead *)sslobj)->ssl;
+    if (ssl == NULL || ssl_get_ex_data(ssl, 0) != (void *)sslobj)
+        Py_RETURN_NONE;
+    sslsocket_type = type;
+    PyObject *fallback = PyObject_GetAttrString(sslobj, "read");
+    if (fallback == NULL)
+        return NULL;
+    Reader *self = PyObject_GC_New(Reader, &ReaderType);
+    if (self == NULL) {
+        Py_DECREF(fallback);
+        return NULL;
+    }
+    self->vectorcall = reader_vectorcall;
+    Py_INCREF(sslobj);
+    self->sslobj = sslobj;
+    self->fallback = fallback;
+    self->ssl = ssl;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+/* bind(ssl_module_path): find SSL_read_ex and SSL_get_ex_data through the loaded _ssl module;
+ * returns whether both were found. */
+static PyObject *
+bind(PyObject *module, PyObject *path)
+{
+#if PY_VERSION_HEX < 0x03080000 || PY_VERSION_HEX >= 0x030E0000
+    Py_RETURN_FALSE; /* PySSLSocket's layout is known for 3.8-3.13 only */
+#endif
+    const char *p = PyUnicode_AsUTF8(path);
+    if (p == NULL)
+        return NULL;
+    void *handle = dlopen(p, RTLD_NOW | RTLD_NOLOAD);
+    if (handle == NULL)
+        Py_RETURN_FALSE;
+    read_ex_fn r = (read_ex_fn)dlsym(handle, "SSL_read_ex");
+    get_ex_data_fn g = (get_ex_data_fn)dlsym(handle, "SSL_get_ex_data");
+    if (r == NULL || g == NULL)
+        Py_RETURN_FALSE; /* the handle stays open: _ssl is loaded for good anyway */
+    ssl_read_ex = r;
+    ssl_get_ex_data = g;
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", bind, METH_O, "bind(path of the loaded _ssl module) -> whether OpenSSL's functions were found"},
+    {"reader_for", reader_for, METH_O, "reader_for(_ssl._SSLSocket) -> Reader, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "broker._tls_read", NULL, -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__tls_read(void)
+{
+    if (PyType_Ready(&ReaderType) < 0)
+        return NULL;
+    return PyModule_Create(&module_def);
+}

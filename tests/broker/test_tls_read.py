@@ -1,0 +1,154 @@
+"""broker/_tls_read.c, the read of a TLS listener's SSLObjects (every whole record in one call),
+against its reference, _ssl's own read: the same plaintext after every chunk of the wire, the
+same answers at the end (close_notify, a corrupted record), whatever the record sizes, the
+wire's chunks and the size of the reads."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from broker import network
+from broker.network import FastSSLObject
+
+
+@pytest.fixture(scope="module")
+def contexts(tmp_path_factory):
+    from cli.certs import make_certs
+
+    directory: Path = tmp_path_factory.mktemp("tls-read")
+    keystore = make_certs(directory, ["localhost"], [])["localhost"]
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(keystore)
+    server.sslobject_class = FastSSLObject
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(directory / "ca.pem")
+    return server, client
+
+
+def pair(contexts, record_reader: bool, version: ssl.TLSVersion):
+    server_ctx, client_ctx = contexts
+    server_ctx.maximum_version = version
+    FastSSLObject.use_record_reader = record_reader
+    try:
+        s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+        server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+        client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    finally:
+        FastSSLObject.use_record_reader = True
+    for _ in range(6):
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    return server, client, s_in, c_out
+
+
+def drain(server, size: int) -> tuple[bytes, str]:
+    """Read as uvloop's SSLProtocol does (``_do_read__buffered``): read(n, buffer) until the
+    buffer is full, 0 or an exception; what was read and how it ended."""
+    buffer = memoryview(bytearray(size))
+    got = 0
+    end = "full"
+    try:
+        while got < size:
+            n = server.read(size - got, buffer[got:])
+            if not n:
+                end = "eof"
+                break
+            got += n
+    except ssl.SSLWantReadError:
+        end = "want-read"
+    except ssl.SSLError as exc:
+        end = f"{type(exc).__name__}: {exc.reason}"
+    return bytes(buffer[:got]), end
+
+
+def run(contexts, record_reader, version, pieces, cuts, size, ending):
+    server, client, s_in, c_out = pair(contexts, record_reader, version)
+    if record_reader:
+        assert type(server.read).__name__ == "Reader"
+    for piece in pieces:
+        client.write(piece)
+    wire = c_out.read()
+    if ending == "close_notify":
+        try:
+            client.unwrap()
+        except ssl.SSLWantReadError:
+            pass
+        wire += c_out.read()
+    elif ending == "corrupt":
+        wire += b"\x17\x03\x03\x00\x20" + bytes(32)
+    steps = []
+    start = 0
+    for cut in sorted({min(len(wire), int(c * len(wire))) for c in cuts} | {len(wire)}):
+        s_in.write(wire[start:cut])
+        start = cut
+        while True:
+            data, end = drain(server, size)
+            steps.append((data, end))
+            if end != "full":
+                break
+    return steps
+
+
+@pytest.mark.skipif(network._RECORD_READER is None, reason="run by test_the_record_reader_is_built")
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(st.integers(1, 40_000).map(lambda n: bytes([n % 251]) * n), min_size=1, max_size=12),
+       cuts=st.lists(st.floats(0, 1), max_size=6), size=st.sampled_from([1, 100, 16384, 50_000, 256 << 10]),
+       ending=st.sampled_from(["none", "close_notify", "corrupt"]),
+       version=st.sampled_from([ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]))
+def test_the_record_reader_reads_what_ssl_reads(contexts, pieces, cuts, size, ending, version):
+    reference = run(contexts, False, version, pieces, cuts, size, ending)
+    fast = run(contexts, True, version, pieces, cuts, size, ending)
+    # The same bytes after each chunk of the wire, the same end; the reader may take in one
+    # call what _ssl's read hands out a record at a time, never more or less.
+    read = b"".join(d for d, _ in reference)
+    assert b"".join(d for d, _ in fast) == read and b"".join(pieces).startswith(read)
+    assert fast[-1][1] == reference[-1][1]
+
+    def per_chunk(steps):
+        out, acc = [], b""
+        for data, end in steps:
+            acc += data
+            if end != "full":
+                out.append((acc, end))
+                acc = b""
+        return out
+    assert per_chunk(fast) == per_chunk(reference)
+    if ending == "none":
+        assert b"".join(d for d, _ in fast) == b"".join(pieces)
+
+
+def test_the_record_reader_is_built():
+    """make test-deps builds broker/_tls_read.c and binds it to the loaded _ssl's OpenSSL."""
+    assert network._RECORD_READER is not None, "broker._tls_read is not built: run `make test-deps`"
+
+
+def test_the_record_reader_reads_every_whole_record_in_one_call(contexts):
+    server, client, s_in, c_out = pair(contexts, True, ssl.TLSVersion.TLSv1_3)
+    for i in range(31):  # a Produce request as librdkafka writes it
+        client.write(bytes([i]) * (70 if i % 2 else 1024))
+    wire = c_out.read()
+    s_in.write(wire[:-10])  # the last record not whole yet
+    buffer = memoryview(bytearray(1 << 18))
+    assert server.read(len(buffer), buffer) == 15 * 70 + 15 * 1024
+    with pytest.raises(ssl.SSLWantReadError):
+        server.read(1 << 17, buffer[1 << 17:])
+    s_in.write(wire[-10:])
+    assert server.read(len(buffer), buffer) == 1024
+    with pytest.raises(ssl.SSLWantReadError):  # no buffer: _ssl's read answers
+        server.read(5)
+
+
+def test_other_objects_get_no_record_reader():
+    if network._RECORD_READER is None:
+        pytest.skip("not built")
+    assert network._RECORD_READER(object()) is None
+    assert network._RECORD_READER(ssl.MemoryBIO()) is None
