@@ -29,9 +29,24 @@
 typedef struct ssl_st SSL;
 typedef int (*read_ex_fn)(SSL *, void *, size_t, size_t *);
 typedef void *(*get_ex_data_fn)(const SSL *, int);
+typedef int (*get_error_fn)(const SSL *, int);
+typedef void (*clear_error_fn)(void);
+typedef unsigned long (*peek_error_fn)(void);
+typedef void (*err_new_fn)(void);
+typedef void (*set_error_fn)(int, int, const char *, ...);
 
 static read_ex_fn ssl_read_ex;
 static get_ex_data_fn ssl_get_ex_data;
+static get_error_fn ssl_get_error;
+static clear_error_fn err_clear_error;
+static peek_error_fn err_peek_last_error;
+static err_new_fn err_new;
+static set_error_fn err_set_error; /* OpenSSL 3's: with 1.1 (no ERR_set_error) bind() says no */
+/* OpenSSL 3's packed error codes (openssl/err.h: ERR_GET_LIB, ERR_GET_REASON) */
+#define ERR_GET_LIB_(e) ((int)(((e) >> 23) & 0xFF))
+#define ERR_GET_REASON_(e) ((int)((e) & 0x7FFFFF))
+#define SSL_ERROR_WANT_READ_ 2   /* openssl/ssl.h's SSL_ERROR_WANT_READ */
+#define SSL_ERROR_ZERO_RETURN_ 6 /* openssl/ssl.h's SSL_ERROR_ZERO_RETURN (close_notify) */
 static PyTypeObject *sslsocket_type; /* _ssl._SSLSocket, checked once (reader_for) */
 
 typedef struct {
@@ -46,7 +61,51 @@ typedef struct {
     PyObject *sslobj;   /* the _ssl._SSLSocket */
     PyObject *fallback; /* its read method */
     SSL *ssl;
+    int failed; /* a record after whole ones failed: the next call is the fallback's (see below) */
+    unsigned long error; /* and the error OpenSSL queued for it (0: none) */
 } Reader;
+
+/* The read after a failed record (Reader.failed): OpenSSL's SSL object stays failed and its
+ * next read fails again, without queueing the reason again (the state machine is in error):
+ * the reason kept is put back on the queue first, so _ssl's read reports the same SSLError as
+ * when it read that record itself; should it not raise an SSLError after all, one is raised. */
+static PyObject *
+failed_read(Reader *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (self->error != 0) {
+        err_new();
+        err_set_error(ERR_GET_LIB_(self->error), ERR_GET_REASON_(self->error), NULL);
+        self->error = 0;
+    }
+    PyObject *result = PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *ssl_error = NULL, *want_read = NULL;
+    PyObject *ssl_module = PyImport_ImportModule("ssl");
+    if (ssl_module == NULL)
+        goto done;
+    ssl_error = PyObject_GetAttrString(ssl_module, "SSLError");
+    want_read = PyObject_GetAttrString(ssl_module, "SSLWantReadError");
+    Py_DECREF(ssl_module);
+    if (ssl_error == NULL || want_read == NULL)
+        goto done;
+    if (result != NULL || type == NULL || PyErr_GivenExceptionMatches(type, want_read)
+        || !PyErr_GivenExceptionMatches(type, ssl_error)) {
+        Py_CLEAR(result);
+        Py_CLEAR(type);
+        Py_CLEAR(value);
+        Py_CLEAR(tb);
+        PyErr_SetString(ssl_error, "a TLS record of this connection failed after the records read before it");
+        goto out;
+    }
+done:
+    if (type != NULL)
+        PyErr_Restore(type, value, tb);
+out:
+    Py_XDECREF(ssl_error);
+    Py_XDECREF(want_read);
+    return result;
+}
 
 static PyObject *
 reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -55,6 +114,10 @@ reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs != 2 || kwnames != NULL || args[1] == Py_None)
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    if (self->failed) {
+        self->failed = 0;
+        return failed_read(self, args, nargsf, kwnames);
+    }
     Py_ssize_t n = PyLong_AsSsize_t(args[0]);
     if (n == -1 && PyErr_Occurred())
         return NULL;
@@ -70,6 +133,19 @@ reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         size_t got;
         while (total < (size_t)n && ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) == 1)
             total += got;
+        /* A record after whole ones that failed for another reason than "not whole yet" (a bad
+         * record MAC, an alert, close_notify): OpenSSL's error queue is the thread's, and
+         * SSL_get_error() of whatever connection this thread reads next would take an entry
+         * left there for its own (SSL_ERROR_SSL for a mere "no data yet"). So the queue is
+         * emptied now and the failure is this connection's next read's to report. */
+        if (total > 0 && total < (size_t)n) {
+            int e = ssl_get_error(self->ssl, 0);
+            if (e != SSL_ERROR_WANT_READ_ && e != SSL_ERROR_ZERO_RETURN_) {
+                self->failed = 1;
+                self->error = err_peek_last_error();
+                err_clear_error();
+            }
+        }
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&view);
@@ -120,7 +196,7 @@ static PyTypeObject ReaderType = {
 static PyObject *
 reader_for(PyObject *module, PyObject *sslobj)
 {
-    if (ssl_read_ex == NULL || ssl_get_ex_data == NULL)
+    if (ssl_read_ex == NULL || ssl_get_ex_data == NULL || ssl_get_error == NULL || err_clear_error == NULL)
         Py_RETURN_NONE;
     PyTypeObject *type = Py_TYPE(sslobj);
     if (sslsocket_type == NULL) {
@@ -146,12 +222,14 @@ reader_for(PyObject *module, PyObject *sslobj)
     self->sslobj = sslobj;
     self->fallback = fallback;
     self->ssl = ssl;
+    self->failed = 0;
+    self->error = 0;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
 
-/* bind(ssl_module_path): find SSL_read_ex and SSL_get_ex_data through the loaded _ssl module;
- * returns whether both were found. */
+/* bind(ssl_module_path): find the OpenSSL functions used here through the loaded _ssl module;
+ * returns whether all were found (OpenSSL 3: ERR_set_error is new in 3.0). */
 static PyObject *
 bind(PyObject *module, PyObject *path)
 {
@@ -166,10 +244,20 @@ bind(PyObject *module, PyObject *path)
         Py_RETURN_FALSE;
     read_ex_fn r = (read_ex_fn)dlsym(handle, "SSL_read_ex");
     get_ex_data_fn g = (get_ex_data_fn)dlsym(handle, "SSL_get_ex_data");
-    if (r == NULL || g == NULL)
+    get_error_fn e = (get_error_fn)dlsym(handle, "SSL_get_error");
+    clear_error_fn c = (clear_error_fn)dlsym(handle, "ERR_clear_error");
+    peek_error_fn pk = (peek_error_fn)dlsym(handle, "ERR_peek_last_error");
+    err_new_fn nw = (err_new_fn)dlsym(handle, "ERR_new");
+    set_error_fn se = (set_error_fn)dlsym(handle, "ERR_set_error");
+    if (r == NULL || g == NULL || e == NULL || c == NULL || pk == NULL || nw == NULL || se == NULL)
         Py_RETURN_FALSE; /* the handle stays open: _ssl is loaded for good anyway */
     ssl_read_ex = r;
     ssl_get_ex_data = g;
+    ssl_get_error = e;
+    err_clear_error = c;
+    err_peek_last_error = pk;
+    err_new = nw;
+    err_set_error = se;
     Py_RETURN_TRUE;
 }
 

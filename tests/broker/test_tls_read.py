@@ -152,3 +152,24 @@ def test_other_objects_get_no_record_reader():
         pytest.skip("not built")
     assert network._RECORD_READER(object()) is None
     assert network._RECORD_READER(ssl.MemoryBIO()) is None
+
+
+def test_a_corrupted_record_read_after_good_ones_leaves_no_error_for_another_connection(contexts):
+    """OpenSSL's error queue is the thread's, and SSL_get_error() trusts it: a failed record
+    read after whole ones (the reader returns what it read) must not leave its error there,
+    or the next connection the event loop thread reads sees SSL_ERROR_SSL where it had nothing
+    yet (SSLWantReadError) and is closed for another connection's garbage."""
+    a, a_client, a_in, a_out = pair(contexts, True, ssl.TLSVersion.TLSv1_3)
+    b, b_client, b_in, b_out = pair(contexts, True, ssl.TLSVersion.TLSv1_3)
+    a_client.write(b"x" * 1000)
+    a_in.write(a_out.read() + b"\x17\x03\x03\x00\x20" + bytes(32))  # a whole record, then garbage
+    buffer = memoryview(bytearray(1 << 16))
+    assert a.read(len(buffer), buffer) == 1000
+    with pytest.raises(ssl.SSLWantReadError):  # b has nothing yet: nothing else to say
+        b.read(len(buffer), buffer)
+    b_client.write(b"y" * 10)
+    b_in.write(b_out.read())
+    assert b.read(len(buffer), buffer) == 10 and bytes(buffer[:10]) == b"y" * 10
+    with pytest.raises(ssl.SSLError) as failed:  # a's garbage is still a's, reported on its next read
+        a.read(len(buffer), buffer)
+    assert failed.value.reason == "DECRYPTION_FAILED_OR_BAD_RECORD_MAC"  # the reason _ssl's read gives
