@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from instructions import available, measured, per_iteration  # noqa: E402
 
-SIDES = ["librdkafka", "librdkafka-records", "whole", "whole-records", "answers-per-buffer", "answers-records", "fetch-per-buffer", "fetch-records"]
+SIDES = ["librdkafka", "librdkafka-records", "whole", "whole-records",
+         "answers-per-buffer", "answers-records", "fetch-per-buffer", "fetch-records"]
 REQUEST = [b"p" * 150] + [b"h" * 70 if i % 2 == 0 else b"v" * 1024 for i in range(30)]  # 31 segments
 ANSWERS = [[b"a" * 60] for _ in range(11)]
 FETCH = [b"f" * 78, bytes(200_000), b""]
