@@ -61,17 +61,17 @@ reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     Py_buffer view;
     if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0)
         return NULL;
-    if (n <= 0 || n > view.len)
-        n = view.len;
-    size_t total = 0;
-    if (n > 0) {
-        char *buf = view.buf;
-        Py_BEGIN_ALLOW_THREADS
-        size_t got;
-        while (total < (size_t)n && ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) == 1)
-            total += got;
-        Py_END_ALLOW_THREADS
+    if (n <= 0 || n > view.len) { /* not a read of n bytes into the buffer: _ssl's read says what it is */
+        PyBuffer_Release(&view);
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     }
+    size_t total = 0;
+    char *buf = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    size_t got;
+    while (total < (size_t)n && ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) == 1)
+        total += got;
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (total == 0) /* nothing whole to read, or a failure: Python's read says which */
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);

@@ -152,3 +152,18 @@ def test_other_objects_get_no_record_reader():
         pytest.skip("not built")
     assert network._RECORD_READER(object()) is None
     assert network._RECORD_READER(ssl.MemoryBIO()) is None
+
+
+@pytest.mark.parametrize("n", [0, -1, 5000])
+def test_reads_of_other_sizes_are_ssl_s_own(contexts, n):
+    """A size that is not 1..len(buffer) is _ssl's read's to answer (whatever it answers)."""
+    def outcome(record_reader):
+        server, client, s_in, c_out = pair(contexts, record_reader, ssl.TLSVersion.TLSv1_3)
+        client.write(b"m" * 3000)
+        s_in.write(c_out.read())
+        buffer = bytearray(1000)
+        try:
+            return server.read(n, buffer), bytes(buffer)
+        except Exception as exc:  # noqa: BLE001 - compared, whatever it is
+            return type(exc).__name__, str(exc)
+    assert outcome(True) == outcome(False)
