@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,7 @@ def measure(repo: Path, n: int) -> dict[str, float]:
             print(f"{repo} {side}: {per_record[side]:,.0f} instructions per record", flush=True)
     finally:
         broker.stop()
+        shutil.rmtree(directory, ignore_errors=True)
     return per_record
 
 
