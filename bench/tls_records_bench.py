@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """What a TLS record costs the broker, counted in instructions (bench/instructions.py: callgrind,
 a count, the same however busy the machine is). The broker's TLS is the event loop's: an
-SSLObject over memory BIOs, each buffer handed to the transport written on its own, each record
-read by a call of its own (uvloop's SSLProtocol); this bench drives an SSLObject pair the same
+SSLObject over memory BIOs, each buffer handed to the transport written on its own, read by
+uvloop's SSLProtocol with SSLObject.read until SSLWantReadError (a call per record with _ssl's
+read, one for all with broker/_tls_read.c's); this bench drives an SSLObject pair the same
 way in process, without sockets, so that OpenSSL's and Python's work per record is all that is
 counted. Numbers, never pass/fail.
 
@@ -38,7 +39,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from instructions import available, measured, per_iteration  # noqa: E402
 
-SIDES = ["librdkafka", "librdkafka-records", "whole", "whole-records", "answers-per-buffer", "answers-records", "fetch-per-buffer", "fetch-records"]
+SIDES = ["librdkafka", "librdkafka-records", "whole", "whole-records",
+         "answers-per-buffer", "answers-records", "fetch-per-buffer", "fetch-records"]
 REQUEST = [b"p" * 150] + [b"h" * 70 if i % 2 == 0 else b"v" * 1024 for i in range(30)]  # 31 segments
 ANSWERS = [[b"a" * 60] for _ in range(11)]
 FETCH = [b"f" * 78, bytes(200_000), b""]

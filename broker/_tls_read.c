@@ -111,43 +111,43 @@ static PyObject *
 reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Reader *self = (Reader *)callable;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 2 || kwnames != NULL || args[1] == Py_None)
-        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     if (self->failed) {
         self->failed = 0;
         return failed_read(self, args, nargsf, kwnames);
     }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || kwnames != NULL || args[1] == Py_None)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     Py_ssize_t n = PyLong_AsSsize_t(args[0]);
     if (n == -1 && PyErr_Occurred())
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[1], &view, PyBUF_WRITABLE) < 0)
         return NULL;
-    if (n <= 0 || n > view.len)
-        n = view.len;
-    size_t total = 0;
-    if (n > 0) {
-        char *buf = view.buf;
-        Py_BEGIN_ALLOW_THREADS
-        size_t got;
-        while (total < (size_t)n && ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) == 1)
-            total += got;
-        /* A record after whole ones that failed for another reason than "not whole yet" (a bad
-         * record MAC, an alert, close_notify): OpenSSL's error queue is the thread's, and
-         * SSL_get_error() of whatever connection this thread reads next would take an entry
-         * left there for its own (SSL_ERROR_SSL for a mere "no data yet"). So the queue is
-         * emptied now and the failure is this connection's next read's to report. */
-        if (total > 0 && total < (size_t)n) {
-            int e = ssl_get_error(self->ssl, 0);
-            if (e != SSL_ERROR_WANT_READ_ && e != SSL_ERROR_ZERO_RETURN_) {
-                self->failed = 1;
-                self->error = err_peek_last_error();
-                err_clear_error();
-            }
-        }
-        Py_END_ALLOW_THREADS
+    if (n <= 0 || n > view.len) { /* not a read of n bytes into the buffer: _ssl's read says what it is */
+        PyBuffer_Release(&view);
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     }
+    size_t total = 0;
+    char *buf = view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    size_t got;
+    while (total < (size_t)n && ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) == 1)
+        total += got;
+    /* A record after whole ones that failed for another reason than "not whole yet" (a bad
+     * record MAC, an alert): OpenSSL's error queue is the thread's, and SSL_get_error() of
+     * whatever connection this thread reads next would take an entry left there for its own
+     * (SSL_ERROR_SSL for a mere "no data yet"). So the queue is emptied now, the error kept,
+     * and the failure is this connection's next read's to report (failed_read). */
+    if (total > 0 && total < (size_t)n) {
+        int e = ssl_get_error(self->ssl, 0);
+        if (e != SSL_ERROR_WANT_READ_ && e != SSL_ERROR_ZERO_RETURN_) {
+            self->failed = 1;
+            self->error = err_peek_last_error();
+            err_clear_error();
+        }
+    }
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (total == 0) /* nothing whole to read, or a failure: Python's read says which */
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);

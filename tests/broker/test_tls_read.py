@@ -173,3 +173,18 @@ def test_a_corrupted_record_read_after_good_ones_leaves_no_error_for_another_con
     with pytest.raises(ssl.SSLError) as failed:  # a's garbage is still a's, reported on its next read
         a.read(len(buffer), buffer)
     assert failed.value.reason == "DECRYPTION_FAILED_OR_BAD_RECORD_MAC"  # the reason _ssl's read gives
+
+
+@pytest.mark.parametrize("n", [0, -1, 5000])
+def test_reads_of_other_sizes_are_ssl_s_own(contexts, n):
+    """A size that is not 1..len(buffer) is _ssl's read's to answer (whatever it answers)."""
+    def outcome(record_reader):
+        server, client, s_in, c_out = pair(contexts, record_reader, ssl.TLSVersion.TLSv1_3)
+        client.write(b"m" * 3000)
+        s_in.write(c_out.read())
+        buffer = bytearray(1000)
+        try:
+            return server.read(n, buffer), bytes(buffer)
+        except Exception as exc:  # noqa: BLE001 - compared, whatever it is
+            return type(exc).__name__, str(exc)
+    assert outcome(True) == outcome(False)
