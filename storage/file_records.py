@@ -64,7 +64,7 @@ import errno
 import mmap
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Union, cast
 
 from . import fileio
 
@@ -85,9 +85,10 @@ WINDOW_RELEASE_BYTES = 4 << 10  # written pages behind a window's end are given 
 READ_HEADROOM_MIN = 1 << 20  # a read mapping reaches this far past the data at least ("Reading" below)
 READ_HEADROOM_MAX = 64 << 20  # and at most this far (else as far as the data is long)
 read_maps = ReadMap is not None  # False: mmap.mmap of the file's size, the reference (tests flip it)
+Mapping = Union[mmap.mmap, "ReadMap"]  # a read mapping of a .log ("Reading" below)
 
 
-def try_close(m: mmap.mmap) -> bool:
+def try_close(m: Mapping) -> bool:
     """Close ``m`` unless memoryviews of it are alive; True when it is closed."""
     try:
         m.close()
@@ -99,15 +100,15 @@ def try_close(m: mmap.mmap) -> bool:
 class FileRecords:
     """Not thread-safe."""
 
-    def __init__(self, path: Path, size: int | None = None, retired: list[mmap.mmap] | None = None) -> None:
+    def __init__(self, path: Path, size: int | None = None, retired: list[Mapping] | None = None) -> None:
         self.path = path
         self._path = os.fspath(path)  # opened on many appends (issue 12): converted once
         self._fd = fileio.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
         self._closed = False
         self.file_size = os.fstat(self._fd).st_size
         self.size = self.file_size if size is None else min(size, self.file_size)
-        self._map: mmap.mmap | None = None
-        self._retired: list[mmap.mmap] = retired if retired is not None else []
+        self._map: Mapping | None = None
+        self._retired: list[Mapping] = retired if retired is not None else []
         self.on_open: Callable[[], None] | None = None  # see the module docstring
         self._window: Window | None = None  # see "Write windows"
         self._released = 0  # file position below which the window's pages were given back
@@ -252,9 +253,14 @@ class FileRecords:
     # mmap it holds a descriptor of its own (a dup), so ``held_fds`` and the budget are as before.
 
     def buffer(self, end: int) -> mmap.mmap | memoryview:
-        """A read-only buffer (the mapping) valid for [0, ``end``), ``end`` <= ``size``."""
+        """A read-only buffer (the mapping) valid for [0, ``end``), ``end`` <= ``size``. Typed as
+        an mmap for protocol.records' ``Buffer``, which cannot name a storage type: a ReadMap
+        offers what it is read through, the buffer protocol, ``len`` and slicing."""
         if end <= 0:
             return _EMPTY
+        return cast(mmap.mmap, self._mapping(end))
+
+    def _mapping(self, end: int) -> Mapping:
         m = self._map
         if m is None or len(m) < end:
             if m is not None and read_maps and type(m) is ReadMap and m.capacity >= self.size:
@@ -280,7 +286,7 @@ class FileRecords:
             return _EMPTY
         return memoryview(self.buffer(end))[start:end]
 
-    def _retire_map(self, m: mmap.mmap) -> None:
+    def _retire_map(self, m: Mapping) -> None:
         """``m``, the current mapping, is replaced: closed, or kept until its views are gone."""
         self._map = None
         if not try_close(m):
@@ -351,7 +357,7 @@ class FileRecords:
         """A descriptor of the file the caller owns (to fsync elsewhere)."""
         return fileio.dup(self._fd) if self._fd >= 0 else fileio.open(self._path, os.O_RDONLY)
 
-    def close(self) -> list[mmap.mmap]:
+    def close(self) -> list[Mapping]:
         """Close the file; returns the mappings still exported (the next FileRecords of this
         file must know them before it shrinks the file)."""
         if not self._closed:

@@ -29,7 +29,6 @@ closed segment must still answer (size, largest timestamp, next offset) is kept 
 
 from __future__ import annotations
 
-import mmap
 import os
 import random
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from protocol.errors import KafkaError
 from protocol.records import BatchHeader, batch_body, check_batch, decode_records, find_batch, iter_batch_headers
 
 from . import fileio
-from .file_records import FileRecords
+from .file_records import FileRecords, Mapping
 from .index import CorruptIndexError
 from .offset_index import INT32_MAX, OffsetIndex
 from .segment_budget import NEVER, USED, OpenSegmentBudget
@@ -100,7 +99,7 @@ class LogSegment:
         self._records: FileRecords | None = None
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
-        self._retired_maps: list[mmap.mmap] = []
+        self._retired_maps: list[Mapping] = []
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, *, budget: OpenSegmentBudget, index_interval_bytes: int,

@@ -36,13 +36,12 @@ that fits the budget is admitted on its second miss and then hits.
 from __future__ import annotations
 
 import logging
-import mmap
 import resource
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .file_records import try_close
+from .file_records import Mapping, try_close
 
 log = logging.getLogger("kbroker.storage.segment")
 
@@ -175,7 +174,7 @@ class OpenSegmentBudget:
         # written) when their segment gave its files up: each holds a descriptor until closed,
         # so they are closed here once their readers are done, not when (if ever) the segment
         # is used again. The lists are the segments' own (file_records.py), pruned in place.
-        self._retired: list[list[mmap.mmap]] = []
+        self._retired: list[list[Mapping]] = []
         self.misses = 0  # appends that found their active segment's .log closed (``admit``)
 
     @classmethod
@@ -198,7 +197,7 @@ class OpenSegmentBudget:
         files = self.files
         return files.total < files.budget or misses - last <= files.budget
 
-    def retired(self, maps: list[mmap.mmap]) -> None:
+    def retired(self, maps: list[Mapping]) -> None:
         """A closed segment's mappings still exported: closed by a later ``update`` once free."""
         if maps and not any(listed is maps for listed in self._retired):
             self._retired.append(maps)
