@@ -18,7 +18,8 @@ is in this file, and the Log drives it:
   ``encode_snapshot``) hold the state at an offset. ``truncate_and_reload`` loads the newest
   usable one; the Log then replays the headers after it (at open, and after truncating
   its end). ``truncate_head`` follows the log start offset: as in Kafka 2.0-2.4, a producer
-  whose last batch is gone is forgotten (Kafka 2.5+ keeps it, KIP-360).
+  whose last batch is gone is forgotten (Kafka 2.5+ keeps it, KIP-360), except while its
+  transaction is open: then it keeps its last batch, whose sequence its next batch follows.
 * ``remove_expired_producers`` forgets a producer with no append for
   producer.id.expiration.ms, by the broker's clock at its appends (a snapshot's producers
   count from when it was loaded). Kafka goes by the batches' max timestamps instead, which
@@ -494,12 +495,18 @@ class ProducerStateManager:
         return len(expired)
 
     def truncate_head(self, log_start_offset: int) -> None:
-        """The log now starts at ``log_start_offset``: forget the batches before it, the
-        producers left with none, and the snapshots below it (Kafka 2.x's truncateHead)."""
+        """The log now starts at ``log_start_offset``: forget the batches before it (but the
+        last of a producer with an open transaction), the producers left with none, and the
+        snapshots below it (Kafka 2.x's truncateHead)."""
         gone = []
         for pid, entry in self.producers.items():
             batches = entry.batches
             while batches and batches[0].last_offset < log_start_offset:
+                if len(batches) == 1 and entry.current_txn_first_offset >= 0:
+                    # kept for its open transaction (its marker may still come: the coordinator
+                    # writes markers after answering EndTxn), so it keeps its last sequence too,
+                    # or its next batch at the same epoch would be out of order
+                    break
                 batches.popleft()
             if not batches and entry.current_txn_first_offset < 0:
                 gone.append(pid)

@@ -11,6 +11,7 @@ from storage_helpers import START_MS, batch, open_log
 from protocol.clock import MockTime
 from protocol.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
 from protocol.records import iter_batch_headers, read_control_record
+from storage import Log, LogConfig
 from storage.txn_index import ENTRY_SIZE, AbortedTxn, decode_entries
 
 A, B = 1000, 2000
@@ -155,3 +156,32 @@ def test_idle_producer_with_an_open_transaction_does_not_expire(tmp_path):
     assert log.remove_expired_producers(time.milliseconds()) == 1
     assert log.last_entry(A) is not None and log.last_entry(B) is None
     assert START_MS  # (timestamps of the helpers' batches)
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+def test_log_start_passing_an_open_transaction_keeps_its_sequence(tmp_path, reopen):
+    """librdkafka's 0103_transactions (do_test_fatal_idempo_error_without_kip360): a transaction
+    commits, and a DeleteRecords past its data reaches the leader before the COMMIT marker (the
+    coordinator writes markers after answering EndTxn). The producer's entry stays for its open
+    transaction; its next transaction goes on at the next sequence with the same epoch, which
+    must be accepted, as by Kafka, not refused OUT_OF_ORDER_SEQUENCE_NUMBER for want of a last
+    sequence (librdkafka takes that for a fatal desynchronisation)."""
+    log = open_log(tmp_path / "t-0")
+    for seq in range(6):
+        log.append_as_leader(txn(A, seq), 0)           # 0-5
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(6)
+    assert log.last_entry(A).last_seq == 5             # kept: its transaction is open
+    if reopen:
+        log.close()                                    # the snapshot holds the entry as it is
+        log = Log.open(tmp_path / "t-0", LogConfig(), time=MockTime(), log_start_offset=6)
+    log.append_end_txn_marker(A, 0, 0, True, 0)       # 6: the commit
+    assert log.append_as_leader(txn(A, 6), 0).first_offset == 7
+    assert log.last_entry(A).last_seq == 6
+    # once the log start passes the marker too, the producer is forgotten: any sequence
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(7)
+    log.append_end_txn_marker(A, 0, 0, True, 0)       # 8
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(9)
+    assert log.last_entry(A) is None
