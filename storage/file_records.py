@@ -77,7 +77,7 @@ except ImportError:  # not built (setup.py): appends without a descriptor open a
     Window = ReadMap = None  # type: ignore[assignment,misc]
 
 _ZERO_CHUNK = 1 << 20
-_EMPTY = memoryview(b"")
+_NOTHING = b""  # an empty read: a new view of it each time (a caller may release what it gets)
 WINDOWS = Window is not None
 PAGE_SIZE = mmap.PAGESIZE
 WINDOW_BYTES = 256 << 10  # the file range one write window maps (module docstring)
@@ -257,7 +257,7 @@ class FileRecords:
         an mmap for protocol.records' ``Buffer``, which cannot name a storage type: a ReadMap
         offers what it is read through, the buffer protocol, ``len`` and slicing."""
         if end <= 0:
-            return _EMPTY
+            return memoryview(_NOTHING)
         return cast(mmap.mmap, self._mapping(end))
 
     def _mapping(self, end: int) -> Mapping:
@@ -283,7 +283,7 @@ class FileRecords:
     def slice(self, start: int, end: int) -> memoryview:
         """Zero-copy view of [start, end)."""
         if end <= start:
-            return _EMPTY
+            return memoryview(_NOTHING)
         return memoryview(self.buffer(end))[start:end]
 
     def _retire_map(self, m: Mapping) -> None:

@@ -68,7 +68,7 @@ log = logging.getLogger("kbroker.storage.log")
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
-_EMPTY = memoryview(b"")
+_NOTHING = b""  # an empty fetch: a new view of it each time (a caller may release what it gets)
 
 
 class OffsetsOutOfOrderError(InvalidRecordError):
@@ -643,7 +643,7 @@ class Log:
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
                 if found is not None:
                     return FetchDataInfo(found[1], found[0], lso, leo)
-        return FetchDataInfo(_EMPTY, start_offset, lso, leo)
+        return FetchDataInfo(memoryview(_NOTHING), start_offset, lso, leo)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """The first record (at or after log_start_offset) whose timestamp is >= ``timestamp``.

@@ -144,3 +144,15 @@ def test_a_read_map_reads_what_the_mmap_reference_reads(tmp_path_factory, ops):
     held.clear()
     for records in files.values():
         records.close()
+
+
+def test_an_empty_read_released_by_its_caller_leaves_later_empty_reads_whole(tmp_path):
+    """An empty read is a view of its own: a caller releasing it (as the fetch path may, once
+    its answer is sent) does not release the next caller's."""
+    records = FileRecords(tmp_path / "0.log")
+    records.append(b"a" * 10)
+    for empty in (lambda: records.buffer(0), lambda: records.slice(5, 5)):
+        first = empty()
+        first.release()
+        assert bytes(empty()) == b"" and len(empty()) == 0
+    records.close()
