@@ -44,9 +44,11 @@ static err_new_fn err_new;
 static set_error_fn err_set_error; /* OpenSSL 3's: with 1.1 (no ERR_set_error) bind() says no */
 /* OpenSSL 3's packed error codes (openssl/err.h: ERR_GET_LIB, ERR_GET_REASON) */
 #define ERR_GET_LIB_(e) ((int)(((e) >> 23) & 0xFF))
+#define ERR_SYSTEM_FLAG_ ((unsigned long)0x80000000UL) /* openssl/err.h: ERR_SYSTEM_FLAG (INT_MAX + 1) */
+#define ERR_LIB_SYS_ 2
 #define ERR_GET_REASON_(e) ((int)((e) & 0x7FFFFF))
-#define SSL_ERROR_WANT_READ_ 2   /* openssl/ssl.h's SSL_ERROR_WANT_READ */
-#define SSL_ERROR_ZERO_RETURN_ 6 /* openssl/ssl.h's SSL_ERROR_ZERO_RETURN (close_notify) */
+#define SSL_ERROR_SSL_ 1     /* openssl/ssl.h's SSL_ERROR_SSL */
+#define SSL_ERROR_SYSCALL_ 5 /* openssl/ssl.h's SSL_ERROR_SYSCALL */
 static PyTypeObject *sslsocket_type; /* _ssl._SSLSocket, checked once (reader_for) */
 
 typedef struct {
@@ -73,8 +75,12 @@ static PyObject *
 failed_read(Reader *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (self->error != 0) {
+        unsigned long e = self->error;
         err_new();
-        err_set_error(ERR_GET_LIB_(self->error), ERR_GET_REASON_(self->error), NULL);
+        if (e & ERR_SYSTEM_FLAG_) /* a system error: errno in the low bits, library "system" */
+            err_set_error(ERR_LIB_SYS_, (int)(e & ~ERR_SYSTEM_FLAG_), NULL);
+        else
+            err_set_error(ERR_GET_LIB_(e), ERR_GET_REASON_(e), NULL);
         self->error = 0;
     }
     PyObject *result = PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
@@ -91,6 +97,7 @@ failed_read(Reader *self, PyObject *const *args, size_t nargsf, PyObject *kwname
         goto done;
     if (result != NULL || type == NULL || PyErr_GivenExceptionMatches(type, want_read)
         || !PyErr_GivenExceptionMatches(type, ssl_error)) {
+        err_clear_error(); /* what was put back, unless _ssl raised it (and then cleared it) */
         Py_CLEAR(result);
         Py_CLEAR(type);
         Py_CLEAR(value);
@@ -141,7 +148,7 @@ reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
      * and the failure is this connection's next read's to report (failed_read). */
     if (total > 0 && total < (size_t)n) {
         int e = ssl_get_error(self->ssl, 0);
-        if (e != SSL_ERROR_WANT_READ_ && e != SSL_ERROR_ZERO_RETURN_) {
+        if (e == SSL_ERROR_SSL_ || e == SSL_ERROR_SYSCALL_) {
             self->failed = 1;
             self->error = err_peek_last_error();
             err_clear_error();
@@ -208,7 +215,10 @@ reader_for(PyObject *module, PyObject *sslobj)
     SSL *ssl = ((PySSLSocketHead *)sslobj)->ssl;
     if (ssl == NULL || ssl_get_ex_data(ssl, 0) != (void *)sslobj)
         Py_RETURN_NONE;
-    sslsocket_type = type;
+    if (sslsocket_type == NULL) {
+        Py_INCREF(type); /* a heap type since 3.10: kept alive while cached */
+        sslsocket_type = type;
+    }
     PyObject *fallback = PyObject_GetAttrString(sslobj, "read");
     if (fallback == NULL)
         return NULL;
@@ -233,8 +243,9 @@ reader_for(PyObject *module, PyObject *sslobj)
 static PyObject *
 bind(PyObject *module, PyObject *path)
 {
-#if PY_VERSION_HEX < 0x03080000 || PY_VERSION_HEX >= 0x030E0000
-    Py_RETURN_FALSE; /* PySSLSocket's layout is known for 3.8-3.13 only */
+#if PY_VERSION_HEX < 0x03080000 || PY_VERSION_HEX >= 0x030E0000 || defined(Py_GIL_DISABLED)
+    Py_RETURN_FALSE; /* PySSLSocket's layout is known for 3.8-3.13 only; free-threaded builds
+                        lock each SSL object, which this read would bypass */
 #endif
     const char *p = PyUnicode_AsUTF8(path);
     if (p == NULL)

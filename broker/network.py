@@ -979,7 +979,10 @@ def _record_reader() -> Callable[[Any], Any] | None:
         from . import _tls_read
     except ImportError:
         return None
-    return _tls_read.reader_for if _tls_read.bind(getattr(_ssl, "__file__", "")) else None
+    path = getattr(_ssl, "__file__", None)
+    if not path:  # _ssl built into the interpreter: dlopen("") would search the whole process
+        return None
+    return _tls_read.reader_for if _tls_read.bind(path) else None
 
 
 _RECORD_READER = _record_reader()

@@ -357,8 +357,9 @@ static PyObject *ReadMap_extend(ReadMap *self, PyObject *arg) {
         PyErr_SetString(PyExc_ValueError, "mapping closed");
         return NULL;
     }
-    if (length < 0 || length > self->capacity) {
-        PyErr_Format(PyExc_ValueError, "length %zd outside a mapping of %zd", length, self->capacity);
+    if (length < self->length || length > self->capacity) {
+        /* never down: views of the old length may live, and the file is cut only below them */
+        PyErr_Format(PyExc_ValueError, "length %zd outside [%zd, %zd]", length, self->length, self->capacity);
         return NULL;
     }
     self->length = length;

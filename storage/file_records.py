@@ -269,13 +269,19 @@ class FileRecords:
             if m is not None:
                 self._retire_map(m)
             self._prune_retired()
+            m = None
             if read_maps:
                 size = self.size
                 capacity = size + min(max(size, READ_HEADROOM_MIN), READ_HEADROOM_MAX)
                 capacity += -capacity % PAGE_SIZE
-                m = self._map = ReadMap(self._file(), capacity, size)
-            else:
-                m = self._map = mmap.mmap(self._file(), self.size, access=mmap.ACCESS_READ)
+                try:
+                    m = ReadMap(self._file(), capacity, size)
+                except OSError as exc:  # the headroom's address space refused (ulimit -v): as before
+                    if exc.errno != errno.ENOMEM:
+                        raise
+            if m is None:
+                m = mmap.mmap(self._file(), self.size, access=mmap.ACCESS_READ)
+            self._map = m
             if self.on_open is not None:
                 self.on_open()
         return m

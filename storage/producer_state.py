@@ -495,20 +495,20 @@ class ProducerStateManager:
         return len(expired)
 
     def truncate_head(self, log_start_offset: int) -> None:
-        """The log now starts at ``log_start_offset``: forget the batches before it (but the
-        last of a producer with an open transaction), the producers left with none, and the
-        snapshots below it (Kafka 2.x's truncateHead)."""
+        """The log now starts at ``log_start_offset``: forget the batches before it (but not
+        those of a producer with an open transaction), the producers left with none, and the
+        snapshots below it (as Kafka 2.5+'s truncateHead, which keeps such a producer whole)."""
         gone = []
         for pid, entry in self.producers.items():
+            if entry.current_txn_first_offset >= 0:
+                # kept for its open transaction (its marker may still come: the coordinator
+                # writes markers after answering EndTxn) with its batches, so its next batch at
+                # the same epoch is in order and a retried one is still answered as a duplicate
+                continue
             batches = entry.batches
             while batches and batches[0].last_offset < log_start_offset:
-                if len(batches) == 1 and entry.current_txn_first_offset >= 0:
-                    # kept for its open transaction (its marker may still come: the coordinator
-                    # writes markers after answering EndTxn), so it keeps its last sequence too,
-                    # or its next batch at the same epoch would be out of order
-                    break
                 batches.popleft()
-            if not batches and entry.current_txn_first_offset < 0:
+            if not batches:
                 gone.append(pid)
         for pid in gone:
             del self.producers[pid]

@@ -111,7 +111,7 @@ def apply(records: FileRecords, op: tuple, model: bytearray, held: list[memoryvi
             held.append(view)
     elif op[0] == "drop":
         if held:
-            held.pop(op[1] % len(held))  # dropped, not released: an empty slice is a shared view
+            held.pop(op[1] % len(held))  # dropped (the view goes with its last reference)
     elif op[0] == "truncate":
         records.truncate_to(op[1] % (len(model) + 1))
     elif op[0] == "release":
@@ -156,3 +156,27 @@ def test_an_empty_read_released_by_its_caller_leaves_later_empty_reads_whole(tmp
         first.release()
         assert bytes(empty()) == b"" and len(empty()) == 0
     records.close()
+
+
+def test_a_read_map_refused_for_address_space_falls_back_to_a_plain_mapping(tmp_path):
+    """Under ``ulimit -v`` the headroom's address space may be refused (ENOMEM): the read maps
+    the file as it is, as without the C module, instead of failing the fetch."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import mmap, resource
+        from storage import file_records
+        from storage.file_records import FileRecords
+        records = FileRecords(__import__("pathlib").Path({str(tmp_path / "0.log")!r}))
+        records.append(b"q" * (40 << 20))
+        vm = int(open("/proc/self/statm").read().split()[0]) * mmap.PAGESIZE
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (60 << 20), resource.RLIM_INFINITY))
+        view = records.slice((40 << 20) - 3, 40 << 20)  # a ReadMap would need 80 MiB
+        assert bytes(view) == b"qqq", bytes(view)
+        print(type(records._map).__name__)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.getcwd(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "mmap"
