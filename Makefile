@@ -51,8 +51,21 @@ test-deps: $(TSTAMP) kcat zookeeper prometheus
 run: $(STAMP)
 	$(VENV)/bin/kbroker serve -c config/server.properties
 
+# The compose tests (tests/deploy/test_compose*.py: Docker containers, mostly waited on) run beside
+# the rest, their output kept in build/deploy-tests.log and printed after (tests/deploy/test_image.py,
+# which pip-installs this tree, runs with the rest); with PYTEST_ARGS, one run of what they name.
+COMPOSE_TESTS := $(wildcard tests/deploy/test_compose*.py)
 test: test-deps typecheck test-images
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@mkdir -p build; \
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(COMPOSE_TESTS) > build/deploy-tests.log 2>&1 & deploy=$$!; \
+	$(PY) -m pytest -q -m "not slow" $(addprefix --ignore=,$(COMPOSE_TESTS)); rest=$$?; \
+	wait $$deploy; deployed=$$?; \
+	echo "== $(COMPOSE_TESTS), run beside the rest (exit status $$deployed):"; cat build/deploy-tests.log; \
+	test $$rest -eq 0 && test $$deployed -eq 0
+else
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+endif
 
 # tests/deploy (marker docker) start docker-compose.yml: with a Docker engine answering, build
 # the images (cached on the machine: seconds) and install Debian's docker-compose if missing;
@@ -121,7 +134,9 @@ $(WHEELS)/deps/.complete: pyproject.toml | $(STAMP)
 	touch $@
 
 # kbroker's own wheel, rebuilt when a source file changed.
-$(WHEELS)/kbroker/.complete: $(SOURCES) | $(STAMP)
+# After the dependencies' wheels, never beside them (make -j): both run `pip wheel .` in this tree,
+# whose build/ and kbroker.egg-info they would share.
+$(WHEELS)/kbroker/.complete: $(SOURCES) | $(STAMP) $(WHEELS)/deps/.complete
 	rm -rf $(WHEELS)/kbroker && mkdir -p $(WHEELS)/kbroker
 	$(PIP) wheel --quiet --no-deps -w $(WHEELS)/kbroker .
 	touch $@
