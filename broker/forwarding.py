@@ -188,12 +188,12 @@ class ForwardingManager:
         self.waiters = waiters
         self.timeout_ms = timeout_ms
         self.applied = applied
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # (not a set: cancelled in a replayable order)
 
     def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._tasks.pop)
 
     async def call(self, attempt: Callable[[], Any]) -> Any:
         """``await attempt()`` until it succeeds, retrying failures to reach the active

@@ -142,6 +142,8 @@ class DelayedOperationPurgatory:
         return len({op for ops in self._watchers.values() for op in ops})
 
     def complete_all(self) -> int:
-        """Force-complete every waiting operation (shutdown): they answer with what they have."""
-        ops = {op for ops in self._watchers.values() for op in ops}
+        """Force-complete every waiting operation (shutdown): they answer with what they have,
+        key by key in the order they were watched (a dict: a set of operations iterates in
+        the order of their addresses, which a simulated run cannot replay)."""
+        ops = dict.fromkeys(op for ops in self._watchers.values() for op in ops)
         return sum(1 for op in ops if op.force_complete())

@@ -190,7 +190,7 @@ class QuorumController:
         self._last_snapshot_offset = 0
         self.loaded_snapshot_offset = 0
         self._snapshot_task: asyncio.Task | None = None
-        self._background: set[asyncio.Task] = set()
+        self._background: dict[asyncio.Task, None] = {}  # (not a set: cancelled in a replayable order)
         self.creation_watch = CreationWatch(time, self._take_back)
         if channel is not None:
             channel.on_leader_and_isr_answer = self.creation_watch.answered
@@ -721,8 +721,8 @@ class QuorumController:
 
         task = asyncio.get_running_loop().create_task(write(), name=f"controller-snapshot-{offset}")
         self._snapshot_task = task
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background[task] = None
+        task.add_done_callback(self._background.pop)
 
     async def snapshot_now(self) -> int:
         """Write a snapshot of the current state (tests, tools); returns its offset."""
@@ -881,8 +881,8 @@ class QuorumController:
         to ``timeout_ms``; an entry taken back becomes ``failed(entry, code, message)``."""
         task = asyncio.get_running_loop().create_task(
             self._await_created(committed, field, watched, failed, timeout_ms), name="creation-answer")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background[task] = None
+        task.add_done_callback(self._background.pop)
         return task
 
     async def _await_created(self, committed: asyncio.Future, field: str,

@@ -46,7 +46,7 @@ BUSY_STEPS = 500_000  # callbacks in a row without the loop ever waiting: a live
 class Process:
     """One incarnation of a simulated process on a machine (a restart is a new Process)."""
 
-    __slots__ = ("name", "machine", "incarnation", "alive", "executor_delay_ms", "paused_until", "key")
+    __slots__ = ("name", "machine", "incarnation", "alive", "executor_delay_ms", "paused_until", "key", "key_bytes")
 
     def __init__(self, name: str, machine: str, incarnation: int) -> None:
         self.name = name
@@ -56,6 +56,7 @@ class Process:
         self.executor_delay_ms = 0.0  # extra delay of executor work (a slow disk)
         self.paused_until = 0.0  # a stalled process (a long GC pause): nothing runs before this loop time
         self.key = f"{name}#{incarnation}"
+        self.key_bytes = self.key.encode()  # (what the trace hashes with every delivery)
 
     def context(self) -> contextvars.Context:
         """A fresh context that runs code as this process."""
@@ -65,6 +66,37 @@ class Process:
 
     def __repr__(self) -> str:
         return f"<Process {self.key}{'' if self.alive else ' dead'}>"
+
+
+class _Handle(asyncio.Handle):
+    """asyncio's Handle without its per-handle debug-mode check (the simulator's loop never
+    runs in debug mode): a run makes one or more per callback."""
+
+    __slots__ = ()
+
+    def __init__(self, callback, args, loop, context):  # noqa: D107 - the fields of asyncio.Handle
+        self._context = context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
+class _TimerHandle(asyncio.TimerHandle):
+    __slots__ = ()
+
+    def __init__(self, when, callback, args, loop, context):  # noqa: D107 - the fields of asyncio.TimerHandle
+        self._context = context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+        self._when = when
+        self._scheduled = True
 
 
 class SimulationStuck(RuntimeError):
@@ -103,11 +135,22 @@ class SimLoop(asyncio.BaseEventLoop):
 
     # -- scheduling ----------------------------------------------------------------------
     def call_at(self, when, callback, *args, context=None):  # type: ignore[override]
-        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        if self._closed:
+            self._check_closed()
+        timer = _TimerHandle(when, callback, args, self, contextvars.copy_context() if context is None else context)
         self._timer_seq += 1
         heapq.heappush(self._timers, (when, self._timer_seq, timer))
-        timer._scheduled = True
         return timer
+
+    def call_later(self, delay, callback, *args, context=None):  # type: ignore[override]
+        return self.call_at(self._now + delay, callback, *args, context=context)
+
+    def call_soon(self, callback, *args, context=None):  # type: ignore[override]
+        if self._closed:
+            self._check_closed()
+        handle = _Handle(callback, args, self, contextvars.copy_context() if context is None else context)
+        self._enqueue(handle)
+        return handle
 
     def _timer_handle_cancelled(self, handle) -> None:  # type: ignore[override]
         if handle._scheduled:
@@ -119,7 +162,7 @@ class SimLoop(asyncio.BaseEventLoop):
                 self._timers_cancelled = 0
 
     def _call_soon(self, callback, args, context):  # type: ignore[override]
-        handle = asyncio.Handle(callback, args, self, context)
+        handle = _Handle(callback, args, self, contextvars.copy_context() if context is None else context)
         self._enqueue(handle)
         return handle
 
@@ -323,4 +366,5 @@ class SimTime(Time):
         return int(self.loop._now * 1e9)
 
     def schedule(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
-        return self.loop.call_later(max(0.0, delay_ms) / 1000.0, callback)
+        loop = self.loop
+        return loop.call_at(loop._now + (delay_ms / 1000.0 if delay_ms > 0.0 else 0.0), callback)

@@ -66,10 +66,12 @@ class Trace:
 
     def data(self, process: Any, conn_id: int, data: bytes) -> None:
         now = self._clock._now
-        who = process.key if process is not None else "sim"
+        if process is not None:
+            who, who_bytes = process.key, process.key_bytes
+        else:
+            who, who_bytes = "sim", b"sim"
         update = self._hash.update
-        update(_DATA.pack(now, conn_id, len(data)))
-        update(who.encode())
+        update(_DATA.pack(now, conn_id, len(data)) + who_bytes)
         update(data)
         self.tail.append(_Data(now, who, conn_id, data))
         self.events += 1

@@ -51,7 +51,7 @@ class TxnMarkerChannel(TxnMarkerSender):
         self._connections: dict[int, BrokerConnection] = {}
         self._connect_locks: dict[int, asyncio.Lock] = {}
         self._connecting: dict[int, asyncio.Future] = {}
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: dict[asyncio.Task, None] = {}  # (not a set: cancelled in a replayable order)
         self._closed = False
         self.pending = 0  # markers not yet acknowledged (a gauge)
 
@@ -141,8 +141,8 @@ class TxnMarkerChannel(TxnMarkerSender):
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._tasks.pop)
 
     async def connection(self, broker_id: int) -> BrokerConnection:
         """The connection to ``broker_id`` over the inter-broker listener (the KIP-890 verifier shares it)."""

@@ -77,7 +77,7 @@ class TransactionVerifier:
         self.coordinator = coordinator
         self.channel = channel
         self.state_topic_name = state_topic_name
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: dict[asyncio.Task, None] = {}  # (not a set: cancelled in a replayable order)
 
     def close(self) -> None:
         for task in list(self._tasks):
@@ -130,8 +130,8 @@ class TransactionVerifier:
             return
         task = asyncio.get_running_loop().create_task(
             self._remote(state.leader, transactional_id, producer_id, epoch, partitions, answered))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._tasks.pop)
 
     async def _remote(self, broker_id: int, transactional_id: str, producer_id: int, epoch: int,
                       partitions: list[TopicPartition], answered: Done) -> None:

@@ -153,7 +153,7 @@ class Producer:
         self._buffer_memory = buffer_memory
         self._max_in_flight_per_partition = max_in_flight if enable_idempotence or retries == 0 else 1
         self._queues: dict[TopicPartition, collections.deque[_Batch]] = {}
-        self._unsettled: set[_Batch] = set()
+        self._unsettled: dict[_Batch, None] = {}
         self._inflight_partition: collections.Counter[TopicPartition] = collections.Counter()
         self._inflight_node: collections.Counter[int] = collections.Counter()
         self._buffered = 0
@@ -169,7 +169,7 @@ class Producer:
         self._wakeup = asyncio.Event()
         self._space = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
-        self._requests: set[asyncio.Task[None]] = set()
+        self._requests: dict[asyncio.Task[None], None] = {}
 
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
                    headers: Iterable[tuple[str, bytes | None]] = (), partition: int | None = None,
@@ -243,7 +243,7 @@ class Producer:
         else:
             batch = _Batch(tp, self._time.monotonic_ms())
             queue.append(batch)
-            self._unsettled.add(batch)
+            self._unsettled[batch] = None
             self._wakeup.set()  # the sender has a new linger deadline, and maybe a full batch
         batch.records.append(record)
         batch.futures.append(future)
@@ -353,8 +353,8 @@ class Producer:
             self._inflight_partition[batch.tp] += 1
         self._inflight_node[node] += 1
         task = asyncio.ensure_future(self._send_request(node, batches))
-        self._requests.add(task)
-        task.add_done_callback(self._requests.discard)
+        self._requests[task] = None
+        task.add_done_callback(self._requests.pop)
 
     async def _send_request(self, node: int, batches: list[_Batch]) -> None:
         try:
@@ -409,7 +409,7 @@ class Producer:
         batch.fail(exc)
 
     def _settle(self, batch: _Batch) -> None:
-        self._unsettled.discard(batch)
+        self._unsettled.pop(batch, None)
         self._buffered -= batch.size - _BATCH_OVERHEAD
         self._space.set()
 

@@ -1,6 +1,7 @@
 """Issue 28's determinism: each of 20 seeds, with every kind of fault on, run twice — in two
 processes with different PYTHONHASHSEED values, so str hashing (set order) differs — gives the
-same trace hash; a third run in this process gives it too."""
+same trace hash; a third run in this process gives it too. A seed's schedule does not depend on
+the heap either (what else was allocated before or during the run)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from protocol.client.consumer import Consumer
 from sim.faults import ALL_KINDS as KINDS  # (every fault type, lost-epochs included)
 from sim.runner import Options, run_seed
 
@@ -59,3 +61,25 @@ def test_kbroker_sim_seed_trace_prints_the_same_trace_twice_under_two_hash_seeds
         outputs.append((lines[:-1], lines[-1].split(",")[0]))
     assert outputs[0] == outputs[1]
     assert len(outputs[0][0]) > 1000  # (the events were printed)
+
+
+def test_seed_5541_replays_whatever_else_the_heap_holds(monkeypatch):
+    """A run's schedule must not depend on where objects land in memory. Seed 5541 replayed
+    differently when the protocol client's Consumer gained an attribute, under ``--trace``, or
+    with a few objects allocated before the run: a broker's clean shutdown force-completed its
+    waiting fetches from a set of DelayedOperations, which iterates in the order of their
+    addresses, so which client got its answer first changed (broker/purgatory.py complete_all
+    now goes in the order they were watched). The cyclic collector is off during a run, so what
+    moves addresses is anything allocated, not collected."""
+    plain = run_seed(5541).trace_hash
+    original = Consumer.__init__
+
+    def with_an_unused_attribute(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.unused = None
+    monkeypatch.setattr(Consumer, "__init__", with_an_unused_attribute)
+    assert run_seed(5541).trace_hash == plain
+    monkeypatch.setattr(Consumer, "__init__", original)
+    ballast = [object() for _ in range(10)]
+    assert run_seed(5541).trace_hash == plain
+    del ballast
