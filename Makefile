@@ -51,18 +51,20 @@ test-deps: $(TSTAMP) kcat zookeeper prometheus
 run: $(STAMP)
 	$(VENV)/bin/kbroker serve -c config/server.properties
 
-# The compose tests (tests/deploy/test_compose*.py: Docker containers, mostly waited on) run beside
-# the rest, their output kept in build/deploy-tests.log and printed after (tests/deploy/test_image.py,
+# Most of the suite waits (on clusters' timeouts, containers, Spark) with a core idle, so the compose
+# tests (tests/deploy/test_compose*.py) and the load-testing ones (tests/loadgen: Spark) run beside
+# the rest, their output kept in build/beside-tests.log and printed after (tests/deploy/test_image.py,
 # which pip-installs this tree, runs with the rest); with PYTEST_ARGS, one run of what they name.
-COMPOSE_TESTS := $(wildcard tests/deploy/test_compose*.py)
+# Every test takes free ports and its own compose project, so the two runs cannot collide.
+BESIDE_TESTS := $(wildcard tests/deploy/test_compose*.py) tests/loadgen
 test: test-deps typecheck test-images
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@mkdir -p build; \
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(COMPOSE_TESTS) > build/deploy-tests.log 2>&1 & deploy=$$!; \
-	$(PY) -m pytest -q -m "not slow" $(addprefix --ignore=,$(COMPOSE_TESTS)); rest=$$?; \
-	wait $$deploy; deployed=$$?; \
-	echo "== $(COMPOSE_TESTS), run beside the rest (exit status $$deployed):"; cat build/deploy-tests.log; \
-	test $$rest -eq 0 && test $$deployed -eq 0
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(BESIDE_TESTS) > build/beside-tests.log 2>&1 & beside=$$!; \
+	$(PY) -m pytest -q -m "not slow" $(addprefix --ignore=,$(BESIDE_TESTS)); rest=$$?; \
+	wait $$beside; besides=$$?; \
+	echo "== $(BESIDE_TESTS), run beside the rest (exit status $$besides):"; cat build/beside-tests.log; \
+	test $$rest -eq 0 && test $$besides -eq 0
 else
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 endif

@@ -16,6 +16,7 @@ image=$1 rootfs=$2 packages=$3
 shift 3
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 here=$(cd "$(dirname "$0")" && pwd)
+debs=$(dirname "$rootfs")/debs-$(basename "$rootfs")
 
 # Unmount what is below the tree, then delete it without crossing into another file system
 # (should an unmount have failed, rm leaves that mount alone rather than walk into it).
@@ -39,10 +40,10 @@ if [ ! -e "$rootfs/.complete" ]; then
         apt-get -o DPkg::Lock::Timeout=600 install -y -qq debootstrap >/dev/null
     }
     remove_rootfs
-    mkdir -p "$rootfs" "$rootfs.debs"
+    mkdir -p "$rootfs" "$debs"
     echo "debootstrap bookworm into $rootfs (+ $packages)"
     debootstrap --variant=minbase --include="$packages" \
-        --cache-dir="$(cd "$rootfs.debs" && pwd)" bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || {
+        --cache-dir="$(cd "$debs" && pwd)" bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || {
         tail -20 "$rootfs.log" >&2
         exit 1
     }
