@@ -51,12 +51,14 @@ test-deps: $(TSTAMP) kcat zookeeper prometheus
 run: $(STAMP)
 	$(VENV)/bin/kbroker serve -c config/server.properties
 
-# Most of the suite waits (on clusters' timeouts, containers, Spark) with a core idle, so the compose
-# tests (tests/deploy/test_compose*.py) and the load-testing ones (tests/loadgen: Spark) run beside
-# the rest, their output kept in build/beside-tests.log and printed after (tests/deploy/test_image.py,
-# which pip-installs this tree, runs with the rest); with PYTEST_ARGS, one run of what they name.
-# Every test takes free ports and its own compose project, so the two runs cannot collide.
-BESIDE_TESTS := $(wildcard tests/deploy/test_compose*.py) tests/loadgen
+# Most of the suite waits (on clusters' timeouts, containers) with a core idle, so the compose tests
+# (tests/deploy/test_compose*.py) run beside the rest, their output kept in build/beside-tests.log
+# and printed after (tests/deploy/test_image.py, which pip-installs this tree, runs with the rest);
+# with PYTEST_ARGS, one run of what they name. Each compose project has its own name and free ports.
+# (tests/loadgen beside them too made a broker of the other run lose its free port to another
+# process between free_port() and its bind: kept in the main run until free_port leaves the
+# kernel's ephemeral range.)
+BESIDE_TESTS := $(wildcard tests/deploy/test_compose*.py)
 test: test-deps typecheck test-images
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@mkdir -p build; \
