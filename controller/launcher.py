@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -50,8 +51,41 @@ ZOOKEEPER_USER = "kbroker"
 ZOOKEEPER_DIGEST_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
 
+_PORT_FLOOR = 10000
+_ports_given: set[int] = set()
+_port_choice = random.Random(int.from_bytes(os.urandom(8), "big") ^ os.getpid())
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for ports it picks itself (bind to port 0, outgoing connections):
+    /proc/sys/net/ipv4/ip_local_port_range, Linux's default where it cannot be read."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now, for a process started later to bind. It is drawn at random
+    below the kernel's ephemeral range, never from it: a port the kernel handed out for bind(0)
+    is one it hands out again, to any process's outgoing connection, in the time between this
+    check and the later bind ("address already in use"), and runs of the suite side by side widen
+    that window. Below the range only an explicit bind takes a port: two callers drawing the
+    same one of ~20,000 is what is left, and this process never gives the same port twice."""
+    low, _ = ephemeral_port_range()
+    for _ in range(1000 if low - _PORT_FLOOR >= 1000 else 0):
+        port = _port_choice.randrange(_PORT_FLOOR, low)
+        if port in _ports_given:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _ports_given.add(port)
+        return port
+    with socket.socket() as s:                   # no room below the range (or none found free): the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
