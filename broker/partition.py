@@ -627,10 +627,24 @@ class Partition:
     def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int,
                                      require_leader: bool) -> tuple[int, int, int]:
         """(error, epoch, end offset) for OffsetsForLeaderEpoch: the largest epoch ≤ the one asked
-        for, and the start offset of the next epoch (or the LEO)."""
+        for, and the start offset of the next epoch (or the LEO).
+
+        An epoch older than every epoch this log knows gets, as in Kafka, the start offset of the
+        first known one, on the grounds that the records before it were deleted (retention moves
+        the first epoch's start up to the log start). When records below the first known epoch
+        are still there (a leader-epoch checkpoint lost: the log keeps its batches but not which
+        epochs wrote them), nothing tells where a follower's log parts from this one below that
+        start: the answer is undefined (-1, -1), and the follower keeps only its high watermark,
+        as for an epoch the leader does not know at all. Kafka's answer there told followers
+        holding another record at an offset under a longer batch of the leader's that their logs
+        agree, and each fetch failed on that batch for ever (simulator seed 6584)."""
         try:
             local = self.local_log_with_epoch(current_leader_epoch, require_leader)
         except KafkaError as exc:
             return exc.error_code, -1, -1
-        epoch, end = local.leader_epoch_cache.end_offset_for(leader_epoch, local.log_end_offset)
+        cache = local.leader_epoch_cache
+        epoch, end = cache.end_offset_for(leader_epoch, local.log_end_offset)
+        first = cache.earliest_entry()
+        if first is not None and leader_epoch < first.epoch and first.start_offset > local.log_start_offset:
+            return ErrorCode.NONE, -1, -1
         return ErrorCode.NONE, epoch, end

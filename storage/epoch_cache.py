@@ -158,6 +158,9 @@ class LeaderEpochFileCache:
         """The newest epoch, or None when the cache is empty."""
         return self._entries[-1].epoch if self._entries else None
 
+    def earliest_entry(self) -> EpochEntry | None:
+        return self._entries[0] if self._entries else None
+
     def latest_entry(self) -> EpochEntry | None:
         return self._entries[-1] if self._entries else None
 

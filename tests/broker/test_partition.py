@@ -283,3 +283,35 @@ def test_a_caught_up_eligible_follower_outside_the_isr_holds_the_high_watermark(
     assert p.high_watermark == 0  # broker 3 fetched within the lag time and is eligible
     fetch(rm, 3, 3)
     assert p.high_watermark == 3
+
+
+def test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there_are_undefined(rm):
+    """A leader whose leader-epoch checkpoint was lost (its batches kept) knows only the epochs
+    it assigned since: for an older epoch it cannot say where a follower's log parts from its
+    own, and answers undefined (the follower keeps its high watermark). Kafka's answer, the
+    first known epoch's start, told followers holding another record under a longer batch of
+    this leader's that the logs agree (simulator seed 6584: their fetches failed for ever)."""
+    partition = lead(rm, epoch=2)
+    produce(rm, n=3, acks=1)
+    log = partition.log
+    assert partition.last_offset_for_leader_epoch(-1, 1, True) == (0, 1, 0)    # whole history known
+    log.leader_epoch_cache.clear()                                             # the checkpoint lost
+    partition = lead(rm, epoch=5, partition_epoch=1)
+    assert log.leader_epoch_cache.entries() == [(5, 3)]
+    assert partition.last_offset_for_leader_epoch(-1, 2, True) == (0, -1, -1)
+    assert partition.last_offset_for_leader_epoch(-1, 5, True) == (0, 5, 3)
+
+
+def test_offsets_for_an_epoch_older_than_the_known_ones_below_the_log_start_are_the_first_start(rm):
+    """Records deleted below the first known epoch (retention, DeleteRecords): Kafka's answer,
+    the first known epoch's start offset, for a follower to fetch from the log start."""
+    lead(rm, epoch=2)
+    produce(rm, n=3, acks=1)
+    partition = lead(rm, epoch=5, partition_epoch=1)
+    produce(rm, n=3, acks=1)
+    log = partition.log
+    log.high_watermark = log.log_end_offset
+    assert log.maybe_increment_log_start_offset(3)
+    log.leader_epoch_cache.truncate_from_start(3)
+    assert log.leader_epoch_cache.entries() == [(5, 3)]
+    assert partition.last_offset_for_leader_epoch(-1, 2, True) == (0, 2, 3)

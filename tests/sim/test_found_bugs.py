@@ -160,3 +160,16 @@ def test_seed_5541_a_group_member_reset_after_offset_out_of_range_starts_over_be
     rebalance). Polls must move forward between the consumer's out-of-range resets now
     (Consumer.out_of_range_resets)."""
     _clean(5541)
+
+
+def test_seed_6584_a_leader_that_lost_its_epochs_told_followers_their_diverged_tails_agreed():
+    """Seed 6584 (lost-epochs): broker 3, cut off from the other brokers, led t0-1 in a new epoch
+    and wrote a 3-record batch at offset 3 that brokers 1 and 2 never got (they held another
+    record at 3, above the HW, from the epoch before); shut down, its leader-epoch checkpoint
+    lost, it came back as the last ISR member and led again. Asked for the followers' epoch, one
+    older than any it still knew, it answered the start of its first known epoch (6, Kafka's
+    answer when older records were deleted), so they kept offset 3 and every fetch at 4 met its
+    batch starting at 3: ISR [3] for ever. Records below the first known epoch now make the
+    answer undefined and the followers truncate to their HW
+    (tests/broker/test_partition.py::test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there_are_undefined)."""
+    _clean(6584)
