@@ -173,3 +173,9 @@ def test_seed_6584_a_leader_that_lost_its_epochs_told_followers_their_diverged_t
     answer undefined and the followers truncate to their HW
     (tests/broker/test_partition.py::test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there_are_undefined)."""
     _clean(6584)
+
+
+def test_seed_7052_the_same_with_followers_at_two_offsets_under_the_leaders_batch():
+    """Seed 7052 of the same sweep: the same finding as seed 6584, the followers at offsets 23 and
+    24 under the lost-epochs leader's batch starting at 21."""
+    _clean(7052)
