@@ -387,7 +387,9 @@ class Partition:
         return self.log
 
     def append_records_to_leader(self, records, required_acks: int, from_coordinator: bool = False) -> "LogAppendInfo":
-        leader_log = self._leader_log()
+        leader_log = self.log
+        if leader_log is None or not self.is_leader:
+            leader_log = self._leader_log()  # raises NOT_LEADER_OR_FOLLOWER
         if required_acks == -1 and len(self.isr) < leader_log.config.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "

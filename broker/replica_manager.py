@@ -209,10 +209,12 @@ class ReplicaManager:
 
     def _append_to_local_log(self, topic: str, partition_index: int, records, required_acks: int,
                              internal_topics_allowed: bool, from_coordinator: bool = False) -> tuple[list, int]:
-        if is_internal_topic(topic) and not internal_topics_allowed:
+        if not internal_topics_allowed and topic.startswith("__"):  # is_internal_topic, without the call
             return [partition_index, ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1], -1
         try:
-            partition = self.get_partition_or_error(topic, partition_index)
+            partition = self.partitions.get((topic, partition_index))
+            if partition is None:
+                partition = self.get_partition_or_error(topic, partition_index)  # raises the right error
             if records is None or len(records) == 0:
                 return [partition_index, ErrorCode.INVALID_RECORD, -1, -1, -1], -1
             info = partition.append_records_to_leader(records, required_acks, from_coordinator)

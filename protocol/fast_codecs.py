@@ -52,6 +52,7 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _ZERO_UUID = uuid.UUID(int=0)
 _HEADER_FIXED = struct.Struct(">hhi")
+_HEADER_FIXED_CID = struct.Struct(">hhih")  # and the client id's length
 _HH = struct.Struct(">hi")  # acks, timeout
 _FETCH_TOP_V4 = struct.Struct(">iiiib")      # replica_id, max_wait, min_bytes, max_bytes, isolation
 _FETCH_SESSION = struct.Struct(">ii")         # session_id, session_epoch
@@ -130,11 +131,9 @@ def parse_request_header(buf: Buffer, flexible: bool | None = None, *,
     Raises RemoteProtocolError with error_code None: without a header there is nobody to answer.
     """
     end = len(buf)
-    try:
-        api_key, api_version, correlation_id = _HEADER_FIXED.unpack_from(buf, 0)
-        (n,) = _I16.unpack_from(buf, 8)
-    except struct.error:
-        raise RemoteProtocolError(f"request header needs 10 bytes, frame has {end}") from None
+    if end < 10:
+        raise RemoteProtocolError(f"request header needs 10 bytes, frame has {end}")
+    api_key, api_version, correlation_id, n = _HEADER_FIXED_CID.unpack_from(buf, 0)  # one call: every request
     pos = 10
     if n == -1:
         client_id = None

@@ -60,6 +60,8 @@ from .checkpoint import fsync_dir
 from .segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, file_name
 from .segment_budget import OpenSegmentBudget
 
+_tuple_new = tuple.__new__  # a BatchHeader from its 13 fields, without NamedTuple's Python __new__
+
 if TYPE_CHECKING:
     from protocol.records import Buffer
 
@@ -405,10 +407,14 @@ class Log:
         for pos, header in batches:
             if header.producer_id >= 0:
                 idempotent = True
+            set_base_offset_and_epoch(buf, pos, offset, leader_epoch)
             if log_append_time >= 0:
                 set_log_append_time(buf, pos, header.size, log_append_time)
-            set_base_offset_and_epoch(buf, pos, offset, leader_epoch)
-            written.append((pos, read_header(buf, pos)))
+                written.append((pos, read_header(buf, pos)))  # its attributes, max timestamp and CRC changed
+            else:
+                # The header as written: validation's (which matches ``buf``) with the two fields
+                # just stamped, both outside the CRC; no second unpack of the 61 bytes.
+                written.append((pos, _tuple_new(BatchHeader, (offset, header[1], leader_epoch, *header[3:]))))
             offset += header.last_offset_delta + 1
         pending = None
         if idempotent and from_coordinator:
@@ -528,6 +534,18 @@ class Log:
         return batches
 
     def _append_info(self, buf: Buffer, batches: list[tuple[int, BatchHeader]], log_append_time: int) -> LogAppendInfo:
+        if len(batches) == 1:  # a producer's request: one batch per partition (the loop below, unrolled)
+            header = batches[0][1]
+            last = header.base_offset + header.last_offset_delta
+            max_timestamp = header.max_timestamp
+            return LogAppendInfo(header.base_offset, last, max_timestamp if max_timestamp > -1 else -1,
+                                 last if max_timestamp > -1 else -1, log_append_time, header.records_count, len(buf),
+                                 1, [header])
+        return self._append_info_any(buf, batches, log_append_time)
+
+    def _append_info_any(self, buf: Buffer, batches: list[tuple[int, BatchHeader]],
+                         log_append_time: int) -> LogAppendInfo:
+        """``_append_info`` of any number of batches (the reference of its one-batch path)."""
         max_timestamp, offset_of_max = -1, -1
         records = 0
         headers = []

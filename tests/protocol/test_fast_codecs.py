@@ -419,6 +419,18 @@ def test_null_client_id() -> None:
     assert (h.client_id, h.size) == (None, 11)
 
 
+def test_short_request_header() -> None:
+    """Under 10 bytes (api key, version, correlation id, client id length) is no header: the
+    error names the frame's size, whatever the buffer type; 10 bytes with a null client id is one."""
+    raw = H.encode_request_header(0, 3, 7, None, False)
+    for n in range(10):
+        for buf in (raw[:n], bytearray(raw[:n]), memoryview(raw[:n])):
+            with pytest.raises(RemoteProtocolError, match=f"request header needs 10 bytes, frame has {n}$"):
+                H.parse_request_header(buf, False)
+    h = H.parse_request_header(bytearray(raw), False)
+    assert (h.api_key, h.api_version, h.correlation_id, h.client_id, h.size) == (0, 3, 7, None, 10)
+
+
 # ---------------------------------------------------------------------------
 # Malformed input
 

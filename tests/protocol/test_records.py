@@ -10,7 +10,7 @@ import struct
 import pytest
 from construct import Int8sb, Int16sb, Int32sb, Int32ub, Int64sb, Struct
 from crc32c import crc32c
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import aiokafka.record.default_records as aio_records
 import kafka.codec
@@ -498,3 +498,32 @@ def test_find_batch_finds_what_a_scan_of_the_headers_finds() -> None:
                                      if h.last_offset >= offset), None)
                     assert R.find_batch(buf, offset, start, end) == expected, (start, end, offset)
     assert R.find_batch(memoryview(blob), 5) == (boundaries[2], R.read_header(batches[2]))
+
+
+def _batch_head_bytes():
+    """Bytes that reach every branch of next_batch_size: short, a batchLength under 14, a
+    magic past 2 (negative as an int8 too), a batch longer than what is there, a whole one,
+    transactional or not."""
+    length = st.one_of(st.integers(-5, 20), st.integers(-(2**31), 2**31 - 1), st.integers(14, 120))
+    head = st.builds(lambda n, magic, attrs: R.struct.pack(">qi", 0, n) + b"\0\0\0\0" + bytes([magic]) + b"\0" * 4
+                     + R.struct.pack(">H", attrs), length, st.integers(0, 255), st.integers(0, 0xFFFF))
+    return st.tuples(head, st.binary(max_size=130), st.integers(0, 80)).map(lambda t: (t[0] + t[1])[:len(t[0]) + len(t[1]) - t[2]])
+
+
+@given(_batch_head_bytes())
+@settings(max_examples=400, deadline=None)
+def test_first_batch_size_is_next_batch_size_and_transactional(records):
+    """first_batch_size inlines next_batch_size: the same size and the same error, whatever
+    the bytes, and the transactional bit of first_batch_is_transactional."""
+    def reference():
+        return R.next_batch_size(records, 0, len(records)), R.first_batch_is_transactional(records)
+
+    try:
+        expected = reference()
+    except CorruptRecordError as exc:
+        with pytest.raises(CorruptRecordError) as got:
+            R.first_batch_size(records)
+        assert str(got.value) == str(exc)
+        return
+    assert R.first_batch_size(records) == expected
+    assert R.first_batch_size(None) == (None, False)

@@ -52,6 +52,26 @@ def test_append_assigns_offsets_and_epoch_in_place(tmp_path):
     check_consistent(log)
 
 
+@pytest.mark.parametrize("append_time", [False, True])
+def test_one_batch_append_info_and_headers_are_what_was_written(tmp_path, append_time):
+    """A single batch's LogAppendInfo (the one-batch path of _append_info) is the general
+    loop's, and the header it carries is the one in the log, read back from the file: offsets
+    and epoch stamped (without a second unpack), and with LogAppendTime the rewritten
+    attributes, max timestamp and CRC."""
+    time = MockTime()
+    config = {"message_timestamp_type": "LogAppendTime"} if append_time else {}
+    log = open_log(tmp_path / "t-0", time, **config)
+    for i, ts in enumerate([START_MS, 0, START_MS + 7, 1]):
+        time.sleep(3)
+        info = log.append_as_leader(bytearray(batch(i + 1, ts=ts)), leader_epoch=2 + i)
+        (header,) = info.batches
+        buf = log.read(info.first_offset, 1 << 20).records
+        on_disk = check_batch(buf, 0, len(buf))
+        assert header == on_disk and header.partition_leader_epoch == 2 + i
+        assert info == log._append_info_any(buf[:on_disk.size], [(0, header)], info.log_append_time)
+    check_consistent(log)
+
+
 def test_log_append_time_rewrites_max_timestamp_and_crc(tmp_path):
     time = MockTime()
     log = open_log(tmp_path / "t-0", time, message_timestamp_type="LogAppendTime")
