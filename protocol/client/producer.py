@@ -312,7 +312,7 @@ class Producer:
             except KafkaError as exc:
                 log.warning("producer metadata refresh failed: %s", exc)
                 self._refresh_needed = True
-        if self._need_producer_id and not self._requests and any(self._queues.values()):
+        if self._need_producer_id and not self._in_flight() and any(self._queues.values()):
             try:
                 self._producer_id, self._producer_epoch = await self._client.init_producer_id()
             except KafkaError as exc:
@@ -336,6 +336,13 @@ class Producer:
                         self._fail(batch, RequestTimedOutError(
                             f"{tp.topic}-{tp.partition}: sent under producer id {batch.producer_id}, which was "
                             f"given up; not sent again (it may have been written)"))
+
+    def _in_flight(self) -> bool:
+        """Whether a Produce request is still running. A request leaves ``_requests`` in its
+        finally; one cancelled before it began never ran that, and is dropped here."""
+        for task in [t for t in self._requests if t.done()]:
+            del self._requests[task]
+        return bool(self._requests)
 
     def _drain(self, now: float) -> float | None:
         """Send every ready batch it may; return how long until the next one may be ready."""
@@ -381,8 +388,7 @@ class Producer:
             self._inflight_partition[batch.tp] += 1
         self._inflight_node[node] += 1
         task = asyncio.ensure_future(self._send_request(node, batches))
-        self._requests[task] = None
-        task.add_done_callback(self._requests.pop)
+        self._requests[task] = None  # (until its finally: a done callback would cost a loop turn per request)
 
     async def _send_request(self, node: int, batches: list[_Batch]) -> None:
         try:
@@ -408,6 +414,7 @@ class Producer:
                 else:
                     self._retry_or_fail(batch, wire_error(error, f"produce to {batch.tp.topic}-{batch.tp.partition}"))
         finally:
+            self._requests.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             self._inflight_node[node] -= 1
             for batch in batches:
                 self._inflight_partition[batch.tp] -= 1

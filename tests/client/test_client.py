@@ -247,7 +247,8 @@ async def test_a_lingering_batch_wakes_the_sender_once_at_its_linger_end():
     """A new batch that only its linger can make ready does not wake the sender, which would
     only compute that deadline: the sender's timer is moved to the linger end instead. A
     response with nothing queued behind it does not wake the sender either. Each record is then
-    one sender wake-up (three before: at the new batch, at its linger end, at its response)."""
+    one sender wake-up (three before: at the new batch, at its linger end, at its response), and
+    a request leaves the producer's in-flight requests as it ends, not in a loop turn after."""
     clock = MockTime()
     ranges = {**BROKER_RANGES, ApiKey.PRODUCE: (3, 7)}
     produced = []
@@ -279,6 +280,7 @@ async def test_a_lingering_batch_wakes_the_sender_once_at_its_linger_end():
                 assert producer._wakeup.is_set()
                 offsets.append((await future).offset)
                 assert not producer._wakeup.is_set()  # nothing queued: the response wakes no one (set before)
+                assert not producer._requests  # the request left them in its finally, not in a done callback's turn
             await producer.close()
     assert offsets == [0, 1, 2] and produced == [[b"a"], [b"b"], [b"c"]]
 
