@@ -30,6 +30,7 @@ live node's state:
 from __future__ import annotations
 
 import uuid
+import weakref
 from typing import Any, Callable
 
 from broker.partition import Partition, PendingExpandIsr, PendingShrinkIsr, Replica
@@ -82,6 +83,11 @@ class Checker:
 
         def partition_changed(partition: Partition, _result: Any) -> None:
             checker.dirty[partition.key] = None
+            log = partition.log
+            if log is not None:
+                # Whose log it is, for update_high_watermark below (weakly: no reference cycle
+                # for the garbage collector to break at a time of its choosing).
+                log._sim_partition = weakref.ref(partition)  # type: ignore[attr-defined]
 
         # What can break a partition's invariants: a high watermark moving, a log end going
         # back, a log start moving, a leadership or ISR change. An append only moves a log end
@@ -89,14 +95,21 @@ class Checker:
         # appends, most of a run's calls, are not watched.
         for name in ("truncate_to", "truncate_fully_and_start_at", "maybe_increment_log_start_offset"):
             after(Log, name, log_changed)
-        # A high watermark set to what it was (every fetch answer sets a follower's) changes nothing.
+        # A high watermark set to what it was changes nothing, and neither does a follower's
+        # (every fetch answer sets it, two of every three HW moves; the checks read only
+        # leaders' HWs): skipped when the log's partition, as last seen by make_leader,
+        # make_follower or an AlterPartition result, is there, still holds it and does not lead
+        # now. A log never seen counts as a leader's.
         original_update_hw = Log.update_high_watermark
 
         def update_high_watermark(log: Log, hw: int) -> int:
             before = log.high_watermark
             result = original_update_hw(log, hw)
             if log.high_watermark != before:
-                checker.dirty[(log.topic, log.partition)] = None
+                ref = getattr(log, "_sim_partition", None)
+                partition = ref() if ref is not None else None
+                if partition is None or partition.is_leader or partition.log is not log:
+                    checker.dirty[(log.topic, log.partition)] = None
             return result
         self._originals.append((Log, "update_high_watermark", original_update_hw))
         Log.update_high_watermark = update_high_watermark  # type: ignore[method-assign]

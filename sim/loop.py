@@ -31,6 +31,7 @@ import collections
 import contextvars
 import heapq
 import random
+from asyncio import format_helpers
 from typing import Any, Callable
 
 from protocol.clock import Time, TimerHandle
@@ -241,50 +242,85 @@ class SimLoop(asyncio.BaseEventLoop):
         pass
 
     def _run_once(self) -> None:
-        timers = self._timers
-        now = self._now
-        while timers and (timers[0][0] <= now or timers[0][2]._cancelled):
-            handle = heapq.heappop(timers)[2]
-            handle._scheduled = False
-            if not handle._cancelled:
-                self._enqueue(handle)
-            elif self._timers_cancelled:
-                self._timers_cancelled -= 1
+        # Steps until the loop is asked to stop, rather than one step per call of asyncio's
+        # run_forever (whose loop only calls this and checks _stopping): the same steps in the
+        # same order, without a method call and the re-reads of every attribute per step.
+        # (What a callback may replace is read again each step: the timer heap, which
+        # _timer_handle_cancelled rebuilds, and after_step, which the runner sets and clears.)
+        queues = self._queues
         order = self._order
-        eligible = order
-        if now < self._pause_horizon:
-            for process in order:
-                if process is not None and process.paused_until > now:  # a stalled process waits
-                    eligible = [p for p in order if p is None or p.paused_until <= now]
-                    break
-        if not eligible:
-            # Nothing can run now: on to the next timer, or the end of a pause.
-            wake = [p.paused_until for p in order if p is not None]
-            if timers:
-                wake.append(timers[0][0])
-            if not wake:
+        heappop = heapq.heappop
+        randrange = self.rng.randrange
+        enqueue = self._enqueue
+        while True:
+            timers = self._timers
+            now = self._now
+            while timers and (timers[0][0] <= now or timers[0][2]._cancelled):
+                handle = heappop(timers)[2]
+                handle._scheduled = False
+                if not handle._cancelled:
+                    enqueue(handle)
+                elif self._timers_cancelled:
+                    self._timers_cancelled -= 1
+            eligible = order
+            if now < self._pause_horizon:
+                for process in order:
+                    if process is not None and process.paused_until > now:  # a stalled process waits
+                        eligible = [p for p in order if p is None or p.paused_until <= now]
+                        break
+            if not eligible:
+                # Nothing can run now: on to the next timer, or the end of a pause.
+                wake = [p.paused_until for p in order if p is not None]
+                if timers:
+                    wake.append(timers[0][0])
+                if not wake:
+                    if self._stopping:
+                        return
+                    raise SimulationStuck("no callback is ready and no timer is pending")
+                self._now = max(now, min(wake))
+                self._busy = 0
                 if self._stopping:
                     return
-                raise SimulationStuck("no callback is ready and no timer is pending")
-            self._now = max(now, min(wake))
-            self._busy = 0
-            return
-        # The one free choice: which process runs next.
-        process = eligible[self.rng.randrange(len(eligible))] if len(eligible) > 1 else eligible[0]
-        queue = self._queues[process]
-        handle = queue.popleft()
-        if not queue:
-            order.remove(process)
-        if handle._cancelled:
-            return
-        self.steps += 1
-        handle._run()
-        self._now += self.step_seconds  # a callback takes time: a loop that never waits still moves the clock
-        self._busy += 1
-        if self._busy >= BUSY_STEPS - 1000:
-            self._note_busy(process)
-        if self.after_step is not None:
-            self.after_step()
+                handle = None  # (what a step leaves goes when it ends, as when each step was a call)
+                continue
+            # The one free choice: which process runs next.
+            process = eligible[randrange(len(eligible))] if len(eligible) > 1 else eligible[0]
+            queue = queues[process]
+            handle = queue.popleft()
+            if not queue:
+                order.remove(process)
+            if handle._cancelled:
+                if self._stopping:
+                    return
+                handle = None
+                continue
+            self.steps += 1
+            # asyncio's Handle._run, inline
+            try:
+                handle._context.run(handle._callback, *handle._args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - to the exception handler, as Handle._run does
+                self._callback_failed(handle, exc)
+            self._now += self.step_seconds  # a callback takes time: a loop that never waits still moves the clock
+            self._busy += 1
+            if self._busy >= BUSY_STEPS - 1000:
+                self._note_busy(process)
+            after_step = self.after_step
+            if after_step is not None:
+                after_step()
+            if self._stopping:
+                return
+            handle = after_step = None
+
+    def _callback_failed(self, handle: asyncio.Handle, exc: BaseException) -> None:
+        """What asyncio's Handle._run does with an exception of its callback."""
+        callback, args = handle._callback, handle._args  # type: ignore[attr-defined]
+        context: dict[str, Any] = {"message": f"Exception in callback {format_helpers._format_callback_source(callback, args)}",
+                                   "exception": exc, "handle": handle}
+        if handle._source_traceback:  # type: ignore[attr-defined]
+            context["source_traceback"] = handle._source_traceback  # type: ignore[attr-defined]
+        self.call_exception_handler(context)
 
     # -- executors: inline ---------------------------------------------------------------
     def run_in_executor(self, executor, func, *args):  # type: ignore[override]

@@ -654,6 +654,11 @@ class Log:
             raise OffsetOutOfRangeError(f"{self.topic}-{self.partition}: offset {start_offset} is outside "
                                         f"[{lso}, {leo}]")
         if start_offset < leo and (max_offset is None or start_offset < max_offset):
+            if max_offset is not None and max_offset >= leo:
+                # No batch ends at or beyond the LEO: a bound there bounds nothing, and looking
+                # for its batch would walk every batch from start_offset to the segment's end
+                # (a consumer caught up with a high watermark at the LEO, most fetches).
+                max_offset = None
             i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
             # the next segment when this one has nothing at or after start_offset (the end of a
             # segment, or a compacted log's gap); further ones only when compaction emptied some

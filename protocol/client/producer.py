@@ -13,6 +13,7 @@ import random
 import struct
 from typing import Callable, Iterable, NamedTuple
 
+from ..clock import TimerHandle
 from ..compression import Compression
 from ..errors import ErrorCode, KafkaError, RequestTimedOutError, UnknownTopicOrPartitionError
 from ..records import Record, build_batch, increment_sequence
@@ -167,6 +168,11 @@ class Producer:
         self._flushing = 0
         self._closed = False
         self._wakeup = asyncio.Event()
+        # The timer that wakes the sender next (its earliest linger end or retry backoff), and
+        # when, on the monotonic clock: a new batch that only its linger can make ready moves
+        # it earlier instead of waking the sender now to compute the same deadline.
+        self._timer: TimerHandle | None = None
+        self._timer_at_ms = 0.0
         self._space = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._requests: dict[asyncio.Task[None], None] = {}
@@ -244,13 +250,28 @@ class Producer:
             batch = _Batch(tp, self._time.monotonic_ms())
             queue.append(batch)
             self._unsettled[batch] = None
-            self._wakeup.set()  # the sender has a new linger deadline, and maybe a full batch
+            if (len(queue) > 1 or self._linger_ms <= 0 or self._flushing or self._need_producer_id
+                    or self._refresh_needed):
+                self._wakeup.set()  # a batch behind another (that one is ready now), or work for _prepare
+            else:
+                # Ready at its linger end, not before (unless full, below): the sender's timer
+                # wakes it then (Java's sender, woken now, would only compute that deadline).
+                self._wake_by(batch.created_ms + self._linger_ms)
         batch.records.append(record)
         batch.futures.append(future)
         batch.size += size
         self._buffered += size
         if batch.size >= self._batch_size:
             self._wakeup.set()
+
+    def _wake_by(self, at_ms: float) -> None:
+        """The sender's timer fires at ``at_ms`` at the latest."""
+        if self._timer is not None:
+            if self._timer_at_ms <= at_ms:
+                return
+            self._timer.cancel()
+        self._timer = self._time.schedule(at_ms - self._time.monotonic_ms(), self._wakeup.set)
+        self._timer_at_ms = at_ms
 
     # -- the sender task -------------------------------------------------------------------
 
@@ -259,13 +280,20 @@ class Producer:
             while True:
                 self._wakeup.clear()
                 await self._prepare()
-                wait_ms = self._drain(self._time.monotonic_ms())
-                handle = None if wait_ms is None else self._time.schedule(wait_ms, self._wakeup.set)
+                now = self._time.monotonic_ms()
+                wait_ms = self._drain(now)
+                if self._timer is not None:  # (set by _append while _prepare waited: _drain saw its batch)
+                    self._timer.cancel()
+                    self._timer = None
+                if wait_ms is not None:
+                    self._timer = self._time.schedule(wait_ms, self._wakeup.set)
+                    self._timer_at_ms = now + wait_ms
                 try:
                     await self._wakeup.wait()
                 finally:
-                    if handle is not None:
-                        handle.cancel()
+                    if self._timer is not None:
+                        self._timer.cancel()
+                        self._timer = None
         except Exception as exc:
             log.exception("producer sender failed")
             for batch in list(self._unsettled):
@@ -284,7 +312,7 @@ class Producer:
             except KafkaError as exc:
                 log.warning("producer metadata refresh failed: %s", exc)
                 self._refresh_needed = True
-        if self._need_producer_id and not self._requests and any(self._queues.values()):
+        if self._need_producer_id and not self._in_flight() and any(self._queues.values()):
             try:
                 self._producer_id, self._producer_epoch = await self._client.init_producer_id()
             except KafkaError as exc:
@@ -308,6 +336,13 @@ class Producer:
                         self._fail(batch, RequestTimedOutError(
                             f"{tp.topic}-{tp.partition}: sent under producer id {batch.producer_id}, which was "
                             f"given up; not sent again (it may have been written)"))
+
+    def _in_flight(self) -> bool:
+        """Whether a Produce request is still running. A request leaves ``_requests`` in its
+        finally; one cancelled before it began never ran that, and is dropped here."""
+        for task in [t for t in self._requests if t.done()]:
+            del self._requests[task]
+        return bool(self._requests)
 
     def _drain(self, now: float) -> float | None:
         """Send every ready batch it may; return how long until the next one may be ready."""
@@ -353,8 +388,7 @@ class Producer:
             self._inflight_partition[batch.tp] += 1
         self._inflight_node[node] += 1
         task = asyncio.ensure_future(self._send_request(node, batches))
-        self._requests[task] = None
-        task.add_done_callback(self._requests.pop)
+        self._requests[task] = None  # (until its finally: a done callback would cost a loop turn per request)
 
     async def _send_request(self, node: int, batches: list[_Batch]) -> None:
         try:
@@ -380,10 +414,16 @@ class Producer:
                 else:
                     self._retry_or_fail(batch, wire_error(error, f"produce to {batch.tp.topic}-{batch.tp.partition}"))
         finally:
+            self._requests.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             self._inflight_node[node] -= 1
             for batch in batches:
                 self._inflight_partition[batch.tp] -= 1
-            self._wakeup.set()
+            # The sender has work only if a batch waits (one this request's end lets go, or a
+            # retry queued above): with none, the next batch's _append wakes it.
+            for queue in self._queues.values():
+                if queue:
+                    self._wakeup.set()
+                    break
 
     def _retry_or_fail(self, batch: _Batch, exc: Exception) -> None:
         now = self._time.monotonic_ms()

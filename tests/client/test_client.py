@@ -243,6 +243,48 @@ async def test_idempotent_retries_keep_their_sequence_and_a_hole_restarts_the_pr
     assert fake.requests.count((ApiKey.INIT_PRODUCER_ID, 1)) == 2
 
 
+async def test_a_lingering_batch_wakes_the_sender_once_at_its_linger_end():
+    """A new batch that only its linger can make ready does not wake the sender, which would
+    only compute that deadline: the sender's timer is moved to the linger end instead. A
+    response with nothing queued behind it does not wake the sender either. Each record is then
+    one sender wake-up (three before: at the new batch, at its linger end, at its response), and
+    a request leaves the producer's in-flight requests as it ends, not in a loop turn after."""
+    clock = MockTime()
+    ranges = {**BROKER_RANGES, ApiKey.PRODUCE: (3, 7)}
+    produced = []
+
+    def respond(header, body):
+        version, cid = header.api_version, header.correlation_id
+        if header.api_key == ApiKey.API_VERSIONS:
+            return response(cid, api_versions_body(version, ranges))
+        if header.api_key == ApiKey.METADATA:
+            return response(cid, APIS[ApiKey.METADATA].response.build(version, {
+                "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": fake.port}], "controller_id": 1,
+                "topics": [{"error_code": 0, "name": "t", "partitions": [{
+                    "error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0,
+                    "replica_nodes": [1], "isr_nodes": [1]}]}]}))
+        [(topic, [(partition, records)])] = decode_produce_request(version, memoryview(body), 0).topics
+        produced.append([r.value for r in decode_batch(records)[1]])
+        return encode_produce_response(version, cid, [(topic, [(partition, 0, len(produced) - 1, -1, 0)])])[4:]
+
+    async with FakeBroker(respond) as fake:
+        async with KafkaClient(f"127.0.0.1:{fake.port}", time=clock) as client:
+            producer = Producer(client, acks=1, linger_ms=50)
+            offsets = []
+            for value in (b"a", b"b", b"c"):
+                future = await producer.send("t", value)
+                assert not producer._wakeup.is_set()  # (set at once before)
+                clock.sleep(49)
+                assert not producer._wakeup.is_set()
+                clock.sleep(1)  # the linger end: the timer wakes the sender, which sends the batch
+                assert producer._wakeup.is_set()
+                offsets.append((await future).offset)
+                assert not producer._wakeup.is_set()  # nothing queued: the response wakes no one (set before)
+                assert not producer._requests  # the request left them in its finally, not in a done callback's turn
+            await producer.close()
+    assert offsets == [0, 1, 2] and produced == [[b"a"], [b"b"], [b"c"]]
+
+
 def test_murmur2_matches_the_java_client():
     # Values from Kafka's UtilsTest.testMurmur2 (signed Java ints).
     cases = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,

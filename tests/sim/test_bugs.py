@@ -17,7 +17,7 @@ from sim.runner import Options, run_seed
 CAUGHT: dict[str, tuple] = {
     "shrink-before-first-fetch": (5, frozenset({"isr-shrink-justified"})),
     "log-start-before-hw": (2, frozenset({"liveness"})),
-    "hw-over-local-isr": (2, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
+    "hw-over-local-isr": (13, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
     "ineligible-isr-accepted": (21, frozenset({"isr-eligible"})),
     "stale-broker-epoch-accepted": (1, frozenset({"one-leader-per-epoch"})),
     "ack-before-min-isr": (7, frozenset({"lost-write", "inconsistent-offset"})),
@@ -32,8 +32,9 @@ SEEDS_TO_CATCH: dict[str, int] = {
     # (218 before a parked follower fetch stopped counting again when it completed (seed 4422): the
     # expansions proposed at those completions, just as new records came, made most of its
     # windows; the check now takes the maximal ISR from the proposal in flight, not from
-    # Partition.maximal_isr, which this bug itself changes)
-    "hw-over-local-isr": 2,
+    # Partition.maximal_isr, which this bug itself changes; 2 until the producer stopped waking
+    # its sender for what only a linger timer could make ready, which moved every schedule)
+    "hw-over-local-isr": 13,
     # kbroker's recovery rebuilds a leader epoch cache from the batches it re-validates, and the
     # checkpoint below the recovery point is durable, so no crash alone leaves records above the
     # high watermark without epochs: sim/faults.py's lost-epochs fault makes that state (5 of

@@ -132,6 +132,29 @@ def test_read_bounds_and_kip74(tmp_path):
         assert exc.value.error_code == 1
 
 
+def test_a_read_bounded_at_the_log_end_looks_up_only_its_start(tmp_path, monkeypatch):
+    """A consumer caught up reads with max_offset = its HW = the LEO: no batch ends there, so
+    the bound is not looked up (LogSegment.translate_offset walked every batch from the fetch
+    position to the segment's end to find none); the records are those of an unbounded read,
+    and a bound inside the log is still looked up and applied."""
+    from storage.segment import LogSegment
+    log = open_log(tmp_path / "t-0")
+    for n in range(1, 6):
+        log.append_as_leader(batch(n, value_size=100), 0)  # offsets [0] [1,2] [3,4,5] [6..9] [10..14]
+    lookups = []
+    translate = LogSegment.translate_offset
+    monkeypatch.setattr(LogSegment, "translate_offset", lambda self, offset, start=0: (
+        lookups.append(offset), translate(self, offset, start))[1])
+    unbounded = bytes(log.read(4, 1 << 20).records)
+    lookups.clear()
+    for bound in (15, 99):
+        assert bytes(log.read(4, 1 << 20, max_offset=bound).records) == unbounded
+    assert lookups == [4, 4]
+    lookups.clear()
+    assert len(log.read(4, 1 << 20, max_offset=10).records) < len(unbounded)  # [3..5] [6..9], not [10..14]
+    assert lookups == [4, 10]
+
+
 def test_read_is_a_view_of_the_mapping_and_one_segment_at_a_time(tmp_path):
     log = open_log(tmp_path / "t-0", segment_bytes=1000)
     for _ in range(10):
