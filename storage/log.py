@@ -583,7 +583,7 @@ class Log:
     def _maybe_roll(self, set_size: int, max_timestamp: int, last_offset: int) -> LogSegment:
         segment = self._segments[-1]
         reason = segment.should_roll(set_size=set_size, max_timestamp=max_timestamp, last_offset=last_offset,
-                                     now_ms=self.time.milliseconds(), segment_bytes=self.config.segment_bytes,
+                                     now=self.time.milliseconds, segment_bytes=self.config.segment_bytes,
                                      segment_ms=self.config.segment_ms)
         if reason is None:
             return segment

@@ -407,12 +407,13 @@ class LogSegment:
 
     # -- rolling and retention -----------------------------------------------------------
 
-    def should_roll(self, *, set_size: int, max_timestamp: int, last_offset: int, now_ms: int, segment_bytes: int,
-                    segment_ms: int) -> str | None:
+    def should_roll(self, *, set_size: int, max_timestamp: int, last_offset: int, segment_bytes: int,
+                    segment_ms: int, now_ms: int | None = None, now: Callable[[], int] | None = None) -> str | None:
         """Why the next append (of ``set_size`` bytes ending at ``last_offset``, largest
         timestamp ``max_timestamp``) must go to a new segment, or None. An empty segment
         never rolls. The time waited counts from the first batch's timestamp (Kafka's
-        rollingBasedTimestamp), or from the segment's creation without one."""
+        rollingBasedTimestamp), or from the segment's creation without one: ``now_ms``, or
+        ``now()`` read only then (the clock is not read on every append)."""
         size = self.size
         if size == 0:
             return None
@@ -422,7 +423,7 @@ class LogSegment:
         if first_timestamp is not None and first_timestamp >= 0:
             waited = max_timestamp - first_timestamp
         else:
-            waited = now_ms - self.created_ms
+            waited = (now_ms if now_ms is not None else now()) - self.created_ms  # type: ignore[misc]
         if waited > segment_ms - self.roll_jitter_ms:
             return "segment.ms"
         if self.offset_index.is_full() or self.time_index.is_full():

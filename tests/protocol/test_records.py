@@ -507,7 +507,9 @@ def _batch_head_bytes():
     length = st.one_of(st.integers(-5, 20), st.integers(-(2**31), 2**31 - 1), st.integers(14, 120))
     head = st.builds(lambda n, magic, attrs: R.struct.pack(">qi", 0, n) + b"\0\0\0\0" + bytes([magic]) + b"\0" * 4
                      + R.struct.pack(">H", attrs), length, st.integers(0, 255), st.integers(0, 0xFFFF))
-    return st.tuples(head, st.binary(max_size=130), st.integers(0, 80)).map(lambda t: (t[0] + t[1])[:len(t[0]) + len(t[1]) - t[2]])
+    # the head, any tail, then up to 80 bytes cut off the end (a batch shorter than it claims)
+    return st.tuples(head, st.binary(max_size=130), st.integers(0, 80)).map(
+        lambda t: (t[0] + t[1])[:len(t[0]) + len(t[1]) - t[2]])
 
 
 @given(_batch_head_bytes())

@@ -65,6 +65,25 @@ def test_should_roll_reasons(tmp_path):
     assert segment.should_roll(set_size=10, **{**kw, "last_offset": 100 + 2**31}) == "relative offset overflow"
 
 
+def test_should_roll_reads_the_clock_only_without_a_rolling_timestamp(tmp_path):
+    """``now`` is called only when the wait counts from the segment's creation (no first
+    batch timestamp), and then decides segment.ms as ``now_ms`` would."""
+    calls = []
+
+    def now(at):
+        return lambda: calls.append(at) or at
+
+    segment = new_segment(tmp_path)
+    kw = dict(set_size=10, max_timestamp=START_MS, last_offset=100, segment_bytes=10**6, segment_ms=1000)
+    append(segment, 100, 1)
+    assert segment.rolling_based_timestamp is not None
+    assert segment.should_roll(**kw, now=now(segment.created_ms + 10**9)) is None and calls == []
+    segment.rolling_based_timestamp = None  # as a segment whose first batch had no timestamp
+    assert segment.should_roll(**kw, now=now(segment.created_ms + 1000)) is None
+    assert segment.should_roll(**kw, now=now(segment.created_ms + 1001)) == "segment.ms"
+    assert calls == [segment.created_ms + 1000, segment.created_ms + 1001]
+
+
 def test_recover_cuts_a_bad_tail_and_rebuilds_indexes(tmp_path):
     segment = new_segment(tmp_path, interval=0)
     for i in range(5):
