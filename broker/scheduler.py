@@ -6,10 +6,16 @@ line for each further failure in a row — and the task is retried with exponent
 (``retry_backoff_ms`` doubling, capped at the interval) instead of waiting a whole period;
 when it succeeds again that is logged too and the normal period resumes. A task is never
 dropped: only ``cancel`` (shutdown) stops it.
+
+A task whose function returns a future (work it handed to a thread: the checkpoints' writes)
+is done when the future is: its failure is the future's, and the next run is scheduled from
+then on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 from typing import Callable
 
@@ -56,11 +62,29 @@ class PeriodicTask:
             return
         self.runs += 1
         try:
-            self.fn()
+            pending = self.fn()
         except Exception as exc:
+            return self._finished(exc)
+        if isinstance(pending, (asyncio.Future, concurrent.futures.Future)):
+            # work handed to a thread (a checkpoint's fsyncs): the pass ends when it does; the
+            # next one is scheduled then, so two never overlap
+            pending.add_done_callback(self._done)
+            return
+        self._finished(None)
+
+    def _done(self, future) -> None:
+        if future.cancelled():
+            return self._finished(RuntimeError("cancelled"))
+        self._finished(future.exception())
+
+    def _finished(self, exc: BaseException | None) -> None:
+        if self._cancelled:
+            return
+        if exc is not None:
             self.failures += 1
             if self.failures == 1:
-                log.exception("background task %s failed; retrying in %.0f ms", self.name, self.next_delay_ms())
+                log.error("background task %s failed; retrying in %.0f ms", self.name, self.next_delay_ms(),
+                          exc_info=exc)
             else:
                 log.error("background task %s failed again (%d in a row): %s: %s; retrying in %.0f ms", self.name,
                           self.failures, type(exc).__name__, exc, self.next_delay_ms())

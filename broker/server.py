@@ -41,6 +41,7 @@ from storage import LogManager, fileio
 from storage.checkpoint import write_atomically
 from storage.log_cleaner import LogCleaner
 from storage.log import run_flush_plans
+from storage.log_manager import CheckpointSnapshot
 
 from . import heap
 from .alter_partition_manager import AlterPartitionManager
@@ -514,12 +515,13 @@ class KafkaServer:
         # broker's default sets the pace, at least once a second)
         self._schedule_periodic("delete-files", min(1000, max(10, cfg["log.segment.delete.delay.ms"])), lm.delete_due)
         self._schedule_periodic("log-flush", min(cfg.flush_interval_ms, 1000), self._flush_pass)
+        # the checkpoints are taken on the loop and written (fsyncs) on the flush thread
         self._schedule_periodic("recovery-point-checkpoint", cfg["log.flush.offset.checkpoint.interval.ms"],
-                                lm.checkpoint_recovery_points)
+                                lambda: self._write_off_loop(lm.snapshot_recovery_points()))
         self._schedule_periodic("log-start-offset-checkpoint", cfg["log.flush.start.offset.checkpoint.interval.ms"],
-                                lm.checkpoint_log_start_offsets)
+                                lambda: self._write_off_loop(lm.snapshot_log_start_offsets()))
         self._schedule_periodic("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],
-                                lm.checkpoint_high_watermarks)
+                                lambda: self._write_off_loop(lm.snapshot_high_watermarks()))
         self._schedule_periodic("isr-expiration", max(1, cfg["replica.lag.time.max.ms"] // 2),
                                 self.replica_manager.maybe_shrink_isr)
         self._schedule_periodic("producer-id-expiration", cfg["producer.id.expiration.check.interval.ms"],
@@ -549,6 +551,12 @@ class KafkaServer:
                 timer.cancel()
             self._schedule_periodic("log-cleaner", max(1, self.config["log.cleaner.backoff.ms"]),
                                     self.cleaner_threads.maybe_clean)
+
+    def _write_off_loop(self, snapshot: CheckpointSnapshot) -> asyncio.Future:
+        """``snapshot.write()`` on the flush thread (after a flush pass running there); the
+        PeriodicTask that asked waits for it. Shutdown drains the thread before the final
+        checkpoints, which an older snapshot then cannot overwrite (CheckpointSnapshot)."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, snapshot.write)
 
     def _flush_pass(self) -> None:
         """fsync what the flush policy asks for, plus segments that rolled since the last pass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
@@ -48,6 +49,43 @@ FLUSH_PASS_MAX_FDS = 64
 FLUSH_THREADS = 32  # threads fsyncing at shutdown (flush_all): concurrent fsyncs share journal commits
 
 
+class CheckpointWrites:
+    """Which snapshot each checkpoint file holds (by the order snapshots were taken), and a
+    lock: snapshots are taken on the event loop and written there or on a thread, so two
+    writers of one file never share its temp file, and an older snapshot written after a
+    newer one is skipped: a recovery point lowered by a truncation
+    (``checkpoint_recovery_points_after_truncation``) never comes back up by a periodic
+    snapshot taken before it that was still waiting for the thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.written: dict[Path, int] = {}
+
+
+class CheckpointSnapshot:
+    """Checkpoint files' contents as they were when taken; ``write()`` is thread-safe."""
+
+    __slots__ = ("writes", "seq", "files")
+
+    def __init__(self, writes: CheckpointWrites, seq: int, files: list[tuple[Path, dict[TopicPartition, int]]]) -> None:
+        self.writes = writes
+        self.seq = seq
+        self.files = files
+
+    def write(self) -> int:
+        """Write each file unless a newer snapshot of it is there already; how many were written."""
+        done = 0
+        writes = self.writes
+        for path, offsets in self.files:
+            with writes.lock:
+                if writes.written.get(path, -1) > self.seq:
+                    continue
+                OffsetCheckpointFile(path).write(offsets)
+                writes.written[path] = self.seq
+                done += 1
+        return done
+
+
 class LogManager:
     """Not thread-safe: call it from the broker's event-loop thread."""
 
@@ -72,6 +110,9 @@ class LogManager:
         self._dirs_to_delete: list[tuple[int, Path]] = []
         # Shared by every log here: what their non-active segments may keep open.
         self.segment_budget = OpenSegmentBudget.from_open_files_limit(max_open_files)
+        # Checkpoint files written so far (CheckpointSnapshot: written on the loop or a thread)
+        self._checkpoint_writes = CheckpointWrites()
+        self._checkpoint_seq = 0
 
     # -- startup -------------------------------------------------------------------------
 
@@ -300,10 +341,32 @@ class LogManager:
 
     def _write_checkpoints(self, file_name: str, value: Callable[[Log], int],
                            which: Callable[[Log], bool] = lambda each: True, dirs: list[Path] | None = None) -> None:
+        self._snapshot_checkpoints(file_name, value, which, dirs).write()
+
+    def _snapshot_checkpoints(self, file_name: str, value: Callable[[Log], int],
+                              which: Callable[[Log], bool] = lambda each: True,
+                              dirs: list[Path] | None = None) -> "CheckpointSnapshot":
+        files = []
         for log_dir in self.log_dirs if dirs is None else dirs:
             offsets = {tp: value(each) for tp, each in self._logs.items()
                        if self._log_dir_of[tp] == log_dir and which(each)}
-            OffsetCheckpointFile(log_dir / file_name).write(offsets)
+            files.append((log_dir / file_name, offsets))
+        self._checkpoint_seq += 1
+        return CheckpointSnapshot(self._checkpoint_writes, self._checkpoint_seq, files)
+
+    def snapshot_recovery_points(self) -> "CheckpointSnapshot":
+        """The periodic passes' checkpoints taken now, on the event loop, for ``write()`` on a
+        thread: the write is a temp file, two fsyncs and a rename, which under a busy disk
+        blocked the loop 2-30 ms every replica.high.watermark.checkpoint.interval.ms, every
+        request in flight with it (Kafka writes them on its scheduler thread, not a request
+        handler's)."""
+        return self._snapshot_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda each: each.recovery_point)
+
+    def snapshot_log_start_offsets(self) -> "CheckpointSnapshot":
+        return self._snapshot_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda each: each.log_start_offset)
+
+    def snapshot_high_watermarks(self) -> "CheckpointSnapshot":
+        return self._snapshot_checkpoints(HIGH_WATERMARK_CHECKPOINT, lambda each: each.high_watermark)
 
     def checkpoint_cleaner_offsets(self) -> None:
         """Each compacted log's first dirty offset (Kafka writes it after every cleaning pass)."""

@@ -272,3 +272,34 @@ def test_shutdown_flushes_every_log_in_parallel_batches_and_a_failure_leaves_no_
     assert all(log.recovery_point == log.log_end_offset for log in logs)
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     assert 4 < most[0] <= 8 + 5  # (a plan: the .log, its two indexes, the leader-epoch-checkpoint, the dir)
+
+
+def test_a_checkpoint_snapshot_written_late_never_overwrites_a_newer_one(tmp_path, monkeypatch):
+    """The periodic checkpoints are snapshots taken on the loop and written on a thread later.
+    A follower's truncation below its recovery point writes the lowered recovery points at once
+    (checkpoint_recovery_points_after_truncation): a periodic snapshot taken before it and
+    written after it must not bring the old, higher recovery point back (a crash would then
+    skip recovering what was appended after the truncation)."""
+    manager = LogManager([tmp_path], CONFIG, time=MockTime())
+    manager.startup()
+    log = manager.get_or_create_log("t", 0)
+    fill(log, 10)
+    log.flush()
+    high = log.recovery_point
+    assert high > 0
+    periodic = manager.snapshot_recovery_points()  # taken, its write waiting for the flush thread
+    log.truncate_to(4)
+    assert log.recovery_point <= 4
+    manager.checkpoint_recovery_points_after_truncation(log)
+    synced = record_fsyncs(monkeypatch)
+    assert periodic.write() == 0  # older than what the file holds: skipped
+    assert synced == []
+    checkpoint = OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()
+    assert dict(checkpoint)[("t", 0)] == log.recovery_point
+    # a snapshot taken later is written
+    fill(log, 2)
+    log.flush()
+    assert manager.snapshot_recovery_points().write() == 1
+    assert dict(OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read())[("t", 0)] == \
+        log.recovery_point
+    manager.shutdown()
