@@ -73,6 +73,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy (all cores, every process: /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / CLK_TCK
+
+
 def load(bootstrap: str, pid: int, duration: float, connections: int, depth: int) -> dict:
     cmd = [sys.executable, str(LOAD), "--mode", "produce", "--bootstrap", bootstrap, "--topic", TOPIC,
            "--no-create", "--partitions", str(PARTITIONS), "--connections", str(connections), "--depth", str(depth),
@@ -134,8 +141,9 @@ class EndToEndProbe:
 
     VALUE = struct.Struct(">qq")
 
-    def __init__(self, bootstrap: str, step: int) -> None:
+    def __init__(self, bootstrap: str, step: int, interval_s: float = PROBE_INTERVAL_S) -> None:
         self.bootstrap = bootstrap
+        self.interval_s = interval_s
         self.step = step
         self.latencies_ns: list[int] = []
         self.acks_ns: list[int] = []
@@ -148,11 +156,27 @@ class EndToEndProbe:
         self._threads = [threading.Thread(target=self._produce, daemon=True),
                          threading.Thread(target=self._consume, daemon=True)]
         self._subscribed = threading.Event()
+        # librdkafka's own view (statistics.interval.ms), per broker and 1 s window: its
+        # ProduceRequest round trip (rtt: written -> response read, on its C broker thread) and
+        # the time records wait in the producer before that (int_latency + outbuf_latency)
+        self.rtt_windows: list[tuple[float, float]] = []  # (p50, p99) in ms
+        self.queue_p99_ms: list[float] = []
 
     def _produce(self) -> None:
         from confluent_kafka import Producer
+        def stats(raw: str) -> None:
+            now = time.monotonic_ns()
+            if now < self.warm_until_ns:
+                return
+            for b in json.loads(raw).get("brokers", {}).values():
+                if b.get("nodeid", -1) < 0 or not b.get("rtt", {}).get("cnt"):
+                    continue
+                self.rtt_windows.append((b["rtt"]["p50"] / 1e3, b["rtt"]["p99"] / 1e3))
+                self.queue_p99_ms.append((b["int_latency"]["p99"] + b["outbuf_latency"]["p99"]) / 1e3)
+
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 0,
-                             "enable.idempotence": False, "socket.nagle.disable": True})
+                             "enable.idempotence": False, "socket.nagle.disable": True,
+                             "statistics.interval.ms": 1000, "stats_cb": stats})
 
         def delivered(err, msg) -> None:
             if err is not None:
@@ -165,10 +189,13 @@ class EndToEndProbe:
         next_at = time.monotonic()
         i = 0
         while not self._stop_sending.is_set():
+            # Waiting in poll, not sleep: an acknowledgement is taken when it arrives (its
+            # delivery callback runs in poll); after a sleep it was taken up to one interval late.
             now = time.monotonic()
-            if now < next_at:
-                time.sleep(next_at - now)
-            next_at += PROBE_INTERVAL_S
+            while now < next_at:
+                producer.poll(next_at - now)
+                now = time.monotonic()
+            next_at += self.interval_s
             stamp = time.monotonic_ns()
             self.counted += stamp >= self.warm_until_ns
             producer.produce(PROBE_TOPIC, self.VALUE.pack(self.step, stamp) + pad,
@@ -232,7 +259,11 @@ class EndToEndProbe:
         return {"e2e_p50_ms": pct(self.latencies_ns, 0.50), "e2e_p99_ms": pct(self.latencies_ns, 0.99),
                 "e2e_max_ms": pct(self.latencies_ns, 1.0), "e2e_records": len(self.latencies_ns),
                 "e2e_sent": self.counted, "e2e_errors": self.errors,
-                "ack_p50_ms": pct(self.acks_ns, 0.50), "ack_p99_ms": pct(self.acks_ns, 0.99)}
+                "ack_p50_ms": pct(self.acks_ns, 0.50), "ack_p99_ms": pct(self.acks_ns, 0.99),
+                # librdkafka's figures: the median window's p50, the worst window's p99
+                "rtt_p50_ms": statistics.median(w[0] for w in self.rtt_windows) if self.rtt_windows else None,
+                "rtt_p99_ms": max(w[1] for w in self.rtt_windows) if self.rtt_windows else None,
+                "queue_p99_ms": max(self.queue_p99_ms) if self.queue_p99_ms else None}
 
 
 def one_round(args, repo: Path = REPO) -> dict:
@@ -266,12 +297,16 @@ def one_round(args, repo: Path = REPO) -> dict:
         steps = [("full", 4, 8)] + [("half", c, d) for c, d in args.half_steps]
         for step, (label, connections, depth) in enumerate(steps):
             before = {i: cpu_seconds(p.pid) for i, p in procs.items()}
-            e2e = EndToEndProbe(all_bootstrap, step) if label == "half" else contextlib.nullcontext()
+            busy_before, wall_before = machine_busy_seconds(), time.monotonic()
+            e2e = (EndToEndProbe(all_bootstrap, step, args.probe_interval_ms / 1000) if label == "half"
+                   else contextlib.nullcontext())
             with LagSampler(brokers, assignments) as lag, e2e:
                 res = load(bootstrap, procs[1].pid, args.duration, connections, depth)
             if label == "half":
                 res.update(e2e.summary())
             after = {i: cpu_seconds(p.pid) for i, p in procs.items()}
+            # the cores the machine had busy (brokers, load, probe, and anything else running here)
+            res["machine_busy_cores"] = round((machine_busy_seconds() - busy_before) / (time.monotonic() - wall_before), 2)
             window = args.duration + 1.0  # the tool's warm-up second is in the CPU window too
             res["cpu_util_per_broker"] = {i: round((after[i] - before[i]) / window, 2) for i in procs}
             res["cpu_us_per_request_per_broker"] = {
@@ -312,9 +347,14 @@ def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list
                   f"per broker {f['cpu_us_per_request_per_broker']}, cpu util {f['cpu_util_per_broker']}, "
                   f"lag max {f['lag_max']} median {f['lag_median']} | nearest half ({half['concurrency']}): "
                   f"{half['records_per_s']:>9,.0f} rec/s p50 {half['p50_ms']:.2f} p99 {half['p99_ms']:.2f} ms, "
-                  f"lag max {half['lag_max']}; end-to-end p50 {fmt(half['e2e_p50_ms'])} p99 {fmt(half['e2e_p99_ms'])} "
+                  f"cpu µs/req per broker {half['cpu_us_per_request_per_broker']}, lag max {half['lag_max']}; "
+                  f"busy cores full {f['machine_busy_cores']} half {half['machine_busy_cores']} (load client "
+                  f"{f.get('client_cpu_util')}, {half.get('client_cpu_util')}); end-to-end p50 {fmt(half['e2e_p50_ms'])} "
+                  f"p99 {fmt(half['e2e_p99_ms'])} "
                   f"max {fmt(half.get('e2e_max_ms'))} ms ({half['e2e_records']} of {half['e2e_sent']} probe records; "
-                  f"send -> ack p50 {fmt(half['ack_p50_ms'])} p99 {fmt(half['ack_p99_ms'])} ms)",
+                  f"send -> ack p50 {fmt(half['ack_p50_ms'])} p99 {fmt(half['ack_p99_ms'])} ms; librdkafka rtt p50 "
+                  f"{fmt(half['rtt_p50_ms'])} worst-second p99 {fmt(half['rtt_p99_ms'])} ms, queued p99 "
+                  f"{fmt(half['queue_p99_ms'])} ms)",
                   flush=True)
     return results
 
@@ -323,6 +363,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--probe-interval-ms", type=float, default=PROBE_INTERVAL_S * 1000,
+                    help="the end-to-end probe's interval between records (default 1 ms)")
     ap.add_argument("--before", type=Path, metavar="PATH", help="also run the brokers of this checkout (same-run A/B)")
     args = ap.parse_args()
     args.half_steps = [(2, 4), (2, 2), (1, 2), (1, 1)]
@@ -371,6 +413,13 @@ def main() -> int:
               f"{spread(x['e2e_p50_ms'] for x in halves)} ms   p99 {spread(x['e2e_p99_ms'] for x in halves)} ms")
         print(f"  ~half rate  probe send -> acks=all acknowledgement                p50 "
               f"{spread(x['ack_p50_ms'] for x in halves)} ms   p99 {spread(x['ack_p99_ms'] for x in halves)} ms")
+        print(f"  ~half rate  probe, librdkafka's own ProduceRequest rtt: p50 {spread(x['rtt_p50_ms'] for x in halves)} ms"
+              f"   worst-second p99 {spread(x['rtt_p99_ms'] for x in halves)} ms")
+        print(f"  ~half rate  CPU µs per produce request per broker: " + ", ".join(
+            f"{b}: {spread(x['cpu_us_per_request_per_broker'][b] for x in halves)}"
+            for b in halves[0]["cpu_us_per_request_per_broker"]))
+        print(f"  busy cores of the machine (all processes): full {spread(x['machine_busy_cores'] for x in full)}"
+              f"   half {spread(x['machine_busy_cores'] for x in halves)}")
         print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
               f"max of maxima {max(x['lag_max'] for x in full)}")
     if len(rows) == 2:

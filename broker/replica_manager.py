@@ -25,7 +25,7 @@ from protocol.records import iter_batch_headers
 
 from .delayed_delete_records import DelayedDeleteRecords, DeleteRecordsPartitionStatus
 from .delayed_fetch import DelayedFetch, FetchPurgatory
-from .delayed_produce import DelayedProduce, ProducePartitionStatus
+from .delayed_produce import DelayedProduce, ProducePartitionStatus, ProducePurgatory
 from .fetch_params import FetchParams
 from .partition import (FETCH_LOG_END, FETCH_TXN_COMMITTED, LOCAL_ALTER_PARTITION, AlterPartitionSender,
                         LeaderAndIsrState, Partition)
@@ -94,7 +94,7 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.alter_partition = alter_partition
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self.produce_purgatory = DelayedOperationPurgatory("Produce", time)
+        self.produce_purgatory = ProducePurgatory("Produce", time)
         self.fetch_purgatory = FetchPurgatory("Fetch", time)
         self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", time)
         self.controller_epoch = 0
@@ -237,7 +237,7 @@ class ReplicaManager:
         key = partition.key
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():
-            self.produce_purgatory.check_and_complete(key)
+            self.produce_purgatory.check_hw_moved(key, partition.log.high_watermark)
         self.fetch_purgatory.check_appended(key, partition.log)
         return [partition_index, ErrorCode.NONE, info.first_offset, info.log_append_time,
                 partition.log.log_start_offset], info.last_offset + 1
@@ -258,7 +258,7 @@ class ReplicaManager:
                     info = partition.append_end_txn_marker(producer_id, epoch, coordinator_epoch, commit)
                     required = info.last_offset + 1
                     if partition.maybe_increment_high_watermark():
-                        self.produce_purgatory.check_and_complete(partition.key)
+                        self.produce_purgatory.check_hw_moved(partition.key, partition.log.high_watermark)
                     self.fetch_purgatory.check_appended(partition.key, partition.log)
                 except KafkaError as exc:
                     log.warning("transaction marker for producer %d on %s-%d refused: %s %s", producer_id, topic, index,
@@ -391,7 +391,7 @@ class ReplicaManager:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.topic}-{partition.partition}")
         if partition.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset, leader_leo):
             # The high watermark moved forward: acks=-1 produces, and consumers' fetches it reached.
-            self.produce_purgatory.check_and_complete(partition.key)
+            self.produce_purgatory.check_hw_moved(partition.key, partition.log.high_watermark)
             self.fetch_purgatory.check_appended(partition.key, partition.log)
         # The follower reported its log start offset: a DeleteRecords waiting for it may be done.
         self.delete_records_purgatory.check_and_complete(partition.key)

@@ -348,3 +348,69 @@ def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_n
     assert p.high_watermark == 3
     assert rm.fetch_offset_for_timestamp("t", 0, -1, 0, -1, True)[1] == 3
     assert rm.fetch_offset_for_timestamp("t", 0, 1, 0, -1, True)[1] == 0
+
+
+# -- a moved high watermark tries only the produces it reached (ProducePurgatory) ------------
+
+def count_tries(monkeypatch):
+    """{required offset of the op's first partition: try_complete calls}."""
+    from broker.delayed_produce import DelayedProduce
+    tries: dict[int, int] = {}
+    real = DelayedProduce.try_complete
+
+    def counted(self):
+        key = self.statuses[0].required_offset
+        tries[key] = tries.get(key, 0) + 1
+        return real(self)
+    monkeypatch.setattr(DelayedProduce, "try_complete", counted)
+    return tries
+
+
+def test_a_hw_move_tries_only_the_produces_it_reached(rm, monkeypatch):
+    p = lead(rm)
+    outs = [produce(rm, 3) for _ in range(3)]  # offsets 0-2, 3-5, 6-8: waiting for HW 3, 6, 9
+    assert rm.produce_purgatory.delayed() == 3
+    tries = count_tries(monkeypatch)
+    assert follower_fetch(rm, 2, 9).error_code == 0  # broker 3 is at 0: the HW stays
+    assert follower_fetch(rm, 3, 3).error_code == 0  # HW 3
+    assert p.high_watermark == 3
+    assert result(outs[0]) == (ErrorCode.NONE, 0) and outs[1] == [] and outs[2] == []
+    # only the produce the HW reached was tried; those waiting for 6 and 9 were not looked at
+    assert tries == {3: 1}
+    assert follower_fetch(rm, 3, 9).error_code == 0  # HW 9: the other two, in offset order
+    assert result(outs[1]) == (ErrorCode.NONE, 3) and result(outs[2]) == (ErrorCode.NONE, 6)
+    assert tries == {3: 1, 6: 1, 9: 1}
+    assert rm.produce_purgatory.delayed() == 0 and rm.produce_purgatory._heaps == {}
+
+
+def test_a_produce_of_two_partitions_completes_when_the_hw_reaches_both(rm):
+    lead(rm)
+    error, results = rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 1, 1, 1, 0, [1, 2, 3], 0, [1, 2, 3])])
+    assert results[("t", 1)] == 0
+    batch = bytearray(build_batch([Record(value=b"v", timestamp=1)] * 2))
+    out = []
+    rm.append_records(1000, -1, False, [("t", [(0, batch), (1, bytearray(batch))])], out.append)
+    for replica in (2, 3):
+        assert follower_fetch(rm, replica, 2).error_code == 0  # partition 0 reaches 2
+    assert out == []
+    for replica in (2, 3):
+        out2 = []
+        rm.fetch_messages(FetchParams(replica, 0, 1, 1 << 20, 0), [("t", [FetchPartition(1, -1, 2, 0, 1 << 20)])],
+                          out2.append)
+        assert out2[0][0][1][0].error_code == 0
+    [(topic, rows)] = out[0]
+    assert [(r[0], r[1]) for r in rows] == [(0, ErrorCode.NONE), (1, ErrorCode.NONE)]
+    assert rm.produce_purgatory._heaps == {}
+
+
+def test_produces_completed_otherwise_leave_no_heap_behind(rm, time):
+    """A produce answered by its timeout or by a leadership change is not left in the index."""
+    lead(rm)
+    outs = [produce(rm, 1, timeout_ms=1000) for _ in range(3)]
+    time.sleep(1000)
+    assert [result(o)[0] for o in outs] == [ErrorCode.REQUEST_TIMED_OUT] * 3
+    assert rm.produce_purgatory._heaps == {}
+    out = produce(rm, 1)
+    lead(rm, epoch=1, leader=2, isr=(1, 2, 3))  # no longer the leader: NOT_LEADER_OR_FOLLOWER
+    assert result(out)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert rm.produce_purgatory._heaps == {}
