@@ -191,9 +191,15 @@ class EndToEndProbe:
         while not self._stop_sending.is_set():
             # Waiting in poll, not sleep: an acknowledgement is taken when it arrives (its
             # delivery callback runs in poll); after a sleep it was taken up to one interval late.
+            # (confluent-kafka truncates the timeout to whole milliseconds: a wait under 1 ms is
+            # poll(0), which spun here at the 1 ms interval; under 1 ms left, poll once and sleep)
             now = time.monotonic()
             while now < next_at:
-                producer.poll(next_at - now)
+                if next_at - now >= 0.001:
+                    producer.poll(next_at - now)
+                else:
+                    producer.poll(0)
+                    time.sleep(next_at - now)
                 now = time.monotonic()
             next_at += self.interval_s
             stamp = time.monotonic_ns()

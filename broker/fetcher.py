@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from typing import TYPE_CHECKING, Callable
 
 from protocol.api_keys import ApiKey
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
     from .replication_quota import ReplicationQuotaManager
 
 log = logging.getLogger("kbroker.fetcher")
+
+_FIRST_BATCH_OFFSETS = struct.Struct(">q")   # a batch header's base offset (byte 0)
+_LAST_OFFSET_DELTA = struct.Struct(">i")     # and its last offset delta (byte 23)
 
 # Test-only switches that re-introduce replication bugs the simulator must find (sim/bugs.py
 # turns them on for a run; never set otherwise); read only on rare paths (a log start that
@@ -342,8 +346,10 @@ class ReplicaFetcher:
         error = pd.error_code
         if error == ErrorCode.NONE:
             if pd.records is not None and len(pd.records):
+                records = _whole_batches(pd.records)
                 try:
-                    log_.append_as_follower(_whole_batches(pd.records))
+                    self._maybe_start_at_first_batch(key, log_, records)
+                    log_.append_as_follower(records)
                 except KafkaError as exc:
                     self._back_off(key, state, f"append failed: {exc}")
                     return
@@ -365,6 +371,24 @@ class ReplicaFetcher:
             self._handle_out_of_range(key, state, pd)
         else:
             self._back_off(key, state, ErrorCode(error).name)
+
+    @staticmethod
+    def _maybe_start_at_first_batch(key, log_: Log, records) -> None:
+        """An empty log (LEO = log start) whose fetch offset falls inside the leader's first
+        batch: the leader's log start is inside that batch (DeleteRecords, or retention, to an
+        offset in the middle of a batch) and the read returns it whole. The log starts over at
+        the batch's base offset and takes it (Kafka's Partition.appendRecordsToFollowerOrFutureReplica
+        on UnexpectedAppendOffsetException); the log start then moves up to the leader's with
+        the answer's log start offset. Else each fetch met the same batch for ever."""
+        leo = log_.log_end_offset
+        if leo != log_.log_start_offset or len(records) < 61:
+            return
+        base = _FIRST_BATCH_OFFSETS.unpack_from(records, 0)[0]
+        last_delta = _LAST_OFFSET_DELTA.unpack_from(records, 23)[0]
+        if base < leo <= base + last_delta:
+            log.info("%s-%d: the leader's first batch %d-%d holds our log end %d; starting over at %d", key[0], key[1],
+                     base, base + last_delta, leo, base)
+            log_.truncate_fully_and_start_at(base)
 
     def _handle_out_of_range(self, key, state: PartitionFetchState, pd) -> None:
         """Our LEO is outside the leader's log: start over at the leader's log start if we

@@ -250,6 +250,18 @@ _WAIT_FOR_LEADER_AND_ISR = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.I
 _NOT_APPLIED = frozenset({ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA})
 
 
+def _first_batch_epoch(log_: "Log", otherwise: int) -> int:
+    """The leader epoch in the header of the log's first batch (the one holding its log start);
+    ``otherwise`` for an empty log, -1 when it cannot be read."""
+    try:
+        records = log_.read(log_.log_start_offset, 1).records
+    except (KafkaError, OSError):
+        return -1
+    if len(records) < 16:
+        return otherwise
+    return int.from_bytes(records[12:16], "big", signed=True)
+
+
 def _always_eligible(_broker_id: int) -> bool:
     return True
 
@@ -634,10 +646,12 @@ class Partition:
         An epoch older than every epoch this log knows gets, as in Kafka, the start offset of the
         first known one, on the grounds that the records before it were deleted (retention moves
         the first epoch's start up to the log start). When records below the first known epoch
-        are still there (a leader-epoch checkpoint lost: the log keeps its batches but not which
-        epochs wrote them), nothing tells where a follower's log parts from this one below that
-        start: the answer is undefined (-1, -1), and the follower keeps only its high watermark,
-        as for an epoch the leader does not know at all. Kafka's answer there told followers
+        are still there from older epochs (their headers say so: a leader-epoch checkpoint lost,
+        the batches kept but not which epochs began where), nothing tells where a follower's log
+        parts from this one below that start: the answer is undefined (-1, -1), and the follower
+        keeps only its high watermark, as for an epoch the leader does not know at all (a
+        compacted log's first batch above its log start, of the first known epoch, keeps Kafka's
+        answer: nothing of an older epoch is there). Kafka's answer there told followers
         holding another record at an offset under a longer batch of the leader's that their logs
         agree, and each fetch failed on that batch for ever (simulator seed 6584)."""
         try:
@@ -647,6 +661,7 @@ class Partition:
         cache = local.leader_epoch_cache
         epoch, end = cache.end_offset_for(leader_epoch, local.log_end_offset)
         first = cache.earliest_entry()
-        if first is not None and leader_epoch < first.epoch and first.start_offset > local.log_start_offset:
+        if (first is not None and leader_epoch < first.epoch and first.start_offset > local.log_start_offset
+                and _first_batch_epoch(local, first.epoch) < first.epoch):
             return ErrorCode.NONE, -1, -1
         return ErrorCode.NONE, epoch, end

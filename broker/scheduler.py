@@ -15,7 +15,6 @@ then on.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 from typing import Callable
 
@@ -65,9 +64,11 @@ class PeriodicTask:
             pending = self.fn()
         except Exception as exc:
             return self._finished(exc)
-        if isinstance(pending, (asyncio.Future, concurrent.futures.Future)):
-            # work handed to a thread (a checkpoint's fsyncs): the pass ends when it does; the
-            # next one is scheduled then, so two never overlap
+        if isinstance(pending, asyncio.Future):
+            # work handed to a thread (a checkpoint's fsyncs, loop.run_in_executor): the pass ends
+            # when it does; the next one is scheduled then, so two never overlap. (An asyncio
+            # future only: its done callbacks run on the loop, a concurrent.futures one's on the
+            # thread that completes it, where scheduling the next pass is not safe.)
             pending.add_done_callback(self._done)
             return
         self._finished(None)

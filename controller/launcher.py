@@ -53,7 +53,7 @@ ZOOKEEPER_DIGEST_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
 _PORT_FLOOR = 10000
 _ports_given: set[int] = set()
-_port_choice = random.Random(int.from_bytes(os.urandom(8), "big") ^ os.getpid())
+_port_choice = random.SystemRandom()  # (no state a forked process shares with its parent)
 
 
 def ephemeral_port_range() -> tuple[int, int]:
@@ -85,7 +85,9 @@ def free_port() -> int:
                 continue
         _ports_given.add(port)
         return port
-    with socket.socket() as s:                   # no room below the range (or none found free): the kernel's pick
+    # no room below the range (or none found free): the kernel's pick, with the old window back
+    print(f"free_port: no free port below the ephemeral range ({low}); taking one of it", file=sys.stderr)
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -489,14 +489,17 @@ class Log:
         """Append batches that carry the leader's offsets and epochs, unchanged.
 
         The first batch must start at the LEO and each next one where the previous ended,
-        else OffsetsOutOfOrderError (INVALID_RECORD). Batch checks as for the leader,
-        except max.message.bytes (the leader already accepted them, as Kafka). Empty input
-        returns an info with record_count 0.
+        else OffsetsOutOfOrderError (INVALID_RECORD); in a compacted log a batch may start
+        past that (the cleaner drops batches that kept no record: a gap, as Kafka's follower
+        takes, and as loading a compacted log's segments allows). Batch checks as for the
+        leader, except max.message.bytes (the leader already accepted them, as Kafka). Empty
+        input returns an info with record_count 0.
         """
         batches = self._validate(records, check_message_size=False)
         expected = self.log_end_offset
+        gaps = self.config.compact
         for pos, header in batches:
-            if header.base_offset != expected:
+            if header.base_offset != expected and not (gaps and header.base_offset > expected):
                 raise OffsetsOutOfOrderError(f"{self.topic}-{self.partition}: batch at byte {pos} starts at offset "
                                              f"{header.base_offset}, expected {expected}")
             expected = header.next_offset

@@ -315,3 +315,27 @@ def test_offsets_for_an_epoch_older_than_the_known_ones_below_the_log_start_are_
     log.leader_epoch_cache.truncate_from_start(3)
     assert log.leader_epoch_cache.entries() == [(5, 3)]
     assert partition.last_offset_for_leader_epoch(-1, 2, True) == (0, 2, 3)
+
+
+def test_offsets_for_an_epoch_older_than_the_known_ones_over_a_compacted_gap_are_the_first_start(tmp_path, time,
+                                                                                                   sender, cache):
+    """A compacted log whose first batch (of the first known epoch) is above its log start: no
+    record of an older epoch is there, and the answer stays Kafka's (a KIP-320 consumer's
+    position validated below that batch is not taken for a truncation)."""
+    config = LogConfig(min_insync_replicas=2, cleanup_policy="compact")
+    logs = LogManager([tmp_path], config, time=time)
+    logs.startup()
+    manager = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=cache,
+                             log_config_for=lambda topic: config, replica_lag_time_max_ms=LAG_MS,
+                             alter_partition=sender)
+    try:
+        error, _ = manager.become_leader_or_follower(0, 1, [state(leader=2, epoch=6)])
+        assert error == 0
+        log = manager.get_partition("t", 0).log
+        log.append_as_follower(build_batch([Record(key=b"k", value=b"v", timestamp=1)] * 2, base_offset=5,
+                                           partition_leader_epoch=6))
+        assert log.log_start_offset == 0 and log.leader_epoch_cache.entries() == [(6, 5)]
+        partition = lead(manager, epoch=7, partition_epoch=1)
+        assert partition.last_offset_for_leader_epoch(-1, 3, True) == (0, 3, 5)
+    finally:
+        logs.shutdown()

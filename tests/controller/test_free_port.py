@@ -45,5 +45,6 @@ def test_a_port_in_use_is_not_given(monkeypatch):
 def test_no_room_below_the_range_falls_back_to_the_kernels_pick(monkeypatch):
     monkeypatch.setattr(launcher, "ephemeral_port_range", lambda: (10500, 60999))
     port = free_port()
+    assert port >= 10500
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))

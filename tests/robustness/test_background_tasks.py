@@ -3,6 +3,7 @@ with backoff on the injected clock and never dies silently."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 
@@ -57,17 +58,19 @@ def test_a_task_handing_its_work_to_a_thread_ends_when_the_work_does(caplog):
     the flush thread (broker/server.py _write_off_loop): the pass is that future. Its failure
     is retried with backoff like a raised one, and the next pass is scheduled only once the
     write is done, so two writes of one pass never overlap."""
-    import concurrent.futures
-
     time = MockTime()
     start = time.monotonic_ms()
-    writes: list[concurrent.futures.Future] = []
+    loop = asyncio.new_event_loop()  # the futures' done callbacks run on it
+    writes: list[asyncio.Future] = []
     runs: list[float] = []
 
-    def checkpoint() -> concurrent.futures.Future:
+    def checkpoint() -> asyncio.Future:
         runs.append(time.monotonic_ms() - start)
-        writes.append(concurrent.futures.Future())
+        writes.append(loop.create_future())
         return writes[-1]
+
+    def settle() -> None:
+        loop.run_until_complete(asyncio.sleep(0))
 
     with caplog.at_level(logging.INFO, logger="kbroker.scheduler"):
         task = PeriodicTask("highwatermark-checkpoint", 5000, checkpoint, time).start()
@@ -76,10 +79,12 @@ def test_a_task_handing_its_work_to_a_thread_ends_when_the_work_does(caplog):
         time.sleep(20_000)  # the write is still running: no second pass meanwhile
         assert runs == [5000]
         writes[0].set_exception(OSError(errno.ENOSPC, "No space left on device"))  # done at 25000: retried
+        settle()
         time.sleep(100)
         assert runs == [5000, 25100]
         assert task.failures == 1
         writes[1].set_result(1)
+        settle()
         time.sleep(5000)
         assert runs == [5000, 25100, 30100]
         assert task.failures == 0
@@ -88,8 +93,10 @@ def test_a_task_handing_its_work_to_a_thread_ends_when_the_work_does(caplog):
     assert any("succeeded after 1 failure(s)" in r.getMessage() for r in records)
     task.cancel()
     writes[2].set_result(1)  # done after the cancel: nothing more is scheduled
+    settle()
     time.sleep(20_000)
     assert len(runs) == 3
+    loop.close()
 
 
 async def test_the_broker_writes_its_periodic_checkpoints_off_the_event_loop(tmp_path, monkeypatch):

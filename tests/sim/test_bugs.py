@@ -33,7 +33,8 @@ SEEDS_TO_CATCH: dict[str, int] = {
     # expansions proposed at those completions, just as new records came, made most of its
     # windows; the check now takes the maximal ISR from the proposal in flight, not from
     # Partition.maximal_isr, which this bug itself changes; 2 until the producer stopped waking
-    # its sender for what only a linger timer could make ready, which moved every schedule)
+    # its sender for what only a linger timer could make ready and the periodic checkpoints'
+    # writes moved to the flush thread, each of which moved every schedule; 13 with both)
     "hw-over-local-isr": 13,
     # kbroker's recovery rebuilds a leader epoch cache from the batches it re-validates, and the
     # checkpoint below the recovery point is durable, so no crash alone leaves records above the

@@ -108,6 +108,28 @@ def test_follower_keeps_offsets_and_rejects_gaps(tmp_path):
     check_consistent(log)
 
 
+def test_a_follower_of_a_compacted_log_takes_the_gaps_the_cleaner_left(tmp_path):
+    """The cleaner drops a batch that kept no record: the leader's compacted log has gaps between
+    batches (and before its first one), which a follower takes as Kafka's does; offsets still
+    only go up. Refused, a new replica of a cleaned partition (__consumer_offsets) fetched the
+    same gap for ever."""
+    log = open_log(tmp_path / "t-0", cleanup_policy="compact")
+    data = follower_batch(2, 3, epoch=1) + follower_batch(9, 2, epoch=1)
+    info = log.append_as_follower(data)
+    assert (info.first_offset, info.last_offset, log.log_end_offset) == (2, 10, 11)
+    for bad in (follower_batch(10), follower_batch(13) + follower_batch(12)):
+        with pytest.raises(OffsetsOutOfOrderError):
+            log.append_as_follower(bad)
+    assert log.log_end_offset == 11
+    log.append_as_follower(follower_batch(20, epoch=2))
+    assert log.log_end_offset == 21
+    assert bytes(log.read(2, 1 << 20).records) == data + follower_batch(20, epoch=2)
+    log.close()
+    reopened = open_log(tmp_path / "t-0", cleanup_policy="compact")
+    assert reopened.log_end_offset == 21
+    reopened.close()
+
+
 def test_read_bounds_and_kip74(tmp_path):
     log = open_log(tmp_path / "t-0")
     sizes = []
