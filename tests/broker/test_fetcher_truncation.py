@@ -262,6 +262,13 @@ def test_a_follower_with_leader_epochs_out_of_range_truncates_by_epoch(tmp_path,
     log.close()
 
 
+def batch_3_to_5(log_start_offset: int) -> SimpleNamespace:
+    """A fetch answer of the leader (epoch 4, HW 6): its batch of offsets 3-5."""
+    return SimpleNamespace(error_code=0, high_watermark=6, log_start_offset=log_start_offset,
+                           records=build_batch([Record(value=b"v", timestamp=1)] * 3, base_offset=3,
+                                               partition_leader_epoch=4))
+
+
 def test_an_empty_follower_whose_fetch_offset_is_inside_the_leaders_first_batch_starts_at_that_batch(tmp_path, time):
     """DeleteRecords to offset 4, inside the leader's batch 3-5: a follower starting over there (an
     empty log at 4) gets that batch whole; it starts again at 3 and takes it, then its log start
@@ -271,9 +278,7 @@ def test_an_empty_follower_whose_fetch_offset_is_inside_the_leaders_first_batch_
     log.truncate_fully_and_start_at(4)
     fetcher, state = fetcher_for(follower(log, time), time)
     state.truncating = False
-    fetched = SimpleNamespace(error_code=0, high_watermark=6, log_start_offset=4,
-                              records=build_batch([Record(value=b"v", timestamp=1)] * 3, base_offset=3,
-                                                  partition_leader_epoch=4))
+    fetched = batch_3_to_5(log_start_offset=4)
     fetcher._process_partition(("t", 0), state, fetched)
     assert (log.log_end_offset, log.high_watermark, log.log_start_offset) == (6, 6, 4)
     assert state.delayed_until_ms == 0  # not backed off
@@ -286,9 +291,7 @@ def test_a_follower_with_records_whose_fetch_offset_is_inside_a_leader_batch_is_
     log = follower_log(tmp_path / "t-0", time, [(4, 4)])
     fetcher, state = fetcher_for(follower(log, time), time)
     state.truncating = False
-    fetched = SimpleNamespace(error_code=0, high_watermark=6, log_start_offset=0,
-                              records=build_batch([Record(value=b"v", timestamp=1)] * 3, base_offset=3,
-                                                  partition_leader_epoch=4))
+    fetched = batch_3_to_5(log_start_offset=0)
     fetcher._process_partition(("t", 0), state, fetched)
     assert log.log_end_offset == 4 and log.log_start_offset == 0
     assert state.delayed_until_ms > 0

@@ -86,6 +86,15 @@ class FakeBroker:
             writer.close()
 
 
+def one_partition_metadata(version: int, correlation_id: int, port: int) -> bytes:
+    """A Metadata answer: broker 1 at 127.0.0.1:``port``, leading topic "t"'s one partition."""
+    return response(correlation_id, APIS[ApiKey.METADATA].response.build(version, {
+        "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": port}], "controller_id": 1,
+        "topics": [{"error_code": 0, "name": "t", "partitions": [{
+            "error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0,
+            "replica_nodes": [1], "isr_nodes": [1]}]}]}))
+
+
 def never_answer(header, body):
     return None
 
@@ -215,11 +224,7 @@ async def test_idempotent_retries_keep_their_sequence_and_a_hole_restarts_the_pr
         if header.api_key == ApiKey.API_VERSIONS:
             return response(cid, api_versions_body(version, ranges))
         if header.api_key == ApiKey.METADATA:
-            return response(cid, APIS[ApiKey.METADATA].response.build(version, {
-                "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": fake.port}], "controller_id": 1,
-                "topics": [{"error_code": 0, "name": "t", "partitions": [{
-                    "error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0,
-                    "replica_nodes": [1], "isr_nodes": [1]}]}]}))
+            return one_partition_metadata(version, cid, fake.port)
         if header.api_key == ApiKey.INIT_PRODUCER_ID:
             return response(cid, APIS[ApiKey.INIT_PRODUCER_ID].response.build(version, {
                 "error_code": 0, "producer_id": next(producer_ids), "producer_epoch": 0}))
@@ -258,11 +263,7 @@ async def test_a_lingering_batch_wakes_the_sender_once_at_its_linger_end():
         if header.api_key == ApiKey.API_VERSIONS:
             return response(cid, api_versions_body(version, ranges))
         if header.api_key == ApiKey.METADATA:
-            return response(cid, APIS[ApiKey.METADATA].response.build(version, {
-                "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": fake.port}], "controller_id": 1,
-                "topics": [{"error_code": 0, "name": "t", "partitions": [{
-                    "error_code": 0, "partition_index": 0, "leader_id": 1, "leader_epoch": 0,
-                    "replica_nodes": [1], "isr_nodes": [1]}]}]}))
+            return one_partition_metadata(version, cid, fake.port)
         [(topic, [(partition, records)])] = decode_produce_request(version, memoryview(body), 0).topics
         produced.append([r.value for r in decode_batch(records)[1]])
         return encode_produce_response(version, cid, [(topic, [(partition, 0, len(produced) - 1, -1, 0)])])[4:]
