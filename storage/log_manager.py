@@ -51,15 +51,26 @@ FLUSH_THREADS = 32  # threads fsyncing at shutdown (flush_all): concurrent fsync
 
 class CheckpointWrites:
     """Which snapshot each checkpoint file holds (by the order snapshots were taken), and a
-    lock: snapshots are taken on the event loop and written there or on a thread, so two
-    writers of one file never share its temp file, and an older snapshot written after a
+    lock per file: snapshots are taken on the event loop and written there or on a thread, so
+    two writers of one file never share its temp file, and an older snapshot written after a
     newer one is skipped: a recovery point lowered by a truncation
     (``checkpoint_recovery_points_after_truncation``) never comes back up by a periodic
-    snapshot taken before it that was still waiting for the thread."""
+    snapshot taken before it that was still waiting for the thread. One lock per file, not one
+    for all: the loop's write of one file (after a truncation) never waits behind the thread's
+    fsync of another (another log dir's, or the high watermarks')."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self._guard = threading.Lock()  # guards _locks only
+        self._locks: dict[Path, threading.Lock] = {}
         self.written: dict[Path, int] = {}
+
+    def lock(self, path: Path) -> threading.Lock:
+        """The lock of ``path``'s writes."""
+        with self._guard:
+            lock = self._locks.get(path)
+            if lock is None:
+                lock = self._locks[path] = threading.Lock()
+            return lock
 
 
 class CheckpointSnapshot:
@@ -77,7 +88,7 @@ class CheckpointSnapshot:
         done = 0
         writes = self.writes
         for path, offsets in self.files:
-            with writes.lock:
+            with writes.lock(path):
                 if writes.written.get(path, -1) > self.seq:
                     continue
                 OffsetCheckpointFile(path).write(offsets)

@@ -303,3 +303,24 @@ def test_a_checkpoint_snapshot_written_late_never_overwrites_a_newer_one(tmp_pat
     assert dict(OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read())[("t", 0)] == \
         log.recovery_point
     manager.shutdown()
+
+
+def test_a_checkpoint_write_never_waits_behind_another_files_write(tmp_path):
+    """Each checkpoint file has its own lock: the loop's write of one file (the recovery points
+    after a truncation) does not wait while the flush thread holds another (an fsync of the
+    high watermarks', or another log dir's, file in progress)."""
+    import threading
+    from storage.log_manager import CheckpointSnapshot, CheckpointWrites
+    writes = CheckpointWrites()
+    busy, free = tmp_path / "replication-offset-checkpoint", tmp_path / "recovery-point-offset-checkpoint"
+    snapshot = CheckpointSnapshot(writes, 1, [(free, {("t", 0): 7})])
+    done: list[int] = []
+    with writes.lock(busy):  # the other file's write is in progress
+        writer = threading.Thread(target=lambda: done.append(snapshot.write()))
+        writer.start()
+        writer.join(timeout=30)  # returns at once unless it waits for the busy file's lock
+        blocked = writer.is_alive()
+    writer.join()
+    assert not blocked and done == [1]
+    assert dict(OffsetCheckpointFile(free).read()) == {("t", 0): 7}
+    assert writes.lock(busy) is writes.lock(busy) and writes.lock(busy) is not writes.lock(free)
