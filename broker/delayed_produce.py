@@ -121,8 +121,10 @@ class ProducePurgatory(DelayedOperationPurgatory):
                 continue
             if op.try_complete():
                 done += 1
-            elif any(s.acks_pending and s.key == key for s in op.statuses):  # type: ignore[attr-defined]
-                # (not reached after all, e.g. a partition replaced meanwhile: kept, never lost)
+            elif any(s.acks_pending and s.key == key and s.required_offset == entry[0]
+                     for s in op.statuses):  # type: ignore[attr-defined]
+                # (not reached after all, e.g. a partition replaced meanwhile: kept, never lost;
+                # another status of the op on this key, at a later offset, has its own entry)
                 heapq.heappush(self._heaps.setdefault(key, []), entry)
         return done
 

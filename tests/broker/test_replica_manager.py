@@ -414,3 +414,28 @@ def test_produces_completed_otherwise_leave_no_heap_behind(rm, time):
     lead(rm, epoch=1, leader=2, isr=(1, 2, 3))  # no longer the leader: NOT_LEADER_OR_FOLLOWER
     assert result(out)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert rm.produce_purgatory._heaps == {}
+
+
+def test_an_op_waiting_twice_on_one_partition_is_tried_again_only_at_its_later_offset(rm, monkeypatch):
+    """WriteTxnMarkers may wait on two markers of one partition (two producers' transactions):
+    one op, two required offsets on one key. Once the HW passed the first, HW moves below the
+    second do not try the op again (its entry for the first offset is not put back)."""
+    from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
+    p = lead(rm)
+    produce(rm, 9, acks=1)
+    done = []
+    statuses = [ProducePartitionStatus(("t", 0), 3, [0, ErrorCode.NONE, 0, -1, 0]),
+                ProducePartitionStatus(("t", 0), 9, [0, ErrorCode.NONE, 3, -1, 0])]
+    op = DelayedProduce(1000, statuses, rm, lambda: done.append(True))
+    assert not rm.produce_purgatory.try_complete_else_watch(op, [("t", 0)])
+    tries = count_tries(monkeypatch)
+    for offset in (3, 5, 7):
+        follower_fetch(rm, 2, offset)
+        follower_fetch(rm, 3, offset)
+        assert p.high_watermark == offset
+    assert tries == {3: 1} and done == []  # tried when the HW passed 3, not at 5 and 7
+    follower_fetch(rm, 2, 9)
+    follower_fetch(rm, 3, 9)
+    assert tries == {3: 2} and done == [True]
+    assert [s.result[1] for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE]
+    assert rm.produce_purgatory._heaps == {}
