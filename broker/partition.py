@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from protocol.clock import Time
+from protocol.records import iter_batch_headers
 from protocol.errors import (ErrorCode, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
                              NotLeaderOrFollowerError, OffsetOutOfRangeError, PolicyViolationError,
                              UnknownLeaderEpochError)
@@ -250,16 +251,29 @@ _WAIT_FOR_LEADER_AND_ISR = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.I
 _NOT_APPLIED = frozenset({ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA})
 
 
-def _first_batch_epoch(log_: "Log", otherwise: int) -> int:
-    """The leader epoch in the header of the log's first batch (the one holding its log start);
-    ``otherwise`` for an empty log, -1 when it cannot be read."""
+def _end_offset_from_headers(log_: "Log", requested_epoch: int, until: int) -> tuple[int, int]:
+    """Kafka's ``endOffsetFor(requested_epoch)`` read from the batch headers of [log start,
+    ``until``) instead of the epoch cache: the largest epoch <= the one asked for (or the one
+    asked for, when every batch is of a later epoch) and the base offset of the first batch of a
+    later epoch (``until`` when there is none below it). Each batch's header holds the epoch of
+    the leader that wrote it, so this is what the cache said before it lost these entries.
+    (-1, -1) when the log cannot be read."""
+    offset, floor = log_.log_start_offset, -1
     try:
-        records = log_.read(log_.log_start_offset, 1).records
-    except (KafkaError, OSError):
-        return -1
-    if len(records) < 16:
-        return otherwise
-    return int.from_bytes(records[12:16], "big", signed=True)
+        while offset < until:
+            records = log_.read(offset, 1 << 20).records  # whole batches of one segment
+            if not records:
+                break
+            for _pos, header in iter_batch_headers(records):
+                if header.base_offset >= until or header.partition_leader_epoch > requested_epoch:
+                    return (requested_epoch if floor < 0 else floor), min(header.base_offset, until)
+                floor = max(floor, header.partition_leader_epoch)
+                offset = header.next_offset
+    except (KafkaError, OSError) as exc:
+        log.warning("%s-%d: reading batch headers for leader epoch %d failed: %s", log_.topic, log_.partition,
+                    requested_epoch, exc)
+        return -1, -1
+    return (requested_epoch if floor < 0 else floor), until
 
 
 def _always_eligible(_broker_id: int) -> bool:
@@ -644,16 +658,16 @@ class Partition:
         for, and the start offset of the next epoch (or the LEO).
 
         An epoch older than every epoch this log knows gets, as in Kafka, the start offset of the
-        first known one, on the grounds that the records before it were deleted (retention moves
-        the first epoch's start up to the log start). When records below the first known epoch
-        are still there from older epochs (their headers say so: a leader-epoch checkpoint lost,
-        the batches kept but not which epochs began where), nothing tells where a follower's log
-        parts from this one below that start: the answer is undefined (-1, -1), and the follower
-        keeps only its high watermark, as for an epoch the leader does not know at all (a
-        compacted log's first batch above its log start, of the first known epoch, keeps Kafka's
-        answer: nothing of an older epoch is there). Kafka's answer there told followers
-        holding another record at an offset under a longer batch of the leader's that their logs
-        agree, and each fetch failed on that batch for ever (simulator seed 6584)."""
+        first known one when the records before it were deleted (retention moves the first
+        epoch's start up to the log start). When records below the first known epoch are still
+        there (a leader-epoch checkpoint lost, the batches kept but not which epochs began where;
+        or a follower that truncated to its high watermark with no epoch known and fetched again),
+        their headers still say which leader epoch wrote each: the answer is read from them
+        (_end_offset_from_headers), what the lost entries would have said. Kafka's answer there,
+        the first known epoch's start, told followers holding another record at an offset under
+        a longer batch of the leader's that their logs agree (simulator seeds 6584, 7052: every
+        fetch then failed on that batch); an undefined answer made an ISR member truncate to its
+        own high watermark, below the leader's, dropping committed records (seed 8258)."""
         try:
             local = self.local_log_with_epoch(current_leader_epoch, require_leader)
         except KafkaError as exc:
@@ -661,7 +675,6 @@ class Partition:
         cache = local.leader_epoch_cache
         epoch, end = cache.end_offset_for(leader_epoch, local.log_end_offset)
         first = cache.earliest_entry()
-        if (first is not None and leader_epoch < first.epoch and first.start_offset > local.log_start_offset
-                and _first_batch_epoch(local, first.epoch) < first.epoch):
-            return ErrorCode.NONE, -1, -1
+        if first is not None and leader_epoch < first.epoch and first.start_offset > local.log_start_offset:
+            epoch, end = _end_offset_from_headers(local, leader_epoch, first.start_offset)
         return ErrorCode.NONE, epoch, end

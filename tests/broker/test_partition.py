@@ -285,21 +285,28 @@ def test_a_caught_up_eligible_follower_outside_the_isr_holds_the_high_watermark(
     assert p.high_watermark == 3
 
 
-def test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there_are_undefined(rm):
+def test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there_come_from_their_headers(rm):
     """A leader whose leader-epoch checkpoint was lost (its batches kept) knows only the epochs
-    it assigned since: for an older epoch it cannot say where a follower's log parts from its
-    own, and answers undefined (the follower keeps its high watermark). Kafka's answer, the
-    first known epoch's start, told followers holding another record under a longer batch of
-    this leader's that the logs agree (simulator seed 6584: their fetches failed for ever)."""
-    partition = lead(rm, epoch=2)
-    produce(rm, n=3, acks=1)
+    it assigned since; for an older epoch the answer comes from the kept batches' headers, each
+    holding the epoch of the leader that wrote it: what the lost entries said. Kafka's answer,
+    the first known epoch's start, told followers holding another record under a longer batch
+    of this leader's that the logs agree (simulator seed 6584: their fetches failed for ever);
+    an undefined one made an ISR member truncate to its own high watermark, below the leader's,
+    dropping committed records (seed 8258)."""
+    lead(rm, epoch=1)
+    produce(rm, n=2, acks=1)                                                   # epoch 1: 0-1
+    partition = lead(rm, epoch=2, partition_epoch=1)
+    produce(rm, n=3, acks=1)                                                   # epoch 2: 2-4
     log = partition.log
-    assert partition.last_offset_for_leader_epoch(-1, 1, True) == (0, 1, 0)    # whole history known
+    assert log.leader_epoch_cache.entries() == [(1, 0), (2, 2)]
+    known = {e: partition.last_offset_for_leader_epoch(-1, e, True) for e in (0, 1, 2)}
+    assert known == {0: (0, 0, 0), 1: (0, 1, 2), 2: (0, 2, 5)}
     log.leader_epoch_cache.clear()                                             # the checkpoint lost
-    partition = lead(rm, epoch=5, partition_epoch=1)
-    assert log.leader_epoch_cache.entries() == [(5, 3)]
-    assert partition.last_offset_for_leader_epoch(-1, 2, True) == (0, -1, -1)
-    assert partition.last_offset_for_leader_epoch(-1, 5, True) == (0, 5, 3)
+    partition = lead(rm, epoch=5, partition_epoch=2)
+    assert log.leader_epoch_cache.entries() == [(5, 5)]
+    assert {e: partition.last_offset_for_leader_epoch(-1, e, True) for e in (0, 1, 2)} == known
+    assert partition.last_offset_for_leader_epoch(-1, 3, True) == (0, 2, 5)     # no epoch 3: epoch 2's end
+    assert partition.last_offset_for_leader_epoch(-1, 5, True) == (0, 5, 5)
 
 
 def test_offsets_for_an_epoch_older_than_the_known_ones_below_the_log_start_are_the_first_start(rm):

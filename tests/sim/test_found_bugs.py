@@ -169,9 +169,9 @@ def test_seed_6584_a_leader_that_lost_its_epochs_told_followers_their_diverged_t
     lost, it came back as the last ISR member and led again. Asked for the followers' epoch, one
     older than any it still knew, it answered the start of its first known epoch (6, Kafka's
     answer when older records were deleted), so they kept offset 3 and every fetch at 4 met its
-    batch starting at 3: ISR [3] for ever. Records below the first known epoch now make the
-    answer undefined and the followers truncate to their HW
-    (tests/broker/test_partition.py::test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there_are_undefined)."""
+    batch starting at 3: ISR [3] for ever. Below the first known epoch, the answer now comes from
+    the kept batches' headers (seed 8258 showed that answering undefined instead was unsafe)
+    (tests/broker/test_partition.py::test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there_come_from_their_headers)."""
     _clean(6584)
 
 
@@ -179,3 +179,17 @@ def test_seed_7052_the_same_with_followers_at_two_offsets_under_the_leaders_batc
     """Seed 7052 of the same sweep: the same finding as seed 6584, the followers at offsets 23 and
     24 under the lost-epochs leader's batch starting at 21."""
     _clean(7052)
+
+
+def test_seed_8258_an_undefined_epoch_end_made_an_isr_member_truncate_below_the_leaders_hw():
+    """Seed 8258 (lost-epochs, found on a4fac76 by the 10,000-seed sweep; the safety check
+    hw-le-isr-leo): broker 3, cut off and fenced, shut down with its leader-epoch checkpoints
+    lost, came back with t0-0 as [11] of epoch 0 and 12-58 it had written alone; knowing no
+    epoch it truncated to its HW 12, then fetched epoch 1's batches from 12 (first known epoch 1
+    at 12, above its log start 11). It led t0-0 in epoch 2 with HW 12 and ISR [1, 3]; broker 1,
+    whose latest epoch was 0, asked where epoch 0 ends: older than any epoch it knew, over the
+    epoch-0 record at 11 still there, the seed-6584 rule answered undefined, and broker 1
+    truncated to its own HW, 11: below the leader's HW, a committed record gone from an ISR
+    member. The answer now comes from the batch headers below the first known epoch: epoch 0
+    ends at 12."""
+    _clean(8258)
