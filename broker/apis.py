@@ -411,8 +411,9 @@ class KafkaApis:
         # below; after a transactional one Kafka's check stops reading (False: not read yet).
         firsts: list[int | None | bool] = []
         transactional = False
+        plain = request.plain  # every partition one whole plain batch: the checks below pass it as it is
         try:
-            for _t, parts in topics:
+            for _t, parts in () if plain else topics:
                 for _p, records in parts:
                     if transactional:
                         firsts.append(False)
@@ -452,7 +453,9 @@ class KafkaApis:
         checked = []
         i = -1
         contains_partition = self.metadata_cache.contains_partition
-        for t, parts in topics:
+        if plain and denied:  # each partition of the others as it is
+            checked = [(t, parts) for t, parts in topics if t not in denied]
+        for t, parts in () if plain else topics:
             if t in denied:
                 i += len(parts)
                 continue

@@ -3,10 +3,13 @@
  * (used when this module is not built) and the rules; tests/protocol/test_fast_codecs.py checks
  * that both give the same answer on any input.
  *
- * decode(buf, pos) -> (transactional_id, acks, timeout_ms, topics) | str
+ * decode(buf, pos, version) -> (transactional_id, acks, timeout_ms, topics, plain) | str
  *   A Produce v3-v8 body at `pos` of `buf` (a memoryview of the frame): topics is
  *   [(name, [(partition, records or None)])], records a slice of `buf` (no copy). A malformed
  *   body returns the reason as a str, worded as fast_codecs.py words it; the caller raises.
+ *   `plain`: every partition's records are exactly one whole magic-2 batch, not transactional,
+ *   in a codec `version` allows (fast_codecs.produce_request_is_plain_py, the reference): the
+ *   produce path's checks before the log (broker/apis.py) would pass every partition as it is.
  *
  * encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None
  *   A whole Produce v3-v8 response frame, size prefix included. None when a row is not the
@@ -69,10 +72,25 @@ static Py_ssize_t read_count(const unsigned char *base, Py_ssize_t *pos, Py_ssiz
     return n;
 }
 
+/* The records of one partition are one whole batch the produce path's checks before the log
+ * pass as they are (see `plain` above): Kafka's batch iterator reads a batchLength >= 14 and
+ * magic 2 with exactly that many bytes after, no transactional bit (RequestUtils.
+ * hasTransactionalRecords), no zstd below v7 (KIP-110). */
+static int plain_records(const unsigned char *r, Py_ssize_t size, int version) {
+    if (size < 61) return 0;
+    int32_t length = rd32(r + 8);
+    if (length < 14 || (Py_ssize_t)length + 12 != size || r[16] != 2) return 0;
+    if (r[22] & 0x10) return 0;  /* transactional */
+    if (version < 7 && (r[22] & 0x07) == 4) return 0;  /* zstd */
+    return 1;
+}
+
 static PyObject *decode(PyObject *self, PyObject *args) {
     PyObject *buf;
     Py_ssize_t pos;
-    if (!PyArg_ParseTuple(args, "On", &buf, &pos)) return NULL;
+    int version;
+    if (!PyArg_ParseTuple(args, "Oni", &buf, &pos, &version)) return NULL;
+    int plain = 1;
     Py_buffer view;
     if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *base = (const unsigned char *)view.buf;
@@ -113,6 +131,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             if (size < 0) {
                 if (size != -1) { err = PyUnicode_FromFormat("records length %d", (int)size); goto done; }
                 records = Py_NewRef(Py_None);
+                plain = 0;
             } else {
                 if (pos + size > end) {
                     err = PyUnicode_FromFormat("records of %d bytes run past the frame", (int)size);
@@ -120,6 +139,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                 }
                 records = PySequence_GetSlice(buf, pos, pos + size);
                 if (records == NULL) goto done;
+                if (plain) plain = plain_records(base + pos, size, version);
                 pos += size;
             }
             PyObject *index = PyLong_FromLong(partition);
@@ -130,7 +150,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             Py_DECREF(row);
         }
     }
-    result = Py_BuildValue("(OhiO)", txn, acks, timeout, topics);
+    result = Py_BuildValue("(OhiOO)", txn, acks, timeout, topics, plain ? Py_True : Py_False);
 done:
     PyBuffer_Release(&view);
     Py_XDECREF(txn);
@@ -247,7 +267,8 @@ fallback:
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_VARARGS, "decode(buf, pos) -> (transactional_id, acks, timeout_ms, topics) | reason"},
+    {"decode", decode, METH_VARARGS,
+     "decode(buf, pos, version) -> (transactional_id, acks, timeout_ms, topics, plain) | reason"},
     {"encode", encode, METH_VARARGS, "encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None"},
     {NULL, NULL, 0, NULL},
 };

@@ -26,8 +26,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Sequence, overload
 
-from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
-from .records import decode_uvarint, encode_uvarint
+from .errors import CorruptRecordError, ErrorCode, LocalProtocolError, RemoteProtocolError
+from .records import HEADER_SIZE, decode_uvarint, encode_uvarint, first_batch_size, produce_records_error
 
 try:
     from . import _produce_codec
@@ -195,13 +195,16 @@ class ProduceRequest:
     acks: int
     timeout_ms: int
     topics: ProduceTopics
+    # Every partition's records are one whole batch that the produce path's checks before the
+    # log pass as they are (``produce_request_is_plain_py``): broker/apis.py then skips them.
+    plain: bool = False
 
 
 def decode_produce_request(version: int, buf: Buffer, pos: int) -> ProduceRequest:
     """Decode a Produce v3-v8 body starting at ``pos`` of ``buf`` (a memoryview of the frame)."""
     _check_version(version, PRODUCE_VERSIONS, "Produce request")
     if _produce_codec is not None:
-        decoded = _produce_codec.decode(buf, pos)
+        decoded = _produce_codec.decode(buf, pos, version)
         if decoded.__class__ is str:
             raise _malformed(decoded)
         return ProduceRequest(version, *decoded)
@@ -238,7 +241,27 @@ def decode_produce_request_py(version: int, buf: Buffer, pos: int) -> ProduceReq
             topics.append((name, parts))
     except struct.error:
         raise _malformed("produce request is truncated") from None
-    return ProduceRequest(version, txn_id, acks, timeout_ms, topics)
+    return ProduceRequest(version, txn_id, acks, timeout_ms, topics, produce_request_is_plain_py(version, topics))
+
+
+def produce_request_is_plain_py(version: int, topics: ProduceTopics) -> bool:
+    """Whether every partition's records are exactly one whole batch, of a v2 header's size at
+    least, that broker/apis.py's checks before the log pass as they are: the first batch read
+    the way Kafka's batch iterator reads it (``first_batch_size``: no CORRUPT_MESSAGE), not
+    transactional, nothing after it, and ``produce_records_error`` None (magic 2, a codec
+    ``version`` allows). The reference of the ``plain`` flag protocol/_produce_codec.c sets;
+    False is always safe (the checks then run)."""
+    for _t, parts in topics:
+        for _p, records in parts:
+            if records is None or len(records) < HEADER_SIZE:
+                return False
+            try:
+                size, transactional = first_batch_size(records)
+            except CorruptRecordError:
+                return False
+            if transactional or size != len(records) or produce_records_error(version, records, size) is not None:
+                return False
+    return True
 
 
 _HEADER_PART = struct.Struct(">ii")  # partition index, records length

@@ -173,14 +173,52 @@ static inline int32_t be32(const unsigned char *p) {
 }
 static inline int16_t be16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
 
+/* The checks of accept() on the batch at b (remaining bytes from it): its size, and its header
+ * fields in *f (BatchHeader's order), or -1 when anything is uncommon or wrong. */
+typedef struct {
+    int64_t base_offset, base_timestamp, max_timestamp, producer_id;
+    int32_t length, leader_epoch, last_offset_delta, base_sequence, count;
+    uint32_t crc;
+    int16_t attributes, producer_epoch;
+} header_fields;
+
+static long long accept_impl(const unsigned char *b, Py_ssize_t remaining, long long max_message_bytes,
+                             int log_append_time, int require_key, int from_coordinator, header_fields *f) {
+    if (remaining < 61) return -1;
+    f->length = be32(b + 8);
+    if (f->length < 14 || b[16] != 2) return -1;
+    long long size = (long long)f->length + 12;
+    if (size > remaining || size > max_message_bytes || size < 61) return -1;
+    f->base_offset = be64(b);
+    f->leader_epoch = be32(b + 12);
+    f->crc = (uint32_t)be32(b + 17);
+    f->attributes = be16(b + 21);
+    f->last_offset_delta = be32(b + 23);
+    f->base_timestamp = be64(b + 27);
+    f->max_timestamp = be64(b + 35);
+    f->producer_id = be64(b + 43);
+    f->producer_epoch = be16(b + 51);
+    f->base_sequence = be32(b + 53);
+    f->count = be32(b + 57);
+    if (f->base_offset != 0 || f->last_offset_delta < 0 || f->count <= 0 || f->last_offset_delta != f->count - 1)
+        return -1;
+    if (f->attributes & (0x20 | 0x08 | 0x07)) return -1;  /* control, LogAppendTime claimed, compressed */
+    if (f->producer_id >= 0 && f->base_sequence < 0 && !from_coordinator) return -1;
+    long long index;
+    int64_t delta;
+    if (walk_impl(b + 61, b + size, f->count, require_key, &index, &delta) != WALK_OK) return -1;
+    if (!log_append_time) {
+        int64_t computed;
+        if (__builtin_add_overflow(f->base_timestamp, delta, &computed) || computed != f->max_timestamp) return -1;
+    }
+    return size;
+}
+
 /* accept(buf, pos, end, max_message_bytes, log_append_time, require_key, from_coordinator)
- *   -> ((13 header fields), batch size) | None
- * The common case of storage/log_validator.py's validate_client_batches for the batch at `pos`,
- * decided in one call: an uncompressed magic 2 batch from a client that passes every check of
- * it but the CRC (left to the caller's crc32c) and needs nothing rewritten (a CreateTime batch
- * whose maxTimestamp is its records' largest, or any batch under LogAppendTime without the
- * LogAppendTime attribute). None for anything else: the caller then runs its Python checks,
- * which say what is wrong, or rewrite. */
+ *   -> ((13 header fields), size) | None
+ * The batch at `pos` passes every check of storage/log_validator.py's validate_client_batches
+ * but the CRC and needs no rewrite (uncompressed, CreateTime with a right maxTimestamp, not a
+ * control batch): its header and size. None for anything else (the Python checks then decide). */
 static PyObject *accept(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos, stop;
@@ -189,35 +227,16 @@ static PyObject *accept(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nnLppp", &view, &pos, &stop, &max_message_bytes, &log_append_time, &require_key,
                           &from_coordinator)) return NULL;
     PyObject *result = NULL;
+    header_fields f;
+    long long size;
     if (pos < 0 || stop > view.len || pos > stop) goto reject;
-    const unsigned char *b = (const unsigned char *)view.buf + pos;
-    Py_ssize_t remaining = stop - pos;
-    if (remaining < 61) goto reject;
-    int32_t length = be32(b + 8);
-    if (length < 14 || b[16] != 2) goto reject;
-    long long size = (long long)length + 12;
-    if (size > remaining || size > max_message_bytes || size < 61) goto reject;
-    int64_t base_offset = be64(b);
-    int32_t leader_epoch = be32(b + 12);
-    uint32_t crc = (uint32_t)be32(b + 17);
-    int16_t attributes = be16(b + 21);
-    int32_t last_offset_delta = be32(b + 23);
-    int64_t base_timestamp = be64(b + 27), max_timestamp = be64(b + 35), producer_id = be64(b + 43);
-    int16_t producer_epoch = be16(b + 51);
-    int32_t base_sequence = be32(b + 53), count = be32(b + 57);
-    if (base_offset != 0 || last_offset_delta < 0 || count <= 0 || last_offset_delta != count - 1) goto reject;
-    if (attributes & (0x20 | 0x08 | 0x07)) goto reject;  /* control, LogAppendTime claimed, compressed */
-    if (producer_id >= 0 && base_sequence < 0 && !from_coordinator) goto reject;
-    long long index;
-    int64_t delta;
-    if (walk_impl(b + 61, b + size, count, require_key, &index, &delta) != WALK_OK) goto reject;
-    if (!log_append_time) {
-        int64_t computed;
-        if (__builtin_add_overflow(base_timestamp, delta, &computed) || computed != max_timestamp) goto reject;
-    }
-    result = Py_BuildValue("((LiibIhiLLLhii)L)", (long long)base_offset, length, leader_epoch, 2, (unsigned int)crc,
-                           attributes, last_offset_delta, (long long)base_timestamp, (long long)max_timestamp,
-                           (long long)producer_id, producer_epoch, base_sequence, count, size);
+    size = accept_impl((const unsigned char *)view.buf + pos, stop - pos, max_message_bytes, log_append_time,
+                       require_key, from_coordinator, &f);
+    if (size < 0) goto reject;
+    result = Py_BuildValue("((LiibIhiLLLhii)L)", (long long)f.base_offset, f.length, f.leader_epoch, 2,
+                           (unsigned int)f.crc, f.attributes, f.last_offset_delta, (long long)f.base_timestamp,
+                           (long long)f.max_timestamp, (long long)f.producer_id, f.producer_epoch, f.base_sequence,
+                           f.count, size);
     PyBuffer_Release(&view);
     return result;
 reject:
@@ -225,10 +244,89 @@ reject:
     Py_RETURN_NONE;
 }
 
+/* What stamp() needs from Python, given once by configure(): the CRC-32C function the Python
+ * path uses (crc32c.crc32c: the same answer, hardware where there is some) and BatchHeader. */
+static PyObject *crc_function = NULL, *header_type = NULL;
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *crc, *type;
+    if (!PyArg_ParseTuple(args, "OO!", &crc, &PyType_Type, &type)) return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "configure: the header type must be a tuple subclass");
+        return NULL;
+    }
+    Py_INCREF(crc);
+    Py_INCREF(type);
+    Py_XSETREF(crc_function, crc);
+    Py_XSETREF(header_type, type);
+    Py_RETURN_NONE;
+}
+
+/* stamp(buf, max_message_bytes, require_key, from_coordinator, base_offset, leader_epoch)
+ *   -> BatchHeader | None
+ * The leader's append of a producer's request for one partition in one call: `buf` (writable)
+ * holding exactly one batch that accept() takes (CreateTime, not re-compressed) and whose CRC
+ * holds gets its baseOffset and partitionLeaderEpoch stamped (both outside the CRC), and its
+ * header as written comes back. None, with `buf` untouched, for anything else: Log.append_as_leader
+ * then runs the Python path (validate_client_batches), the reference, which decides. */
+static PyObject *stamp(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long max_message_bytes, base_offset;
+    int require_key, from_coordinator, leader_epoch;
+    if (crc_function == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "stamp: configure() was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "w*LppLi", &view, &max_message_bytes, &require_key, &from_coordinator,
+                          &base_offset, &leader_epoch)) return NULL;
+    PyObject *result = NULL, *fields = NULL, *crc_view = NULL, *crc_value = NULL;
+    unsigned char *b = (unsigned char *)view.buf;
+    header_fields f;
+    long long size = accept_impl(b, view.len, max_message_bytes, 0, require_key, from_coordinator, &f);
+    if (size != view.len) goto done;  /* uncommon, wrong, or more than one batch: Python */
+    crc_view = PyMemoryView_FromMemory((char *)b + 21, size - 21, PyBUF_READ);
+    if (crc_view == NULL) goto done;
+    crc_value = PyObject_CallOneArg(crc_function, crc_view);
+    if (crc_value == NULL) goto done;
+    unsigned long crc = PyLong_AsUnsignedLong(crc_value);
+    if (crc == (unsigned long)-1 && PyErr_Occurred()) goto done;
+    if (crc != f.crc) {  /* corrupt: the Python path raises CORRUPT_MESSAGE with its message */
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    uint64_t u = (uint64_t)base_offset;
+    for (int i = 7; i >= 0; i--) { b[i] = (unsigned char)(u & 0xff); u >>= 8; }
+    uint32_t e = (uint32_t)leader_epoch;
+    for (int i = 15; i >= 12; i--) { b[i] = (unsigned char)(e & 0xff); e >>= 8; }
+    fields = Py_BuildValue("((LiibIhiLLLhii))", base_offset, f.length, leader_epoch, 2, (unsigned int)f.crc,
+                           f.attributes, f.last_offset_delta, (long long)f.base_timestamp,
+                           (long long)f.max_timestamp, (long long)f.producer_id, f.producer_epoch,
+                           f.base_sequence, f.count);
+    if (fields == NULL) goto done;
+    result = PyTuple_Type.tp_new((PyTypeObject *)header_type, fields, NULL);
+done:
+    Py_XDECREF(fields);
+    Py_XDECREF(crc_value);
+    if (crc_view != NULL) {
+        if (Py_REFCNT(crc_view) > 1) {  /* kept by the CRC function: no view of `buf` may outlive it */
+            PyObject *r = PyObject_CallMethod(crc_view, "release", NULL);
+            if (r == NULL) PyErr_Clear();
+            Py_XDECREF(r);
+        }
+        Py_DECREF(crc_view);
+    }
+    PyBuffer_Release(&view);
+    if (result == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "walk(buf, start, end, count, require_key=False) -> (status, index, detail)"},
     {"accept", accept, METH_VARARGS,
      "accept(buf, pos, end, max_message_bytes, log_append_time, require_key, from_coordinator) -> (header, size) | None"},
+    {"configure", configure, METH_VARARGS, "configure(crc32c, header_type): what stamp() calls and builds"},
+    {"stamp", stamp, METH_VARARGS,
+     "stamp(buf, max_message_bytes, require_key, from_coordinator, base_offset, leader_epoch) -> header | None"},
     {NULL, NULL, 0, NULL},
 };
 

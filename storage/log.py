@@ -53,7 +53,7 @@ from .config import LogConfig
 from .epoch_cache import FILE_NAME as EPOCH_FILE_NAME
 from .epoch_cache import EpochEntry, LeaderEpochFileCache
 from .log_loader import LoadedLog, LogLoader, rebuild_producer_state, replay_batches
-from .log_validator import validate_client_batches
+from .log_validator import stamp_batch, validate_client_batches
 from .producer_state import BatchMetadata, CompletedTxn, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
 from .txn_index import AbortedTxn, TransactionIndex
 from .checkpoint import fsync_dir
@@ -397,25 +397,36 @@ class Log:
             rules = self._client_rules = (config, config.max_message_bytes, config.log_append_time,
                                           config.target_codec, config.compact, f"{self.topic}-{self.partition}")
         _config, max_message_bytes, append_time, target_codec, compact, where = rules
-        buf, batches = validate_client_batches(buf, max_message_bytes=max_message_bytes, log_append_time=append_time,
-                                               target_codec=target_codec, require_keys=compact, where=where,
-                                               from_coordinator=from_coordinator)
-        log_append_time = self.time.milliseconds() if append_time else -1
-        offset = self.log_end_offset
-        written = []
-        idempotent = False
-        for pos, header in batches:
-            if header.producer_id >= 0:
-                idempotent = True
-            set_base_offset_and_epoch(buf, pos, offset, leader_epoch)
-            if log_append_time >= 0:
-                set_log_append_time(buf, pos, header.size, log_append_time)
-                written.append((pos, read_header(buf, pos)))  # its attributes, max timestamp and CRC changed
-            else:
-                # The header as written: validation's (which matches ``buf``) with the two fields
-                # just stamped, both outside the CRC; no second unpack of the 61 bytes.
-                written.append((pos, _tuple_new(BatchHeader, (offset, header[1], leader_epoch, *header[3:]))))
-            offset += header.last_offset_delta + 1
+        # The common case in one compiled call (log_validator.stamp_batch: one batch, stored as
+        # it came, CreateTime); anything else, or any defect, goes through the path below, the
+        # reference, which decides (tests/storage/test_log_stamp.py holds the two alike).
+        stamped = None
+        if stamp_batch is not None and not append_time and not target_codec:
+            stamped = stamp_batch(buf, max_message_bytes, compact, from_coordinator, self.log_end_offset, leader_epoch)
+        if stamped is not None:
+            written = [(0, stamped)]
+            idempotent = stamped.producer_id >= 0
+            log_append_time = -1
+        else:
+            buf, batches = validate_client_batches(buf, max_message_bytes=max_message_bytes,
+                                                   log_append_time=append_time, target_codec=target_codec,
+                                                   require_keys=compact, where=where, from_coordinator=from_coordinator)
+            log_append_time = self.time.milliseconds() if append_time else -1
+            offset = self.log_end_offset
+            written = []
+            idempotent = False
+            for pos, header in batches:
+                if header.producer_id >= 0:
+                    idempotent = True
+                set_base_offset_and_epoch(buf, pos, offset, leader_epoch)
+                if log_append_time >= 0:
+                    set_log_append_time(buf, pos, header.size, log_append_time)
+                    written.append((pos, read_header(buf, pos)))  # its attributes, max timestamp and CRC changed
+                else:
+                    # The header as written: validation's (which matches ``buf``) with the two fields
+                    # just stamped, both outside the CRC; no second unpack of the 61 bytes.
+                    written.append((pos, _tuple_new(BatchHeader, (offset, header[1], leader_epoch, *header[3:]))))
+                offset += header.last_offset_delta + 1
         pending = None
         if idempotent and from_coordinator:
             pending = self.producer_state.prepare_append([h for _p, h in written], validate=True)[

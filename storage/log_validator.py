@@ -215,6 +215,11 @@ walk_records: Callable[[Buffer, int, int, int, bool], tuple[int, int, int]]
 # The compiled module's ``accept``: a batch that passes every check but the CRC and needs no
 # rewrite, decided in one call (see validate_client_batches); None where it is not built.
 accept_batch: Callable[[Buffer, int, int, int, bool, bool, bool], tuple[tuple[int, ...], int] | None] | None
+# The compiled module's ``stamp``: Log.append_as_leader's common case in one call (a request's
+# one batch for a partition, stored as it came, CreateTime: accepted, CRC checked, its offset and
+# leader epoch stamped; the header as written, or None, nothing touched, for the path below to
+# decide); None where the module is not built.
+stamp_batch: Callable[[WritableBuffer, int, bool, bool, int, int], BatchHeader | None] | None
 try:
     # By name: the extension has no .py source, and an ``import`` of it would read (to the
     # import-graph check, tests/test_architecture.py) as an import of the storage package.
@@ -222,10 +227,12 @@ try:
 except ImportError:  # not built (no compiler at install time): the same rules, in Python
     walk_records = walk_records_py
     accept_batch = None
+    stamp_batch = None
     COMPILED = False
     log.debug("storage._record_walk is not built; the record walk runs in Python")
 else:
-    walk_records, accept_batch = _compiled.walk, _compiled.accept
+    walk_records, accept_batch, stamp_batch = _compiled.walk, _compiled.accept, _compiled.stamp
+    _compiled.configure(crc32c, BatchHeader)
     COMPILED = True
 
 

@@ -960,3 +960,36 @@ def test_compiled_produce_encoder_survives_rows_resized_while_it_encodes(later_r
         reference, _ = responses()
         assert (_outcome(H.encode_produce_response, v, 7, compiled, 0)
                 == _outcome(H.encode_produce_response_py, v, 7, reference, 0)), v
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(range(PRODUCE_VERSIONS[0], PRODUCE_VERSIONS[1] + 1)),
+       partitions=st.lists(st.tuples(st.integers(1, 3), st.sampled_from([0, 0, 0, 1, 4]), st.booleans(),
+                                     st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=2),
+                                     st.sampled_from([0, 0, 0, -1, -50, 3, 100]), st.booleans()),
+                           min_size=1, max_size=4))
+def test_the_compiled_plain_flag_is_the_python_one(version, partitions) -> None:
+    """``plain`` (the produce path's checks before the log would pass every partition as it is)
+    from protocol/_produce_codec.c equals ``produce_request_is_plain_py`` on whole, cut, padded,
+    flipped, transactional, zstd and null records."""
+    from protocol.records import Record, build_batch
+
+    parts = []
+    for i, (n, codec, transactional, flips, cut, null) in enumerate(partitions):
+        if null:
+            parts.append({"index": i, "records": None})
+            continue
+        batch = bytearray(build_batch([Record(value=b"v" * 30, timestamp=1)] * n, producer_id=5 if transactional else -1,
+                                      producer_epoch=0 if transactional else -1, base_sequence=0 if transactional else -1,
+                                      transactional=transactional))
+        batch[22] |= codec  # the codec bits only: the checks read nothing else of them
+        for where, value in flips:
+            batch[where % len(batch)] = value
+        batch = batch[:max(0, len(batch) + cut)] if cut < 0 else batch + bytes(cut)
+        parts.append({"index": i, "records": bytes(batch)})
+    body = produce.REQUEST.build(version, {"transactional_id": None, "acks": 1, "timeout_ms": 5,
+                                           "topic_data": [{"name": "t", "partition_data": parts}]})
+    buf = memoryview(bytearray(body))
+    compiled = H.decode_produce_request(version, buf, 0)
+    assert compiled.plain == H.produce_request_is_plain_py(version, compiled.topics)
+    assert compiled == H.decode_produce_request_py(version, buf, 0)
