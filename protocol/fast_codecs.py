@@ -61,6 +61,7 @@ _FETCH_PART_V5 = struct.Struct(">iqqi")       # + log_start_offset
 _FETCH_PART_V9 = struct.Struct(">iiqqi")      # + current_leader_epoch
 
 PRODUCE_VERSIONS = (3, 8)
+_PRODUCE_LOW, _PRODUCE_HIGH = PRODUCE_VERSIONS
 FETCH_VERSIONS = (4, 11)
 
 
@@ -202,7 +203,8 @@ class ProduceRequest:
 
 def decode_produce_request(version: int, buf: Buffer, pos: int) -> ProduceRequest:
     """Decode a Produce v3-v8 body starting at ``pos`` of ``buf`` (a memoryview of the frame)."""
-    _check_version(version, PRODUCE_VERSIONS, "Produce request")
+    if not _PRODUCE_LOW <= version <= _PRODUCE_HIGH:  # every request: no call unless it fails
+        _check_version(version, PRODUCE_VERSIONS, "Produce request")
     if _produce_codec is not None:
         decoded = _produce_codec.decode(buf, pos, version)
         if decoded.__class__ is str:
@@ -295,7 +297,8 @@ def encode_produce_response(version: int, correlation_id: int, responses: Sequen
     a row may add (record_errors, error_message): [(batch index, message)] and a message, which
     v8+ carries (Kafka's RecordError list and PartitionResponse.errorMessage).
     """
-    _check_version(version, PRODUCE_VERSIONS, "Produce response")
+    if not _PRODUCE_LOW <= version <= _PRODUCE_HIGH:
+        _check_version(version, PRODUCE_VERSIONS, "Produce response")
     if _produce_codec is not None:
         # None: a row with record errors, or a value the C encoder leaves to Python (which says why)
         encoded: bytes | None = _produce_codec.encode(version, correlation_id, responses, throttle_time_ms)

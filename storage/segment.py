@@ -305,7 +305,9 @@ class LogSegment:
         The index entries then go to memory, which cannot fail (so there is no state to save
         for an undo); they reach the files behind (index.py).
         """
-        records, offset_index, time_index = self._records, self.offset_index, self.time_index
+        records, offset_index, time_index = self._records, self._offset_index, self._time_index
+        if offset_index is None or time_index is None or not self.active:  # else the properties return them as they are
+            offset_index, time_index = self.offset_index, self.time_index
         if records is None:
             records = self.records
             position = records.append(buf)
@@ -426,7 +428,16 @@ class LogSegment:
             waited = (now_ms if now_ms is not None else now()) - self.created_ms  # type: ignore[misc]
         if waited > segment_ms - self.roll_jitter_ms:
             return "segment.ms"
-        if self.offset_index.is_full() or self.time_index.is_full():
+        # the indexes as the properties give them (an active segment's loaded ones as they are), lazily
+        offset_index = self._offset_index
+        if offset_index is None or not self.active:
+            offset_index = self.offset_index
+        if offset_index.is_full():
+            return "index full"
+        time_index = self._time_index
+        if time_index is None or not self.active:
+            time_index = self.time_index
+        if time_index.is_full():
             return "index full"
         if last_offset - self.base_offset > INT32_MAX:
             return "relative offset overflow"

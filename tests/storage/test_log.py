@@ -376,6 +376,18 @@ def test_roll_when_the_index_is_full(tmp_path):
     check_consistent(log)
 
 
+def test_roll_when_the_time_index_is_full(tmp_path):
+    """Rising timestamps fill the time index (12-byte entries, its last slot kept for the roll)
+    before the offset index (8-byte ones): the segment rolls then, as Kafka's timeIndex.isFull."""
+    log = open_log(tmp_path / "t-0", segment_index_bytes=64, index_interval_bytes=0)
+    for i in range(30):
+        log.append_as_leader(batch(1, ts=START_MS + i, value_size=200), 0)
+    assert log.num_segments > 1
+    for segment in log.segments[:-1]:
+        assert segment.time_index.entries == 4 and segment.offset_index.entries < 8
+    check_consistent(log)
+
+
 def test_explicit_roll_and_empty_active_segment(tmp_path):
     log = open_log(tmp_path / "t-0")
     assert log.roll() is log.active_segment and log.num_segments == 1
