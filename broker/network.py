@@ -511,8 +511,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # fetches). SocketServer.corked holds the connections with answers waiting.
         # The outer read also runs the server's read hooks (ReplicaManager.begin_read/end_read:
         # the fetches parked on the partitions its produces appended to are tried once, at its
-        # end, before the answers are written, so theirs leave in the same batch). A nested
-        # call (an unmute from within a read) is part of the outer read.
+        # end, before the answers are written, so theirs leave in the same batch). A call made
+        # while a read is processed (corked already set) is part of that read: no hooks of its own.
         server = self.server
         outer = server.corked is None
         hooks = server.read_hooks if outer else None
