@@ -509,14 +509,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # that its requests completed (a follower's fetch moving the high watermark answers
         # acks=all produces on every producer's connection; a produce answers followers' parked
         # fetches). SocketServer.corked holds the connections with answers waiting.
+        # The outer read also runs the server's read hooks (ReplicaManager.begin_read/end_read:
+        # the fetches parked on the partitions its produces appended to are tried once, at its
+        # end, before the answers are written, so theirs leave in the same batch). A call made
+        # while a read is processed (corked already set) is part of that read: no hooks of its own.
         server = self.server
         outer = server.corked is None
+        hooks = server.read_hooks if outer else None
         if outer:
             server.corked = []
         if self._out is None:
             self._out = []
             server.corked.append(self)  # type: ignore[union-attr]
         try:
+            if hooks is not None:
+                hooks[0]()
             for i, frame in enumerate(frames):
                 if self.closed:
                     return
@@ -526,7 +533,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._process(frame)
         finally:
             if outer:
-                server.flush_corked()
+                try:
+                    if hooks is not None:
+                        hooks[1]()
+                except Exception:
+                    log.exception("unexpected error at the end of a read from %s", self.peer)
+                finally:
+                    server.flush_corked()
 
     def throttle(self, ms: int) -> None:
         """Mute this connection for ``ms`` (a client quota's throttle time, KIP-219): no reads,
@@ -767,6 +780,9 @@ class SocketServer:
         # While a read is processed: the connections whose answers wait to be written when it is
         # done (KafkaConnection._process_frames); None otherwise.
         self.corked: list[KafkaConnection] | None = None
+        # (begin, end): called around each outer read's requests (KafkaConnection._process_frames),
+        # end before the corked answers are written, even when a request raised; None: nothing.
+        self.read_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
         # Security, per listener name (start() fills them from the listener's ListenerSecurity).
         self.listener_auth: dict[str, Any] = {}  # SASL listeners: their ListenerAuthentication
         self.principal_mappers: dict[str, "SslPrincipalMapper"] = {}  # TLS listeners

@@ -107,6 +107,11 @@ class ReplicaManager:
         # leader epoch or None), after a LeaderAndIsr / StopReplica is applied (the group
         # coordinator follows the leadership of __consumer_offsets this way).
         self.leadership_listeners: list[LeadershipListener] = []
+        # While a socket read is processed (begin_read .. end_read, the SocketServer's read
+        # hooks): the partitions appended to, whose parked fetches are tried once at its end
+        # (a dict as an ordered set: the simulator's schedule stays deterministic). None
+        # outside a read: an append tries them at once.
+        self._appended: dict[tuple[str, int], None] | None = None
 
     # -- partitions ------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -238,7 +243,11 @@ class ReplicaManager:
         # New data: followers' (and, if the HW moved, consumers') fetches may complete now.
         if partition.maybe_increment_high_watermark():
             self.produce_purgatory.check_hw_moved(key, partition.log.high_watermark)
-        self.fetch_purgatory.check_appended(key, partition.log)
+        appended = self._appended
+        if appended is not None:
+            appended[key] = None  # tried once at the end of the read (end_read)
+        else:
+            self.fetch_purgatory.check_appended(key, partition.log)
         return [partition_index, ErrorCode.NONE, info.first_offset, info.log_append_time,
                 partition.log.log_start_offset], info.last_offset + 1
 
@@ -259,7 +268,11 @@ class ReplicaManager:
                     required = info.last_offset + 1
                     if partition.maybe_increment_high_watermark():
                         self.produce_purgatory.check_hw_moved(partition.key, partition.log.high_watermark)
-                    self.fetch_purgatory.check_appended(partition.key, partition.log)
+                    appended = self._appended
+                    if appended is not None:
+                        appended[partition.key] = None  # tried at the end of the read (end_read)
+                    else:
+                        self.fetch_purgatory.check_appended(partition.key, partition.log)
                 except KafkaError as exc:
                     log.warning("transaction marker for producer %d on %s-%d refused: %s %s", producer_id, topic, index,
                                 exc.error_code.name, exc)
@@ -281,6 +294,39 @@ class ReplicaManager:
             return None
         done()
         return None
+
+    # -- one socket read ---------------------------------------------------------------------
+    def begin_read(self) -> None:
+        """A socket read's requests are about to be processed (SocketServer.read_hooks): the
+        fetches parked on the partitions they append to are tried once, in end_read, not at
+        each append. A read holds several produces at full load; tried at the first, a
+        follower's fetch was answered with that one batch and the others waited a whole fetch
+        round trip. A dict left by a begin without its end is kept, never dropped: its
+        partitions are still tried by the next end_read."""
+        if self._appended is None:
+            self._appended = {}
+
+    def end_read(self) -> None:
+        """The read's requests are processed: try the parked fetches of each partition they
+        appended to, once, in the order of the first appends (their answers leave in the
+        read's writev batch: this runs before SocketServer.flush_corked). Deferral stops first,
+        so appends made while completing them try their fetches at once. An error on one
+        partition is logged and the others are still tried."""
+        appended, self._appended = self._appended, None
+        if not appended:
+            return
+        purgatory = self.fetch_purgatory
+        partitions = self.partitions
+        for key in appended:
+            try:
+                partition = partitions.get(key)
+                log_ = partition.log if partition is not None else None
+                if log_ is not None:
+                    purgatory.check_appended(key, log_)
+                else:  # removed since: what waits on it is answered (check_and_complete tries all)
+                    purgatory.check_and_complete(key)
+            except Exception:
+                log.exception("unexpected error completing the fetches parked on %s-%d", key[0], key[1])
 
     # -- fetch -----------------------------------------------------------------------------
     def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:
