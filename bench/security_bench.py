@@ -3,7 +3,7 @@
 a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
 
 1. Produce and consume over SASL_SSL against PLAINTEXT in the same run: confluent-kafka, 1 KiB
-   records, batch.size 16 KiB (linger.ms 5), acks=1, one partition; each round produces
+   records, batch.size 16 KiB (``--batch-size``; linger.ms 5), acks=1, one partition; each round produces
    ``--records`` and reads them back. Rounds alternate A B, B A, ... so that neither side always
    runs first while the machine's load drifts. Per phase it records:
    * records/s (wall clock): what the goal names; but on this 2-core machine the client
@@ -22,7 +22,16 @@ a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
    round-trip p50 / p99 / max before and during the storm.
 
     python bench/security_bench.py [--rounds 8] [--records 40000] [--logins 200] [--handshakes 500]
-                                   [--repo CHECKOUT] [--before CHECKOUT] [--no-logins] [--no-storm]
+                                   [--batch-size 16384] [--repo CHECKOUT] [--before CHECKOUT]
+                                   [--no-logins] [--no-storm]
+
+``--batch-size``: the producers' batch.size, the same on both listeners. 16 KiB (Kafka's Java
+default, what issue 25's goal names) is where librdkafka's TLS is at its worst: it copies a
+message's value into the request's buffer only when the buffer's segments already have room for
+it, and a request starts with a segment of a few hundred bytes that grows only after about
+seventeen messages, so each 1 KiB value of a 16 KiB batch is a segment of its own, hence an
+SSL_write, a TLS record and a write() of its own, beside its header's (31 records a request).
+With librdkafka's default, 1,000,000, most values are copied and a request takes a few records.
 
 ``--repo``: run the broker from another checkout. ``--before CHECKOUT``: a second broker, from
 that checkout (main before a change), runs beside the first; every round measures both (their
@@ -137,11 +146,12 @@ def measured(pid: int, records: int, run) -> Phase:
     return Phase(records, t1 - t0, c1 - c0, p1 - p0, load)
 
 
-def produce_consume(conf: dict, topic: str, n: int, pid: int) -> tuple[Phase, Phase]:
+def produce_consume(conf: dict, topic: str, n: int, pid: int, batch_size: int = 16384) -> tuple[Phase, Phase]:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     value = b"x" * 1024
-    producer = Producer({**conf, "acks": "1", "linger.ms": 5, "batch.size": 16384, "queue.buffering.max.messages": 200000})
+    producer = Producer({**conf, "acks": "1", "linger.ms": 5, "batch.size": batch_size,
+                         "queue.buffering.max.messages": 200000})
 
     def produce() -> None:
         for _ in range(n):
@@ -260,6 +270,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=40000)
     parser.add_argument("--logins", type=int, default=200)
     parser.add_argument("--handshakes", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=16384, help="the producers' batch.size (both listeners)")
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose broker runs (default: this one)")
     parser.add_argument("--before", type=Path, help="another checkout (main before a change): its broker runs beside "
                         "this one's, every round on both, and the report compares them (logins and storm: this one's)")
@@ -278,7 +289,8 @@ def main() -> int:
             for label, repo in trees:
                 brokers.append(Broker.start(label, repo, directory, keystores["localhost"], ca))
                 print(f"{label}: broker from {repo} (pid {brokers[-1].process.pid})", flush=True)
-            print(f"{args.rounds} rounds of {args.records:,} records; {os.cpu_count()} CPUs; load average "
+            print(f"{args.rounds} rounds of {args.records:,} records, batch.size {args.batch_size:,}; "
+                  f"{os.cpu_count()} CPUs; load average "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
             time.sleep(1)
             loads = []
@@ -290,7 +302,8 @@ def main() -> int:
                     topic = f"bench-{name.lower()}-{r}"
                     for f in broker.admin.create_topics([NewTopic(topic, 1, 1)]).values():
                         f.result(30)
-                    produced, consumed = produce_consume(broker.confs[name], topic, args.records, broker.process.pid)
+                    produced, consumed = produce_consume(broker.confs[name], topic, args.records, broker.process.pid,
+                                                         args.batch_size)
                     broker.sides[name].produce.append(produced)
                     broker.sides[name].consume.append(consumed)
                     loads += [produced.load, consumed.load]
