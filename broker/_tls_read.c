@@ -20,6 +20,15 @@
  * socket weakref); ``reader_for`` checks it is that object's (CPython stores the PySSLSocket as
  * the SSL object's app data, ex_data index 0) before any Reader is made, and broker/network.py
  * keeps Python's own read when this module does not load or the check fails.
+ *
+ * ``keep_buffers(sslobj)`` clears SSL_MODE_RELEASE_BUFFERS, which CPython's _ssl sets on every
+ * context: OpenSSL then frees a connection's read buffer whenever a record has been consumed and
+ * nothing is left in it, and its write buffer after every write. Without read-ahead (_ssl's
+ * default) a read buffer holds one record, so each record read cost a malloc and a free of about
+ * 17 KB (16 KiB of plaintext, the record's overhead), and each write another: librdkafka sends
+ * two records per 1 KiB message. Kept, each TLS connection holds its two buffers for its
+ * lifetime (about 35 KB), as Kafka's SSLTransportLayer holds its network and application
+ * buffers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +43,7 @@ typedef void (*clear_error_fn)(void);
 typedef unsigned long (*peek_error_fn)(void);
 typedef void (*err_new_fn)(void);
 typedef void (*set_error_fn)(int, int, const char *, ...);
+typedef long (*ctrl_fn)(SSL *, int, long, void *);
 
 static read_ex_fn ssl_read_ex;
 static get_ex_data_fn ssl_get_ex_data;
@@ -42,6 +52,11 @@ static clear_error_fn err_clear_error;
 static peek_error_fn err_peek_last_error;
 static err_new_fn err_new;
 static set_error_fn err_set_error; /* OpenSSL 3's: with 1.1 (no ERR_set_error) bind() says no */
+static ctrl_fn ssl_ctrl;
+/* openssl/ssl.h: SSL_get_mode and SSL_clear_mode are macros over SSL_ctrl */
+#define SSL_CTRL_MODE_ 33
+#define SSL_CTRL_CLEAR_MODE_ 78
+#define SSL_MODE_RELEASE_BUFFERS_ 0x00000010L
 /* OpenSSL 3's packed error codes (openssl/err.h: ERR_GET_LIB, ERR_GET_REASON) */
 #define ERR_GET_LIB_(e) ((int)(((e) >> 23) & 0xFF))
 #define ERR_SYSTEM_FLAG_ ((unsigned long)0x80000000UL) /* openssl/err.h: ERR_SYSTEM_FLAG (INT_MAX + 1) */
@@ -198,27 +213,39 @@ static PyTypeObject ReaderType = {
     .tp_dealloc = (destructor)reader_dealloc,
 };
 
+/* The SSL object of the _ssl._SSLSocket ``sslobj`` (an SSLObject's _sslobj), or NULL when its
+ * SSL pointer cannot be trusted (or bind() did not find OpenSSL's functions). */
+static SSL *
+ssl_of(PyObject *sslobj)
+{
+    if (ssl_read_ex == NULL || ssl_get_ex_data == NULL || ssl_get_error == NULL || err_clear_error == NULL
+        || ssl_ctrl == NULL)
+        return NULL;
+    PyTypeObject *type = Py_TYPE(sslobj);
+    if (sslsocket_type == NULL) {
+        if (strcmp(type->tp_name, "_ssl._SSLSocket") != 0 || type->tp_basicsize < (Py_ssize_t)sizeof(PySSLSocketHead))
+            return NULL;
+    }
+    else if (type != sslsocket_type)
+        return NULL;
+    SSL *ssl = ((PySSLSocketHead *)sslobj)->ssl;
+    if (ssl == NULL || ssl_get_ex_data(ssl, 0) != (void *)sslobj)
+        return NULL;
+    if (sslsocket_type == NULL) {
+        Py_INCREF(type); /* a heap type since 3.10: kept alive while cached */
+        sslsocket_type = type;
+    }
+    return ssl;
+}
+
 /* reader_for(sslobj): a Reader for the _ssl._SSLSocket ``sslobj`` (an SSLObject's _sslobj), or
  * None when its SSL pointer cannot be trusted. */
 static PyObject *
 reader_for(PyObject *module, PyObject *sslobj)
 {
-    if (ssl_read_ex == NULL || ssl_get_ex_data == NULL || ssl_get_error == NULL || err_clear_error == NULL)
+    SSL *ssl = ssl_of(sslobj);
+    if (ssl == NULL)
         Py_RETURN_NONE;
-    PyTypeObject *type = Py_TYPE(sslobj);
-    if (sslsocket_type == NULL) {
-        if (strcmp(type->tp_name, "_ssl._SSLSocket") != 0 || type->tp_basicsize < (Py_ssize_t)sizeof(PySSLSocketHead))
-            Py_RETURN_NONE;
-    }
-    else if (type != sslsocket_type)
-        Py_RETURN_NONE;
-    SSL *ssl = ((PySSLSocketHead *)sslobj)->ssl;
-    if (ssl == NULL || ssl_get_ex_data(ssl, 0) != (void *)sslobj)
-        Py_RETURN_NONE;
-    if (sslsocket_type == NULL) {
-        Py_INCREF(type); /* a heap type since 3.10: kept alive while cached */
-        sslsocket_type = type;
-    }
     PyObject *fallback = PyObject_GetAttrString(sslobj, "read");
     if (fallback == NULL)
         return NULL;
@@ -236,6 +263,29 @@ reader_for(PyObject *module, PyObject *sslobj)
     self->error = 0;
     PyObject_GC_Track(self);
     return (PyObject *)self;
+}
+
+/* keep_buffers(sslobj): clear SSL_MODE_RELEASE_BUFFERS on the _ssl._SSLSocket ``sslobj`` (see
+ * the top); whether it could. */
+static PyObject *
+keep_buffers(PyObject *module, PyObject *sslobj)
+{
+    SSL *ssl = ssl_of(sslobj);
+    if (ssl == NULL)
+        Py_RETURN_FALSE;
+    ssl_ctrl(ssl, SSL_CTRL_CLEAR_MODE_, SSL_MODE_RELEASE_BUFFERS_, NULL);
+    Py_RETURN_TRUE;
+}
+
+/* releases_buffers(sslobj): whether SSL_MODE_RELEASE_BUFFERS is set on ``sslobj``'s SSL object
+ * (None when it cannot be trusted). */
+static PyObject *
+releases_buffers(PyObject *module, PyObject *sslobj)
+{
+    SSL *ssl = ssl_of(sslobj);
+    if (ssl == NULL)
+        Py_RETURN_NONE;
+    return PyBool_FromLong((ssl_ctrl(ssl, SSL_CTRL_MODE_, 0, NULL) & SSL_MODE_RELEASE_BUFFERS_) != 0);
 }
 
 /* bind(ssl_module_path): find the OpenSSL functions used here through the loaded _ssl module;
@@ -260,7 +310,8 @@ bind(PyObject *module, PyObject *path)
     peek_error_fn pk = (peek_error_fn)dlsym(handle, "ERR_peek_last_error");
     err_new_fn nw = (err_new_fn)dlsym(handle, "ERR_new");
     set_error_fn se = (set_error_fn)dlsym(handle, "ERR_set_error");
-    if (r == NULL || g == NULL || e == NULL || c == NULL || pk == NULL || nw == NULL || se == NULL)
+    ctrl_fn ct = (ctrl_fn)dlsym(handle, "SSL_ctrl");
+    if (r == NULL || g == NULL || e == NULL || c == NULL || pk == NULL || nw == NULL || se == NULL || ct == NULL)
         Py_RETURN_FALSE; /* the handle stays open: _ssl is loaded for good anyway */
     ssl_read_ex = r;
     ssl_get_ex_data = g;
@@ -269,12 +320,17 @@ bind(PyObject *module, PyObject *path)
     err_peek_last_error = pk;
     err_new = nw;
     err_set_error = se;
+    ssl_ctrl = ct;
     Py_RETURN_TRUE;
 }
 
 static PyMethodDef methods[] = {
     {"bind", bind, METH_O, "bind(path of the loaded _ssl module) -> whether OpenSSL's functions were found"},
     {"reader_for", reader_for, METH_O, "reader_for(_ssl._SSLSocket) -> Reader, or None"},
+    {"keep_buffers", keep_buffers, METH_O,
+     "keep_buffers(_ssl._SSLSocket) -> whether SSL_MODE_RELEASE_BUFFERS could be cleared"},
+    {"releases_buffers", releases_buffers, METH_O,
+     "releases_buffers(_ssl._SSLSocket) -> whether SSL_MODE_RELEASE_BUFFERS is set (None: unknown)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,15 +30,18 @@ def contexts(tmp_path_factory):
 
 
 def pair(contexts, record_reader: bool, version: ssl.TLSVersion):
+    """A server and a client SSLObject after their handshake; the server's reads with the
+    record reader and keeps its buffers, or (``record_reader`` False) is as CPython makes it:
+    _ssl's read, buffers released when empty."""
     server_ctx, client_ctx = contexts
     server_ctx.maximum_version = version
-    FastSSLObject.use_record_reader = record_reader
+    FastSSLObject.use_record_reader = FastSSLObject.keep_buffers = record_reader
     try:
         s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
         server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
         client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
     finally:
-        FastSSLObject.use_record_reader = True
+        FastSSLObject.use_record_reader = FastSSLObject.keep_buffers = True
     for _ in range(6):
         for side in (client, server):
             try:
@@ -188,3 +191,29 @@ def test_reads_of_other_sizes_are_ssl_s_own(contexts, n):
         except Exception as exc:  # noqa: BLE001 - compared, whatever it is
             return type(exc).__name__, str(exc)
     assert outcome(True) == outcome(False)
+
+
+def test_a_listener_connection_keeps_its_tls_buffers(contexts):
+    """CPython's _ssl sets SSL_MODE_RELEASE_BUFFERS: OpenSSL frees a connection's read buffer
+    after every record read (no read-ahead) and its write buffer after every write, a malloc and
+    a free of about 17 KB each. A listener's SSLObject (FastSSLObject) keeps them."""
+    helper = network._TLS_HELPER
+    assert helper is not None, "broker._tls_read is not built: run `make test-deps`"
+    plain_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    assert helper.releases_buffers(plain_ctx.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_side=True)._sslobj)
+    server, client, s_in, c_out = pair(contexts, True, ssl.TLSVersion.TLSv1_3)
+    assert helper.releases_buffers(server._sslobj) is False
+    client.write(b"r" * 3000)  # and reads as before (the equivalence test reads both ways at length)
+    s_in.write(c_out.read())
+    buffer = memoryview(bytearray(4000))
+    assert server.read(len(buffer), buffer) == 3000 and bytes(buffer[:3000]) == b"r" * 3000
+    released, *_ = pair(contexts, False, ssl.TLSVersion.TLSv1_3)
+    assert helper.releases_buffers(released._sslobj) is True
+
+
+def test_other_objects_keep_no_buffers():
+    helper = network._TLS_HELPER
+    if helper is None:
+        pytest.skip("not built")
+    assert helper.keep_buffers(object()) is False and helper.releases_buffers(object()) is None
+    assert helper.keep_buffers(ssl.MemoryBIO()) is False and helper.releases_buffers(ssl.MemoryBIO()) is None
