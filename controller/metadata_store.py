@@ -406,20 +406,27 @@ class LocalMetadataStore:
     # -- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Flush and close the log, then release the directory lock. Idempotent, and each
+        descriptor is given up before it is closed: a close that fails (the log's flush or
+        close, or close(2) itself: Linux frees the descriptor even then) is never repeated by
+        a second call, which would close whatever file has reused that number since. The lock
+        is released even when closing the log fails."""
         if self._flush_retry is not None:
             self._flush_retry.cancel()
             self._flush_retry = None
-        if self._log is not None:
-            try:
-                if self._failure is None:
-                    self._log.flush()
-            finally:
-                self._log.close(snapshot=False)
-                self._log = None
-        self._executor.shutdown(wait=True)
-        if self._lock_fd is not None:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            finally:
-                fileio.close(self._lock_fd)
-                self._lock_fd = None
+        mlog, self._log = self._log, None
+        lock_fd, self._lock_fd = self._lock_fd, None
+        try:
+            if mlog is not None:
+                try:
+                    if self._failure is None:
+                        mlog.flush()
+                finally:
+                    mlog.close(snapshot=False)
+        finally:
+            self._executor.shutdown(wait=True)
+            if lock_fd is not None:
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_UN)
+                finally:
+                    fileio.close(lock_fd)

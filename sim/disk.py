@@ -12,7 +12,9 @@ fsync makes a file durable (its record is dropped). ``crash(machine, power_loss=
 puts every file of the machine back to its durable content, then, at the PRNG's choice,
 applies a prefix of the last unsynced write: the torn write. A process crash
 (``power_loss=False``, kill -9) keeps the page cache: nothing is lost. Either way the
-machine's descriptors are closed (its locks go with them).
+machine's descriptors are closed (its locks go with them), and a descriptor the disk did not
+open, or already closed, is refused (EBADF) without a system call: the process's number may
+belong to another file by now (code of a crashed process finalized after the run, say).
 
 Creating, renaming and removing files and directories is durable at once (a file system
 with ordered metadata); only file contents are lost.
@@ -33,6 +35,13 @@ from typing import Any
 from storage import fileio
 
 from .loop import WALL_CLOCK_START_MS
+
+
+_UNKNOWN = object()  # (``fds.get``'s default: a descriptor this disk did not open, or closed)
+
+
+def _bad_descriptor(fd: int) -> OSError:
+    return OSError(errno.EBADF, f"Bad file descriptor (simulated: {fd} is not open)")
 
 
 class _FileState:
@@ -151,18 +160,23 @@ class SimDisk:
         return fd
 
     def close(self, fd: int) -> None:
-        self.fds.pop(fd, None)
+        if self.fds.pop(fd, _UNKNOWN) is _UNKNOWN:
+            raise _bad_descriptor(fd)
         self.fd_machine.pop(fd, None)
         os.close(fd)
 
     def dup(self, fd: int) -> int:
+        if fd not in self.fds:
+            raise _bad_descriptor(fd)
         new = os.dup(fd)
         self.fds[new] = self.fds.get(fd)
         self.fd_machine[new] = self.fd_machine.get(fd, "?")
         return new
 
     def pwrite(self, fd: int, data: Any, position: int) -> int:
-        path = self.fds.get(fd)
+        path = self.fds.get(fd, _UNKNOWN)
+        if path is _UNKNOWN:
+            raise _bad_descriptor(fd)
         self._fault(path, "write")
         if path is None:
             return os.pwrite(fd, data, position)
@@ -176,20 +190,26 @@ class SimDisk:
         return done
 
     def write(self, fd: int, data: Any) -> int:
+        if fd not in self.fds:
+            raise _bad_descriptor(fd)
         position = os.lseek(fd, 0, os.SEEK_CUR)
         done = self.pwrite(fd, data, position)
         os.lseek(fd, position + done, os.SEEK_SET)
         return done
 
     def fsync(self, fd: int) -> None:
-        path = self.fds.get(fd)
+        path = self.fds.get(fd, _UNKNOWN)
+        if path is _UNKNOWN:
+            raise _bad_descriptor(fd)
         self._fault(path, "fsync")
         self.fsyncs += 1
         if path is not None:
             self.states.pop(path, None)
 
     def ftruncate(self, fd: int, length: int) -> None:
-        path = self.fds.get(fd)
+        path = self.fds.get(fd, _UNKNOWN)
+        if path is _UNKNOWN:
+            raise _bad_descriptor(fd)
         if path is None:
             os.ftruncate(fd, length)
             return

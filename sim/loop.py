@@ -31,6 +31,7 @@ import collections
 import contextvars
 import heapq
 import random
+import weakref
 from asyncio import format_helpers
 from typing import Any, Callable
 
@@ -47,7 +48,8 @@ BUSY_STEPS = 500_000  # callbacks in a row without the loop ever waiting: a live
 class Process:
     """One incarnation of a simulated process on a machine (a restart is a new Process)."""
 
-    __slots__ = ("name", "machine", "incarnation", "alive", "executor_delay_ms", "paused_until", "key", "key_bytes")
+    __slots__ = ("name", "machine", "incarnation", "alive", "executor_delay_ms", "paused_until", "key", "key_bytes",
+                 "tasks")
 
     def __init__(self, name: str, machine: str, incarnation: int) -> None:
         self.name = name
@@ -58,6 +60,7 @@ class Process:
         self.paused_until = 0.0  # a stalled process (a long GC pause): nothing runs before this loop time
         self.key = f"{name}#{incarnation}"
         self.key_bytes = self.key.encode()  # (what the trace hashes with every delivery)
+        self.tasks: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()  # its tasks not yet gone (SimLoop.kill)
 
     def context(self) -> contextvars.Context:
         """A fresh context that runs code as this process."""
@@ -127,6 +130,13 @@ class SimLoop(asyncio.BaseEventLoop):
         # No process is paused at or after this loop time (Process.paused_until of every
         # process is below it): until then, each step looks for paused processes.
         self._pause_horizon = 0.0
+        # The tasks of killed processes, kept until the run is over: a task that nothing
+        # references any more is finalized, and closing its coroutine runs its ``finally`` and
+        # ``except BaseException`` blocks (a server's clean-up on a failed start, say) as
+        # whatever process happens to run then. A killed process runs no code: its tasks are
+        # only finalized after the run (Simulation._finalize), where the simulated disk refuses
+        # the descriptors its crash closed.
+        self._graveyard: list[asyncio.Task] = []
         self.errors: list[dict[str, Any]] = []  # exceptions that reached the loop's handler (live processes)
         self.set_exception_handler(self._on_error)
 
@@ -142,6 +152,13 @@ class SimLoop(asyncio.BaseEventLoop):
         self._timer_seq += 1
         heapq.heappush(self._timers, (when, self._timer_seq, timer))
         return timer
+
+    def create_task(self, coro, *, name=None, context=None):  # type: ignore[override]
+        task = super().create_task(coro, name=name, context=context)
+        process = PROCESS.get() if context is None else context.get(PROCESS)
+        if process is not None:
+            process.tasks.add(task)
+        return task
 
     def call_later(self, delay, callback, *args, context=None):  # type: ignore[override]
         return self.call_at(self._now + delay, callback, *args, context=context)
@@ -203,6 +220,7 @@ class SimLoop(asyncio.BaseEventLoop):
         """``process`` crashed: nothing of it runs again (timers and callbacks still to come
         are dropped as they come up)."""
         process.alive = False
+        self._graveyard.extend(process.tasks)  # (see _graveyard)
         queue = self._queues.pop(process, None)
         if queue:
             for handle in queue:
@@ -220,6 +238,7 @@ class SimLoop(asyncio.BaseEventLoop):
             timer._cancelled = True
         self._timers.clear()
         self._timers_cancelled = 0
+        self._graveyard.clear()
 
     def _check_closed(self) -> None:
         # A closed simulation's coroutines are finalized whenever their last reference goes:

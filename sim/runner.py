@@ -278,21 +278,31 @@ class Simulation:
                 finally:
                     self.loop.after_step = None
                     self.checker.uninstall()
-                    self.disk.uninstall()
-                    self.disk.close_all()
+                    result = self._result()  # (what the run saw: nothing of its finalization below)
+                    try:
+                        self._finalize()
+                    finally:
+                        self.disk.uninstall()
+                        self.disk.close_all()
         finally:
             root_logger.handlers, level = saved_logging
             root_logger.setLevel(level)
             self._teardown()
+        return result
+
+    def _result(self) -> Result:
         stats = {"writes": len(self.history.writes), "acked": sum(1 for w in self.history.writes if w.status == "ok"),
                  "polls": self.history.polls, "exempt": self.exempt, "checks": self.checker.checks,
                  "disk_writes": self.disk.writes, "messages": self.network.delivered}
         return Result(self.seed, self.trace.hexdigest(), list(self.violations), self.trace.last(200),
                       self.loop.time(), self.loop.steps, self.trace.events, stats, tuple(self.options.bugs))
 
-    def _teardown(self) -> None:
-        """Drop everything the run made. Its coroutines are finalized here, with the loop still
-        open and every process dead (what they schedule on the way out never runs)."""
+    def _finalize(self) -> None:
+        """Drop everything the run made, its coroutines finalized here: with the loop still open,
+        every process dead (what they schedule on the way out never runs), every descriptor
+        closed and the simulated disk still installed, so that their clean-up code (``finally``
+        blocks: a controller killed during its start closes its metadata log there) is refused
+        every descriptor (EBADF) instead of reaching a number that is another file's by now."""
         loop = self.loop
         for node in self.cluster.nodes:
             if node.process is not None:
@@ -304,7 +314,8 @@ class Simulation:
         for actor in self.actors:
             loop.kill(actor.process)
         self.actors = []
-        loop.discard_all()
+        loop.discard_all()  # (the killed processes' tasks with it)
+        self.disk.close_all()  # (every machine's descriptors: what a finalizer uses after this is refused)
         import broker.heap as heap
         heap._holds = 0
         gc.unfreeze()
@@ -314,6 +325,9 @@ class Simulation:
             gc.collect()
         finally:
             sys.unraisablehook = unraisable
+
+    def _teardown(self) -> None:
+        loop = self.loop
         try:
             loop.close()
         except Exception:  # noqa: BLE001

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.metadata_store import (LOG_DIR_NAME, LocalMetadataStore, MetadataStoreError, encode_batches,
+from controller.metadata_store import (LOCK_FILE, LOG_DIR_NAME, LocalMetadataStore, MetadataStoreError, encode_batches,
                                        snapshot_file_name)
 from protocol.clock import MockTime
 from protocol.messages.metadata_records import MetadataRecordType as T, make_record
@@ -303,3 +303,59 @@ async def test_a_flush_without_descriptors_is_retried_with_backoff_not_fatal(tmp
     assert await durable == offset
     assert store.append([config(2)], epoch) == offset + 1  # the store goes on
     store.close()
+
+
+async def test_a_failed_close_of_the_lock_descriptor_is_not_repeated(tmp_path, monkeypatch):
+    """close(2) frees the descriptor even when it reports an error (Linux), so a store closed
+    again must not close that number again: by then another file may have it (the simulator's
+    "closing the metadata log failed: [Errno 9]" was such a second close)."""
+    store, _ = await open_store(tmp_path)
+    opened: dict[int, str] = {}
+    closes: list[str] = []
+    real_open, real_close = fileio.open, fileio.close
+
+    def open_(path, flags, mode=0o777):
+        fd = real_open(path, flags, mode)
+        opened[fd] = Path(path).name
+        return fd
+
+    def close(fd):
+        name = opened.get(fd, "?")
+        closes.append(name)
+        real_close(fd)
+        if name == LOCK_FILE and closes.count(name) == 1:
+            raise OSError(errno.EIO, "Input/output error")
+
+    # (the lock's descriptor was opened before the patch: reopened here to know its number)
+    store.close()
+    monkeypatch.setattr(fileio, "open", open_)
+    monkeypatch.setattr(fileio, "close", close)
+    store, _ = await open_store(tmp_path)
+    with pytest.raises(OSError, match="Input/output"):
+        store.close()
+    store.close()
+    assert closes.count(LOCK_FILE) == 1
+
+
+async def test_a_log_that_fails_to_close_still_releases_the_lock_and_is_not_closed_again(tmp_path, monkeypatch):
+    from storage.log import Log
+    store, _ = await open_store(tmp_path)
+    epoch = await store.claim_epoch()
+    await store.wait_durable(store.append([config(1)], epoch))
+    real_close = Log.close
+    calls = []
+
+    def failing_close(log, **kw):
+        calls.append(log)
+        real_close(log, **kw)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Log, "close", failing_close)
+    with pytest.raises(OSError, match="Input/output"):
+        store.close()
+    store.close()
+    assert len(calls) == 1
+    monkeypatch.undo()
+    other, loaded = await open_store(tmp_path)  # the directory is not locked any more
+    assert loaded.log_records[-1][1] == config(1)
+    other.close()

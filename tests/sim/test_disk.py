@@ -113,3 +113,28 @@ def test_a_log_recovers_its_flushed_records_after_a_power_loss(disk, tmp_path):
         recovered = Log.open(d, config, time=time, recovery_point=5)
         assert 5 <= recovered.log_end_offset <= 10
         recovered.close()
+
+
+def test_a_descriptor_a_crash_closed_is_refused_not_passed_on_to_whatever_file_reused_its_number(disk, tmp_path):
+    """The crashed process's code may still run after its crash (a coroutine finalized later):
+    its descriptors are refused with EBADF, with no system call on a number that another
+    file, opened since, may hold."""
+    fd = fileio.open(tmp_path / "m" / "a", os.O_RDWR | os.O_CREAT, 0o644)
+    disk.crash("m", power_loss=False)
+    other = os.open(tmp_path / "b", os.O_RDWR | os.O_CREAT, 0o644)  # (the lowest number free: fd's)
+    try:
+        assert other == fd
+        for call in (lambda: fileio.close(fd), lambda: fileio.fsync(fd), lambda: fileio.pwrite(fd, b"x", 0),
+                     lambda: fileio.write(fd, b"x"), lambda: fileio.ftruncate(fd, 0), lambda: fileio.dup(fd)):
+            with pytest.raises(OSError) as raised:
+                call()
+            assert raised.value.errno == errno.EBADF
+        os.fstat(other)  # still open
+        assert (tmp_path / "b").read_bytes() == b""
+    finally:
+        os.close(other)
+    fd = fileio.open(tmp_path / "m" / "a", os.O_RDWR, 0o644)
+    fileio.close(fd)
+    with pytest.raises(OSError) as raised:
+        fileio.close(fd)  # closed twice
+    assert raised.value.errno == errno.EBADF
