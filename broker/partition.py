@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from protocol.clock import Time
-from protocol.records import iter_batch_headers
 from protocol.errors import (ErrorCode, FencedLeaderEpochError, KafkaError, NotEnoughReplicasError,
                              NotLeaderOrFollowerError, OffsetOutOfRangeError, PolicyViolationError,
                              UnknownLeaderEpochError)
+from protocol.records import iter_batch_headers
 
 if TYPE_CHECKING:
     from storage import Log, LogAppendInfo
@@ -251,29 +251,27 @@ _WAIT_FOR_LEADER_AND_ISR = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.I
 _NOT_APPLIED = frozenset({ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA})
 
 
-def _end_offset_from_headers(log_: "Log", requested_epoch: int, until: int) -> tuple[int, int]:
-    """Kafka's ``endOffsetFor(requested_epoch)`` read from the batch headers of [log start,
-    ``until``) instead of the epoch cache: the largest epoch <= the one asked for (or the one
-    asked for, when every batch is of a later epoch) and the base offset of the first batch of a
-    later epoch (``until`` when there is none below it). Each batch's header holds the epoch of
-    the leader that wrote it, so this is what the cache said before it lost these entries.
-    (-1, -1) when the log cannot be read."""
-    offset, floor = log_.log_start_offset, -1
-    try:
-        while offset < until:
-            records = log_.read(offset, 1 << 20).records  # whole batches of one segment
-            if not records:
-                break
-            for _pos, header in iter_batch_headers(records):
-                if header.base_offset >= until or header.partition_leader_epoch > requested_epoch:
-                    return (requested_epoch if floor < 0 else floor), min(header.base_offset, until)
-                floor = max(floor, header.partition_leader_epoch)
-                offset = header.next_offset
-    except (KafkaError, OSError) as exc:
-        log.warning("%s-%d: reading batch headers for leader epoch %d failed: %s", log_.topic, log_.partition,
-                    requested_epoch, exc)
-        return -1, -1
-    return (requested_epoch if floor < 0 else floor), until
+def _epochs_from_headers(log_: "Log", until: int) -> list[tuple[int, int]]:
+    """(epoch, start offset) of each leader epoch in the batch headers of [log start, ``until``),
+    as the epoch cache assigns them on append: each batch's header holds the epoch of the leader
+    that wrote it, so this is what the cache held before it lost these entries. Raises what
+    reading the log raises (KafkaError, OSError)."""
+    entries: list[tuple[int, int]] = []
+    offset = log_.log_start_offset
+    while offset < until:
+        records = log_.read(offset, 1 << 20).records  # whole batches of one segment
+        if not records:
+            break
+        for _pos, header in iter_batch_headers(records):
+            if header.base_offset >= until:
+                return entries
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and not (entries and entries[-1][0] == epoch):
+                while entries and entries[-1][0] >= epoch:
+                    entries.pop()
+                entries.append((epoch, header.base_offset))
+            offset = header.next_offset
+    return entries
 
 
 def _always_eligible(_broker_id: int) -> bool:
@@ -295,6 +293,8 @@ class Partition:
         self.count_append: Callable[[int, Any], None] | None = None
         self.time = time
         self.log: Log | None = None
+        # (log, log start, first known epoch's start) -> _epochs_from_headers of that range (see _header_epochs)
+        self._header_epochs_cache: tuple[tuple[Any, int, int], list[tuple[int, int]]] | None = None
         self.leader_id = -1
         self.leader_epoch = -1
         self.leader_epoch_start_offset = -1
@@ -663,7 +663,7 @@ class Partition:
         there (a leader-epoch checkpoint lost, the batches kept but not which epochs began where;
         or a follower that truncated to its high watermark with no epoch known and fetched again),
         their headers still say which leader epoch wrote each: the answer is read from them
-        (_end_offset_from_headers), what the lost entries would have said. Kafka's answer there,
+        (_epochs_from_headers), what the lost entries would have said. Kafka's answer there,
         the first known epoch's start, told followers holding another record at an offset under
         a longer batch of the leader's that their logs agree (simulator seeds 6584, 7052: every
         fetch then failed on that batch); an undefined answer made an ISR member truncate to its
@@ -675,6 +675,29 @@ class Partition:
         cache = local.leader_epoch_cache
         epoch, end = cache.end_offset_for(leader_epoch, local.log_end_offset)
         first = cache.earliest_entry()
-        if first is not None and leader_epoch < first.epoch and first.start_offset > local.log_start_offset:
-            epoch, end = _end_offset_from_headers(local, leader_epoch, first.start_offset)
+        if first is not None and 0 <= leader_epoch < first.epoch and first.start_offset > local.log_start_offset:
+            try:
+                entries = self._header_epochs(local, first.start_offset)
+            except (KafkaError, OSError) as exc:
+                # Not undefined: a follower would truncate to its own high watermark (seed 8258).
+                log.warning("%s-%d: reading batch headers for leader epoch %d failed: %s", self.topic,
+                            self.partition, leader_epoch, exc)
+                return ErrorCode.KAFKA_STORAGE_ERROR, -1, -1
+            epoch, end = leader_epoch, first.start_offset
+            for entry_epoch, start in entries:  # Kafka's endOffsetFor over them
+                if entry_epoch > leader_epoch:
+                    end = start
+                    break
+                epoch = entry_epoch
         return ErrorCode.NONE, epoch, end
+
+    def _header_epochs(self, local: "Log", until: int) -> list[tuple[int, int]]:
+        """_epochs_from_headers of [log start, ``until``), read once for each such range of a log
+        (a follower asks at each leadership change; the range stays until retention removes it)."""
+        key = (local, local.log_start_offset, until)
+        cached = self._header_epochs_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        entries = _epochs_from_headers(local, until)
+        self._header_epochs_cache = (key, entries)
+        return entries

@@ -275,4 +275,16 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_codec", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__produce_codec(void) { return PyModule_Create(&module); }
+/* The interface's version: protocol/fast_codecs.py uses the module only when it matches
+ * (a module built from an older source, left in place by a checkout that moved on, is not
+ * called with arguments it does not take). 2: decode(buf, pos, version) and its plain flag. */
+#define PRODUCE_CODEC_ABI 2
+
+PyMODINIT_FUNC PyInit__produce_codec(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "ABI", PRODUCE_CODEC_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

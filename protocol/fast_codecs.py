@@ -29,10 +29,20 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Sequence, 
 from .errors import CorruptRecordError, ErrorCode, LocalProtocolError, RemoteProtocolError
 from .records import HEADER_SIZE, decode_uvarint, encode_uvarint, first_batch_size, produce_records_error
 
+_PRODUCE_CODEC_ABI = 2  # the interface of protocol/_produce_codec.c these calls expect (its ABI)
 try:
     from . import _produce_codec
 except ImportError:  # not built (setup.py): the Python codecs below
     _produce_codec = None  # type: ignore[assignment]
+else:
+    if getattr(_produce_codec, "ABI", None) != _PRODUCE_CODEC_ABI:
+        # Built from an older source (a checkout moved on without `pip install -e .`): its
+        # calls take other arguments, so the Python codecs serve instead, and say so once.
+        import logging as _logging
+        _logging.getLogger("kbroker.codecs").warning(
+            "protocol/_produce_codec is built from an older source (interface %s, expected %d): the Python "
+            "codecs serve; rebuild with `pip install -e .`", getattr(_produce_codec, "ABI", None), _PRODUCE_CODEC_ABI)
+        _produce_codec = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from typing import TypeAlias

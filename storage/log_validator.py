@@ -224,6 +224,11 @@ try:
     # By name: the extension has no .py source, and an ``import`` of it would read (to the
     # import-graph check, tests/test_architecture.py) as an import of the storage package.
     _compiled = importlib.import_module("storage._record_walk")
+    if not (hasattr(_compiled, "stamp") and hasattr(_compiled, "configure")):
+        # built from an older source (a checkout moved on without `pip install -e .`)
+        log.warning("storage._record_walk is built from an older source (no stamp): the record walk runs in "
+                    "Python; rebuild with `pip install -e .`")
+        raise ImportError("storage._record_walk is out of date")
 except ImportError:  # not built (no compiler at install time): the same rules, in Python
     walk_records = walk_records_py
     accept_batch = None

@@ -307,6 +307,35 @@ def test_offsets_for_an_epoch_older_than_the_known_ones_over_records_still_there
     assert {e: partition.last_offset_for_leader_epoch(-1, e, True) for e in (0, 1, 2)} == known
     assert partition.last_offset_for_leader_epoch(-1, 3, True) == (0, 2, 5)     # no epoch 3: epoch 2's end
     assert partition.last_offset_for_leader_epoch(-1, 5, True) == (0, 5, 5)
+    assert partition.last_offset_for_leader_epoch(-1, -1, True) == (0, -1, -1)  # Kafka's for no epoch
+
+
+def test_offsets_for_an_epoch_older_than_the_known_ones_read_the_headers_once_and_a_read_error_is_a_storage_error(
+        rm, monkeypatch):
+    """The headers below the first known epoch are read once per range (each follower asks at
+    each leadership change), and a failed read answers KAFKA_STORAGE_ERROR (the follower asks
+    again), never undefined: a follower would truncate to its own high watermark (seed 8258)."""
+    import broker.partition as partition_module
+    lead(rm, epoch=1)
+    produce(rm, n=2, acks=1)
+    log = rm.get_partition("t", 0).log
+    log.leader_epoch_cache.clear()
+    partition = lead(rm, epoch=5, partition_epoch=1)
+    real, calls = partition_module._epochs_from_headers, []
+
+    def counted(log_, until):
+        calls.append(until)
+        return real(log_, until)
+    monkeypatch.setattr(partition_module, "_epochs_from_headers", counted)
+    for _ in range(3):
+        assert partition.last_offset_for_leader_epoch(-1, 1, True) == (0, 1, 2)
+    assert calls == [2]
+
+    def failing(log_, until):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(partition_module, "_epochs_from_headers", failing)
+    partition._header_epochs_cache = None
+    assert partition.last_offset_for_leader_epoch(-1, 1, True) == (ErrorCode.KAFKA_STORAGE_ERROR, -1, -1)
 
 
 def test_offsets_for_an_epoch_older_than_the_known_ones_below_the_log_start_are_the_first_start(rm):

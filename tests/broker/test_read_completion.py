@@ -13,6 +13,7 @@ from broker.network import KafkaConnection, SocketServer
 from broker.partition import LeaderAndIsrState
 from broker.replica_manager import FetchParams, ReplicaManager
 from protocol.clock import MockTime
+from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartition
 from protocol.records import Record, build_batch, iter_batch_headers
 from storage import LogConfig, LogManager
@@ -117,7 +118,7 @@ def test_a_partition_removed_before_the_read_ends_answers_what_waited_on_it(rm):
     p = rm.partitions.pop(("t", 0))  # gone without a word to the purgatory (what StopReplica does first)
     rm.end_read()
     rm.partitions[("t", 0)] = p
-    assert len(fetched) == 1 and fetched[0][0][1][0].error_code != 0
+    assert len(fetched) == 1 and fetched[0][0][1][0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 # -- through the socket server's read hooks -----------------------------------------------------

@@ -993,3 +993,26 @@ def test_the_compiled_plain_flag_is_the_python_one(version, partitions) -> None:
     compiled = H.decode_produce_request(version, buf, 0)
     assert compiled.plain == H.produce_request_is_plain_py(version, compiled.topics)
     assert compiled == H.decode_produce_request_py(version, buf, 0)
+
+
+def test_a_compiled_codec_built_from_an_older_source_is_not_used():
+    """A checkout that moved on without `pip install -e .` leaves an older _produce_codec in place:
+    its decode takes other arguments, so the Python codecs serve (with a warning), and an older
+    _record_walk (no stamp) leaves the record walk in Python: no Produce fails on a stale build."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = (
+        "import sys, types\n"
+        "old = types.ModuleType('protocol._produce_codec'); old.decode = old.encode = lambda *a: 1/0\n"
+        "sys.modules['protocol._produce_codec'] = old\n"
+        "walk = types.ModuleType('storage._record_walk'); walk.walk = walk.accept = lambda *a: 1/0\n"
+        "sys.modules['storage._record_walk'] = walk\n"
+        "from protocol import fast_codecs\n"
+        "from storage import log_validator\n"
+        "print(fast_codecs._produce_codec is None, log_validator.COMPILED, log_validator.stamp_batch is None)\n")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True"]
+    assert "built from an older source" in out.stderr
