@@ -78,6 +78,7 @@ class SimDisk:
         self.writes = 0
         self.fsyncs = 0
         self._previous: dict[str, Any] | None = None
+        self.sealed = False  # close_all: the run is over, nothing reaches the files any more
 
     # -- installation --------------------------------------------------------------------
     def install(self) -> None:
@@ -142,7 +143,12 @@ class SimDisk:
         state.undo.append((start, old))
 
     # -- the file operations ---------------------------------------------------------------
+    def _check_sealed(self) -> None:
+        if self.sealed:
+            raise OSError(errno.EROFS, "the simulated disk is sealed: the run is over")
+
     def open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
+        self._check_sealed()
         p = os.path.abspath(path)
         if flags & os.O_CREAT and not os.path.lexists(p):
             self._fault(p, "create")
@@ -166,6 +172,7 @@ class SimDisk:
         os.close(fd)
 
     def dup(self, fd: int) -> int:
+        self._check_sealed()
         if fd not in self.fds:
             raise _bad_descriptor(fd)
         new = os.dup(fd)
@@ -235,11 +242,13 @@ class SimDisk:
                 self.fds[fd] = None  # the file replaced: its descriptors write to an orphan
 
     def replace(self, src: Any, dst: Any) -> None:
+        self._check_sealed()
         s, d = os.path.abspath(src), os.path.abspath(dst)
         os.replace(s, d)
         self._move(s, d)
 
     def rename(self, src: Any, dst: Any) -> None:
+        self._check_sealed()
         s, d = os.path.abspath(src), os.path.abspath(dst)
         os.rename(s, d)
         self._move(s, d)
@@ -254,11 +263,13 @@ class SimDisk:
                 self.fds[fd] = None
 
     def unlink(self, path: Any, *, dir_fd: Any = None) -> None:
+        self._check_sealed()
         p = os.path.abspath(path)
         os.unlink(p)
         self._forget(p)
 
     def rmtree(self, path: Any, ignore_errors: bool = False, onerror: Any = None) -> None:
+        self._check_sealed()
         p = os.path.abspath(path)
         self._forget(p)
         shutil.rmtree(p, ignore_errors=ignore_errors, onerror=onerror)
@@ -313,6 +324,10 @@ class SimDisk:
         return lost
 
     def close_all(self) -> None:
+        """The run is over: every descriptor closed, and the disk sealed (no open, rename,
+        replace, unlink or rmtree reaches a file after this: a dead process's clean-up run by
+        the garbage collector cannot touch a live incarnation's files)."""
+        self.sealed = True
         for fd in sorted(self.fds):
             try:
                 os.close(fd)

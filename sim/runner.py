@@ -314,8 +314,12 @@ class Simulation:
         for actor in self.actors:
             loop.kill(actor.process)
         self.actors = []
+        # Every machine's descriptors closed and the disk sealed FIRST: the killed processes'
+        # tasks, held only by the loop's queues and graveyard, are finalized when discard_all
+        # drops them, and their clean-up must find nothing open (a reused descriptor number
+        # would be a live incarnation's file).
+        self.disk.close_all()
         loop.discard_all()  # (the killed processes' tasks with it)
-        self.disk.close_all()  # (every machine's descriptors: what a finalizer uses after this is refused)
         import broker.heap as heap
         heap._holds = 0
         gc.unfreeze()
