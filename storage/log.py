@@ -405,6 +405,8 @@ class Log:
         if stamp_batch is not None and not append_time and not target_codec:
             stamped = stamp_batch(buf, max_message_bytes, compact, from_coordinator, self.log_end_offset, leader_epoch)
         if stamped is not None:
+            if stamped.producer_id < 0 and self.fast_append:  # no producer state to check or update
+                return self._append_stamped(buf, stamped, leader_epoch)
             written = [(0, stamped)]
             idempotent = stamped.producer_id >= 0
             log_append_time = -1
@@ -489,7 +491,13 @@ class Log:
             segment.max_timestamp_so_far = max_timestamp
             segment.offset_of_max_timestamp_so_far = last
         if segment.bytes_since_last_index_entry > segment.index_interval_bytes:  # LogSegment._index_batch's entries
-            offset_index.append(last, position)  # neither index is full: checked above, as should_roll does
+            # Neither index is full (checked above, as should_roll does) and the relative offset
+            # fits: OffsetIndex.append's checks but that the offset grows (else it raises, as it would).
+            relative = last - segment.base_offset
+            if relative > offset_index.last[0]:
+                offset_index._append_entry(relative, position)
+            else:
+                offset_index.append(last, position)
             if segment.max_timestamp_so_far > time_index.last[0]:
                 time_index.maybe_append(segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far)
             segment.bytes_since_last_index_entry = header.size
