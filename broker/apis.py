@@ -297,7 +297,8 @@ class KafkaApis:
         if handler is None:
             raise RemoteProtocolError(f"unknown api key {header.api_key}")
         api = APIS[header.api_key]
-        if not api.supports(header.api_version) and header.api_key != ApiKey.API_VERSIONS:
+        version = header.api_version
+        if not api.min_version <= version <= api.max_version and header.api_key != ApiKey.API_VERSIONS:  # api.supports
             if header.api_key == ApiKey.PRODUCE and 0 <= header.api_version < 3:
                 return self._reject_old_produce(ctx)
             raise RemoteProtocolError(f"unsupported version {header.api_version} of {api.name} "
@@ -397,8 +398,9 @@ class KafkaApis:
 
     # -- Produce ---------------------------------------------------------------------------
     def handle_produce_request(self, ctx: "RequestContext") -> None:
-        version = ctx.api_version
-        request = decode_produce_request(version, memoryview(ctx.frame), ctx.body_offset)
+        header = ctx.header  # ctx.api_version and ctx.body_offset, without the property calls
+        version = header.api_version
+        request = decode_produce_request(version, memoryview(ctx.frame), header.size)
         acks = request.acks
         topics = request.topics
         metrics = self.request_metrics.by_key[ApiKey.PRODUCE] if self.request_metrics is not None else None

@@ -55,7 +55,7 @@ from protocol.clock import Time, TimerHandle
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
-from protocol.messages import APIS, request_is_flexible
+from protocol.messages import APIS, REQUEST_FLEXIBLE_VERSIONS
 
 from .metrics import ListenerStats, RequestMetrics
 from .security.principal import ANONYMOUS, KafkaPrincipal
@@ -621,7 +621,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # -- requests ------------------------------------------------------------------------
     def _process(self, frame: bytearray) -> None:
         try:
-            header = parse_request_header(frame, flexible_for=request_is_flexible)
+            header = parse_request_header(frame, flexible_versions=REQUEST_FLEXIBLE_VERSIONS)
         except RemoteProtocolError as exc:
             self.close(f"unreadable request header: {exc}")
             return

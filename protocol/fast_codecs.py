@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple, Sequence, overload
+from typing import TYPE_CHECKING, Any, Callable, Container, Literal, NamedTuple, Sequence, overload
 
 from .errors import CorruptRecordError, ErrorCode, LocalProtocolError, RemoteProtocolError
 from .records import HEADER_SIZE, decode_uvarint, encode_uvarint, first_batch_size, produce_records_error
@@ -134,11 +134,14 @@ class RequestHeader:
 
 
 def parse_request_header(buf: Buffer, flexible: bool | None = None, *,
-                         flexible_for: Callable[[int, int], bool] | None = None) -> RequestHeader:
+                         flexible_for: Callable[[int, int], bool] | None = None,
+                         flexible_versions: Container[tuple[int, int]] | None = None) -> RequestHeader:
     """Parse a request header v1/v2 at the start of ``buf``.
 
     Whether the tagged-field block (v2) follows depends on the API and version, so pass
-    ``flexible`` or a ``flexible_for(api_key, api_version) -> bool`` callable.
+    ``flexible``, or the (api_key, api_version) pairs that have it (``flexible_versions``:
+    protocol.messages.REQUEST_FLEXIBLE_VERSIONS, a set lookup, no Python call per request), or
+    a ``flexible_for(api_key, api_version) -> bool`` callable.
     Raises RemoteProtocolError with error_code None: without a header there is nobody to answer.
     """
     end = len(buf)
@@ -157,7 +160,10 @@ def parse_request_header(buf: Buffer, flexible: bool | None = None, *,
             raise RemoteProtocolError("client id is not UTF-8") from None
         pos += n
     if flexible is None:
-        flexible = flexible_for(api_key, api_version) if flexible_for is not None else False
+        if flexible_versions is not None:
+            flexible = (api_key, api_version) in flexible_versions
+        else:
+            flexible = flexible_for(api_key, api_version) if flexible_for is not None else False
     if flexible:
         try:
             pos = skip_tagged_fields(buf, pos)

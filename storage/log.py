@@ -57,8 +57,9 @@ from .log_validator import stamp_batch, validate_client_batches
 from .producer_state import BatchMetadata, CompletedTxn, ProducerAppendInfo, ProducerStateEntry, ProducerStateManager
 from .txn_index import AbortedTxn, TransactionIndex
 from .checkpoint import fsync_dir
+from .offset_index import INT32_MAX
 from .segment import LOG_SUFFIX, SWAP_SUFFIX, LogSegment, file_name
-from .segment_budget import OpenSegmentBudget
+from .segment_budget import USED, OpenSegmentBudget
 
 _tuple_new = tuple.__new__  # a BatchHeader from its 13 fields, without NamedTuple's Python __new__
 
@@ -404,6 +405,8 @@ class Log:
         if stamp_batch is not None and not append_time and not target_codec:
             stamped = stamp_batch(buf, max_message_bytes, compact, from_coordinator, self.log_end_offset, leader_epoch)
         if stamped is not None:
+            if stamped.producer_id < 0 and self.fast_append:  # no producer state to check or update
+                return self._append_stamped(buf, stamped, leader_epoch)
             written = [(0, stamped)]
             idempotent = stamped.producer_id >= 0
             log_append_time = -1
@@ -435,12 +438,78 @@ class Log:
             duplicate, pending = self._analyze_producer_state(written)
             if duplicate is not None:
                 return self._duplicate_append_info(buf, written[0][1], duplicate, log_append_time)
-        info = self._append_info(buf, written, log_append_time)
-        self._append(buf, written, info)
-        if written:
-            self._maybe_assign_epoch(leader_epoch, info.first_offset)
+        if stamped is not None and self.fast_append:
+            info = self._append_stamped(buf, stamped, leader_epoch)
+        else:
+            info = self._append_info(buf, written, log_append_time)
+            self._append(buf, written, info)
+            if written:
+                self._maybe_assign_epoch(leader_epoch, info.first_offset)
         if pending is not None:
             self.producer_state.update((pending,))
+        return info
+
+    # The common case of ``_append_stamped`` (tests/storage/test_log_fast_append.py holds it to
+    # the general path; False sends every append there).
+    fast_append = True
+
+    def _append_stamped(self, buf: Buffer, header: BatchHeader, leader_epoch: int) -> LogAppendInfo:
+        """``_append_info``, ``_append`` and ``_maybe_assign_epoch`` of one batch stamped at the
+        LEO (CreateTime), in one function for the common case: an active segment already
+        written to, with its indexes loaded and its ``.log`` descriptor held, which this batch
+        does not roll. The write, LogSegment._index_batch's bookkeeping and index entries, the
+        LEO, the flush check and the epoch are as the general way does them; anything else goes
+        that way, which stays the reference."""
+        last = header.base_offset + header.last_offset_delta
+        max_timestamp = header.max_timestamp
+        info = LogAppendInfo(header.base_offset, last, max_timestamp if max_timestamp > -1 else -1,
+                             last if max_timestamp > -1 else -1, -1, header.records_count, len(buf), 1, [header])
+        segment = self._segments[-1]
+        records, offset_index, time_index = segment._records, segment._offset_index, segment._time_index
+        size = segment.size
+        config = self.config
+        first_timestamp = segment.rolling_based_timestamp
+        if (records is None or records._fd < 0 or offset_index is None or time_index is None or not segment.active
+                # LogSegment.should_roll's reasons, in its order (the clock's only without a first timestamp)
+                or size == 0 or size > config.segment_bytes - len(buf)
+                or first_timestamp is None or first_timestamp < 0
+                or info.max_timestamp - first_timestamp > config.segment_ms - segment.roll_jitter_ms
+                or offset_index.entries >= offset_index.max_entries or time_index.entries >= time_index.max_entries - 1
+                or last - segment.base_offset > INT32_MAX):
+            self._append(buf, [(0, header)], info)
+            self._maybe_assign_epoch(leader_epoch, info.first_offset)
+            return info
+        segment.used = USED
+        try:
+            position = records.append(buf)
+        except OSError as exc:
+            log.error("%s-%d: append of %d bytes at offset %d failed: %s", self.topic, self.partition, len(buf),
+                      info.first_offset, exc)
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
+        segment.size = records.size
+        if max_timestamp > segment.max_timestamp_so_far:
+            segment.max_timestamp_so_far = max_timestamp
+            segment.offset_of_max_timestamp_so_far = last
+        if segment.bytes_since_last_index_entry > segment.index_interval_bytes:  # LogSegment._index_batch's entries
+            # Neither index is full (checked above, as should_roll does) and the relative offset
+            # fits: OffsetIndex.append's checks but that the offset grows (else it raises, as it would).
+            relative = last - segment.base_offset
+            if relative > offset_index.last[0]:
+                offset_index._append_entry(relative, position)
+            else:
+                offset_index.append(last, position)
+            if segment.max_timestamp_so_far > time_index.last[0]:
+                time_index.maybe_append(segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far)
+            segment.bytes_since_last_index_entry = header.size
+        else:
+            segment.bytes_since_last_index_entry += header.size
+        self.log_end_offset = last + 1
+        if self.log_end_offset - self.recovery_point >= config.flush_messages:  # unflushed_messages()
+            self.flush()
+        if leader_epoch >= 0:
+            epochs = self.leader_epoch_cache._entries
+            if not epochs or leader_epoch > epochs[-1].epoch:
+                self.leader_epoch_cache.assign(leader_epoch, info.first_offset)
         return info
 
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,

@@ -133,6 +133,12 @@ def request_is_flexible(api_key: int, api_version: int) -> bool:
     return ranges[0] <= api_version <= ranges[1] and ranges[2] <= api_version <= ranges[3]
 
 
+# The (api key, version) pairs whose request uses header v2: request_is_flexible's answers as a
+# set, for the broker's header parse (fast_codecs.parse_request_header's ``flexible_versions``).
+REQUEST_FLEXIBLE_VERSIONS = frozenset((key, version) for key, (low, high, flex_low, flex_high) in _REQUEST_FLEXIBLE.items()
+                                      for version in range(max(low, flex_low), min(high, flex_high) + 1))
+
+
 def response_is_flexible(api_key: int, api_version: int) -> bool:
     """Whether the response header is v1. ApiVersions always answers with header v0."""
     if api_key == ApiKey.API_VERSIONS:

@@ -397,6 +397,10 @@ def test_request_header_matches_construct(v) -> None:
         seen = []
         h2 = H.parse_request_header(built + body, flexible_for=lambda k, ver: seen.append((k, ver)) or flexible)
         assert seen == [(tree["request_api_key"], tree["request_api_version"])] and h2.size == h.size
+        # or the set of flexible (api key, version) pairs
+        pair = (tree["request_api_key"], tree["request_api_version"])
+        h3 = H.parse_request_header(built + body, flexible_versions={pair} if flexible else {(pair[0], pair[1] + 1)})
+        assert h3 == h2
 
     run()
 
@@ -932,6 +936,15 @@ def test_request_is_flexible_follows_the_schemas() -> None:
         for v in range(-1, req.valid[1] + 3):
             assert request_is_flexible(key, v) == (req.valid[0] <= v <= req.valid[1] and req.is_flexible(v)), (key, v)
     assert not request_is_flexible(32000, 0)
+
+
+def test_the_flexible_versions_set_is_request_is_flexible() -> None:
+    """REQUEST_FLEXIBLE_VERSIONS (the broker's header parse) holds exactly the pairs request_is_flexible says yes to."""
+    from protocol.messages import REQUEST_FLEXIBLE_VERSIONS, request_is_flexible
+
+    for key in [*range(-2, max(APIS) + 3), 32000, -32768]:
+        for v in [*range(-3, 64), 32767, -32768]:
+            assert ((key, v) in REQUEST_FLEXIBLE_VERSIONS) == request_is_flexible(key, v), (key, v)
 
 
 class _Resizing:
