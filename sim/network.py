@@ -447,7 +447,10 @@ class SimNetwork:
         loop = self.loop
         # Strictly later than what went before on this direction: timers due at the same time
         # may fire in any order (a heap is not stable), and TCP keeps bytes in order.
-        arrival = max(loop._now + self._latency(direction.src, direction.dst), direction.last_arrival + ORDER_EPSILON_S)
+        arrival = loop._now + self._latency(direction.src, direction.dst)
+        after = direction.last_arrival + ORDER_EPSILON_S
+        if after > arrival:  # (max(), without its call)
+            arrival = after
         conn_id = side._conn.id
         if isinstance(item, bytes):
             self.delivered += 1
@@ -470,10 +473,11 @@ class SimNetwork:
 
     def _latency(self, src: str, dst: str) -> float:
         lo, hi = self.base_latency_ms
-        ms = self.rng.uniform(lo, hi)
-        extra = self.slow.get((src, dst))
-        if extra:
-            ms += extra * self.rng.uniform(0.5, 1.5)
+        ms = lo + (hi - lo) * self.rng.random()  # (random.uniform's own arithmetic, without its frame)
+        if self.slow:
+            extra = self.slow.get((src, dst))
+            if extra:
+                ms += extra * self.rng.uniform(0.5, 1.5)
         return ms / 1000.0
 
     def _forget(self, side: SimTransport) -> None:

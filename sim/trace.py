@@ -22,18 +22,6 @@ from typing import Any, TextIO
 _DATA = struct.Struct("<dQI")  # time, connection, length of a delivery (hashed before its bytes)
 
 
-class _Data:
-    """A delivery in the tail, formatted when shown."""
-
-    __slots__ = ("now", "who", "conn_id", "data")
-
-    def __init__(self, now: float, who: str, conn_id: int, data: bytes) -> None:
-        self.now, self.who, self.conn_id, self.data = now, who, conn_id, data
-
-    def __str__(self) -> str:
-        return _data_line(self.now, self.who, self.conn_id, self.data)
-
-
 def _data_line(now: float, who: str, conn_id: int, data: bytes) -> str:
     return f"{now:.6f} {who} recv conn {conn_id} {len(data)}B crc {zlib.crc32(data):08x}"
 
@@ -42,7 +30,9 @@ class Trace:
     def __init__(self, clock: Any, *, tail: int = 200, verbose: bool = False, out: TextIO | None = None) -> None:
         self._clock = clock  # an object with ``_now`` (the SimLoop)
         self._hash = hashlib.blake2b(digest_size=16)
-        self.tail: collections.deque[str | _Data] = collections.deque(maxlen=tail)
+        # Lines, and deliveries as (time, who, connection, bytes), formatted only when shown
+        # (most of a run's events are deliveries, and hardly any is ever shown).
+        self.tail: collections.deque[str | tuple[float, str, int, bytes]] = collections.deque(maxlen=tail)
         self.verbose = verbose
         self.out = out or sys.stdout
         self.events = 0
@@ -73,7 +63,7 @@ class Trace:
         update = self._hash.update
         update(_DATA.pack(now, conn_id, len(data)) + who_bytes)
         update(data)
-        self.tail.append(_Data(now, who, conn_id, data))
+        self.tail.append((now, who, conn_id, data))
         self.events += 1
         if self.verbose:
             print(_data_line(now, who, conn_id, data), file=self.out)
@@ -82,4 +72,4 @@ class Trace:
         return self._hash.hexdigest()
 
     def last(self, n: int = 60) -> list[str]:
-        return [str(line) for line in list(self.tail)[-n:]]
+        return [line if isinstance(line, str) else _data_line(*line) for line in list(self.tail)[-n:]]
