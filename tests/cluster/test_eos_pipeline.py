@@ -52,8 +52,15 @@ class Pipeline:
         return c
 
     def _producer(self) -> Producer:
+        # metadata.recovery.strategy=none works around a librdkafka (2.10+, still in 2.16) hang,
+        # not a broker behaviour: when the killed broker carried the producer's last UP
+        # connection, librdkafka re-bootstraps (KIP-1102) and decommissions every broker handle,
+        # but its coordinator cache keeps the group coordinator's dead handle; the next
+        # send_offsets_to_transaction then waits in rd_kafka_coord_req_fsm() for that handle to
+        # come up, which never happens (no FindCoordinator, no TxnOffsetCommit, and its timeout
+        # is not enforced): librdkafka issues #5511 and #5456. A Kafka broker answers the same.
         p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TID, "linger.ms": 5,
-                      "transaction.timeout.ms": 15000})
+                      "transaction.timeout.ms": 15000, "metadata.recovery.strategy": "none"})
         self._retry(lambda: p.init_transactions(30))
         self.new_producers += 1
         return p
