@@ -4,6 +4,8 @@ of traffic that real clients (confluent-kafka's idempotent producer, kcat) sent 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import threading
 import uuid
@@ -111,6 +113,20 @@ def test_replay_x10_acks_all_rf3_puts_every_record_in_the_log(cluster, recording
     assert page.count("data:image/png;base64,") == 3 and "<script" not in page
 
 
+def _largest_unread(port: int) -> int:
+    """The most bytes waiting unread in one established socket of 127.0.0.1:``port``
+    (/proc/net/tcp's rx_queue)."""
+    largest = 0
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                largest = max(largest, int(queues.split(":")[1], 16))
+    return largest
+
+
 def test_leader_killed_mid_replay_errors_are_counted_by_code(spark, cluster, kcat_path, tmp_path):
     from loadgen.synth import synthesize
 
@@ -148,7 +164,17 @@ def test_leader_killed_mid_replay_errors_are_counted_by_code(spark, cluster, kca
     meta = asyncio.run(_admin(cluster.bootstrap, lambda c: c.refresh_metadata([target])))
     leader = meta.topics[target].partitions[0].leader
     victim = cluster.brokers[leader]
-    victim.kill()
+    # The kill must find a request in flight to it (the test is about what a lost connection's
+    # requests count as): fast answers leave the producer's connection idle most of the time, so
+    # the leader is stopped first and killed once a produce request waits unread in its socket
+    # (a follower's fetch request is a few hundred bytes; a produce of this replay is more).
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: _largest_unread(victim.port) >= 1024 or not thread.is_alive(), 60, interval_s=0.01,
+                   what="a produce request waiting in the stopped leader's socket")
+    finally:
+        victim.kill()
+    assert thread.is_alive(), done
     try:
         thread.join(300)
         assert not thread.is_alive()
