@@ -206,6 +206,11 @@ def check_quotas(tmp_path, samples: int, windows: int, metrics: bool = True, str
         solo_turns = [(t0 + 0.5, time.monotonic())]
         clients["slow"] = Client(run_producer, cluster.bootstrap, "slow", 16384, 256, paused)
         clients["raw"] = Client(run_raw_client, broker.port, paused)
+        # The burst a new client may take (samples - 1 seconds of quota) is counted from its first
+        # request, not from its process's start: a client spawned slowly (a loaded machine) burst
+        # into the measured window (1.82 MB/s measured in a full make test).
+        for name in ("slow", "raw"):
+            wait_until(clients[name].first_ack.is_set, 30, what=f"the {name} client's first acknowledgement")
         time.sleep(warm_up_s)
         t1 = time.monotonic()
         time.sleep(measure_s)
