@@ -46,6 +46,10 @@ class RecordingBroker:
         self.last_heartbeat = None
         self.changed = asyncio.Event()
         self.paused = False
+        # One reconnect at a time: the heartbeat loop and a test's own heartbeat() both find the
+        # connection lost after a controller restart; a second connect() closed the first's new
+        # connection in the middle of its ApiVersions ("connection ... closed").
+        self._reconnecting = asyncio.Lock()
 
     # -- the listener --------------------------------------------------------------------
 
@@ -127,7 +131,10 @@ class RecordingBroker:
     async def _to_controller(self, api_key: int, body: dict):
         """One request to the controller, reconnecting first if the connection was lost."""
         if self.controller is None or not self.controller.connected:
-            await self.connect()
+            async with self._reconnecting:
+                if self.controller is None or not self.controller.connected:  # (another call reconnected)
+                    await self.connect()
+        assert self.controller is not None
         return await self.controller.request(api_key, body)
 
     async def register(self, cluster_id: str, incarnation_id: uuid.UUID | None = None) -> object:
