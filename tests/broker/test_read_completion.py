@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from broker.metadata_cache import MetadataCache
 from broker.network import KafkaConnection, SocketServer
 from broker.partition import LeaderAndIsrState
-from broker.replica_manager import FetchParams, ReplicaManager
+from broker.replica_manager import FetchParams
 from protocol.clock import MockTime
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartition
 from protocol.records import Record, build_batch, iter_batch_headers
-from storage import LogConfig, LogManager
+from storage import LogConfig
+from tests.broker.replica_manager_support import replica_manager
 from tests.broker.test_network import MockTransport, request
 
 
@@ -27,16 +27,11 @@ def time():
 
 @pytest.fixture
 def rm(tmp_path, time):
-    config = LogConfig(min_insync_replicas=1)
-    logs = LogManager([tmp_path], config, time=time)
-    logs.startup()
-    manager = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=MetadataCache(1),
-                             log_config_for=lambda topic: config, replica_lag_time_max_ms=10_000)
-    error, results = manager.become_leader_or_follower(0, 1, [
-        LeaderAndIsrState(t, 0, 1, 1, 0, [1, 2], 0, [1, 2]) for t in ("t", "u")])
-    assert error == 0 and set(results.values()) == {0}
-    yield manager
-    logs.shutdown()
+    with replica_manager(tmp_path, time, LogConfig(min_insync_replicas=1)) as manager:
+        error, results = manager.become_leader_or_follower(0, 1, [
+            LeaderAndIsrState(t, 0, 1, 1, 0, [1, 2], 0, [1, 2]) for t in ("t", "u")])
+        assert error == 0 and set(results.values()) == {0}
+        yield manager
 
 
 def produce(rm, topic="t", n=3):

@@ -13,6 +13,7 @@ from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartition
 from protocol.records import Record, build_batch
 from storage import LogConfig, LogManager
+from tests.broker.replica_manager_support import replica_manager
 
 LAG_MS = 10_000
 
@@ -24,13 +25,8 @@ def time():
 
 @pytest.fixture
 def rm(tmp_path, time):
-    config = LogConfig(min_insync_replicas=2)
-    logs = LogManager([tmp_path], config, time=time)
-    logs.startup()
-    manager = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=MetadataCache(1),
-                             log_config_for=lambda topic: config, replica_lag_time_max_ms=LAG_MS)
-    yield manager
-    logs.shutdown()
+    with replica_manager(tmp_path, time, LogConfig(min_insync_replicas=2), LAG_MS) as manager:
+        yield manager
 
 
 def lead(rm, epoch=0, isr=(1, 2, 3), leader=1):
