@@ -305,7 +305,9 @@ class LocalMetadataStore:
 
     def wait_durable(self, offset: int) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
-        if self._failure is not None:
+        if self._log is None:
+            future.set_exception(MetadataStoreError("metadata store closed"))
+        elif self._failure is not None:
             future.set_exception(MetadataStoreError(f"metadata log fsync failed: {self._failure}"))
         elif offset < self._durable_end:
             future.set_result(offset)
@@ -351,6 +353,8 @@ class LocalMetadataStore:
 
     def _flush_done(self, plan, future: asyncio.Future) -> None:
         self._flushing = False
+        if self._log is None:  # closed meanwhile: close() failed the waiters
+            return
         exc = future.exception()
         if exc is not None:
             self._fail(exc)
@@ -416,6 +420,10 @@ class LocalMetadataStore:
             self._flush_retry = None
         mlog, self._log = self._log, None
         lock_fd, self._lock_fd = self._lock_fd, None
+        waiters, self._waiters = self._waiters, []
+        for _offset, future in waiters:
+            if not future.done():
+                future.set_exception(MetadataStoreError("metadata store closed"))
         try:
             if mlog is not None:
                 try:

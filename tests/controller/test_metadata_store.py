@@ -359,3 +359,25 @@ async def test_a_log_that_fails_to_close_still_releases_the_lock_and_is_not_clos
     other, loaded = await open_store(tmp_path)  # the directory is not locked any more
     assert loaded.log_records[-1][1] == config(1)
     other.close()
+
+
+async def test_close_while_a_flush_is_in_flight_fails_its_waiters_cleanly(tmp_path):
+    """close() during a flush: the flush's completion, run by the loop after close() gave the log
+    up, neither touches the closed log (an AttributeError on None, logged by the loop's handler) nor
+    leaves its waiter hanging: the waiter fails with MetadataStoreError."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        store, _ = await open_store(tmp_path)
+        epoch = await store.claim_epoch()
+        offset = store.append([config(1)], epoch)
+        waiter = store.wait_durable(offset)  # starts a flush on the executor
+        store.close()  # waits for the executor: the flush ran, its completion is still queued
+        with pytest.raises(MetadataStoreError, match="closed"):
+            await asyncio.wait_for(waiter, 5)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert errors == []
+    finally:
+        loop.set_exception_handler(None)
