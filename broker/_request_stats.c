@@ -79,10 +79,28 @@ static inline int bit_length(long long v) {
     return m ? 64 - __builtin_clzll(m) : 0;
 }
 
+/* A listener's byte counter (broker/metrics.py ListenerStats.out): RequestStats.done adds each
+ * response's size to it in the same call, instead of a ``+=`` of Python ints per request.
+ * PyCounter in broker/metrics.py is the reference. */
+typedef struct {
+    PyObject_HEAD
+    long long value;
+} Counter;
+
+static PyTypeObject CounterType;
+
 static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_Format(PyExc_TypeError, "done() takes 7 arguments (%zd given)", nargs);
+    if (nargs != 7 && nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "done() takes 7 or 8 arguments (%zd given)", nargs);
         return NULL;
+    }
+    Counter *out = NULL;
+    if (nargs == 8 && args[7] != Py_None) {
+        if (Py_TYPE(args[7]) != &CounterType) {
+            PyErr_SetString(PyExc_TypeError, "done(): the 8th argument must be a Counter or None");
+            return NULL;
+        }
+        out = (Counter *)args[7];
     }
     long long v[6];
     for (int i = 0; i < 6; i++) {
@@ -102,6 +120,10 @@ static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py
         self->sums[i] += d[i];
     }
     self->response_bytes += size;
+    if (out != NULL) {
+        out->value += size;
+        Py_RETURN_NONE;
+    }
     return PyLong_FromSsize_t(size);
 }
 
@@ -184,8 +206,9 @@ static PyObject *RequestStats_new(PyTypeObject *type, PyObject *args, PyObject *
 
 static PyMethodDef RequestStats_methods[] = {
     {"done", (PyCFunction)(void (*)(void))RequestStats_done, METH_FASTCALL,
-     "done(t_read, t_start, t_local, t_ready, t_sent, request_size, response) -> the response's size\n"
-     "(response: None, a buffer, or a list of buffers)"},
+     "done(t_read, t_start, t_local, t_ready, t_sent, request_size, response[, out]) -> the response's size\n"
+     "(response: None, a buffer, or a list of buffers); with a Counter ``out``, the size is added to it\n"
+     "and None returned"},
     {"arrived", (PyCFunction)RequestStats_arrived, METH_O, "arrived(version): a request read"},
     {"versions", (PyCFunction)RequestStats_versions, METH_NOARGS,
      "versions() -> requests per version, 0..62, then any other"},
@@ -273,6 +296,43 @@ static PyTypeObject AppendCounterType = {
     .tp_new = AppendCounter_new,
     .tp_methods = AppendCounter_methods,
     .tp_members = AppendCounter_members,
+};
+
+static PyObject *Counter_add(Counter *self, PyObject *arg) {
+    long long n;
+    if (as_i64(arg, &n) < 0)
+        return NULL;
+    self->value += n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Counter_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Counter() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed */
+}
+
+static PyMethodDef Counter_methods[] = {
+    {"add", (PyCFunction)Counter_add, METH_O, "add(n): n more"},
+    {NULL},
+};
+
+static PyMemberDef Counter_members[] = {
+    {"value", T_LONGLONG, offsetof(Counter, value), READONLY, "the count"},
+    {NULL},
+};
+
+static PyTypeObject CounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "broker._request_stats.Counter",
+    .tp_basicsize = sizeof(Counter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A count RequestStats.done adds response sizes to (a listener's bytes out).",
+    .tp_new = Counter_new,
+    .tp_methods = Counter_methods,
+    .tp_members = Counter_members,
 };
 
 /* SampledRate: Kafka's Rate over a SampledStat of ``samples`` windows of ``window_ms`` (a quota
@@ -479,7 +539,13 @@ static PyObject *count_row_errors(PyObject *module, PyObject *const *args, Py_ss
     if (topics == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(topics); i++) {
-        PyObject *rows = PySequence_GetItem(PySequence_Fast_GET_ITEM(topics, i), 1);
+        PyObject *topic = PySequence_Fast_GET_ITEM(topics, i), *rows;
+        if (PyTuple_CheckExact(topic) && PyTuple_GET_SIZE(topic) > 1) {
+            rows = PyTuple_GET_ITEM(topic, 1);
+            Py_INCREF(rows);
+        } else {
+            rows = PySequence_GetItem(topic, 1);
+        }
         if (rows == NULL)
             goto fail;
         PyObject *fast = PySequence_Fast(rows, "a topic's rows must be a sequence");
@@ -487,7 +553,15 @@ static PyObject *count_row_errors(PyObject *module, PyObject *const *args, Py_ss
         if (fast == NULL)
             goto fail;
         for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(fast); j++) {
-            PyObject *code = PySequence_GetItem(PySequence_Fast_GET_ITEM(fast, j), 1);
+            PyObject *row = PySequence_Fast_GET_ITEM(fast, j);
+            /* The common row, a list with a zero int (ErrorCode.NONE, an int subclass) at index
+             * 1, is told apart without a call: a response without errors costs a look per row. */
+            if (PyList_CheckExact(row) && PyList_GET_SIZE(row) > 1) {
+                PyObject *c = PyList_GET_ITEM(row, 1);
+                if (PyLong_Check(c) && Py_SIZE(c) == 0)
+                    continue;
+            }
+            PyObject *code = PySequence_GetItem(row, 1);
             if (code == NULL) {
                 Py_DECREF(fast);
                 goto fail;
@@ -532,7 +606,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_request_stats", NUL
 
 PyMODINIT_FUNC PyInit__request_stats(void) {
     if (PyType_Ready(&RequestStatsType) < 0 || PyType_Ready(&AppendCounterType) < 0 ||
-        PyType_Ready(&SampledRateType) < 0)
+        PyType_Ready(&SampledRateType) < 0 || PyType_Ready(&CounterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -546,6 +620,12 @@ PyMODINIT_FUNC PyInit__request_stats(void) {
     Py_INCREF(&AppendCounterType);
     if (PyModule_AddObject(m, "AppendCounter", (PyObject *)&AppendCounterType) < 0) {
         Py_DECREF(&AppendCounterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&CounterType);
+    if (PyModule_AddObject(m, "Counter", (PyObject *)&CounterType) < 0) {
+        Py_DECREF(&CounterType);
         Py_DECREF(m);
         return NULL;
     }

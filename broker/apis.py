@@ -177,6 +177,10 @@ class KafkaApis:
         # KIP-227 incremental fetch sessions (max.incremental.fetch.session.cache.slots)
         self.fetch_manager = FetchManager(FetchSessionCache(fetch_session_cache_slots, replica_manager.time))
         self.request_metrics = request_metrics  # error codes answered, per API (None: metrics off)
+        # Produce's and Fetch's ApiStats, bound once: ``ApiKey.PRODUCE`` per request is a lookup
+        # through EnumType.__getattr__ (Python 3.11) and an int-subclass list index.
+        self._produce_stats = request_metrics.by_key[ApiKey.PRODUCE] if request_metrics is not None else None
+        self._fetch_stats_api = request_metrics.by_key[ApiKey.FETCH] if request_metrics is not None else None
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
         self.forwarding = forwarding or NoControllerForwarding()
@@ -403,7 +407,7 @@ class KafkaApis:
         request = decode_produce_request(version, memoryview(ctx.frame), header.size)
         acks = request.acks
         topics = request.topics
-        metrics = self.request_metrics.by_key[ApiKey.PRODUCE] if self.request_metrics is not None else None
+        metrics = self._produce_stats  # None: metrics off
         txn_id = request.transactional_id
         request_size = len(ctx.frame) + 4
         # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords
@@ -630,8 +634,8 @@ class KafkaApis:
         context = self.fetch_manager.new_context(request, request.replica_id >= 0)
         if context.error:
             chunks, _ = encode_fetch_response(version, correlation_id, [], error_code=context.error)
-            if self.request_metrics is not None:
-                self.request_metrics.by_key[ApiKey.FETCH].error(context.error)
+            if self._fetch_stats_api is not None:
+                self._fetch_stats_api.error(context.error)
             ctx.send_response(chunks)
             return
         if request.replica_id >= 0:
@@ -697,7 +701,7 @@ class KafkaApis:
     def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
         """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out
         (to followers: replication bytes out, as Kafka counts them)."""
-        api = self.request_metrics.by_key[ApiKey.FETCH] if self.request_metrics is not None else None
+        api = self._fetch_stats_api
         for topic, parts in results:
             stats = topic_stats.topic(topic)
             for pd in parts:

@@ -108,9 +108,10 @@ class PyRequestStats:
         self._versions[version if 0 <= version < MAX_VERSION - 1 else MAX_VERSION - 1] += 1
 
     def done(self, t_read: int, t_start: int, t_local: int, t_ready: int, t_sent: int, request_size: int,
-             response: Any) -> int:
+             response: Any, out: "PyCounter | None" = None) -> int | None:
         """A request answered: its phases, its size and the response (None, a buffer or a list
-        of buffers); returns the response's size."""
+        of buffers); returns the response's size, or with a Counter ``out`` (a listener's bytes
+        out) adds it there and returns None."""
         if response is None:
             size = 0
         elif isinstance(response, list):
@@ -125,6 +126,9 @@ class PyRequestStats:
             self._counts[phase][value.bit_length()] += 1
             self._sums[phase] += value
         self.response_bytes += size
+        if out is not None:
+            out.add(size)
+            return None
         return size
 
     def counts(self, phase: int) -> list[int]:
@@ -137,11 +141,25 @@ class PyRequestStats:
         return list(self._versions)
 
 
+class PyCounter:
+    """A count that RequestStats.done adds response sizes to (a listener's bytes out, in the
+    same call as the API's stats). The reference for broker/_request_stats.c's Counter."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, n: int) -> None:
+        self.value += n
+
+
 PHASES = 6  # total, queue, local, remote, send (REQUEST_HISTOGRAMS' order), then the request size
 try:
-    from ._request_stats import RequestStats
-except ImportError:  # not built (no compiler): the reference, slower
+    from ._request_stats import Counter, RequestStats
+except ImportError:  # not built (no compiler): the references, slower
     RequestStats = PyRequestStats  # type: ignore[assignment,misc]
+    Counter = PyCounter  # type: ignore[assignment,misc]
 
 
 class PhaseHistogram:
@@ -467,16 +485,23 @@ def count_errors(body, stats: ApiStats) -> None:
 # -- the network (Kafka's socket-server-metrics) --------------------------------------------
 
 class ListenerStats:
-    __slots__ = ("name", "accepted", "closed", "bytes_in", "bytes_out", "read_paused_ns", "auth_succeeded",
+    __slots__ = ("name", "accepted", "closed", "bytes_in", "out", "read_paused_ns", "auth_succeeded",
                  "auth_failed", "reauth_succeeded")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, counter_type: Any = None) -> None:
         self.name = name
-        self.accepted = self.closed = self.bytes_in = self.bytes_out = self.read_paused_ns = 0
+        self.accepted = self.closed = self.bytes_in = self.read_paused_ns = 0
+        # Bytes of responses: RequestStats.done adds each response's size to ``out`` (a Counter
+        # of the same module as the RequestStats: the C one, or the reference).
+        self.out = (counter_type or Counter)()
         # Kafka's successful-authentication-total (every connection that became ready: PLAINTEXT
         # ones too, as Kafka counts them), failed-authentication-total (TLS handshakes and SASL
         # exchanges that failed), successful-reauthentication-total (KIP-368).
         self.auth_succeeded = self.auth_failed = self.reauth_succeeded = 0
+
+    @property
+    def bytes_out(self) -> int:
+        return self.out.value
 
 
 # -- what the broker holds, read at scrape time ---------------------------------------------

@@ -353,6 +353,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if lstats is None and server.metrics is not None:  # a listener start() did not open (tests)
             lstats = server.listener_stats[listener_name] = ListenerStats(listener_name)
         self.lstats: ListenerStats | None = lstats
+        self._bytes_out = lstats.out if lstats is not None else None  # what RequestStats.done adds to
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     @property
@@ -687,8 +688,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             response, slot.response = slot.response, None
             stats = slot.stats
             if stats is not None:
-                self.lstats.bytes_out += stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready,
-                                                    now or self._now(), slot.size, response)
+                stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready, now or self._now(), slot.size,
+                           response, self._bytes_out)  # also the listener's bytes out
             if response is None or self.closed:
                 continue
             if out is not None:  # inside data_received: written once the whole read is processed

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from broker import _request_stats  # make test-deps builds it: not built is a failure, not a skip
 from broker import metrics
 from broker.metrics import PHASES, ApiStats, PyRequestStats
+from protocol.errors import ErrorCode
 
 # Clock readings: ints of one, two or three 30-bit digits (the helper reads exact ints of up to
 # two digits itself and leaves the rest to CPython).
@@ -38,6 +39,31 @@ def test_the_c_helper_agrees_with_the_reference(observations):
         assert c.counts(phase) == py.counts(phase)
         assert c.sum(phase) == py.sum(phase)
     assert c.response_bytes == py.response_bytes
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(OBSERVATION, max_size=40))
+def test_done_adds_the_response_size_to_the_listener_counter_as_the_reference(observations):
+    """A connection's done() also counts its listener's bytes out (ListenerStats.out), in the
+    same call: both add the response's size and return None; without a counter, the size."""
+    c, py = _request_stats.RequestStats(), PyRequestStats()
+    c_out, py_out = _request_stats.Counter(), metrics.PyCounter()
+    for o in observations:
+        assert c.done(*o, c_out) is None and py.done(*o, py_out) is None
+    assert c_out.value == py_out.value == c.response_bytes == py.response_bytes
+    assert c.done(0, 0, 0, 0, 0, 0, b"abc", None) == py.done(0, 0, 0, 0, 0, 0, b"abc", None) == 3
+    assert c_out.value == py_out.value  # None: no counter
+    with pytest.raises(TypeError):
+        c.done(0, 0, 0, 0, 0, 0, b"abc", py_out)  # the C stats take the C counter only
+    assert c.response_bytes == py.response_bytes and metrics.Counter is _request_stats.Counter
+
+
+def test_listener_bytes_out_reads_its_counter():
+    stats = metrics.ListenerStats("PLAINTEXT")
+    api = ApiStats("Produce")
+    api.done(0, 1, 0, 2, 3, 10, [b"ab", b"cde"], stats.out)
+    stats.out.add(4)
+    assert stats.bytes_out == 9 and api.response_bytes == 5
 
 
 @given(st.lists(st.integers(-(2**15), 2**15 - 1), max_size=60))
@@ -109,10 +135,16 @@ def test_the_append_counter_agrees_with_the_reference(appends):
     assert metrics.AppendCounter is _request_stats.AppendCounter
 
 
-ROW = st.tuples(st.integers(0, 10), st.sampled_from([0, 0, 0, 6, 7, 19, 87]), st.integers(-1, 100))
+# Codes as the broker has them: plain ints and ErrorCode members (an IntEnum), zero or not; rows
+# as lists (the replica manager's) or tuples, topics as tuples or lists.
+CODE = st.sampled_from([0, 0, 0, 6, 7, 19, 87, ErrorCode.NONE, ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        ErrorCode.REQUEST_TIMED_OUT])
+ROW = st.tuples(st.integers(0, 10), CODE, st.integers(-1, 100))
+TOPIC = st.tuples(st.text(max_size=3), st.lists(st.one_of(ROW.map(list), ROW), max_size=5))
 
 
-@given(st.lists(st.tuples(st.text(max_size=3), st.lists(ROW.map(list), max_size=5)), max_size=5),
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(TOPIC, TOPIC.map(list)), max_size=5),
        st.dictionaries(st.sampled_from([6, 7, 19]), st.integers(1, 2**62)))
 def test_count_row_errors_agrees_with_the_reference(results, before):
     """A Produce response's error codes (index 1 of each partition's row) counted per code."""
