@@ -89,6 +89,19 @@ typedef struct {
 
 static PyTypeObject CounterType;
 
+/* v: t_read, t_start, t_local, t_ready, t_sent, request size; ``size``: the response's. t_local 0:
+ * answered while its handler ran, so no remote time (t_local is t_ready). */
+static void record(RequestStats *self, long long v[6], Py_ssize_t size) {
+    if (v[2] == 0)
+        v[2] = v[3];
+    long long d[PHASES] = {v[4] - v[0], v[1] - v[0], v[2] - v[1], v[3] - v[2], v[4] - v[3], v[5]};
+    for (int i = 0; i < PHASES; i++) {
+        self->counts[i][bit_length(d[i])]++;
+        self->sums[i] += d[i];
+    }
+    self->response_bytes += size;
+}
+
 static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 && nargs != 8) {
         PyErr_Format(PyExc_TypeError, "done() takes 7 or 8 arguments (%zd given)", nargs);
@@ -110,16 +123,158 @@ static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py
     Py_ssize_t size = response_size(args[6]);
     if (size < 0)
         return NULL;
-    /* t_read, t_start, t_local, t_ready, t_sent, request size; the response. t_local 0: answered
-     * while its handler ran, so no remote time (t_local is t_ready). */
-    if (v[2] == 0)
-        v[2] = v[3];
-    long long d[PHASES] = {v[4] - v[0], v[1] - v[0], v[2] - v[1], v[3] - v[2], v[4] - v[3], v[5]};
-    for (int i = 0; i < PHASES; i++) {
-        self->counts[i][bit_length(d[i])]++;
-        self->sums[i] += d[i];
+    record(self, v, size);
+    if (out != NULL) {
+        out->value += size;
+        Py_RETURN_NONE;
     }
-    self->response_bytes += size;
+    return PyLong_FromSsize_t(size);
+}
+
+/* SlotTimes: the base of a connection's request slot (broker/network.py _Slot), holding what
+ * RequestStats.finish reads at the answer: t_read, t_start, t_local, t_ready (clock readings, ints)
+ * and ``request`` (the request's size: an int, or its frame, whose length plus the 4-byte size
+ * prefix is its size). Python code reads and writes them as any __slots__ attribute (object
+ * members: the interpreter's specialized slot access); begin() and finish() read and write them
+ * here without a Python attribute access each. PySlotTimes in broker/metrics.py is the reference. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *t_read, *t_start, *t_local, *t_ready, *request;
+} SlotTimes;
+
+static PyTypeObject SlotTimesType;
+
+static int SlotTimes_traverse(SlotTimes *self, visitproc visit, void *arg) {
+    Py_VISIT(self->t_read);
+    Py_VISIT(self->t_start);
+    Py_VISIT(self->t_local);
+    Py_VISIT(self->t_ready);
+    Py_VISIT(self->request);
+    return 0;
+}
+
+static int SlotTimes_clear(SlotTimes *self) {
+    Py_CLEAR(self->t_read);
+    Py_CLEAR(self->t_start);
+    Py_CLEAR(self->t_local);
+    Py_CLEAR(self->t_ready);
+    Py_CLEAR(self->request);
+    return 0;
+}
+
+static void SlotTimes_dealloc(SlotTimes *self) {
+    PyObject_GC_UnTrack(self);
+    SlotTimes_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef SlotTimes_members[] = {
+    {"t_read", T_OBJECT_EX, offsetof(SlotTimes, t_read), 0, "when the read holding the request happened"},
+    {"t_start", T_OBJECT_EX, offsetof(SlotTimes, t_start), 0, "when its processing started"},
+    {"t_local", T_OBJECT_EX, offsetof(SlotTimes, t_local), 0, "when it was parked (0: answered while handled)"},
+    {"t_ready", T_OBJECT_EX, offsetof(SlotTimes, t_ready), 0, "when its answer was ready"},
+    {"request", T_OBJECT_EX, offsetof(SlotTimes, request), 0, "its size: an int, or its frame (length + 4)"},
+    {NULL},
+};
+
+static PyTypeObject SlotTimesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "broker._request_stats.SlotTimes",
+    .tp_basicsize = sizeof(SlotTimes),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A request slot's clock readings and size, for RequestStats.begin/finish.",
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)SlotTimes_traverse,
+    .tp_clear = (inquiry)SlotTimes_clear,
+    .tp_dealloc = (destructor)SlotTimes_dealloc,
+    .tp_members = SlotTimes_members,
+};
+
+static inline void set_field(PyObject **field, PyObject *value) {
+    PyObject *old = *field;
+    Py_INCREF(value);
+    *field = value;
+    Py_XDECREF(old);
+}
+
+static inline int count_version(RequestStats *self, PyObject *arg) {
+    long long version;
+    if (as_i64(arg, &version) < 0)
+        return -1;
+    self->versions[0 <= version && version < VERSIONS - 1 ? version : VERSIONS - 1]++;
+    return 0;
+}
+
+/* begin(slot, version, t_read, t_start, frame): a request read (arrived(version)), its slot
+ * given its read's and its start's clock readings and its frame (its size). */
+static PyObject *RequestStats_begin(RequestStats *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "begin() takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &SlotTimesType)) {
+        PyErr_SetString(PyExc_TypeError, "begin(): the slot must be a SlotTimes");
+        return NULL;
+    }
+    if (count_version(self, args[1]) < 0)
+        return NULL;
+    SlotTimes *slot = (SlotTimes *)args[0];
+    set_field(&slot->t_read, args[2]);
+    set_field(&slot->t_start, args[3]);
+    set_field(&slot->request, args[4]);
+    Py_RETURN_NONE;
+}
+
+static int field_i64(PyObject *field, const char *name, long long *out) {
+    if (field == NULL) {
+        PyErr_Format(PyExc_AttributeError, "the slot has no %s", name);
+        return -1;
+    }
+    return as_i64(field, out);
+}
+
+/* finish(slot, t_sent, response, out): done() with the slot's readings and size. */
+static PyObject *RequestStats_finish(RequestStats *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "finish() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &SlotTimesType)) {
+        PyErr_SetString(PyExc_TypeError, "finish(): the slot must be a SlotTimes");
+        return NULL;
+    }
+    SlotTimes *slot = (SlotTimes *)args[0];
+    long long v[6];
+    if (field_i64(slot->t_read, "t_read", &v[0]) < 0 || field_i64(slot->t_start, "t_start", &v[1]) < 0 ||
+        field_i64(slot->t_local, "t_local", &v[2]) < 0 || field_i64(slot->t_ready, "t_ready", &v[3]) < 0 ||
+        as_i64(args[1], &v[4]) < 0)
+        return NULL;
+    PyObject *request = slot->request;
+    if (request == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the slot has no request");
+        return NULL;
+    }
+    if (PyLong_Check(request)) {
+        if (as_i64(request, &v[5]) < 0)
+            return NULL;
+    } else {
+        Py_ssize_t n = PyByteArray_CheckExact(request) ? PyByteArray_GET_SIZE(request) : PyObject_Length(request);
+        if (n < 0)
+            return NULL;
+        v[5] = (long long)n + 4;
+    }
+    Counter *out = NULL;
+    if (args[3] != Py_None) {
+        if (Py_TYPE(args[3]) != &CounterType) {
+            PyErr_SetString(PyExc_TypeError, "finish(): out must be a Counter or None");
+            return NULL;
+        }
+        out = (Counter *)args[3];
+    }
+    Py_ssize_t size = response_size(args[2]);
+    if (size < 0)
+        return NULL;
+    record(self, v, size);
     if (out != NULL) {
         out->value += size;
         Py_RETURN_NONE;
@@ -128,10 +283,8 @@ static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py
 }
 
 static PyObject *RequestStats_arrived(RequestStats *self, PyObject *arg) {
-    long long version;
-    if (as_i64(arg, &version) < 0)
+    if (count_version(self, arg) < 0)
         return NULL;
-    self->versions[0 <= version && version < VERSIONS - 1 ? version : VERSIONS - 1]++;
     Py_RETURN_NONE;
 }
 
@@ -210,6 +363,11 @@ static PyMethodDef RequestStats_methods[] = {
      "(response: None, a buffer, or a list of buffers); with a Counter ``out``, the size is added to it\n"
      "and None returned"},
     {"arrived", (PyCFunction)RequestStats_arrived, METH_O, "arrived(version): a request read"},
+    {"begin", (PyCFunction)(void (*)(void))RequestStats_begin, METH_FASTCALL,
+     "begin(slot, version, t_read, t_start, frame): arrived(version), and the slot (a SlotTimes) given\n"
+     "t_read, t_start and its request (the frame)"},
+    {"finish", (PyCFunction)(void (*)(void))RequestStats_finish, METH_FASTCALL,
+     "finish(slot, t_sent, response, out) -> done() of the slot's readings and request size"},
     {"versions", (PyCFunction)RequestStats_versions, METH_NOARGS,
      "versions() -> requests per version, 0..62, then any other"},
     {"counts", (PyCFunction)RequestStats_counts, METH_O, "counts(phase) -> the 65 bucket counts"},
@@ -606,7 +764,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_request_stats", NUL
 
 PyMODINIT_FUNC PyInit__request_stats(void) {
     if (PyType_Ready(&RequestStatsType) < 0 || PyType_Ready(&AppendCounterType) < 0 ||
-        PyType_Ready(&SampledRateType) < 0 || PyType_Ready(&CounterType) < 0)
+        PyType_Ready(&SampledRateType) < 0 || PyType_Ready(&CounterType) < 0 ||
+        PyType_Ready(&SlotTimesType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -620,6 +779,12 @@ PyMODINIT_FUNC PyInit__request_stats(void) {
     Py_INCREF(&AppendCounterType);
     if (PyModule_AddObject(m, "AppendCounter", (PyObject *)&AppendCounterType) < 0) {
         Py_DECREF(&AppendCounterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SlotTimesType);
+    if (PyModule_AddObject(m, "SlotTimes", (PyObject *)&SlotTimesType) < 0) {
+        Py_DECREF(&SlotTimesType);
         Py_DECREF(m);
         return NULL;
     }

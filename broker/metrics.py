@@ -131,6 +131,20 @@ class PyRequestStats:
             return None
         return size
 
+    def begin(self, slot: Any, version: int, t_read: int, t_start: int, frame: Any) -> None:
+        """A request read: ``arrived(version)``, and its slot (a SlotTimes) given the read's and
+        its start's clock readings and its frame (whose length + 4 is its size)."""
+        self.arrived(version)
+        slot.t_read = t_read
+        slot.t_start = t_start
+        slot.request = frame
+
+    def finish(self, slot: Any, t_sent: int, response: Any, out: "PyCounter | None") -> int | None:
+        """``done()`` with the slot's readings and its request's size (an int, or its frame)."""
+        request = slot.request
+        size = request if isinstance(request, int) else len(request) + 4
+        return self.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready, t_sent, size, response, out)
+
     def counts(self, phase: int) -> list[int]:
         return list(self._counts[phase])
 
@@ -154,12 +168,30 @@ class PyCounter:
         self.value += n
 
 
+class PySlotTimes:
+    """The base of a connection's request slot (broker/network.py _Slot): its clock readings
+    and its request (its size: an int, or its frame), set by RequestStats.begin and read by
+    RequestStats.finish. The reference for broker/_request_stats.c's SlotTimes, whose begin and
+    finish reach them without an attribute access each."""
+
+    __slots__ = ("t_read", "t_start", "t_local", "t_ready", "request")
+
+
 PHASES = 6  # total, queue, local, remote, send (REQUEST_HISTOGRAMS' order), then the request size
 try:
-    from ._request_stats import Counter, RequestStats
-except ImportError:  # not built (no compiler): the references, slower
+    from ._request_stats import Counter, RequestStats, SlotTimes
+except ImportError as _exc:  # not built (no compiler), or built from an older source: the references, slower
+    import logging as _logging
+
+    if getattr(_exc, "name", None) == __package__ + "._request_stats":
+        _logging.getLogger("kbroker.metrics").debug("broker._request_stats is not built; request metrics in Python")
+    else:
+        _logging.getLogger("kbroker.metrics").warning(
+            "broker._request_stats is out of date (%s); request metrics run in Python: rebuild with "
+            "`pip install -e .`", _exc)
     RequestStats = PyRequestStats  # type: ignore[assignment,misc]
     Counter = PyCounter  # type: ignore[assignment,misc]
+    SlotTimes = PySlotTimes  # type: ignore[assignment,misc]
 
 
 class PhaseHistogram:
@@ -416,8 +448,12 @@ class RequestMetrics:
 
         self._names = {int(k): a.name for k, a in APIS.items()}
         self.by_key: list[ApiStats | None] = [None] * (max(self._names) + 1)
+        # each ApiStats' RequestStats, by key: what a connection calls begin/finish of (a method
+        # of a C type: no bound method to look up per request)
+        self.request_stats: list[Any] = [None] * len(self.by_key)
         for key in self._names:  # bound up front: the hot path indexes by_key with a served key
-            self.by_key[key] = ApiStats(self._names[key])
+            stats = self.by_key[key] = ApiStats(self._names[key])
+            self.request_stats[key] = stats.stats
 
     def api(self, key: int) -> ApiStats:
         try:
@@ -425,8 +461,10 @@ class RequestMetrics:
         except IndexError:
             stats = None
             self.by_key.extend([None] * (key + 1 - len(self.by_key)))
+            self.request_stats.extend([None] * (len(self.by_key) - len(self.request_stats)))
         if stats is None:
             stats = self.by_key[key] = ApiStats(self._names.get(key, f"ApiKey{key}"))
+            self.request_stats[key] = stats.stats
         return stats
 
     def collect(self):

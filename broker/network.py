@@ -57,7 +57,7 @@ from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import APIS, REQUEST_FLEXIBLE_VERSIONS
 
-from .metrics import ListenerStats, RequestMetrics
+from .metrics import ListenerStats, RequestMetrics, SlotTimes
 from .security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
@@ -164,15 +164,17 @@ class RequestMemoryPool:
                 conn.set_memory_paused(False)
 
 
-class _Slot:
-    __slots__ = ("header", "done", "response", "cancel", "stats", "t_read", "t_start", "t_local", "t_ready", "size")
+class _Slot(SlotTimes):
+    # SlotTimes (broker/metrics.py; C where built): t_read, t_start, t_local, t_ready and request,
+    # which RequestStats.begin sets and RequestStats.finish reads, without an attribute access each.
+    __slots__ = ("header", "done", "response", "cancel", "stats")
 
     def __init__(self, header: RequestHeader) -> None:
         self.header = header
         self.done = False
         self.response: Any = None  # bytes, or a list of buffers for writelines
         self.cancel: Callable[[], object] | None = None  # drops the work still waiting for this answer
-        self.stats = None  # the API's ApiStats when metrics are on
+        self.stats: Any = None  # the API's RequestStats when metrics are on
         self.t_local = 0
         self.t_ready = 0
 
@@ -638,11 +640,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # Any int16 arrives here: a negative version, or one past the table, counts as "other".
             # Whether the version is served is the dispatcher's to answer (ApiVersions: an
             # UNSUPPORTED_VERSION v0 response; any other API: the connection closed).
-            stats = slot.stats = metrics.by_key[header.api_key]  # every served key's is bound up front
-            stats.arrived(header.api_version)
-            slot.t_read = self._t_read
-            slot.t_start = self._t_cursor  # when the requests before it in this read were done with
-            slot.size = len(frame) + 4
+            # every served key's is bound up front. begin: the version counted, and the slot given
+            # the read's clock reading, its start (when the requests before it in this read were
+            # done with) and its frame (its size, read at finish).
+            stats = slot.stats = metrics.request_stats[header.api_key]
+            stats.begin(slot, header.api_version, self._t_read, self._t_cursor, frame)
         self._pending.append(slot)
         ctx = RequestContext(header, frame, self, slot)
         sasl = self.sasl
@@ -688,8 +690,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             response, slot.response = slot.response, None
             stats = slot.stats
             if stats is not None:
-                stats.done(slot.t_read, slot.t_start, slot.t_local, slot.t_ready, now or self._now(), slot.size,
-                           response, self._bytes_out)  # also the listener's bytes out
+                stats.finish(slot, now or self._now(), response, self._bytes_out)  # + the listener's bytes out
             if response is None or self.closed:
                 continue
             if out is not None:  # inside data_received: written once the whole read is processed

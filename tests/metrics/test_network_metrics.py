@@ -81,3 +81,39 @@ def test_metrics_off_keeps_no_clock_readings():
     assert ctx._slot.stats is None
     ctx.send_response(b"\x00\x00\x00\x00")
     assert list(server.collect())[0].samples == []
+
+
+_SCENARIO = """
+import sys
+if sys.argv[1] == "python":  # as an install without a compiler: no broker._request_stats
+    sys.modules["broker._request_stats"] = None
+from prometheus_client import generate_latest
+from broker import metrics
+from tests.metrics.test_network_metrics import make, request
+assert (metrics.SlotTimes is metrics.PySlotTimes) == (sys.argv[1] == "python")
+time, conn, apis, transport, registry = make()
+conn.data_received(request(3, 1) + request(3, 2, b"x" * 200) + request(18, 3, version=70))
+time.sleep(500)
+apis.contexts[1].send_response([b"\\x00\\x00\\x00\\x04", b"abcd"])
+time.sleep(3)
+apis.contexts[0].send_response(b"\\x00\\x00\\x00\\x02ab")
+conn.data_received(request(3, 4))
+time.sleep(1)
+apis.contexts[3].send_no_response()
+sys.stdout.write(generate_latest(registry).decode())
+"""
+
+
+def test_without_the_c_helper_the_scrape_is_the_same():
+    """An install without a compiler runs the references (broker/metrics.py PyRequestStats,
+    PySlotTimes, PyCounter): a connection's requests give the same page, series for series."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pages = {side: subprocess.run([sys.executable, "-c", _SCENARIO, side], cwd=root, capture_output=True, text=True,
+                                  check=True).stdout for side in ("c", "python")}
+    assert "kafka_network_requestmetrics_requests_total" in pages["c"]
+    assert 'kafka_network_requestmetrics_requests_total{request="ApiVersions",version="other"} 1.0' in pages["c"]
+    assert pages["c"] == pages["python"]

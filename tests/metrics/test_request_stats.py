@@ -58,6 +58,74 @@ def test_done_adds_the_response_size_to_the_listener_counter_as_the_reference(ob
     assert c.response_bytes == py.response_bytes and metrics.Counter is _request_stats.Counter
 
 
+class CSlot(_request_stats.SlotTimes):  # as broker/network.py's _Slot: more slots of its own
+    __slots__ = ("header", "stats")
+
+
+class PySlot(metrics.PySlotTimes):
+    __slots__ = ("header", "stats")
+
+
+# A request as a connection sees it: version, t_read, t_start, t_local (0: answered while handled),
+# t_ready, t_sent, its frame (a bytearray: its size is its length + 4) or its size, the response.
+REQUEST = st.tuples(st.integers(-(2**15), 2**15 - 1), NS, NS, st.one_of(st.just(0), NS), NS, NS,
+                    st.one_of(st.binary(max_size=64).map(bytearray), st.integers(0, 2**40)), RESPONSE)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(REQUEST, max_size=30))
+def test_begin_and_finish_agree_with_the_reference(requests):
+    """The connection's two calls per request (network.py): begin(slot, version, t_read, t_start,
+    frame) when read, finish(slot, t_sent, response, out) when answered, C against the reference,
+    and both against done() given the same values."""
+    c, py, ref = _request_stats.RequestStats(), PyRequestStats(), PyRequestStats()
+    c_out, py_out, ref_out = _request_stats.Counter(), metrics.PyCounter(), metrics.PyCounter()
+    for version, t_read, t_start, t_local, t_ready, t_sent, frame, response in requests:
+        for stats, slot, out in ((c, CSlot(), c_out), (py, PySlot(), py_out)):
+            stats.begin(slot, version, t_read, t_start, frame)
+            assert (slot.t_read, slot.t_start, slot.request) == (t_read, t_start, frame)
+            slot.t_local, slot.t_ready = t_local, t_ready
+            assert stats.finish(slot, t_sent, response, out) is None
+            assert stats.finish(slot, t_sent, response, None) == stats.done(
+                t_read, t_start, t_local, t_ready, t_sent, frame if isinstance(frame, int) else len(frame) + 4,
+                response)  # without a counter: the size; taken back out below
+        ref.arrived(version)
+        size = frame if isinstance(frame, int) else len(frame) + 4
+        for _ in range(3):
+            ref.done(t_read, t_start, t_local, t_ready, t_sent, size, response)
+        ref_out.add(len(response) if isinstance(response, (bytes, bytearray, memoryview)) else
+                    sum(map(len, response)) if isinstance(response, list) else 0)
+    for phase in range(PHASES):
+        assert c.counts(phase) == py.counts(phase) == ref.counts(phase)
+        assert c.sum(phase) == py.sum(phase) == ref.sum(phase)
+    assert c.versions() == py.versions() == ref.versions()
+    assert c.response_bytes == py.response_bytes == ref.response_bytes
+    assert c_out.value == py_out.value == ref_out.value
+
+
+def test_finish_wants_a_begun_slot_and_counts_nothing_otherwise():
+    c = _request_stats.RequestStats()
+    with pytest.raises(AttributeError):
+        c.finish(CSlot(), 5, b"x", None)  # never begun: no readings
+    with pytest.raises(TypeError):
+        c.finish(PySlot(), 5, b"x", None)  # not a SlotTimes
+    with pytest.raises(TypeError):
+        c.begin(PySlot(), 1, 0, 0, bytearray(3))
+    assert c.response_bytes == 0 and not any(c.versions()) and not any(c.counts(0))
+    slot = CSlot()
+    c.begin(slot, 3, 10, 20, bytearray(6))
+    slot.t_local = slot.t_ready = 0
+    with pytest.raises(TypeError):
+        c.finish(slot, 30, b"x", metrics.PyCounter())  # the C stats take the C counter
+    assert c.response_bytes == 0 and not any(c.counts(0)) and c.versions()[3] == 1
+
+
+def test_the_broker_s_slots_are_the_c_slot_times():
+    from broker.network import _Slot
+
+    assert metrics.SlotTimes is _request_stats.SlotTimes and issubclass(_Slot, _request_stats.SlotTimes)
+
+
 def test_listener_bytes_out_reads_its_counter():
     stats = metrics.ListenerStats("PLAINTEXT")
     api = ApiStats("Produce")
