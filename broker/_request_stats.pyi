@@ -1,11 +1,46 @@
 # The C module broker/_request_stats.c (built by setup.py; optional). Reference: broker.metrics.PyRequestStats.
+from typing import Any
+
+
 class RequestStats:
     response_bytes: int
     def __init__(self) -> None: ...
+    def arrived(self, version: int) -> None: ...
     def done(self, t_read: int, t_start: int, t_local: int, t_ready: int, t_sent: int, request_size: int,
-             response_size: int) -> None: ...
+             response: Any, out: Counter | None = None) -> int | None: ...
+    def begin(self, slot: SlotTimes, version: int, t_read: int, t_start: int, frame: Any) -> None: ...
+    def finish(self, slot: SlotTimes, t_sent: int, response: Any, out: Counter | None) -> int | None: ...
+    def versions(self) -> list[int]: ...
     def counts(self, phase: int) -> list[int]: ...
     def sum(self, phase: int) -> int: ...
+
+
+class SlotTimes:
+    # Reference: broker.metrics.PySlotTimes.
+    t_read: int
+    t_start: int
+    t_local: int
+    t_ready: int
+    request: Any  # the request's size, or its frame
+
+
+class Counter:
+    # Reference: broker.metrics.PyCounter.
+    value: int
+    def add(self, n: int) -> None: ...
+
+
+class AppendCounter:
+    # Reference: broker.metrics.PyAppendCounter.
+    requests: int
+    messages: int
+    bytes: int
+    failed_appends: int
+    def appended(self, records: int, batch: Any) -> None: ...
+    def failed(self) -> None: ...
+
+
+def count_row_errors(results: Any, errors: dict[int, int]) -> None: ...
 
 
 class SampledRate:
