@@ -602,7 +602,17 @@ def run_many(params: Params, producers: list[tuple[list[tuple[int, int, bytes]],
         for stats in results:
             stats["totals"].pop("send_cpu_s", None)
         if results:
-            results[0]["totals"]["send_cpu_s"] = time.process_time() - cpu0[0]
+            totals = results[0]["totals"]
+            totals["send_cpu_s"] = time.process_time() - cpu0[0]
+            # Per Spark task (merged as maxima): when its connections started sending (tasks that
+            # start apart stretch the job's send phase), and its send phase's CPU and wall time
+            # (one event loop: CPU/wall near 1 means this task's loop saturates).
+            starts = [s["totals"]["send_start_min"] for s in results if "send_start_min" in s["totals"]]
+            ends = [s["totals"]["send_end_max"] for s in results if "send_end_max" in s["totals"]]
+            if starts and ends:
+                totals["task_start_max"] = min(starts)
+                totals["task_send_s_max"] = max(ends) - min(starts)
+            totals["task_cpu_s_max"] = totals["send_cpu_s"]
         return results
     return _run(main())  # type: ignore[return-value]
 

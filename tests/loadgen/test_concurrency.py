@@ -49,6 +49,13 @@ def test_one_task_sends_on_every_connection_at_once(cluster, tmp_path):
     assert max(t["send_start_min"] for t in totals) < min(t["send_end_max"] for t in totals), totals
     # The task's CPU is counted once, from the common start.
     assert sum(1 for t in totals if "send_cpu_s" in t) == 1
+    # ... and so are the task's own send phase (from its connections' common start, paced over the
+    # recording's 1.5 s) and CPU, which bench/loadgen_bench.py divides to see whether one task's
+    # event loop saturates.
+    first = totals[0]
+    assert first["task_start_max"] == min(t["send_start_min"] for t in totals)
+    assert first["task_send_s_max"] == max(t["send_end_max"] for t in totals) - first["task_start_max"] >= 1.4
+    assert 0 < first["task_cpu_s_max"] == first["send_cpu_s"]
 
 
 def test_a_consumer_waits_while_its_task_still_produces(cluster):
