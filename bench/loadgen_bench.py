@@ -15,7 +15,8 @@
 4. the user's replay: an OMB-style recording (2 producers, --recorded-rate records/s, 20 s,
    1 KiB records) at its recorded pace, --scale 1, 5, 20 on local[2], against frame_server.py:
    the publish rate as a fraction of scale x the recorded rate (goal >= 0.9 up to the machine's
-   limit).
+   limit), and of min(that, the limit): the same replay unpaced, measured in the same round
+   (records/s, MB/s, the CPU of the replay tasks, frame_server, the JVM and the machine).
 
     python bench/loadgen_bench.py [--rounds 3] [--duration 5] [--out bench-loadgen] [--parts 1,2,3]
 """
@@ -52,6 +53,13 @@ def spread(values: list[float]) -> str:
     if not values:
         return "n/a"
     return f"median {statistics.median(values):,.0f} (range {min(values):,.0f} .. {max(values):,.0f}, n={len(values)})"
+
+
+def spread2(values: list[float]) -> str:
+    """The median and range of ratios, two decimals."""
+    if not values:
+        return "n/a"
+    return f"median {statistics.median(values):.2f} (range {min(values):.2f} .. {max(values):.2f})"
 
 
 def synth(directory: Path, records: int, partitions: int = 3, producers: int = 1, name: str = "bench") -> Path:
@@ -307,13 +315,13 @@ def part4(args, work: Path) -> dict:
     try:
         wait_until(lambda: port_open(port), 30)
         sampler.start()
-        for scale in args.scales:
+        for r, scale in ((r, scale) for r in range(args.rounds) for scale in args.scales):
             want = rate * scale
             paced = once(scale, "1")
             limit = once(scale, "max")
             cap = min(want, limit["rate"])
-            points.append({"scale": scale, "asked": want, "paced": paced, "limit": limit})
-            print(f"  x{scale}: {paced['records']:,} records in {paced['send_s']:.1f} s: {paced['rate']:,.0f} records/s = "
+            points.append({"round": r, "scale": scale, "asked": want, "paced": paced, "limit": limit})
+            print(f"  round {r} x{scale}: {paced['records']:,} records in {paced['send_s']:.1f} s: {paced['rate']:,.0f} records/s = "
                   f"{paced['rate'] / want:.2f} of the asked {want:,}, {paced['rate'] / cap:.2f} of min(asked, limit) "
                   f"(tasks {paced['tasks']} on {paced['slots']} slots, task start skew {paced['start_skew']:.2f} s, "
                   f"errors {paced['errors']}, load {paced['load']:.1f}; frames sent late by p50 {paced['late_p50_ms']:.1f} ms, "
@@ -326,6 +334,14 @@ def part4(args, work: Path) -> dict:
                   f"errors {limit['errors']}, load {limit['load']:.1f}); CPU: busiest task loop {limit['task_loop']:.2f}, "
                   f"replay tasks {limit['workers']:.2f}, frame_server {limit['server']:.2f}, JVM {limit['jvm']:.2f}, "
                   f"machine {limit['machine']:.2f} cores; saturated: {saturates(limit)}", flush=True)
+        for scale in args.scales:
+            runs = [pt for pt in points if pt["scale"] == scale]
+            asked = rate * scale
+            print(f"x{scale} over {len(runs)} round(s): paced {spread([pt['paced']['rate'] for pt in runs])} records/s; "
+                  f"of the asked {asked:,}: {spread2([pt['paced']['rate'] / asked for pt in runs])}; "
+                  f"of min(asked, limit): {spread2([pt['paced']['rate'] / min(asked, pt['limit']['rate']) for pt in runs])}; "
+                  f"limit {spread([pt['limit']['rate'] for pt in runs])} records/s, "
+                  f"{spread([pt['limit']['mb_s'] for pt in runs])} MB/s", flush=True)
     finally:
         sampling.set()
         server.kill()
