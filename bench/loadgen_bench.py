@@ -15,7 +15,8 @@
 4. the user's replay: an OMB-style recording (2 producers, --recorded-rate records/s, 20 s,
    1 KiB records) at its recorded pace, --scale 1, 5, 20 on local[2], against frame_server.py:
    the publish rate as a fraction of scale x the recorded rate (goal >= 0.9 up to the machine's
-   limit).
+   limit), and of min(that, the limit): the same replay unpaced, measured in the same round
+   (records/s, MB/s, the CPU of the replay tasks, frame_server, the JVM and the machine).
 
     python bench/loadgen_bench.py [--rounds 3] [--duration 5] [--out bench-loadgen] [--parts 1,2,3]
 """
@@ -31,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +53,13 @@ def spread(values: list[float]) -> str:
     if not values:
         return "n/a"
     return f"median {statistics.median(values):,.0f} (range {min(values):,.0f} .. {max(values):,.0f}, n={len(values)})"
+
+
+def spread2(values: list[float]) -> str:
+    """The median and range of ratios, two decimals."""
+    if not values:
+        return "n/a"
+    return f"median {statistics.median(values):.2f} (range {min(values):.2f} .. {max(values):.2f})"
 
 
 def synth(directory: Path, records: int, partitions: int = 3, producers: int = 1, name: str = "bench") -> Path:
@@ -193,16 +202,50 @@ def part3(args, work: Path, out: Path) -> dict:
     return {"points": points}
 
 
+def process_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds of this process's descendants, by pid: (kind, seconds); kind is "python" for
+    Spark's Python workers (pyspark.daemon and its forks), "jvm" for the rest of Spark."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out: dict[int, tuple[str, float]] = {}
+    todo = list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            exe = Path(cmd.split(" ", 1)[0]).name  # the JVM's class path names pyspark too: go by the program
+            out[pid] = ("jvm" if exe == "java" else "python" if "pyspark" in cmd else "other", cpu_seconds(pid))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine (/proc/stat), all cores."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return float(sum(values) - idle), float(sum(values))
+
+
 def part4(args, work: Path) -> dict:
     """The user's replay (issue 29): an OMB-style recording (2 producers, RATE records/s, 20 s),
     replayed at its recorded pace with --scale 1, 5, 20 on local[2] against frame_server.py (a
-    sink that is not the bottleneck): the publish rate against scale x the recorded rate."""
+    sink that is not the bottleneck): the publish rate against scale x the recorded rate, and
+    against the machine's limit, measured in the same run: the same recording, the same scale
+    (tasks, slots, connections) and the same frame_server, replayed unpaced (--speed max)."""
     from loadgen.synth import synthesize
     from tests.support import free_port, port_open, wait_until
 
     rate, seconds = args.recorded_rate, 20
     print(f"== 4. replay of a {seconds} s recording (2 producers, {rate:,} records/s) at its recorded pace, "
-          "x1, x5, x20 on local[2], against frame_server.py", flush=True)
+          "x1, x5, x20 on local[2], against frame_server.py; the limit: the same replay unpaced", flush=True)
     workload = work / "omb.yaml"
     workload.write_text(f"name: omb\ntopics: 1\npartitionsPerTopic: 4\nmessageSize: 1024\nproducersPerTopic: 2\n"
                         f"producerRate: {rate}\nbatchSize: 16384\nacks: 1\n")
@@ -213,19 +256,94 @@ def part4(args, work: Path) -> dict:
     server = subprocess.Popen([sys.executable, str(FRAME_SERVER), "--port", str(port), "--uvloop", "--duration", "1200"],
                               stderr=subprocess.DEVNULL)
     points = []
+
+    samples: list[tuple[float, float, float, float]] = []  # (time.time(), machine busy, total, frame_server CPU)
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.1):
+            try:
+                samples.append((time.time(), *machine_busy(), cpu_seconds(server.pid)))
+            except OSError:
+                return
+
+    def over(t0: float, t1: float) -> tuple[float, float]:
+        """Cores used by the machine (all processes) and by frame_server between two wall times."""
+        # the samples bracketing the interval (every 0.1 s): the last before it, the first after it
+        before = [s for s in samples if s[0] <= t0]
+        after = [s for s in samples if s[0] >= t1]
+        if not before or not after:
+            return 0.0, 0.0
+        a, b = before[-1], after[0]
+        cores = os.cpu_count() or 1
+        return (b[1] - a[1]) / max(b[2] - a[2], 1e-9) * cores, (b[3] - a[3]) / max(b[0] - a[0], 1e-9)
+
+    def once(scale: int, speed: str) -> dict:
+        before = process_cpu()
+        load = os.getloadavg()[0]
+        raw = replay_once(spark, recording, f"127.0.0.1:{port}", "omb",
+                          ["--scale", str(scale), "--speed", speed, "--raw", "--consumers", "0", "--no-report"])
+        after = process_cpu()
+        t, run = raw["totals"], raw["run"]
+        send = run["send_elapsed_s"]
+        job = raw["run"]["job_wall_s"]
+        jvm = sum(c - before.get(pid, (k, 0.0))[1] for pid, (k, c) in after.items() if k == "jvm")
+        time.sleep(0.2)  # one more sample after the send phase
+        machine, served = over(t.get("send_start_min", 0.0), t.get("send_end_max", 0.0))
+        from loadgen import hist
+        late = raw["hists"].get("delay") or {}
+        return {"scale": scale, "speed": speed, "records": t["records"], "errors": t["errors"], "send_s": send,
+                "rate": t["records"] / max(send, 1e-9), "mb_s": t["bytes"] / max(send, 1e-9) / 1e6,
+                "tasks": run["tasks"], "slots": run["slots"], "job_s": job, "load": load,
+                # CPU in cores (CPU seconds / wall seconds) over the send phase: the busiest replay
+                # task's own event loop, all replay tasks together, frame_server, and the whole
+                # machine (every process, other users' too); the JVM over the whole job
+                "task_loop": t.get("task_cpu_s_max", 0.0) / max(t.get("task_send_s_max", send), 1e-9),
+                "workers": t.get("send_cpu_s", 0.0) / max(send, 1e-9), "server": served,
+                "jvm": jvm / max(job, 1e-9), "machine": machine,
+                "late_p50_ms": (hist.percentile(late, 0.5) or 0) / 1000, "late_p99_ms": (hist.percentile(late, 0.99) or 0) / 1000,
+                "start_skew": t.get("task_start_max", t.get("send_start_min", 0)) - t.get("send_start_min", 0)}
+
+    def saturates(m: dict) -> str:
+        found = [name for name, used, cap in (("a replay task's event loop", m["task_loop"], 1.0),
+                                               ("frame_server (one event loop)", m["server"], 1.0),
+                                               ("the machine's 2 cores", m["machine"], os.cpu_count() or 2))
+                 if used >= 0.85 * cap]
+        return ", ".join(found) or "nothing near 100 % (latency-bound: depth x round trip)"
+
+    sampler = threading.Thread(target=sample, daemon=True)
     try:
         wait_until(lambda: port_open(port), 30)
-        for scale in args.scales:
-            raw = replay_once(spark, recording, f"127.0.0.1:{port}", "omb",
-                              ["--scale", str(scale), "--speed", "1", "--raw", "--consumers", "0", "--no-report"])
-            send = raw["run"]["send_elapsed_s"]
-            got = raw["totals"]["records"] / max(send, 1e-9)
+        sampler.start()
+        for r, scale in ((r, scale) for r in range(args.rounds) for scale in args.scales):
             want = rate * scale
-            points.append((scale, got, want))
-            print(f"  x{scale}: {raw['totals']['records']:,} records in {send:.1f} s: {got:,.0f} records/s, "
-                  f"{got / want:.2f} of {want:,} (tasks {raw['run']['tasks']} on {raw['run']['slots']} slots, "
-                  f"errors {raw['totals']['errors']})", flush=True)
+            paced = once(scale, "1")
+            limit = once(scale, "max")
+            cap = min(want, limit["rate"])
+            points.append({"round": r, "scale": scale, "asked": want, "paced": paced, "limit": limit})
+            print(f"  round {r} x{scale}: {paced['records']:,} records in {paced['send_s']:.1f} s: {paced['rate']:,.0f} records/s = "
+                  f"{paced['rate'] / want:.2f} of the asked {want:,}, {paced['rate'] / cap:.2f} of min(asked, limit) "
+                  f"(tasks {paced['tasks']} on {paced['slots']} slots, task start skew {paced['start_skew']:.2f} s, "
+                  f"errors {paced['errors']}, load {paced['load']:.1f}; frames sent late by p50 {paced['late_p50_ms']:.1f} ms, "
+                  f"p99 {paced['late_p99_ms']:.1f} ms)", flush=True)
+            print(f"       CPU paced: busiest task loop {paced['task_loop']:.2f}, replay tasks {paced['workers']:.2f}, "
+                  f"frame_server {paced['server']:.2f}, JVM {paced['jvm']:.2f}, machine {paced['machine']:.2f} cores",
+                  flush=True)
+            print(f"    limit x{scale} (same replay, --speed max): {limit['rate']:,.0f} records/s, {limit['mb_s']:,.0f} MB/s "
+                  f"({limit['records']:,} records in {limit['send_s']:.1f} s, start skew {limit['start_skew']:.2f} s, "
+                  f"errors {limit['errors']}, load {limit['load']:.1f}); CPU: busiest task loop {limit['task_loop']:.2f}, "
+                  f"replay tasks {limit['workers']:.2f}, frame_server {limit['server']:.2f}, JVM {limit['jvm']:.2f}, "
+                  f"machine {limit['machine']:.2f} cores; saturated: {saturates(limit)}", flush=True)
+        for scale in args.scales:
+            runs = [pt for pt in points if pt["scale"] == scale]
+            asked = rate * scale
+            print(f"x{scale} over {len(runs)} round(s): paced {spread([pt['paced']['rate'] for pt in runs])} records/s; "
+                  f"of the asked {asked:,}: {spread2([pt['paced']['rate'] / asked for pt in runs])}; "
+                  f"of min(asked, limit): {spread2([pt['paced']['rate'] / min(asked, pt['limit']['rate']) for pt in runs])}; "
+                  f"limit {spread([pt['limit']['rate'] for pt in runs])} records/s, "
+                  f"{spread([pt['limit']['mb_s'] for pt in runs])} MB/s", flush=True)
     finally:
+        sampling.set()
         server.kill()
         server.wait()
         spark.stop()

@@ -567,21 +567,32 @@ def run_producer(params: Params, rows: list[tuple[int, int, bytes]], copy: int) 
 
 
 def run_many(params: Params, producers: list[tuple[list[tuple[int, int, bytes]], int]],
-             consumers: list[tuple[dict[tuple[str, int], int], int, float]]) -> list[dict[str, Any]]:
+             consumers: list[tuple[dict[tuple[str, int], int], int, float]],
+             barrier: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Every recorded connection (``producers``: (rows, copy)) and consumer (``consumers``:
     (start offsets, expected records, idle seconds)) of one Spark task at once, on one event
     loop: the recorded concurrency, not one connection after another. Returns their statistics;
     ``send_cpu_s`` is the process's CPU from the common start of sending, counted once (on the
-    first)."""
+    first). ``barrier``: a blocking call that returns once every task of the replay is ready
+    (Spark's ``BarrierTaskContext.barrier``), called once, in a thread, when this task's
+    connections have all prepared (at once by a task without producers): the tasks then start
+    sending together, as this task's connections do."""
     async def main() -> list[dict[str, Any]]:
         cpu0 = [time.process_time()]
         # Every connection prepares its frames first, then all start sending at once: one that
         # began while the others still prepared (on the same loop) would pace against a late start.
+        # The same holds between tasks, whose preparation (shuffle read, decoding) can differ by
+        # seconds: a task starting late stretches the replay's send phase (the barrier).
         arrived, everyone = [0], asyncio.Event()
+
+        async def all_tasks_ready() -> None:
+            if barrier is not None:
+                await asyncio.get_running_loop().run_in_executor(None, barrier)
 
         async def ready() -> None:
             arrived[0] += 1
             if arrived[0] == len(producers):
+                await all_tasks_ready()
                 cpu0[0] = time.process_time()  # the send phase starts: CPU from here, as one connection's
                 everyone.set()
             await everyone.wait()
@@ -598,11 +609,23 @@ def run_many(params: Params, producers: list[tuple[list[tuple[int, int, bytes]],
         # machine they can hold the shared loop longer than the idle timeout.
         coros += [consume(params, offsets, expected, idle, producing=lambda: sending[0] > 0)
                   for offsets, expected, idle in consumers]
-        results = list(await asyncio.gather(*coros))
+        if not producers:  # every task of a barrier stage calls the barrier, the same number of times
+            coros.append(all_tasks_ready())
+        results = [r for r in await asyncio.gather(*coros) if r is not None]
         for stats in results:
             stats["totals"].pop("send_cpu_s", None)
         if results:
-            results[0]["totals"]["send_cpu_s"] = time.process_time() - cpu0[0]
+            totals = results[0]["totals"]
+            totals["send_cpu_s"] = time.process_time() - cpu0[0]
+            # Per Spark task (merged as maxima): when its connections started sending (tasks that
+            # start apart stretch the job's send phase), and its send phase's CPU and wall time
+            # (one event loop: CPU/wall near 1 means this task's loop saturates).
+            starts = [s["totals"]["send_start_min"] for s in results if "send_start_min" in s["totals"]]
+            ends = [s["totals"]["send_end_max"] for s in results if "send_end_max" in s["totals"]]
+            if starts and ends:
+                totals["task_start_max"] = min(starts)
+                totals["task_send_s_max"] = max(ends) - min(starts)
+            totals["task_cpu_s_max"] = totals["send_cpu_s"]
         return results
     return _run(main())  # type: ignore[return-value]
 

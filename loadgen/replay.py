@@ -215,7 +215,16 @@ def run_replay(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     tasks = sc.parallelize(consumer_partitions, max(1, len(consumer_partitions))).union(frames) \
         .partitionBy(n_tasks, lambda k: index[k])
 
+    # A barrier stage (all tasks launched at once) when Spark can run every task at once: the
+    # tasks start sending together once every one has prepared its frames.
+    use_barrier = n_tasks <= slots
+
     def run_task(items: Any) -> Any:
+        barrier = None
+        if use_barrier:
+            from pyspark import BarrierTaskContext
+
+            barrier = BarrierTaskContext.get().barrier
         consumers: list[Any] = []
         producer_rows: dict[tuple[Any, ...], list[Any]] = {}
         for key, value in items:
@@ -225,12 +234,13 @@ def run_replay(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
                 producer_rows.setdefault(key, []).append(value)
         producers = [(rows, key[2]) for key, rows in producer_rows.items()]
         out: list[tuple[Any, Any]] = []
-        for stats in engine.run_many(params, producers, consumers):
+        for stats in engine.run_many(params, producers, consumers, barrier):
             out += _flatten(stats)
         return out
 
     with Progress(sc, n_tasks, args.progress):
-        merged = tasks.mapPartitions(run_task).reduceByKey(hist.merge).collect()
+        stage = tasks.barrier().mapPartitions(run_task) if use_barrier else tasks.mapPartitions(run_task)
+        merged = stage.reduceByKey(hist.merge).collect()
     elapsed = time.time() - job_start
     result: dict[str, Any] = {"windows": {}, "brokers": {}, "apis": {}, "errors": {}, "totals": {}, "hists": {}}
     for key, value in merged:
