@@ -322,7 +322,10 @@ class ReplicaFetcher:
         request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
                                0, data.session_id, data.epoch, data.to_send, data.to_forget, "")
         try:
-            response = await conn.fetch(request)
+            # eager: the response is processed, and the next Fetch (which tells the leader our new
+            # log end: its HW and the acks=all produces waiting on it move) sent, in the loop turn
+            # that reads it, ahead of that turn's other reads (protocol/client/eager.py)
+            response = await conn.fetch(request, eager=True)
         except BaseException:
             session.handle_error()
             raise

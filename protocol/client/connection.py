@@ -32,6 +32,7 @@ from ..errors import ErrorCode, KafkaError, RequestTimedOutError, UnsupportedVer
 from ..framing import Framer, FrameTooLarge, NegativeFrameSize
 from ..messages import APIS, request_is_flexible, response_is_flexible
 from .clock import SYSTEM_TIME
+from .eager import EagerFuture
 from .sasl import SaslError, SaslMechanism, mechanism_for
 from .security import PLAINTEXT, ClientSecurity
 
@@ -112,7 +113,7 @@ DEFAULT_NETWORK = Network()
 
 class _InFlight(NamedTuple):
     correlation_id: int
-    future: asyncio.Future[bytearray]  # resolves to the response frame
+    future: asyncio.Future[bytearray] | EagerFuture[bytearray]  # resolves to the response frame
     timer: TimerHandle
 
 
@@ -199,7 +200,8 @@ class BrokerConnection(asyncio.Protocol):
         self._auth_gate = gate = asyncio.Event()
         try:
             while self._inflight and self._closed is None:
-                await asyncio.wait([self._inflight[-1].future])
+                # (an EagerFuture is waited for as a Future is: wait only adds and removes a callback)
+                await asyncio.wait([cast("asyncio.Future[bytearray]", self._inflight[-1].future)])
             if self._closed is None:
                 await self.authenticate(security)
                 self.reauthentications += 1
@@ -313,12 +315,15 @@ class BrokerConnection(asyncio.Protocol):
             acks != 0, self.request_timeout_ms + timeout_ms)
         return None if frame is None else fast_codecs.decode_produce_response(version, frame, 4)
 
-    async def fetch(self, request: fast_codecs.FetchRequest, version: int | None = None) -> fast_codecs.FetchResponse:
-        """Send a Fetch request; the records of the response are memoryviews of its frame."""
+    async def fetch(self, request: fast_codecs.FetchRequest, version: int | None = None,
+                    eager: bool = False) -> fast_codecs.FetchResponse:
+        """Send a Fetch request; the records of the response are memoryviews of its frame.
+        ``eager``: the awaiting task resumes inside the read of the response, not one loop turn
+        later (protocol/client/eager.py: a follower's fetcher sends its next Fetch at once)."""
         if version is None:
             version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
         frame = await self._send(lambda cid: (fast_codecs.encode_fetch_request(version, cid, self.client_id, request),),
-                                 True, self.request_timeout_ms + request.max_wait_ms)
+                                 True, self.request_timeout_ms + request.max_wait_ms, eager)
         return fast_codecs.decode_fetch_response(version, memoryview(frame), 4)
 
     def close(self, error: KafkaConnectionError | None = None) -> None:
@@ -339,15 +344,16 @@ class BrokerConnection(asyncio.Protocol):
 
     @overload
     async def _send(self, encode: Callable[[int], Sequence[Records]], expect_response: Literal[True],
-                    timeout_ms: float) -> bytearray: ...
+                    timeout_ms: float, eager: bool = False) -> bytearray: ...
     @overload
     async def _send(self, encode: Callable[[int], Sequence[Records]], expect_response: bool,
-                    timeout_ms: float) -> bytearray | None: ...
+                    timeout_ms: float, eager: bool = False) -> bytearray | None: ...
 
     async def _send(self, encode: Callable[[int], Sequence[Records]], expect_response: bool,
-                    timeout_ms: float) -> bytearray | None:
+                    timeout_ms: float, eager: bool = False) -> bytearray | None:
         """Write the frame ``encode(correlation_id)`` gives; return the response frame (or
-        None without one). Waits first while the transport's buffer is full."""
+        None without one). Waits first while the transport's buffer is full. ``eager``: the
+        response resumes the caller in the read that completes it (an EagerFuture)."""
         while True:
             gate = self._auth_gate
             if gate is not None and not _IN_SASL_EXCHANGE.get():
@@ -362,12 +368,13 @@ class BrokerConnection(asyncio.Protocol):
         self._transport.writelines(encode(correlation_id))
         if not expect_response:
             return None
-        future: asyncio.Future[bytearray] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytearray] | EagerFuture[bytearray] = EagerFuture(loop) if eager else loop.create_future()
         timer = self._time.schedule(timeout_ms, lambda: self._on_timeout(future, timeout_ms))
         self._inflight.append(_InFlight(correlation_id, future, timer))
         return await future
 
-    def _on_timeout(self, future: asyncio.Future[bytearray], timeout_ms: float) -> None:
+    def _on_timeout(self, future: asyncio.Future[bytearray] | EagerFuture[bytearray], timeout_ms: float) -> None:
         if not future.done():
             future.set_exception(RequestTimedOutError(f"{self.host}:{self.port} sent no response within {timeout_ms:g} ms"))
             self.close(KafkaConnectionError(f"connection to {self.host}:{self.port} closed after a request timed out"))

@@ -96,7 +96,7 @@ async def test_the_follower_leaves_out_throttled_partitions_it_has_not_caught_up
         def __init__(self) -> None:
             self.asked: list[list[int]] = []
 
-        async def fetch(self, request):
+        async def fetch(self, request, eager=False):
             self.asked.append(sorted(fp.partition for _t, parts in request.topics for fp in parts))
             return SimpleNamespace(error_code=0, responses=[])
 

@@ -17,7 +17,7 @@ from sim.runner import Options, run_seed
 CAUGHT: dict[str, tuple] = {
     "shrink-before-first-fetch": (5, frozenset({"isr-shrink-justified"})),
     "log-start-before-hw": (2, frozenset({"liveness"})),
-    "hw-over-local-isr": (14, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
+    "hw-over-local-isr": (2, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
     "ineligible-isr-accepted": (21, frozenset({"isr-eligible"})),
     "stale-broker-epoch-accepted": (1, frozenset({"one-leader-per-epoch"})),
     "ack-before-min-isr": (7, frozenset({"lost-write", "inconsistent-offset"})),
@@ -35,8 +35,9 @@ SEEDS_TO_CATCH: dict[str, int] = {
     # Partition.maximal_isr, which this bug itself changes; 2 until the producer stopped waking
     # its sender for what only a linger timer could make ready and the periodic checkpoints'
     # writes moved to the flush thread, each of which moved every schedule; 13 with both; 14 since
-    # parked fetches are tried once at the end of a read, not at each append)
-    "hw-over-local-isr": 14,
+    # parked fetches are tried once at the end of a read, not at each append; 2 since a follower's
+    # fetcher resumes in the read of its response, not one loop turn later)
+    "hw-over-local-isr": 2,
     # kbroker's recovery rebuilds a leader epoch cache from the batches it re-validates, and the
     # checkpoint below the recovery point is durable, so no crash alone leaves records above the
     # high watermark without epochs: sim/faults.py's lost-epochs fault makes that state (5 of

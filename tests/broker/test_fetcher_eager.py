@@ -1,0 +1,100 @@
+"""A follower's fetcher sends its next Fetch inside the read of the previous response
+(protocol/client/eager.py), on MockTime, the leader played through a BrokerConnection whose
+transport keeps what is written: when ``data_received`` of a response with new records
+returns, they are in the follower's log and the next Fetch, at the new log end, is written
+(the one that moves the leader's high watermark and its acks=all produces), before the loop
+turn goes on to the other reads it holds."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from broker.fetcher import PartitionFetchState, ReplicaFetcher
+from broker.partition import Partition
+from protocol.api_keys import ApiKey
+from protocol.client.connection import BrokerConnection
+from protocol.clock import MockTime
+from protocol.fast_codecs import (FetchPartitionData, decode_fetch_request, encode_fetch_response,
+                                  parse_request_header)
+from protocol.records import Record, build_batch
+from storage import Log, LogConfig
+
+VERSION = 11
+
+
+class KeptTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[bytes] = []
+
+    def writelines(self, chunks) -> None:
+        self.frames.append(b"".join(bytes(c) for c in chunks))
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def fetch_offsets(frame: bytes) -> tuple[int, list[int]]:
+    """(correlation id, the fetch offsets) of a written Fetch request frame."""
+    header = parse_request_header(memoryview(frame)[4:], flexible=False)
+    assert header.api_key == ApiKey.FETCH
+    request = decode_fetch_request(header.api_version, memoryview(frame)[4:], header.size)
+    return header.correlation_id, [fp.fetch_offset for _t, parts in request.topics for fp in parts]
+
+
+def response_frame(correlation_id: int, records: bytes, high_watermark: int) -> bytes:
+    chunks, _n = encode_fetch_response(VERSION, correlation_id, [("t", [FetchPartitionData(
+        0, 0, high_watermark, high_watermark, 0, records)])])
+    return b"".join(bytes(c) for c in chunks)
+
+
+async def test_the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
+    time = MockTime()
+    log = Log.open(tmp_path / "t-0", LogConfig(), time=time)
+    partition = Partition("t", 0, local_broker_id=2, time=time)
+    partition.log = log
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None, follower_quota=None,
+                              on_truncated_below_recovery_point=None, fetch_wait_max_ms=500, fetch_min_bytes=1,
+                              fetch_max_bytes=1 << 20, fetch_response_max_bytes=10 << 20, socket_timeout_ms=30000)
+    fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)  # type: ignore[arg-type]
+    state = PartitionFetchState(partition, leader_epoch=0)
+    state.truncating = False
+    fetcher.partitions[partition.key] = state
+    conn = BrokerConnection("127.0.0.1", 9, time=time)
+    conn.api_versions = {ApiKey.FETCH: (4, VERSION)}
+    transport = KeptTransport()
+    conn.connection_made(transport)
+    fetcher._conn = conn
+    loop = asyncio.get_running_loop()
+    fetcher._task = loop.create_task(fetcher._run())
+    try:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert len(transport.frames) == 1
+        cid, offsets = fetch_offsets(transport.frames[0])
+        assert offsets == [0]
+
+        batch = build_batch([Record(value=b"v", timestamp=1)] * 5, base_offset=0, partition_leader_epoch=0)
+        seen_at_return = loop.create_future()
+
+        def deliver() -> None:  # the event loop's read of the leader's answer (no task running)
+            conn.data_received(response_frame(cid, batch, 0))
+            seen_at_return.set_result((log.log_end_offset, list(transport.frames)))
+        loop.call_soon(deliver)
+        leo, frames = await seen_at_return
+        assert leo == 5
+        assert len(frames) == 2, "the next Fetch waited for a later turn of the loop"
+        assert fetch_offsets(frames[1])[1] == [5]
+    finally:
+        fetcher._stopping = True
+        fetcher._task.cancel()
+        await asyncio.gather(fetcher._task, return_exceptions=True)
+        conn.close()
+        log.close()
