@@ -38,12 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulated seconds of workload (default %(default)s)")
     parser.add_argument("--brokers", type=int, default=Options.brokers, help="brokers (default %(default)s)")
     parser.add_argument("--no-faults", action="store_true", help="run the workload without faults")
+    parser.add_argument("--reassign", choices=("seed", "on", "off"), default="seed",
+                        help="the reassignment workload: as the seed picks, always, never (default %(default)s)")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first seed with a violation")
 
 
 def _options(args: argparse.Namespace, verbose: bool = False) -> Options:
     return Options(brokers=args.brokers, duration_s=args.duration, faults=not args.no_faults, verbose=verbose,
-                   bugs=tuple(args.bug))
+                   bugs=tuple(args.bug), reassign={"on": True, "off": False}.get(args.reassign))
 
 
 def report(result: Result, tail: int, out: Any = sys.stdout) -> None:
