@@ -19,8 +19,9 @@ Each request is sent once (no retries): the controller's answer says what happen
 actor knows where each partition must end up (``expected``): a move answered NONE ends at its
 target; a cancel answered NONE at the replicas the move started from (those listed before it,
 without the adding ones); a cancel answered NO_REASSIGNMENT_IN_PROGRESS of a move listed in
-flight just before, at that move's target (it completed in between). A request without an
-answer (a timeout, a lost connection) may or may not have been applied: either end is accepted.
+flight just before, at that move's target (it completed in between). A move without an answer
+(a timeout, a lost connection) may or may not have been applied, perhaps after later answers:
+its target is accepted as an end from then on; a cancel without an answer leaves the end open.
 
 Checks (``liveness_problems`` while the cluster settles, ``final_checks`` once it has): no
 reassignment in progress (the controller's state, and ListPartitionReassignments empty), each
@@ -90,6 +91,8 @@ class ReassignActor(Actor):
         # partition -> the replica sets it may end with (the controller's answers say which)
         self.expected: dict[Key, set[Replicas]] = {}
         self.in_flight: dict[Key, tuple[Replicas, Replicas]] = {}  # listed moving: (original, target)
+        self.late: dict[Key, set[Replicas]] = {}  # targets of moves never answered: possible ends from then on
+        self.unconstrained: set[Key] = set()  # a cancel never answered (or a move whose start is unknown)
         self.throttled_topics: set[str] = set()
         self.stats = sim.reassign.stats
         self.stats.update({"moves": 0, "moves-accepted": 0, "cancels": 0, "reverted": 0, "completed-before-cancel": 0,
@@ -195,9 +198,9 @@ class ReassignActor(Actor):
         self.stats["cancels"] += 1
         result = await self._alter({key: None})
         if result is None:
+            # (applied or not, maybe after the answers to later requests: any end is possible)
             self.stats["ambiguous"] += 1
-            if move is not None:
-                self.expected[key] = {move[0], move[1]}
+            self.unconstrained.add(key)
             self.sim.trace.event(self.process.key, "reassign-cancel", f"{_show(key)}: no answer")
             return
         code = result.get(key, -1)
@@ -210,18 +213,24 @@ class ReassignActor(Actor):
             self.expected[key] = {move[1]}
             self.stats["completed-before-cancel"] += 1
             detail += f", the move to {list(move[1])} completed before the cancel"
-        elif code == ErrorCode.NONE:
-            # (not listed as moving, yet cancelled: a move this actor does not know about)
+        elif code == ErrorCode.NONE and key not in self.late and key not in self.unconstrained:
+            # (not listed as moving, yet cancelled: a move this actor never sent)
             self.sim.violation("reassignment", f"{_show(key)}: a cancel answered NONE, but no move of it was listed "
                                f"in flight just before")
         self.sim.trace.event(self.process.key, "reassign-cancel", detail)
 
     def _ambiguous(self, key: Key, target: Replicas) -> None:
+        """A move without an answer: applied or not, maybe later than any answer that follows
+        (its request may still be on its way): its target stays a possible end from now on."""
+        self.late.setdefault(key, set()).add(target)
         ends = self.expected.get(key)
         if ends is None:
-            # (where it was is not known to the actor: the controller's state before the request)
+            # (where it was is not known to the actor: the controller's state, now)
             part = self._controller_part(key)
-            ends = {tuple(part.target_replicas)} if part is not None else set()
+            if part is None:
+                self.unconstrained.add(key)
+                return
+            ends = {tuple(part.target_replicas)}
         self.expected[key] = ends | {target}
 
     def _controller_part(self, key: Key) -> Any:
@@ -357,8 +366,9 @@ class ReassignActor(Actor):
                 if part.leader not in part.isr:
                     sim.violation("reassignment", f"{_show(key)}: leader {part.leader} not in the ISR {list(part.isr)}")
                 ends = self.expected.get(key)
-                if ends is None:
+                if ends is None or key in self.unconstrained:
                     continue
+                ends = ends | self.late.get(key, set())
                 if replicas not in ends:
                     sim.violation("reassignment", f"{_show(key)} ends on replicas {list(replicas)}, its moves "
                                   f"(the controller's answers) put it on "
