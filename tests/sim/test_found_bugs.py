@@ -195,3 +195,15 @@ def test_seed_8258_an_undefined_epoch_end_made_an_isr_member_truncate_below_the_
     member. The answer now comes from the batch headers below the first known epoch: epoch 0
     ends at 12."""
     _clean(8258, Options(reassign=False))
+
+
+def test_seed_300_a_replica_a_full_disk_kept_from_being_created_was_never_created():
+    """Seed 300 (the reassignment workload): a move put broker 2 back in t0-0's replicas while its
+    disk was full (and after an earlier move had deleted its log); its LeaderAndIsr answered
+    KAFKA_STORAGE_ERROR, nothing retried the creation after the disk recovered, and the move
+    never completed (liveness: ISR [1, 3, 4] of replicas [3, 4, 2, 1] 90 s after the heal).
+    The broker now retries it (tests/broker/test_replica_manager.py::
+    test_a_replica_a_storage_error_kept_from_being_created_is_created_once_the_disk_allows).
+    Seed 327 is the same on t1-0 (broker 1, restarted, its disk full when a move added it)."""
+    _clean(300)
+    _clean(327)
