@@ -5,6 +5,7 @@ production module imports sim/).
     kbroker sim --seeds N [--first F] [-j J]  seeds F .. F+N-1 on J processes; a summary at the end
     kbroker sim ... --bug NAME                with one of sim/bugs.py's re-introduced bugs
     kbroker sim ... --duration S --brokers N  the scenario's length and size
+    kbroker sim ... --reassign on|off         the reassignment workload always / never (default: the seed's pick)
 
 A seed with a violation prints the seed, each failed check and the last events of its
 trace; the exit status is 1 if any seed failed. Replay one with ``kbroker sim --seed S

@@ -3,6 +3,8 @@ simulator, the checks hold on main, and each check reports its rule broken."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 import controller.partition_change as partition_change
@@ -30,13 +32,23 @@ def test_the_actor_moves_and_cancels_and_the_checks_pass():
     assert stats["verified"] >= 3  # partitions checked against where their moves put them, read from there
 
 
-def test_the_seed_picks_the_workload_from_its_own_prng_and_runs_four_brokers():
-    picked = [s for s in range(1, 41) if Simulation(s).reassign.enabled]
+def _plan(seed: int, **options) -> workload_reassign.ReassignPlan:
+    stub = types.SimpleNamespace(seed=seed, options=Options(**options))
+    stub.rng_for = lambda name: Simulation.rng_for(stub, name)  # type: ignore[arg-type]
+    return workload_reassign.plan(stub)
+
+
+def test_the_seed_picks_the_workload_from_its_own_prng_and_runs_four_brokers(tmp_path):
+    picked = [s for s in range(1, 41) if _plan(s).enabled]
     assert 10 <= len(picked) <= 30
-    for seed in (picked[0], next(s for s in range(1, 41) if s not in picked)):
-        sim = Simulation(seed)
-        assert len(sim.cluster.brokers) == (4 if sim.reassign.enabled else 3)
-    assert len(Simulation(picked[0], Options(reassign=False)).cluster.brokers) == 3
+    assert _plan(picked[0]).brokers == 4 and _plan(picked[0], reassign=False).brokers == 3
+    other = next(s for s in range(1, 41) if s not in picked)
+    assert _plan(other).brokers == 3 and _plan(other, reassign=True).brokers == 4
+    sim = Simulation(picked[0], root=tmp_path)
+    try:
+        assert sim.reassign.enabled and len(sim.cluster.brokers) == 4
+    finally:
+        sim.loop.close()
 
 
 def test_a_wrong_end_of_a_move_is_reported(monkeypatch):
