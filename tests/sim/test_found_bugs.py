@@ -207,3 +207,13 @@ def test_seed_300_a_replica_a_full_disk_kept_from_being_created_was_never_create
     Seed 327 is the same on t1-0 (broker 1, restarted, its disk full when a move added it)."""
     _clean(300)
     _clean(327)
+
+
+def test_seed_475_a_replica_removed_and_added_back_is_not_the_isr_member_a_stale_leader_knew():
+    """Seed 475 (a bug of the checks, with the reassignment workload): broker 4, cut off, still led
+    t0-0 at leader epoch 0 with ISR [1, 3, 4] and high watermark 12; meanwhile a move removed broker
+    3 (its log deleted) and another added it back with an empty log, no restart in between. The
+    check took broker 3 for the member broker 4 knew (same incarnation, not restarted since it
+    joined) and reported hw-le-isr-leo (12 above its log end 0). A log that replaced the one the
+    checks saw before counts from its creation now (sim/checks.py)."""
+    _clean(475)
