@@ -112,6 +112,10 @@ class ReplicaManager:
         # (a dict as an ordered set: the simulator's schedule stays deterministic). None
         # outside a read: an append tries them at once.
         self._appended: dict[tuple[str, int], None] | None = None
+        # Replicas whose log could not be created (a storage error: disk full, out of descriptors),
+        # with the LeaderAndIsr state that asked for them: retried by retry_failed_replicas until
+        # created, replaced by a newer state, or stopped (a dict: the simulator's order stays fixed).
+        self.failed_replicas: dict[tuple[str, int], LeaderAndIsrState] = {}
 
     # -- partitions ------------------------------------------------------------------------
     def get_partition(self, topic: str, partition: int) -> Partition | None:
@@ -630,11 +634,15 @@ class ReplicaManager:
             except KafkaError as exc:
                 log.error("LeaderAndIsr for %s-%d: %s", st.topic, st.partition, exc)
                 responses[key] = exc.error_code
+                if exc.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    self.failed_replicas[key] = st
                 continue
             except OSError as exc:
                 log.error("LeaderAndIsr for %s-%d: cannot create the replica: %s", st.topic, st.partition, exc)
                 responses[key] = ErrorCode.KAFKA_STORAGE_ERROR
+                self.failed_replicas[key] = st
                 continue
+            self.failed_replicas.pop(key, None)
             responses[key] = ErrorCode.NONE
             (to_lead if st.leader == self.broker_id else to_follow).append((partition, st))
 
@@ -720,6 +728,7 @@ class ReplicaManager:
             self.fetcher_manager.remove_fetcher_for_partitions(keys)
         out = {}
         for key in keys:
+            self.failed_replicas.pop(key, None)
             partition = self.partitions.pop(key, None) if delete else self.partitions.get(key)
             if partition is not None:
                 if delete:
@@ -753,6 +762,29 @@ class ReplicaManager:
                         ", ".join(f"{t}-{p}" for t, p in sorted(strays)[:10]) + (" ..." if len(strays) > 10 else ""))
             self.stop_replicas(sorted(strays), delete=True)
         return strays
+
+    def retry_failed_replicas(self) -> None:
+        """Create the replicas a storage error kept from being created, once the disk allows it.
+        Kafka takes the log dir offline, and with its only log dir halts the broker, whose
+        restart creates them; kbroker keeps running through a full disk (a follower's failed
+        append backs off and retries), so without this such a replica stayed offline until the
+        broker restarted, however soon the disk recovered: a reassignment adding it never
+        completed (the simulator's seed 300). Only a state the metadata still shows current is
+        retried (this broker a replica, at that leader epoch): a newer one is the controller's
+        to send."""
+        if not self.failed_replicas:
+            return
+        states = []
+        for key, st in list(self.failed_replicas.items()):
+            info = self.metadata_cache.partition_info(*key)
+            if info is None or self.broker_id not in info.replicas or info.leader_epoch != st.leader_epoch:
+                del self.failed_replicas[key]
+                continue
+            states.append(st)
+        if states:
+            log.info("retrying the creation of %d replica(s) a storage error kept from being created: %s",
+                     len(states), ", ".join(f"{st.topic}-{st.partition}" for st in states))
+            self.become_leader_or_follower(-1, self.controller_epoch, states)
 
     def maybe_shrink_isr(self) -> None:
         """Propose dropping lagging followers from the ISRs this broker leads (the change, and

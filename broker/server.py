@@ -524,8 +524,8 @@ class KafkaServer:
                                 lambda: self._write_off_loop(lm.snapshot_log_start_offsets()))
         self._schedule_periodic("highwatermark-checkpoint", cfg["replica.high.watermark.checkpoint.interval.ms"],
                                 lambda: self._write_off_loop(lm.snapshot_high_watermarks()))
-        self._schedule_periodic("isr-expiration", max(1, cfg["replica.lag.time.max.ms"] // 2),
-                                self.replica_manager.maybe_shrink_isr)
+        # (with it, the replicas a full disk kept from being created are retried: ReplicaManager.retry_failed_replicas)
+        self._schedule_periodic("isr-expiration", max(1, cfg["replica.lag.time.max.ms"] // 2), self._isr_expiration)
         self._schedule_periodic("producer-id-expiration", cfg["producer.id.expiration.check.interval.ms"],
                                 lm.remove_expired_producers)
         if cfg["log.cleaner.enable"]:
@@ -535,6 +535,10 @@ class KafkaServer:
                                                   lm.checkpoint_cleaner_offsets)
             self._schedule_periodic("log-cleaner", max(1, cfg["log.cleaner.backoff.ms"]),
                                     self.cleaner_threads.maybe_clean)
+
+    def _isr_expiration(self) -> None:
+        self.replica_manager.maybe_shrink_isr()
+        self.replica_manager.retry_failed_replicas()
 
     def _dynamic_configs_changed(self, changed: set[str]) -> None:
         """Dynamic broker configs changed (their values are in self.config already): what read

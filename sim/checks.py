@@ -53,6 +53,9 @@ class Checker:
         self.leader_hw: dict[tuple[Incarnation, int, str, int], int] = {}
         self.isr_joined: dict[tuple[Incarnation, int, int], float] = {}  # (partition, leader epoch, replica) -> since
         self._isr_seen: dict[tuple[Incarnation, int], frozenset[int]] = {}
+        # (broker, partition) -> (its log, when it replaced the one seen before): a log deleted and
+        # created again (a reassignment that removed the broker and added it back, no restart) is new
+        self._logs: dict[tuple[int, Key], tuple[Any, float]] = {}
         self.controller_epochs: list[int] = []
         self.broker_epochs: dict[int, int] = {}
         self.shadow: QuorumController | None = None
@@ -246,8 +249,15 @@ class Checker:
                            if r in p.isr and sim.topic_ids.get(key, topic_id) == topic_id else None)
                 if entered is not None and (joined is None or entered < joined):
                     joined = entered
+                seen = self._logs.get((r, key))
+                if seen is None or seen[0] is not rp.log:  # (the first one seen counts as old)
+                    seen = self._logs[(r, key)] = (rp.log, 0.0 if seen is None else now)
                 if joined is None or rnode.started_at > joined:
                     continue  # restarted since it joined: it may have lost unsynced bytes
+                if seen[1] > joined:
+                    # its log is newer than its membership: removed from the replicas (log deleted)
+                    # and added back since, as a leader cut off from the controller cannot know
+                    continue
                 leo = rp.log.log_end_offset
                 if leo < hw:
                     sim.violation("hw-le-isr-leo", f"{key[0]}-{key[1]} leader {who[0]}#{who[1]} epoch {epoch}: high "

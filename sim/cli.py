@@ -5,6 +5,7 @@ production module imports sim/).
     kbroker sim --seeds N [--first F] [-j J]  seeds F .. F+N-1 on J processes; a summary at the end
     kbroker sim ... --bug NAME                with one of sim/bugs.py's re-introduced bugs
     kbroker sim ... --duration S --brokers N  the scenario's length and size
+    kbroker sim ... --reassign on|off         the reassignment workload always / never (default: the seed's pick)
 
 A seed with a violation prints the seed, each failed check and the last events of its
 trace; the exit status is 1 if any seed failed. Replay one with ``kbroker sim --seed S
@@ -38,12 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulated seconds of workload (default %(default)s)")
     parser.add_argument("--brokers", type=int, default=Options.brokers, help="brokers (default %(default)s)")
     parser.add_argument("--no-faults", action="store_true", help="run the workload without faults")
+    parser.add_argument("--reassign", choices=("seed", "on", "off"), default="seed",
+                        help="the reassignment workload: as the seed picks, always, never (default %(default)s)")
     parser.add_argument("--stop-on-failure", action="store_true", help="stop at the first seed with a violation")
 
 
 def _options(args: argparse.Namespace, verbose: bool = False) -> Options:
     return Options(brokers=args.brokers, duration_s=args.duration, faults=not args.no_faults, verbose=verbose,
-                   bugs=tuple(args.bug))
+                   bugs=tuple(args.bug), reassign={"on": True, "off": False}.get(args.reassign))
 
 
 def report(result: Result, tail: int, out: Any = sys.stdout) -> None:

@@ -32,6 +32,7 @@ from .loop import PROCESS, Process, SimLoop, SimTime, SimulationStuck
 from .network import SimNetwork
 from .trace import Trace
 from .workload import History
+from .workload_reassign import plan as reassign_plan
 
 log = logging.getLogger("kbroker.sim")
 
@@ -51,6 +52,7 @@ class Options:
     bugs: tuple[str, ...] = ()
     fault_kinds: tuple[str, ...] | None = None  # None: the seed picks (sim/faults.py KINDS)
     step_seconds: float | None = None  # simulated CPU time of a callback (None: sim/loop.py's STEP_SECONDS)
+    reassign: bool | None = None  # the reassignment workload (None: the seed picks; sim/workload_reassign.py)
 
 
 @dataclass
@@ -92,7 +94,8 @@ class Simulation:
         self._own_root = root is None
         self.root = root or run_root()
         self.disk = SimDisk(self.root, random.Random(f"disk-{seed}"), self.loop, self.trace)
-        self.cluster = SimCluster(self, self.root, self.options.brokers)
+        self.reassign = reassign_plan(self)  # (before the cluster: a seed that moves replicas runs more brokers)
+        self.cluster = SimCluster(self, self.root, self.reassign.brokers)
         self.violations: list[Violation] = []
         self._clients = 0
         self.actors: list[Any] = []
@@ -294,6 +297,8 @@ class Simulation:
         stats = {"writes": len(self.history.writes), "acked": sum(1 for w in self.history.writes if w.status == "ok"),
                  "polls": self.history.polls, "exempt": self.exempt, "checks": self.checker.checks,
                  "disk_writes": self.disk.writes, "messages": self.network.delivered}
+        if self.reassign.enabled:
+            stats["reassign"] = dict(self.reassign.stats)
         return Result(self.seed, self.trace.hexdigest(), list(self.violations), self.trace.last(200),
                       self.loop.time(), self.loop.steps, self.trace.events, stats, tuple(self.options.bugs))
 

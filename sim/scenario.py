@@ -22,6 +22,7 @@ from protocol.errors import KafkaError
 from .faults import KINDS, LOST_EPOCHS_PROBABILITY, POWER_KINDS, FaultInjector
 from .verify import LIVENESS_S, final_checks, liveness_problems
 from .workload import AdminActor, GroupActor, ObserverActor, ProducerActor
+from .workload_reassign import ReassignActor
 
 START_TIMEOUT_S = 60.0
 
@@ -61,6 +62,9 @@ class Scenario:
         admin = AdminActor(sim, "admin", dict(self.topics)) if rng.random() < 0.7 else None
         if admin is not None:
             actors.append(admin)
+        reassign = ReassignActor(sim, "reassign", dict(self.topics)) if sim.reassign.enabled else None
+        if reassign is not None:
+            actors.append(reassign)
         sim.actors = actors
         for actor in actors:
             actor.start()
@@ -85,7 +89,7 @@ class Scenario:
         else:
             await asyncio.sleep(duration)
         # Quiesce: the producers and the admin stop; then the cluster must settle.
-        producers = [a for a in actors if isinstance(a, (ProducerActor, AdminActor))]
+        producers = [a for a in actors if isinstance(a, (ProducerActor, AdminActor, ReassignActor))]
         await asyncio.gather(*(a.stop() for a in producers))
         sim.trace.event("sim", "producers-stopped", "")
         deleted = admin.deleted if admin is not None else []
@@ -93,6 +97,8 @@ class Scenario:
 
         def settled() -> bool:
             problems[:] = liveness_problems(sim, self.topics, deleted)
+            if not problems and reassign is not None:
+                problems[:] = reassign.liveness_problems()
             return not problems
         if not await sim.wait_for(settled, LIVENESS_S, poll_s=0.25):
             sim.violation("liveness", f"not settled {LIVENESS_S:.0f}s after the faults healed: " + "; ".join(problems[:5]))
@@ -103,6 +109,8 @@ class Scenario:
         await sim.wait_for(lambda: self._consumed_everything(observer), 30.0, poll_s=0.25)
         await asyncio.gather(*(a.stop(10.0) for a in actors if a not in producers))
         await final_checks(sim, self.topics)
+        if reassign is not None:
+            await reassign.final_checks()
 
     async def _create_topics(self, retention_topic: str | None) -> bool:
         sim = self.sim

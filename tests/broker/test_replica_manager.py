@@ -210,6 +210,40 @@ def test_a_partition_whose_log_cannot_be_created_is_answered_kafka_storage_error
     assert (log_dir / "t-1").is_file()  # what was there before is not ours to remove
 
 
+def test_a_replica_a_storage_error_kept_from_being_created_is_created_once_the_disk_allows(rm):
+    """The simulator's seed 300: a reassignment added broker 2 back to t0-0 while its disk was
+    full; its LeaderAndIsr answered KAFKA_STORAGE_ERROR and nothing created the replica after the
+    disk recovered, so the move never completed. retry_failed_replicas (the broker's ISR-expiration
+    pass) creates it once it can, from the state the metadata still shows current."""
+    from broker.metadata_cache import PartitionInfo
+    log_dir = rm.log_manager.log_dirs[0]
+    (log_dir / "t-1").write_bytes(b"no space")  # (creating its directory fails, as on a full disk)
+    st = LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3], 5, [2, 3, 1], adding=(1,))
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2, 3]))
+    error, results = rm.become_leader_or_follower(0, 1, [st])
+    assert results == {("t", 1): ErrorCode.KAFKA_STORAGE_ERROR}
+    rm.retry_failed_replicas()  # the disk still full: still not there
+    assert rm.get_partition("t", 1) is None
+    (log_dir / "t-1").unlink()  # the disk recovered
+    rm.retry_failed_replicas()
+    p = rm.get_partition("t", 1)
+    assert p is not None and p.log is not None and p.leader_id == 2 and p.leader_epoch == 3
+    assert rm.failed_replicas == {}
+
+
+def test_a_failed_replica_whose_state_the_metadata_moved_past_is_not_retried(rm):
+    from broker.metadata_cache import PartitionInfo
+    log_dir = rm.log_manager.log_dirs[0]
+    (log_dir / "t-1").write_bytes(b"no space")
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2, 3]))
+    rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3], 5, [2, 3, 1])])
+    (log_dir / "t-1").unlink()
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 3, 4, [2, 3], [2, 3]))  # moved off broker 1
+    rm.retry_failed_replicas()
+    assert rm.get_partition("t", 1) is None and rm.log_manager.get_log("t", 1) is None
+    assert rm.failed_replicas == {}
+
+
 # -- DeleteRecords (DelayedDeleteRecords) ------------------------------------------------------
 
 def follower_fetch_at(rm, replica_id, offset, log_start_offset):
