@@ -18,7 +18,9 @@ offsets:
   offsets that committed, or of a later one whose answer never came; never an aborted one's.
 
 Records lost by every ISR member in a power loss are Kafka's durability bound: a partition
-exposed (sim/runner.py) after the transaction began excuses the first three.
+exposed (sim/runner.py) after the transaction began excuses the checks on it: one of its
+partitions or its __transaction_state partition (its commit decision) for the first four,
+its group's __consumer_offsets partition or __transaction_state partition for the last.
 
 Liveness (``lso_problems``, part of the settled condition): no transaction stays open once
 the producers stopped and transaction.timeout.ms passed: the LSO reached the high
@@ -104,7 +106,8 @@ def check_transactions(history: TxnHistory, logs: dict[Key, list[LogEntry]], com
             read.setdefault(r.value, []).append(r)
 
     def excused(txn: Txn, keys: Any) -> bool:
-        return any(exposed_since(k, txn.started_at) is not None for k in keys)
+        # (its partitions, or the __transaction_state partition holding its commit decision)
+        return any(exposed_since(k, txn.started_at) is not None for k in [*keys, txn.state_key])
 
     for txn in history.txns:
         values = [(k, v) for k, vs in sorted(txn.values.items()) for v in vs]
@@ -155,6 +158,10 @@ def check_transactions(history: TxnHistory, logs: dict[Key, list[LogEntry]], com
         final = committed.get(group, {})
         for key in keys:
             txns = [t for t in with_offsets if key in t.offsets]
+            first = txns[0]
+            if exposed_since(first.offsets_key, first.started_at) is not None \
+                    or any(excused(t, ()) for t in txns):
+                continue  # (the group's offsets, or a commit decision, lost in a power loss: Kafka's bound)
             got = final.get(key)
             last_committed = max((t.offsets[key] for t in txns if t.outcome == "committed"), default=None)
             allowed = {t.offsets[key] for t in txns if t.commit_requested and t.outcome != "aborted"

@@ -41,6 +41,9 @@ from protocol.client.transactions import TransactionAdmin
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import Record, build_batch, increment_sequence
 
+from broker.coordinator.group_metadata_manager import partition_for
+
+from .cluster import BROKER_DEFAULTS
 from .workload import Actor
 
 Key = tuple[str, int]
@@ -66,6 +69,9 @@ class Txn:
     producer_id: int = -1
     producer_epoch: int = -1
     ended_at: float = -1.0
+    # the coordinators' partitions: __transaction_state's of the id, __consumer_offsets' of the group
+    state_key: Key = ("__transaction_state", 0)
+    offsets_key: Key = ("__consumer_offsets", 0)
 
     def describe(self) -> str:
         return f"{self.transactional_id}#{self.number} ({self.actor}, pid {self.producer_id} epoch {self.producer_epoch})"
@@ -110,6 +116,10 @@ class TransactionalActor(Actor):
         self.sequences: dict[Key, int] = {}
         self.coordinator: BrokerConnection | None = None
         self.fenced = False
+        self.state_key = ("__transaction_state",
+                          partition_for(transactional_id, int(BROKER_DEFAULTS["transaction.state.log.num.partitions"])))
+        self.offsets_key = ("__consumer_offsets",
+                            partition_for(self.group, int(BROKER_DEFAULTS["offsets.topic.num.partitions"])))
 
     # -- requests --------------------------------------------------------------------------
     async def _retrying(self, what: str, attempt: Any, timeout_s: float = 15.0) -> Any:
@@ -263,7 +273,7 @@ class TransactionalActor(Actor):
                 need_init = False
             parts = sorted(rng.sample(self.partitions, rng.randint(1, min(3, len(self.partitions)))))
             txn = Txn(self.name, self.transactional_id, number, sim.loop.time(), producer_id=self.producer_id,
-                      producer_epoch=self.epoch)
+                      producer_epoch=self.epoch, state_key=self.state_key, offsets_key=self.offsets_key)
             number += 1
             for key in parts:
                 txn.values[key] = [f"{self.name}-{txn.number}-{key[0]}-{key[1]}-{i}".encode()

@@ -155,3 +155,15 @@ def test_offsets_of_an_aborted_transaction_or_a_lost_commit_are_reported():
     logs[("t", 0)][4] = LogEntry(4, 7, None, "commit")
     assert _checks(h, logs, {"g": {("t", 0): 1}}) == {"txn-offsets"}  # stale: a later commit's lost
     assert _checks(h, logs, {"g": {("t", 0): 2}}) == set()
+
+
+def test_offsets_lost_with_their_consumer_offsets_partition_are_excused():
+    """Seed 43: every ISR member of the group's __consumer_offsets partition lost unsynced
+    records in power losses after the commits: the offsets are gone (Kafka does not fsync)."""
+    h, logs, committed = _history()
+    assert _checks(h, logs, {"g": {}}) == {"txn-offsets"}
+    offsets_key = h.txns[0].offsets_key
+    assert _checks(h, logs, {"g": {}}, lambda key, t: 5.0 if key == offsets_key else None) == set()
+    assert _checks(h, logs, {"g": {}}, lambda key, t: 5.0 if key == h.txns[0].state_key else None) == set()
+    assert _checks(h, logs, {"g": {}}, lambda key, t: 5.0 if key == ("__consumer_offsets", 9) else None) \
+        == {"txn-offsets"}
