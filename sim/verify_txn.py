@@ -177,11 +177,16 @@ def check_transactions(history: TxnHistory, logs: dict[Key, list[LogEntry]], com
         final = committed.get(group, {})
         for key in keys:
             txns = [t for t in with_offsets if key in t.offsets]
-            first = txns[0]
-            if exposed_since(first.offsets_key, first.started_at) is not None \
-                    or any(excused(t, ()) for t in txns):
-                continue  # (the group's offsets, or a commit decision, lost in a power loss: Kafka's bound)
+            # The group's offsets (__consumer_offsets) or the ids' commit decisions
+            # (__transaction_state) lost in a power loss at t: what was committed before t may be
+            # gone (Kafka's bound); the transactions begun after the last such loss still count.
+            lost_at = max((x for t in txns for k in (t.offsets_key, t.state_key) for x in (exposures or {}).get(k, ())),
+                          default=None)
             got = final.get(key)
+            if lost_at is not None:
+                if got is not None and any(got == t.offsets[key] for t in txns if t.started_at <= lost_at):
+                    continue  # (an offset of before the loss: whatever became of it is excused)
+                txns = [t for t in txns if t.started_at > lost_at]
             last_committed = max((t.offsets[key] for t in txns if t.outcome == "committed"), default=None)
             allowed = {t.offsets[key] for t in txns if t.commit_requested and t.outcome != "aborted"
                        and (last_committed is None or t.offsets[key] >= last_committed)}

@@ -158,15 +158,22 @@ def test_offsets_of_an_aborted_transaction_or_a_lost_commit_are_reported():
 
 
 def test_offsets_lost_with_their_consumer_offsets_partition_are_excused():
-    """Seed 43: every ISR member of the group's __consumer_offsets partition lost unsynced
-    records in power losses after the commits: the offsets are gone (Kafka does not fsync)."""
+    """Seeds 43, 277: every ISR member of the group's __consumer_offsets partition (and the
+    id's __transaction_state partition) lost unsynced records in power losses after the
+    commits: the offsets are gone (Kafka does not fsync). Offsets committed after the last such
+    loss still count."""
     h, logs, committed = _history()
-    assert _checks(h, logs, {"g": {}}) == {"txn-offsets"}
-    offsets_key = h.txns[0].offsets_key
-    assert _checks(h, logs, {"g": {}}, lambda key, t: 5.0 if key == offsets_key else None) == set()
-    assert _checks(h, logs, {"g": {}}, lambda key, t: 5.0 if key == h.txns[0].state_key else None) == set()
-    assert _checks(h, logs, {"g": {}}, lambda key, t: 5.0 if key == ("__consumer_offsets", 9) else None) \
-        == {"txn-offsets"}
+
+    def found(got, exposures):
+        return {c for c, _d in check_transactions(h, logs, {"g": got}, lambda key, t: None, exposures)}
+    assert found({}, {}) == {"txn-offsets"}
+    offsets_key, state_key = h.txns[0].offsets_key, h.txns[0].state_key
+    assert found({}, {offsets_key: [5.0]}) == set()
+    assert found({}, {state_key: [5.0]}) == set()
+    assert found({}, {("__consumer_offsets", 9): [5.0]}) == {"txn-offsets"}
+    assert found({("t", 0): 2}, {offsets_key: [5.0]}) == set()  # (the aborted one's, before the loss)
+    assert found({}, {offsets_key: [0.5]}) == {"txn-offsets"}  # (the loss before the commit)
+    assert found({("t", 0): 2}, {offsets_key: [0.5]}) == {"txn-offsets"}
 
 
 def test_a_record_skipped_after_a_loss_below_the_observers_position_is_excused():
