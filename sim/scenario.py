@@ -103,7 +103,7 @@ class Scenario:
         def settled() -> bool:
             problems[:] = liveness_problems(sim, {**self.topics, **txn_topics}, deleted)
             if not problems and txn_topics:
-                problems[:] = lso_problems(sim, txn_topics)
+                problems[:] = lso_problems(sim, txn_topics, [a.state_key for a in txn.producers])
             return not problems
         if not await sim.wait_for(settled, LIVENESS_S, poll_s=0.25):
             sim.violation("liveness", f"not settled {LIVENESS_S:.0f}s after the faults healed: " + "; ".join(problems[:5]))

@@ -191,3 +191,16 @@ def test_a_record_skipped_after_a_loss_below_the_observers_position_is_excused()
     assert found == set()
     found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {("t", 0): [3.0]})}
     assert found == {"txn-committed-unread"}  # (the loss came before the observer read that far)
+
+
+def test_records_behind_a_hanging_transaction_after_a_loss_are_excused():
+    """Seed 714: __transaction_state-0 and tx1-2 lost unsynced records in power losses; a
+    transaction's marker and its coordinator's state were lost, so it hangs (LSO 0) as in Kafka,
+    and the later committed records behind it cannot be read committed. Excused at and above
+    that LSO only."""
+    h, logs, committed = _history()
+    del h.reads[1]
+    found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {}, {("t", 0): 1})}
+    assert found == set()
+    found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {}, {("t", 0): 2})}
+    assert found == {"txn-committed-unread"}
