@@ -78,8 +78,9 @@ class FetchSessionHandler:
         previous = self.session_partitions
         to_send = [(key, fp) for key, fp in wanted.items() if previous.get(key) != fp]
         forgotten: dict[str, list[int]] = {}
-        for topic, index in previous.keys() - wanted.keys():
-            forgotten.setdefault(topic, []).append(index)
+        for topic, index in previous:  # (in the session's order: a set's would follow PYTHONHASHSEED)
+            if (topic, index) not in wanted:
+                forgotten.setdefault(topic, []).append(index)
         self.session_partitions = dict(wanted)
         return FetchRequestData(self.session_id, self.epoch, _by_topic(to_send),
                                 [(t, sorted(ps)) for t, ps in forgotten.items()], False)

@@ -46,6 +46,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "min.insync.replicas": 2,
     "offsets.topic.replication.factor": 3,
     "offsets.topic.num.partitions": 2,
+    "transaction.state.log.num.partitions": 2,
     "group.initial.rebalance.delay.ms": 0,
     "auto.create.topics.enable": "false",
     "kbroker.shutdown.timeout.ms": 5000,

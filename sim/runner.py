@@ -100,6 +100,7 @@ class Simulation:
         self._clients = 0
         self.actors: list[Any] = []
         self.history = History()
+        self.txn_history: Any = None  # sim/workload_txn.py's TxnHistory when the seed runs transactions
         self.checker = Checker(self)
         self.exempt = 0  # findings excused by the durability bound (trace events "...-exempt")
         # Per partition: brokers that lost unsynced records of it in a power loss and have not

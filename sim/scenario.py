@@ -21,8 +21,10 @@ from protocol.errors import KafkaError
 
 from .faults import KINDS, LOST_EPOCHS_PROBABILITY, POWER_KINDS, FaultInjector
 from .verify import LIVENESS_S, final_checks, liveness_problems
+from .verify_txn import final_txn_checks, lso_problems
 from .workload import AdminActor, GroupActor, ObserverActor, ProducerActor
 from .workload_reassign import ReassignActor
+from .workload_txn import TxnWorkload
 
 START_TIMEOUT_S = 60.0
 
@@ -50,6 +52,11 @@ class Scenario:
         if not await self._create_topics(retention_topic):
             return
         topics = sorted(self.topics)
+        txn = TxnWorkload.maybe(sim)  # (sim/workload_txn.py: transactions, on half the seeds)
+        if txn is not None and not await txn.create_topics():
+            return
+        txn_topics = txn.history.topics if txn is not None else {}
+        sim.txn_history = txn.history if txn is not None else None
         actors = []
         for i in range(rng.randint(1, 2)):
             actors.append(ProducerActor(sim, f"idempotent-{i}", topics, True, (20.0, 150.0)))
@@ -65,6 +72,8 @@ class Scenario:
         reassign = ReassignActor(sim, "reassign", dict(self.topics)) if sim.reassign.enabled else None
         if reassign is not None:
             actors.append(reassign)
+        if txn is not None:
+            actors += txn.actors
         sim.actors = actors
         for actor in actors:
             actor.start()
@@ -89,14 +98,17 @@ class Scenario:
         else:
             await asyncio.sleep(duration)
         # Quiesce: the producers and the admin stop; then the cluster must settle.
-        producers = [a for a in actors if isinstance(a, (ProducerActor, AdminActor, ReassignActor))]
+        producers = [a for a in actors if isinstance(a, (ProducerActor, AdminActor, ReassignActor))] + (
+            txn.producers if txn else [])
         await asyncio.gather(*(a.stop() for a in producers))
         sim.trace.event("sim", "producers-stopped", "")
         deleted = admin.deleted if admin is not None else []
         problems: list[str] = []
 
         def settled() -> bool:
-            problems[:] = liveness_problems(sim, self.topics, deleted)
+            problems[:] = liveness_problems(sim, {**self.topics, **txn_topics}, deleted)
+            if not problems and txn_topics:
+                problems[:] = lso_problems(sim, txn_topics, [a.state_key for a in txn.producers])
             if not problems and reassign is not None:
                 problems[:] = reassign.liveness_problems()
             return not problems
@@ -106,9 +118,12 @@ class Scenario:
             return
         sim.trace.event("sim", "settled", "")
         # The consumers read up to the end, then stop.
-        await sim.wait_for(lambda: self._consumed_everything(observer), 30.0, poll_s=0.25)
+        await sim.wait_for(lambda: self._consumed_everything(observer) and (txn is None or txn.read_everything()),
+                           30.0, poll_s=0.25)
         await asyncio.gather(*(a.stop(10.0) for a in actors if a not in producers))
-        await final_checks(sim, self.topics)
+        await final_checks(sim, {**self.topics, **txn_topics})
+        if txn is not None:
+            await final_txn_checks(sim, txn.history)
         if reassign is not None:
             await reassign.final_checks()
 

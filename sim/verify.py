@@ -54,7 +54,7 @@ def liveness_problems(sim: Any, topics: dict[str, int], deleted: list[str]) -> l
         return problems
     wanted = dict(topics)
     for info in controller.replication.topics.values():
-        if info.name == "__consumer_offsets":
+        if info.name in ("__consumer_offsets", "__transaction_state"):
             wanted[info.name] = len(info.parts)
     for name in deleted:
         if controller.replication.topic(name) is not None:

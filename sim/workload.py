@@ -92,7 +92,7 @@ class Actor:
 
     async def stop(self, timeout_s: float = 30.0) -> None:
         self.stopping = True
-        if self.task is None:
+        if self.task is None or self.task.cancelled():  # (cancelled by an earlier stop: shield() would raise)
             return
         try:
             await asyncio.wait_for(asyncio.shield(self.task), timeout_s)

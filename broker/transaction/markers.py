@@ -87,7 +87,7 @@ class TxnMarkerChannel(TxnMarkerSender):
         by_leader: dict[int, list[tuple[str, int]]] = {}
         retry: list[tuple[str, int]] = []
         cache = self.metadata_cache
-        for tp in partitions:
+        for tp in sorted(partitions):  # (a set of str keys: its order would follow PYTHONHASHSEED)
             info = cache.topics.get(tp[0])
             if info is None:
                 acked(tp)  # the topic is gone: nothing to mark

@@ -302,8 +302,9 @@ class BrokerConnection(asyncio.Protocol):
         return memoryview(frame)[pos:]
 
     async def produce(self, acks: int, timeout_ms: int, topics: Sequence[tuple[str, Sequence[tuple[int, Records | None]]]],
-                      version: int | None = None) -> ProduceResults | None:
-        """Send a Produce request; ``topics`` is [(topic, [(partition, record batch bytes)])].
+                      version: int | None = None, transactional_id: str | None = None) -> ProduceResults | None:
+        """Send a Produce request; ``topics`` is [(topic, [(partition, record batch bytes)])]
+        (transactional batches with their ``transactional_id``).
 
         Returns [(topic, [(partition, error, base_offset, log_append_time, log_start_offset)])],
         or None with acks=0, which the broker never answers: it returns once written.
@@ -311,7 +312,8 @@ class BrokerConnection(asyncio.Protocol):
         if version is None:
             version = self.version_for(ApiKey.PRODUCE, max_v=fast_codecs.PRODUCE_VERSIONS[1])
         frame = await self._send(
-            lambda cid: fast_codecs.encode_produce_request(version, cid, self.client_id, acks, timeout_ms, topics),
+            lambda cid: fast_codecs.encode_produce_request(version, cid, self.client_id, acks, timeout_ms, topics,
+                                                           transactional_id),
             acks != 0, self.request_timeout_ms + timeout_ms)
         return None if frame is None else fast_codecs.decode_produce_response(version, frame, 4)
 

@@ -1,0 +1,206 @@
+"""Issue 28 over issue 26: the transactions workload (sim/workload_txn.py) and its
+exactly-once checks (sim/verify_txn.py). A seeded run with commits, aborts, offsets committed
+in transactions and a fenced producer passes them; each check reports a history that breaks
+its rule; a broker whose read_committed fetches pass the LSO is reported by a run."""
+
+from __future__ import annotations
+
+import storage.log
+from sim.runner import Options, Simulation
+from sim.verify_txn import LogEntry, check_transactions
+from sim.workload_txn import Txn, TxnHistory, TxnRead, TxnWorkload
+
+SEED = 2  # (runs the workload: two transactional ids over tx0x3, the second one taken over, fencing)
+
+
+def _run(seed: int, **options) -> Simulation:
+    sim = Simulation(seed, Options(**options))
+    sim.result = sim.run()
+    return sim
+
+
+def test_the_seed_decides_with_its_own_stream_whether_it_runs_transactions():
+    chosen = [s for s in range(1, 41) if TxnWorkload.maybe(_Stub(s)) is not None]
+    assert 10 < len(chosen) < 30
+    assert SEED in chosen
+
+
+class _Stub:
+    def __init__(self, seed: int) -> None:
+        import random
+        self.seed = seed
+        self.options = Options()
+        self.rng_for = lambda name: random.Random(f"{name}-{seed}")
+        self._clients = 0
+
+    def client_process(self, name):
+        from sim.loop import Process
+        self._clients += 1
+        return Process(name, f"client-{self._clients}", 1)
+
+
+def test_a_seeded_run_commits_aborts_fences_and_passes_the_checks():
+    sim = _run(SEED, duration_s=10.0)
+    assert sim.result.ok, ([(v.check, v.detail) for v in sim.result.violations], sim.result.tail[-30:])
+    history = sim.txn_history
+    outcomes = {t.outcome for t in history.txns}
+    assert {"committed", "aborted"} <= outcomes
+    assert any(t.offsets and t.outcome == "committed" for t in history.txns)
+    assert any(t.offsets and t.outcome == "aborted" for t in history.txns)
+    assert history.fenced == ["txn-1"]  # (by txn-1b's InitProducerId for tid-1)
+    committed_values = {v for t in history.txns if t.outcome == "committed" for vs in t.values.values() for v in vs}
+    assert committed_values and committed_values <= {r.value for r in history.reads}
+
+
+def test_a_broker_whose_read_committed_fetches_pass_the_lso_is_reported(monkeypatch):
+    """The LSO made the high watermark (read_committed reads ongoing transactions): the run
+    reports records of aborted transactions read, and records read before their commit
+    marker. Red-green pair: the same seed is clean without the patch (test above)."""
+    monkeypatch.setattr(storage.log.Log, "last_stable_offset", property(lambda self: self.high_watermark))
+    sim = _run(SEED, duration_s=10.0)
+    found = {v.check for v in sim.result.violations}
+    assert {"txn-aborted-read", "txn-read-before-marker"} <= found, sorted(found)
+
+
+def test_a_transaction_left_open_is_reported_when_the_coordinator_never_times_it_out(monkeypatch):
+    """A producer that stops in the middle of a transaction (EndTxn never sent): the
+    coordinator aborts it after transaction.timeout.ms, and the run is clean; with the
+    coordinator's timeout abort switched off, the LSO stays below the high watermark and the
+    liveness check reports it."""
+    import sim.workload_txn as workload_txn
+    from broker.transaction.coordinator import TransactionCoordinator
+
+    async def never(self, commit):
+        await __import__("asyncio").Event().wait()
+    monkeypatch.setattr(workload_txn.TransactionalActor, "end", never)
+    clean = _run(SEED, duration_s=6.0, faults=False)
+    assert clean.result.ok, [(v.check, v.detail) for v in clean.result.violations]
+    monkeypatch.setattr(TransactionCoordinator, "abort_timed_out_transactions", lambda self: None)
+    stuck = _run(SEED, duration_s=6.0, faults=False)
+    details = [v.detail for v in stuck.result.violations if v.check == "liveness"]
+    assert details and "LSO" in details[0], [(v.check, v.detail) for v in stuck.result.violations]
+
+
+# -- the checks over doctored histories -------------------------------------------------------
+
+def _history() -> tuple[TxnHistory, dict, dict]:
+    """Two transactions of one producer (pid 7) on t-0: #0 committed with offsets 1, #1 aborted
+    with offsets 2; the log, the reads and the group's offset as a correct run leaves them."""
+    h = TxnHistory(topics={"t": 1})
+    a = Txn("p", "tid", 0, 1.0, {("t", 0): [b"a0", b"a1"]}, "g", {("t", 0): 1}, True, "committed", 7, 0)
+    b = Txn("p", "tid", 1, 2.0, {("t", 0): [b"b0"]}, "g", {("t", 0): 2}, False, "aborted", 7, 0)
+    h.txns += [a, b]
+    for t in (a, b):
+        for vs in t.values.values():
+            for v in vs:
+                h.by_value[v] = t
+    logs = {("t", 0): [LogEntry(0, 7, b"a0"), LogEntry(1, 7, b"a1"), LogEntry(2, 7, None, "commit"),
+                       LogEntry(3, 7, b"b0"), LogEntry(4, 7, None, "abort")]}
+    h.reads += [TxnRead("t", 0, 0, b"a0", 3.0, 5), TxnRead("t", 0, 1, b"a1", 3.0, 5)]
+    return h, logs, {"g": {("t", 0): 1}}
+
+
+def _checks(h, logs, committed, exposed=None) -> set[str]:
+    return {c for c, _d in check_transactions(h, logs, committed, exposed or (lambda key, t: None))}
+
+
+def test_a_correct_history_passes():
+    assert _checks(*_history()) == set()
+
+
+def test_a_read_of_an_aborted_transaction_is_reported():
+    h, logs, committed = _history()
+    h.reads.append(TxnRead("t", 0, 3, b"b0", 4.0, 5))
+    assert "txn-aborted-read" in _checks(h, logs, committed)
+    h.txns[1].outcome, h.txns[1].commit_requested = "unknown", False  # (no commit asked: still aborted)
+    assert "txn-aborted-read" in _checks(h, logs, committed)
+
+
+def test_a_committed_transaction_not_read_is_reported_unless_its_partition_was_exposed():
+    h, logs, committed = _history()
+    del h.reads[1]
+    assert _checks(h, logs, committed) == {"txn-committed-unread"}
+    assert _checks(h, logs, committed, lambda key, t: 2.5) == set()
+
+
+def test_a_transaction_partly_visible_is_reported():
+    h, logs, committed = _history()
+    h.txns[0].outcome = "unknown"  # (the commit's answer never came: all or nothing)
+    assert _checks(h, logs, committed) == set()
+    del h.reads[0]
+    assert _checks(h, logs, committed) == {"txn-partial"}
+    h.reads.clear()
+    committed["g"].clear()  # (nothing of it visible, its offsets neither: aborted after all)
+    assert _checks(h, logs, committed) == set()
+
+
+def test_a_record_read_before_its_commit_marker_was_written_is_reported():
+    h, logs, committed = _history()
+    h.reads[0] = TxnRead("t", 0, 0, b"a0", 1.5, 2)  # (the log ended at 2 then: the marker at 2 not in)
+    assert _checks(h, logs, committed) == {"txn-read-before-marker"}
+
+
+def test_a_record_read_whose_marker_is_an_abort_is_reported():
+    h, logs, committed = _history()
+    logs[("t", 0)][2] = LogEntry(2, 7, None, "abort")
+    assert "txn-read-before-marker" in _checks(h, logs, committed)
+
+
+def test_offsets_of_an_aborted_transaction_or_a_lost_commit_are_reported():
+    h, logs, committed = _history()
+    assert _checks(h, logs, {"g": {("t", 0): 2}}) == {"txn-offsets"}  # the aborted one's
+    assert _checks(h, logs, {"g": {}}) == {"txn-offsets"}  # the committed one's lost
+    h.txns[1].outcome, h.txns[1].commit_requested = "committed", True
+    h.reads.append(TxnRead("t", 0, 3, b"b0", 4.0, 5))
+    logs[("t", 0)][4] = LogEntry(4, 7, None, "commit")
+    assert _checks(h, logs, {"g": {("t", 0): 1}}) == {"txn-offsets"}  # stale: a later commit's lost
+    assert _checks(h, logs, {"g": {("t", 0): 2}}) == set()
+
+
+def test_offsets_lost_with_their_consumer_offsets_partition_are_excused():
+    """Seeds 43, 277: every ISR member of the group's __consumer_offsets partition (and the
+    id's __transaction_state partition) lost unsynced records in power losses after the
+    commits: the offsets are gone (Kafka does not fsync). Offsets committed after the last such
+    loss still count."""
+    h, logs, committed = _history()
+
+    def found(got, exposures):
+        return {c for c, _d in check_transactions(h, logs, {"g": got}, lambda key, t: None, exposures)}
+    assert found({}, {}) == {"txn-offsets"}
+    offsets_key, state_key = h.txns[0].offsets_key, h.txns[0].state_key
+    assert found({}, {offsets_key: [5.0]}) == set()
+    assert found({}, {state_key: [5.0]}) == set()
+    assert found({}, {("__consumer_offsets", 9): [5.0]}) == {"txn-offsets"}
+    assert found({("t", 0): 2}, {offsets_key: [5.0]}) == set()  # (the aborted one's, before the loss)
+    assert found({}, {offsets_key: [0.5]}) == {"txn-offsets"}  # (the loss before the commit)
+    assert found({("t", 0): 2}, {offsets_key: [0.5]}) == {"txn-offsets"}
+
+
+def test_a_record_skipped_after_a_loss_below_the_observers_position_is_excused():
+    """Seed 182: every ISR member of tx0-0 lost unsynced records (exposed at 6.3 s) after the
+    observer had read up to some offset; a later transaction committed records at the reused
+    offsets below its position, which it never read again. Excused only below that position."""
+    h, logs, committed = _history()
+    c = Txn("p", "tid", 2, 5.0, {("t", 0): [b"c0"]}, None, {}, True, "committed", 7, 0)
+    h.txns.append(c)
+    h.by_value[b"c0"] = c
+    logs[("t", 0)] += [LogEntry(5, 7, b"c0"), LogEntry(6, 7, None, "commit")]
+    assert _checks(h, logs, committed) == {"txn-committed-unread"}
+    h.reads.append(TxnRead("t", 0, 5, b"lost", 3.5, 7))  # read at 5 before the loss at 4.0
+    found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {("t", 0): [4.0]})}
+    assert found == set()
+    found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {("t", 0): [3.0]})}
+    assert found == {"txn-committed-unread"}  # (the loss came before the observer read that far)
+
+
+def test_records_behind_a_hanging_transaction_after_a_loss_are_excused():
+    """Seed 714: __transaction_state-0 and tx1-2 lost unsynced records in power losses; a
+    transaction's marker and its coordinator's state were lost, so it hangs (LSO 0) as in Kafka,
+    and the later committed records behind it cannot be read committed. Excused at and above
+    that LSO only."""
+    h, logs, committed = _history()
+    del h.reads[1]
+    found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {}, {("t", 0): 1})}
+    assert found == set()
+    found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {}, {("t", 0): 2})}
+    assert found == {"txn-committed-unread"}
