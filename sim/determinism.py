@@ -118,7 +118,8 @@ def sandbox(seed: int, clock: Any) -> Iterator[random.Random]:
     # The cyclic collector is off during the run (what it frees, and when, would depend on the
     # heap before it). No collection first: garbage left from before is not run's business
     # (it stays uncollected until the run's end; a run's own is collected by
-    # Simulation._finalize), and a full collection costs about 20 ms, 4 % of a 20-second seed.
+    # Simulation._finalize), and a full collection would cost tens of milliseconds per seed (measured ~20 ms, while a seed
+    # takes 0.4-2 s of CPU).
     gc.disable()
     try:
         yield rng

@@ -60,7 +60,9 @@ class Process:
         self.paused_until = 0.0  # a stalled process (a long GC pause): nothing runs before this loop time
         self.key = f"{name}#{incarnation}"
         self.key_bytes = self.key.encode()  # (what the trace hashes with every delivery)
-        self.tasks: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()  # its tasks not yet gone (SimLoop.kill)
+        # Its tasks not yet gone (SimLoop.kill), by creation sequence: a WeakSet would iterate in
+        # address order, and the graveyard's finalization order with it.
+        self.tasks: weakref.WeakValueDictionary[int, asyncio.Task] = weakref.WeakValueDictionary()
 
     def context(self) -> contextvars.Context:
         """A fresh context that runs code as this process."""
@@ -137,6 +139,7 @@ class SimLoop(asyncio.BaseEventLoop):
         # only finalized after the run (Simulation._finalize), where the simulated disk refuses
         # the descriptors its crash closed.
         self._graveyard: list[asyncio.Task] = []
+        self._task_seq = 0
         self.errors: list[dict[str, Any]] = []  # exceptions that reached the loop's handler (live processes)
         self.set_exception_handler(self._on_error)
 
@@ -157,7 +160,8 @@ class SimLoop(asyncio.BaseEventLoop):
         task = super().create_task(coro, name=name, context=context)
         process = PROCESS.get() if context is None else context.get(PROCESS)
         if process is not None:
-            process.tasks.add(task)
+            self._task_seq += 1
+            process.tasks[self._task_seq] = task
         return task
 
     def call_later(self, delay, callback, *args, context=None):  # type: ignore[override]
@@ -220,7 +224,7 @@ class SimLoop(asyncio.BaseEventLoop):
         """``process`` crashed: nothing of it runs again (timers and callbacks still to come
         are dropped as they come up)."""
         process.alive = False
-        self._graveyard.extend(process.tasks)  # (see _graveyard)
+        self._graveyard.extend(process.tasks.values())  # in creation order (see _graveyard)
         queue = self._queues.pop(process, None)
         if queue:
             for handle in queue:

@@ -12,15 +12,17 @@ import pytest
 from broker.alter_partition_manager import AlterPartitionManager
 from broker.metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from broker.partition import LeaderAndIsrState
-from broker.replica_manager import FetchParams, ReplicaManager
+from broker.replica_manager import FetchParams
 from protocol.api_keys import ApiKey
 from protocol.client import KafkaConnectionError
 from protocol.clock import MockTime
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartition
-from storage import LogConfig, LogManager
+from storage import LogConfig
 
 from .controller_fakes import ScriptedController, settle
+
+from tests.broker.replica_manager_support import replica_manager
 
 TOPIC_IDS = {"a": uuid.UUID(int=1), "b": uuid.UUID(int=2)}
 
@@ -185,13 +187,9 @@ def rm(tmp_path, time, manager):
     cache = MetadataCache(1)
     for b in (1, 2, 3):
         cache.brokers[b] = BrokerInfo(b, {"PLAINTEXT": BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + b)})
-    config = LogConfig(min_insync_replicas=1)
-    logs = LogManager([tmp_path], config, time=time)
-    logs.startup()
-    rm = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=cache,
-                        log_config_for=lambda topic: config, replica_lag_time_max_ms=1000, alter_partition=manager)
-    yield rm
-    logs.shutdown()
+    with replica_manager(tmp_path, time, LogConfig(min_insync_replicas=1), lag_ms=1000, metadata_cache=cache,
+                         alter_partition=manager) as rm:
+        yield rm
 
 
 async def test_a_shrink_takes_effect_when_the_controller_commits_it(rm, controller, time):

@@ -10,12 +10,14 @@ import pytest
 from broker.metadata_cache import BrokerEndpoint, BrokerInfo, MetadataCache
 from broker.partition import (AlterPartitionResult, CommittedPartitionState, LeaderAndIsrState, PendingExpandIsr,
                               PendingShrinkIsr)
-from broker.replica_manager import FetchParams, ReplicaManager
+from broker.replica_manager import FetchParams
 from protocol.clock import MockTime
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartition
 from protocol.records import Record, build_batch
-from storage import LogConfig, LogManager
+from storage import LogConfig
+
+from tests.broker.replica_manager_support import replica_manager
 
 LAG_MS = 10_000
 
@@ -59,14 +61,9 @@ def cache():
 
 @pytest.fixture
 def rm(tmp_path, time, sender, cache):
-    config = LogConfig(min_insync_replicas=2)
-    logs = LogManager([tmp_path], config, time=time)
-    logs.startup()
-    manager = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=cache,
-                             log_config_for=lambda topic: config, replica_lag_time_max_ms=LAG_MS,
-                             alter_partition=sender)
-    yield manager
-    logs.shutdown()
+    with replica_manager(tmp_path, time, LogConfig(min_insync_replicas=2), lag_ms=LAG_MS, metadata_cache=cache,
+                         alter_partition=sender) as manager:
+        yield manager
 
 
 def state(leader=1, epoch=0, isr=(1, 2, 3), partition_epoch=0, replicas=(1, 2, 3)):
@@ -358,13 +355,8 @@ def test_offsets_for_an_epoch_older_than_the_known_ones_over_a_compacted_gap_are
     """A compacted log whose first batch (of the first known epoch) is above its log start: no
     record of an older epoch is there, and the answer stays Kafka's (a KIP-320 consumer's
     position validated below that batch is not taken for a truncation)."""
-    config = LogConfig(min_insync_replicas=2, cleanup_policy="compact")
-    logs = LogManager([tmp_path], config, time=time)
-    logs.startup()
-    manager = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=cache,
-                             log_config_for=lambda topic: config, replica_lag_time_max_ms=LAG_MS,
-                             alter_partition=sender)
-    try:
+    with replica_manager(tmp_path, time, LogConfig(min_insync_replicas=2, cleanup_policy="compact"), lag_ms=LAG_MS,
+                         metadata_cache=cache, alter_partition=sender) as manager:
         error, _ = manager.become_leader_or_follower(0, 1, [state(leader=2, epoch=6)])
         assert error == 0
         log = manager.get_partition("t", 0).log
@@ -373,5 +365,3 @@ def test_offsets_for_an_epoch_older_than_the_known_ones_over_a_compacted_gap_are
         assert log.log_start_offset == 0 and log.leader_epoch_cache.entries() == [(6, 5)]
         partition = lead(manager, epoch=7, partition_epoch=1)
         assert partition.last_offset_for_leader_epoch(-1, 3, True) == (0, 3, 5)
-    finally:
-        logs.shutdown()

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from broker.metadata_cache import MetadataCache
 from broker.partition import LeaderAndIsrState
-from broker.replica_manager import FetchParams, ReplicaManager
+from broker.replica_manager import FetchParams
 from protocol.clock import MockTime
 from protocol.fast_codecs import FetchPartition
 from protocol.records import Record, build_batch
-from storage import Log, LogConfig, LogManager
+from storage import Log, LogConfig
+
+from tests.broker.replica_manager_support import replica_manager
 
 
 @pytest.fixture
@@ -23,16 +24,11 @@ def time():
 
 @pytest.fixture
 def rm(tmp_path, time):
-    config = LogConfig(segment_bytes=64 * 1024)
-    logs = LogManager([tmp_path], config, time=time)
-    logs.startup()
-    manager = ReplicaManager(broker_id=1, time=time, log_manager=logs, metadata_cache=MetadataCache(1),
-                             log_config_for=lambda topic: config)
-    states = [LeaderAndIsrState(t, p, 1, 1, 0, [1], 0, [1]) for t in ("a", "b") for p in (0, 1)]
-    error, _ = manager.become_leader_or_follower(0, 1, states)
-    assert error == 0
-    yield manager
-    logs.shutdown()
+    with replica_manager(tmp_path, time, LogConfig(segment_bytes=64 * 1024), lag_ms=30000) as manager:
+        states = [LeaderAndIsrState(t, p, 1, 1, 0, [1], 0, [1]) for t in ("a", "b") for p in (0, 1)]
+        error, _ = manager.become_leader_or_follower(0, 1, states)
+        assert error == 0
+        yield manager
 
 
 def produce(rm, topic="a", partition=0, n=1, value=b"v" * 100):
