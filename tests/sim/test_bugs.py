@@ -17,8 +17,8 @@ from sim.runner import Options, run_seed
 CAUGHT: dict[str, tuple] = {
     "shrink-before-first-fetch": (5, frozenset({"isr-shrink-justified"})),
     "log-start-before-hw": (2, frozenset({"liveness"})),
-    "hw-over-local-isr": (10, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
-    "ineligible-isr-accepted": (14, frozenset({"isr-eligible"})),
+    "hw-over-local-isr": (11, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
+    "ineligible-isr-accepted": (35, frozenset({"isr-eligible"})),
     "stale-broker-epoch-accepted": (1, frozenset({"one-leader-per-epoch"})),
     "ack-before-min-isr": (7, frozenset({"lost-write", "inconsistent-offset"})),
     # (seed 14 draws the lost-epochs fault: a broker back with records above its high watermark
@@ -29,8 +29,10 @@ CAUGHT: dict[str, tuple] = {
 SEEDS_TO_CATCH: dict[str, int] = {
     "stale-broker-epoch-accepted": 1, "log-start-before-hw": 2, "shrink-before-first-fetch": 5,
     "ack-before-min-isr": 7,
-    # (21 before the reassignment workload: half the seeds now run 4 brokers, seed 14 among them)
-    "ineligible-isr-accepted": 14,
+    # (21 before the reassignment workload: half the seeds now run 4 brokers, seed 14 among them;
+    # 35 with the transactions workload as well and the follower's fetcher resuming in the read of
+    # its response)
+    "ineligible-isr-accepted": 35,
     # (218 before a parked follower fetch stopped counting again when it completed (seed 4422): the
     # expansions proposed at those completions, just as new records came, made most of its
     # windows; the check now takes the maximal ISR from the proposal in flight, not from
@@ -38,8 +40,9 @@ SEEDS_TO_CATCH: dict[str, int] = {
     # its sender for what only a linger timer could make ready and the periodic checkpoints'
     # writes moved to the flush thread, each of which moved every schedule; 13 with both; 14 since
     # parked fetches are tried once at the end of a read, not at each append; 10 since the
-    # reassignment workload: seed 10 runs it, on 4 brokers)
-    "hw-over-local-isr": 10,
+    # reassignment workload: seed 10 runs it, on 4 brokers; 11 with the transactions workload and
+    # the follower's fetcher resuming in the read of its response)
+    "hw-over-local-isr": 11,
     # kbroker's recovery rebuilds a leader epoch cache from the batches it re-validates, and the
     # checkpoint below the recovery point is durable, so no crash alone leaves records above the
     # high watermark without epochs: sim/faults.py's lost-epochs fault makes that state (5 of
