@@ -88,11 +88,23 @@ class TxnRead:
 
 
 @dataclass
+class TxnPosition:
+    """The observer's position on a partition (the next offset it fetches) from ``at`` on: past
+    the records it read, and past the control records and aborted batches read_committed skips
+    without handing them out."""
+    topic: str
+    partition: int
+    position: int
+    at: float
+
+
+@dataclass
 class TxnHistory:
     topics: dict[str, int] = field(default_factory=dict)
     txns: list[Txn] = field(default_factory=list)
     by_value: dict[bytes, Txn] = field(default_factory=dict)
     reads: list[TxnRead] = field(default_factory=list)
+    positions: list[TxnPosition] = field(default_factory=list)  # the observer's, each time one moved
     next_group_offset: int = 1  # TxnOffsetCommit offsets: unique across the run
     fenced: list[str] = field(default_factory=list)  # the actors fenced by a newer epoch of their id
 
@@ -332,12 +344,14 @@ class ReadCommittedObserver(Actor):
         super().__init__(sim, name)
         self.history = history
         self.consumer: Consumer | None = None
+        self._last_positions: dict[Key, int] = {}
 
     async def main(self) -> None:
         assert self.client is not None
         consumer = self.consumer = Consumer(self.client, isolation_level=1, max_wait_ms=500)
         consumer.assign([(t, p) for t, n in sorted(self.history.topics.items()) for p in range(n)])
         sim = self.sim
+        keys = [(t, p) for t, n in sorted(self.history.topics.items()) for p in range(n)]
         while not self.stopping:
             try:
                 batch = await consumer.getmany(1000)
@@ -345,6 +359,8 @@ class ReadCommittedObserver(Actor):
                 sim.trace.event(self.process.key, "poll-failed", type(exc).__name__)
                 await asyncio.sleep(0.2)
                 continue
+            finally:
+                self._record_positions(keys)
             now = sim.loop.time()
             for tp, records in sorted(batch.items()):
                 max_leo = _max_leo(sim, (tp.topic, tp.partition))
@@ -352,6 +368,16 @@ class ReadCommittedObserver(Actor):
                     self.history.reads.append(TxnRead(tp.topic, tp.partition, r.offset, r.value, now, max_leo))
                     self.observe(tp.topic, tp.partition, r.offset, r.value, self.process.key)
                     sim.history.polls += 1
+
+    def _record_positions(self, keys: list[Key]) -> None:
+        """The positions that moved since last time: a position can pass offsets without a read
+        (markers, aborted batches), and sim/verify_txn.py needs how far it was before a loss."""
+        positions = self.history.positions
+        for key in keys:
+            position = self.position(key)
+            if position is not None and self._last_positions.get(key) != position:
+                self._last_positions[key] = position
+                positions.append(TxnPosition(key[0], key[1], position, self.sim.loop.time()))
 
     def position(self, key: Key) -> int | None:
         if self.consumer is None:

@@ -217,3 +217,15 @@ def test_seed_475_a_replica_removed_and_added_back_is_not_the_isr_member_a_stale
     joined) and reported hw-le-isr-leo (12 above its log end 0). A log that replaced the one the
     checks saw before counts from its creation now (sim/checks.py)."""
     _clean(475)
+
+
+def test_seed_1029_a_committed_record_the_observer_passed_before_a_loss_is_not_a_violation():
+    """Seed 1029 (a bug of the checks, with the transactions workload): the read_committed observer
+    had read tx0-1@0-1, then passed a COMMIT marker, an aborted transaction and its ABORT marker:
+    position 6, no read above 1. Every ISR member of tx0-1 lost its unsynced records (broker 4, the
+    only one, in a power loss); the log started over at 0, and a committed transaction landed at
+    5-6. The observer, at 6, read 6 only, and txn-committed-unread reported 5: the excuse for
+    offsets the observer skipped after a loss counted its reads, not its position. The observer's
+    positions are recorded now (tests/sim/test_txn.py::
+    test_a_record_skipped_below_a_position_past_markers_and_aborted_batches_is_excused)."""
+    _clean(1029)

@@ -193,6 +193,32 @@ def test_a_record_skipped_after_a_loss_below_the_observers_position_is_excused()
     assert found == {"txn-committed-unread"}  # (the loss came before the observer read that far)
 
 
+def test_a_record_skipped_below_a_position_past_markers_and_aborted_batches_is_excused():
+    """Seed 1029: the observer had read tx0-1@0-1 (a committed transaction), then passed its
+    COMMIT marker at 2, an aborted transaction at 3-4 and its ABORT marker at 5: position 6, with
+    no record read above 1. Every ISR member lost tx0-1's unsynced records (exposed at 11.95 s),
+    the log started over at 0, and a committed transaction landed at 5-6; the observer, at 6,
+    read 6 only. Its position before the loss counts, not just the offsets it read."""
+    from sim.workload_txn import TxnPosition
+    h, logs, committed = _history()
+    # (before the loss the observer passed b's aborted batch at 3 and its ABORT marker at 4)
+    h.positions += [TxnPosition("t", 0, 2, 3.0), TxnPosition("t", 0, 5, 3.5)]
+    c = Txn("p", "tid", 2, 5.0, {("t", 0): [b"c0", b"c1"]}, None, {}, True, "committed", 7, 0)
+    h.txns.append(c)
+    h.by_value[b"c0"] = h.by_value[b"c1"] = c
+    # (the loss took 3-4 (b, aborted anyway); c landed at 3-4, its marker at 5, past which the observer read)
+    logs[("t", 0)][3:] = [LogEntry(3, 7, b"c0"), LogEntry(4, 7, b"c1"), LogEntry(5, 7, None, "commit")]
+
+    def found(exposures):
+        return {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, exposures)}
+    assert found({}) == {"txn-committed-unread"}
+    assert found({("t", 0): [4.0]}) == set()
+    assert found({("t", 0): [3.2]}) == {"txn-committed-unread"}  # (its position was 2 then: below c)
+    h.reads.append(TxnRead("t", 0, 4, b"c1", 6.0, 6))
+    assert found({}) == {"txn-committed-unread"}  # (c0 never read: 1 of 2, as at seed 1029)
+    assert found({("t", 0): [4.0]}) == set()
+
+
 def test_records_behind_a_hanging_transaction_after_a_loss_are_excused():
     """Seed 714: __transaction_state-0 and tx1-2 lost unsynced records in power losses; a
     transaction's marker and its coordinator's state were lost, so it hangs (LSO 0) as in Kafka,
