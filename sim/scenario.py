@@ -108,7 +108,7 @@ class Scenario:
         def settled() -> bool:
             problems[:] = liveness_problems(sim, {**self.topics, **txn_topics}, deleted)
             if not problems and txn_topics:
-                problems[:] = lso_problems(sim, txn_topics, [a.state_key for a in txn.producers])
+                problems[:] = lso_problems(sim, txn.history)
             if not problems and reassign is not None:
                 problems[:] = reassign.liveness_problems()
             return not problems
