@@ -127,16 +127,11 @@ def lso_problems(sim: Any, history: TxnHistory) -> list[str]:
     ``hanging_excuse`` excuses it: a transaction whose coordinator lost its state, or whose
     partition lost its marker, in a power loss of every ISR member is left hanging, as in Kafka
     (Kafka's bound; its remedy is kbroker transactions abort, KIP-664)."""
-    cluster = sim.cluster
-    controller = cluster.controller.server.controller
     problems = []
     for topic, count in sorted(history.topics.items()):
-        info = controller.replication.topic(topic)
         for pid in range(count):
-            part = info.parts.get(pid) if info is not None else None
-            node = cluster.brokers.get(part.leader) if part is not None else None
-            p = node.server.replica_manager.partitions.get((topic, pid)) if node is not None and node.ready else None
-            if p is None or p.log is None:
+            p = sim.leader_partition((topic, pid))
+            if p is None:
                 problems.append(f"{topic}-{pid}: no leader log")
                 continue
             lso, hw = p.log.last_stable_offset, p.log.high_watermark
@@ -259,15 +254,15 @@ def check_transactions(history: TxnHistory, logs: dict[Key, list[LogEntry]], com
 
 async def final_txn_checks(sim: Any, history: TxnHistory) -> None:
     """The checks over the settled cluster: the leaders' logs, the groups' offsets."""
-    cluster = sim.cluster
-    controller = cluster.controller.server.controller
     logs: dict[Key, list[LogEntry]] = {}
     hanging: dict[Key, int] = {}
     for topic, count in sorted(history.topics.items()):
-        info = controller.replication.topic(topic)
         for pid in range(count):
-            part = info.parts[pid]
-            log_ = cluster.brokers[part.leader].server.replica_manager.partitions[(topic, pid)].log
+            p = sim.leader_partition((topic, pid))
+            if p is None:  # (the cluster settled: every partition had a leader with its log)
+                sim.violation("liveness", f"{topic}-{pid}: no leader log for the transactions' checks")
+                continue
+            log_ = p.log
             logs[(topic, pid)] = read_entries(log_)
             excuse = hanging_excuse(sim, history, (topic, pid), log_) if log_.last_stable_offset < log_.high_watermark \
                 else None
@@ -279,18 +274,11 @@ async def final_txn_checks(sim: Any, history: TxnHistory) -> None:
     groups = sorted({t.group for t in history.txns if t.group is not None})
     committed: dict[str, dict[Key, int]] = {}
     if groups:
-        process = sim.client_process("txn-verifier")
-
-        async def fetch() -> dict[str, dict[Key, int]]:
-            client = KafkaClient(cluster.bootstrap, client_id="txn-verifier", time=sim.time, request_timeout_ms=10000)
-            try:
-                admin = GroupAdmin(client)
-                return {g: {(tp.topic, tp.partition): o for tp, o in (await admin.committed(g)).items()}
-                        for g in groups}
-            finally:
-                await client.close()
+        async def fetch(client: KafkaClient) -> dict[str, dict[Key, int]]:
+            admin = GroupAdmin(client)
+            return {g: {(tp.topic, tp.partition): o for tp, o in (await admin.committed(g)).items()} for g in groups}
         try:
-            committed = await sim.spawn(process, fetch())
+            committed = await sim.with_client("txn-verifier", fetch)
         except (KafkaError, asyncio.TimeoutError) as exc:
             sim.violation("liveness", f"cannot fetch the transactional groups' offsets: {type(exc).__name__}: {exc}")
             return
