@@ -77,9 +77,11 @@ def spark_session(master: str = "local[2]"):
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from loadgen.replay import configured
+
     t0 = time.monotonic()
-    spark = (SparkSession.builder.master(master).appName("loadgen-bench").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark = configured(SparkSession.builder.master(master).appName("loadgen-bench")
+                       .config("spark.ui.enabled", "false")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark, time.monotonic() - t0
 
@@ -234,6 +236,16 @@ def machine_busy() -> tuple[float, float]:
     return float(sum(values) - idle), float(sum(values))
 
 
+REPLAY_BOUND_S = 300.0  # part 4: how much longer than its recording one replay (a Spark job) may take
+
+
+def frame_server_seconds(rounds: int, scales: list[int], recording_s: float) -> float:
+    """How long part 4's frame_server lives: every round replays every scale twice (paced,
+    then unpaced), each replay taking up to the recording's length plus REPLAY_BOUND_S; a
+    fixed duration stopped the sink part way through a long run (3 rounds x 3 scales)."""
+    return 60.0 + rounds * len(scales) * 2 * (recording_s + REPLAY_BOUND_S)
+
+
 def part4(args, work: Path) -> dict:
     """The user's replay (issue 29): an OMB-style recording (2 producers, RATE records/s, 20 s),
     replayed at its recorded pace with --scale 1, 5, 20 on local[2] against frame_server.py (a
@@ -251,11 +263,9 @@ def part4(args, work: Path) -> dict:
                         f"producerRate: {rate}\nbatchSize: 16384\nacks: 1\n")
     recording = work / "omb"
     synthesize(workload, recording, duration_s=seconds, topic_prefix="omb")
-    spark, _startup = spark_session()
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(FRAME_SERVER), "--port", str(port), "--uvloop", "--duration", "1200"],
-                              stderr=subprocess.DEVNULL)
     points = []
+    server: subprocess.Popen | None = None
 
     samples: list[tuple[float, float, float, float]] = []  # (time.time(), machine busy, total, frame_server CPU)
     sampling = threading.Event()
@@ -312,7 +322,12 @@ def part4(args, work: Path) -> dict:
         return ", ".join(found) or "nothing near 100 % (latency-bound: depth x round trip)"
 
     sampler = threading.Thread(target=sample, daemon=True)
+    spark, _startup = spark_session()
     try:
+        # (it stops by itself, a bound on a run left behind, after every replay had its time)
+        server = subprocess.Popen([sys.executable, str(FRAME_SERVER), "--port", str(port), "--uvloop", "--duration",
+                                   str(frame_server_seconds(args.rounds, args.scales, seconds))],
+                                  stderr=subprocess.DEVNULL)
         wait_until(lambda: port_open(port), 30)
         sampler.start()
         for r, scale in ((r, scale) for r in range(args.rounds) for scale in args.scales):
@@ -344,8 +359,9 @@ def part4(args, work: Path) -> dict:
                   f"{spread([pt['limit']['mb_s'] for pt in runs])} MB/s", flush=True)
     finally:
         sampling.set()
-        server.kill()
-        server.wait()
+        if server is not None:
+            server.kill()
+            server.wait()
         spark.stop()
     return {"points": points}
 

@@ -35,6 +35,23 @@ from loadgen.recording import read_manifest  # noqa: E402
 
 log = logging.getLogger("kbroker.loadgen")
 REPO = Path(__file__).resolve().parent.parent
+# How long a barrier stage's tasks wait at the barrier for the slowest one to prepare its
+# frames (engine.run_many): Spark's spark.barrier.sync.timeout defaults to 365 days, so a task
+# hung in prepare() would hold the others, and the replay, forever; past this the barrier
+# fails and so does the stage (spark.task.maxFailures 1).
+BARRIER_SYNC_TIMEOUT_S = 600
+SPARK_CONF = {
+    "spark.task.maxFailures": "1",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.barrier.sync.timeout": f"{BARRIER_SYNC_TIMEOUT_S}s",
+}
+
+
+def configured(builder: Any) -> Any:
+    """A SparkSession builder with the replay's settings (``SPARK_CONF``)."""
+    for key, value in SPARK_CONF.items():
+        builder = builder.config(key, value)
+    return builder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -283,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or Path("loadgen-results") / time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    spark = SparkSession.builder.appName("kbroker-loadgen-replay").config("spark.task.maxFailures", "1") \
-        .config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark = configured(SparkSession.builder.appName("kbroker-loadgen-replay")).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.sparkContext.addPyFile(str(package_zip(out)))
     startup_s = time.monotonic() - t0

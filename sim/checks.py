@@ -14,7 +14,8 @@ live node's state:
   being added, KIP-497) that has not restarted since it joined that leader's ISR or, for a
   committed member, since it last entered the controller's ISR if that was earlier (a member
   that restarted without leaving the ISR may have lost unsynced records); (a replica that crashed and lost unsynced bytes may be behind until it leaves
-  the ISR);
+  the ISR); a member whose log was replaced (deleted and created again by a reassignment)
+  since it joined counts as new only for a leader the controller has moved past (seed 475);
 * an ISR shrink only drops followers that have not caught up for replica.lag.time.max.ms
   (Kafka's isCaughtUp, KIP-497), as the leader's own bookkeeping records them, an ISR member
   counting as caught up when the leader was elected (whatever that bookkeeping says);
@@ -254,15 +255,28 @@ class Checker:
                     seen = self._logs[(r, key)] = (rp.log, 0.0 if seen is None else now)
                 if joined is None or rnode.started_at > joined:
                     continue  # restarted since it joined: it may have lost unsynced bytes
-                if seen[1] > joined:
+                if seen[1] > joined and self.stale_leader(key, topic_id, epoch):
                     # its log is newer than its membership: removed from the replicas (log deleted)
                     # and added back since, as a leader cut off from the controller cannot know
+                    # (the controller has moved past its epoch); a current leader would have to
                     continue
                 leo = rp.log.log_end_offset
                 if leo < hw:
                     sim.violation("hw-le-isr-leo", f"{key[0]}-{key[1]} leader {who[0]}#{who[1]} epoch {epoch}: high "
                                   f"watermark {hw} above the log end offset {leo} of ISR member {rnode.process.key} "
                                   f"(maximal ISR {sorted(isr)}, committed {sorted(p.isr)}, member since {joined:.6f})")
+
+    def stale_leader(self, key: Key, topic_id: uuid.UUID | None, epoch: int) -> bool:
+        """Whether the controller (the replay of its records, else the live one) has moved the
+        partition past ``epoch``: a later leader epoch, or another incarnation of its topic."""
+        controller = self.shadow if self.shadow is not None else self.live_controller()
+        if controller is None:
+            return False
+        info = controller.replication.topic(key[0])
+        if info is None or (topic_id is not None and info.topic_id != topic_id):
+            return True
+        part = info.parts.get(key[1])
+        return part is None or epoch < part.leader_epoch
 
     def check_shrink(self, partition: Partition, proposal: PendingShrinkIsr) -> None:
         """Kafka's isCaughtUp: a follower leaves the ISR only once it has been behind the

@@ -19,8 +19,9 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
+from protocol.client import KafkaClient
 from storage.log import parse_topic_partition
 
 from .bugs import reintroduced
@@ -252,6 +253,31 @@ class Simulation:
     def spawn(self, process: Process, coro: Any) -> asyncio.Task:
         return self.loop.create_task(coro, context=process.context())
 
+    async def with_client(self, name: str, fn: Callable[[KafkaClient], Awaitable[T]]) -> T:
+        """``fn(client)`` in a client process of its own named ``name``, on a KafkaClient of the
+        cluster (client id ``name``, 10 s requests) closed after; its errors are raised here."""
+        process = self.client_process(name)
+
+        async def run() -> T:
+            client = KafkaClient(self.cluster.bootstrap, client_id=name, time=self.time, request_timeout_ms=10000)
+            try:
+                return await fn(client)
+            finally:
+                await client.close()
+        return await self.spawn(process, run())
+
+    def leader_partition(self, key: tuple[str, int]) -> Any:
+        """The Partition of ``key`` on its leader as the controller has it, with its log; None
+        when there is no controller, no such partition, no leader, or the leader is not ready or
+        holds no log of it."""
+        server = self.cluster.controller.server
+        controller = server.controller if server is not None else None
+        info = controller.replication.topic(key[0]) if controller is not None else None
+        part = info.parts.get(key[1]) if info is not None else None
+        node = self.cluster.brokers.get(part.leader) if part is not None else None
+        p = node.server.replica_manager.partitions.get(key) if node is not None and node.ready else None
+        return p if p is not None and p.log is not None else None
+
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
@@ -349,6 +375,9 @@ class Simulation:
     async def _main(self) -> None:
         from .scenario import Scenario
         await Scenario(self).run()
+
+
+T = TypeVar("T")
 
 
 def _show(value: bytes | None) -> str:

@@ -108,7 +108,7 @@ class Scenario:
         def settled() -> bool:
             problems[:] = liveness_problems(sim, {**self.topics, **txn_topics}, deleted)
             if not problems and txn_topics:
-                problems[:] = lso_problems(sim, txn_topics, [a.state_key for a in txn.producers])
+                problems[:] = lso_problems(sim, txn.history)
             if not problems and reassign is not None:
                 problems[:] = reassign.liveness_problems()
             return not problems
@@ -129,21 +129,16 @@ class Scenario:
 
     async def _create_topics(self, retention_topic: str | None) -> bool:
         sim = self.sim
-        process = sim.client_process("creator")
 
-        async def create() -> None:
-            client = KafkaClient(sim.cluster.bootstrap, client_id="creator", time=sim.time, request_timeout_ms=10000)
-            try:
-                for name, partitions in sorted(self.topics.items()):
-                    configs = {"min.insync.replicas": "2"}
-                    if name == retention_topic:
-                        configs.update({"retention.bytes": "1000", "segment.bytes": "1024"})
-                    await client.create_topics([(name, partitions, 3, configs)], timeout_ms=10000)
-            finally:
-                await client.close()
+        async def create(client: KafkaClient) -> None:
+            for name, partitions in sorted(self.topics.items()):
+                configs = {"min.insync.replicas": "2"}
+                if name == retention_topic:
+                    configs.update({"retention.bytes": "1000", "segment.bytes": "1024"})
+                await client.create_topics([(name, partitions, 3, configs)], timeout_ms=10000)
 
         try:
-            await sim.spawn(process, create())
+            await sim.with_client("creator", create)
         except KafkaError as exc:
             sim.violation("liveness", f"topic creation failed: {type(exc).__name__}: {exc}")
             return False
@@ -152,13 +147,11 @@ class Scenario:
         return True
 
     def _consumed_everything(self, observer: ObserverActor) -> bool:
-        cluster = self.sim.cluster
-        controller = cluster.controller.server.controller
         for topic, count in self.topics.items():
-            info = controller.replication.topic(topic)
             for pid in range(count):
-                part = info.parts[pid]
-                p = cluster.brokers[part.leader].server.replica_manager.partitions[(topic, pid)]
+                p = self.sim.leader_partition((topic, pid))
+                if p is None:
+                    return False
                 hw = p.log.high_watermark
                 if hw > p.log.log_start_offset and observer.positions.get((topic, pid), -1) < hw - 1:
                     return False

@@ -186,18 +186,12 @@ async def _check_committed_offsets(sim: Any, hws: dict[Key, int]) -> None:
     groups = sorted({g for g, _t, _p in sim.history.committed})
     if not groups:
         return
-    process = sim.client_process("verifier")
-
-    async def fetch() -> dict[str, dict[Key, int]]:
-        client = KafkaClient(sim.cluster.bootstrap, client_id="verifier", time=sim.time, request_timeout_ms=10000)
-        try:
-            admin = GroupAdmin(client)
-            return {g: {(tp.topic, tp.partition): o for tp, o in (await admin.committed(g)).items()} for g in groups}
-        finally:
-            await client.close()
+    async def fetch(client: KafkaClient) -> dict[str, dict[Key, int]]:
+        admin = GroupAdmin(client)
+        return {g: {(tp.topic, tp.partition): o for tp, o in (await admin.committed(g)).items()} for g in groups}
 
     try:
-        committed = await sim.spawn(process, fetch())
+        committed = await sim.with_client("verifier", fetch)
     except (KafkaError, asyncio.TimeoutError) as exc:
         sim.violation("liveness", f"cannot fetch the groups' committed offsets: {type(exc).__name__}: {exc}")
         return

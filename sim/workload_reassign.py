@@ -334,18 +334,12 @@ class ReassignActor(Actor):
     async def final_checks(self) -> None:
         """Once settled: nothing listed as moving, each partition where its moves must have left it."""
         sim = self.sim
-        process = sim.client_process("reassign-verifier")
 
-        async def ask() -> dict:
-            client = KafkaClient(sim.cluster.bootstrap, client_id="reassign-verifier", time=sim.time,
-                                 request_timeout_ms=10000)
-            try:
-                return await client.list_partition_reassignments(timeout_ms=10000)
-            finally:
-                await client.close()
+        async def ask(client: KafkaClient) -> dict:
+            return await client.list_partition_reassignments(timeout_ms=10000)
 
         try:
-            ongoing = await sim.spawn(process, ask())
+            ongoing = await sim.with_client("reassign-verifier", ask)
         except (KafkaError, asyncio.TimeoutError) as exc:
             sim.violation("liveness", f"cannot list the partition reassignments: {type(exc).__name__}: {exc}")
             return

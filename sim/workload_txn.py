@@ -425,35 +425,24 @@ class TxnWorkload:
 
     def read_everything(self) -> bool:
         """Whether the observer's position reached the LSO of every partition."""
-        sim = self.sim
-        controller = sim.cluster.controller.server.controller
         for topic, count in self.history.topics.items():
-            info = controller.replication.topic(topic)
             for pid in range(count):
-                part = info.parts[pid]
-                p = sim.cluster.brokers[part.leader].server.replica_manager.partitions[(topic, pid)]
+                p = self.sim.leader_partition((topic, pid))
                 position = self.observer.position((topic, pid))
-                if (position or 0) < p.log.last_stable_offset:
+                if p is None or (position or 0) < p.log.last_stable_offset:
                     return False
         return True
 
     async def create_topics(self) -> bool:
         """The workload's topics (replication factor 3, min.insync.replicas 2)."""
         sim = self.sim
-        process = sim.client_process("txn-creator")
 
-        async def create() -> None:
-            client = KafkaClient(sim.cluster.bootstrap, client_id="txn-creator", time=sim.time,
-                                 request_timeout_ms=10000)
-            try:
-                for name, partitions in sorted(self.history.topics.items()):
-                    await client.create_topics([(name, partitions, 3, {"min.insync.replicas": "2"})],
-                                               timeout_ms=10000)
-            finally:
-                await client.close()
+        async def create(client: KafkaClient) -> None:
+            for name, partitions in sorted(self.history.topics.items()):
+                await client.create_topics([(name, partitions, 3, {"min.insync.replicas": "2"})], timeout_ms=10000)
 
         try:
-            await sim.spawn(process, create())
+            await sim.with_client("txn-creator", create)
         except KafkaError as exc:
             sim.violation("liveness", f"transactional topic creation failed: {type(exc).__name__}: {exc}")
             return False

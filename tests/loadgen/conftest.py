@@ -65,9 +65,10 @@ def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("kbroker-loadgen-tests")
-               .config("spark.ui.enabled", "false").config("spark.task.maxFailures", "1")
-               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    from loadgen.replay import configured
+
+    session = configured(SparkSession.builder.master("local[2]").appName("kbroker-loadgen-tests")
+                         .config("spark.ui.enabled", "false")).getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()

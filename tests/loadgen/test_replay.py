@@ -202,3 +202,34 @@ def test_recording_manifest_and_topics(recording):
     m = read_manifest(recording)
     assert SOURCE in m["topics"] and m["requests_per_api"]["Produce"] >= 2
     assert {"recorded-idempotent", "recorded-kcat"} <= {c["client_id"] for c in m["connections"].values()}
+
+
+def test_the_replays_spark_session_bounds_the_barrier_wait(monkeypatch, tmp_path):
+    """Spark's spark.barrier.sync.timeout defaults to 365 days: a task hung before the barrier
+    (engine.run_many's prepare) would hold the replay forever. main() builds its session with a
+    timeout of minutes (past it the barrier, hence the stage, fails). No JVM: the builder is a
+    stand-in that records its settings and stops at getOrCreate."""
+    import pyspark.sql
+
+    settings: dict[str, str] = {}
+
+    class Stop(Exception):
+        pass
+
+    class Builder:
+        def appName(self, _name):
+            return self
+
+        def config(self, key, value):
+            settings[key] = value
+            return self
+
+        def getOrCreate(self):
+            raise Stop
+
+    monkeypatch.setattr(pyspark.sql, "SparkSession", type("SparkSession", (), {"builder": Builder()}))
+    with pytest.raises(Stop):
+        replay.main(["--recording", str(tmp_path / "none"), "--bootstrap", "127.0.0.1:1", "--out", str(tmp_path / "o")])
+    timeout = settings.get("spark.barrier.sync.timeout", "365d")
+    assert timeout.endswith("s") and 0 < int(timeout[:-1]) <= 3600, settings
+    assert settings["spark.task.maxFailures"] == "1"  # (a failed barrier fails the stage, not retried)

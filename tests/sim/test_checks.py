@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 import weakref
+from types import SimpleNamespace
+from typing import Any
 
 from protocol.clock import MockTime
 from protocol.records import Record, build_batch
@@ -49,3 +52,40 @@ def test_a_followers_high_watermark_moves_are_not_checked_a_leaders_are(tmp_path
     finally:
         checker.uninstall()
         log.close()
+
+
+def _node(node_id: int, partition: Any, topic_id: uuid.UUID) -> SimpleNamespace:
+    server = SimpleNamespace(replica_manager=SimpleNamespace(partitions={("t", 0): partition}),
+                             metadata_cache=SimpleNamespace(topics={"t": SimpleNamespace(topic_id=topic_id)}))
+    return SimpleNamespace(node_id=node_id, name=f"broker-{node_id}", alive=True, started_at=0.0, server=server,
+                           process=SimpleNamespace(incarnation=1, key=f"broker-{node_id}#1"))
+
+
+def test_a_replaced_isr_members_log_is_excused_only_under_a_leader_the_controller_moved_past():
+    """Seed 475: a stale leader (cut off, at an epoch the controller has moved past) still counts
+    a member whose log a reassignment deleted and created again (no restart) since it joined:
+    its HW above that new log's end is excused. Under the controller's current leader epoch the
+    same state is a violation (hw-le-isr-leo): the leader must have dropped the member."""
+    topic_id = uuid.uuid4()
+    for controller_epoch, expected in ((3, ["hw-le-isr-leo"]), (4, [])):
+        found: list[str] = []
+        now = [1.0]
+        log = SimpleNamespace(high_watermark=10, log_end_offset=10)
+        leader = SimpleNamespace(is_leader=True, leader_epoch=3, log=log, isr=frozenset({1, 2}),
+                                 partition_state=SimpleNamespace(isr=frozenset({1, 2})))
+        follower = SimpleNamespace(is_leader=False, log=SimpleNamespace(log_end_offset=10))
+        sim = SimpleNamespace(cluster=SimpleNamespace(brokers={1: _node(1, leader, topic_id),
+                                                               2: _node(2, follower, topic_id)},
+                                                      controller=SimpleNamespace(alive=False, server=None)),
+                              loop=SimpleNamespace(time=lambda: now[0]), isr_entered={}, topic_ids={},
+                              violation=lambda check, _detail: found.append(check))
+        checker = Checker(sim)
+        part = SimpleNamespace(leader_epoch=controller_epoch)
+        checker.shadow = SimpleNamespace(replication=SimpleNamespace(  # type: ignore[assignment]
+            topic=lambda name: SimpleNamespace(topic_id=topic_id, parts={0: part})))
+        checker.check_partition(("t", 0))  # broker 2 joins the ISR of epoch 3 at 1.0
+        assert found == []
+        now[0] = 2.0
+        follower.log = SimpleNamespace(log_end_offset=0)  # deleted and created again, no restart
+        checker.check_partition(("t", 0))
+        assert found == expected, controller_epoch

@@ -6,8 +6,11 @@ its rule; a broker whose read_committed fetches pass the LSO is reported by a ru
 from __future__ import annotations
 
 import storage.log
+from protocol.clock import MockTime
+from protocol.records import Record, build_batch
 from sim.runner import Options, Simulation
-from sim.verify_txn import LogEntry, check_transactions
+from sim.verify_txn import LogEntry, check_transactions, hanging_excuse
+from storage import Log, LogConfig
 from sim.workload_txn import Txn, TxnHistory, TxnRead, TxnWorkload
 
 SEED = 2  # (runs the workload: two transactional ids over tx0x3, the second one taken over, fencing)
@@ -230,3 +233,47 @@ def test_records_behind_a_hanging_transaction_after_a_loss_are_excused():
     assert found == set()
     found = {c for c, _d in check_transactions(h, logs, committed, lambda key, t: None, {}, {("t", 0): 2})}
     assert found == {"txn-committed-unread"}
+
+
+class _Exposed:
+    """The Simulation's exposures alone (what hanging_excuse asks of it)."""
+
+    exposed_since = Simulation.exposed_since
+
+    def __init__(self, exposures: dict) -> None:
+        self.exposures = exposures
+
+
+def test_a_hanging_transaction_is_excused_only_by_a_loss_of_its_partition_or_of_its_ids_state(tmp_path):
+    """The excuse is the hanging transaction's own (not any loss anywhere): tid-0's transaction
+    (pid 7) is open at t-0's LSO, tid-1's (pid 8) committed behind it. Only t-0 or tid-0's
+    __transaction_state partition exposed after it began excuses it; tid-1's state partition
+    or another partition exposed must not (a marker or timeout-abort bug would pass)."""
+    h = TxnHistory(topics={"t": 2})
+    mine = Txn("p", "tid-0", 0, 1.0, {("t", 0): [b"a0"]}, None, {}, True, "unknown", 7, 0,
+               state_key=("__transaction_state", 3))
+    other = Txn("q", "tid-1", 0, 1.5, {("t", 0): [b"q0"]}, None, {}, True, "committed", 8, 0,
+                state_key=("__transaction_state", 5))
+    h.txns += [mine, other]
+    h.by_value.update({b"a0": mine, b"q0": other})
+    log = Log.open(tmp_path / "t-0", LogConfig(), time=MockTime())
+    try:
+        log.append_as_leader(build_batch([Record(timestamp=0, key=b"x", value=b"x")]), 0)  # 0: not transactional
+        for pid, value in ((7, b"a0"), (8, b"q0")):  # 1: pid 7 opens; 2: pid 8
+            log.append_as_leader(build_batch([Record(timestamp=0, key=value, value=value)], producer_id=pid,
+                                             producer_epoch=0, base_sequence=0, transactional=True), 0)
+        log.append_end_txn_marker(8, 0, 0, True, 0)  # 3: pid 8 commits
+        log.update_high_watermark(log.log_end_offset)
+        assert (log.last_stable_offset, log.high_watermark) == (1, 4)
+
+        def excuse(exposures: dict) -> str | None:
+            return hanging_excuse(_Exposed(exposures), h, ("t", 0), log)
+        assert excuse({}) is None
+        assert excuse({("__transaction_state", 5): [2.0]}) is None  # (tid-1's coordinator state)
+        assert excuse({("t", 1): [2.0]}) is None  # (another partition)
+        assert excuse({("__transaction_state", 3): [0.5]}) is None  # (before it began)
+        assert excuse({("t", 0): [0.5]}) is None
+        assert "tid-0#0" in (excuse({("__transaction_state", 3): [2.0]}) or "")
+        assert "tid-0#0" in (excuse({("t", 0): [2.0], ("__transaction_state", 5): [2.0]}) or "")
+    finally:
+        log.close()
