@@ -716,8 +716,19 @@ static PyObject *count_row_errors(PyObject *module, PyObject *const *args, Py_ss
              * 1, is told apart without a call: a response without errors costs a look per row. */
             if (PyList_CheckExact(row) && PyList_GET_SIZE(row) > 1) {
                 PyObject *c = PyList_GET_ITEM(row, 1);
+#if PY_VERSION_HEX < 0x030C0000
+                /* Up to 3.11 an int's ob_size is its signed digit count: 0 for zero alone. */
                 if (PyLong_Check(c) && Py_SIZE(c) == 0)
                     continue;
+#else
+                /* From 3.12 an int keeps a tag where ob_size was (Py_SIZE of zero is not 0). */
+                if (PyLong_Check(c)) {
+                    int overflow;
+                    if (PyLong_AsLongAndOverflow(c, &overflow) == 0 && !overflow)
+                        continue;
+                    /* (an int cannot fail here: a -1 with overflow set means too big) */
+                }
+#endif
             }
             PyObject *code = PySequence_GetItem(row, 1);
             if (code == NULL) {

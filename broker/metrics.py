@@ -180,15 +180,21 @@ class PySlotTimes:
 PHASES = 6  # total, queue, local, remote, send (REQUEST_HISTOGRAMS' order), then the request size
 try:
     from ._request_stats import Counter, RequestStats, SlotTimes
-except ImportError as _exc:  # not built (no compiler), or built from an older source: the references, slower
+except ModuleNotFoundError:  # not built (no compiler): the references, slower
     import logging as _logging
 
-    if getattr(_exc, "name", None) == __package__ + "._request_stats":
-        _logging.getLogger("kbroker.metrics").debug("broker._request_stats is not built; request metrics in Python")
-    else:
-        _logging.getLogger("kbroker.metrics").warning(
-            "broker._request_stats is out of date (%s); request metrics run in Python: rebuild with "
-            "`pip install -e .`", _exc)
+    _logging.getLogger("kbroker.metrics").debug("broker._request_stats is not built; request metrics in Python")
+    RequestStats = PyRequestStats  # type: ignore[assignment,misc]
+    Counter = PyCounter  # type: ignore[assignment,misc]
+    SlotTimes = PySlotTimes  # type: ignore[assignment,misc]
+except ImportError as _exc:
+    # Built from an older source: it imports, but lacks a name this one needs ("cannot import
+    # name ..."), an ImportError whose .name is the module's, as a missing one's is.
+    import logging as _logging
+
+    _logging.getLogger("kbroker.metrics").warning(
+        "broker._request_stats is out of date (%s); request metrics run in Python: rebuild with "
+        "`pip install -e .`", _exc)
     RequestStats = PyRequestStats  # type: ignore[assignment,misc]
     Counter = PyCounter  # type: ignore[assignment,misc]
     SlotTimes = PySlotTimes  # type: ignore[assignment,misc]

@@ -690,7 +690,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             response, slot.response = slot.response, None
             stats = slot.stats
             if stats is not None:
-                stats.finish(slot, now or self._now(), response, self._bytes_out)  # + the listener's bytes out
+                try:
+                    stats.finish(slot, now or self._now(), response, self._bytes_out)  # + the listener's bytes out
+                except Exception:  # the slot is popped: a metric must not keep its answer from the client
+                    self.server.request_stats_failed()
             if response is None or self.closed:
                 continue
             if out is not None:  # inside data_received: written once the whole read is processed
@@ -777,6 +780,7 @@ class SocketServer:
         self._drained: asyncio.Event | None = None  # set while someone waits for in-flight requests
         self._idle_timer: TimerHandle | None = None
         self.idle_closed = 0
+        self.request_stats_failures = 0  # RequestStats.finish raising (logged the first time)
         self.memory_pool = RequestMemoryPool(queued_max_request_bytes, self) if queued_max_request_bytes > 0 else None
         self.read_buffer = memoryview(bytearray(_READ_BUFFER_SIZE))  # every read lands here first
         # While a read is processed: the connections whose answers wait to be written when it is
@@ -791,6 +795,13 @@ class SocketServer:
         self.tls_contexts: dict[str, ssl.SSLContext] = {}
         self.handshakes: set[TlsHandshake] = set()  # TLS connections still in their handshake
         self.tls_handshake_timeout_s = TLS_HANDSHAKE_TIMEOUT_S
+
+    def request_stats_failed(self) -> None:
+        """A request's stats could not be recorded (RequestStats.finish raised): counted, and
+        logged with its traceback the first time only (it would repeat for every answer)."""
+        self.request_stats_failures += 1
+        if self.request_stats_failures == 1:
+            log.exception("recording a request's metrics failed (logged once; the answer is still written)")
 
     # -- connections ------------------------------------------------------------------------
     def connection_opened(self, conn: KafkaConnection) -> None:

@@ -635,16 +635,25 @@ class ReplicaManager:
                 log.error("LeaderAndIsr for %s-%d: %s", st.topic, st.partition, exc)
                 responses[key] = exc.error_code
                 if exc.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
-                    self.failed_replicas[key] = st
+                    self._replica_failed(st)
                 continue
             except OSError as exc:
                 log.error("LeaderAndIsr for %s-%d: cannot create the replica: %s", st.topic, st.partition, exc)
                 responses[key] = ErrorCode.KAFKA_STORAGE_ERROR
-                self.failed_replicas[key] = st
+                self._replica_failed(st)
                 continue
             self.failed_replicas.pop(key, None)
             responses[key] = ErrorCode.NONE
             (to_lead if st.leader == self.broker_id else to_follow).append((partition, st))
+
+    def _replica_failed(self, st: LeaderAndIsrState) -> None:
+        """Remember ``st`` for retry_failed_replicas, unless a newer state of the partition
+        failed before it (the retry's own older state failing again, a delayed request): the
+        newest (leader epoch, partition epoch) is kept."""
+        key = (st.topic, st.partition)
+        kept = self.failed_replicas.get(key)
+        if kept is None or (st.leader_epoch, st.partition_epoch) >= (kept.leader_epoch, kept.partition_epoch):
+            self.failed_replicas[key] = st
 
     def _leadership_changed(self, leaders: list[PartitionEpoch], followers: list[PartitionEpoch]) -> None:
         if not leaders and not followers:
@@ -770,15 +779,23 @@ class ReplicaManager:
         append backs off and retries), so without this such a replica stayed offline until the
         broker restarted, however soon the disk recovered: a reassignment adding it never
         completed (the simulator's seed 300). Only a state the metadata still shows current is
-        retried (this broker a replica, at that leader epoch): a newer one is the controller's
-        to send."""
+        retried (this broker a replica, at that leader epoch and partition epoch): re-applying
+        an older one would set an old ISR and partition epoch (a leader's AlterPartition then
+        fenced) over what the controller decided since; a newer one is the controller's to send
+        (its LeaderAndIsr follows its UpdateMetadata), so the failed one is dropped. Metadata
+        behind the failed state (its UpdateMetadata not here yet) keeps it for a later pass."""
         if not self.failed_replicas:
             return
         states = []
         for key, st in list(self.failed_replicas.items()):
             info = self.metadata_cache.partition_info(*key)
-            if info is None or self.broker_id not in info.replicas or info.leader_epoch != st.leader_epoch:
+            if info is None or self.broker_id not in info.replicas:
                 del self.failed_replicas[key]
+                continue
+            current, failed = (info.leader_epoch, info.partition_epoch), (st.leader_epoch, st.partition_epoch)
+            if current != failed:
+                if current > failed:
+                    del self.failed_replicas[key]
                 continue
             states.append(st)
         if states:

@@ -537,8 +537,15 @@ class KafkaServer:
                                     self.cleaner_threads.maybe_clean)
 
     def _isr_expiration(self) -> None:
-        self.replica_manager.maybe_shrink_isr()
-        self.replica_manager.retry_failed_replicas()
+        """The ISR-expiration pass: shrink the ISRs this broker leads, then retry the replicas
+        a storage error kept from being created. Each runs whatever the other raised (a
+        partition's shrink failing must not keep a recovered disk's replicas offline)."""
+        rm = self.replica_manager
+        for step in (rm.maybe_shrink_isr, rm.retry_failed_replicas):
+            try:
+                step()
+            except Exception:
+                log.exception("ISR expiration: %s failed", step.__name__)
 
     def _dynamic_configs_changed(self, changed: set[str]) -> None:
         """Dynamic broker configs changed (their values are in self.config already): what read

@@ -26,6 +26,35 @@ def wait_until(predicate, timeout_s: float = 20.0, interval_s: float = 0.02, wha
         time.sleep(interval_s)
 
 
+def _uvloop_new_event_loop() -> asyncio.AbstractEventLoop:
+    import uvloop
+
+    return uvloop.new_event_loop()
+
+
+# Both event loops, as a parametrization: asyncio's (the tests' default) and uvloop's (the
+# broker's, whose callbacks, tasks and contexts are its own C code). A test takes
+# ``loop_factory`` and runs its coroutine with ``run_on``.
+LOOP_FACTORIES = {"asyncio": asyncio.new_event_loop, "uvloop": _uvloop_new_event_loop}
+
+
+def run_on(loop_factory, coro):
+    """Run ``coro`` to its end on a new event loop from ``loop_factory``, closed afterwards."""
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(coro)
+
+
+def on_both_loops(check):
+    """``async def test_...()`` (no fixtures) as a test run once on each of LOOP_FACTORIES."""
+    import pytest
+
+    @pytest.mark.parametrize("loop_factory", list(LOOP_FACTORIES.values()), ids=list(LOOP_FACTORIES))
+    def test(loop_factory) -> None:
+        run_on(loop_factory, check())
+    test.__name__, test.__qualname__, test.__doc__ = check.__name__, check.__qualname__, check.__doc__
+    return test
+
+
 def broker_overrides(log_dir: Path, port: int, broker_id: int = 0) -> dict[str, str]:
     return {"broker.id": str(broker_id), "listeners": f"PLAINTEXT://127.0.0.1:{port}", "log.dirs": str(log_dir)}
 

@@ -19,6 +19,11 @@ as a future: ``add_done_callback(wakeup, context=...)``, ``result()``, ``cancel(
   simulator's network resuming reading from one), it schedules them as ``asyncio.Future``
   does: a task cannot be stepped while another one runs.
 * ``set_exception`` and ``cancel`` always schedule them (the error paths stay as they were).
+* A done callback added without a context runs in a copy of the context of its adding, as
+  with an ``asyncio.Future``.
+* A callback whose context cannot be entered in ``set_result`` (``context.run`` raising
+  RuntimeError: ``set_result`` called inside that very context, which a task's wake-up only
+  meets there) is scheduled instead: a task's wake-up is never lost, a fetcher never parked.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class EagerFuture(Generic[T]):
         self._state = _PENDING
         self._result: T | None = None
         self._exception: BaseException | None = None
-        self._callbacks: list[tuple[Callable[[Any], object], contextvars.Context | None]] = []
+        self._callbacks: list[tuple[Callable[[Any], object], contextvars.Context]] = []
         self._asyncio_future_blocking = False
         self._cancel_message: str | None = None
 
@@ -76,6 +81,8 @@ class EagerFuture(Generic[T]):
         return self._exception
 
     def add_done_callback(self, fn: Callable[[Any], object], *, context: contextvars.Context | None = None) -> None:
+        if context is None:
+            context = contextvars.copy_context()
         if self._state != _PENDING:
             self._loop.call_soon(fn, self, context=context)
         else:
@@ -106,10 +113,13 @@ class EagerFuture(Generic[T]):
         callbacks, self._callbacks = self._callbacks, []
         for fn, context in callbacks:
             try:
-                if context is None:
-                    fn(self)
-                else:
-                    context.run(fn, self)
+                context.run(fn, self)
+            except RuntimeError:
+                # The context is already entered (set_result runs inside it), or a task's wake-up
+                # found a task running: neither ran the callback. The loop runs it a turn later,
+                # as an asyncio.Future would have. (A callback raising RuntimeError after running
+                # would run twice; a task's wake-up never does: its step keeps what it raises.)
+                self._loop.call_soon(fn, self, context=context)
             except (SystemExit, KeyboardInterrupt):
                 raise
             except BaseException as exc:  # as the loop does with a failed callback: reported, not raised

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import pytest
+
 from broker.fetcher import PartitionFetchState, ReplicaFetcher
 from broker.partition import Partition
 from protocol.api_keys import ApiKey
@@ -19,6 +21,7 @@ from protocol.fast_codecs import (FetchPartitionData, decode_fetch_request, enco
                                   parse_request_header)
 from protocol.records import Record, build_batch
 from storage import Log, LogConfig
+from tests.support import LOOP_FACTORIES, run_on
 
 VERSION = 11
 
@@ -55,7 +58,13 @@ def response_frame(correlation_id: int, records: bytes, high_watermark: int) -> 
     return b"".join(bytes(c) for c in chunks)
 
 
-async def test_the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
+@pytest.mark.parametrize("loop_factory", list(LOOP_FACTORIES.values()), ids=list(LOOP_FACTORIES))
+def test_the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, loop_factory) -> None:
+    """On asyncio's loop and on uvloop's (the broker's)."""
+    run_on(loop_factory, _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path))
+
+
+async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
     time = MockTime()
     log = Log.open(tmp_path / "t-0", LogConfig(), time=time)
     partition = Partition("t", 0, local_broker_id=2, time=time)

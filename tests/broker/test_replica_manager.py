@@ -219,7 +219,7 @@ def test_a_replica_a_storage_error_kept_from_being_created_is_created_once_the_d
     log_dir = rm.log_manager.log_dirs[0]
     (log_dir / "t-1").write_bytes(b"no space")  # (creating its directory fails, as on a full disk)
     st = LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3], 5, [2, 3, 1], adding=(1,))
-    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2, 3]))
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2, 3], partition_epoch=5))
     error, results = rm.become_leader_or_follower(0, 1, [st])
     assert results == {("t", 1): ErrorCode.KAFKA_STORAGE_ERROR}
     rm.retry_failed_replicas()  # the disk still full: still not there
@@ -242,6 +242,74 @@ def test_a_failed_replica_whose_state_the_metadata_moved_past_is_not_retried(rm)
     rm.retry_failed_replicas()
     assert rm.get_partition("t", 1) is None and rm.log_manager.get_log("t", 1) is None
     assert rm.failed_replicas == {}
+
+
+def test_a_failed_replica_is_retried_only_at_the_partition_epoch_the_metadata_shows(rm):
+    """The leader epoch alone is not the state: an ISR change since (partition epoch 6, the
+    controller's LeaderAndIsr of it to come) re-applied as the failed state would set the old
+    ISR and partition epoch 5. A newer partition epoch drops the failed state; metadata behind
+    it (its UpdateMetadata not yet here) keeps it, and it is retried once they agree."""
+    from broker.metadata_cache import PartitionInfo
+    log_dir = rm.log_manager.log_dirs[0]
+    (log_dir / "t-1").write_bytes(b"no space")
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2, 3], partition_epoch=5))
+    st = LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3], 5, [2, 3, 1])
+    assert rm.become_leader_or_follower(0, 1, [st])[1] == {("t", 1): ErrorCode.KAFKA_STORAGE_ERROR}
+    (log_dir / "t-1").unlink()
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2], partition_epoch=6))
+    rm.retry_failed_replicas()
+    assert rm.get_partition("t", 1) is None and rm.failed_replicas == {}
+
+    (log_dir / "t-1").write_bytes(b"no space")
+    st7 = LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3], 7, [2, 3, 1])
+    assert rm.become_leader_or_follower(0, 1, [st7])[1] == {("t", 1): ErrorCode.KAFKA_STORAGE_ERROR}
+    (log_dir / "t-1").unlink()
+    rm.retry_failed_replicas()  # the metadata (partition epoch 6) is behind: kept, not applied
+    assert rm.get_partition("t", 1) is None and rm.failed_replicas == {("t", 1): st7}
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2, 3], partition_epoch=7))
+    rm.retry_failed_replicas()
+    p = rm.get_partition("t", 1)
+    assert p is not None and (p.leader_id, p.leader_epoch, p.partition_epoch) == (2, 3, 7)
+    assert rm.failed_replicas == {}
+
+
+def test_an_older_state_failing_after_a_newer_one_leaves_the_newer_to_retry(rm):
+    """Of two failed states of a partition the newest (leader epoch, partition epoch) is kept,
+    whichever failed last."""
+    log_dir = rm.log_manager.log_dirs[0]
+    (log_dir / "t-1").write_bytes(b"no space")
+    newer = LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3], 6, [2, 3, 1])
+    older = LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3, 1], 5, [2, 3, 1])
+    for st in (newer, older):
+        assert rm.become_leader_or_follower(0, 1, [st])[1] == {("t", 1): ErrorCode.KAFKA_STORAGE_ERROR}
+    assert rm.failed_replicas == {("t", 1): newer}
+    newest = LeaderAndIsrState("t", 1, 1, 3, 4, [3], 0, [2, 3, 1])  # a new leader epoch: newer whatever its ISR's
+    assert rm.become_leader_or_follower(0, 1, [newest])[1] == {("t", 1): ErrorCode.KAFKA_STORAGE_ERROR}
+    assert rm.failed_replicas == {("t", 1): newest}
+
+
+def test_the_isr_expiration_pass_retries_failed_replicas_though_a_shrink_raises(rm, monkeypatch, caplog):
+    """broker/server.py's ISR-expiration pass: a partition's maybe_shrink_isr raising is
+    logged, and the failed replicas are still retried in the same pass."""
+    from types import SimpleNamespace
+
+    from broker.metadata_cache import PartitionInfo
+    from broker.server import KafkaServer
+    led = lead(rm)
+
+    def broken(lag_ms):
+        raise RuntimeError("a shrink that fails")
+    monkeypatch.setattr(led, "maybe_shrink_isr", broken)
+    log_dir = rm.log_manager.log_dirs[0]
+    (log_dir / "t-1").write_bytes(b"no space")
+    rm.metadata_cache.update_partition("t", None, PartitionInfo(1, 2, 3, [2, 3, 1], [2, 3], partition_epoch=5))
+    rm.become_leader_or_follower(0, 1, [LeaderAndIsrState("t", 1, 1, 2, 3, [2, 3], 5, [2, 3, 1])])
+    (log_dir / "t-1").unlink()
+    KafkaServer._isr_expiration(SimpleNamespace(replica_manager=rm))  # type: ignore[arg-type]
+    p = rm.get_partition("t", 1)
+    assert p is not None and p.log is not None and rm.failed_replicas == {}
+    assert any("a shrink that fails" in r.getMessage() or (r.exc_info and "a shrink that fails" in str(r.exc_info[1]))
+               for r in caplog.records if r.name == "kbroker.server")
 
 
 # -- DeleteRecords (DelayedDeleteRecords) ------------------------------------------------------

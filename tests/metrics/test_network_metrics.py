@@ -117,3 +117,24 @@ def test_without_the_c_helper_the_scrape_is_the_same():
     assert "kafka_network_requestmetrics_requests_total" in pages["c"]
     assert 'kafka_network_requestmetrics_requests_total{request="ApiVersions",version="other"} 1.0' in pages["c"]
     assert pages["c"] == pages["python"]
+
+
+def test_an_answer_whose_metrics_fail_is_still_written_and_logged_once(caplog):
+    """RequestStats.finish raising (here a slot without its request) once left the answer
+    unwritten: its slot was already popped. It is written; the failure is logged once and
+    counted."""
+    import logging
+    time, conn, apis, transport, registry = make()
+    conn.data_received(request(3, 1) + request(3, 2))
+    for ctx in apis.contexts:
+        ctx._slot.request = None
+    with caplog.at_level(logging.ERROR, logger="kbroker.network"):
+        apis.contexts[0].send_response(b"\x00\x00\x00\x02ab")
+        apis.contexts[1].send_response(b"\x00\x00\x00\x02cd")
+    assert transport.written == [b"\x00\x00\x00\x02ab", b"\x00\x00\x00\x02cd"]
+    assert conn.server.request_stats_failures == 2
+    assert [r.getMessage() for r in caplog.records if r.name == "kbroker.network"] == [
+        "recording a request's metrics failed (logged once; the answer is still written)"]
+    conn.data_received(request(3, 3))  # the connection goes on
+    apis.contexts[2].send_response(b"\x00\x00\x00\x02ef")
+    assert transport.written[-1] == b"\x00\x00\x00\x02ef"

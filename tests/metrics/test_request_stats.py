@@ -29,6 +29,43 @@ def test_the_broker_uses_the_c_helper():
     assert metrics.RequestStats is _request_stats.RequestStats
 
 
+def _metrics_importing(monkeypatch, request_stats):
+    """broker/metrics.py run afresh (as broker._metrics_probe) with ``request_stats`` as its
+    broker._request_stats (None: not built)."""
+    import importlib.util
+    import sys
+    monkeypatch.setitem(sys.modules, "broker._request_stats", request_stats)
+    spec = importlib.util.spec_from_file_location("broker._metrics_probe", metrics.__file__)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_stale_c_helper_is_warned_about_and_the_references_run(monkeypatch, caplog):
+    """A helper built from an older source lacks a name this one imports: ImportError "cannot
+    import name", whose .name is the module's as when it is not built. It warns (rebuild), as
+    not built does not."""
+    import logging
+    import types
+    stale = types.ModuleType("broker._request_stats")
+    stale.RequestStats = _request_stats.RequestStats  # (no Counter, no SlotTimes: an older build)
+    with caplog.at_level(logging.DEBUG, logger="kbroker.metrics"):
+        probe = _metrics_importing(monkeypatch, stale)
+    assert probe.RequestStats is probe.PyRequestStats and probe.SlotTimes is probe.PySlotTimes
+    [record] = [r for r in caplog.records if r.name == "kbroker.metrics"]
+    assert record.levelno == logging.WARNING and "out of date" in record.getMessage()
+    assert "pip install -e ." in record.getMessage()
+
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="kbroker.metrics"):
+        probe = _metrics_importing(monkeypatch, None)  # not built: said at debug level only
+    assert probe.RequestStats is probe.PyRequestStats and probe.Counter is probe.PyCounter
+    [record] = [r for r in caplog.records if r.name == "kbroker.metrics"]
+    assert record.levelno == logging.DEBUG and "not built" in record.getMessage()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(OBSERVATION, max_size=40))
 def test_the_c_helper_agrees_with_the_reference(observations):

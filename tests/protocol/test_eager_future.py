@@ -1,7 +1,8 @@
 """protocol/client/eager.py: a task awaiting an EagerFuture resumes inside ``set_result`` when
 the result comes from a loop callback (a protocol's ``data_received``), and one loop turn later,
 as with an asyncio.Future, when a task delivers it (no task can be stepped inside another);
-exceptions and cancellation keep asyncio's scheduling."""
+exceptions and cancellation keep asyncio's scheduling. Each on asyncio's loop and on uvloop's
+(the broker's)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextvars
 import pytest
 
 from protocol.client.eager import EagerFuture
+from tests.support import on_both_loops
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
@@ -30,6 +32,7 @@ async def _parked(fut: EagerFuture, seen: list) -> asyncio.Task:
     return task
 
 
+@on_both_loops
 async def test_a_result_from_a_loop_callback_resumes_the_task_inside_set_result() -> None:
     loop = asyncio.get_running_loop()
     fut: EagerFuture[int] = EagerFuture(loop)
@@ -45,6 +48,7 @@ async def test_a_result_from_a_loop_callback_resumes_the_task_inside_set_result(
     await task
 
 
+@on_both_loops
 async def test_a_result_set_by_a_task_resumes_the_waiter_one_turn_later() -> None:
     loop = asyncio.get_running_loop()
     fut: EagerFuture[int] = EagerFuture(loop)
@@ -57,6 +61,7 @@ async def test_a_result_set_by_a_task_resumes_the_waiter_one_turn_later() -> Non
     await task
 
 
+@on_both_loops
 async def test_an_exception_is_raised_in_the_waiter_one_turn_later() -> None:
     loop = asyncio.get_running_loop()
     fut: EagerFuture[int] = EagerFuture(loop)
@@ -76,6 +81,7 @@ async def test_an_exception_is_raised_in_the_waiter_one_turn_later() -> None:
         fut.set_result(1)
 
 
+@on_both_loops
 async def test_cancelling_the_waiting_task_cancels_the_future() -> None:
     loop = asyncio.get_running_loop()
     fut: EagerFuture[int] = EagerFuture(loop)
@@ -89,9 +95,57 @@ async def test_cancelling_the_waiting_task_cancels_the_future() -> None:
         fut.set_result(1)  # a late response finds it done: BrokerConnection checks done() first
 
 
+@on_both_loops
 async def test_asyncio_wait_accepts_it() -> None:
     loop = asyncio.get_running_loop()
     fut: EagerFuture[int] = EagerFuture(loop)
     loop.call_soon(fut.set_result, 3)
     done, pending = await asyncio.wait([fut])  # type: ignore[type-var]
     assert done == {fut} and not pending and fut.result() == 3
+
+
+@on_both_loops
+async def test_a_wake_up_whose_context_is_already_entered_is_scheduled_not_lost() -> None:
+    """set_result inside a callback's own context (as in a task's, when a callback runs in
+    it): entering it again raises RuntimeError, which reported alone lost the callback (a task's
+    wake-up: a fetcher parked for ever). It runs a turn later instead, in its context. (A plain
+    callback stands for the task's wake-up: a lost wake-up would hang the test's loop.)"""
+    loop = asyncio.get_running_loop()
+    fut: EagerFuture[int] = EagerFuture(loop)
+    seen: list = []
+    context = contextvars.copy_context()
+    context.run(VAR.set, "callback's")
+    fut.add_done_callback(lambda f: seen.append((f.result(), VAR.get())), context=context)
+    errors: list = []
+    loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    at_return = loop.create_future()
+
+    def data_received() -> None:  # runs in the callback's context
+        fut.set_result(9)
+        at_return.set_result(list(seen))
+    loop.call_soon(data_received, context=context)
+    assert await at_return == []  # (it could not run inside: scheduled)
+    await asyncio.sleep(0)
+    assert seen == [(9, "callback's")] and errors == []
+
+
+@on_both_loops
+async def test_a_callback_added_without_a_context_runs_in_a_copy_of_its_adders() -> None:
+    """As with asyncio.Future: the context is copied at add_done_callback, not the one that
+    happens to run set_result."""
+    loop = asyncio.get_running_loop()
+    fut: EagerFuture[int] = EagerFuture(loop)
+    seen: list = []
+
+    def add() -> None:
+        VAR.set("adder's")
+        fut.add_done_callback(lambda f: seen.append(VAR.get()))
+    contextvars.copy_context().run(add)
+
+    def data_received() -> None:
+        VAR.set("reader's")
+        fut.set_result(1)
+    done = loop.create_future()
+    loop.call_soon(lambda: (data_received(), done.set_result(None)))
+    await done
+    assert seen == ["adder's"]
