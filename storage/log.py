@@ -132,12 +132,13 @@ class FlushPlan:
     """
 
     def __init__(self, log: Log, offset: int, fds: list[int], dir_version: int, truncations: int,
-                 epoch_entries: list[EpochEntry] | None = None) -> None:
+                 epoch_entries: list[EpochEntry] | None = None, txn_index_token: dict[int, int] | None = None) -> None:
         self.log = log
         self.offset = offset
         self.dir_version = dir_version
         self.truncations = truncations
         self.epoch_entries = epoch_entries  # what the leader-epoch-checkpoint it fsyncs holds, if it does
+        self.txn_index_token = txn_index_token or {}  # the .txnindex files it fsyncs (TransactionIndex.mark_synced)
         self._fds = fds
 
     @property
@@ -986,20 +987,27 @@ class Log:
         last = max(0, bisect.bisect_right(self._bases, max(target - 1, 0)) - 1)
         fds: list[int] = []
         epoch_entries = None
+        txn_token: dict[int, int] = {}
+        txn_renamed = False
         try:
             if target > self.recovery_point:
                 for segment in self._segments[first:last + 1]:
                     fds.extend(segment.dup_fds())
+                # the aborted transactions of the markers below the new recovery point: recovery
+                # replays only from the producer state snapshot (Kafka's LogSegment.flush
+                # flushes its txnIndex too). Seed 1696.
+                txn_fds, txn_token, txn_renamed = self.txn_index.dup_fds_for_flush(self._bases[last])
+                fds.extend(txn_fds)
             if epoch_sync:
                 fd, epoch_entries = cache.open_for_sync()
                 fds.append(fd)
-            if dir_dirty or epoch_sync:  # (the checkpoint is renamed into place)
+            if dir_dirty or epoch_sync or txn_renamed:  # (the checkpoint is renamed into place)
                 fds.append(fileio.open(self.dir, os.O_RDONLY | os.O_DIRECTORY))
         except OSError as exc:
             for fd in fds:
                 fileio.close(fd)
             raise KafkaStorageError(f"{self.topic}-{self.partition}: cannot prepare a flush: {exc}") from exc
-        return FlushPlan(self, target, fds, self._dir_version, self._truncations, epoch_entries)
+        return FlushPlan(self, target, fds, self._dir_version, self._truncations, epoch_entries, txn_token)
 
     def complete_flush(self, plan: FlushPlan) -> None:
         """After ``plan.run()`` succeeded: advance the recovery point (unless the log was
@@ -1009,6 +1017,7 @@ class Log:
         self._dir_synced_version = max(self._dir_synced_version, plan.dir_version)
         if plan.epoch_entries is not None:
             self.leader_epoch_cache.mark_synced(plan.epoch_entries)
+        self.txn_index.mark_synced(plan.txn_index_token)
         self._last_flush_ms = self.time.milliseconds()
 
     def unflushed_messages(self) -> int:

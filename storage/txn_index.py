@@ -12,8 +12,11 @@ order their markers were written. An entry is 34 bytes, big-endian (Kafka's ``Ab
 
 ``TransactionIndex`` keeps every segment's entries in memory (aborts are rare; a list per
 segment) and appends each new one to its file; truncation and dropped segments rewrite or
-remove the files. The files are rebuilt from the log by recovery (log_loader.py replays the
-markers after the producer state snapshot), so they carry no checksum, as Kafka's.
+remove the files. A file is fsynced by the flush of its segment (``dup_fds_for_flush`` /
+``mark_synced``; Kafka's ``LogSegment.flush`` flushes its ``txnIndex``): recovery only rebuilds
+the entries after the producer state snapshot (log_loader.py), so those below the recovery
+point must be durable. One whose append failed is rewritten whole by that flush. The files
+carry no checksum, as Kafka's.
 Not thread-safe: the owning Log's thread only.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +72,10 @@ class TransactionIndex:
         self._by_segment: dict[int, list[AbortedTxn]] = {}
         self._all: list[AbortedTxn] = []  # every entry, by last offset (markers are in log order)
         self._lasts: list[int] = []
+        # Files changed since their last fsync, each with a change count (a flush marks it synced
+        # only if it did not change meanwhile); and those whose append failed (rewritten whole).
+        self._unsynced: dict[int, int] = {}
+        self._failed: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._all)
@@ -123,10 +131,12 @@ class TransactionIndex:
         else:
             self._all.append(txn)
             self._lasts.append(txn.last_offset)
+        self._changed(base)
         try:
             fileio.append_to(self.path(base), txn.encode())
         except OSError as exc:
-            # the log holds the marker: recovery or the next rewrite restores the file
+            # the log holds the marker: the next flush of the segment rewrites the file
+            self._failed.add(base)
             log.error("%s: cannot append to %s: %s", self.dir.name, self.path(base).name, exc)
 
     def truncate_from(self, offset: int) -> None:
@@ -146,6 +156,8 @@ class TransactionIndex:
         for base in bases:
             if self._by_segment.pop(base, None) is not None:
                 changed = True
+            self._unsynced.pop(base, None)
+            self._failed.discard(base)
             fileio.unlink_if_exists(self.path(base))
         if changed:
             self._reindex()
@@ -160,6 +172,8 @@ class TransactionIndex:
             merged = list(entries)
         for b in old_bases:
             if b != new_base:
+                self._unsynced.pop(b, None)
+                self._failed.discard(b)
                 fileio.unlink_if_exists(self.path(b))
         self._set(new_base, sorted(merged, key=lambda e: e.last_offset))
         self._reindex()
@@ -168,6 +182,8 @@ class TransactionIndex:
         for base in list(self._by_segment):
             fileio.unlink_if_exists(self.path(base))
         self._by_segment.clear()
+        self._unsynced.clear()
+        self._failed.clear()
         self._reindex()
 
     def _set(self, base: int, entries: list[AbortedTxn]) -> None:
@@ -176,13 +192,54 @@ class TransactionIndex:
             self._by_segment[base] = entries
         else:
             self._by_segment.pop(base, None)
+        self._changed(base)
+        self._failed.discard(base)
         try:
             if entries:
                 write_atomically(path, b"".join(e.encode() for e in entries), sync=False)
             else:
                 fileio.unlink_if_exists(path)
         except OSError as exc:
+            self._failed.add(base)
             log.error("%s: cannot rewrite %s: %s", self.dir.name, path.name, exc)
+
+    def _changed(self, base: int) -> None:
+        self._unsynced[base] = self._unsynced.get(base, 0) + 1
+
+    # -- flushing ---------------------------------------------------------------------------
+
+    def dup_fds_for_flush(self, up_to_base: int) -> tuple[list[int], dict[int, int], bool]:
+        """Descriptors (the caller owns them) of the changed files of the segments up to
+        ``up_to_base``, for a flush's fsync, what to pass to ``mark_synced`` after it, and
+        whether a file was renamed into place or removed (the directory needs an fsync too): a
+        file whose last write failed is rewritten first (OSError propagates)."""
+        fds: list[int] = []
+        token: dict[int, int] = {}
+        renamed = False
+        try:
+            for base in sorted(b for b in self._unsynced if b <= up_to_base):
+                entries = self._by_segment.get(base)
+                if base in self._failed:
+                    if entries:
+                        write_atomically(self.path(base), b"".join(e.encode() for e in entries), sync=False)
+                    else:
+                        fileio.unlink_if_exists(self.path(base))
+                    self._failed.discard(base)
+                    renamed = True
+                token[base] = self._unsynced[base]
+                if entries:
+                    fds.append(fileio.open(self.path(base), os.O_RDONLY))
+        except BaseException:
+            for fd in fds:
+                fileio.close(fd)
+            raise
+        return fds, token, renamed
+
+    def mark_synced(self, token: dict[int, int]) -> None:
+        """After the fsync of ``dup_fds_for_flush``'s descriptors: the files not changed since are durable."""
+        for base, count in token.items():
+            if self._unsynced.get(base) == count:
+                del self._unsynced[base]
 
     # -- reading ----------------------------------------------------------------------------
 

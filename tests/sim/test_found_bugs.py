@@ -229,3 +229,18 @@ def test_seed_1029_a_committed_record_the_observer_passed_before_a_loss_is_not_a
     positions are recorded now (tests/sim/test_txn.py::
     test_a_record_skipped_below_a_position_past_markers_and_aborted_batches_is_excused)."""
     _clean(1029)
+
+
+def test_seed_1696_a_flush_left_the_aborted_txn_index_unsynced_below_the_recovery_point():
+    """Seed 1696 (a broker bug, with the transactions workload): tid-0#1 (pid 3000) aborted with
+    ABORT markers at tx0-0@5 and tx0-1@5, tid-1#1 (pid 1001) at tx0-1@6; their .txnindex entries
+    were appended, never fsynced (Log.flush fsynced the .log and offset/time indexes only). Broker
+    2 restarted cleanly (snapshot and recovery point at the LEO: 11 and 9), then lost power: the
+    .log survived, the .txnindex came back empty, and recovery, replaying only from the snapshot,
+    did not rebuild it. Broker 2, the only ISR member left, led tx0-0/tx0-1; the read_committed
+    observer, reset to the earliest offset, got fetches with no aborted_transactions and read the
+    aborted records tx0-0@3-4 and tx0-1@2, @4 (txn-aborted-read). The flush now fsyncs the
+    .txnindex of the segments it flushes and rewrites one whose append failed (tests/storage/
+    test_transactions.py::test_flush_makes_the_aborted_txn_index_durable, ::
+    test_flush_rewrites_a_txn_index_whose_append_failed)."""
+    _clean(1696)

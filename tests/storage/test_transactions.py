@@ -185,3 +185,84 @@ def test_log_start_passing_an_open_transaction_keeps_its_sequence(tmp_path, reop
     log.update_high_watermark(log.log_end_offset)
     log.maybe_increment_log_start_offset(9)
     assert log.last_entry(A) is None
+
+
+def _record_fsyncs(monkeypatch) -> dict[str, int]:
+    """path -> its size at its last fsync (what a power loss keeps of it)."""
+    from storage import fileio
+    durable: dict[str, int] = {}
+    real = fileio.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        durable[os.readlink(f"/proc/self/fd/{fd}")] = os.fstat(fd).st_size
+    monkeypatch.setattr(fileio, "fsync", fsync)
+    return durable
+
+
+def _power_loss(dir_, durable: dict[str, int], suffix: str) -> None:
+    """Cut the ``suffix`` files of ``dir_`` to what their last fsync made durable."""
+    for name in os.listdir(dir_):
+        if name.endswith(suffix):
+            path = os.path.realpath(dir_ / name)
+            os.truncate(path, durable.get(path, 0))
+
+
+def test_flush_makes_the_aborted_txn_index_durable(tmp_path, monkeypatch):
+    """The flush that moves the recovery point past an ABORT marker fsyncs the .txnindex
+    entry of it (Kafka's LogSegment.flush flushes its txnIndex): recovery replays only from
+    the producer state snapshot, so it never rebuilds entries below it. Seed 1696: a clean
+    restart (snapshot and recovery point at the LEO) then a power loss lost the unsynced
+    .txnindex; the new leader's fetches listed no aborted transaction and read_committed
+    consumers read the aborted records."""
+    durable = _record_fsyncs(monkeypatch)
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time)
+    log.append_as_leader(txn(A, 0, 2), 0)             # 0-1
+    log.append_end_txn_marker(A, 0, 0, False, 0)      # 2: A aborts
+    log.append_as_leader(txn(B, 0), 0)                # 3
+    log.append_end_txn_marker(B, 0, 0, True, 0)       # 4: B commits
+    entries = [AbortedTxn(A, 0, 2, 3)]
+    assert log.txn_index.entries == entries
+    log.flush()
+    assert durable[os.path.realpath(log.txn_index.path(0))] == ENTRY_SIZE
+    end = log.log_end_offset
+    log.close()                                       # a clean shutdown: the snapshot at the LEO
+    _power_loss(tmp_path / "t-0", durable, ".txnindex")
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=end, had_clean_shutdown=False)
+    assert reopened.txn_index.entries == entries
+    assert reopened.collect_aborted_transactions(0, end) == entries
+    # an unchanged index is not fsynced again; a new entry is
+    durable.clear()
+    reopened.append_as_leader(txn(A, 2), 0)
+    reopened.flush()
+    assert os.path.realpath(reopened.txn_index.path(0)) not in durable
+    reopened.append_end_txn_marker(A, 0, 0, False, 0)
+    reopened.flush()
+    assert durable[os.path.realpath(reopened.txn_index.path(0))] == 2 * ENTRY_SIZE
+
+
+def test_flush_rewrites_a_txn_index_whose_append_failed(tmp_path, monkeypatch):
+    """An append to the .txnindex that failed (EIO: the marker is in the log) is made good
+    by the next flush, which rewrites the file whole before the recovery point passes the
+    marker (seed 1696's broker 1: an EIO then a restart left the entry out for good)."""
+    from storage import fileio
+    durable = _record_fsyncs(monkeypatch)
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(txn(A, 0), 0)
+    real = fileio.append_to
+
+    def append_to(path, data):
+        if str(path).endswith(".txnindex"):
+            raise OSError(5, "Input/output error")
+        real(path, data)
+    monkeypatch.setattr(fileio, "append_to", append_to)
+    log.append_end_txn_marker(A, 0, 0, False, 0)
+    monkeypatch.setattr(fileio, "append_to", real)
+    assert log.txn_index.entries == [AbortedTxn(A, 0, 1, 2)]
+    assert not os.path.exists(log.txn_index.path(0))
+    log.flush()
+    path = log.txn_index.path(0)
+    with open(path, "rb") as f:
+        assert decode_entries(f.read()) == [AbortedTxn(A, 0, 1, 2)]
+    assert durable[os.path.realpath(path)] == ENTRY_SIZE
