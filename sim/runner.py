@@ -233,12 +233,19 @@ class Simulation:
         self.history.seen[key] = (value, who, self.loop.time())
 
     def written_since(self, since: float, *values: bytes | None) -> float:
-        """``since``, or the time the earliest of ``values`` was sent if earlier."""
+        """``since``, or the time the earliest of ``values`` was sent if earlier: a producer's
+        write when it was sent, a transactional record when its transaction began (it is
+        produced after; sim/verify_txn.py's excuses count from there too)."""
         by_value = self.history.by_value
+        txns = self.txn_history.by_value if self.txn_history is not None else {}
         for value in values:
-            write = by_value.get(value) if value is not None else None
-            if write is not None and write.sent_at < since:
-                since = write.sent_at
+            if value is None:
+                continue
+            write = by_value.get(value)
+            txn = txns.get(value) if write is None else None
+            sent = write.sent_at if write is not None else txn.started_at if txn is not None else None
+            if sent is not None and sent < since:
+                since = sent
         return since
 
     def violation(self, check: str, detail: str) -> None:

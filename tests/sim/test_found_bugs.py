@@ -244,3 +244,17 @@ def test_seed_1696_a_flush_left_the_aborted_txn_index_unsynced_below_the_recover
     test_transactions.py::test_flush_makes_the_aborted_txn_index_durable, ::
     test_flush_rewrites_a_txn_index_whose_append_failed)."""
     _clean(1696)
+
+
+def test_seed_1876_a_transactional_record_prefetched_before_a_loss_is_not_a_violation():
+    """Seed 1876 (a bug of the checks, with the transactions workload): the read_committed
+    observer fetched tx1-2@10 (txn-1-5, committed: HW = LSO = 12) at 3.97 s, but its poll gathers
+    the fetches of every leader and one went to broker 2, which lost power at 4.35 s: it handed the
+    record out only at 14.50 s, when that fetch timed out (10.5 s). Meanwhile every ISR member of
+    tx1-2 ([1, 3]) had lost its unsynced records (exposed at 11.43 s); the log started over at 0 and
+    txn-0-10 took offset 10. Simulation.observe's excuse (exposed after the older record was
+    written) knew only the producers' write times, not the transactions': flagged as an
+    inconsistent offset. Transactional records count from their transaction's start now
+    (tests/sim/test_txn.py::
+    test_a_transactional_record_prefetched_before_a_loss_and_handed_out_after_it_is_excused)."""
+    _clean(1876)

@@ -277,3 +277,30 @@ def test_a_hanging_transaction_is_excused_only_by_a_loss_of_its_partition_or_of_
         assert "tid-0#0" in (excuse({("t", 0): [2.0], ("__transaction_state", 5): [2.0]}) or "")
     finally:
         log.close()
+
+
+def test_a_transactional_record_prefetched_before_a_loss_and_handed_out_after_it_is_excused(tmp_path):
+    """Seed 1876: the read_committed observer fetched tx1-2@10 (a committed transaction begun at
+    3.7 s, below the HW and the LSO) at 4.0 s, but its poll waited on a fetch from a crashed broker
+    and handed it out only at 14.5 s. Every ISR member of tx1-2 had lost its unsynced records at
+    11.4 s; the log started over and another transaction took offset 10. The excuse of
+    Simulation.observe (the partition exposed after the older record was written) must know when
+    transactional records were written (TxnHistory: their transaction's start), as it knows the
+    producers' (History.by_value)."""
+    sim = Simulation(1, Options(), root=tmp_path)
+    h = sim.txn_history = TxnHistory({"tx1": 3})
+    old = Txn("txn-1", "tid-1", 5, 3.7, {("tx1", 2): [b"old"]}, None, {}, True, "committed", 1000, 0)
+    new = Txn("txn-0", "tid-0", 10, 17.6, {("tx1", 2): [b"new"]}, None, {}, True, "committed", 6000, 0)
+    h.txns += [old, new]
+    h.by_value.update({b"old": old, b"new": new})
+    sim.exposures[("tx1", 2)] = [11.4]
+    sim.loop._now = 14.5
+    sim.observe("tx1", 2, 10, b"old", "rc-observer#1")
+    sim.loop._now = 17.7
+    sim.observe("tx1", 2, 10, b"new", "rc-observer#1")
+    assert [v.check for v in sim.violations] == [] and sim.exempt == 1
+    # Not excused when the loss came before the older transaction began: a real replacement.
+    sim.exposures[("tx1", 2)] = [3.0]
+    sim.loop._now = 18.0
+    sim.observe("tx1", 2, 10, b"old", "rc-observer#1")
+    assert [v.check for v in sim.violations] == ["inconsistent-offset"]
