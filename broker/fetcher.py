@@ -335,13 +335,22 @@ class ReplicaFetcher:
             if response.error_code:
                 raise KafkaError(f"Fetch from broker {self.source_id}: {ErrorCode(response.error_code).name}")
             return True
+        unused = False
         for topic, parts in response.responses:
             for pd in parts:
                 key = (topic, pd.partition)
                 state = self.partitions.get(key)
                 if state is None or state is not ready.get(key):
+                    # Removed, or replaced (a LeaderAndIsr of a new leader epoch) while we asked.
+                    # The leader's session took this answer as delivered: its high watermark
+                    # and log start are not sent again until they change, and a replaced
+                    # partition that truncates before the next Fetch stays in the session. On a
+                    # quiet partition its HW never came (simulator seed 2301).
+                    unused = unused or state is not None
                     continue
                 self._process_partition(key, state, pd)
+        if unused:
+            session.resend_all()
         return True
 
     def _process_partition(self, key, state: PartitionFetchState, pd) -> None:

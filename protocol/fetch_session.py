@@ -121,6 +121,13 @@ class FetchSessionHandler:
             self.epoch = next_epoch(self.epoch)
         return True
 
+    def resend_all(self) -> None:
+        """A response's answer for a partition that stays in the session was not used: the
+        leader's session sends a partition's high watermark and log start only when they
+        changed since its last answer, so the next fetch is full (it answers every partition)."""
+        if not self.full:
+            self.epoch = INITIAL_EPOCH
+
     def handle_error(self) -> None:
         """No response (the connection failed): the next fetch is full and closes the session."""
         self.epoch = INITIAL_EPOCH

@@ -296,3 +296,65 @@ def test_a_follower_with_records_whose_fetch_offset_is_inside_a_leader_batch_is_
     assert log.log_end_offset == 4 and log.log_start_offset == 0
     assert state.delayed_until_ms > 0
     log.close()
+
+
+class SessionLeader:
+    """A leader's end of a KIP-227 fetch session for partition t-0 (Kafka's
+    CachedPartition.maybeUpdateResponseData): a full fetch answers it; an incremental one only
+    when its high watermark changed since the last answer. ``during`` runs while a fetch is
+    in flight."""
+
+    def __init__(self, high_watermark: int) -> None:
+        self.high_watermark = high_watermark
+        self.sent_high_watermark = -1
+        self.during = None
+        self.fulls = 0
+
+    async def fetch(self, request, eager=False):
+        from protocol.fast_codecs import FetchPartitionData, FetchResponse
+        if self.during is not None:
+            during, self.during = self.during, None
+            during()
+        full = request.session_epoch == 0
+        self.fulls += full
+        parts = []
+        if full or self.sent_high_watermark != self.high_watermark:
+            self.sent_high_watermark = self.high_watermark
+            parts.append(FetchPartitionData(0, 0, self.high_watermark, self.high_watermark, 0, None))
+        return FetchResponse(0, 0, 7, [("t", parts)] if parts else [])
+
+
+async def test_an_answer_dropped_for_a_state_replaced_in_flight_is_asked_again_in_a_full_fetch(tmp_path, time):
+    # Simulator seed 2301: a LeaderAndIsr of a new leader epoch (same leader) replaced the
+    # partition's fetch state while a Fetch was in flight; its answer, the leader's HW 59 (nothing
+    # new to read), went unused, the new state's truncation cut nothing, and the partition stayed
+    # in the session with the same fetch position: the leader's session, which took HW 59 as
+    # delivered, never sent it again. The follower kept HW 58 below its log end 59 for ever.
+    log = follower_log(tmp_path / "t-0", time, [(2, 59)])
+    log.update_high_watermark(58)
+    partition = follower(log, time)
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None, follower_quota=None,
+                              on_truncated_below_recovery_point=None, fetch_wait_max_ms=500, fetch_min_bytes=1,
+                              fetch_max_bytes=1 << 20, fetch_response_max_bytes=10 << 20)
+    fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)  # type: ignore[arg-type]
+    state = PartitionFetchState(partition, leader_epoch=2)
+    state.truncating = False
+    fetcher.partitions[partition.key] = state
+    leader = SessionLeader(high_watermark=58)
+    assert await fetcher._fetch(leader)  # full: the session starts, HW 58
+    assert fetcher.session.session_id == 7 and log.high_watermark == 58
+
+    replaced = PartitionFetchState(partition, leader_epoch=3)  # truncating
+
+    def new_leader_epoch() -> None:
+        fetcher.partitions[partition.key] = replaced
+        leader.high_watermark = 59  # (the last acks=all produce committed)
+
+    leader.during = new_leader_epoch
+    assert await fetcher._fetch(leader)  # answered HW 59 for a state no longer there
+    assert log.high_watermark == 58
+    replaced.truncating = False  # (the epoch truncation round: nothing to cut)
+    for _ in range(3):
+        assert await fetcher._fetch(leader)
+    assert log.high_watermark == 59
+    assert leader.fulls == 2

@@ -258,3 +258,17 @@ def test_seed_1876_a_transactional_record_prefetched_before_a_loss_is_not_a_viol
     (tests/sim/test_txn.py::
     test_a_transactional_record_prefetched_before_a_loss_and_handed_out_after_it_is_excused)."""
     _clean(1876)
+
+
+def test_seed_2301_a_fetch_answer_dropped_for_a_replaced_partition_state_is_asked_again():
+    """Seed 2301 (the reassignment workload): broker 4 followed t0-2 from broker 3 at leader epoch
+    2, log end 59, HW 58, when the move's end (leader epoch 3, same leader) replaced its fetch
+    state in the middle of a Fetch. The answer, HW 59 and no records, was dropped (the state was
+    no longer the one asked for); the new state's truncation cut nothing and the partition stayed
+    in the fetch session at the same position, so the leader's session, which took HW 59 as
+    sent, never sent it again (KIP-227: only a changed HW is answered): broker 4's HW stayed 58
+    below its log end 59 (liveness, 90 s after the heal). A dropped answer now makes the next
+    fetch a full one (tests/broker/test_fetcher_truncation.py::
+    test_an_answer_dropped_for_a_state_replaced_in_flight_is_asked_again_in_a_full_fetch). It
+    failed the same with the eager fetch off."""
+    _clean(2301)
