@@ -182,16 +182,20 @@ async def final_checks(sim: Any, topics: dict[str, int]) -> None:
     await _check_committed_offsets(sim, hws)
 
 
+async def committed_offsets(sim: Any, name: str, groups: list[str]) -> dict[str, dict[Key, int]]:
+    """Each group's committed offsets, asked by a client process ``name``."""
+    async def fetch(client: KafkaClient) -> dict[str, dict[Key, int]]:
+        admin = GroupAdmin(client)
+        return {g: {(tp.topic, tp.partition): o for tp, o in (await admin.committed(g)).items()} for g in groups}
+    return await sim.with_client(name, fetch)
+
+
 async def _check_committed_offsets(sim: Any, hws: dict[Key, int]) -> None:
     groups = sorted({g for g, _t, _p in sim.history.committed})
     if not groups:
         return
-    async def fetch(client: KafkaClient) -> dict[str, dict[Key, int]]:
-        admin = GroupAdmin(client)
-        return {g: {(tp.topic, tp.partition): o for tp, o in (await admin.committed(g)).items()} for g in groups}
-
     try:
-        committed = await sim.with_client("verifier", fetch)
+        committed = await committed_offsets(sim, "verifier", groups)
     except (KafkaError, asyncio.TimeoutError) as exc:
         sim.violation("liveness", f"cannot fetch the groups' committed offsets: {type(exc).__name__}: {exc}")
         return

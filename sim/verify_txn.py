@@ -37,11 +37,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from protocol.client import KafkaClient
-from protocol.client.group import GroupAdmin
 from protocol.errors import KafkaError
 from protocol.records import batch_body, decode_records, iter_batch_headers
 
+from .verify import committed_offsets
 from .workload_txn import Txn, TxnHistory
 
 Key = tuple[str, int]
@@ -277,11 +276,8 @@ async def final_txn_checks(sim: Any, history: TxnHistory) -> None:
     groups = sorted({t.group for t in history.txns if t.group is not None})
     committed: dict[str, dict[Key, int]] = {}
     if groups:
-        async def fetch(client: KafkaClient) -> dict[str, dict[Key, int]]:
-            admin = GroupAdmin(client)
-            return {g: {(tp.topic, tp.partition): o for tp, o in (await admin.committed(g)).items()} for g in groups}
         try:
-            committed = await sim.with_client("txn-verifier", fetch)
+            committed = await committed_offsets(sim, "txn-verifier", groups)
         except (KafkaError, asyncio.TimeoutError) as exc:
             sim.violation("liveness", f"cannot fetch the transactional groups' offsets: {type(exc).__name__}: {exc}")
             return
