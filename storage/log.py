@@ -14,8 +14,9 @@ in Kafka's UnifiedLog, and bounds what retention may delete.
 
 Producer state (idempotent producer): ``producer_state`` (see producer_state.py) is checked
 on client appends, replayed from headers on follower appends and at load (from the newest
-``<offset>.snapshot``, taken at each roll and at ``close``), and follows truncation and the
-log start offset.
+``<offset>.snapshot``, taken at each roll and at ``close``, at or below the recovery point:
+after a crash that is what rebuilds the aborted transactions above it), and follows truncation
+and the log start offset.
 
 Deletion is delayed as in Kafka: a segment leaving the log (retention, the log start offset,
 truncation, a compaction swap) is renamed to ``<name>.deleted`` and deleted by

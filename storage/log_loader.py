@@ -17,9 +17,12 @@
    went (a WARNING; INFO when only a zero tail of the last segment was cut: no data lost);
 5. the log end offset (LEO), log start offset and recovery point follow; the leader epoch
    cache is cut to [log start, LEO];
-6. the producer state is reloaded from the newest snapshot at or below the LEO and the
-   batch headers after it replayed (then a snapshot is taken at the LEO, not fsynced: it
-   only saves replay time, and a torn one fails its CRC and is ignored);
+6. the producer state is reloaded from the newest snapshot at or below the recovery point
+   (the LEO after a clean shutdown; the snapshots above it are deleted: taken from a tail
+   the crash may have cut, they would skip markers whose ``.txnindex`` entries it took) and
+   the batch headers after it replayed, to the LEO, rebuilding the aborted transactions of
+   the markers replayed (then a snapshot is taken at the LEO, not fsynced: it only saves
+   replay time, and a torn one fails its CRC and is ignored);
 7. every file loading opened is closed again: a loaded log holds no descriptor until it is
    used, and loading holds at most what the shared budget allows (segment_budget.py), so
    start-up never needs a descriptor per partition, whatever the broker holds.
@@ -165,8 +168,13 @@ class LogLoader:
             recovery_point = min(self.recovery_point_checkpoint, log_end_offset)
         self.leader_epoch_cache.truncate_from_end(log_end_offset)
         self.leader_epoch_cache.truncate_from_start(log_start_offset)
+        # After an unclean shutdown only what is below the recovery point is known durable: the
+        # replay starts from a snapshot at or below it (those above go), so it rebuilds the
+        # aborted transactions of every marker the crash may have taken from the .txnindex files
+        # (Kafka's recoverSegment). After a clean one the recovery point is the LEO: no replay.
         report.producer_batches_replayed = rebuild_producer_state(self.producer_state, segments, bases,
-                                                                  log_start_offset, log_end_offset, self.txn_index)
+                                                                  log_start_offset, log_end_offset, self.txn_index,
+                                                                  recovery_point=recovery_point)
         if report.producer_batches_replayed:
             # Not fsynced: two fsyncs per partition made most of the time of an unclean start
             # with many partitions; the snapshot only saves the next replay (take_snapshot).
@@ -308,14 +316,20 @@ class LogLoader:
 
 
 def rebuild_producer_state(producer_state: ProducerStateManager, segments: list[LogSegment], bases: list[int],
-                           log_start_offset: int, log_end_offset: int, txn_index: TransactionIndex | None = None) -> int:
-    """Reset the producer state to the newest snapshot at or below the LEO (snapshots
-    above it are deleted) and replay the batch headers after it; returns how many batch
-    headers were read (none after a clean shutdown: the snapshot is at the LEO). Kafka's
-    ``UnifiedLog.rebuildProducerState``: loading and truncation both use it. The aborted
-    transactions of the markers replayed are written to ``txn_index`` anew (its entries from
-    the replay's start on are dropped first), so recovery rebuilds the ``.txnindex`` files."""
-    start = producer_state.truncate_and_reload(log_start_offset, log_end_offset)
+                           log_start_offset: int, log_end_offset: int, txn_index: TransactionIndex | None = None, *,
+                           recovery_point: int | None = None) -> int:
+    """Reset the producer state to the newest snapshot at or below ``recovery_point`` (default:
+    the LEO; snapshots above it are deleted) and replay the batch headers after it, to the LEO;
+    returns how many batch headers were read (none after a clean shutdown: the snapshot is at
+    the LEO). Kafka's ``UnifiedLog.rebuildProducerState``: loading and truncation both use it.
+    The aborted transactions of the markers replayed are written to ``txn_index`` anew (its
+    entries from the replay's start on are dropped first), so recovery rebuilds the
+    ``.txnindex`` entries above the recovery point, which a power loss may have taken: those
+    below it are durable (``Log.begin_flush`` fsyncs them). A snapshot above the recovery point
+    (one fsynced at a roll, say) would skip some of them, as Kafka's ``recoverSegment`` never
+    replays from one above the segment it recovers."""
+    bound = log_end_offset if recovery_point is None else min(recovery_point, log_end_offset)
+    start = producer_state.truncate_and_reload(log_start_offset, bound)
     if txn_index is not None:
         txn_index.truncate_from(start)
     if start >= log_end_offset:

@@ -527,8 +527,10 @@ class ProducerStateManager:
             self._delete_snapshot(offset)
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int) -> int:
-        """Reset the state to the newest intact snapshot in [log start, log end]; returns its
-        offset (the log start when there is none), from which the caller replays.
+        """Reset the state to the newest intact snapshot in [log start, ``log_end_offset``];
+        returns its offset (the log start when there is none), from which the caller replays.
+        (Kafka's truncateAndReload; recovery after a crash passes the recovery point as
+        ``log_end_offset``, as Kafka's recoverSegment passes the segment's base offset.)
 
         Snapshots outside the range are deleted; so is one that does not read back intact
         (one warning each). Producers whose last batch is below the log start are dropped.

@@ -371,23 +371,34 @@ def test_snapshots_stay_few_while_the_log_rolls(tmp_path):
     assert snapshots(log) == [floor] + [s.base_offset for s in log.segments[-2:]]
 
 
-def test_unclean_restart_rebuilds_from_the_latest_snapshot_and_the_tail(tmp_path):
+def test_unclean_restart_replays_from_the_snapshot_at_or_below_the_recovery_point(tmp_path):
+    """After a crash only what is below the recovery point is known durable: the replay starts
+    from the newest snapshot at or below it (Kafka's recoverSegment), not from a newer one (a
+    roll's, above markers whose .txnindex entries the crash may have taken), nor from zero.
+    The snapshots above the recovery point go; one is taken at the LEO after the replay."""
     log = open_log(tmp_path / "t-0", segment_bytes=600)
     seqs = {1: 0, 2: 0}
     last = {}
     for i in range(40):
+        if i == 20:
+            log.flush()
         pid, n = 1 + i % 2, 1 + i % 3
         info = log.append_as_leader(idem(seqs[pid], n, pid=pid), 0)
         last[pid] = (seqs[pid], n, info.first_offset, info.last_offset)
         seqs[pid] += n
     assert log.num_segments >= 3
+    recovery_point = log.recovery_point
+    floor = max(s for s in snapshots(log) if s <= recovery_point)
+    assert 0 < floor <= recovery_point < max(snapshots(log))  # a newer snapshot, above the recovery point
+    tail = sum(1 for s in log.segments for _pos, h in iter_batch_headers(s.records.buffer(s.size))
+               if h.base_offset >= floor)
     expected = state_of(log)
     # A crash: the files as they are, never closed (no snapshot at the LEO).
     shutil.copytree(log.dir, tmp_path / "copy" / "t-0")
     crashed = Log.open(tmp_path / "copy" / "t-0", LogConfig(segment_bytes=600), time=MockTime(),
-                       had_clean_shutdown=False)
-    assert 0 < crashed.recovery_report.producer_batches_replayed < 40
-    assert snapshots(crashed)[-1] == crashed.log_end_offset  # taken after the replay
+                       recovery_point=recovery_point, had_clean_shutdown=False)
+    assert 0 < crashed.recovery_report.producer_batches_replayed == tail < 40
+    assert [s for s in snapshots(crashed) if s >= floor] == [floor, crashed.log_end_offset]  # retaken after the replay
     for pid, (epoch, batches) in state_of(crashed).items():
         assert epoch == expected[pid][0] and batches == expected[pid][1][-len(batches):]
         seq, n, first, end = last[pid]
@@ -408,6 +419,9 @@ from storage import Log, LogConfig
 log = Log.open(Path(sys.argv[2]), LogConfig(segment_bytes=2000), time=MockTime())
 seqs = {1: 0, 2: 0, 3: 0}
 for i in range(120):
+    if i == 60:
+        log.flush()
+        print("flushed", log.recovery_point, flush=True)
     pid, n = 1 + i % 3, 1 + i % 4
     records = [Record(timestamp=1_700_000_000_000 + i, value=b"x" * 30) for _ in range(n)]
     info = log.append_as_leader(build_batch(records, producer_id=pid, producer_epoch=1, base_sequence=seqs[pid]), 0)
@@ -423,17 +437,23 @@ def test_kill_9_then_the_state_is_rebuilt(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(repo), str(tmp_path / "t-0")], stdout=subprocess.PIPE,
                              text=True)
     last: dict[int, tuple[int, int, int, int]] = {}
+    recovery_point = 0
     for line in child.stdout:
         words = line.split()
         if words[0] == "done":
             assert int(words[1]) >= 3
             break
+        if words[0] == "flushed":  # the replay starts from a snapshot at or below it
+            recovery_point = int(words[1])
+            continue
         pid, seq, n, first, end = map(int, words[1:])
         last[pid] = (seq, n, first, end)
     child.send_signal(signal.SIGKILL)
     child.communicate()
     assert child.returncode == -signal.SIGKILL
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=2000), time=MockTime(), had_clean_shutdown=False)
+    assert recovery_point > 0
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=2000), time=MockTime(), recovery_point=recovery_point,
+                   had_clean_shutdown=False)
     check_consistent(log)
     assert 0 < log.recovery_report.producer_batches_replayed < 120
     for pid, (seq, n, first, end) in last.items():

@@ -266,3 +266,45 @@ def test_flush_rewrites_a_txn_index_whose_append_failed(tmp_path, monkeypatch):
     with open(path, "rb") as f:
         assert decode_entries(f.read()) == [AbortedTxn(A, 0, 1, 2)]
     assert durable[os.path.realpath(path)] == ENTRY_SIZE
+
+
+def test_unclean_restart_rebuilds_aborted_txns_above_the_recovery_point(tmp_path, monkeypatch):
+    """After an unclean shutdown the producer state is replayed from a snapshot at or below the
+    recovery point, not from a newer one (Kafka's LogLoader.recoverLog / recoverSegment): the
+    snapshot taken (and fsynced) at a roll may sit above an ABORT marker whose .txnindex entry
+    was never fsynced. A power loss takes that entry; replaying only from the newer snapshot
+    never brought it back, and a read_committed fetch was handed the aborted records."""
+    durable = _record_fsyncs(monkeypatch)
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time)
+    log.append_as_leader(plain(2), 0)                 # 0-1
+    log.append_as_leader(txn(B, 0), 0)                # 2: B's transaction, open across the roll
+    log.flush()
+    recovery_point = log.recovery_point
+    assert recovery_point == 3
+    log.append_as_leader(txn(A, 0, 2), 0)             # 3-4
+    log.append_end_txn_marker(A, 0, 0, False, 0)      # 5: A aborts (B still open: LSO 2)
+    end_of_abort = log.log_end_offset
+    log.roll()                                        # a snapshot at 6, fsynced, above the marker
+    log.append_as_leader(txn(B, 1), 0)                # 6
+    log.append_end_txn_marker(B, 0, 0, False, 0)      # 7: B aborts
+    entries = [AbortedTxn(A, 3, 5, 2), AbortedTxn(B, 2, 7, 8)]
+    assert log.txn_index.entries == entries
+    assert [s.base_offset for s in log.segments] == [0, end_of_abort]
+    assert end_of_abort in log.producer_state.snapshot_offsets
+    end = log.log_end_offset
+    for segment in log.segments:                      # a power loss: no close, unsynced tails gone
+        segment.close()
+    _power_loss(tmp_path / "t-0", durable, ".txnindex")
+    assert not any(os.path.getsize(log.txn_index.path(b)) for b in (0, end_of_abort)
+                   if os.path.exists(log.txn_index.path(b)))
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=recovery_point,
+                        had_clean_shutdown=False)
+    assert reopened.log_end_offset == end
+    assert reopened.txn_index.entries == entries
+    assert reopened.txn_index.segment_entries(0) == entries[:1]
+    assert reopened.collect_aborted_transactions(0, end) == entries
+    assert reopened.producer_state.ongoing_txns == {}
+    # the snapshots above the recovery point are not trusted: gone, one retaken at the LEO
+    assert [o for o in reopened.producer_state.snapshot_offsets if o > recovery_point] == [end]
+
