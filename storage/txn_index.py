@@ -13,10 +13,12 @@ order their markers were written. An entry is 34 bytes, big-endian (Kafka's ``Ab
 ``TransactionIndex`` keeps every segment's entries in memory (aborts are rare; a list per
 segment) and appends each new one to its file; truncation and dropped segments rewrite or
 remove the files. A file is fsynced by the flush of its segment (``dup_fds_for_flush`` /
-``mark_synced``; Kafka's ``LogSegment.flush`` flushes its ``txnIndex``): recovery only rebuilds
-the entries after the producer state snapshot (log_loader.py), so those below the recovery
-point must be durable. One whose append failed is rewritten whole by that flush. The files
-carry no checksum, as Kafka's.
+``mark_synced``; Kafka's ``LogSegment.flush`` flushes its ``txnIndex``): recovery after a crash
+rebuilds the entries from the producer state snapshot at or below the recovery point on
+(log_loader.py), so those below the recovery point must be durable. One whose append failed is
+rewritten whole by that flush. A file a crash left with a torn last entry is cut to its whole
+entries when loaded (else the next append would land after the torn bytes and misread). The
+files carry no checksum, as Kafka's.
 Not thread-safe: the owning Log's thread only.
 """
 
@@ -108,12 +110,16 @@ class TransactionIndex:
                 fileio.unlink_if_exists(path)
                 continue
             try:
-                entries = decode_entries(path.read_bytes())
+                data = path.read_bytes()
+                entries = decode_entries(data)
             except (OSError, ValueError) as exc:
                 log.warning("%s: ignoring %s: %s", self.dir.name, name, exc)
                 fileio.unlink_if_exists(path)
                 continue
-            if entries:
+            if len(data) % ENTRY_SIZE:
+                log.info("%s: cutting the torn last entry of %s", self.dir.name, name)
+                self._set(base, entries)  # (rewritten without it; fsynced by the next flush)
+            elif entries:
                 self._by_segment[base] = entries
         self._reindex()
 

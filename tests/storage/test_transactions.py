@@ -308,3 +308,39 @@ def test_unclean_restart_rebuilds_aborted_txns_above_the_recovery_point(tmp_path
     # the snapshots above the recovery point are not trusted: gone, one retaken at the LEO
     assert [o for o in reopened.producer_state.snapshot_offsets if o > recovery_point] == [end]
 
+
+def test_a_torn_last_txn_index_entry_is_cut_at_load(tmp_path, monkeypatch):
+    """A power loss in the middle of an append may leave a torn prefix of the last entry (the
+    simulated disk's torn write). Loading cuts it: else the next entry is appended after the
+    torn bytes, and every later load misreads the file from there (the new entry lost, a
+    garbage one in its place)."""
+    durable = _record_fsyncs(monkeypatch)
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time)
+    log.append_as_leader(txn(A, 0), 0)                # 0
+    log.append_end_txn_marker(A, 0, 0, False, 0)      # 1: A aborts, its entry fsynced below
+    log.flush()
+    recovery_point = log.log_end_offset
+    log.close()                                       # a snapshot at 2: the replay starts there
+    log = open_log(tmp_path / "t-0", time=time)
+    log.append_as_leader(txn(B, 0), 0)                # 2
+    log.append_end_txn_marker(B, 0, 0, False, 0)      # 3: B aborts; the crash keeps half its entry
+    for segment in log.segments:
+        segment.close()
+    path = os.path.realpath(log.txn_index.path(0))
+    assert durable[path] == ENTRY_SIZE
+    os.truncate(path, ENTRY_SIZE + ENTRY_SIZE // 2)
+    _power_loss(tmp_path / "t-0", durable, ".log")   # the log's tail is gone with it: LEO 2
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=recovery_point,
+                        had_clean_shutdown=False)
+    assert reopened.log_end_offset == recovery_point
+    assert reopened.producer_state.snapshot_offsets == [recovery_point]
+    assert reopened.txn_index.entries == [AbortedTxn(A, 0, 1, 2)]
+    reopened.append_as_leader(txn(B, 0), 0)           # 2
+    reopened.append_end_txn_marker(B, 0, 0, False, 0) # 3: B aborts again
+    entries = [AbortedTxn(A, 0, 1, 2), AbortedTxn(B, 2, 3, 4)]
+    reopened.close()
+    again = Log.open(tmp_path / "t-0", LogConfig(), time=time)
+    assert again.txn_index.entries == entries
+    with open(path, "rb") as f:
+        assert decode_entries(f.read()) == entries
