@@ -16,9 +16,10 @@ remove the files. A file is fsynced by the flush of its segment (``dup_fds_for_f
 ``mark_synced``; Kafka's ``LogSegment.flush`` flushes its ``txnIndex``): recovery after a crash
 rebuilds the entries from the producer state snapshot at or below the recovery point on
 (log_loader.py), so those below the recovery point must be durable. One whose append failed is
-rewritten whole by that flush. A file a crash left with a torn last entry is cut to its whole
-entries when loaded (else the next append would land after the torn bytes and misread). The
-files carry no checksum, as Kafka's.
+rewritten whole by that flush. Truncation cuts a file in place (``_cut``), never rewrites it:
+its durable entries stay durable. A file a crash left with a torn last entry is cut to its
+whole entries when loaded (else the next append would land after the torn bytes and misread).
+The files carry no checksum, as Kafka's.
 Not thread-safe: the owning Log's thread only.
 """
 
@@ -116,11 +117,11 @@ class TransactionIndex:
                 log.warning("%s: ignoring %s: %s", self.dir.name, name, exc)
                 fileio.unlink_if_exists(path)
                 continue
+            if entries:
+                self._by_segment[base] = entries
             if len(data) % ENTRY_SIZE:
                 log.info("%s: cutting the torn last entry of %s", self.dir.name, name)
-                self._set(base, entries)  # (rewritten without it; fsynced by the next flush)
-            elif entries:
-                self._by_segment[base] = entries
+                self._cut(base, entries)
         self._reindex()
 
     def _reindex(self) -> None:
@@ -153,7 +154,7 @@ class TransactionIndex:
             entries = self._by_segment[base]
             kept = [e for e in entries if e.last_offset < offset]
             if len(kept) != len(entries):
-                self._set(base, kept)
+                self._cut(base, kept)
         self._reindex()
 
     def drop_segments(self, bases: Iterable[int]) -> None:
@@ -208,6 +209,33 @@ class TransactionIndex:
         except OSError as exc:
             self._failed.add(base)
             log.error("%s: cannot rewrite %s: %s", self.dir.name, path.name, exc)
+
+    def _cut(self, base: int, kept: list[AbortedTxn]) -> None:
+        """The file of ``base`` holds ``kept`` and then more (entries or a torn one): cut it in
+        place to ``kept``, its first entries. Not rewritten: a rewrite renamed into place unsynced
+        could lose, in a power loss, entries below the recovery point that were durable, which
+        recovery does not rebuild; a cut undone by one only brings back what the next load drops."""
+        if base in self._failed:  # the file may not hold what memory does: rewritten whole
+            self._set(base, kept)
+            return
+        path = self.path(base)
+        if kept:
+            self._by_segment[base] = kept
+        else:
+            self._by_segment.pop(base, None)
+        self._changed(base)
+        try:
+            if kept:
+                fd = fileio.open(path, os.O_WRONLY)
+                try:
+                    fileio.ftruncate(fd, len(kept) * ENTRY_SIZE)
+                finally:
+                    fileio.close(fd)
+            else:
+                fileio.unlink_if_exists(path)
+        except OSError as exc:
+            self._failed.add(base)
+            log.error("%s: cannot cut %s: %s", self.dir.name, path.name, exc)
 
     def _changed(self, base: int) -> None:
         self._unsynced[base] = self._unsynced.get(base, 0) + 1

@@ -138,3 +138,33 @@ def test_a_descriptor_a_crash_closed_is_refused_not_passed_on_to_whatever_file_r
     with pytest.raises(OSError) as raised:
         fileio.close(fd)  # closed twice
     assert raised.value.errno == errno.EBADF
+
+
+def test_a_txn_index_cut_by_a_truncation_keeps_its_durable_entries_through_a_power_loss(disk, tmp_path):
+    """A truncation cuts a .txnindex file in place: rewritten and renamed into place unsynced,
+    a power loss left it empty (a rename is durable here at once, its contents are not), and
+    the aborted transactions below the recovery point, which recovery does not rebuild (it
+    replays from the snapshot at or below the recovery point), were gone for good."""
+    from storage.txn_index import AbortedTxn
+
+    def txn(pid: int, seq: int) -> bytes:
+        return build_batch([Record(timestamp=1_700_000_000_000, value=b"v")], producer_id=pid, producer_epoch=0,
+                           base_sequence=seq, transactional=True)
+
+    time = MockTime()
+    d = tmp_path / "m" / "t-0"
+    log = Log.open(d, LogConfig(), time=time)
+    log.append_as_leader(txn(1, 0), 0)                # 0
+    log.append_end_txn_marker(1, 0, 0, False, 0)      # 1: 1 aborts
+    log.flush()
+    log.close()                                       # clean: the snapshot at 2 is where a replay starts
+    log = Log.open(d, LogConfig(), time=time)
+    log.append_as_leader(txn(2, 0), 0)                # 2
+    log.append_end_txn_marker(2, 0, 0, False, 0)      # 3: 2 aborts
+    log.truncate_to(3)                                # (a follower's truncation) its entry goes
+    assert log.txn_index.entries == [AbortedTxn(1, 0, 1, 2)]
+    disk.crash("m", power_loss=True)
+    recovered = Log.open(d, LogConfig(), time=time, recovery_point=2, had_clean_shutdown=False)
+    assert recovered.producer_state.snapshot_offsets == [2]
+    assert recovered.txn_index.entries == [AbortedTxn(1, 0, 1, 2)]
+    recovered.close()
