@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING, Iterable, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Coroutine, Iterable, NamedTuple, TypeVar, cast
 
 from .. import fast_codecs
 from ..api_keys import ApiKey
 from ..errors import CorruptRecordError, ErrorCode, KafkaError, OffsetOutOfRangeError, error_for
 from ..records import batch_body, compute_crc, decode_records, iter_batch_headers
-from .clock import sleep
 from .cluster import KafkaClient
 from .connection import KafkaConnectionError, wire_error
 from .metadata import PartitionMetadata, TopicPartition
@@ -20,6 +19,8 @@ if TYPE_CHECKING:
     from ..fast_codecs import Records
 
 log = logging.getLogger("kbroker.client")
+
+T = TypeVar("T")
 
 
 class ConsumerRecord(NamedTuple):
@@ -46,7 +47,13 @@ class Consumer:
     resolved lazily (ListOffsets) at the next fetch or ``position`` call; a partition with no
     position starts per ``auto_offset_reset`` ("earliest", "latest" or "none": raise).
 
-    Each round sends one Fetch per leader covering its partitions. Records below the
+    Fetches are per node, as Kafka's Fetcher sends them: at most one Fetch in flight to each
+    leader, covering its fetchable partitions, kept in flight across polls. A poll hands out
+    what the fetches that completed returned and sends new fetches to the nodes with none in
+    flight; it waits (up to its timeout) only while nothing has completed, so one slow or
+    silently dead leader holds back only its own partitions. A partition's position moves only
+    with the records handed out; an answer for a partition whose position changed while it was
+    in flight (seek, assign, reset) is dropped. Records below the
     position inside the first batch are skipped, a truncated trailing batch is dropped (the
     next fetch starts at it), control batches and (with isolation_level 1) aborted
     transactions are skipped. Leader changes trigger a metadata refresh; OFFSET_OUT_OF_RANGE
@@ -72,6 +79,17 @@ class Consumer:
         self._resets: dict[TopicPartition, int] = {}  # pending seeks by timestamp (-2 earliest, -1 latest)
         self._buffer: collections.deque[ConsumerRecord] = collections.deque()
         self._refresh_needed = False
+        self._refresh: asyncio.Task[object] | None = None  # a metadata refresh in flight
+        self._refreshed_at: float | None = None  # when the last refresh was started
+        self._resetting: asyncio.Task[None] | None = None  # ListOffsets for positions to reset, in flight
+        # The Fetch in flight to each node: the positions it asked for and its task.
+        self._inflight: dict[int, tuple[dict[TopicPartition, int], asyncio.Task[fast_codecs.FetchResponse]]] = {}
+        self._node_backoff: dict[int, float] = {}  # node -> no fetch to it before this (after a failure)
+        # A partition answered with an error that calls for new metadata is not fetched again
+        # before this (its leader would answer the same at once).
+        self._partition_backoff: dict[TopicPartition, float] = {}
+        self._wakeup: asyncio.Future[None] | None = None  # what a waiting poll awaits
+        self._pending_error: BaseException | None = None  # raised by the next poll (records came first)
         # Positions reset per auto_offset_reset after OFFSET_OUT_OF_RANGE, per partition: the
         # position may move back then (a new leader's log start below the old one's), as in Kafka.
         self.out_of_range_resets: collections.Counter[TopicPartition] = collections.Counter()
@@ -147,7 +165,8 @@ class Consumer:
                 self._positions[tp] = cast(tuple[int, int], found[tp])[0]
 
     async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """The records fetched within ``timeout_ms`` (at most one round once any arrive)."""
+        """The records of the fetches that completed, waiting up to ``timeout_ms`` while none
+        has (Kafka's ``poll``: fetches stay in flight across calls)."""
         if self._buffer:
             out: dict[TopicPartition, list[ConsumerRecord]] = collections.defaultdict(list)
             while self._buffer:
@@ -156,11 +175,18 @@ class Consumer:
             return dict(out)
         deadline = self._time.monotonic_ms() + timeout_ms
         while True:
-            await self._update_positions()
-            remaining = max(0.0, deadline - self._time.monotonic_ms())
-            records = await self._fetch(int(min(self._max_wait_ms, remaining)))
-            if records or self._time.monotonic_ms() >= deadline:
+            self._raise_pending()
+            self._maybe_reset_positions()
+            self._maybe_refresh_metadata()
+            records = self._collect_fetches()
+            self._send_fetches()  # (also when returning: the next poll's records are on their way)
+            if records:
                 return records
+            self._raise_pending()
+            remaining = deadline - self._time.monotonic_ms()
+            if remaining <= 0:
+                return {}
+            await self._wait(remaining)
 
     def __aiter__(self) -> "Consumer":
         return self
@@ -171,61 +197,152 @@ class Consumer:
                 self._buffer.extend(records)
         return self._buffer.popleft()
 
-    async def _fetch(self, max_wait_ms: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        if self._refresh_needed:
+    def close(self) -> None:
+        """Cancel the fetches, resets and refresh in flight (the consumer may be used again)."""
+        for _offsets, task in self._inflight.values():
+            task.cancel()
+        self._inflight.clear()
+        if self._refresh is not None:
+            self._refresh.cancel()
+        if self._resetting is not None:
+            self._resetting.cancel()
+        self._refresh = self._resetting = None
+
+    # -- what a poll starts and collects -------------------------------------------------------
+
+    def _raise_pending(self) -> None:
+        error, self._pending_error = self._pending_error, None
+        if error is not None:
+            raise error
+
+    def _background(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._on_done)
+        return task
+
+    def _on_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the poll that collects it raises or logs it
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def _wait(self, ms: float) -> None:
+        """Until something in flight completes, a node's backoff ends, or ``ms`` passed."""
+        now = self._time.monotonic_ms()
+        wake_at = now + ms
+        for backoff in (self._node_backoff, self._partition_backoff):
+            if backoff:
+                wake_at = min(wake_at, min(backoff.values()))
+        if self._refresh_needed and self._refresh is None and self._refreshed_at is not None:
+            wake_at = min(wake_at, self._refreshed_at + self._retry_backoff_ms)
+        self._wakeup = asyncio.get_running_loop().create_future()
+        handle = self._time.schedule(max(0.0, wake_at - now), self._wake)
+        try:
+            await self._wakeup
+        finally:
+            handle.cancel()
+            self._wakeup = None
+
+    def _maybe_reset_positions(self) -> None:
+        """Start ListOffsets for the positions to reset (none in flight); raise its failure."""
+        task = self._resetting
+        if task is not None:
+            if not task.done():
+                return
+            self._resetting = None
+            if not task.cancelled() and task.exception() is not None:
+                raise cast(BaseException, task.exception())
+        if self._resets or any(position is None for position in self._positions.values()):
+            self._resetting = self._background(self._update_positions())
+
+    def _maybe_refresh_metadata(self) -> None:
+        task = self._refresh
+        if task is not None:
+            if not task.done():
+                return
+            self._refresh = None
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("consumer metadata refresh failed: %s", task.exception())
+                self._refresh_needed = True
+        now = self._time.monotonic_ms()
+        if self._refresh_needed and (self._refreshed_at is None or now >= self._refreshed_at + self._retry_backoff_ms):
             self._refresh_needed = False
-            try:
-                await self._client.refresh_metadata(sorted({tp.topic for tp in self._positions}))
-            except KafkaConnectionError as exc:
-                log.warning("consumer metadata refresh failed: %s", exc)
+            self._refreshed_at = now
+            self._refresh = self._background(
+                self._client.refresh_metadata(sorted({tp.topic for tp in self._positions})))
+
+    def _send_fetches(self) -> None:
+        """A Fetch to every leader with fetchable partitions and no Fetch in flight."""
+        now = self._time.monotonic_ms()
+        self._node_backoff = {node: until for node, until in self._node_backoff.items() if until > now}
+        self._partition_backoff = {tp: until for tp, until in self._partition_backoff.items() if until > now}
         by_leader: dict[int, dict[TopicPartition, int]] = collections.defaultdict(dict)
         for tp, position in self._positions.items():
+            if position is None or tp in self._partition_backoff:
+                continue
             leader = self._client.cluster.leader(*tp)
             if leader < 0:
                 self._refresh_needed = True
-            elif position is not None:
+            elif leader not in self._inflight and leader not in self._node_backoff:
                 by_leader[leader][tp] = position
-        if by_leader:
-            results = await asyncio.gather(*(self._fetch_from(node, offsets, max_wait_ms)
-                                             for node, offsets in by_leader.items()))
-        else:
-            results = []
-        if self._refresh_needed and max_wait_ms:  # some leader is unknown or failed: do not hammer
-            await sleep(self._time, min(self._retry_backoff_ms, max_wait_ms))
-        return {tp: records for result in results for tp, records in result.items()}
+        for node, offsets in by_leader.items():
+            self._inflight[node] = (offsets, self._background(self._fetch_from(node, offsets)))
 
-    async def _fetch_from(self, node: int, offsets: dict[TopicPartition, int], max_wait_ms: int
-                          ) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def _collect_fetches(self) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """The records of every completed fetch (node order), positions moved past them. An
+        error after some records were taken is kept for the next poll (those records are
+        handed out: their positions moved)."""
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for node in sorted(node for node, (_o, task) in self._inflight.items() if task.done()):
+            offsets, task = self._inflight.pop(node)
+            try:
+                if task.cancelled():
+                    continue
+                try:
+                    response = task.result()
+                except KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.info("fetch from broker %d failed: %s", node, exc)
+                    self._refresh_needed = True
+                    self._node_backoff[node] = self._time.monotonic_ms() + self._retry_backoff_ms
+                    continue
+                self._handle_response(node, offsets, response, out)
+            except Exception as exc:
+                if not out:
+                    raise
+                self._pending_error = exc
+                break
+        return out
+
+    async def _fetch_from(self, node: int, offsets: dict[TopicPartition, int]) -> fast_codecs.FetchResponse:
         by_topic: dict[str, list[fast_codecs.FetchPartition]] = collections.defaultdict(list)
         for tp, offset in offsets.items():
-            # Known: _fetch found the partition's leader in the cluster metadata.
+            # Known: _send_fetches found the partition's leader in the cluster metadata.
             epoch = cast(PartitionMetadata, self._client.cluster.partition(*tp)).leader_epoch
             by_topic[tp.topic].append(fast_codecs.FetchPartition(
                 tp.partition, epoch, offset, -1, self._max_partition_fetch_bytes))
-        try:
-            conn = await self._client.connection(node)
-            version = conn.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
-            request = fast_codecs.FetchRequest(version, -1, max_wait_ms, self._min_bytes, self._max_bytes,
+        conn = await self._client.connection(node)
+        version = conn.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+        request = fast_codecs.FetchRequest(version, -1, self._max_wait_ms, self._min_bytes, self._max_bytes,
                                            self._isolation_level, 0, -1, list(by_topic.items()), [], "")
-            response = await conn.fetch(request, version)
-        except KafkaError as exc:
-            if not exc.retriable:
-                raise
-            log.info("fetch from broker %d failed: %s", node, exc)
-            self._refresh_needed = True
-            return {}
+        return await conn.fetch(request, version)
+
+    def _handle_response(self, node: int, offsets: dict[TopicPartition, int], response: fast_codecs.FetchResponse,
+                         out: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         if response.error_code:
             raise wire_error(response.error_code, f"fetch from broker {node}")
-        out = {}
         for topic, partitions in response.responses:
             for data in partitions:
                 tp = TopicPartition(topic, data.partition)
                 if tp not in offsets or self._positions.get(tp) != offsets[tp]:
-                    continue  # seeked or unassigned while the fetch was out
+                    continue  # seeked, reset, unassigned or fetched elsewhere while the fetch was out
                 records = self._partition_records(tp, data, offsets[tp])
                 if records:
-                    out[tp] = records
-        return out
+                    out.setdefault(tp, []).extend(records)
 
     def _partition_records(self, tp: TopicPartition, data: fast_codecs.FetchPartitionData,
                            offset: int) -> list[ConsumerRecord]:
@@ -238,6 +355,7 @@ class Consumer:
             return []
         if error and error_for(error).invalid_metadata:
             self._refresh_needed = True
+            self._partition_backoff[tp] = self._time.monotonic_ms() + self._retry_backoff_ms
             return []
         if error:
             raise wire_error(error, f"fetch {tp.topic}-{tp.partition} at offset {offset}")

@@ -20,10 +20,11 @@ from protocol.compression import Compression
 from protocol.errors import (ErrorCode, InvalidPartitionsError, OutOfOrderSequenceNumberError, RequestTimedOutError,
                              TopicAlreadyExistsError, UnknownTopicOrPartitionError, UnsupportedVersionError)
 from protocol.framing import Framer
-from protocol.fast_codecs import (FetchPartition, FetchRequest, decode_produce_request, encode_produce_response,
+from protocol.fast_codecs import (FetchPartition, FetchPartitionData, FetchRequest, decode_fetch_request,
+                              decode_produce_request, encode_fetch_response, encode_produce_response,
                               parse_request_header)
 from protocol.messages import APIS, request_is_flexible
-from protocol.records import decode_batch, iter_batch_headers
+from protocol.records import Record, build_batch, decode_batch, iter_batch_headers
 from tests.support import free_port
 
 CLOSE = object()  # a FakeBroker reply: drop the connection instead of answering
@@ -206,6 +207,92 @@ async def test_connect_failure_is_a_connection_error():
     conn = BrokerConnection("127.0.0.1", free_port())
     with pytest.raises(KafkaConnectionError, match="cannot connect"):
         await conn.connect()
+
+
+# ---------------------------------------------------------------------------------------------
+# The consumer's fetches, against two fake brokers on a MockTime that never moves
+
+class TwoLeaders:
+    """Brokers 1 and 2, leading "t"-0 and "t"-1. Broker 1 answers a Fetch of "t"-0 at an
+    offset in ``serve`` with one record there (the value says the offset) and holds any other
+    (a long poll the clock never ends); broker 2 never answers a Fetch (dead without a reset)."""
+
+    def __init__(self, serve: range) -> None:
+        self.serve = serve
+        self.fetches: dict[int, list[int]] = {1: [], 2: []}  # node -> fetch offsets of its partition
+        self.ports: dict[int, int] = {}
+        self.brokers = {node: FakeBroker(lambda header, body, node=node: self.respond(node, header, body))
+                        for node in (1, 2)}
+
+    async def __aenter__(self) -> "TwoLeaders":
+        for node, fake in self.brokers.items():
+            await fake.__aenter__()
+            self.ports[node] = fake.port
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        for fake in self.brokers.values():
+            await fake.__aexit__(*exc_info)
+
+    def respond(self, node: int, header, body: bytes):
+        if header.api_key == ApiKey.METADATA:
+            return response(header.correlation_id, APIS[ApiKey.METADATA].response.build(header.api_version, {
+                "brokers": [{"node_id": n, "host": "127.0.0.1", "port": port} for n, port in self.ports.items()],
+                "controller_id": 1, "topics": [{"error_code": 0, "name": "t", "partitions": [{
+                    "error_code": 0, "partition_index": p, "leader_id": p + 1, "leader_epoch": 0,
+                    "replica_nodes": [p + 1], "isr_nodes": [p + 1]} for p in (0, 1)]}]}))
+        if header.api_key != ApiKey.FETCH:
+            return None
+        request = decode_fetch_request(header.api_version, body, 0)
+        [(_topic, [part])] = request.topics
+        self.fetches[node].append(part.fetch_offset)
+        if node != 1 or part.fetch_offset not in self.serve:
+            return None
+        batch = build_batch([Record(0, 1000, None, b"%d" % part.fetch_offset)], base_offset=part.fetch_offset)
+        chunks, _size = encode_fetch_response(header.api_version, header.correlation_id, [
+            ("t", [FetchPartitionData(0, 0, 100, 100, 0, batch, None)])])
+        return b"".join(bytes(c) for c in chunks)[4:]
+
+
+async def test_a_dead_leader_holds_back_only_its_own_partitions():
+    """Issue 28 (b): the consumer hands out each node's fetch as it completes. Broker 2 never
+    answers, yet each poll returns "t"-0's next record without the clock moving (on the
+    injected clock the dead fetch never times out: a poll waiting for it would never return),
+    and broker 2 keeps its one Fetch in flight."""
+    clock = MockTime()
+    async with TwoLeaders(range(3)) as fakes:
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            consumer = Consumer(client)
+            consumer.assign([("t", 0), ("t", 1)])
+            consumer.seek(("t", 0), 0)
+            consumer.seek(("t", 1), 0)
+            start = clock.monotonic_ms()
+            for offset in range(3):
+                # (wait_for only bounds a hang: the clock it would take is never advanced)
+                batch = await asyncio.wait_for(consumer.getmany(5000), 10)
+                assert {tp: [(r.offset, r.value) for r in rs] for tp, rs in batch.items()} == {
+                    ("t", 0): [(offset, b"%d" % offset)]}
+                assert await consumer.position(("t", 0)) == offset + 1
+            assert clock.monotonic_ms() == start
+            assert await consumer.position(("t", 1)) == 0
+            assert fakes.fetches[2] == [0]
+            consumer.close()
+
+
+async def test_a_fetch_answer_for_a_partition_seeked_meanwhile_is_dropped():
+    clock = MockTime()
+    async with TwoLeaders(range(10)) as fakes:
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            consumer = Consumer(client)
+            consumer.assign([("t", 0)])
+            consumer.seek(("t", 0), 0)
+            assert await consumer.getmany(0) == {}  # the Fetch at offset 0 is sent, not answered yet
+            consumer.seek(("t", 0), 5)
+            batch = await asyncio.wait_for(consumer.getmany(5000), 10)
+            assert [r.offset for r in batch[("t", 0)]] == [5]  # offset 0's answer was dropped
+            assert fakes.fetches[1] == [0, 5]
+            assert await consumer.position(("t", 0)) == 6
+            consumer.close()
 
 
 async def test_idempotent_retries_keep_their_sequence_and_a_hole_restarts_the_producer_id():
