@@ -388,12 +388,14 @@ class Consumer:
         known; otherwise it is just valid under the new epoch."""
         cluster = self._client.cluster
         for tp, position in self._positions.items():
-            if position is None or tp in self._validating:
+            if position is None:
                 continue
             meta = cluster.partition(*tp)
             if meta is None or cluster.leader(*tp) < 0 or meta.leader_epoch == self._leader_epochs.get(tp):
                 continue
             self._leader_epochs[tp] = meta.leader_epoch
+            # (one awaiting validation already is asked again under the new epoch: the old one
+            # would be fenced for ever)
             if self._epochs.get(tp) is not None and meta.leader_epoch >= 0:
                 self._validating[tp] = 0.0
 

@@ -306,6 +306,7 @@ class LeaderMoves:
     def __init__(self, logs: dict[int, dict[int, tuple[bytes, int]]]) -> None:
         self.logs = logs
         self.leader, self.epoch = 1, 0
+        self.reelect_on_ask = False  # the first OffsetsForLeaderEpoch finds the leader in a newer epoch
         self.asked: list[tuple[int, int, int]] = []  # OffsetsForLeaderEpoch: (node, current epoch, epoch)
         self.fetches: list[tuple[int, int, int]] = []  # (node, offset, current leader epoch)
         self.ports: dict[int, int] = {}
@@ -348,8 +349,13 @@ class LeaderMoves:
             [topic] = request.topics
             [part] = topic.partitions
             self.asked.append((node, part.current_leader_epoch, part.leader_epoch))
+            if self.reelect_on_ask:
+                self.reelect_on_ask = False
+                self.epoch += 1
             epoch, end = self.end_offset_for(node, part.leader_epoch)
             error = 0 if node == self.leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if part.current_leader_epoch < self.epoch:
+                error = ErrorCode.FENCED_LEADER_EPOCH
             return response(header.correlation_id, api.response.build(header.api_version, {"topics": [{
                 "topic": "t", "partitions": [{"error_code": error, "partition": 0, "leader_epoch": epoch,
                                               "end_offset": end}]}]}))
@@ -410,6 +416,27 @@ async def test_a_position_is_validated_after_a_leader_change_kip_320(diverged):
                 assert consumer.truncation_resets[("t", 0)] == 0
             # Every Fetch to broker 2 came after the validation and carried epoch 1.
             assert [(o, e) for n, o, e in fakes.fetches if n == 2] == [(3 if diverged else 5, 1)]
+            consumer.close()
+
+
+async def test_a_validation_fenced_by_a_newer_epoch_is_asked_again_under_it():
+    """The new leader is elected again while the consumer validates: FENCED_LEADER_EPOCH, a
+    metadata refresh, and the position is validated under epoch 2 (asking under epoch 1 again
+    would be fenced for ever: the simulator's seed 35, a read_committed observer stuck)."""
+    old = {o: (b"old-%d" % o, 0) for o in range(5)}
+    new = {**{o: old[o] for o in range(3)}, 3: (b"new-3", 1)}
+    clock = MockTime()
+    async with LeaderMoves({1: old, 2: new}) as fakes:
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            consumer = Consumer(client, retry_backoff_ms=0)
+            consumer.assign([("t", 0)])
+            consumer.seek(("t", 0), 0)
+            await consume_until_leader_moves(fakes, consumer, 5)
+            fakes.reelect_on_ask = True
+            batch = await asyncio.wait_for(consumer.getmany(5000), 10)
+            assert [(r.offset, r.value) for rs in batch.values() for r in rs] == [(3, b"new-3")]
+            assert fakes.asked[0] == (2, 1, 0) and fakes.asked[-1] == (2, 2, 0)
+            assert [(o, e) for n, o, e in fakes.fetches if n == 2] == [(3, 2)]
             consumer.close()
 
 
