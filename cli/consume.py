@@ -116,22 +116,25 @@ async def run(client: KafkaClient, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     count = 0
     idle_since = client.time.monotonic_ms()
-    while args.max_messages is None or count < args.max_messages:
-        if end_offsets is not None and all([await consumer.position(tp) >= end for tp, end in end_offsets.items()]):
-            break
-        wait_ms = 1000
-        if args.timeout_ms is not None:
-            wait_ms = idle_since + args.timeout_ms - client.time.monotonic_ms()
-            if wait_ms <= 0:
+    try:
+        while args.max_messages is None or count < args.max_messages:
+            if end_offsets is not None and all([await consumer.position(tp) >= end for tp, end in end_offsets.items()]):
                 break
-        batch = await consumer.getmany(int(wait_ms))
-        records = [r for rs in batch.values() for r in rs]
-        if args.max_messages is not None:
-            records = records[:args.max_messages - count]
-        if records:
-            out.write(b"".join(render(r) for r in records))
-            out.flush()
-            count += len(records)
-            idle_since = client.time.monotonic_ms()
+            wait_ms = 1000
+            if args.timeout_ms is not None:
+                wait_ms = idle_since + args.timeout_ms - client.time.monotonic_ms()
+                if wait_ms <= 0:
+                    break
+            batch = await consumer.getmany(int(wait_ms))
+            records = [r for rs in batch.values() for r in rs]
+            if args.max_messages is not None:
+                records = records[:args.max_messages - count]
+            if records:
+                out.write(b"".join(render(r) for r in records))
+                out.flush()
+                count += len(records)
+                idle_since = client.time.monotonic_ms()
+    finally:
+        consumer.close()
     print(f"consumed {count} messages", file=sys.stderr)
     return 0

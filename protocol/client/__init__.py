@@ -24,14 +24,15 @@ from .admin import AdminMixin, ConfigEntry
 from .clock import SYSTEM_TIME, SystemTime, sleep
 from .cluster import KafkaClient
 from .connection import DEFAULT_NETWORK, MAX_RESPONSE_BYTES, BrokerConnection, KafkaConnectionError, Network
-from .consumer import Consumer, ConsumerRecord
+from .consumer import Consumer, ConsumerRecord, LogTruncationError
 from .group import GroupAdmin, GroupConsumer, decode_member_assignment, range_assign, roundrobin_assign
 from .metadata import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata, TopicPartition
 from .producer import Producer, RecordMetadata, murmur2, murmur2_partition
 
 __all__ = [
     "AdminMixin", "BrokerConnection", "BrokerMetadata", "ClusterMetadata", "ConfigEntry", "Consumer", "ConsumerRecord",
-    "DEFAULT_NETWORK", "GroupAdmin", "GroupConsumer", "KafkaClient", "KafkaConnectionError", "MAX_RESPONSE_BYTES",
+    "DEFAULT_NETWORK", "GroupAdmin", "GroupConsumer", "KafkaClient", "KafkaConnectionError", "LogTruncationError",
+    "MAX_RESPONSE_BYTES",
     "Network", "PartitionMetadata",
     "Producer", "RecordMetadata", "SYSTEM_TIME", "SystemTime", "TopicMetadata", "TopicPartition", "murmur2",
     "murmur2_partition", "decode_member_assignment", "range_assign", "roundrobin_assign", "sleep",

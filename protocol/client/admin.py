@@ -19,7 +19,7 @@ from ..api_keys import ApiKey
 from ..errors import ErrorCode, KafkaError
 from ..messages import APIS
 from .connection import BrokerConnection, wire_error
-from .metadata import TopicPartition
+from .metadata import ClusterMetadata, TopicPartition
 
 T = TypeVar("T")
 TP = TypeVar("TP", bound=tuple[str, int])  # a TopicPartition or a plain (topic, partition)
@@ -64,6 +64,7 @@ class AdminMixin:
     """The admin helpers, written against the calls of ``KafkaClient`` declared below."""
 
     if TYPE_CHECKING:  # provided by KafkaClient
+        cluster: ClusterMetadata
         async def with_retries(self, attempt: Callable[[], Awaitable[T]], topics: Iterable[str] = ()) -> T: ...
         async def connection(self, node_id: int) -> BrokerConnection: ...
         async def any_connection(self) -> BrokerConnection: ...
@@ -155,10 +156,14 @@ class AdminMixin:
         found = await self.offsets_for_times({(topic, partition): timestamp}, isolation_level)
         return found[TopicPartition(topic, partition)] or (-1, -1)
 
-    async def offsets_for_times(self, timestamps: Mapping[TP, int], isolation_level: int = 0
+    async def offsets_for_times(self, timestamps: Mapping[TP, int], isolation_level: int = 0, *,
+                                leader_epochs: dict[TopicPartition, int] | None = None
                                 ) -> dict[TopicPartition, tuple[int, int] | None]:
         """``list_offsets`` for many partitions at once, one request per leader; a partition
-        with no record at or after its timestamp maps to None."""
+        with no record at or after its timestamp maps to None. With ``leader_epochs`` (a
+        consumer's reset, KIP-320), each partition is asked with the leader epoch the metadata
+        knows as its current_leader_epoch (a fenced or unknown one is retried after a metadata
+        refresh) and ``leader_epochs`` receives the epoch of the offset found (-1 unknown)."""
         pending = {TopicPartition(*tp): ts for tp, ts in timestamps.items()}
         found: dict[TopicPartition, tuple[int, int] | None] = {}
 
@@ -166,7 +171,11 @@ class AdminMixin:
             conn = await self.connection(node)
             by_topic: dict[str, list[dict[str, int]]] = collections.defaultdict(list)
             for tp in tps:
-                by_topic[tp.topic].append({"partition_index": tp.partition, "timestamp": pending[tp]})
+                entry = {"partition_index": tp.partition, "timestamp": pending[tp]}
+                if leader_epochs is not None:
+                    meta = self.cluster.partition(*tp)
+                    entry["current_leader_epoch"] = -1 if meta is None else meta.leader_epoch
+                by_topic[tp.topic].append(entry)
             version = conn.version_for(ApiKey.LIST_OFFSETS, min_v=2 if isolation_level else None)
             response = await conn.request(ApiKey.LIST_OFFSETS, {
                 "replica_id": -1, "isolation_level": isolation_level,
@@ -180,6 +189,8 @@ class AdminMixin:
                     elif tp in pending:
                         del pending[tp]
                         found[tp] = None if p.offset < 0 else (p.offset, p.timestamp)
+                        if leader_epochs is not None:
+                            leader_epochs[tp] = p.get("leader_epoch", -1)
             return errors
 
         await self.with_retries(lambda: self.ask_leaders(pending, ask), sorted({tp.topic for tp in pending}))

@@ -306,6 +306,7 @@ class GroupConsumer:
         self._closed = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        self.consumer.close()
         if self.generation_id >= 0:
             if commit:
                 await self._commit_quietly()
