@@ -16,7 +16,8 @@ alternating, timed in process CPU time (so other processes on a busy machine do 
 the socket layer's metrics cost per request without the noise of a whole broker.
 
 ``--instructions N``: the in-process Produce path's instructions per request, on and off, under
-callgrind (bench/instructions.py): a count, the same on a busy machine.
+callgrind (bench/instructions.py): a count, the same on a busy machine; with ``--fetch``, a
+consumer Fetch's too (10 batches of 10 records read from offset 0, answered at once).
 
     python bench/metrics_bench.py [--rounds 5] [--duration 5] [--records-per-batch 10] [--partitions 1000]
                                   [--instructions 3000]
@@ -226,8 +227,19 @@ def micro_produce(rounds: int, n: int = 5000) -> tuple[list[float], list[float]]
     return asyncio.run(main())
 
 
-def _produce_child(side: str, reads: int) -> None:
-    """One side of micro_produce, ``reads`` reads of 10 Produce requests each, for callgrind."""
+def _fetch_requests() -> bytes:
+    """10 consumer Fetch v11 requests (no session, no wait) of partition bench-0 from offset 0:
+    each answered at once with the 10 batches _produce_child appended first (up to 1 MiB)."""
+    from protocol.fast_codecs import FetchPartition, FetchRequest, encode_fetch_request
+
+    request = FetchRequest(11, -1, 0, 1, 1 << 20, 0, 0, -1, [("bench", [FetchPartition(0, -1, 0, -1, 1 << 20)])], [],
+                           "")
+    return b"".join(bytes(encode_fetch_request(11, i, "bench", request)) for i in range(10))
+
+
+def _produce_child(side: str, reads: int, api: str = "produce") -> None:
+    """One side of micro_produce, ``reads`` reads of 10 Produce requests each, for callgrind; with
+    ``api`` "fetch", one such read first, then ``reads`` reads of 10 consumer Fetch requests."""
     import asyncio
 
     from broker.config import KafkaConfig
@@ -240,6 +252,7 @@ def _produce_child(side: str, reads: int) -> None:
     batch = bytes(build_batch([Record(value=b"v" * 100, timestamp=1)] * 10))
     data = b"".join(b"".join(bytes(c) for c in encode_produce_request(7, i, "bench", 1, 30000, [("bench", [(0, batch)])]))
                     for i in range(10))
+    fetches = _fetch_requests() if api == "fetch" else b""
 
     async def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="kbroker-metrics-count-"))
@@ -252,6 +265,11 @@ def _produce_child(side: str, reads: int) -> None:
                 await client.create_topics([("bench", 1, 1, None)])
             conn = KafkaConnection(node.broker.socket_server, "PLAINTEXT")
             conn.connection_made(NullTransport())
+            if fetches:
+                conn.data_received(data)
+                callgrind.measured(lambda: conn.data_received(fetches), reads)
+                assert conn.requests == 10 + reads * 10 and not conn.inflight, conn.requests
+                return
             callgrind.measured(lambda: conn.data_received(data), reads)
             assert node.broker.replica_manager.get_partition("bench", 0).log.log_end_offset == reads * 100
         finally:
@@ -261,16 +279,18 @@ def _produce_child(side: str, reads: int) -> None:
     asyncio.run(main())
 
 
-def count_instructions(n: int) -> None:
-    """Instructions per Produce request through a whole broker in process (micro_produce's path),
-    metrics on and off, counted by callgrind: immune to the machine's noise."""
+def count_instructions(n: int, api: str = "produce") -> None:
+    """Instructions per Produce (or consumer Fetch) request through a whole broker in process
+    (micro_produce's path), metrics on and off, counted by callgrind: immune to the machine's noise."""
     if not callgrind.available():
         print("valgrind is not installed; instruction counts skipped\n")
         return
     reads = max(1, n // 10)
-    per = {side: callgrind.per_iteration([sys.executable, __file__, "--_child", side], reads, 20) / 10
+    per = {side: callgrind.per_iteration([sys.executable, __file__, "--_child", side, api], reads, 20) / 10
            for side in ("on", "off")}
-    print(f"Produce (10 records of 100 B, acks=1) through a whole broker in process, instructions per request "
+    what = ("Produce (10 records of 100 B, acks=1)" if api == "produce" else
+            "consumer Fetch v11 (no session, no wait; answered with 10 batches of 10 records of 100 B)")
+    print(f"{what} through a whole broker in process, instructions per request "
           f"under callgrind (the difference of runs of 200 and {200 + reads * 10} requests):")
     print(f"  metrics on  {per['on']:10,.0f}")
     print(f"  metrics off {per['off']:10,.0f}")
@@ -297,13 +317,17 @@ def main() -> int:
     parser.add_argument("--instructions", type=int, default=0, metavar="N",
                         help="also count instructions per Produce request, metrics on and off, under callgrind "
                              "over N requests (a count: immune to the machine's noise; takes minutes)")
-    parser.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--fetch", action="store_true",
+                        help="with --instructions: also count a consumer Fetch request, metrics on and off")
+    parser.add_argument("--_child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child:
-        _produce_child(args._child[0], int(args._child[1]))
+        _produce_child(args._child[0], int(args._child[2]), args._child[1])
         return 0
     if args.instructions:
         count_instructions(args.instructions)
+        if args.fetch:
+            count_instructions(args.instructions, "fetch")
 
     if args.micro_rounds:
         report_micro("request path in process (KafkaConnection, mock transport, 10 requests per read)",

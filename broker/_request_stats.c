@@ -15,6 +15,7 @@
 #include <string.h>
 #include <stddef.h>
 #include <structmember.h>
+#include <time.h>
 
 #if PY_BIG_ENDIAN
 #error "from_int128 assumes a little-endian machine"
@@ -132,33 +133,31 @@ static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py
 }
 
 /* SlotTimes: the base of a connection's request slot (broker/network.py _Slot), holding what
- * RequestStats.finish reads at the answer: t_read, t_start, t_local, t_ready (clock readings, ints)
- * and ``request`` (the request's size: an int, or its frame, whose length plus the 4-byte size
- * prefix is its size). Python code reads and writes them as any __slots__ attribute (object
- * members: the interpreter's specialized slot access); begin() and finish() read and write them
- * here without a Python attribute access each. PySlotTimes in broker/metrics.py is the reference. */
+ * RequestStats.finish reads at the answer: t_read, t_start, t_local, t_ready (clock readings,
+ * signed 64-bit: stored without an int object each), ``request`` (the request's size: an int, or
+ * its frame, whose length plus the 4-byte size prefix is its size) and ``stats`` (the API's
+ * RequestStats). begin() sets them all (t_local and t_ready 0: not parked, not answered) and
+ * finish() reads them (RequestStats' and Meter's), here, without a Python attribute access each;
+ * Python code may read and write them as any __slots__ attribute (tests do; the interpreter
+ * specializes only object members, so the connection leaves them to begin). PySlotTimes in
+ * broker/metrics.py is the reference. */
 typedef struct {
     PyObject_HEAD
-    PyObject *t_read, *t_start, *t_local, *t_ready, *request;
+    long long t_read, t_start, t_local, t_ready;
+    PyObject *request, *stats;
 } SlotTimes;
 
 static PyTypeObject SlotTimesType;
 
 static int SlotTimes_traverse(SlotTimes *self, visitproc visit, void *arg) {
-    Py_VISIT(self->t_read);
-    Py_VISIT(self->t_start);
-    Py_VISIT(self->t_local);
-    Py_VISIT(self->t_ready);
     Py_VISIT(self->request);
+    Py_VISIT(self->stats);
     return 0;
 }
 
 static int SlotTimes_clear(SlotTimes *self) {
-    Py_CLEAR(self->t_read);
-    Py_CLEAR(self->t_start);
-    Py_CLEAR(self->t_local);
-    Py_CLEAR(self->t_ready);
     Py_CLEAR(self->request);
+    Py_CLEAR(self->stats);
     return 0;
 }
 
@@ -169,11 +168,12 @@ static void SlotTimes_dealloc(SlotTimes *self) {
 }
 
 static PyMemberDef SlotTimes_members[] = {
-    {"t_read", T_OBJECT_EX, offsetof(SlotTimes, t_read), 0, "when the read holding the request happened"},
-    {"t_start", T_OBJECT_EX, offsetof(SlotTimes, t_start), 0, "when its processing started"},
-    {"t_local", T_OBJECT_EX, offsetof(SlotTimes, t_local), 0, "when it was parked (0: answered while handled)"},
-    {"t_ready", T_OBJECT_EX, offsetof(SlotTimes, t_ready), 0, "when its answer was ready"},
+    {"t_read", T_LONGLONG, offsetof(SlotTimes, t_read), 0, "when the read holding the request happened"},
+    {"t_start", T_LONGLONG, offsetof(SlotTimes, t_start), 0, "when its processing started"},
+    {"t_local", T_LONGLONG, offsetof(SlotTimes, t_local), 0, "when it was parked (0: answered while handled)"},
+    {"t_ready", T_LONGLONG, offsetof(SlotTimes, t_ready), 0, "when its answer was ready"},
     {"request", T_OBJECT_EX, offsetof(SlotTimes, request), 0, "its size: an int, or its frame (length + 4)"},
+    {"stats", T_OBJECT_EX, offsetof(SlotTimes, stats), 0, "its API's RequestStats (set by begin)"},
     {NULL},
 };
 
@@ -182,7 +182,7 @@ static PyTypeObject SlotTimesType = {
     .tp_name = "broker._request_stats.SlotTimes",
     .tp_basicsize = sizeof(SlotTimes),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "A request slot's clock readings and size, for RequestStats.begin/finish.",
+    .tp_doc = "A request slot's clock readings, size and API stats, for RequestStats/Meter begin and finish.",
     .tp_new = PyType_GenericNew,
     .tp_traverse = (traverseproc)SlotTimes_traverse,
     .tp_clear = (inquiry)SlotTimes_clear,
@@ -206,7 +206,7 @@ static inline int count_version(RequestStats *self, PyObject *arg) {
 }
 
 /* begin(slot, version, t_read, t_start, frame): a request read (arrived(version)), its slot
- * given its read's and its start's clock readings and its frame (its size). */
+ * given its read's and its start's clock readings, its frame (its size) and these stats. */
 static PyObject *RequestStats_begin(RequestStats *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_Format(PyExc_TypeError, "begin() takes 5 arguments (%zd given)", nargs);
@@ -216,21 +216,39 @@ static PyObject *RequestStats_begin(RequestStats *self, PyObject *const *args, P
         PyErr_SetString(PyExc_TypeError, "begin(): the slot must be a SlotTimes");
         return NULL;
     }
-    if (count_version(self, args[1]) < 0)
+    long long t_read, t_start;
+    if (as_i64(args[2], &t_read) < 0 || as_i64(args[3], &t_start) < 0 || count_version(self, args[1]) < 0)
         return NULL;
     SlotTimes *slot = (SlotTimes *)args[0];
-    set_field(&slot->t_read, args[2]);
-    set_field(&slot->t_start, args[3]);
+    slot->t_read = t_read;
+    slot->t_start = t_start;
+    slot->t_local = slot->t_ready = 0;
     set_field(&slot->request, args[4]);
+    set_field(&slot->stats, (PyObject *)self);
     Py_RETURN_NONE;
 }
 
-static int field_i64(PyObject *field, const char *name, long long *out) {
-    if (field == NULL) {
-        PyErr_Format(PyExc_AttributeError, "the slot has no %s", name);
+/* The slot's request size, its readings into v[0..3] and v[5] (v[4], t_sent, is the caller's). */
+static int slot_values(SlotTimes *slot, long long v[6]) {
+    PyObject *request = slot->request;
+    if (request == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the slot has no request");
         return -1;
     }
-    return as_i64(field, out);
+    if (PyLong_Check(request)) {
+        if (as_i64(request, &v[5]) < 0)
+            return -1;
+    } else {
+        Py_ssize_t n = PyByteArray_CheckExact(request) ? PyByteArray_GET_SIZE(request) : PyObject_Length(request);
+        if (n < 0)
+            return -1;
+        v[5] = (long long)n + 4;
+    }
+    v[0] = slot->t_read;
+    v[1] = slot->t_start;
+    v[2] = slot->t_local;
+    v[3] = slot->t_ready;
+    return 0;
 }
 
 /* finish(slot, t_sent, response, out): done() with the slot's readings and size. */
@@ -243,26 +261,9 @@ static PyObject *RequestStats_finish(RequestStats *self, PyObject *const *args, 
         PyErr_SetString(PyExc_TypeError, "finish(): the slot must be a SlotTimes");
         return NULL;
     }
-    SlotTimes *slot = (SlotTimes *)args[0];
     long long v[6];
-    if (field_i64(slot->t_read, "t_read", &v[0]) < 0 || field_i64(slot->t_start, "t_start", &v[1]) < 0 ||
-        field_i64(slot->t_local, "t_local", &v[2]) < 0 || field_i64(slot->t_ready, "t_ready", &v[3]) < 0 ||
-        as_i64(args[1], &v[4]) < 0)
+    if (slot_values((SlotTimes *)args[0], v) < 0 || as_i64(args[1], &v[4]) < 0)
         return NULL;
-    PyObject *request = slot->request;
-    if (request == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "the slot has no request");
-        return NULL;
-    }
-    if (PyLong_Check(request)) {
-        if (as_i64(request, &v[5]) < 0)
-            return NULL;
-    } else {
-        Py_ssize_t n = PyByteArray_CheckExact(request) ? PyByteArray_GET_SIZE(request) : PyObject_Length(request);
-        if (n < 0)
-            return NULL;
-        v[5] = (long long)n + 4;
-    }
     Counter *out = NULL;
     if (args[3] != Py_None) {
         if (Py_TYPE(args[3]) != &CounterType) {
@@ -491,6 +492,214 @@ static PyTypeObject CounterType = {
     .tp_new = Counter_new,
     .tp_methods = Counter_methods,
     .tp_members = Counter_members,
+};
+
+/* Meter: a connection's request metrics (broker/network.py KafkaConnection._meter when metrics are
+ * on). It keeps the connection's clock readings (the last read's, and the cursor: when the
+ * requests of a read before the next one were done with) as C ints, reads the clock itself, and
+ * holds the API stats by key and the listener's byte counters, so that a request costs the
+ * connection four short calls, each without an int object for a reading:
+ *   read(data)                       a read: t_read = cursor = now; the listener's bytes in += len(data)
+ *   begin(slot, api_key, version, frame)  the request's stats (by key), version counted, the slot
+ *                                    given t_read, its start (the cursor), frame and stats
+ *   parked(slot)                     handled without an answer: t_local = cursor = now
+ *   ready(slot)                      answered: t_ready = cursor = now
+ *   finish(slot, response)           written (in request order, in the flush that follows a ready):
+ *                                    its stats recorded with t_sent = the cursor, the response's
+ *                                    size added to the listener's bytes out
+ * The clock is the injected one (``now``, a callable returning nanoseconds); time.monotonic_ns
+ * itself (the real clock, protocol.client.SystemTime) is read here as it reads it,
+ * clock_gettime(CLOCK_MONOTONIC), without the call. broker/metrics.py's PyMeter is the reference. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *stats;  /* a list: RequestStats by API key (RequestMetrics.request_stats) */
+    Counter *bytes_in, *bytes_out;
+    PyObject *now;    /* NULL: time.monotonic_ns, read here */
+    long long t_read, t_cursor;
+} Meter;
+
+static PyObject *monotonic_ns; /* time.monotonic_ns, for the identity check */
+
+static inline int meter_now(Meter *self, long long *out) {
+    if (self->now == NULL) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        *out = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(self->now);
+    if (r == NULL)
+        return -1;
+    int rc = as_i64(r, out);
+    Py_DECREF(r);
+    return rc;
+}
+
+static PyObject *Meter_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *stats, *bytes_in, *bytes_out, *now;
+    static char *names[] = {"stats", "bytes_in", "bytes_out", "now", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O:Meter", names, &PyList_Type, &stats, &CounterType,
+                                     &bytes_in, &CounterType, &bytes_out, &now))
+        return NULL;
+    if (!PyCallable_Check(now)) {
+        PyErr_SetString(PyExc_TypeError, "Meter(): now must be callable");
+        return NULL;
+    }
+    Meter *self = (Meter *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    Py_INCREF(stats);
+    self->stats = stats;
+    Py_INCREF(bytes_in);
+    self->bytes_in = (Counter *)bytes_in;
+    Py_INCREF(bytes_out);
+    self->bytes_out = (Counter *)bytes_out;
+    if (now != monotonic_ns) {
+        Py_INCREF(now);
+        self->now = now;
+    }
+    return (PyObject *)self;
+}
+
+static void Meter_dealloc(Meter *self) {
+    Py_XDECREF(self->stats);
+    Py_XDECREF(self->bytes_in);
+    Py_XDECREF(self->bytes_out);
+    Py_XDECREF(self->now);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline SlotTimes *slot_arg(PyObject *o, const char *what) {
+    if (!PyObject_TypeCheck(o, &SlotTimesType)) {
+        PyErr_Format(PyExc_TypeError, "%s: the slot must be a SlotTimes", what);
+        return NULL;
+    }
+    return (SlotTimes *)o;
+}
+
+static PyObject *Meter_read(Meter *self, PyObject *data) {
+    long long t;
+    Py_ssize_t n = PyBytes_CheckExact(data) ? PyBytes_GET_SIZE(data) : PyObject_Length(data);
+    if (n < 0 || meter_now(self, &t) < 0)
+        return NULL;
+    self->t_read = self->t_cursor = t;
+    self->bytes_in->value += n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Meter_begin(Meter *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "begin() takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    SlotTimes *slot = slot_arg(args[0], "begin()");
+    if (slot == NULL)
+        return NULL;
+    long long key;
+    if (as_i64(args[1], &key) < 0)
+        return NULL;
+    PyObject *stats = 0 <= key && key < PyList_GET_SIZE(self->stats) ? PyList_GET_ITEM(self->stats, key) : NULL;
+    if (stats == NULL || Py_TYPE(stats) != &RequestStatsType) {
+        PyErr_Format(PyExc_KeyError, "begin(): no RequestStats for api key %lld", key);
+        return NULL;
+    }
+    if (count_version((RequestStats *)stats, args[2]) < 0)
+        return NULL;
+    slot->t_read = self->t_read;
+    slot->t_start = self->t_cursor;
+    slot->t_local = slot->t_ready = 0;
+    set_field(&slot->request, args[3]);
+    set_field(&slot->stats, stats);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Meter_parked(Meter *self, PyObject *arg) {
+    SlotTimes *slot = slot_arg(arg, "parked()");
+    long long t;
+    if (slot == NULL || meter_now(self, &t) < 0)
+        return NULL;
+    slot->t_local = self->t_cursor = t;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Meter_ready(Meter *self, PyObject *arg) {
+    SlotTimes *slot = slot_arg(arg, "ready()");
+    long long t;
+    if (slot == NULL || meter_now(self, &t) < 0)
+        return NULL;
+    slot->t_ready = self->t_cursor = t;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Meter_finish(Meter *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "finish() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    SlotTimes *slot = slot_arg(args[0], "finish()");
+    if (slot == NULL)
+        return NULL;
+    PyObject *stats = slot->stats;
+    if (stats == NULL || Py_TYPE(stats) != &RequestStatsType) {
+        PyErr_SetString(PyExc_TypeError, "finish(): the slot was not begun (no RequestStats)");
+        return NULL;
+    }
+    long long v[6];
+    if (slot_values(slot, v) < 0)
+        return NULL;
+    v[4] = self->t_cursor;
+    Py_ssize_t size = response_size(args[1]);
+    if (size < 0)
+        return NULL;
+    record((RequestStats *)stats, v, size);
+    self->bytes_out->value += size;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Meter_methods[] = {
+    {"read", (PyCFunction)Meter_read, METH_O, "read(data): a read: t_read = cursor = now, len(data) bytes in"},
+    {"begin", (PyCFunction)(void (*)(void))Meter_begin, METH_FASTCALL,
+     "begin(slot, api_key, version, frame): the request counted and its slot begun"},
+    {"parked", (PyCFunction)Meter_parked, METH_O, "parked(slot): slot.t_local = cursor = now"},
+    {"ready", (PyCFunction)Meter_ready, METH_O, "ready(slot): slot.t_ready = cursor = now"},
+    {"finish", (PyCFunction)(void (*)(void))Meter_finish, METH_FASTCALL,
+     "finish(slot, response): recorded with t_sent = the cursor; the response's size to bytes out"},
+    {NULL},
+};
+
+static PyMemberDef Meter_members[] = {
+    {"t_read", T_LONGLONG, offsetof(Meter, t_read), READONLY, "the last read's clock reading"},
+    {"t_cursor", T_LONGLONG, offsetof(Meter, t_cursor), READONLY, "the last clock reading"},
+    {"stats", T_OBJECT, offsetof(Meter, stats), READONLY, "RequestStats by API key"},
+    {"bytes_in", T_OBJECT, offsetof(Meter, bytes_in), READONLY, "the listener's bytes read (a Counter)"},
+    {"bytes_out", T_OBJECT, offsetof(Meter, bytes_out), READONLY, "the listener's bytes written (a Counter)"},
+    {NULL},
+};
+
+static PyObject *Meter_get_system_clock(Meter *self, void *closure) {
+    return PyBool_FromLong(self->now == NULL);
+}
+
+static PyGetSetDef Meter_getset[] = {
+    {"system_clock", (getter)Meter_get_system_clock, NULL,
+     "True when ``now`` is time.monotonic_ns, read here without the call", NULL},
+    {NULL},
+};
+
+static PyTypeObject MeterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "broker._request_stats.Meter",
+    .tp_basicsize = sizeof(Meter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A connection's request metrics: its clock readings, the API stats and listener byte counters.",
+    .tp_new = Meter_new,
+    .tp_dealloc = (destructor)Meter_dealloc,
+    .tp_methods = Meter_methods,
+    .tp_members = Meter_members,
+    .tp_getset = Meter_getset,
 };
 
 /* SampledRate: Kafka's Rate over a SampledStat of ``samples`` windows of ``window_ms`` (a quota
@@ -776,7 +985,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_request_stats", NUL
 PyMODINIT_FUNC PyInit__request_stats(void) {
     if (PyType_Ready(&RequestStatsType) < 0 || PyType_Ready(&AppendCounterType) < 0 ||
         PyType_Ready(&SampledRateType) < 0 || PyType_Ready(&CounterType) < 0 ||
-        PyType_Ready(&SlotTimesType) < 0)
+        PyType_Ready(&SlotTimesType) < 0 || PyType_Ready(&MeterType) < 0)
+        return NULL;
+    PyObject *time_module = PyImport_ImportModule("time");
+    if (time_module == NULL)
+        return NULL;
+    monotonic_ns = PyObject_GetAttrString(time_module, "monotonic_ns");
+    Py_DECREF(time_module);
+    if (monotonic_ns == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
@@ -796,6 +1012,12 @@ PyMODINIT_FUNC PyInit__request_stats(void) {
     Py_INCREF(&SlotTimesType);
     if (PyModule_AddObject(m, "SlotTimes", (PyObject *)&SlotTimesType) < 0) {
         Py_DECREF(&SlotTimesType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&MeterType);
+    if (PyModule_AddObject(m, "Meter", (PyObject *)&MeterType) < 0) {
+        Py_DECREF(&MeterType);
         Py_DECREF(m);
         return NULL;
     }

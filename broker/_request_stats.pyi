@@ -1,5 +1,5 @@
 # The C module broker/_request_stats.c (built by setup.py; optional). Reference: broker.metrics.PyRequestStats.
-from typing import Any
+from typing import Any, Callable
 
 
 class RequestStats:
@@ -22,6 +22,24 @@ class SlotTimes:
     t_local: int
     t_ready: int
     request: Any  # the request's size, or its frame
+    stats: RequestStats | None  # its API's, set by begin
+
+
+class Meter:
+    # Reference: broker.metrics.PyMeter. A connection's clock readings, API stats and listener bytes.
+    t_read: int
+    t_cursor: int
+    stats: list[RequestStats | None]
+    bytes_in: Counter
+    bytes_out: Counter
+    system_clock: bool  # ``now`` is time.monotonic_ns, read in C (clock_gettime(CLOCK_MONOTONIC))
+    def __init__(self, stats: list[RequestStats | None], bytes_in: Counter, bytes_out: Counter,
+                 now: Callable[[], int]) -> None: ...
+    def read(self, data: Any) -> None: ...
+    def begin(self, slot: SlotTimes, api_key: int, version: int, frame: Any) -> None: ...
+    def parked(self, slot: SlotTimes) -> None: ...
+    def ready(self, slot: SlotTimes) -> None: ...
+    def finish(self, slot: SlotTimes, response: Any) -> None: ...
 
 
 class Counter:

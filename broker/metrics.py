@@ -133,11 +133,14 @@ class PyRequestStats:
 
     def begin(self, slot: Any, version: int, t_read: int, t_start: int, frame: Any) -> None:
         """A request read: ``arrived(version)``, and its slot (a SlotTimes) given the read's and
-        its start's clock readings and its frame (whose length + 4 is its size)."""
+        its start's clock readings (t_local and t_ready 0), its frame (whose length + 4 is its
+        size) and these stats."""
         self.arrived(version)
         slot.t_read = t_read
         slot.t_start = t_start
+        slot.t_local = slot.t_ready = 0  # not parked, not answered yet
         slot.request = frame
+        slot.stats = self
 
     def finish(self, slot: Any, t_sent: int, response: Any, out: "PyCounter | None") -> int | None:
         """``done()`` with the slot's readings and its request's size (an int, or its frame)."""
@@ -169,17 +172,57 @@ class PyCounter:
 
 
 class PySlotTimes:
-    """The base of a connection's request slot (broker/network.py _Slot): its clock readings
-    and its request (its size: an int, or its frame), set by RequestStats.begin and read by
-    RequestStats.finish. The reference for broker/_request_stats.c's SlotTimes, whose begin and
-    finish reach them without an attribute access each."""
+    """The base of a connection's request slot (broker/network.py _Slot): its clock readings,
+    its request (its size: an int, or its frame) and its API's RequestStats (``stats``), set by
+    begin and read by finish (RequestStats' or Meter's). The reference for
+    broker/_request_stats.c's SlotTimes, whose begin and finish reach them without an attribute
+    access each (and keep the readings as C ints)."""
 
-    __slots__ = ("t_read", "t_start", "t_local", "t_ready", "request")
+    __slots__ = ("t_read", "t_start", "t_local", "t_ready", "request", "stats")
+
+
+class PyMeter:
+    """A connection's request metrics (broker/network.py KafkaConnection._meter): its clock
+    readings (the last read's, and the cursor: where the next request of the read starts), the
+    API stats by key (RequestMetrics.request_stats) and its listener's byte counters.
+
+    - ``read(data)``: a read; t_read = cursor = now, ``len(data)`` bytes in.
+    - ``begin(slot, api_key, version, frame)``: the request's version counted on its API's
+      stats and its slot given t_read, its start (the cursor), its frame and the stats.
+    - ``parked(slot)``: handled without an answer (a purgatory): t_local = cursor = now.
+    - ``ready(slot)``: answered: t_ready = cursor = now.
+    - ``finish(slot, response)``: written, in the flush that follows a ready(): recorded with
+      t_sent = the cursor, the response's size added to bytes out.
+
+    ``now`` is the injected clock's nanoseconds. The reference for broker/_request_stats.c's
+    Meter, which reads time.monotonic_ns' clock itself when ``now`` is that function."""
+
+    __slots__ = ("stats", "bytes_in", "bytes_out", "now", "t_read", "t_cursor")
+
+    def __init__(self, stats: list, bytes_in: "PyCounter", bytes_out: "PyCounter", now: Any) -> None:
+        self.stats, self.bytes_in, self.bytes_out, self.now = stats, bytes_in, bytes_out, now
+        self.t_read = self.t_cursor = 0
+
+    def read(self, data: Any) -> None:
+        self.t_read = self.t_cursor = self.now()
+        self.bytes_in.add(len(data))
+
+    def begin(self, slot: Any, api_key: int, version: int, frame: Any) -> None:
+        self.stats[api_key].begin(slot, version, self.t_read, self.t_cursor, frame)
+
+    def parked(self, slot: Any) -> None:
+        slot.t_local = self.t_cursor = self.now()
+
+    def ready(self, slot: Any) -> None:
+        slot.t_ready = self.t_cursor = self.now()
+
+    def finish(self, slot: Any, response: Any) -> None:
+        slot.stats.finish(slot, self.t_cursor, response, self.bytes_out)
 
 
 PHASES = 6  # total, queue, local, remote, send (REQUEST_HISTOGRAMS' order), then the request size
 try:
-    from ._request_stats import Counter, RequestStats, SlotTimes
+    from ._request_stats import Counter, Meter, RequestStats, SlotTimes
 except ModuleNotFoundError:  # not built (no compiler): the references, slower
     import logging as _logging
 
@@ -187,6 +230,7 @@ except ModuleNotFoundError:  # not built (no compiler): the references, slower
     RequestStats = PyRequestStats  # type: ignore[assignment,misc]
     Counter = PyCounter  # type: ignore[assignment,misc]
     SlotTimes = PySlotTimes  # type: ignore[assignment,misc]
+    Meter = PyMeter  # type: ignore[assignment,misc]
 except ImportError as _exc:
     # Built from an older source: it imports, but lacks a name this one needs ("cannot import
     # name ..."), an ImportError whose .name is the module's, as a missing one's is.
@@ -198,6 +242,7 @@ except ImportError as _exc:
     RequestStats = PyRequestStats  # type: ignore[assignment,misc]
     Counter = PyCounter  # type: ignore[assignment,misc]
     SlotTimes = PySlotTimes  # type: ignore[assignment,misc]
+    Meter = PyMeter  # type: ignore[assignment,misc]
 
 
 class PhaseHistogram:
@@ -529,19 +574,25 @@ def count_errors(body, stats: ApiStats) -> None:
 # -- the network (Kafka's socket-server-metrics) --------------------------------------------
 
 class ListenerStats:
-    __slots__ = ("name", "accepted", "closed", "bytes_in", "out", "read_paused_ns", "auth_succeeded",
+    __slots__ = ("name", "accepted", "closed", "in_", "out", "read_paused_ns", "auth_succeeded",
                  "auth_failed", "reauth_succeeded")
 
     def __init__(self, name: str, counter_type: Any = None) -> None:
         self.name = name
-        self.accepted = self.closed = self.bytes_in = self.read_paused_ns = 0
-        # Bytes of responses: RequestStats.done adds each response's size to ``out`` (a Counter
-        # of the same module as the RequestStats: the C one, or the reference).
+        self.accepted = self.closed = self.read_paused_ns = 0
+        # Bytes read and bytes of responses: a connection's Meter adds each read's size to
+        # ``in_`` and each response's to ``out`` (Counters of the same module as the Meter: the
+        # C ones, or the references).
+        self.in_ = (counter_type or Counter)()
         self.out = (counter_type or Counter)()
         # Kafka's successful-authentication-total (every connection that became ready: PLAINTEXT
         # ones too, as Kafka counts them), failed-authentication-total (TLS handshakes and SASL
         # exchanges that failed), successful-reauthentication-total (KIP-368).
         self.auth_succeeded = self.auth_failed = self.reauth_succeeded = 0
+
+    @property
+    def bytes_in(self) -> int:
+        return self.in_.value
 
     @property
     def bytes_out(self) -> int:

@@ -57,7 +57,7 @@ from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
 from protocol.fast_codecs import RequestHeader, parse_request_header
 from protocol.messages import APIS, REQUEST_FLEXIBLE_VERSIONS
 
-from .metrics import ListenerStats, RequestMetrics, SlotTimes
+from .metrics import ListenerStats, Meter, RequestMetrics, SlotTimes
 from .security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
@@ -165,18 +165,17 @@ class RequestMemoryPool:
 
 
 class _Slot(SlotTimes):
-    # SlotTimes (broker/metrics.py; C where built): t_read, t_start, t_local, t_ready and request,
-    # which RequestStats.begin sets and RequestStats.finish reads, without an attribute access each.
-    __slots__ = ("header", "done", "response", "cancel", "stats")
+    # SlotTimes (broker/metrics.py; C where built): t_read, t_start, t_local, t_ready, request and
+    # stats (the API's RequestStats when metrics are on), which the connection's Meter sets (all
+    # of them, in begin) and reads without an attribute access each.
+    __slots__ = ("header", "done", "response", "cancel")
 
     def __init__(self, header: RequestHeader) -> None:
         self.header = header
         self.done = False
         self.response: Any = None  # bytes, or a list of buffers for writelines
         self.cancel: Callable[[], object] | None = None  # drops the work still waiting for this answer
-        self.stats: Any = None  # the API's RequestStats when metrics are on
-        self.t_local = 0
-        self.t_ready = 0
+        self.stats: Any = None  # the API's RequestStats when metrics are on (Meter.begin)
 
 
 class RequestContext:
@@ -239,14 +238,13 @@ class RequestContext:
         slot.response = response
         slot.done = True
         slot.cancel = None  # answered: nothing left to cancel (see ``_flush``)
-        if slot.stats is not None:
+        conn = self.connection
+        meter = conn._meter
+        if meter is not None:
             # An answer while its handler ran leaves t_local 0: no remote time. The reading is
-            # also where the next request of the read starts.
-            conn = self.connection
-            slot.t_ready = conn._t_cursor = t = conn._now()
-            conn._flush(t)
-            return
-        self.connection._flush()
+            # also where the next request of the read starts, and the flush's t_sent.
+            meter.ready(slot)
+        conn._flush()
 
     def send_no_response(self) -> None:
         slot = self._slot
@@ -254,12 +252,11 @@ class RequestContext:
             return
         slot.done = True
         slot.cancel = None
-        if slot.stats is not None:
-            conn = self.connection
-            slot.t_ready = conn._t_cursor = t = conn._now()
-            conn._flush(t)
-            return
-        self.connection._flush()
+        conn = self.connection
+        meter = conn._meter
+        if meter is not None:
+            meter.ready(slot)
+        conn._flush()
 
     def close_connection(self, reason: str) -> None:
         self._slot.done = True
@@ -348,14 +345,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.requests = 0
         self.metrics: RequestMetrics | None = server.metrics
         self._now = server.now
-        self._t_read = 0
-        self._t_cursor = 0
         self._paused_at = 0  # when reading paused (flow control), for the paused-time metric
         lstats = server.listener_stats.get(listener_name)
         if lstats is None and server.metrics is not None:  # a listener start() did not open (tests)
             lstats = server.listener_stats[listener_name] = ListenerStats(listener_name)
         self.lstats: ListenerStats | None = lstats
-        self._bytes_out = lstats.out if lstats is not None else None  # what RequestStats.done adds to
+        # Metrics on: the connection's clock readings, its requests' stats and its listener's
+        # bytes in and out, a call each per read, request start, park, answer and write
+        # (broker/metrics.py Meter; C where built).
+        self._meter: Any = None
+        if server.metrics is not None:
+            self._meter = Meter(server.metrics.request_stats, lstats.in_, lstats.out, server.now)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     @property
@@ -486,9 +486,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.closed:
             return  # its framer is the shared closed one
         self.server.touch(self)
-        if self.metrics is not None:
-            self._t_read = self._t_cursor = self._now()
-            self.lstats.bytes_in += len(data)
+        meter = self._meter
+        if meter is not None:
+            meter.read(data)  # t_read and the cursor; the listener's bytes in
         try:
             frames = self.framer.feed(data)
         except (FrameTooLarge, NegativeFrameSize) as exc:
@@ -635,16 +635,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         self.requests += 1
         slot = _Slot(header)
-        metrics = self.metrics
-        if metrics is not None:
+        meter = self._meter
+        if meter is not None:
             # Any int16 arrives here: a negative version, or one past the table, counts as "other".
             # Whether the version is served is the dispatcher's to answer (ApiVersions: an
             # UNSUPPORTED_VERSION v0 response; any other API: the connection closed).
-            # every served key's is bound up front. begin: the version counted, and the slot given
-            # the read's clock reading, its start (when the requests before it in this read were
-            # done with) and its frame (its size, read at finish).
-            stats = slot.stats = metrics.request_stats[header.api_key]
-            stats.begin(slot, header.api_version, self._t_read, self._t_cursor, frame)
+            # Every served key's stats are bound up front. begin: the version counted, and the slot
+            # given its API's stats, the read's clock reading, its start (when the requests before
+            # it in this read were done with) and its frame (its size, read at finish).
+            meter.begin(slot, header.api_key, header.api_version, frame)
         self._pending.append(slot)
         ctx = RequestContext(header, frame, self, slot)
         sasl = self.sasl
@@ -662,13 +661,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close("internal error")
             return
         if not slot.done:  # parked (a purgatory) or answered later
-            if metrics is not None:
-                slot.t_local = self._t_cursor = self._now()
+            if meter is not None:
+                meter.parked(slot)
             self._update_reading()
 
-    def _flush(self, now: int = 0) -> None:
-        """``now``: the clock reading of the response that triggered the flush (metrics)."""
+    def _flush(self) -> None:
+        """Write the answers ready in request order. With metrics on, the Meter's last reading
+        (the ready() of the answer that triggered the flush) is their t_sent."""
         pending = self._pending
+        meter = self._meter
         out = self._out
         if out is None:
             corked = self.server.corked
@@ -688,10 +689,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # delayed operation, whose callback holds the context, hence the slot (a cycle only
             # a full collection frees).
             response, slot.response = slot.response, None
-            stats = slot.stats
-            if stats is not None:
+            if meter is not None:
                 try:
-                    stats.finish(slot, now or self._now(), response, self._bytes_out)  # + the listener's bytes out
+                    meter.finish(slot, response)  # + the listener's bytes out
                 except Exception:  # the slot is popped: a metric must not keep its answer from the client
                     self.server.request_stats_failed()
             if response is None or self.closed:

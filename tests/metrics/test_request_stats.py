@@ -96,11 +96,11 @@ def test_done_adds_the_response_size_to_the_listener_counter_as_the_reference(ob
 
 
 class CSlot(_request_stats.SlotTimes):  # as broker/network.py's _Slot: more slots of its own
-    __slots__ = ("header", "stats")
+    __slots__ = ("header",)
 
 
 class PySlot(metrics.PySlotTimes):
-    __slots__ = ("header", "stats")
+    __slots__ = ("header",)
 
 
 # A request as a connection sees it: version, t_read, t_start, t_local (0: answered while handled),
@@ -259,3 +259,142 @@ def test_count_row_errors_agrees_with_the_reference(results, before):
     assert c == py
     assert sum(c.values()) - sum(before.values()) == sum(1 for _t, rows in results for r in rows if r[1])
     assert metrics.count_row_errors is _request_stats.count_row_errors
+
+
+class _Clock:
+    """The injected clock's nanoseconds: the given readings in turn (then the last again)."""
+
+    def __init__(self, readings):
+        self.readings, self.i = readings, 0
+
+    def __call__(self):
+        value = self.readings[min(self.i, len(self.readings) - 1)]
+        self.i += 1
+        return value
+
+
+# A connection's requests as its Meter sees them: a read before it (its data) or not, its API key
+# (of 3), version, frame (or size), parked in a purgatory or not, answered (ready) now or after the
+# next request's begin, and its response (written in request order).
+METERED = st.tuples(st.one_of(st.none(), BUFFER), st.integers(0, 2), st.integers(-(2**15), 2**15 - 1),
+                    st.one_of(st.binary(max_size=64).map(bytearray), st.integers(0, 2**40)), st.booleans(),
+                    st.booleans(), RESPONSE)
+
+
+def _slot_state(slot, stats):
+    return (slot.t_read, slot.t_start, slot.t_local, slot.t_ready, slot.request, stats.index(slot.stats))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(METERED, min_size=1, max_size=30), st.lists(NS, min_size=1, max_size=80))
+def test_the_meter_agrees_with_the_reference(requests, readings):
+    """A connection's calls (network.py): read(data), begin(slot, key, version, frame), parked(slot),
+    ready(slot), finish(slot, response), C against the reference on the same clock readings: the
+    same slots, stats, listener bytes and cursor; and what the stats record is what done() records
+    given the readings the reference says."""
+    sides = []
+    for meter_type, stats_type, counter_type, slot_type in (
+            (_request_stats.Meter, _request_stats.RequestStats, _request_stats.Counter, CSlot),
+            (metrics.PyMeter, PyRequestStats, metrics.PyCounter, PySlot)):
+        stats = [stats_type() for _ in range(3)]
+        meter = meter_type(stats, counter_type(), counter_type(), _Clock(readings))
+        sides.append((meter, stats, slot_type))
+    ref = [PyRequestStats() for _ in range(3)]
+    ref_in = ref_out = 0
+    pending = [[], []]  # per side: (slot, response) answered, not yet written
+    for data, key, version, frame, parked, later, response in requests:
+        states = []
+        for side, (meter, stats, slot_type) in enumerate(sides):
+            if data is not None:
+                meter.read(data)
+            slot = slot_type()
+            meter.begin(slot, key, version, frame)  # t_local and t_ready too (0)
+            if parked:
+                meter.parked(slot)
+            pending[side].append((slot, response))
+            if not later:
+                meter.ready(slot)
+                for s, r in pending[side]:
+                    if not s.t_ready:
+                        meter.ready(s)
+                    meter.finish(s, r)
+                pending[side].clear()
+            states.append((_slot_state(slot, stats), meter.t_read, meter.t_cursor, meter.bytes_in.value,
+                           meter.bytes_out.value))
+        assert states[0] == states[1]
+        if data is not None:
+            ref_in += len(data)
+        ref[key].arrived(version)
+    c_stats, py_stats = sides[0][1], sides[1][1]
+    for c, py in zip(c_stats, py_stats):
+        for phase in range(PHASES):
+            assert c.counts(phase) == py.counts(phase)
+            assert c.sum(phase) == py.sum(phase)
+        assert c.versions() == py.versions() and c.response_bytes == py.response_bytes
+    assert [s.versions() for s in c_stats] == [s.versions() for s in ref]
+    assert sides[0][0].bytes_in.value == ref_in
+    ref_out = sum(s.response_bytes for s in py_stats)
+    assert sides[0][0].bytes_out.value == sides[1][0].bytes_out.value == ref_out
+
+
+def test_the_meter_records_the_phases_of_its_readings():
+    """Two requests in one read, the first parked, the second answered first (waiting to be
+    written behind the first): each phase is the difference of the readings the calls made."""
+    stats = [_request_stats.RequestStats()]
+    bytes_in, bytes_out = _request_stats.Counter(), _request_stats.Counter()
+    meter = _request_stats.Meter(stats, bytes_in, bytes_out, _Clock([100, 130, 170, 400, 1000]))
+    assert not meter.system_clock
+    meter.read(b"x" * 50)                  # t_read = cursor = 100
+    first, second = CSlot(), CSlot()
+    meter.begin(first, 0, 9, bytearray(20))
+    meter.parked(first)                    # 130: first's t_local, second's start
+    meter.begin(second, 0, 9, bytearray(26))
+    meter.ready(second)                    # 170, not written: the first is not answered
+    meter.ready(first)                     # 400: both written now, t_sent 400
+    meter.finish(first, b"a" * 7)
+    meter.finish(second, [b"b" * 3])
+    s = stats[0]
+    assert (first.t_read, first.t_start, first.t_local, first.t_ready) == (100, 100, 130, 400)
+    assert (second.t_read, second.t_start, second.t_local, second.t_ready) == (100, 130, 0, 170)
+    assert s.sum(0) == (400 - 100) * 2 and s.sum(1) == 0 + 30 and s.sum(2) == 30 + 40
+    assert s.sum(3) == 270 + 0 and s.sum(4) == 0 + 230 and s.sum(5) == 24 + 30
+    assert bytes_in.value == 50 and bytes_out.value == s.response_bytes == 10 and s.versions()[9] == 2
+
+
+def test_the_meter_reads_the_system_clock_itself():
+    """Given time.monotonic_ns (the broker's real clock, protocol.client.SystemTime), the C meter
+    reads CLOCK_MONOTONIC itself: the same clock, between two readings of it."""
+    import time
+
+    from protocol.client import SYSTEM_TIME
+
+    meter = _request_stats.Meter([_request_stats.RequestStats()], _request_stats.Counter(),
+                                 _request_stats.Counter(), SYSTEM_TIME.nanoseconds)
+    assert meter.system_clock
+    for _ in range(100):
+        before = time.monotonic_ns()
+        meter.read(b"")
+        slot = CSlot()
+        meter.begin(slot, 0, 0, bytearray())
+        meter.ready(slot)
+        after = time.monotonic_ns()
+        assert before <= meter.t_read <= slot.t_ready <= after
+
+
+def test_the_meter_refuses_what_it_cannot_count():
+    stats = [_request_stats.RequestStats(), None]
+    meter = _request_stats.Meter(stats, _request_stats.Counter(), _request_stats.Counter(), _Clock([5]))
+    with pytest.raises(KeyError):
+        meter.begin(CSlot(), 1, 0, bytearray())  # no stats for the key
+    with pytest.raises(KeyError):
+        meter.begin(CSlot(), 7, 0, bytearray())
+    with pytest.raises(TypeError):
+        meter.begin(PySlot(), 0, 0, bytearray())  # not a SlotTimes
+    with pytest.raises(TypeError):
+        meter.finish(CSlot(), b"x")  # never begun
+    with pytest.raises(TypeError):
+        _request_stats.Meter(stats, metrics.PyCounter(), _request_stats.Counter(), _Clock([5]))
+    with pytest.raises(TypeError):
+        _request_stats.Meter(stats, _request_stats.Counter(), _request_stats.Counter(),
+                             _Clock(["x"])).read(b"")  # the clock's reading must be an int
+    assert not any(stats[0].versions()) and stats[0].response_bytes == 0
