@@ -44,3 +44,11 @@ async def sleep(time: Time, ms: float) -> None:
         await future
     finally:
         handle.cancel()
+
+
+async def yield_now() -> None:
+    """Let every other ready task run once (no clock: ``MockTime`` fires a zero sleep only
+    when a test advances it), as a non-blocking poll does."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(future.set_result, None)
+    await future

@@ -165,6 +165,16 @@ class KafkaClient(AdminMixin, ClusterAdminMixin):
             partitions = {p.partition_index: PartitionMetadata(
                 t.name, p.partition_index, p.leader_id, p.get("leader_epoch", -1), list(p.replica_nodes),
                 list(p.isr_nodes), list(p.get("offline_replicas", [])), p.error_code) for p in t.partitions}
+            known = cluster.topics.get(t.name)
+            if known is not None:
+                # KIP-320, as Kafka's Metadata.updateLatestMetadata: a lagging broker's answer with
+                # an older leader epoch does not replace what a newer one said.
+                for index, p in partitions.items():
+                    old = known.partitions.get(index)
+                    if old is not None and 0 <= p.leader_epoch < old.leader_epoch:
+                        log.debug("%s-%d: keeping leader epoch %d, not the older %d", t.name, index,
+                                  old.leader_epoch, p.leader_epoch)
+                        partitions[index] = old
             topics[t.name] = TopicMetadata(t.name, t.error_code, t.get("is_internal", False), partitions)
         if replace_topics:
             cluster.topics = topics

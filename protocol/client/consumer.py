@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any, Coroutine, Iterable, NamedTuple, TypeVar,
 
 from .. import fast_codecs
 from ..api_keys import ApiKey
-from ..errors import CorruptRecordError, ErrorCode, KafkaError, OffsetOutOfRangeError, error_for
+from ..errors import (CorruptRecordError, ErrorCode, KafkaError, OffsetOutOfRangeError, UnsupportedVersionError,
+                      error_for)
 from ..records import batch_body, compute_crc, decode_records, iter_batch_headers
+from .clock import yield_now
 from .cluster import KafkaClient
 from .connection import KafkaConnectionError, wire_error
 from .metadata import PartitionMetadata, TopicPartition
@@ -121,7 +123,10 @@ class Consumer:
         # before this (its leader would answer the same at once).
         self._partition_backoff: dict[TopicPartition, float] = {}
         self._wakeup: asyncio.Future[None] | None = None  # what a waiting poll awaits
-        self._pending_error: BaseException | None = None  # raised by the next poll (records came first)
+        # Raised by the next poll (records came first), with the (partition, position) it is about
+        # (None: the whole response): dropped if that position changed meanwhile (seek, assign).
+        self._pending_error: tuple[BaseException, tuple[TopicPartition, int] | None] | None = None
+        self._handling: tuple[TopicPartition, int] | None = None  # the partition a response is being read for
         # Positions reset per auto_offset_reset after OFFSET_OUT_OF_RANGE, per partition: the
         # position may move back then (a new leader's log start below the old one's), as in Kafka.
         self.out_of_range_resets: collections.Counter[TopicPartition] = collections.Counter()
@@ -137,6 +142,8 @@ class Consumer:
         self._validating.clear()
         self._resets.clear()
         self._buffer.clear()
+        self._pending_error = None
+        self._partition_backoff.clear()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._positions)
@@ -227,6 +234,7 @@ class Consumer:
                 out[TopicPartition(r.topic, r.partition)].append(r)
             return dict(out)
         deadline = self._time.monotonic_ms() + timeout_ms
+        waited = False
         while True:
             self._raise_pending()
             self._maybe_reset_positions()
@@ -236,13 +244,22 @@ class Consumer:
             records = self._collect_fetches()
             self._send_validations()
             self._send_fetches()  # (also when returning: the next poll's records are on their way)
+            # A partition without a leader asked for a refresh just now: start it (else this poll
+            # would wait for nothing that wakes it).
+            self._maybe_refresh_metadata()
             if records:
                 return records
             self._raise_pending()
             remaining = deadline - self._time.monotonic_ms()
             if remaining <= 0:
-                return {}
-            await self._wait(remaining)
+                if waited:
+                    return {}
+                # Await once even with no time left, as Kafka's poll(0) polls the network once:
+                # a loop of getmany(0) must let the fetches it started run.
+                await yield_now()
+            else:
+                await self._wait(remaining)
+            waited = True
 
     def __aiter__(self) -> "Consumer":
         return self
@@ -262,17 +279,28 @@ class Consumer:
             validation.cancel()
         self._validations.clear()
         if self._refresh is not None:
+            if not self._refresh.done():
+                self._refresh_needed = True  # (its result is lost: the next poll asks again)
             self._refresh.cancel()
         if self._resetting is not None:
             self._resetting.cancel()
         self._refresh = self._resetting = None
+        # Positions awaiting validation stay so, asked again at once by the next poll.
+        self._validating = dict.fromkeys(self._validating, 0.0)
+        self._pending_error = None
+        self._node_backoff.clear()
+        self._partition_backoff.clear()
 
     # -- what a poll starts and collects -------------------------------------------------------
 
     def _raise_pending(self) -> None:
-        error, self._pending_error = self._pending_error, None
-        if error is not None:
-            raise error
+        pending, self._pending_error = self._pending_error, None
+        if pending is None:
+            return
+        error, about = pending
+        if about is not None and self._positions.get(about[0]) != about[1]:
+            return  # seeked, reset or unassigned since: that position's error is moot
+        raise error
 
     def _background(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
@@ -376,8 +404,10 @@ class Consumer:
             except Exception as exc:
                 if not out:
                     raise
-                self._pending_error = exc
+                self._pending_error = (exc, self._handling)
                 break
+            finally:
+                self._handling = None
         return out
 
     # -- KIP-320: validating positions after a leader change ----------------------------------
@@ -422,9 +452,12 @@ class Consumer:
             by_topic[tp.topic].append({"partition": tp.partition, "current_leader_epoch": leader_epoch,
                                        "leader_epoch": epoch})
         conn = await self._client.connection(node)
+        try:
+            version = conn.version_for(ApiKey.OFFSET_FOR_LEADER_EPOCH, min_v=3, max_v=4)
+        except UnsupportedVersionError:
+            return None  # a broker before Kafka 2.3: the positions are not validated, as in Kafka
         return await conn.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
-            "replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]},
-            conn.version_for(ApiKey.OFFSET_FOR_LEADER_EPOCH, min_v=3, max_v=4))
+            "replica_id": -1, "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}, version)
 
     def _collect_validations(self) -> None:
         """Kafka's maybeCompleteValidation for every answered partition whose position is still
@@ -450,6 +483,13 @@ class Consumer:
                     if tp in self._validating:
                         self._validating[tp] = backoff
                 continue
+            if response is None:  # the leader has no OffsetsForLeaderEpoch v3+: valid without asking
+                log.info("broker %d cannot validate positions (no OffsetsForLeaderEpoch v3+): skipping", node)
+                for tp in asked:
+                    if tp in self._validating and asked[tp] == (
+                            self._positions.get(tp), self._epochs.get(tp), self._leader_epochs.get(tp)):
+                        del self._validating[tp]
+                continue
             for t in response.topics:
                 for p in t.partitions:
                     tp = TopicPartition(t.topic, p.partition)
@@ -472,6 +512,7 @@ class Consumer:
                                  "resetting to %s", tp.topic, tp.partition, position, asked[tp][1],
                                  self._auto_offset_reset)
                         self._set_position(tp, None, None)
+                        self._drop_buffered(tp)
                         self.truncation_resets[tp] += 1
                     elif p.end_offset < position:
                         if self._auto_offset_reset == "none":
@@ -513,6 +554,7 @@ class Consumer:
                 if (asked is None or self._positions.get(tp) != asked[0] or self._leader_epochs.get(tp) != asked[1]
                         or tp in self._validating):
                     continue  # seeked, reset, unassigned, fetched elsewhere or a new leader while the fetch was out
+                self._handling = (tp, asked[0])
                 records = self._partition_records(tp, data, asked[0])
                 if records:
                     out.setdefault(tp, []).extend(records)

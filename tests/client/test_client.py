@@ -219,6 +219,7 @@ class TwoLeaders:
 
     def __init__(self, serve: range) -> None:
         self.serve = serve
+        self.leaderless = 0  # how many Metadata answers name no leader for "t"-0
         self.fetches: dict[int, list[int]] = {1: [], 2: []}  # node -> fetch offsets of its partition
         self.ports: dict[int, int] = {}
         self.brokers = {node: FakeBroker(lambda header, body, node=node: self.respond(node, header, body))
@@ -236,10 +237,12 @@ class TwoLeaders:
 
     def respond(self, node: int, header, body: bytes):
         if header.api_key == ApiKey.METADATA:
+            leaderless, self.leaderless = self.leaderless > 0, max(0, self.leaderless - 1)
             return response(header.correlation_id, APIS[ApiKey.METADATA].response.build(header.api_version, {
                 "brokers": [{"node_id": n, "host": "127.0.0.1", "port": port} for n, port in self.ports.items()],
                 "controller_id": 1, "topics": [{"error_code": 0, "name": "t", "partitions": [{
-                    "error_code": 0, "partition_index": p, "leader_id": p + 1, "leader_epoch": 0,
+                    "error_code": 0, "partition_index": p, "leader_id": -1 if leaderless and p == 0 else p + 1,
+                    "leader_epoch": 0,
                     "replica_nodes": [p + 1], "isr_nodes": [p + 1]} for p in (0, 1)]}]}))
         if header.api_key != ApiKey.FETCH:
             return None
@@ -295,6 +298,45 @@ async def test_a_fetch_answer_for_a_partition_seeked_meanwhile_is_dropped():
             consumer.close()
 
 
+async def test_a_loop_of_getmany_0_lets_its_fetches_run():
+    """A poll with no time left still awaits once, as Kafka's poll(0) polls the network once:
+    a loop of getmany(0) (cli/consume.py polls so when less than 1 ms is left) gets the
+    records, where polls that never awaited never let the Fetch they started be sent."""
+    clock = MockTime()
+    async with TwoLeaders(range(1)) as fakes:
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            consumer = Consumer(client)
+            consumer.assign([("t", 0)])
+            consumer.seek(("t", 0), 0)
+            batch: dict = {}
+            for _ in range(10000):  # (bounded: a poll that never awaits would loop for ever)
+                batch = await consumer.getmany(0)
+                if batch:
+                    break
+            assert fakes.fetches[1] == [0]
+            assert [r.offset for r in batch[("t", 0)]] == [0]
+            consumer.close()
+
+
+async def test_a_partition_without_a_leader_at_the_first_poll_refreshes_at_once():
+    """The bootstrap metadata names no leader for "t"-0: the first poll refreshes the metadata
+    at once and fetches from the leader it names, without the clock moving (a poll that
+    waited out its timeout before refreshing would never return on this clock)."""
+    clock = MockTime()
+    async with TwoLeaders(range(1)) as fakes:
+        fakes.leaderless = 1
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            assert client.cluster.leader("t", 0) < 0
+            consumer = Consumer(client)
+            consumer.assign([("t", 0)])
+            consumer.seek(("t", 0), 0)
+            start = clock.monotonic_ms()
+            batch = await asyncio.wait_for(consumer.getmany(5000), 10)  # (a hang guard)
+            assert [r.offset for r in batch[("t", 0)]] == [0]
+            assert clock.monotonic_ms() == start
+            consumer.close()
+
+
 class LeaderMoves:
     """Brokers 1 and 2 with a log each for "t"-0 ({offset: (value, leader epoch)}); the
     metadata names ``leader`` in ``epoch``. A Fetch to the leader at an offset of its log gets
@@ -307,6 +349,7 @@ class LeaderMoves:
         self.logs = logs
         self.leader, self.epoch = 1, 0
         self.reelect_on_ask = False  # the first OffsetsForLeaderEpoch finds the leader in a newer epoch
+        self.offsets_for_leader_epoch = (0, 3)  # the versions the brokers speak
         self.asked: list[tuple[int, int, int]] = []  # OffsetsForLeaderEpoch: (node, current epoch, epoch)
         self.fetches: list[tuple[int, int, int]] = []  # (node, offset, current leader epoch)
         self.ports: dict[int, int] = {}
@@ -336,7 +379,7 @@ class LeaderMoves:
     def respond(self, node: int, header, body: bytes):
         if header.api_key == ApiKey.API_VERSIONS:
             return response(header.correlation_id, api_versions_body(header.api_version, {
-                **BROKER_RANGES, ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 3)}))
+                **BROKER_RANGES, ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch}))
         if header.api_key == ApiKey.METADATA:
             return response(header.correlation_id, APIS[ApiKey.METADATA].response.build(header.api_version, {
                 "brokers": [{"node_id": n, "host": "127.0.0.1", "port": port} for n, port in self.ports.items()],
@@ -438,6 +481,42 @@ async def test_a_validation_fenced_by_a_newer_epoch_is_asked_again_under_it():
             assert fakes.asked[0] == (2, 1, 0) and fakes.asked[-1] == (2, 2, 0)
             assert [(o, e) for n, o, e in fakes.fetches if n == 2] == [(3, 2)]
             consumer.close()
+
+
+async def test_positions_are_not_validated_by_a_broker_without_offsets_for_leader_epoch_v3():
+    """As Kafka's consumer: a leader without OffsetsForLeaderEpoch v3 (before Kafka 2.3)
+    cannot validate a position, so it is taken as valid without asking (not a failed poll)."""
+    old = {o: (b"old-%d" % o, 0) for o in range(5)}
+    clock = MockTime()
+    async with LeaderMoves({1: old, 2: {**old, 5: (b"new-5", 1)}}) as fakes:
+        fakes.offsets_for_leader_epoch = (0, 2)
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            consumer = Consumer(client, retry_backoff_ms=0)
+            consumer.assign([("t", 0)])
+            consumer.seek(("t", 0), 0)
+            await consume_until_leader_moves(fakes, consumer, 5)
+            batch = await asyncio.wait_for(consumer.getmany(5000), 10)
+            assert [(r.offset, r.value) for rs in batch.values() for r in rs] == [(5, b"new-5")]
+            assert fakes.asked == []
+            consumer.close()
+
+
+async def test_metadata_with_an_older_leader_epoch_does_not_replace_a_newer_one():
+    """KIP-320: a lagging broker's Metadata naming an older leader epoch leaves the newer
+    partition metadata in place; a newer epoch replaces it."""
+    async with LeaderMoves({1: {}, 2: {}}) as fakes:
+        fakes.leader, fakes.epoch = 2, 1
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=MockTime()) as client:
+            fakes.leader, fakes.epoch = 1, 0
+            await client.refresh_metadata(["t"])
+            meta = client.cluster.partition("t", 0)
+            assert (meta.leader, meta.leader_epoch) == (2, 1)
+            await client.refresh_metadata()  # (all topics: the same guard)
+            assert client.cluster.leader("t", 0) == 2
+            fakes.leader, fakes.epoch = 1, 2
+            await client.refresh_metadata(["t"])
+            meta = client.cluster.partition("t", 0)
+            assert (meta.leader, meta.leader_epoch) == (1, 2)
 
 
 async def test_log_truncation_raises_without_a_reset_policy():
