@@ -56,7 +56,9 @@ class KafkaClient(AdminMixin, ClusterAdminMixin):
         self.cluster = ClusterMetadata()
         self._metadata_refreshed_ms: float | None = None
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
-        self._connecting: dict[tuple[str, int], asyncio.Task[BrokerConnection]] = {}
+        # Connections of their own for coordinator requests (see coordinator_connection).
+        self._coordinator_conns: dict[tuple[str, int], BrokerConnection] = {}
+        self._connecting: dict[tuple[tuple[str, int], bool], asyncio.Task[BrokerConnection]] = {}
 
     async def __aenter__(self) -> "KafkaClient":
         await self.refresh_metadata()
@@ -68,51 +70,65 @@ class KafkaClient(AdminMixin, ClusterAdminMixin):
     async def close(self) -> None:
         for task in self._connecting.values():
             task.cancel()
-        for conn in self._conns.values():
-            conn.close()
-        self._conns.clear()
+        for pool in (self._conns, self._coordinator_conns):
+            for conn in pool.values():
+                conn.close()
+            pool.clear()
 
     # -- connections -----------------------------------------------------------------------
 
-    async def _connect(self, address: tuple[str, int]) -> BrokerConnection:
-        conn = self._conns.get(address)
+    async def _connect(self, address: tuple[str, int], coordinator: bool = False) -> BrokerConnection:
+        pool = self._coordinator_conns if coordinator else self._conns
+        conn = pool.get(address)
         if conn is not None and conn.connected:
             return conn
-        task = self._connecting.get(address)
-        if task is None:  # one connect per address, however many callers want it
-            task = asyncio.ensure_future(self._open(address))
-            self._connecting[address] = task
-            task.add_done_callback(lambda _t: self._connecting.pop(address, None))
+        key = (address, coordinator)
+        task = self._connecting.get(key)
+        if task is None:  # one connect per address and pool, however many callers want it
+            task = asyncio.ensure_future(self._open(address, pool))
+            self._connecting[key] = task
+            task.add_done_callback(lambda _t: self._connecting.pop(key, None))
         return await asyncio.shield(task)
 
-    async def _open(self, address: tuple[str, int]) -> BrokerConnection:
+    async def _open(self, address: tuple[str, int], pool: dict[tuple[str, int], BrokerConnection]) -> BrokerConnection:
         conn = BrokerConnection(*address, client_id=self.client_id, network=self.network, time=self.time,
                                 request_timeout_ms=self.request_timeout_ms)
         await conn.connect()
-        self._conns[address] = conn
+        pool[address] = conn
         return conn
 
     async def connection(self, node_id: int) -> BrokerConnection:
         """The pooled connection to broker ``node_id`` (opened if needed)."""
+        return await self._connect(await self._address(node_id))
+
+    async def coordinator_connection(self, node_id: int) -> BrokerConnection:
+        """A pooled connection to broker ``node_id`` for group (and transaction) coordinator
+        requests only, as Java's clients address the coordinator as node Integer.MAX_VALUE - id:
+        a broker answers a connection's requests in order, so a commit or heartbeat on the
+        connection a consumer's long-poll Fetch is parked on would wait up to its max_wait_ms."""
+        return await self._connect(await self._address(node_id), coordinator=True)
+
+    async def _address(self, node_id: int) -> tuple[str, int]:
         broker = self.cluster.brokers.get(node_id)
         if broker is None:
             await self.refresh_metadata()
             broker = self.cluster.brokers.get(node_id)
             if broker is None:
                 raise wire_error(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {node_id}", "not in the cluster metadata")
-        return await self._connect((broker.host, broker.port))
+        return broker.host, broker.port
 
     async def leader_connection(self, topic: str, partition: int) -> BrokerConnection:
         """The connection to the partition's current leader."""
         return await self.connection(await self.leader_for(topic, partition))
 
-    async def any_connection(self) -> BrokerConnection:
+    async def any_connection(self, coordinator: bool = False) -> BrokerConnection:
         """A connection to some live broker (the open ones first, then the known brokers,
-        then the bootstrap servers)."""
+        then the bootstrap servers); ``coordinator``: from the coordinator pool (for
+        FindCoordinator: not behind a parked Fetch either)."""
         last_error: KafkaError | None = None
         for address in self._candidates():
             try:
-                return await self._connect(address)
+                return await self._connect(address, coordinator)
             except KafkaConnectionError as exc:
                 last_error = exc
         raise last_error or KafkaConnectionError("no broker to connect to")

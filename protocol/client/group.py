@@ -100,12 +100,12 @@ async def find_coordinator(client: KafkaClient, group_id: str, timeout_ms: int =
     """A connection to the group's coordinator (FindCoordinator retried while it is being set up)."""
     deadline = client.time.monotonic_ms() + timeout_ms
     while True:
-        conn = await client.any_connection()
+        conn = await client.any_connection(coordinator=True)
         r = await conn.request(ApiKey.FIND_COORDINATOR, {"key": group_id, "key_type": 0},
                                conn.version_for(ApiKey.FIND_COORDINATOR, max_v=3))
         if r.error_code == ErrorCode.NONE:
             node_id: int = r.node_id
-            return await client.connection(node_id)
+            return await client.coordinator_connection(node_id)  # (not behind a parked Fetch)
         if r.error_code not in _RETRY_COORDINATOR or client.time.monotonic_ms() > deadline:
             raise wire_error(r.error_code, f"FindCoordinator for group {group_id!r}", r.error_message)
         await sleep(client.time, 100)

@@ -220,6 +220,7 @@ class TwoLeaders:
     def __init__(self, serve: range) -> None:
         self.serve = serve
         self.leaderless = 0  # how many Metadata answers name no leader for "t"-0
+        self.coordinator = 1  # FindCoordinator's answer
         self.fetches: dict[int, list[int]] = {1: [], 2: []}  # node -> fetch offsets of its partition
         self.ports: dict[int, int] = {}
         self.brokers = {node: FakeBroker(lambda header, body, node=node: self.respond(node, header, body))
@@ -244,6 +245,13 @@ class TwoLeaders:
                     "error_code": 0, "partition_index": p, "leader_id": -1 if leaderless and p == 0 else p + 1,
                     "leader_epoch": 0,
                     "replica_nodes": [p + 1], "isr_nodes": [p + 1]} for p in (0, 1)]}]}))
+        if header.api_key == ApiKey.API_VERSIONS:
+            return response(header.correlation_id, api_versions_body(header.api_version, {
+                **BROKER_RANGES, ApiKey.FIND_COORDINATOR: (0, 2)}))
+        if header.api_key == ApiKey.FIND_COORDINATOR:
+            return response(header.correlation_id, APIS[ApiKey.FIND_COORDINATOR].response.build(header.api_version, {
+                "error_code": 0, "error_message": None, "node_id": self.coordinator, "host": "127.0.0.1",
+                "port": self.ports[self.coordinator]}))
         if header.api_key != ApiKey.FETCH:
             return None
         request = decode_fetch_request(header.api_version, body, 0)
@@ -315,6 +323,32 @@ async def test_a_loop_of_getmany_0_lets_its_fetches_run():
                     break
             assert fakes.fetches[1] == [0]
             assert [r.offset for r in batch[("t", 0)]] == [0]
+            consumer.close()
+
+
+async def test_the_group_coordinator_gets_a_connection_of_its_own():
+    """Broker 1 leads "t"-0 and coordinates group "g". The consumer's Fetch to it is parked
+    (the fake holds it; a broker answers a connection's requests in order, so a request
+    behind it would wait up to max_wait_ms): the coordinator connection is another one, as
+    Java's clients address the coordinator as a node id of its own."""
+    from protocol.client.group import find_coordinator
+
+    clock = MockTime()
+    async with TwoLeaders(range(0)) as fakes:
+        fakes.coordinator = 1
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            consumer = Consumer(client)
+            consumer.assign([("t", 0)])
+            consumer.seek(("t", 0), 0)
+            for _ in range(10000):  # until the Fetch is parked at broker 1
+                await consumer.getmany(0)
+                if fakes.fetches[1]:
+                    break
+            assert fakes.fetches[1] == [0]
+            coordinator = await find_coordinator(client, "g", 1000)
+            assert (coordinator.host, coordinator.port) == ("127.0.0.1", fakes.ports[1])
+            assert coordinator is not await client.connection(1)
+            assert coordinator is await client.coordinator_connection(1)  # (pooled too)
             consumer.close()
 
 
