@@ -1,5 +1,5 @@
 # kbroker — the two commands of README.md: `make run` and `make test`.
-# Debian's /usr/bin/python3.11 (built with PGO and LTO: the simulator and the broker take ~15 % less CPU
+# Debian's /usr/bin/python3.11 (built with PGO and LTO: the simulator and the broker take 10-15 % less CPU
 # on it than on a plain build such as pyenv's) when it can make a venv whose C helpers build (ensurepip,
 # from python3.11-venv, and Python.h, from python3.11-dev; `make test-deps` installs them); else python3.
 # `make PYTHON=...` chooses another. Expanded when used, so after debian-python has installed them.
