@@ -171,7 +171,8 @@ class LogLoader:
         # After an unclean shutdown only what is below the recovery point is known durable: the
         # replay starts from a snapshot at or below it (those above go), so it rebuilds the
         # aborted transactions of every marker the crash may have taken from the .txnindex files
-        # (Kafka's recoverSegment). After a clean one the recovery point is the LEO: no replay.
+        # (Kafka's recoverSegment): those at or above it; the durable ones below it stay as they
+        # are. After a clean one the recovery point is the LEO: no replay.
         report.producer_batches_replayed = rebuild_producer_state(self.producer_state, segments, bases,
                                                                   log_start_offset, log_end_offset, self.txn_index,
                                                                   recovery_point=recovery_point)
@@ -322,16 +323,21 @@ def rebuild_producer_state(producer_state: ProducerStateManager, segments: list[
     the LEO; snapshots above it are deleted) and replay the batch headers after it, to the LEO;
     returns how many batch headers were read (none after a clean shutdown: the snapshot is at
     the LEO). Kafka's ``UnifiedLog.rebuildProducerState``: loading and truncation both use it.
-    The aborted transactions of the markers replayed are written to ``txn_index`` anew (its
-    entries from the replay's start on are dropped first), so recovery rebuilds the
-    ``.txnindex`` entries above the recovery point, which a power loss may have taken: those
-    below it are durable (``Log.begin_flush`` fsyncs them). A snapshot above the recovery point
-    (one fsynced at a roll, say) would skip some of them, as Kafka's ``recoverSegment`` never
-    replays from one above the segment it recovers."""
+    The aborted transactions of the markers replayed at or above the recovery point are written
+    to ``txn_index`` anew (its entries from there on are dropped first), so recovery rebuilds
+    the ``.txnindex`` entries above the recovery point, which a power loss may have taken. A
+    snapshot above the recovery point (one fsynced at a roll, say) would skip some of them, as
+    Kafka's ``recoverSegment`` never replays from one above the segment it recovers. The
+    entries below the recovery point are durable (``Log.begin_flush`` fsyncs them) and left
+    alone, as Kafka's recovery leaves the segments below it: cutting and appending them again
+    would make them unsynced, and no flush syncs them while the recovery point does not move
+    (a power loss then kept a snapshot above them and lost them for good). A truncation
+    (``recovery_point`` None) cuts the index itself and leaves it so."""
     bound = log_end_offset if recovery_point is None else min(recovery_point, log_end_offset)
     start = producer_state.truncate_and_reload(log_start_offset, bound)
+    index_from = max(start, bound)
     if txn_index is not None:
-        txn_index.truncate_from(start)
+        txn_index.truncate_from(index_from)
     if start >= log_end_offset:
         return 0
     count = 0
@@ -347,15 +353,17 @@ def rebuild_producer_state(producer_state: ProducerStateManager, segments: list[
         buf = records.buffer(records.size)
         batches = list(iter_batch_headers(buf, position, records.size))
         count += len(batches)
-        replay_batches(producer_state, buf, batches, txn_index, segment.base_offset)
+        replay_batches(producer_state, buf, batches, txn_index, segment.base_offset, index_from=index_from)
     return count
 
 
 def replay_batches(producer_state: ProducerStateManager, buf: Buffer, batches: list[tuple[int, BatchHeader]],
-                   txn_index: TransactionIndex | None, segment_base: int) -> list[CompletedTxn]:
+                   txn_index: TransactionIndex | None, segment_base: int, *,
+                   index_from: int = 0) -> list[CompletedTxn]:
     """Replay the producer batches of ``batches`` (positions in ``buf``) into the producer state,
-    in runs between markers, so each marker's aborted transaction is indexed (in the segment
-    ``segment_base``) with the last stable offset of its moment. Returns the completed ones."""
+    in runs between markers, so each marker at or after ``index_from`` has its aborted
+    transaction indexed (in the segment ``segment_base``) with the last stable offset of its
+    moment. Returns the completed ones."""
     completed: list[CompletedTxn] = []
     run: list[BatchHeader | tuple[BatchHeader, ControlRecord | None]] = []
     for pos, header in batches:
@@ -373,7 +381,7 @@ def replay_batches(producer_state: ProducerStateManager, buf: Buffer, batches: l
             control = None
         for txn in producer_state.replay([(header, control)]):
             completed.append(txn)
-            if txn.is_aborted and txn_index is not None:
+            if txn.is_aborted and txn_index is not None and txn.last_offset >= index_from:
                 txn_index.append(segment_base, AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
                                                           producer_state.last_stable_offset_of(txn)))
     if run:

@@ -11,13 +11,14 @@ order their markers were written. An entry is 34 bytes, big-endian (Kafka's ``Ab
                               is at or below it needs no later entry (``collect``)
 
 ``TransactionIndex`` keeps every segment's entries in memory (aborts are rare; a list per
-segment) and appends each new one to its file; truncation and dropped segments rewrite or
-remove the files. A file is fsynced by the flush of its segment (``dup_fds_for_flush`` /
+segment) and appends each new one to its file; truncation cuts the files, dropped segments
+remove them. A file is fsynced by the flush of its segment (``dup_fds_for_flush`` /
 ``mark_synced``; Kafka's ``LogSegment.flush`` flushes its ``txnIndex``): recovery after a crash
-rebuilds the entries from the producer state snapshot at or below the recovery point on
-(log_loader.py), so those below the recovery point must be durable. One whose append failed is
-rewritten whole by that flush. Truncation cuts a file in place (``_cut``), never rewrites it:
-its durable entries stay durable. A file a crash left with a torn last entry is cut to its
+rebuilds only the entries at or above the recovery point, from the producer state snapshot at
+or below it (log_loader.py), so those below it must be durable. One whose append failed is
+rewritten whole by that flush. Truncation cuts a file in place (``_cut``), even to nothing,
+never rewrites or removes it: its durable entries stay durable, and the next flush's fsync
+makes the cut durable. A file a crash left with a torn last entry is cut to its
 whole entries when loaded (else the next append would land after the torn bytes and misread).
 The files carry no checksum, as Kafka's.
 Not thread-safe: the owning Log's thread only.
@@ -97,7 +98,8 @@ class TransactionIndex:
 
     def load(self, bases: list[int], names: Iterable[str]) -> None:
         """Read the files of the segments ``bases`` (``names``: the directory's listing); a
-        file of no segment is deleted, one that does not read is dropped (recovery rebuilds)."""
+        file of no segment is deleted, one that does not read is dropped (recovery rebuilds its
+        entries at or above the recovery point; Kafka rebuilds a corrupt one's segment)."""
         wanted = set(bases)
         for name in names:
             if not name.endswith(TXN_INDEX_SUFFIX):
@@ -225,14 +227,19 @@ class TransactionIndex:
             self._by_segment.pop(base, None)
         self._changed(base)
         try:
+            # cut to nothing too, not removed: the flush that moves the recovery point past the
+            # cut fsyncs the file (``dup_fds_for_flush``), while a removal is durable only with
+            # an fsync of the directory, which no flush does for it: a power loss could bring
+            # the file back, entries of markers since truncated away, below the recovery point
+            fd = fileio.open(path, os.O_WRONLY)
+            try:
+                fileio.ftruncate(fd, len(kept) * ENTRY_SIZE)
+            finally:
+                fileio.close(fd)
+        except FileNotFoundError:
             if kept:
-                fd = fileio.open(path, os.O_WRONLY)
-                try:
-                    fileio.ftruncate(fd, len(kept) * ENTRY_SIZE)
-                finally:
-                    fileio.close(fd)
-            else:
-                fileio.unlink_if_exists(path)
+                self._failed.add(base)
+                log.error("%s: cannot cut %s: it is gone", self.dir.name, path.name)
         except OSError as exc:
             self._failed.add(base)
             log.error("%s: cannot cut %s: %s", self.dir.name, path.name, exc)
@@ -263,6 +270,11 @@ class TransactionIndex:
                 token[base] = self._unsynced[base]
                 if entries:
                     fds.append(fileio.open(self.path(base), os.O_RDONLY))
+                else:  # a file cut to nothing (``_cut``) is fsynced too; one removed is not
+                    try:
+                        fds.append(fileio.open(self.path(base), os.O_RDONLY))
+                    except FileNotFoundError:
+                        pass
         except BaseException:
             for fd in fds:
                 fileio.close(fd)

@@ -120,7 +120,10 @@ def test_recovery_rebuilds_the_index_and_the_open_transactions(tmp_path, lost):
         for name in os.listdir(tmp_path / "t-0"):
             if name.endswith(lost):
                 os.unlink(tmp_path / "t-0" / name)
-    reopened = open_log(tmp_path / "t-0", time=time, segment_bytes=400)
+    # (after the crash: an unclean shutdown, nothing flushed, recovery point 0; only the entries
+    # at or above the recovery point are rebuilt, those below it are durable)
+    reopened = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=400), time=time,
+                        had_clean_shutdown=lost is None)
     assert reopened.txn_index.entries == entries
     assert reopened.producer_state.ongoing_txns == ongoing
     reopened.update_high_watermark(reopened.log_end_offset)
@@ -344,3 +347,118 @@ def test_a_torn_last_txn_index_entry_is_cut_at_load(tmp_path, monkeypatch):
     assert again.txn_index.entries == entries
     with open(path, "rb") as f:
         assert decode_entries(f.read()) == entries
+
+
+def _record_cuts_and_unlinks(monkeypatch, durable: dict[str, int], cuts: bool = True) -> dict[str, bytes]:
+    """A worse power loss than ``_power_loss`` alone: an ftruncate may be kept and the appends
+    after it lost (``durable`` falls to the cut size, if ``cuts``), and a file's removal is kept
+    only once its directory is fsynced (returned: path -> the durable bytes to bring back)."""
+    from storage import fileio
+    removed: dict[str, bytes] = {}
+    real_ftruncate, real_unlink, real_fsync = fileio.ftruncate, fileio.unlink_if_exists, fileio.fsync
+
+    def ftruncate(fd: int, size: int) -> None:
+        real_ftruncate(fd, size)
+        if cuts:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            durable[path] = min(durable.get(path, 0), size)
+
+    def unlink_if_exists(path) -> None:
+        real = os.path.realpath(path)
+        if os.path.exists(real) and real.endswith(".txnindex"):
+            with open(real, "rb") as f:
+                removed[real] = f.read(durable.get(real, 0))
+        real_unlink(path)
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.isdir(path):
+            for p in [p for p in removed if os.path.dirname(p) == path]:
+                del removed[p]
+    monkeypatch.setattr(fileio, "ftruncate", ftruncate)
+    monkeypatch.setattr(fileio, "unlink_if_exists", unlink_if_exists)
+    monkeypatch.setattr(fileio, "fsync", fsync)
+    return removed
+
+
+def test_unclean_restart_at_the_recovery_point_leaves_durable_entries_alone(tmp_path, monkeypatch):
+    """An unclean shutdown of an idle, fully flushed partition (recovery point == LEO): the
+    replay starts from a snapshot below the LEO (here none: the log start), and once cut the
+    .txnindex entries below the recovery point and appended them again, unsynced; the loader's
+    unsynced snapshot at the LEO then covered them, and no flush synced them (nothing above the
+    recovery point). A power loss keeping the cut and the snapshot, not the appends, lost the
+    entries for good: read_committed fetches were handed the aborted records. The durable
+    entries below the recovery point are left alone (Kafka's recovery starts at the segment of
+    the recovery point)."""
+    durable = _record_fsyncs(monkeypatch)
+    _record_cuts_and_unlinks(monkeypatch, durable)
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time)
+    log.append_as_leader(txn(A, 0, 2), 0)             # 0-1
+    log.append_end_txn_marker(A, 0, 0, False, 0)      # 2: A aborts
+    log.append_as_leader(plain(), 0)                  # 3
+    log.flush()
+    end = log.log_end_offset
+    entries = [AbortedTxn(A, 0, 2, 3)]
+    path = os.path.realpath(log.txn_index.path(0))
+    assert durable[path] == ENTRY_SIZE
+    for segment in log.segments:                      # a crash: no close, no snapshot
+        segment.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=end, had_clean_shutdown=False)
+    assert reopened.txn_index.entries == entries
+    assert reopened.producer_state.snapshot_offsets == [end]  # the loader's, not fsynced
+    reopened.flush()                                  # nothing above the recovery point
+    for segment in reopened.segments:                 # a power loss keeping the snapshot
+        segment.close()
+    _power_loss(tmp_path / "t-0", durable, ".txnindex")
+    again = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=end, had_clean_shutdown=False)
+    assert again.txn_index.entries == entries
+    assert again.collect_aborted_transactions(0, end) == entries
+
+
+def test_truncation_to_no_entry_keeps_the_emptied_txn_index_durably(tmp_path, monkeypatch):
+    """A follower's truncation that cuts every entry of a .txnindex file once removed it, and
+    no directory fsync followed (no segment was dropped). The follower appended other records
+    at those offsets and a flush moved the recovery point past them; a power loss brought the
+    removed file back with its stale entry (a marker's offset now holding a plain record),
+    below the recovery point, where recovery never looks: the aborted transaction was listed
+    for records that were never in it. The file is cut to nothing instead, and the next
+    flush's fsync makes that durable: a power loss here undoes the cut unless it was fsynced."""
+    from storage import fileio
+    durable = _record_fsyncs(monkeypatch)
+    removed = _record_cuts_and_unlinks(monkeypatch, durable, cuts=False)
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time)
+    log.append_as_leader(txn(A, 0), 0)                # 0
+    log.append_end_txn_marker(A, 0, 0, False, 0)      # 1: A aborts
+    log.flush()
+    path = os.path.realpath(log.txn_index.path(0))
+    assert durable[path] == ENTRY_SIZE
+    with open(path, "rb") as f:
+        stale = f.read()
+    log.truncate_to(1)                                # the marker goes: no entry left
+    assert log.txn_index.entries == []
+    synced: set[str] = set()
+    real_fsync = fileio.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+    monkeypatch.setattr(fileio, "fsync", fsync)
+    log.append_as_leader(plain(3), 0)                 # 1-3: other records where the marker was
+    log.flush()
+    end = log.log_end_offset
+    assert log.recovery_point == end
+    for segment in log.segments:                      # a power loss (the replay, from 0, keeps
+        segment.close()                               # the entries below the recovery point)
+    if os.path.exists(path) and path not in synced:   # the cut, never fsynced, undone
+        with open(path, "wb") as f:
+            f.write(stale)
+    _power_loss(tmp_path / "t-0", durable, ".txnindex")
+    for p, data in removed.items():                   # removals the directory's fsync never kept
+        with open(p, "wb") as f:
+            f.write(data)
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=end, had_clean_shutdown=False)
+    assert reopened.txn_index.entries == []
+    assert reopened.collect_aborted_transactions(0, end) == []
