@@ -11,8 +11,9 @@ offsets:
   included);
 * ``txn-read-before-marker``: a record read by read_committed is followed in its partition's
   log by its producer's COMMIT marker, and that marker was already in the log (below the
-  largest log end offset of a live replica) when the record was read: read_committed never
-  passes the LSO;
+  largest log end offset of a live replica) when the record was read (when its fetch answer
+  arrived, not when the observer's poll handed it out: seed 4390): read_committed never passes
+  the LSO;
 * ``txn-offsets``: a group's offsets committed inside transactions appear iff their
   transaction committed: the final committed offset is that of the last transaction with
   offsets that committed, or of a later one whose answer never came; never an aborted one's.

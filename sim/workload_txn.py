@@ -39,6 +39,7 @@ from protocol.client.group import find_coordinator
 from protocol.client.metadata import TopicPartition
 from protocol.client.transactions import TransactionAdmin
 from protocol.errors import ErrorCode, KafkaError
+from protocol.fast_codecs import FetchResponse
 from protocol.records import Record, build_batch, increment_sequence
 
 from broker.coordinator.group_metadata_manager import partition_for
@@ -83,8 +84,8 @@ class TxnRead:
     partition: int
     offset: int
     value: bytes | None
-    at: float
-    max_leo: int  # the largest log end offset of a live replica of the partition when it was read
+    at: float  # when its fetch answer arrived (its poll may hand it out later)
+    max_leo: int  # the largest log end offset of a live replica of the partition then
 
 
 @dataclass
@@ -343,12 +344,12 @@ class ReadCommittedObserver(Actor):
     def __init__(self, sim: Any, name: str, history: TxnHistory) -> None:
         super().__init__(sim, name)
         self.history = history
-        self.consumer: Consumer | None = None
+        self.consumer: AnswerSamplingConsumer | None = None
         self._last_positions: dict[Key, int] = {}
 
     async def main(self) -> None:
         assert self.client is not None
-        consumer = self.consumer = Consumer(self.client, isolation_level=1, max_wait_ms=500)
+        consumer = self.consumer = AnswerSamplingConsumer(self.sim, self.client, isolation_level=1, max_wait_ms=500)
         consumer.assign([(t, p) for t, n in sorted(self.history.topics.items()) for p in range(n)])
         sim = self.sim
         keys = [(t, p) for t, n in sorted(self.history.topics.items()) for p in range(n)]
@@ -361,13 +362,20 @@ class ReadCommittedObserver(Actor):
                 continue
             finally:
                 self._record_positions(keys)
-            now = sim.loop.time()
-            for tp, records in sorted(batch.items()):
-                max_leo = _max_leo(sim, (tp.topic, tp.partition))
-                for r in records:
-                    self.history.reads.append(TxnRead(tp.topic, tp.partition, r.offset, r.value, now, max_leo))
-                    self.observe(tp.topic, tp.partition, r.offset, r.value, self.process.key)
-                    sim.history.polls += 1
+            self.record_reads(batch)
+
+    def record_reads(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        """The records a poll handed out, each read when its fetch answer arrived, with the
+        replicas' log ends then (AnswerSamplingConsumer)."""
+        assert self.consumer is not None
+        sim = self.sim
+        for tp, records in sorted(batch.items()):
+            answered = self.consumer.answered.pop(tp, None)
+            at, max_leo = answered if answered is not None else (sim.loop.time(), _max_leo(sim, (tp.topic, tp.partition)))
+            for r in records:
+                self.history.reads.append(TxnRead(tp.topic, tp.partition, r.offset, r.value, at, max_leo))
+                self.observe(tp.topic, tp.partition, r.offset, r.value, self.process.key)
+                sim.history.polls += 1
 
     def _record_positions(self, keys: list[Key]) -> None:
         """The positions that moved since last time: a position can pass offsets without a read
@@ -383,6 +391,50 @@ class ReadCommittedObserver(Actor):
         if self.consumer is None:
             return None
         return self.consumer._positions.get(TopicPartition(*key))  # (the sim looks inside: no request)
+
+
+class AnswerSamplingConsumer(Consumer):
+    """The observer's Consumer, noting for each partition whose records a poll hands out when
+    the fetch answer that brought them arrived and the largest log end offset of a live replica
+    of the partition then: the moment of the read that txn-read-before-marker judges. Fetches
+    stay in flight across polls and an answer is decoded only by the next poll, which may come
+    seconds later (seed 4390, with the consumer of then: answers of brokers 1 and 2 at 4.86 s,
+    handed out at 14.38 s, when every broker was down and the log ends sampled were none: -1).
+
+    ``_fetch_from`` samples, as the answer arrives, each partition it brings records of, and
+    keeps the samples with that answer (per node: one Fetch in flight to each); ``_handle_response``
+    moves a partition's sample to ``answered`` only when the records handed out for it came from
+    that answer. An answer the consumer drops (the position or leader epoch changed while it was
+    in flight, or a second leader's) leaves no sample: its samples go with it."""
+
+    def __init__(self, sim: Any, client: KafkaClient, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        self._sim = sim
+        # Per node, its last answer and, per partition it brought records of, (arrival, max LEO).
+        self._arrived: dict[int, tuple[FetchResponse, dict[TopicPartition, tuple[float, int]]]] = {}
+        self.answered: dict[TopicPartition, tuple[float, int]] = {}
+
+    async def _fetch_from(self, node: int, offsets: dict[TopicPartition, tuple[int, int]]) -> FetchResponse:
+        response = await super()._fetch_from(node, offsets)
+        sim = self._sim
+        now = sim.loop.time()  # (no wait since the answer was decoded)
+        samples = {TopicPartition(topic, data.partition): (now, _max_leo(sim, (topic, data.partition)))
+                   for topic, partitions in response.responses for data in partitions
+                   if data.records}  # (a partition with nothing: an empty buffer or None)
+        self._arrived[node] = (response, samples)
+        return response
+
+    def _handle_response(self, node: int, offsets: dict[TopicPartition, tuple[int, int]], response: FetchResponse,
+                         out: dict[TopicPartition, list[Any]]) -> None:
+        arrived = self._arrived.pop(node, None)
+        samples = arrived[1] if arrived is not None and arrived[0] is response else {}
+        before = {tp: len(out.get(tp, ())) for tp in samples}
+        try:
+            super()._handle_response(node, offsets, response, out)
+        finally:  # (records taken before an error are handed out)
+            for tp, n in before.items():
+                if len(out.get(tp, ())) > n:
+                    self.answered[tp] = samples[tp]
 
 
 def _max_leo(sim: Any, key: Key) -> int:

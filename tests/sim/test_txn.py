@@ -304,3 +304,138 @@ def test_a_transactional_record_prefetched_before_a_loss_and_handed_out_after_it
     sim.loop._now = 18.0
     sim.observe("tx1", 2, 10, b"old", "rc-observer#1")
     assert [v.check for v in sim.violations] == ["inconsistent-offset"]
+
+
+def _observer_with_fake_leaders(leaders):
+    """A read_committed observer of t-0 and t-1 (positions 0, leaders per ``leaders``) over one
+    broker whose replica of t-0 has log end 3 (a0, a1 and the COMMIT marker at 2), as
+    _history() has them; its clock, and the broker, for the test to move."""
+    from types import SimpleNamespace
+
+    from sim.loop import Process
+    from sim.workload_txn import AnswerSamplingConsumer, ReadCommittedObserver
+
+    clock = SimpleNamespace(now=1.0)
+    log_ = SimpleNamespace(log_end_offset=3)
+    broker = SimpleNamespace(ready=True, log=log_, server=SimpleNamespace(
+        replica_manager=SimpleNamespace(partitions={("t", 0): SimpleNamespace(log=log_)})))
+    sim = SimpleNamespace(loop=SimpleNamespace(time=lambda: clock.now), cluster=SimpleNamespace(brokers={1: broker}),
+                          history=SimpleNamespace(polls=0), observe=lambda *args: None,
+                          client_process=lambda name: Process(name, "client-1", 1))
+    h, logs, committed = _history()
+    h.reads.clear()
+    observer = ReadCommittedObserver(sim, "rc-observer", h)
+    epochs = dict.fromkeys(leaders, 0)
+
+    async def refresh_metadata(topics):
+        return None
+    client = SimpleNamespace(time=MockTime(), refresh_metadata=refresh_metadata, cluster=SimpleNamespace(
+        leader=lambda topic, p: leaders[(topic, p)],
+        partition=lambda topic, p: SimpleNamespace(leader_epoch=epochs[(topic, p)])))
+    consumer = observer.consumer = AnswerSamplingConsumer(sim, client, isolation_level=1)
+    consumer.assign(leaders)
+    for tp in leaders:
+        consumer.seek(tp, 0)
+    return SimpleNamespace(clock=clock, broker=broker, observer=observer, consumer=consumer, epochs=epochs,
+                           history=(h, logs, committed))
+
+
+def _answer(topic, partition, records):
+    """A FetchResponse with ``records`` ((offset, value)s) of topic-partition, or none."""
+    from protocol.fast_codecs import FetchPartitionData, FetchResponse
+
+    buf = b"".join(build_batch([Record(timestamp=0, key=None, value=v)], base_offset=o) for o, v in records)
+    return FetchResponse(0, 0, 0, [(topic, [FetchPartitionData(partition, 0, 3, 3, 0, memoryview(buf), [])])])
+
+
+async def _until(condition):
+    import asyncio
+
+    for _ in range(50):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never happened")
+
+
+def test_the_observer_reads_when_an_answer_arrives_not_when_its_poll_hands_it_out(monkeypatch):
+    """Seed 4390 (a bug of the checks): an answer with committed records (their COMMIT markers in
+    the log: the log end past them) arrived at 4.86 s, but the observer's poll handed them out
+    only at 14.38 s, when every broker was down (there, the poll waited on a fetch from a broker
+    never ready; with fetches in flight across polls an answer waits in the same way for the
+    next poll). The live replicas' log ends sampled at hand-out were none (-1):
+    txn-read-before-marker flagged the records. A read is the answer's arrival: its time and the
+    log ends then."""
+    import asyncio
+
+    from protocol.client.connection import KafkaConnectionError
+    from protocol.client.consumer import Consumer
+    from protocol.client.metadata import TopicPartition
+
+    f = _observer_with_fake_leaders({("t", 0): 1, ("t", 1): 2})
+    h, logs, committed = f.history
+    answer, fail = asyncio.Event(), asyncio.Event()
+
+    async def fetch_from(self, node, offsets):
+        if node == 1 and not answer.is_set():
+            await answer.wait()
+            return _answer("t", 0, [(0, b"a0"), (1, b"a1")])
+        await fail.wait()  # (and the next Fetch to broker 1 waits)
+        raise KafkaConnectionError("closed by the broker's shutdown")
+    monkeypatch.setattr(Consumer, "_fetch_from", fetch_from)
+
+    async def polls():
+        consumer = f.consumer
+        assert await consumer.getmany(0) == {}  # (sends a Fetch to each leader)
+        f.clock.now = 4.86
+        answer.set()
+        await _until(lambda: consumer._inflight[1][1].done())
+        f.clock.now, f.broker.ready = 14.38, False  # (every broker down)
+        fail.set()
+        await _until(lambda: consumer._inflight[2][1].done())
+        batch = await consumer.getmany(0)
+        assert list(batch) == [TopicPartition("t", 0)]
+        f.observer.record_reads(batch)  # (as its main loop: no wait after the poll)
+    asyncio.run(polls())
+    assert [(r.offset, r.value, r.at, r.max_leo) for r in h.reads] == [(0, b"a0", 4.86, 3), (1, b"a1", 4.86, 3)]
+    assert _checks(h, logs, committed) == set()
+    # The check itself still reports a record whose marker was past every log end at its read.
+    h.reads[0].max_leo = 2
+    assert _checks(h, logs, committed) == {"txn-read-before-marker"}
+
+
+def test_an_answer_the_observers_consumer_drops_leaves_no_sample_for_the_records_of_another(monkeypatch):
+    """The leader of t-0 moved from broker 1 to broker 2 (a new leader epoch) while a Fetch to
+    broker 1 was in flight: the consumer fetches t-0 from broker 2 too, whose answer (a0, a1)
+    arrives at 4.86 s, log end 3; broker 1's comes later, at 9.0 s (log end 5), and is dropped
+    (asked under the old epoch). The records read are broker 2's: read at 4.86 s with log end 3,
+    not at the arrival of the answer dropped."""
+    import asyncio
+
+    from protocol.client.consumer import Consumer
+
+    leaders = {("t", 0): 1}
+    f = _observer_with_fake_leaders(leaders)
+    h, _logs, _committed = f.history
+    answers = {1: asyncio.Event(), 2: asyncio.Event()}
+
+    async def fetch_from(self, node, offsets):
+        await answers[node].wait()
+        return _answer("t", 0, [(0, b"a0"), (1, b"a1")])
+    monkeypatch.setattr(Consumer, "_fetch_from", fetch_from)
+
+    async def polls():
+        consumer = f.consumer
+        assert await consumer.getmany(0) == {}  # (a Fetch to broker 1)
+        leaders[("t", 0)], f.epochs[("t", 0)] = 2, 1
+        assert await consumer.getmany(0) == {}  # (and one to broker 2)
+        assert sorted(consumer._inflight) == [1, 2]
+        f.clock.now = 4.86
+        answers[2].set()
+        await _until(lambda: consumer._inflight[2][1].done())
+        f.clock.now, f.broker.log.log_end_offset = 9.0, 5
+        answers[1].set()
+        await _until(lambda: consumer._inflight[1][1].done())
+        f.observer.record_reads(await consumer.getmany(0))
+    asyncio.run(polls())
+    assert [(r.offset, r.value, r.at, r.max_leo) for r in h.reads] == [(0, b"a0", 4.86, 3), (1, b"a1", 4.86, 3)]
