@@ -212,7 +212,27 @@ async def test_connect_failure_is_a_connection_error():
 # ---------------------------------------------------------------------------------------------
 # The consumer's fetches, against two fake brokers on a MockTime that never moves
 
-class TwoLeaders:
+class _TwoFakeBrokers:
+    """Brokers 1 and 2 as FakeBrokers answering through ``respond(node, header, body)``; their
+    ports once entered."""
+
+    def _start_brokers(self) -> None:
+        self.ports: dict[int, int] = {}
+        self.brokers = {node: FakeBroker(lambda header, body, node=node: self.respond(node, header, body))
+                        for node in (1, 2)}
+
+    async def __aenter__(self):
+        for node, fake in self.brokers.items():
+            await fake.__aenter__()
+            self.ports[node] = fake.port
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        for fake in self.brokers.values():
+            await fake.__aexit__(*exc_info)
+
+
+class TwoLeaders(_TwoFakeBrokers):
     """Brokers 1 and 2, leading "t"-0 and "t"-1. Broker 1 answers a Fetch of "t"-0 at an
     offset in ``serve`` with one record there (the value says the offset) and holds any other
     (a long poll the clock never ends); broker 2 never answers a Fetch (dead without a reset)."""
@@ -222,19 +242,7 @@ class TwoLeaders:
         self.leaderless = 0  # how many Metadata answers name no leader for "t"-0
         self.coordinator = 1  # FindCoordinator's answer
         self.fetches: dict[int, list[int]] = {1: [], 2: []}  # node -> fetch offsets of its partition
-        self.ports: dict[int, int] = {}
-        self.brokers = {node: FakeBroker(lambda header, body, node=node: self.respond(node, header, body))
-                        for node in (1, 2)}
-
-    async def __aenter__(self) -> "TwoLeaders":
-        for node, fake in self.brokers.items():
-            await fake.__aenter__()
-            self.ports[node] = fake.port
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        for fake in self.brokers.values():
-            await fake.__aexit__(*exc_info)
+        self._start_brokers()
 
     def respond(self, node: int, header, body: bytes):
         if header.api_key == ApiKey.METADATA:
@@ -371,7 +379,7 @@ async def test_a_partition_without_a_leader_at_the_first_poll_refreshes_at_once(
             consumer.close()
 
 
-class LeaderMoves:
+class LeaderMoves(_TwoFakeBrokers):
     """Brokers 1 and 2 with a log each for "t"-0 ({offset: (value, leader epoch)}); the
     metadata names ``leader`` in ``epoch``. A Fetch to the leader at an offset of its log gets
     that record (a batch of its epoch), elsewhere it is held; a Fetch to the other broker gets
@@ -386,19 +394,7 @@ class LeaderMoves:
         self.offsets_for_leader_epoch = (0, 3)  # the versions the brokers speak
         self.asked: list[tuple[int, int, int]] = []  # OffsetsForLeaderEpoch: (node, current epoch, epoch)
         self.fetches: list[tuple[int, int, int]] = []  # (node, offset, current leader epoch)
-        self.ports: dict[int, int] = {}
-        self.brokers = {node: FakeBroker(lambda header, body, node=node: self.respond(node, header, body))
-                        for node in (1, 2)}
-
-    async def __aenter__(self) -> "LeaderMoves":
-        for node, fake in self.brokers.items():
-            await fake.__aenter__()
-            self.ports[node] = fake.port
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        for fake in self.brokers.values():
-            await fake.__aexit__(*exc_info)
+        self._start_brokers()
 
     def end_offset_for(self, node: int, epoch: int) -> tuple[int, int]:
         log = self.logs[node]
