@@ -89,3 +89,42 @@ def test_a_replaced_isr_members_log_is_excused_only_under_a_leader_the_controlle
         follower.log = SimpleNamespace(log_end_offset=0)  # deleted and created again, no restart
         checker.check_partition(("t", 0))
         assert found == expected, controller_epoch
+
+
+def _loaded_with_isr(topic: str, topic_id: uuid.UUID, isr: list[int]) -> Any:
+    from controller.metadata_store import LoadedMetadata
+    from protocol.messages.metadata_records import MetadataRecordType, make_record
+
+    records = [make_record(MetadataRecordType.TOPIC, name=topic, topic_id=topic_id),
+               make_record(MetadataRecordType.PARTITION, partition_id=0, topic_id=topic_id, replicas=[1, 2, 3],
+                           isr=isr, leader=isr[0], leader_epoch=0, partition_epoch=0)]
+    return LoadedMetadata(log_records=list(enumerate(records)), end_offset=len(records))
+
+
+def test_a_broker_a_lost_controller_record_had_dropped_is_back_in_a_loaded_isr_without_rejoining(tmp_path):
+    """Seed 5875's history, doctored: the controller dropped broker 2 from t0-0's ISR in a record
+    it never synced, and broker 2 lost unsynced records of t0-0 in a power loss. The controller,
+    back from its own power loss, loads ISR [1, 2, 3]: broker 2 did not rejoin anything, it stays
+    tainted, so once controlled shutdowns leave ISR [2] the partition is exposed (acknowledged
+    records it lacks are exempt, not lost writes). A broker that really rejoins (an ISR change
+    the controller makes) is whole again."""
+    from sim.runner import Simulation
+
+    topic_id = uuid.uuid4()
+    key = ("t0", 0)
+    sim = Simulation(1, root=tmp_path)
+    broker_2 = SimpleNamespace(kind="broker", node_id=2)
+    store = object()
+    sim.isr_changed(key, frozenset({1, 2, 3}), topic_id)
+    sim.isr_changed(key, frozenset({1, 3}), topic_id)  # the record the controller never synced
+    sim.on_crashed(broker_2, True, [f"{tmp_path}/broker-2/data/t0-0/00000000000000000000.log"])
+    assert sim.tainted[key] == {2}
+    sim.checker.controller_loaded(store, _loaded_with_isr("t0", topic_id, [1, 2, 3]))  # type: ignore[arg-type]
+    assert sim.tainted[key] == {2}, "a broker loaded back into an ISR counts as rejoined"
+    assert sim.exposed_since(key, 0.0) is None
+    sim.isr_changed(key, frozenset({2}), topic_id)  # brokers 1 and 3 shut down (controlled)
+    assert sim.exposed_since(key, 0.0) is not None
+    # the same broker really rejoining: the controller's own ISR change, not a load
+    sim.isr_changed(key, frozenset({1, 3}), topic_id)
+    sim.isr_changed(key, frozenset({1, 2, 3}), topic_id)
+    assert not sim.tainted[key]

@@ -149,8 +149,10 @@ def test_seed_5875_a_broker_back_in_an_isr_a_lost_controller_record_had_dropped_
     result = run_seed(5875, Options(reassign=False))
     assert not result.violations, [f"{v.check}: {v.detail}" for v in result.violations] + result.tail[-20:]
     # Since the client consumer keeps a fetch in flight per node (main 10d14ac) the seed's schedule
-    # differs and no longer reaches the scenario (57 records exempt before, 0 now): this is a clean-seed
-    # test only until a doctored-history test of controller_loaded replaces it (owed; see the closing note).
+    # differs and no longer reaches the scenario (57 records exempt before, 0 now): the scenario itself
+    # is replayed by hand in tests/sim/test_checks.py::
+    # test_a_broker_a_lost_controller_record_had_dropped_is_back_in_a_loaded_isr_without_rejoining
+    # (red with controller_loaded's reloaded=True dropped); this stays as a clean-seed test.
 
 
 def test_seed_5541_a_group_member_reset_after_offset_out_of_range_starts_over_below_its_polls():
