@@ -77,6 +77,7 @@ class SimNode:
         self.started_at = 0.0  # loop time of the current incarnation's start
         self.start_failure: BaseException | None = None
         self._task: asyncio.Task | None = None
+        self._stopping: Process | None = None  # the incarnation a clean shutdown was asked of
 
     @property
     def alive(self) -> bool:
@@ -106,6 +107,12 @@ class SimNode:
         try:
             await server.startup()
         except Exception as exc:  # noqa: BLE001 - reported by the checks: a node that cannot start
+            if self._stopping is process:
+                # Shut down while starting (a restart fault): the startup fails on what the
+                # shutdown closed (the controller's metadata store, a broker's logs); the
+                # process was ending anyway, as a Kafka server's startup throws when shut down.
+                self.sim.trace.event(process.key, "start-stopped", f"{type(exc).__name__}: {exc}")
+                return
             self.start_failure = exc
             self.sim.trace.event(process.key, "start-failed", f"{type(exc).__name__}: {exc}")
             log.warning("%s failed to start: %r", process.key, exc)
@@ -165,6 +172,7 @@ class SimNode:
         if process is None or not process.alive:
             return
         self.sim.trace.event(process.key, "stop", "")
+        self._stopping = process
         server = self.server
         if server is not None:
             task = self.sim.loop.create_task(server.shutdown(), context=process.context())

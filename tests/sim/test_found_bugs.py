@@ -294,3 +294,12 @@ def test_seed_4390_records_answered_before_every_broker_went_down_were_read_then
     arrived, the log ends unchanged, and it is clean also with the samples ignored. Kept as a
     transactions seed that was once a false report; the unit test guards the fix."""
     _clean(4390)
+
+
+def test_seed_5146_a_controller_shut_down_while_it_started_did_not_fail_to_start():
+    """Seed 5146 (a bug of the simulator): a restart fault stopped the controller 1.5 ms into its
+    start, between loading its metadata and claiming its epoch; the shutdown closed the metadata
+    store and the startup then raised "metadata store closed", which the checks took for a node
+    that cannot start (node-starts). A startup cut short by a clean shutdown of the same
+    incarnation is traced as start-stopped (sim/cluster.py SimNode._startup)."""
+    _clean(5146)
