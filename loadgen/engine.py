@@ -406,9 +406,9 @@ class ProducerTask:
                 return
             while len(conn.inflight) >= p.depth and not conn.lost.done():
                 conn.space.clear()
-                await conn.space.wait()
+                await self._wait_in_flight(conn, conn.space, node)
             if not conn.writable.is_set() and not conn.lost.done():
-                await conn.writable.wait()
+                await self._wait_in_flight(conn, conn.writable, node)
             if conn.lost.done():
                 continue
             frame = item.frame
@@ -453,6 +453,30 @@ class ProducerTask:
                 conn.inflight.clear()
             if conn.transport is not None:
                 conn.transport.close()
+
+    async def _wait_in_flight(self, conn: _Conn, event: asyncio.Event, node: int) -> None:
+        """Wait for ``event`` (room in the window, or a writable socket), but no longer than the
+        oldest request in flight may wait for its answer (``timeout_ms``, Kafka's
+        request.timeout.ms). Past that the connection is given up, as a Kafka client gives it up:
+        its requests in flight count as REQUEST_TIMED_OUT, and it is closed (the sender connects
+        again). Without it, a broker that stops answering (stopped, hung, a peer gone with its
+        connection left open) would hold the replay forever: the window never frees."""
+        if event.is_set():
+            return
+        if not conn.inflight:
+            await event.wait()
+            return
+        left = conn.inflight[0][1] / 1e9 + self.p.timeout_ms / 1000 - time.monotonic()
+        try:
+            await asyncio.wait_for(event.wait(), max(0.0, left))
+        except TimeoutError:
+            if conn.lost.done():
+                return
+            self._error(REQUEST_TIMED_OUT, len(conn.inflight), node)
+            conn.inflight.clear()
+            conn.lost.set_result(TimeoutError(f"no answer in {self.p.timeout_ms} ms"))
+            if conn.transport is not None:
+                conn.transport.abort()
 
     async def _fail_inflight(self, conn: _Conn, node: int) -> None:
         if conn.inflight:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -127,6 +128,34 @@ def _largest_unread(port: int) -> int:
     return largest
 
 
+def _stop_with_a_produce_request_unread(victim, thread: threading.Thread, timeout_s: float = 60.0,
+                                        look_s: float = 0.5, run_s: float = 0.2) -> int:
+    """SIGSTOP ``victim`` until a produce request waits unread in its socket (the victim is left
+    stopped, or the replay ``thread`` has ended); returns the stops it took.
+
+    A stop can come when the producer's connection has its whole window (--depth 5) in flight and
+    already read: the broker reads every pipelined request at once (queued.max.requests 500), and
+    acks=all keeps them waiting for the followers, so nothing more is sent to a stopped broker and
+    its socket stays empty. Such a stop is undone (SIGCONT) after ``look_s`` and tried again
+    ``run_s`` later: short stops, well under replica.lag.time.max.ms (2 s) and the controller's
+    broker.session.timeout.ms (3 s), so the victim stays the leader and in the ISR meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    stops = 0
+    while True:
+        os.kill(victim.pid, signal.SIGSTOP)
+        stops += 1
+        look_until = time.monotonic() + look_s
+        while time.monotonic() < look_until:
+            if _largest_unread(victim.port) >= 1024 or not thread.is_alive():
+                return stops
+            time.sleep(0.01)
+        os.kill(victim.pid, signal.SIGCONT)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s}s ({stops} stops) waiting for a produce request "
+                               "waiting in the stopped leader's socket")
+        time.sleep(run_s)
+
+
 def test_leader_killed_mid_replay_errors_are_counted_by_code(spark, cluster, kcat_path, tmp_path):
     from loadgen.synth import synthesize
 
@@ -167,11 +196,12 @@ def test_leader_killed_mid_replay_errors_are_counted_by_code(spark, cluster, kca
     # The kill must find a request in flight to it (the test is about what a lost connection's
     # requests count as): fast answers leave the producer's connection idle most of the time, so
     # the leader is stopped first and killed once a produce request waits unread in its socket
-    # (a follower's fetch request is a few hundred bytes; a produce of this replay is more).
-    os.kill(victim.pid, signal.SIGSTOP)
+    # (a follower's fetch request is a few hundred bytes; this replay's produce requests
+    # alternate 1433 and 234 bytes). A stop that catches the producer's window full of requests
+    # the broker has read is undone and tried again (_stop_with_a_produce_request_unread).
     try:
-        wait_until(lambda: _largest_unread(victim.port) >= 1024 or not thread.is_alive(), 60, interval_s=0.01,
-                   what="a produce request waiting in the stopped leader's socket")
+        stops = _stop_with_a_produce_request_unread(victim, thread)
+        print("stops before the kill:", stops)
     finally:
         victim.kill()
     assert thread.is_alive(), done
