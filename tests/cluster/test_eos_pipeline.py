@@ -8,7 +8,9 @@ leader of a B partition and the group's coordinator are killed -9 and restarted 
 every ISR before the next kill). Afterwards every record of A has its output exactly once in B's
 read_committed view, and the group's committed offsets are A's end offsets.
 
-5 kills in CI (``make test``); 50 in ``make soak`` (marker slow)."""
+5 kills in CI (``make test``); 50 in ``make soak`` (marker slow). The pipeline gives up a
+producer whose transactional call outlives its timeout (a librdkafka hang, Pipeline._bounded);
+the last test makes that hang happen."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as ConsumerTP
 
 from protocol.api_keys import ApiKey
@@ -30,17 +32,25 @@ PARTITIONS = 3
 GROUP, TID = "eos-group", "eos-pipeline"
 
 
+class Wedged(Exception):
+    """A transactional call still running well after its own timeout (Pipeline._bounded)."""
+
+
 class Pipeline:
     """The consume-transform-produce loop on a thread, recovering as an application must: a
     retriable commit is retried, an abortable error aborts and rewinds the consumer to the
-    committed offsets (a new consumer in the group), a fatal one (fenced) starts a new producer."""
+    committed offsets (a new consumer in the group), a fatal one (fenced) or a wedged call (one
+    that outlives its timeout) starts a new producer, which fences the old one."""
 
-    def __init__(self, bootstrap: str, max_seconds: float) -> None:
+    def __init__(self, bootstrap: str, max_seconds: float, call_s: float = 15, wedged_s: float = 25) -> None:
         self.bootstrap = bootstrap
+        self.call_s = call_s  # each transactional call's own timeout
+        self.wedged_s = wedged_s  # how long one may run before its producer is given up
         self.deadline = time.monotonic() + max_seconds
         self.stop_flag = threading.Event()
         self.rejoin = threading.Event()  # set: the consumer leaves and a new one resumes from the commits
         self.commits = self.aborts = self.new_producers = 0
+        self.wedged: list[threading.Thread] = []  # the calls given up (each holds its producer)
         self.errors: list[str] = []
         self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -52,13 +62,9 @@ class Pipeline:
         return c
 
     def _producer(self) -> Producer:
-        # metadata.recovery.strategy=none works around a librdkafka (2.10+, still in 2.16) hang,
-        # not a broker behaviour: when the killed broker carried the producer's last UP
-        # connection, librdkafka re-bootstraps (KIP-1102) and decommissions every broker handle,
-        # but its coordinator cache keeps the group coordinator's dead handle; the next
-        # send_offsets_to_transaction then waits in rd_kafka_coord_req_fsm() for that handle to
-        # come up, which never happens (no FindCoordinator, no TxnOffsetCommit, and its timeout
-        # is not enforced): librdkafka issues #5511 and #5456. A Kafka broker answers the same.
+        # metadata.recovery.strategy=none: no re-bootstrap (KIP-1102) when the killed broker
+        # carried the producer's last UP connection; a re-bootstrap decommissions every broker
+        # handle and so makes the librdkafka hang _bounded() recovers from far more likely.
         p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TID, "linger.ms": 5,
                       "transaction.timeout.ms": 15000, "metadata.recovery.strategy": "none"})
         self._retry(lambda: p.init_transactions(30))
@@ -75,6 +81,37 @@ class Pipeline:
                     raise
                 self.errors.append(f"retried: {err}")
                 time.sleep(0.1)
+
+    def _bounded(self, call):
+        """``call()`` (a transactional call given ``call_s``) on a thread of its own, given up
+        after ``wedged_s``. librdkafka (2.10+, still 2.16) can wait forever in
+        send_offsets_to_transaction: a Metadata answer that leaves out a fenced broker (killed,
+        or restarted and not yet unfenced; Kafka's controller and metadata cache do the same)
+        decommissions that broker's handle, but the coordinator cache keeps it as the group's
+        coordinator, and rd_kafka_coord_req_fsm() then waits for it to come up, re-run only by
+        another broker's state change (librdkafka #5511); the API's timeout is never checked
+        meanwhile (#5456).
+        A wedged call's producer cannot be destroyed while it is called: it is left to its
+        thread, and the next producer's InitProducerId fences it (a late TxnOffsetCommit of it
+        is refused) and aborts its transaction."""
+        outcome: dict = {}
+
+        def run() -> None:
+            try:
+                outcome["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 (re-raised on the pipeline's thread)
+                outcome["error"] = exc
+
+        t = threading.Thread(target=run, daemon=True)
+        t.outcome = outcome  # type: ignore[attr-defined]
+        t.start()
+        t.join(self.wedged_s)
+        if t.is_alive():
+            self.wedged.append(t)
+            raise Wedged(f"a transactional call still running after {self.wedged_s}s (its timeout {self.call_s}s)")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("value")
 
     def _run(self) -> None:
         try:
@@ -94,17 +131,18 @@ class Pipeline:
                         producer.produce("B", key=m.key(), value=b"out-" + m.value(), partition=m.partition())
                         positions[m.partition()] = m.offset() + 1
                     offsets = [ConsumerTP("A", p, o) for p, o in positions.items()]
-                    self._retry(lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(),
-                                                                             30))
-                    self._retry(lambda: producer.commit_transaction(30))
+                    metadata = consumer.consumer_group_metadata()
+                    self._retry(lambda: self._bounded(lambda: producer.send_offsets_to_transaction(offsets, metadata,
+                                                                                                   self.call_s)))
+                    self._retry(lambda: self._bounded(lambda: producer.commit_transaction(self.call_s)))
                     self.commits += 1
-                except KafkaException as exc:
+                except (KafkaException, Wedged) as exc:
                     err = exc.args[0]
                     self.errors.append(str(err))
-                    if err.txn_requires_abort():
+                    if isinstance(err, KafkaError) and err.txn_requires_abort():
                         self._retry(lambda: producer.abort_transaction(30))
                         self.aborts += 1
-                    else:  # fatal (fenced) or given up: a new producer takes the id over
+                    else:  # fatal (fenced), given up or wedged: a new producer takes the id over
                         producer = self._producer()
                     consumer.close()  # rewind: a new member starts from the committed offsets
                     consumer = self._consumer()
@@ -179,7 +217,8 @@ def run_pipeline_with_kills(tmp_path, kills: int) -> None:
             assert output[p] == expected, (p, len(output[p]), len(expected))
         assert committed_offsets(cluster.bootstrap) == ends
         print(f"{kills} kills: {total} records, {pipeline.commits} commits, {pipeline.aborts} aborts, "
-              f"{pipeline.new_producers} producers; errors seen: {pipeline.errors[:20]}")
+              f"{pipeline.new_producers} producers ({len(pipeline.wedged)} given up wedged); "
+              f"errors seen: {pipeline.errors[:20]}")
     finally:
         cluster.kill()
 
@@ -193,3 +232,69 @@ def test_exactly_once_pipeline_survives_5_kills(tmp_path):
 @pytest.mark.timeout(3600)
 def test_exactly_once_pipeline_survives_50_kills(tmp_path):
     run_pipeline_with_kills(tmp_path, 50)
+
+
+@pytest.mark.timeout(180)
+def test_a_wedged_send_offsets_is_given_up_and_its_producer_fenced(tmp_path):
+    """The librdkafka hang Pipeline._bounded recovers from, made to happen: the group's
+    coordinator is killed and stays down until the controller fences it, a Metadata answer
+    without it makes the producer decommission its handle (still cached as the group's
+    coordinator), and once it is back, send_offsets_to_transaction never returns. The pipeline
+    gives that producer up and a new one commits; the abandoned transaction stays aborted, and
+    the abandoned call, let go later, fails and changes no committed offset."""
+    cluster = start_cluster(tmp_path)
+    try:
+        internal = ["A", "B", "__transaction_state", "__consumer_offsets"]
+        create_topic(cluster, "A", PARTITIONS)
+        create_topic(cluster, "B", PARTITIONS)
+        pipeline = Pipeline(cluster.bootstrap, 150, call_s=3, wedged_s=8)
+        group = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": GROUP, "enable.auto.commit": False})
+        metadata = group.consumer_group_metadata()
+
+        victim = find_coordinator(cluster, GROUP, 0)
+        # B's partition written is led elsewhere: no new connection (a broker state change, which
+        # re-runs the coordinator request) while send_offsets_to_transaction waits
+        part = next(p for p, leader in leaders(cluster, "B").items() if leader != victim)
+
+        def transaction(producer: Producer, offset: int, partitions: tuple[int, ...] = (part,)) -> None:
+            producer.begin_transaction()
+            for p in partitions:
+                producer.produce("B", value=b"%d" % offset, partition=p)
+            pipeline._bounded(lambda: producer.send_offsets_to_transaction([ConsumerTP("A", 0, offset)], metadata,
+                                                                           pipeline.call_s))
+            pipeline._bounded(lambda: producer.commit_transaction(pipeline.call_s))
+
+        producer = pipeline._producer()
+        transaction(producer, 1, tuple(range(PARTITIONS)))  # connected to every leader
+        cluster.brokers[victim].kill()
+        # a Metadata answer without it (fenced): librdkafka decommissions its handle
+        wait_until(lambda: victim not in producer.list_topics(timeout=10).brokers, 30, 0.1,
+                   "a Metadata answer without the killed broker")
+        cluster.brokers[victim].start()
+        wait_until(lambda: full_isr(cluster, internal), 60, 0.2, "every partition back in full ISR")
+        try:
+            transaction(producer, 2)
+            expected = [b"1", b"2"]
+            print("librdkafka answered: no producer given up")
+        except Wedged:
+            print(f"librdkafka did not answer: producer given up after {pipeline.wedged_s}s")
+            transaction(pipeline._producer(), 3)
+            expected = [b"1", b"3"]
+            # the restart of a broker the abandoned producer is connected to (the leader it wrote
+            # to; it is connected to another too) re-runs its coordinator request: it asks
+            # FindCoordinator and sends its TxnOffsetCommit now, past its timeout, fenced
+            other = leaders(cluster, "B")[part]
+            cluster.brokers[other].kill()
+            time.sleep(1)
+            cluster.brokers[other].start()
+            [abandoned] = pipeline.wedged
+            abandoned.join(30)
+            assert not abandoned.is_alive(), "the abandoned call still waits after a broker state change"
+            assert isinstance(abandoned.outcome.get("error"), KafkaException), abandoned.outcome
+            print(f"the abandoned call returned {abandoned.outcome['error']}")
+            wait_until(lambda: full_isr(cluster, internal), 60, 0.2, "every partition back in full ISR")
+        group.close()
+        assert committed_offsets(cluster.bootstrap)[0] == int(expected[-1])
+        assert read_committed(cluster.bootstrap, "B", PARTITIONS)[part] == expected
+    finally:
+        cluster.kill()
