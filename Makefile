@@ -79,24 +79,36 @@ test-deps: $(TSTAMP) kcat zookeeper prometheus
 run: $(STAMP)
 	$(VENV)/bin/kbroker serve -c config/server.properties
 
-# Most of the suite waits (on clusters' timeouts, containers) with a core idle, so the compose tests
-# (tests/deploy/test_compose*.py) run beside the rest, their output kept in build/beside-tests.log
-# and printed after (tests/deploy/test_image.py, which pip-installs this tree, runs with the rest);
-# with PYTEST_ARGS, one run of what they name. Each compose project has its own name and free ports.
-# tests/loadgen (the Spark replays, ~4 minutes, mostly one core) runs beside them too: the main
-# run's load average is near 1.0 on 2 cores, its clusters mostly waiting on timeouts. The ports
-# the harnesses pick (controller.launcher.free_port) come from below the kernel's ephemeral range,
-# so the other run's outgoing connections cannot take one before its broker binds it.
-BESIDE_TESTS := $(wildcard tests/deploy/test_compose*.py) tests/loadgen
-test: test-deps typecheck test-images
+# Most of the suite waits (on clusters' timeouts) with a core idle, so two runs go side by side:
+# the rest of the suite, and beside it tests/loadgen (the Spark replays, ~4-7 minutes, mostly one
+# core) then tests/deploy (the images and docker-compose). The images are built meanwhile (on a
+# fresh machine debootstrap takes ~9 minutes, mostly waiting on the mirror: before, nothing ran
+# while it did), and tests/deploy starts once they are there. The beside run's output is kept in
+# build/beside-tests.log and printed after, the images' in build/images.log. With PYTEST_ARGS,
+# the images are built first and one run does what they name. Each compose project has its own
+# name and free ports; the ports the harnesses pick (controller.launcher.free_port) come from
+# below the kernel's ephemeral range, so the other run's outgoing connections cannot take one
+# before its broker binds it. --durations: the slowest tests, to keep CI within its 30 minutes.
+BESIDE_TESTS := tests/loadgen tests/deploy
+test: test-deps typecheck
 ifeq ($(strip $(PYTEST_ARGS)),)
-	@mkdir -p build; \
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider $(BESIDE_TESTS) > build/beside-tests.log 2>&1 & beside=$$!; \
-	$(PY) -m pytest -q -m "not slow" $(addprefix --ignore=,$(BESIDE_TESTS)); rest=$$?; \
-	wait $$beside; besides=$$?; \
+	@mkdir -p build; rm -f build/images.rc; date -u +"make test: start %T"; \
+	{ nice -n 5 $(MAKE) --no-print-directory test-images > build/images.log 2>&1; echo $$? > build/images.rc; } & images=$$!; \
+	{ $(PY) -m pytest -q -m "not slow" -p no:cacheprovider --durations=10 tests/loadgen; loadgen=$$?; \
+	  n=0; while [ ! -e build/images.rc ] && [ $$n -lt 1800 ]; do sleep 1; n=$$((n + 1)); done; \
+	  date -u +"images done %T"; cat build/images.log; \
+	  if [ "$$(cat build/images.rc 2>/dev/null)" = 0 ]; then \
+	    $(PY) -m pytest -q -m "not slow" -p no:cacheprovider --durations=10 tests/deploy; deploy=$$?; \
+	  else echo "make test: building the images failed or took over 30 minutes"; deploy=1; fi; \
+	  date -u +"beside run done %T"; test $$loadgen -eq 0 && test $$deploy -eq 0; } > build/beside-tests.log 2>&1 & beside=$$!; \
+	$(PY) -m pytest -q -m "not slow" --durations=30 $(addprefix --ignore=,$(BESIDE_TESTS)); rest=$$?; \
+	date -u +"main run done %T"; \
+	wait $$beside; besides=$$?; wait $$images; \
 	echo "== $(BESIDE_TESTS), run beside the rest (exit status $$besides):"; cat build/beside-tests.log; \
+	date -u +"make test: end %T"; \
 	test $$rest -eq 0 && test $$besides -eq 0
 else
+	$(MAKE) --no-print-directory test-images
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 endif
 
