@@ -27,7 +27,7 @@ from storage.log import parse_topic_partition
 from .bugs import reintroduced
 from .checks import Checker
 from .cluster import SimCluster, SimNode
-from .determinism import sandbox
+from .determinism import freeze_heap, sandbox
 from .disk import SimDisk
 from .loop import PROCESS, Process, SimLoop, SimTime, SimulationStuck
 from .network import SimNetwork
@@ -82,6 +82,7 @@ class Result:
 
 class Simulation:
     def __init__(self, seed: int, options: Options | None = None, root: Path | None = None) -> None:
+        freeze_heap()  # (first: nothing of this simulation is frozen)
         self.seed = seed
         self.options = options or Options()
         self.rng = random.Random(f"sim-{seed}")
@@ -360,8 +361,7 @@ class Simulation:
         self.disk.close_all()
         loop.discard_all()  # (the killed processes' tasks with it)
         import broker.heap as heap
-        heap._holds = 0
-        gc.unfreeze()
+        heap._holds = 0  # (its gc.freeze calls did nothing: sim/determinism.py)
         unraisable = sys.unraisablehook
         sys.unraisablehook = lambda _info: None
         try:

@@ -83,3 +83,38 @@ def test_seed_5541_replays_whatever_else_the_heap_holds(monkeypatch):
     ballast = [object() for _ in range(10)]
     assert run_seed(5541).trace_hash == plain
     del ballast
+
+
+def test_a_run_collects_only_what_came_after_the_heap_its_process_started_with():
+    """The collection that ends a run (Simulation._finalize) does not scan the heap the
+    process's first run found (modules, classes: most of what the collector tracks): that is
+    collected once and frozen. Within a run gc.freeze does nothing (a broker's start calls it),
+    so everything the run made is scanned, and its garbage collected, at its end.
+
+    What the run made is followed by a weak reference to a cycle, not by the freeze count: the
+    count also drops whenever another thread of this process frees a frozen object (the session's
+    ThreadedBroker of tests/conftest.py runs beside tests/sim in one pytest process)."""
+    import gc
+    import weakref
+
+    from sim.runner import Options, Simulation
+    gc.unfreeze()  # (as a test of broker/heap.py leaves the heap)
+    seen: list = []
+
+    class Cycle:
+        pass
+
+    class FreezesDuringTheRun(Simulation):
+        async def _main(self):
+            seen.append(gc.get_freeze_count())
+            cycle = Cycle()
+            cycle.me = cycle  # (garbage only a collection frees)
+            seen.append(weakref.ref(cycle))
+            gc.freeze()  # what KafkaServer's start does
+
+    result = FreezesDuringTheRun(1, Options()).run()
+    assert result.violations == []
+    frozen, made_in_the_run = seen
+    assert frozen > 10_000  # the heap from before the simulation was built
+    assert made_in_the_run() is None  # not frozen: collected when the run ended
+    assert gc.get_freeze_count() > 10_000  # (and the old heap stays frozen for the next run)

@@ -242,3 +242,24 @@ def test_a_killed_task_finalized_after_the_run_finds_the_disk_sealed(monkeypatch
     result = KilledWithAWakeUpQueued(1, Options()).run()
     assert result.violations == []
     assert len(outcomes) == 1 and "sealed" in outcomes[0], outcomes
+
+
+def test_cancelled_timers_are_dropped_together_and_the_others_come_due_in_order():
+    """Most of a run's timers are cancelled (request timeouts): once they are most of the heap,
+    and more than a few, they leave it together (a smaller heap is cheaper to push and pop);
+    the others still come due by time, and in the order they were scheduled at the same time."""
+    loop = SimLoop(random.Random(3))
+    fired: list[tuple[float, int]] = []
+    scheduled = [((i % 7) * 0.5, i) for i in range(600)]  # (many due at the same time)
+    handles = [loop.call_at(when, fired.append, (when, i)) for when, i in scheduled]
+    for i, handle in enumerate(handles):
+        if i % 3:
+            handle.cancel()
+    # Dropped at the 301st cancel (all but that one: a handle is marked cancelled after the loop
+    # hears of it); the 99 since are below half of what is left.
+    assert len(loop._timers) == 300
+
+    async def main():
+        await asyncio.sleep(10)
+    run(loop, main())
+    assert fired == sorted(key for key in scheduled if key[1] % 3 == 0)
