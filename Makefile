@@ -89,6 +89,10 @@ run: $(STAMP)
 # name and free ports; the ports the harnesses pick (controller.launcher.free_port) come from
 # below the kernel's ephemeral range, so the other run's outgoing connections cannot take one
 # before its broker binds it. --durations: the slowest tests, to keep CI within its 30 minutes.
+# tests/sim runs in a process of its own, last (its seed range keeps both cores busy): a simulation swaps time.*, the global random,
+# uuid4 and os.urandom for the process, so a broker another test left running on a thread (the
+# session-scoped bootstrap fixture of tests/conftest.py) would read simulated time and draw from
+# a seed's stream.
 BESIDE_TESTS := tests/loadgen tests/deploy
 test: test-deps typecheck
 ifeq ($(strip $(PYTEST_ARGS)),)
@@ -101,12 +105,13 @@ ifeq ($(strip $(PYTEST_ARGS)),)
 	    $(PY) -m pytest -q -m "not slow" -p no:cacheprovider --durations=10 tests/deploy; deploy=$$?; \
 	  else echo "make test: building the images failed or took over 30 minutes"; deploy=1; fi; \
 	  date -u +"beside run done %T"; test $$loadgen -eq 0 && test $$deploy -eq 0; } > build/beside-tests.log 2>&1 & beside=$$!; \
-	$(PY) -m pytest -q -m "not slow" --durations=30 $(addprefix --ignore=,$(BESIDE_TESTS)); rest=$$?; \
+	$(PY) -m pytest -q -m "not slow" --durations=30 $(addprefix --ignore=,$(BESIDE_TESTS) tests/sim); rest=$$?; \
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider --durations=10 tests/sim; sim=$$?; \
 	date -u +"main run done %T"; \
 	wait $$beside; besides=$$?; wait $$images; \
 	echo "== $(BESIDE_TESTS), run beside the rest (exit status $$besides):"; cat build/beside-tests.log; \
 	date -u +"make test: end %T"; \
-	test $$rest -eq 0 && test $$besides -eq 0
+	test $$sim -eq 0 && test $$rest -eq 0 && test $$besides -eq 0
 else
 	$(MAKE) --no-print-directory test-images
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
