@@ -89,10 +89,10 @@ run: $(STAMP)
 # name and free ports; the ports the harnesses pick (controller.launcher.free_port) come from
 # below the kernel's ephemeral range, so the other run's outgoing connections cannot take one
 # before its broker binds it. --durations: the slowest tests, to keep CI within its 30 minutes.
-# tests/sim runs in a process of its own, last (its seed range keeps both cores busy): a simulation swaps time.*, the global random,
-# uuid4 and os.urandom for the process, so a broker another test left running on a thread (the
-# session-scoped bootstrap fixture of tests/conftest.py) would read simulated time and draw from
-# a seed's stream.
+# tests/sim runs in a process of its own, last (its seed range keeps both cores busy): a
+# simulation swaps time.*, the global random, uuid4 and os.urandom for the process, so a broker
+# another test left running on a thread (the session-scoped bootstrap fixture of
+# tests/conftest.py) would read simulated time and draw from a seed's stream.
 BESIDE_TESTS := tests/loadgen tests/deploy
 test: test-deps typecheck
 ifeq ($(strip $(PYTEST_ARGS)),)
