@@ -83,7 +83,10 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         params = self.params
         get_partition = self.replica_manager.get_partition
-        from_leo = params.isolation == FETCH_LOG_END
+        isolation = params.isolation
+        from_leo = isolation == FETCH_LOG_END
+        committed = isolation == FETCH_TXN_COMMITTED
+        require_leader = params.require_leader
         min_bytes = params.min_bytes
         positions = self._positions
         accumulated = 0
@@ -98,18 +101,20 @@ class DelayedFetch(DelayedOperation):
                 parked_log, fetch_meta = positions[i]
                 i += 1
                 partition = get_partition(topic, fp.partition)
-                if partition is None or partition.log is None or partition.log is not parked_log or fetch_meta is None:
-                    return self.force_complete()
-                if params.require_leader and not partition.is_leader:
+                if partition is None:
                     return self.force_complete()
                 log = partition.log
+                if log is None or log is not parked_log or fetch_meta is None:
+                    return self.force_complete()
+                if require_leader and not partition.is_leader:
+                    return self.force_complete()
                 fetch_offset = fp.fetch_offset
-                if fetch_offset > log.log_end_offset or fetch_offset < log.log_start_offset:
+                leo = log.log_end_offset
+                if fetch_offset > leo or fetch_offset < log.log_start_offset:
                     return self.force_complete()
                 if throttled is not None and throttled(partition, params.replica_id):
                     continue  # Kafka: a throttled replica's new data does not complete the fetch early
-                committed = params.isolation == FETCH_TXN_COMMITTED
-                end = log.log_end_offset if from_leo else (log.last_stable_offset if committed else log.high_watermark)
+                end = leo if from_leo else (log.last_stable_offset if committed else log.high_watermark)
                 if end > fetch_offset:
                     if min_bytes <= 1:
                         return self.force_complete()

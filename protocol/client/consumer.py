@@ -417,11 +417,14 @@ class Consumer:
         the one the metadata now knows awaits validation if the epoch of its last record is
         known; otherwise it is just valid under the new epoch."""
         cluster = self._client.cluster
+        topics, brokers, leader_epochs = cluster.topics, cluster.brokers, self._leader_epochs
         for tp, position in self._positions.items():
             if position is None:
                 continue
-            meta = cluster.partition(*tp)
-            if meta is None or cluster.leader(*tp) < 0 or meta.leader_epoch == self._leader_epochs.get(tp):
+            t = topics.get(tp.topic)
+            meta = None if t is None else t.partitions.get(tp.partition)
+            # (cluster.partition and, its leader known when a broker by that id is: cluster.leader >= 0)
+            if meta is None or meta.leader not in brokers or meta.leader_epoch == leader_epochs.get(tp):
                 continue
             self._leader_epochs[tp] = meta.leader_epoch
             # (one awaiting validation already is asked again under the new epoch: the old one
