@@ -400,10 +400,15 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
             name, pos = _read_string(buf, pos, end)
             nparts, pos = _read_count(buf, pos, end, psize)
             parts = []
+            if version >= 9:  # the fields in FetchPartition's order
+                unpack = pstruct.unpack_from
+                for _ in range(nparts):
+                    parts.append(FetchPartition(*unpack(buf, pos)))
+                    pos += psize
+                topics.append((name, parts))
+                continue
             for _ in range(nparts):
-                if version >= 9:
-                    partition, epoch, offset, log_start, pmax = pstruct.unpack_from(buf, pos)
-                elif version >= 5:
+                if version >= 5:
                     partition, offset, log_start, pmax = pstruct.unpack_from(buf, pos)
                     epoch = -1
                 else:
@@ -610,13 +615,17 @@ def encode_fetch_request(version: int, correlation_id: int, client_id: str | Non
     out += _I32.pack(len(request.topics))
     for topic, parts in request.topics:
         raw = topic.encode()
-        out += _I16.pack(len(raw)) + raw
+        out += _I16.pack(len(raw))
+        out += raw
         out += _I32.pack(len(parts))
+        if version >= 9:
+            pack = _FETCH_PART_V9.pack
+            for fp in parts:
+                out += pack(fp.partition, fp.current_leader_epoch, fp.fetch_offset, fp.log_start_offset,
+                            fp.partition_max_bytes)
+            continue
         for fp in parts:
-            if version >= 9:
-                out += _FETCH_PART_V9.pack(fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-                                           fp.log_start_offset, fp.partition_max_bytes)
-            elif version >= 5:
+            if version >= 5:
                 out += _FETCH_PART_V5.pack(fp.partition, fp.fetch_offset, fp.log_start_offset, fp.partition_max_bytes)
             else:
                 out += _FETCH_PART_V4.pack(fp.partition, fp.fetch_offset, fp.partition_max_bytes)

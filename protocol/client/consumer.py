@@ -367,13 +367,20 @@ class Consumer:
     def _send_fetches(self) -> None:
         """A Fetch to every leader with fetchable partitions and no Fetch in flight."""
         now = self._time.monotonic_ms()
-        self._node_backoff = {node: until for node, until in self._node_backoff.items() if until > now}
-        self._partition_backoff = {tp: until for tp, until in self._partition_backoff.items() if until > now}
+        if self._node_backoff:
+            self._node_backoff = {node: until for node, until in self._node_backoff.items() if until > now}
+        if self._partition_backoff:
+            self._partition_backoff = {tp: until for tp, until in self._partition_backoff.items() if until > now}
         by_leader: dict[int, dict[TopicPartition, tuple[int, int]]] = collections.defaultdict(dict)
+        partition_backoff, validating = self._partition_backoff, self._validating
+        cluster = self._client.cluster
+        topics, brokers = cluster.topics, cluster.brokers
         for tp, position in self._positions.items():
-            if position is None or tp in self._partition_backoff or tp in self._validating:
+            if position is None or tp in partition_backoff or tp in validating:
                 continue
-            leader = self._client.cluster.leader(*tp)
+            t = topics.get(tp.topic)
+            meta = None if t is None else t.partitions.get(tp.partition)
+            leader = -1 if meta is None or meta.leader not in brokers else meta.leader  # cluster.leader(*tp)
             if leader < 0:
                 self._refresh_needed = True
             elif leader not in self._inflight and leader not in self._node_backoff:
