@@ -32,6 +32,8 @@ _NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes th
 class FetchSource(Protocol):
     """The two calls a DelayedFetch makes (the ReplicaManager provides them)."""
 
+    partitions: dict[tuple[str, int], Partition]  # what get_partition looks in (try_complete reads it directly)
+
     def get_partition(self, topic: str, partition: int) -> Partition | None: ...
 
     def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list: ...
@@ -82,7 +84,7 @@ class DelayedFetch(DelayedOperation):
 
     def try_complete(self) -> bool:
         params = self.params
-        get_partition = self.replica_manager.get_partition
+        get_partition = self.replica_manager.partitions.get  # (get_partition's lookup, without its call)
         isolation = params.isolation
         from_leo = isolation == FETCH_LOG_END
         committed = isolation == FETCH_TXN_COMMITTED
@@ -100,7 +102,7 @@ class DelayedFetch(DelayedOperation):
             for fp in parts:
                 parked_log, fetch_meta = positions[i]
                 i += 1
-                partition = get_partition(topic, fp.partition)
+                partition = get_partition((topic, fp.partition))
                 if partition is None:
                     return self.force_complete()
                 log = partition.log
