@@ -32,6 +32,8 @@ _NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes th
 class FetchSource(Protocol):
     """The two calls a DelayedFetch makes (the ReplicaManager provides them)."""
 
+    partitions: dict[tuple[str, int], Partition]  # what get_partition looks in (try_complete reads it directly)
+
     def get_partition(self, topic: str, partition: int) -> Partition | None: ...
 
     def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list: ...
@@ -82,8 +84,11 @@ class DelayedFetch(DelayedOperation):
 
     def try_complete(self) -> bool:
         params = self.params
-        get_partition = self.replica_manager.get_partition
-        from_leo = params.isolation == FETCH_LOG_END
+        get_partition = self.replica_manager.partitions.get  # (get_partition's lookup, without its call)
+        isolation = params.isolation
+        from_leo = isolation == FETCH_LOG_END
+        committed = isolation == FETCH_TXN_COMMITTED
+        require_leader = params.require_leader
         min_bytes = params.min_bytes
         positions = self._positions
         accumulated = 0
@@ -97,19 +102,21 @@ class DelayedFetch(DelayedOperation):
             for fp in parts:
                 parked_log, fetch_meta = positions[i]
                 i += 1
-                partition = get_partition(topic, fp.partition)
-                if partition is None or partition.log is None or partition.log is not parked_log or fetch_meta is None:
-                    return self.force_complete()
-                if params.require_leader and not partition.is_leader:
+                partition = get_partition((topic, fp.partition))
+                if partition is None:
                     return self.force_complete()
                 log = partition.log
+                if log is None or log is not parked_log or fetch_meta is None:
+                    return self.force_complete()
+                if require_leader and not partition.is_leader:
+                    return self.force_complete()
                 fetch_offset = fp.fetch_offset
-                if fetch_offset > log.log_end_offset or fetch_offset < log.log_start_offset:
+                leo = log.log_end_offset
+                if fetch_offset > leo or fetch_offset < log.log_start_offset:
                     return self.force_complete()
                 if throttled is not None and throttled(partition, params.replica_id):
                     continue  # Kafka: a throttled replica's new data does not complete the fetch early
-                committed = params.isolation == FETCH_TXN_COMMITTED
-                end = log.log_end_offset if from_leo else (log.last_stable_offset if committed else log.high_watermark)
+                end = leo if from_leo else (log.last_stable_offset if committed else log.high_watermark)
                 if end > fetch_offset:
                     if min_bytes <= 1:
                         return self.force_complete()

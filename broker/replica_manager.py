@@ -369,53 +369,57 @@ class ReplicaManager:
         min_one = True
         out = []
         isolation = params.isolation
+        committed = isolation == FETCH_TXN_COMMITTED
+        to_leo = isolation == FETCH_LOG_END
+        require_leader = params.require_leader
+        replica_id = params.replica_id
+        follower_state = replica_id >= 0 and not from_purgatory
         quotas = self.replication_quotas
-        leader_quota = quotas.leader if quotas is not None and params.replica_id >= 0 and quotas.leader.throttled else None
+        leader_quota = quotas.leader if quotas is not None and replica_id >= 0 and quotas.leader.throttled else None
+        partitions_get = self.partitions.get
         for topic, parts in topics:
             topic_out = []
             for fp in parts:
-                pd = FetchPartitionData(fp.partition)
+                index = fp.partition
+                # what the answer carries so far: an error after the read keeps the offsets read
+                hw = lso = log_start = -1
                 try:
-                    partition = self.get_partition_or_error(topic, fp.partition)
-                    log_ = partition.local_log_with_epoch(fp.current_leader_epoch, params.require_leader)
-                    hw = log_.high_watermark
-                    lso = log_.last_stable_offset
+                    partition = partitions_get((topic, index))
+                    if partition is None:
+                        partition = self.get_partition_or_error(topic, index)
+                    log_ = partition.local_log_with_epoch(fp.current_leader_epoch, require_leader)
+                    log_hw = log_.high_watermark
+                    log_lso = log_.last_stable_offset
                     leo = log_.log_end_offset
-                    max_offset = None if isolation == FETCH_LOG_END else (lso if isolation == FETCH_TXN_COMMITTED else hw)
-                    if leader_quota is not None and self.should_leader_throttle(leader_quota, partition,
-                                                                                params.replica_id):
+                    max_offset = None if to_leo else (log_lso if committed else log_hw)
+                    if leader_quota is not None and self.should_leader_throttle(leader_quota, partition, replica_id):
                         # Kafka's readFromLog: a throttled replica's fetch gets no records (KIP-73)
                         leader_quota.throttled_fetches += 1
                         records = b""
                     else:
-                        data = log_.read(fp.fetch_offset, min(fp.partition_max_bytes, limit), max_offset, min_one)
-                        records = data.records
+                        records = log_.read(fp.fetch_offset, min(fp.partition_max_bytes, limit), max_offset,
+                                            min_one).records
                     n = len(records)
                     if n:
                         min_one = False
                         limit = max(0, limit - n)
-                    pd.records = records
-                    pd.high_watermark = hw
-                    pd.last_stable_offset = lso
-                    pd.log_start_offset = log_.log_start_offset
-                    if params.replica_id >= 0 and not from_purgatory:
-                        self._update_follower_fetch_state(partition, params.replica_id, fp, leo)
-                    if isolation == FETCH_TXN_COMMITTED:
-                        pd.aborted_transactions = _aborted_in(log_, fp.fetch_offset, records)
+                    hw, lso, log_start = log_hw, log_lso, log_.log_start_offset
+                    if follower_state:
+                        self._update_follower_fetch_state(partition, replica_id, fp, leo)
+                    pd = FetchPartitionData(index, 0, hw, lso, log_start, records,
+                                            _aborted_in(log_, fp.fetch_offset, records) if committed else None)
                 except KafkaError as exc:
-                    pd.error_code = exc.error_code
                     # Kafka answers a partition error with empty records (MemoryRecords.EMPTY),
                     # never null: librdkafka rejects a whole response holding a -1 MessageSetSize.
-                    pd.records = b""
+                    pd = FetchPartitionData(index, exc.error_code, hw, lso, log_start, b"")
                     if exc.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                        p = self.partitions.get((topic, fp.partition))
+                        p = self.partitions.get((topic, index))
                         if p is not None and p.log is not None:
                             pd.high_watermark = p.log.high_watermark
                             pd.log_start_offset = p.log.log_start_offset
                 except Exception:
-                    log.exception("unexpected error reading %s-%d", topic, fp.partition)
-                    pd.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
-                    pd.records = b""
+                    log.exception("unexpected error reading %s-%d", topic, index)
+                    pd = FetchPartitionData(index, ErrorCode.UNKNOWN_SERVER_ERROR, hw, lso, log_start, b"")
                 topic_out.append(pd)
             out.append((topic, topic_out))
         return out

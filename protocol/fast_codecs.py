@@ -400,10 +400,15 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
             name, pos = _read_string(buf, pos, end)
             nparts, pos = _read_count(buf, pos, end, psize)
             parts = []
+            if version >= 9:  # the fields in FetchPartition's order
+                unpack = pstruct.unpack_from
+                for _ in range(nparts):
+                    parts.append(FetchPartition(*unpack(buf, pos)))
+                    pos += psize
+                topics.append((name, parts))
+                continue
             for _ in range(nparts):
-                if version >= 9:
-                    partition, epoch, offset, log_start, pmax = pstruct.unpack_from(buf, pos)
-                elif version >= 5:
+                if version >= 5:
                     partition, offset, log_start, pmax = pstruct.unpack_from(buf, pos)
                     epoch = -1
                 else:
@@ -445,6 +450,15 @@ class FetchPartitionData:
 _FETCH_PD_V4 = struct.Struct(">ihqq")   # partition, error, hw, lso
 _FETCH_PD_V5 = struct.Struct(">ihqqq")  # + log_start_offset
 _ABORTED = struct.Struct(">qq")
+# the same fixed fields, then a null aborted list (-1), the preferred replica (v11) and the records length
+_FETCH_PD_PLAIN_V4 = struct.Struct(">ihqqii")
+_FETCH_PD_PLAIN_V5 = struct.Struct(">ihqqqii")
+_FETCH_PD_PLAIN_V11 = struct.Struct(">ihqqqiii")
+_FETCH_PD_HEAD_V4 = struct.Struct(">ihqqi")  # (decoding) the fixed fields and the aborted count
+_FETCH_PD_HEAD_V5 = struct.Struct(">ihqqqi")
+_FETCH_RESP_TOP_V7 = struct.Struct(">ihii")  # throttle_time_ms, error_code, session_id, topic count
+_FETCH_RESP_TOP_V7_HEAD = struct.Struct(">ihi")
+_I32X2 = struct.Struct(">ii")
 
 
 def encode_fetch_response(version: int, correlation_id: int, responses: Sequence[tuple[str, Sequence[FetchPartitionData]]],
@@ -458,11 +472,15 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Sequence
     _check_version(version, FETCH_VERSIONS, "Fetch response")
     chunks: list[Records] = []
     out = bytearray(8)
-    out += _I32.pack(throttle_time_ms)
     if version >= 7:
-        out += _I16.pack(error_code)
-        out += _I32.pack(session_id)
-    out += _I32.pack(len(responses))
+        out += _FETCH_RESP_TOP_V7.pack(throttle_time_ms, error_code, session_id, len(responses))
+    else:
+        out += _I32X2.pack(throttle_time_ms, len(responses))
+    # A partition without aborted transactions (all but read_committed answers) is one pack of
+    # its fixed fields, the null aborted list, the preferred replica (v11) and the records length.
+    v5 = version >= 5
+    v11 = version >= 11
+    plain = _FETCH_PD_PLAIN_V11 if v11 else (_FETCH_PD_PLAIN_V5 if v5 else _FETCH_PD_PLAIN_V4)
     total = 0
     for topic, parts in responses:
         raw = topic.encode()
@@ -470,35 +488,40 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Sequence
         out += raw
         out += _I32.pack(len(parts))
         for p in parts:
-            if version >= 5:
-                out += _FETCH_PD_V5.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset,
-                                         p.log_start_offset)
-            else:
-                out += _FETCH_PD_V4.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
+            records = p.records
+            n = -1 if records is None else len(records)
             aborted = p.aborted_transactions
             if aborted is None:
-                out += b"\xff\xff\xff\xff"
+                if v11:
+                    out += plain.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset,
+                                      p.log_start_offset, -1, p.preferred_read_replica, n)
+                elif v5:
+                    out += plain.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset,
+                                      p.log_start_offset, -1, n)
+                else:
+                    out += plain.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset, -1, n)
             else:
+                if v5:
+                    out += _FETCH_PD_V5.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset,
+                                             p.log_start_offset)
+                else:
+                    out += _FETCH_PD_V4.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
                 out += _I32.pack(len(aborted))
                 for producer_id, first_offset in aborted:
                     out += _ABORTED.pack(producer_id, first_offset)
-            if version >= 11:
-                out += _I32.pack(p.preferred_read_replica)
-            records = p.records
-            if records is None:
-                out += b"\xff\xff\xff\xff"
-            else:
-                n = len(records)
-                out += _I32.pack(n)
-                if n:
-                    if n < 512:
-                        out += records
-                    else:
-                        chunks.append(out)
-                        total += len(out)
-                        chunks.append(records)
-                        total += n
-                        out = bytearray()
+                if v11:
+                    out += _I32X2.pack(p.preferred_read_replica, n)
+                else:
+                    out += _I32.pack(n)
+            if n > 0:
+                if n < 512:
+                    out += records
+                else:
+                    chunks.append(out)
+                    total += len(out)
+                    chunks.append(records)
+                    total += n
+                    out = bytearray()
     chunks.append(out)
     total += len(out)
     head = chunks[0]
@@ -592,13 +615,17 @@ def encode_fetch_request(version: int, correlation_id: int, client_id: str | Non
     out += _I32.pack(len(request.topics))
     for topic, parts in request.topics:
         raw = topic.encode()
-        out += _I16.pack(len(raw)) + raw
+        out += _I16.pack(len(raw))
+        out += raw
         out += _I32.pack(len(parts))
+        if version >= 9:
+            pack = _FETCH_PART_V9.pack
+            for fp in parts:
+                out += pack(fp.partition, fp.current_leader_epoch, fp.fetch_offset, fp.log_start_offset,
+                            fp.partition_max_bytes)
+            continue
         for fp in parts:
-            if version >= 9:
-                out += _FETCH_PART_V9.pack(fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-                                           fp.log_start_offset, fp.partition_max_bytes)
-            elif version >= 5:
+            if version >= 5:
                 out += _FETCH_PART_V5.pack(fp.partition, fp.fetch_offset, fp.log_start_offset, fp.partition_max_bytes)
             else:
                 out += _FETCH_PART_V4.pack(fp.partition, fp.fetch_offset, fp.partition_max_bytes)
@@ -629,29 +656,30 @@ def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchRespo
     _check_version(version, FETCH_VERSIONS, "Fetch response")
     end = len(buf)
     try:
-        (throttle,) = _I32.unpack_from(buf, pos)
-        pos += 4
-        error_code, session_id = 0, 0
         if version >= 7:
-            (error_code,) = _I16.unpack_from(buf, pos)
-            (session_id,) = _I32.unpack_from(buf, pos + 2)
-            pos += 6
+            throttle, error_code, session_id = _FETCH_RESP_TOP_V7_HEAD.unpack_from(buf, pos)
+            pos += 10
+        else:
+            (throttle,) = _I32.unpack_from(buf, pos)
+            pos += 4
+            error_code, session_id = 0, 0
         ntopics, pos = _read_count(buf, pos, end, 6)
+        v5 = version >= 5
+        v11 = version >= 11
+        head = _FETCH_PD_HEAD_V5 if v5 else _FETCH_PD_HEAD_V4
+        head_unpack, head_size = head.unpack_from, head.size
         responses = []
         for _ in range(ntopics):
             name, pos = _read_string(buf, pos, end)
             nparts, pos = _read_count(buf, pos, end, 30)
             parts = []
             for _ in range(nparts):
-                if version >= 5:
-                    partition, error, hw, lso, log_start = _FETCH_PD_V5.unpack_from(buf, pos)
-                    pos += _FETCH_PD_V5.size
+                if v5:
+                    partition, error, hw, lso, log_start, naborted = head_unpack(buf, pos)
                 else:
-                    partition, error, hw, lso = _FETCH_PD_V4.unpack_from(buf, pos)
+                    partition, error, hw, lso, naborted = head_unpack(buf, pos)
                     log_start = -1
-                    pos += _FETCH_PD_V4.size
-                (naborted,) = _I32.unpack_from(buf, pos)
-                pos += 4
+                pos += head_size
                 aborted = None
                 if naborted >= 0:
                     if naborted * 16 > end - pos:
@@ -660,12 +688,13 @@ def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchRespo
                     pos += 16 * naborted
                 elif naborted != -1:
                     raise _malformed(f"aborted transactions count {naborted}")
-                preferred = -1
-                if version >= 11:
-                    (preferred,) = _I32.unpack_from(buf, pos)
+                if v11:
+                    preferred, size = _I32X2.unpack_from(buf, pos)
+                    pos += 8
+                else:
+                    preferred = -1
+                    (size,) = _I32.unpack_from(buf, pos)
                     pos += 4
-                (size,) = _I32.unpack_from(buf, pos)
-                pos += 4
                 records = None
                 if size >= 0:
                     stop = pos + size
