@@ -537,3 +537,26 @@ def test_an_op_waiting_twice_on_one_partition_is_tried_again_only_at_its_later_o
     assert tries == {3: 2} and done == [True]
     assert [s.result[1] for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE]
     assert rm.produce_purgatory._heaps == {}
+
+
+def test_a_fetch_answer_carries_the_logs_start_high_watermark_and_stable_offset(rm):
+    """Each partition of a Fetch answer carries the log start (a consumer's DeleteRecords view,
+    a follower's KIP-107 log start), the HW and the LSO read with it; a partition the broker does
+    not host answers its error with -1 for them."""
+    p = lead(rm)
+    alive(rm, 1, 2, 3)
+    produce(rm, 10)
+    follower_fetch_at(rm, 2, 10, 0)
+    follower_fetch_at(rm, 3, 10, 0)
+    delete_records(rm, 4)
+    assert p.log.log_start_offset == 4 and p.high_watermark == 10
+    out = []
+    rm.fetch_messages(FetchParams(-1, 0, 1, 1 << 20, 0),
+                      [("t", [FetchPartition(0, -1, 5, 0, 1 << 20), FetchPartition(7, -1, 0, 0, 1 << 20)])],
+                      out.append)
+    [[(topic, [data, missing])]] = out
+    assert (topic, data.error_code, data.log_start_offset, data.high_watermark, data.last_stable_offset) == \
+        ("t", ErrorCode.NONE, 4, 10, 10)
+    assert data.records
+    assert (missing.partition, missing.error_code, missing.log_start_offset, missing.high_watermark) == \
+        (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
