@@ -513,7 +513,7 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Sequence
                     out += _I32X2.pack(p.preferred_read_replica, n)
                 else:
                     out += _I32.pack(n)
-            if n > 0:
+            if records:  # (n > 0)
                 if n < 512:
                     out += records
                 else:
