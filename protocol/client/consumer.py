@@ -367,20 +367,13 @@ class Consumer:
     def _send_fetches(self) -> None:
         """A Fetch to every leader with fetchable partitions and no Fetch in flight."""
         now = self._time.monotonic_ms()
-        if self._node_backoff:
-            self._node_backoff = {node: until for node, until in self._node_backoff.items() if until > now}
-        if self._partition_backoff:
-            self._partition_backoff = {tp: until for tp, until in self._partition_backoff.items() if until > now}
+        self._node_backoff = {node: until for node, until in self._node_backoff.items() if until > now}
+        self._partition_backoff = {tp: until for tp, until in self._partition_backoff.items() if until > now}
         by_leader: dict[int, dict[TopicPartition, tuple[int, int]]] = collections.defaultdict(dict)
-        partition_backoff, validating = self._partition_backoff, self._validating
-        cluster = self._client.cluster
-        topics, brokers = cluster.topics, cluster.brokers
         for tp, position in self._positions.items():
-            if position is None or tp in partition_backoff or tp in validating:
+            if position is None or tp in self._partition_backoff or tp in self._validating:
                 continue
-            t = topics.get(tp.topic)
-            meta = None if t is None else t.partitions.get(tp.partition)
-            leader = -1 if meta is None or meta.leader not in brokers else meta.leader  # cluster.leader(*tp)
+            leader = self._client.cluster.leader(*tp)
             if leader < 0:
                 self._refresh_needed = True
             elif leader not in self._inflight and leader not in self._node_backoff:
@@ -424,14 +417,11 @@ class Consumer:
         the one the metadata now knows awaits validation if the epoch of its last record is
         known; otherwise it is just valid under the new epoch."""
         cluster = self._client.cluster
-        topics, brokers, leader_epochs = cluster.topics, cluster.brokers, self._leader_epochs
         for tp, position in self._positions.items():
             if position is None:
                 continue
-            t = topics.get(tp.topic)
-            meta = None if t is None else t.partitions.get(tp.partition)
-            # (cluster.partition and, its leader known when a broker by that id is: cluster.leader >= 0)
-            if meta is None or meta.leader not in brokers or meta.leader_epoch == leader_epochs.get(tp):
+            meta = cluster.partition(*tp)
+            if meta is None or cluster.leader(*tp) < 0 or meta.leader_epoch == self._leader_epochs.get(tp):
                 continue
             self._leader_epochs[tp] = meta.leader_epoch
             # (one awaiting validation already is asked again under the new epoch: the old one
