@@ -8,8 +8,11 @@ shutdown cancelled out.
 A broker started in the child runs timers in the background (heartbeats, flush plans) whose
 number depends on how long start-up took, which a loaded machine stretches: thousands of
 instructions per iteration of noise in the difference. So the child runs its iterations through
-``measured(fn, n)`` (inside functools.reduce, a C function nothing else on these paths calls), and
-callgrind counts only what runs inside it (``--toggle-collect``): the iterations alone.
+``measured(fn, n)``, inside a C function nothing else on these paths calls, and callgrind counts
+only what runs inside it (``--toggle-collect``): the iterations alone. That function is libc's
+qsort, called through ctypes on a two-element array whose one comparison runs the iterations:
+libc keeps its symbols where Debian's python3.11 is stripped (functools.reduce's C function, the
+first choice, has no symbol there, and callgrind then counted nothing at all).
 
     from instructions import per_iteration, measured
     per_iteration([sys.executable, __file__, "--_child", "on"], n=300)  # the child appends the count
@@ -18,19 +21,40 @@ callgrind counts only what runs inside it (``--toggle-collect``): the iterations
 
 from __future__ import annotations
 
-import functools
+import ctypes
 import os
 import shutil
 import subprocess
 import tempfile
 from typing import Callable
 
-COLLECT_IN = "functools_reduce"  # CPython's C function behind functools.reduce
+COLLECT_IN = "qsort*"  # libc's qsort (and the qsort_r it may call): see above
+_COMPARE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 
 def measured(fn: Callable[[], object], n: int) -> None:
-    """Call ``fn`` ``n`` times inside the one C function callgrind counts in (see above)."""
-    functools.reduce(lambda _acc, _i: fn(), range(n), None)
+    """Call ``fn`` ``n`` times inside the one C function callgrind counts in (see above); an
+    exception ``fn`` raises is raised here (ctypes would print and drop it)."""
+    failed: list[BaseException] = []
+    ran = False
+
+    def compare(_a: int, _b: int) -> int:
+        nonlocal ran
+        if not ran:  # two elements: one comparison, but a sort may compare again
+            ran = True
+            try:
+                for _ in range(n):
+                    fn()
+            except BaseException as e:  # noqa: BLE001 - re-raised below, outside the C frames
+                failed.append(e)
+        return 0
+
+    pair = (ctypes.c_int * 2)(0, 1)
+    ctypes.CDLL(None).qsort(pair, 2, ctypes.sizeof(ctypes.c_int), _COMPARE(compare))
+    if failed:
+        raise failed[0]
+    if not ran:
+        raise RuntimeError("qsort never called its comparison")
 
 
 def available() -> bool:
