@@ -582,14 +582,18 @@ def take_batches(records: bytes | bytearray | memoryview, position: int, hole_si
     compaction removed records, and its clients step over them: the Java consumer and librdkafka
     (rdkafka_msgset_reader.c) drop what lies below the fetch position and move it past each batch.
     tansu 0.6.0 makes holes that fill a moment later: its produce (tansu-storage/src/dynostore.rs,
-    the memory:// engine tools/tansu.sh runs) raises the partition's high watermark, then stores
+    the memory:// engine shared/tools/tansu.sh runs) raises the partition's high watermark, then stores
     the batch; a Fetch between the two lists the batches stored below the high watermark, so its
     answer lacks that batch and holds the ones after it (seen: a Fetch at 1318 answered 1319(3)
     1322(1) 1324(2) ..., high watermark 1330; the batch at 1323 was in the log afterwards). A
     consumer that steps over such a hole never reads the batch: the 4799 of 4800 records of
     tests/loadgen/test_spark_masters.py's tansu replay under CPU load (a Java or librdkafka
-    consumer would lose it too). So the consumer takes the batches up to a hole and fetches again
-    from it, and steps over a hole only once it has lasted ``hole_wait_s`` (compaction's kind).
+    consumer would lose it too). tansu's author describes this race (a slow producer's batch at 0,
+    a fast one's at 100 stored first: a fetch sees 100 first) in a comment on nisshi-io/nisshi#713
+    (nisshi: tansu's later name), saying the fetch service now checks what it returns for a gap in
+    the offsets; tansu 0.6.0's fetch service (tansu-storage/src/service/fetch.rs) does not. So the
+    consumer takes the batches up to a hole and fetches again from it, and steps over a hole only
+    once it has lasted ``hole_wait_s`` (compaction's kind).
     """
     out = []
     for _pos, h in iter_batch_headers(records):
