@@ -80,10 +80,10 @@ run: $(STAMP)
 	$(VENV)/bin/kbroker serve -c config/server.properties
 
 # Most of the suite waits (on clusters' timeouts) with a core idle, so two runs go side by side:
-# the rest of the suite, and beside it tests/loadgen (the Spark replays, ~4-7 minutes, mostly one
-# core) then tests/deploy (the images and docker-compose). The images are built meanwhile (on a
-# fresh machine debootstrap takes ~9 minutes, mostly waiting on the mirror: before, nothing ran
-# while it did), and tests/deploy starts once they are there. The beside run's output is kept in
+# the rest of the suite, and beside it .ci/beside-tests: tests/loadgen (the Spark replays, ~4-7
+# minutes, mostly one core) while it builds the images (on a fresh machine debootstrap takes ~9
+# minutes, mostly waiting on the mirror: before, nothing ran while it did), then tests/deploy (the
+# images and docker-compose) once both are done. The beside run's output is kept in
 # build/beside-tests.log and printed after, the images' in build/images.log. With PYTEST_ARGS,
 # the images are built first and one run does what they name. Each compose project has its own
 # name and free ports; the ports the harnesses pick (controller.launcher.free_port) come from
@@ -93,22 +93,16 @@ run: $(STAMP)
 # simulation swaps time.*, the global random, uuid4 and os.urandom for the process, so a broker
 # another test left running on a thread (the session-scoped bootstrap fixture of
 # tests/conftest.py) would read simulated time and draw from a seed's stream.
+# BESIDE_TESTS: what .ci/beside-tests runs (the main run leaves them out).
 BESIDE_TESTS := tests/loadgen tests/deploy
 test: test-deps typecheck
 ifeq ($(strip $(PYTEST_ARGS)),)
-	@mkdir -p build; rm -f build/images.rc; date -u +"make test: start %T"; \
-	{ nice -n 5 $(MAKE) --no-print-directory test-images > build/images.log 2>&1; echo $$? > build/images.rc; } & images=$$!; \
-	{ $(PY) -m pytest -q -m "not slow" -p no:cacheprovider --durations=10 tests/loadgen; loadgen=$$?; \
-	  n=0; while [ ! -e build/images.rc ] && [ $$n -lt 1800 ]; do sleep 1; n=$$((n + 1)); done; \
-	  date -u +"images done %T"; cat build/images.log; \
-	  if [ "$$(cat build/images.rc 2>/dev/null)" = 0 ]; then \
-	    $(PY) -m pytest -q -m "not slow" -p no:cacheprovider --durations=10 tests/deploy; deploy=$$?; \
-	  else echo "make test: building the images failed or took over 30 minutes"; deploy=1; fi; \
-	  date -u +"beside run done %T"; test $$loadgen -eq 0 && test $$deploy -eq 0; } > build/beside-tests.log 2>&1 & beside=$$!; \
+	@mkdir -p build; date -u +"make test: start %T"; \
+	.ci/beside-tests $(PY) $(MAKE) > build/beside-tests.log 2>&1 & beside=$$!; \
 	$(PY) -m pytest -q -m "not slow" --durations=30 $(addprefix --ignore=,$(BESIDE_TESTS) tests/sim); rest=$$?; \
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider --durations=10 tests/sim; sim=$$?; \
 	date -u +"main run done %T"; \
-	wait $$beside; besides=$$?; wait $$images; \
+	wait $$beside; besides=$$?; \
 	echo "== $(BESIDE_TESTS), run beside the rest (exit status $$besides):"; cat build/beside-tests.log; \
 	date -u +"make test: end %T"; \
 	test $$sim -eq 0 && test $$rest -eq 0 && test $$besides -eq 0

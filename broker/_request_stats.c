@@ -90,6 +90,18 @@ typedef struct {
 
 static PyTypeObject CounterType;
 
+/* The tp_new of the types made with no arguments (RequestStats, AppendCounter, Counter): a
+ * zeroed object; "X() takes no arguments" otherwise, X the type's name without its module. */
+static PyObject *new_without_arguments(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        const char *dot = strrchr(type->tp_name, '.');
+        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", dot != NULL ? dot + 1 : type->tp_name);
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed */
+}
+
+
 /* v: t_read, t_start, t_local, t_ready, t_sent, request size; ``size``: the response's. t_local 0:
  * answered while its handler ran, so no remote time (t_local is t_ready). */
 static void record(RequestStats *self, long long v[6], Py_ssize_t size) {
@@ -350,14 +362,6 @@ static PyObject *RequestStats_get_response_bytes(RequestStats *self, void *closu
     return from_int128(self->response_bytes);
 }
 
-static PyObject *RequestStats_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
-        PyErr_SetString(PyExc_TypeError, "RequestStats() takes no arguments");
-        return NULL;
-    }
-    return type->tp_alloc(type, 0); /* zeroed */
-}
-
 static PyMethodDef RequestStats_methods[] = {
     {"done", (PyCFunction)(void (*)(void))RequestStats_done, METH_FASTCALL,
      "done(t_read, t_start, t_local, t_ready, t_sent, request_size, response[, out]) -> the response's size\n"
@@ -387,7 +391,7 @@ static PyTypeObject RequestStatsType = {
     .tp_basicsize = sizeof(RequestStats),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "One API's request phases, sizes and response bytes (log2 histograms).",
-    .tp_new = RequestStats_new,
+    .tp_new = new_without_arguments,
     .tp_methods = RequestStats_methods,
     .tp_getset = RequestStats_getset,
 };
@@ -423,14 +427,6 @@ static PyObject *AppendCounter_failed(AppendCounter *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *AppendCounter_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
-        PyErr_SetString(PyExc_TypeError, "AppendCounter() takes no arguments");
-        return NULL;
-    }
-    return type->tp_alloc(type, 0); /* zeroed */
-}
-
 static PyMethodDef AppendCounter_methods[] = {
     {"appended", (PyCFunction)(void (*)(void))AppendCounter_appended, METH_FASTCALL,
      "appended(records, batch): an append of ``records`` records in ``batch`` (a buffer)"},
@@ -452,7 +448,7 @@ static PyTypeObject AppendCounterType = {
     .tp_basicsize = sizeof(AppendCounter),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A topic's produce counters: appends requested, records, bytes, failed appends.",
-    .tp_new = AppendCounter_new,
+    .tp_new = new_without_arguments,
     .tp_methods = AppendCounter_methods,
     .tp_members = AppendCounter_members,
 };
@@ -463,14 +459,6 @@ static PyObject *Counter_add(Counter *self, PyObject *arg) {
         return NULL;
     self->value += n;
     Py_RETURN_NONE;
-}
-
-static PyObject *Counter_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
-        PyErr_SetString(PyExc_TypeError, "Counter() takes no arguments");
-        return NULL;
-    }
-    return type->tp_alloc(type, 0); /* zeroed */
 }
 
 static PyMethodDef Counter_methods[] = {
@@ -489,7 +477,7 @@ static PyTypeObject CounterType = {
     .tp_basicsize = sizeof(Counter),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A count RequestStats.done adds response sizes to (a listener's bytes out).",
-    .tp_new = Counter_new,
+    .tp_new = new_without_arguments,
     .tp_methods = Counter_methods,
     .tp_members = Counter_members,
 };
@@ -983,10 +971,9 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_request_stats", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit__request_stats(void) {
-    if (PyType_Ready(&RequestStatsType) < 0 || PyType_Ready(&AppendCounterType) < 0 ||
-        PyType_Ready(&SampledRateType) < 0 || PyType_Ready(&CounterType) < 0 ||
-        PyType_Ready(&SlotTimesType) < 0 || PyType_Ready(&MeterType) < 0)
-        return NULL;
+    /* The module's types, each added under its tp_name's last part (PyModule_AddType readies it). */
+    PyTypeObject *const types[] = {&RequestStatsType, &AppendCounterType, &SlotTimesType,
+                                   &MeterType,        &CounterType,       &SampledRateType};
     PyObject *time_module = PyImport_ImportModule("time");
     if (time_module == NULL)
         return NULL;
@@ -997,41 +984,11 @@ PyMODINIT_FUNC PyInit__request_stats(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&RequestStatsType);
-    if (PyModule_AddObject(m, "RequestStats", (PyObject *)&RequestStatsType) < 0) {
-        Py_DECREF(&RequestStatsType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&AppendCounterType);
-    if (PyModule_AddObject(m, "AppendCounter", (PyObject *)&AppendCounterType) < 0) {
-        Py_DECREF(&AppendCounterType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SlotTimesType);
-    if (PyModule_AddObject(m, "SlotTimes", (PyObject *)&SlotTimesType) < 0) {
-        Py_DECREF(&SlotTimesType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&MeterType);
-    if (PyModule_AddObject(m, "Meter", (PyObject *)&MeterType) < 0) {
-        Py_DECREF(&MeterType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&CounterType);
-    if (PyModule_AddObject(m, "Counter", (PyObject *)&CounterType) < 0) {
-        Py_DECREF(&CounterType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&SampledRateType);
-    if (PyModule_AddObject(m, "SampledRate", (PyObject *)&SampledRateType) < 0) {
-        Py_DECREF(&SampledRateType);
-        Py_DECREF(m);
-        return NULL;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (PyModule_AddType(m, types[i]) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
     }
     return m;
 }

@@ -30,11 +30,11 @@ _NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes th
 
 
 class FetchSource(Protocol):
-    """The two calls a DelayedFetch makes (the ReplicaManager provides them)."""
+    """What a DelayedFetch reads (the ReplicaManager provides it): the hosted partitions, looked
+    up in the dict itself (``try_complete`` runs per append, per parked fetch: no call on top of
+    the dict's ``get``), and the read that answers the fetch."""
 
-    partitions: dict[tuple[str, int], Partition]  # what get_partition looks in (try_complete reads it directly)
-
-    def get_partition(self, topic: str, partition: int) -> Partition | None: ...
+    partitions: dict[tuple[str, int], Partition]
 
     def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list: ...
 
@@ -52,10 +52,10 @@ class DelayedFetch(DelayedOperation):
         # Per fetched partition, in request order: (its log, (segment base, position) of the
         # fetch offset) when parked — Kafka's fetchOffsetMetadata.
         positions = []
-        get_partition = replica_manager.get_partition
+        get_partition = replica_manager.partitions.get
         for topic, parts in topics:
             for fp in parts:
-                partition = get_partition(topic, fp.partition)
+                partition = get_partition((topic, fp.partition))
                 log = partition.log if partition is not None else None
                 meta = None
                 if log is not None and log.log_start_offset <= fp.fetch_offset <= log.log_end_offset:
@@ -84,7 +84,7 @@ class DelayedFetch(DelayedOperation):
 
     def try_complete(self) -> bool:
         params = self.params
-        get_partition = self.replica_manager.partitions.get  # (get_partition's lookup, without its call)
+        get_partition = self.replica_manager.partitions.get
         isolation = params.isolation
         from_leo = isolation == FETCH_LOG_END
         committed = isolation == FETCH_TXN_COMMITTED

@@ -123,11 +123,17 @@ class ReplicaManager:
 
     def get_partition_or_error(self, topic: str, partition: int) -> Partition:
         p = self.partitions.get((topic, partition))
-        if p is not None:
-            return p
+        if p is None:
+            raise self._not_hosted_error(topic, partition)
+        return p
+
+    def _not_hosted_error(self, topic: str, partition: int) -> KafkaError:
+        """What to raise for a partition not in ``partitions``: NOT_LEADER_OR_FOLLOWER when the
+        metadata knows it (hosted elsewhere), else UNKNOWN_TOPIC_OR_PARTITION. The hot paths
+        look ``partitions`` up themselves (no call per partition) and call this when it misses."""
         if self.metadata_cache.contains_partition(topic, partition):
-            raise NotLeaderOrFollowerError(f"{topic}-{partition} is not hosted on broker {self.broker_id}")
-        raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+            return NotLeaderOrFollowerError(f"{topic}-{partition} is not hosted on broker {self.broker_id}")
+        return UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
 
     def _get_or_create_partition(self, topic: str, partition: int, defer_dir_sync: bool = False) -> Partition:
         key = (topic, partition)
@@ -223,7 +229,7 @@ class ReplicaManager:
         try:
             partition = self.partitions.get((topic, partition_index))
             if partition is None:
-                partition = self.get_partition_or_error(topic, partition_index)  # raises the right error
+                raise self._not_hosted_error(topic, partition_index)
             if records is None or len(records) == 0:
                 return [partition_index, ErrorCode.INVALID_RECORD, -1, -1, -1], -1
             info = partition.append_records_to_leader(records, required_acks, from_coordinator)
@@ -386,7 +392,7 @@ class ReplicaManager:
                 try:
                     partition = partitions_get((topic, index))
                     if partition is None:
-                        partition = self.get_partition_or_error(topic, index)
+                        raise self._not_hosted_error(topic, index)
                     log_ = partition.local_log_with_epoch(fp.current_leader_epoch, require_leader)
                     log_hw = log_.high_watermark
                     log_lso = log_.last_stable_offset

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from typing import Awaitable, Callable
 
 from cli.common import UsageError
 from protocol.client import Consumer, ConsumerRecord, GroupConsumer, KafkaClient, TopicPartition
@@ -45,6 +45,38 @@ def compile_format(fmt: str) -> Callable[[ConsumerRecord], bytes]:
     return lambda r: b"".join(p if isinstance(p, bytes) else p(r) for p in parts)
 
 
+async def _poll(consumer: Consumer | GroupConsumer, wait_ms: int) -> list[ConsumerRecord]:
+    """One getmany, its records in one list."""
+    batch = await consumer.getmany(wait_ms)
+    return [r for rs in batch.values() for r in rs]
+
+
+async def _print_records(client: KafkaClient, args: argparse.Namespace, render: Callable[[ConsumerRecord], bytes],
+                         take: Callable[[int, int | None], Awaitable[list[ConsumerRecord]]],
+                         at_end: Callable[[], Awaitable[bool]] | None = None) -> int:
+    """The poll loop of both modes: ``take(wait_ms, room)`` the next records (at most ``room``,
+    None: no limit) and print them, until --max-messages are printed, --timeout-ms passed with
+    none, or ``at_end()``. Returns how many were printed."""
+    out = sys.stdout.buffer
+    count = 0
+    idle_since = client.time.monotonic_ms()
+    while args.max_messages is None or count < args.max_messages:
+        if at_end is not None and await at_end():
+            break
+        wait_ms = 1000
+        if args.timeout_ms is not None:
+            wait_ms = idle_since + args.timeout_ms - client.time.monotonic_ms()
+            if wait_ms <= 0:
+                break
+        records = await take(int(wait_ms), None if args.max_messages is None else args.max_messages - count)
+        if records:
+            out.write(b"".join(render(r) for r in records))
+            out.flush()
+            count += len(records)
+            idle_since = client.time.monotonic_ms()
+    return count
+
+
 async def run_group(client: KafkaClient, args: argparse.Namespace) -> int:
     """-g GROUP: a member of the group; its partitions from the committed offsets, a commit
     after every batch printed and on exit (LeaveGroup then)."""
@@ -54,31 +86,21 @@ async def run_group(client: KafkaClient, args: argparse.Namespace) -> int:
     render = compile_format(args.format)
     consumer = GroupConsumer(client, args.group, [args.topic], assignors=args.assignor or ("range", "roundrobin"),
                              auto_offset_reset="earliest" if args.from_beginning else "latest")
-    out = sys.stdout.buffer
-    count = 0
-    idle_since = client.time.monotonic_ms()
+
+    async def take(wait_ms: int, room: int | None) -> list[ConsumerRecord]:
+        records = await _poll(consumer, wait_ms)
+        if room is not None and len(records) > room:
+            records = records[:room]
+            last: dict[TopicPartition, int] = {}
+            for r in records:
+                last[TopicPartition(r.topic, r.partition)] = r.offset + 1
+            await consumer.commit(last)
+        elif records:
+            await consumer.commit()
+        return records
+
     try:
-        while args.max_messages is None or count < args.max_messages:
-            wait_ms = 1000
-            if args.timeout_ms is not None:
-                wait_ms = idle_since + args.timeout_ms - client.time.monotonic_ms()
-                if wait_ms <= 0:
-                    break
-            batch = await consumer.getmany(int(wait_ms))
-            records = [r for rs in batch.values() for r in rs]
-            if args.max_messages is not None and len(records) > args.max_messages - count:
-                records = records[:args.max_messages - count]
-                last: dict[TopicPartition, int] = {}
-                for r in records:
-                    last[TopicPartition(r.topic, r.partition)] = r.offset + 1
-                await consumer.commit(last)
-            elif records:
-                await consumer.commit()
-            if records:
-                out.write(b"".join(render(r) for r in records))
-                out.flush()
-                count += len(records)
-                idle_since = client.time.monotonic_ms()
+        count = await _print_records(client, args, render, take)
     finally:
         await consumer.close(commit=args.max_messages is None)
     print(f"consumed {count} messages", file=sys.stderr)
@@ -109,31 +131,22 @@ async def run(client: KafkaClient, args: argparse.Namespace) -> int:
             consumer.seek_to_timestamp(tp, args.timestamp)
     else:
         consumer.seek_to_end()
-    end_offsets = None
+    at_end: Callable[[], Awaitable[bool]] | None = None
     if args.exit_at_end:
         found = await client.offsets_for_times(dict.fromkeys(tps, -1), args.isolation_level)
         end_offsets = {tp: offset for tp, (offset, _ts) in found.items()}
-    out = sys.stdout.buffer
-    count = 0
-    idle_since = client.time.monotonic_ms()
+
+        async def reached_end() -> bool:
+            return all([await consumer.position(tp) >= end for tp, end in end_offsets.items()])
+
+        at_end = reached_end
+
+    async def take(wait_ms: int, room: int | None) -> list[ConsumerRecord]:
+        records = await _poll(consumer, wait_ms)
+        return records if room is None else records[:room]
+
     try:
-        while args.max_messages is None or count < args.max_messages:
-            if end_offsets is not None and all([await consumer.position(tp) >= end for tp, end in end_offsets.items()]):
-                break
-            wait_ms = 1000
-            if args.timeout_ms is not None:
-                wait_ms = idle_since + args.timeout_ms - client.time.monotonic_ms()
-                if wait_ms <= 0:
-                    break
-            batch = await consumer.getmany(int(wait_ms))
-            records = [r for rs in batch.values() for r in rs]
-            if args.max_messages is not None:
-                records = records[:args.max_messages - count]
-            if records:
-                out.write(b"".join(render(r) for r in records))
-                out.flush()
-                count += len(records)
-                idle_since = client.time.monotonic_ms()
+        count = await _print_records(client, args, render, take, at_end)
     finally:
         consumer.close()
     print(f"consumed {count} messages", file=sys.stderr)

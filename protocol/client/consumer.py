@@ -25,6 +25,18 @@ log = logging.getLogger("kbroker.client")
 T = TypeVar("T")
 
 
+def _harvest(task: asyncio.Task[Any] | None) -> tuple[bool, BaseException | None]:
+    """A poll's look at a slot holding at most one background task (a metadata refresh, a
+    positions reset): (whether its task is still running, the failure of a done one: None when
+    it succeeded or was cancelled, or the slot is empty). Emptying the slot of a done task is
+    the caller's."""
+    if task is None:
+        return False, None
+    if not task.done():
+        return True, None
+    return False, None if task.cancelled() else task.exception()
+
+
 class ConsumerRecord(NamedTuple):
     """A record as the consumer returns it."""
 
@@ -338,25 +350,23 @@ class Consumer:
 
     def _maybe_reset_positions(self) -> None:
         """Start ListOffsets for the positions to reset (none in flight); raise its failure."""
-        task = self._resetting
-        if task is not None:
-            if not task.done():
-                return
-            self._resetting = None
-            if not task.cancelled() and task.exception() is not None:
-                raise cast(BaseException, task.exception())
+        running, failure = _harvest(self._resetting)
+        if running:
+            return
+        self._resetting = None
+        if failure is not None:
+            raise failure
         if self._resets or any(position is None for position in self._positions.values()):
             self._resetting = self._background(self._update_positions())
 
     def _maybe_refresh_metadata(self) -> None:
-        task = self._refresh
-        if task is not None:
-            if not task.done():
-                return
-            self._refresh = None
-            if not task.cancelled() and task.exception() is not None:
-                log.warning("consumer metadata refresh failed: %s", task.exception())
-                self._refresh_needed = True
+        running, failure = _harvest(self._refresh)
+        if running:
+            return
+        self._refresh = None
+        if failure is not None:
+            log.warning("consumer metadata refresh failed: %s", failure)
+            self._refresh_needed = True
         now = self._time.monotonic_ms()
         if self._refresh_needed and (self._refreshed_at is None or now >= self._refreshed_at + self._retry_backoff_ms):
             self._refresh_needed = False

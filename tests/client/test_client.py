@@ -17,8 +17,9 @@ from protocol.client import (BrokerConnection, Consumer, KafkaClient, KafkaConne
                              Producer, murmur2, murmur2_partition)
 from protocol.clock import MockTime
 from protocol.compression import Compression
-from protocol.errors import (ErrorCode, InvalidPartitionsError, OutOfOrderSequenceNumberError, RequestTimedOutError,
-                             TopicAlreadyExistsError, UnknownTopicOrPartitionError, UnsupportedVersionError)
+from protocol.errors import (ErrorCode, InvalidPartitionsError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
+                             RequestTimedOutError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+                             UnsupportedVersionError)
 from protocol.framing import Framer
 from protocol.fast_codecs import (FetchPartition, FetchPartitionData, FetchRequest, decode_fetch_request,
                               decode_produce_request, encode_fetch_response, encode_produce_response,
@@ -376,6 +377,23 @@ async def test_a_partition_without_a_leader_at_the_first_poll_refreshes_at_once(
             batch = await asyncio.wait_for(consumer.getmany(5000), 10)  # (a hang guard)
             assert [r.offset for r in batch[("t", 0)]] == [0]
             assert clock.monotonic_ms() == start
+            consumer.close()
+
+
+async def test_a_failed_positions_reset_is_raised_by_the_poll_and_a_seek_recovers():
+    """auto_offset_reset="none" and no position: the reset's background task fails, and the
+    poll that finds it done raises its error (the task's slot emptied: after a seek the next
+    poll fetches, with no failure raised again)."""
+    clock = MockTime()
+    async with TwoLeaders(range(1)) as fakes:
+        async with KafkaClient(f"127.0.0.1:{fakes.ports[1]}", time=clock) as client:
+            consumer = Consumer(client, auto_offset_reset="none")
+            consumer.assign([("t", 0)])
+            with pytest.raises(OffsetOutOfRangeError, match="has no position and auto_offset_reset is none"):
+                await asyncio.wait_for(consumer.getmany(5000), 10)  # (wait_for: a hang guard)
+            consumer.seek(("t", 0), 0)
+            batch = await asyncio.wait_for(consumer.getmany(5000), 10)
+            assert [r.offset for r in batch[("t", 0)]] == [0]
             consumer.close()
 
 

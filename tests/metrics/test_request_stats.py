@@ -43,6 +43,21 @@ def _metrics_importing(monkeypatch, request_stats):
     return module
 
 
+def test_the_helper_exports_its_six_types_under_their_names():
+    for name in ("RequestStats", "AppendCounter", "SlotTimes", "Meter", "Counter", "SampledRate"):
+        cls = getattr(_request_stats, name)
+        assert isinstance(cls, type) and cls.__name__ == name and cls.__module__ == "broker._request_stats"
+
+
+@pytest.mark.parametrize("name", ["RequestStats", "AppendCounter", "Counter"])
+def test_the_types_made_without_arguments_refuse_them_by_name(name):
+    cls = getattr(_request_stats, name)
+    assert type(cls()) is cls
+    for args, kwargs in (((1,), {}), ((), {"x": 1})):
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes no arguments$"):
+            cls(*args, **kwargs)
+
+
 def test_a_stale_c_helper_is_warned_about_and_the_references_run(monkeypatch, caplog):
     """A helper built from an older source lacks a name this one imports: ImportError "cannot
     import name", whose .name is the module's as when it is not built. It warns (rebuild), as
