@@ -159,6 +159,7 @@ class PacedStats:
         self.window_start = 0.0
         self.window_end = float("inf")
         self.requests = 0
+        self.requests_total = 0  # answered, warm-up included
         self.records = 0
         self.latency: list[float] = []    # scheduled -> response
         self.service: list[float] = []    # written -> response
@@ -167,6 +168,7 @@ class PacedStats:
         self.error_codes: collections.Counter = collections.Counter()
 
     def completed(self, scheduled: float, sent: float, now: float, records: int) -> None:
+        self.requests_total += 1
         if self.window_start <= scheduled < self.window_end:
             self.requests += 1
             self.records += records
@@ -257,6 +259,7 @@ async def run(args) -> dict:
         "records_per_s": round(stats.records / args.duration),
         "requests": stats.requests,
         "requests_per_s": round(stats.requests / args.duration),
+        "requests_total": stats.requests_total,
         "errors": stats.errors,
         "p50_ms": pct(stats.latency, 0.50), "p99_ms": pct(stats.latency, 0.99),
         "max_ms": pct(stats.latency, 1.0),

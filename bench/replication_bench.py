@@ -103,6 +103,23 @@ def run_queue_wait_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def events(pid: int) -> tuple[int, int, int]:
+    """(read syscalls, write syscalls, voluntary context switches) of the whole process so far:
+    /proc/PID/io's syscr/syscw (socket reads and writes, a log append's pwrite) and the
+    voluntary switches of /proc/PID/task/*/status (a thread going to sleep: for the event
+    loop's thread, one wake-up each)."""
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    switches += int(line.split()[1])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return int(io["syscr"]), int(io["syscw"]), switches
+
+
 def paced(bootstrap: str, pid: int, duration: float, rate: float, connections: int) -> dict:
     """bench/paced_load.py: the open-loop step (see the module doc)."""
     cmd = [sys.executable, str(PACED), "--bootstrap", bootstrap, "--topic", TOPIC, "--partitions", str(PARTITIONS),
@@ -352,6 +369,7 @@ def one_round(args, repo: Path = REPO) -> dict:
         for step, (label, connections, depth) in enumerate(steps):
             before = {i: cpu_seconds(p.pid) for i, p in procs.items()}
             waited = {i: run_queue_wait_seconds(p.pid) for i, p in procs.items()}
+            counted = {i: events(p.pid) for i, p in procs.items()}
             busy_before, wall_before = machine_busy_seconds(), time.monotonic()
             probed = label not in ("full", "open")
             e2e = (EndToEndProbe(all_bootstrap, step, args.probe_interval_ms / 1000) if probed
@@ -365,12 +383,19 @@ def one_round(args, repo: Path = REPO) -> dict:
             if probed:
                 res.update(e2e.summary())
             waited = {i: run_queue_wait_seconds(p.pid) - waited[i] for i, p in procs.items()}
+            counted = {i: tuple(b - a for a, b in zip(counted[i], events(p.pid))) for i, p in procs.items()}
             after = {i: cpu_seconds(p.pid) for i, p in procs.items()}
             # the cores the machine had busy (brokers, load, probe, and anything else running here)
             res["machine_busy_cores"] = round((machine_busy_seconds() - busy_before) / (time.monotonic() - wall_before), 2)
             window = args.duration + 1.0  # the tool's warm-up second is in the CPU window too
             res["cpu_util_per_broker"] = {i: round((after[i] - before[i]) / window, 2) for i in procs}
             res["runq_wait_ms_per_s"] = {i: round(waited[i] / window * 1e3) for i in procs}
+            # per produce request of the load (the probe's, when it runs, are not in the denominator:
+            # see cpu_us_per_request_per_broker_incl_probe), the window's warm-up second included
+            # in the counts as in the CPU figures: reads, writes, wake-ups per broker
+            n = max(1, res.get("requests_total") or res.get("requests") or 0)
+            res["events_per_request_per_broker"] = {
+                i: "/".join(f"{c / n:.2f}" for c in counted[i]) for i in procs}
             res["cpu_us_per_request_per_broker"] = {
                 i: round((after[i] - before[i]) / max(1, res.get("requests") or 0) * 1e6, 1) for i in procs}
             if probed:
@@ -426,13 +451,15 @@ def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list
             print(f"round {r + 1} {name}: full {f['records_per_s']:>9,.0f} rec/s p50 {f['p50_ms']:.2f} p99 "
                   f"{f['p99_ms']:.2f} ms cpu/req(leader of p1,p4) {f['server_cpu_us_per_request']:.0f} µs, cpu µs/req "
                   f"per broker {f['cpu_us_per_request_per_broker']}, cpu util {f['cpu_util_per_broker']}, run-queue "
-                  f"wait ms/s {f['runq_wait_ms_per_s']}, busy cores {f['machine_busy_cores']}, "
+                  f"wait ms/s {f['runq_wait_ms_per_s']}, reads/writes/wake-ups per request per broker "
+                  f"{f['events_per_request_per_broker']}, busy cores {f['machine_busy_cores']}, "
                   f"lag max {f['lag_max']} median {f['lag_median']}", flush=True)
             print(f"  open loop at {o['target_requests_per_s']:,.0f} req/s: {o['records_per_s']:>9,.0f} rec/s p50 "
                   f"{o['p50_ms']:.2f} p99 {o['p99_ms']:.2f} max {o['max_ms']:.2f} ms from the schedule (send -> "
                   f"response p99 {o['send_p99_ms']:.2f}, sent late p99 {o['late_p99_ms']:.2f} ms, backlog max "
                   f"{o['behind_max']}), cpu µs/req per broker {o['cpu_us_per_request_per_broker']}, cpu util "
-                  f"{o['cpu_util_per_broker']}, run-queue wait ms/s {o['runq_wait_ms_per_s']}, busy cores "
+                  f"{o['cpu_util_per_broker']}, run-queue wait ms/s {o['runq_wait_ms_per_s']}, reads/writes/wake-ups "
+                  f"per request per broker {o['events_per_request_per_broker']}, busy cores "
                   f"{o['machine_busy_cores']} (load client {o.get('client_cpu_util')})", flush=True)
             print(f"  open loop again with the probe: p50 {oe['p50_ms']:.2f} p99 {oe['p99_ms']:.2f} max "
                   f"{oe['max_ms']:.2f} ms, cpu µs/req per broker {oe['cpu_us_per_request_per_broker']} (counting the "
@@ -441,6 +468,7 @@ def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list
             print(f"  closed loop nearest half ({half['concurrency']}): {half['records_per_s']:>9,.0f} rec/s p50 "
                   f"{half['p50_ms']:.2f} p99 {half['p99_ms']:.2f} ms, cpu µs/req per broker "
                   f"{half['cpu_us_per_request_per_broker']}, run-queue wait ms/s {half['runq_wait_ms_per_s']}, "
+                  f"reads/writes/wake-ups per request per broker {half['events_per_request_per_broker']}, "
                   f"lag max {half['lag_max']}, busy cores {half['machine_busy_cores']} (load client "
                   f"{half.get('client_cpu_util')}); {e2e_line(half)}", flush=True)
     return results
@@ -530,6 +558,10 @@ def main() -> int:
         print(f"  closed loop ~half: the same counting the probe's records as requests: "
               + per_broker(halves, "cpu_us_per_request_per_broker_incl_probe"))
         print(f"  closed loop ~half: run-queue wait ms/s per broker: " + per_broker(halves, "runq_wait_ms_per_s"))
+        print(f"  reads/writes/wake-ups per produce request per broker, by round: full "
+              f"{[x['events_per_request_per_broker'] for x in full]}; open loop "
+              f"{[x['events_per_request_per_broker'] for x in opens]}; closed ~half "
+              f"{[x['events_per_request_per_broker'] for x in halves]}")
         print(f"  busy cores of the machine (all processes): full {spread(x['machine_busy_cores'] for x in full)}"
               f"   open loop {spread(x['machine_busy_cores'] for x in opens)}"
               f"   open loop + probe {spread(x['machine_busy_cores'] for x in probed)}"
