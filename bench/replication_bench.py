@@ -16,11 +16,15 @@ Three broker processes without a controller of their own (process.roles=broker) 
    limit, so concurrency is stepped down until the rate is nearest half): p50/p99. Not half
    the machine's load: CPU per request rises as concurrency falls (fewer requests per read,
    per follower fetch, per wake-up), so the closed loop at "half rate" keeps the cores busy.
-Steps 2 and 3 run the end-to-end probe: producer send -> consumer receive.
+Step 2 runs twice, alone and then with the end-to-end probe (producer send -> consumer
+receive); step 3 runs with the probe.
 
 Every step also reads each broker's run-queue wait (/proc/PID/task/*/schedstat: time its
 threads were runnable but not running, ms per s of wall time) beside its CPU: on 2 cores
-shared by 3 brokers and the load, waiting for a core is what a latency tail is made of.
+shared by 3 brokers and the load, waiting for a core is what a latency tail is made of; and
+each broker's read and write system calls (a log append's pwrite among the writes) and
+voluntary context switches (the event loop's wake-ups) per produce request of the load
+(/proc/PID/io, /proc/PID/task/*/status): what a request costs rises with these, not its bytes.
 
 End-to-end latency: kafka_load.py builds its batches once, before the run, so its records carry
 no send time. During each half-rate step a probe therefore runs alongside it in this process:
@@ -29,8 +33,14 @@ millisecond to a second topic on the same three brokers (3 partitions, RF=3, one
 broker), the value holding the send time (CLOCK_MONOTONIC, ns); a confluent-kafka consumer
 (fetch defaults: fetch.wait.max.ms=500, fetch.min.bytes=1) reads that topic concurrently and
 takes arrival - send for every probe record (the first second, the clients' start, not counted).
-The probe adds 1,000 rec/s to a half load of ~350 k rec/s on a quiet machine; its send ->
-acknowledgement is printed too: the share of the replicated produce in the end-to-end figure.
+The probe adds 1,000 rec/s to a half load of ~350 k rec/s on a quiet machine, but up to
+1,000 requests/s to its ~2,900 (one record each while none waits: linger.ms=0), each
+replicated on its own, a follower round trip per record: alone it took ~0.2 cores per broker
+on a loaded machine. So the probed steps' CPU per request (the brokers' CPU over the load's
+requests) holds the probe's cost too; a second figure counts its records as requests. Its
+send -> acknowledgement is printed too (p50, p99, p99.9, and the worst 1 s window's p99, the
+statistic of librdkafka's rtt figure beside it: a max of ~24 p99s, a rarer quantile than the
+p99 of all): the share of the replicated produce in the end-to-end figure.
 
 During each run every follower's lag (leader LEO - follower LEO, via ListOffsets with the
 debugging replica id) is sampled every 100 ms. Prints medians over rounds; never asserts.
@@ -42,7 +52,7 @@ figures taken minutes apart on this machine differ by up to 40 %. Each broker's 
 given per produce request of the whole run (its CPU seconds / the load's requests): every broker
 leads some partitions and follows others, so it is the cluster's cost spread per broker.
 
-    python bench/replication_bench.py [--rounds 3] [--duration 8] [--before PATH]
+    python bench/replication_bench.py [--rounds 3] [--duration 8] [--before PATH] [--closed-steps 2x4,2x2,1x2,1x1]
 """
 
 from __future__ import annotations
