@@ -8,19 +8,39 @@ Three broker processes without a controller of their own (process.roles=broker) 
 1. at full load (4 connections, depth 8): records/s, p50/p99, each broker's CPU µs per
    request (``--server-pid`` of the broker leading the most partitions; all three are
    sampled for CPU here from /proc);
-2. at about half that rate (fewer requests in flight: the closed-loop tool has no rate
-   limit, so concurrency is stepped down until the rate is nearest half): p50/p99, and the
-   end-to-end latency, producer send -> consumer receive.
+2. open loop at half that rate (bench/paced_load.py: the same requests, sent on a fixed
+   schedule at half the round's full-load request rate over 4 connections, whatever comes
+   back; latency from each request's scheduled time, so a stall counts for every request it
+   held up): p50/p99/max, the machine's busy cores, each broker's CPU per request;
+3. closed loop at about half that rate (fewer requests in flight: kafka_load.py has no rate
+   limit, so concurrency is stepped down until the rate is nearest half): p50/p99. Not half
+   the machine's load: CPU per request rises as concurrency falls (fewer requests per read,
+   per follower fetch, per wake-up), so the closed loop at "half rate" keeps the cores busy.
+Step 2 runs twice, alone and then with the end-to-end probe (producer send -> consumer
+receive); step 3 runs with the probe.
+
+Every step also reads each broker's run-queue wait (/proc/PID/task/*/schedstat: time its
+threads were runnable but not running, ms per s of wall time) beside its CPU: on 2 cores
+shared by 3 brokers and the load, waiting for a core is what a latency tail is made of; and
+each broker's read and write system calls (a log append's pwrite among the writes) and
+voluntary context switches (the event loop's wake-ups) per produce request of the load
+(/proc/PID/io, /proc/PID/task/*/status): what a request costs rises with these, not its bytes.
 
 End-to-end latency: kafka_load.py builds its batches once, before the run, so its records carry
-no send time. During each half-load step a probe therefore runs alongside it in this process:
+no send time. During each half-rate step a probe therefore runs alongside it in this process:
 a confluent-kafka (librdkafka) producer, acks=all, linger.ms=0, sends one 100-byte record every
 millisecond to a second topic on the same three brokers (3 partitions, RF=3, one led by each
 broker), the value holding the send time (CLOCK_MONOTONIC, ns); a confluent-kafka consumer
 (fetch defaults: fetch.wait.max.ms=500, fetch.min.bytes=1) reads that topic concurrently and
 takes arrival - send for every probe record (the first second, the clients' start, not counted).
-The probe adds 1,000 rec/s to a half load of ~350 k rec/s on a quiet machine; its send ->
-acknowledgement is printed too: the share of the replicated produce in the end-to-end figure.
+The probe adds 1,000 rec/s to a half load of ~350 k rec/s on a quiet machine, but up to
+1,000 requests/s to its ~2,900 (one record each while none waits: linger.ms=0), each
+replicated on its own, a follower round trip per record: alone it took ~0.2 cores per broker
+on a loaded machine. So the probed steps' CPU per request (the brokers' CPU over the load's
+requests) holds the probe's cost too; a second figure counts its records as requests. Its
+send -> acknowledgement is printed too (p50, p99, p99.9, and the worst 1 s window's p99, the
+statistic of librdkafka's rtt figure beside it: a max of ~24 p99s, a rarer quantile than the
+p99 of all): the share of the replicated produce in the end-to-end figure.
 
 During each run every follower's lag (leader LEO - follower LEO, via ListOffsets with the
 debugging replica id) is sampled every 100 ms. Prints medians over rounds; never asserts.
@@ -32,7 +52,7 @@ figures taken minutes apart on this machine differ by up to 40 %. Each broker's 
 given per produce request of the whole run (its CPU seconds / the load's requests): every broker
 leads some partitions and follows others, so it is the cluster's cost spread per broker.
 
-    python bench/replication_bench.py [--rounds 3] [--duration 8] [--before PATH]
+    python bench/replication_bench.py [--rounds 3] [--duration 8] [--before PATH] [--closed-steps 2x4,2x2,1x2,1x1]
 """
 
 from __future__ import annotations
@@ -60,6 +80,7 @@ from controller.static import PartitionAssignment, StaticController  # noqa: E40
 from protocol.api_keys import ApiKey  # noqa: E402
 
 LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
+PACED = Path(__file__).resolve().parent / "paced_load.py"  # this tree's, for both sides of --before
 TOPIC = "rbench"
 PARTITIONS = 4
 PROBE_TOPIC = "rbench-e2e"
@@ -78,6 +99,47 @@ def machine_busy_seconds() -> float:
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return (sum(fields[:8]) - idle) / CLK_TCK
+
+
+def run_queue_wait_seconds(pid: int) -> float:
+    """Seconds the process's threads spent runnable, waiting for a core (schedstat's second
+    field, summed over /proc/PID/task/*)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def events(pid: int) -> tuple[int, int, int]:
+    """(read syscalls, write syscalls, voluntary context switches) of the whole process so far:
+    /proc/PID/io's syscr/syscw (socket reads and writes, a log append's pwrite) and the
+    voluntary switches of /proc/PID/task/*/status (a thread going to sleep: for the event
+    loop's thread, one wake-up each)."""
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    switches += int(line.split()[1])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return int(io["syscr"]), int(io["syscw"]), switches
+
+
+def paced(bootstrap: str, pid: int, duration: float, rate: float, connections: int) -> dict:
+    """bench/paced_load.py: the open-loop step (see the module doc)."""
+    cmd = [sys.executable, str(PACED), "--bootstrap", bootstrap, "--topic", TOPIC, "--partitions", str(PARTITIONS),
+           "--connections", str(connections), "--rate", str(rate), "--acks", "-1", "--record-size", "100",
+           "--records-per-batch", "148", "--duration", str(duration), "--server-pid", str(pid), "--uvloop"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration * 6 + 120)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"paced_load.py failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(lines[-1])
 
 
 def load(bootstrap: str, pid: int, duration: float, connections: int, depth: int) -> dict:
@@ -147,6 +209,7 @@ class EndToEndProbe:
         self.step = step
         self.latencies_ns: list[int] = []
         self.acks_ns: list[int] = []
+        self.ack_sent_ns: list[int] = []  # the send time of each of acks_ns (for its per-second p99s)
         self.warm_until_ns = 0
         self.counted = 0  # send -> acks=all acknowledgement, the producer's share
         self.sent = 0
@@ -185,6 +248,7 @@ class EndToEndProbe:
                 sent = self.VALUE.unpack_from(msg.value())[1]
                 if sent >= self.warm_until_ns:
                     self.acks_ns.append(time.monotonic_ns() - sent)
+                    self.ack_sent_ns.append(sent)
         pad = b"\0" * (100 - self.VALUE.size)
         next_at = time.monotonic()
         i = 0
@@ -262,10 +326,18 @@ class EndToEndProbe:
         def pct(values: list[int], q: float) -> float | None:
             values = sorted(values)
             return values[min(len(values) - 1, int(q * len(values)))] / 1e6 if values else None
+        # librdkafka's rtt figure is the worst of its per-second, per-broker p99s (about 24 windows
+        # in an 8 s step): a much rarer quantile than the p99 of all. The same statistic over the
+        # probe's own send -> ack times (per second, all brokers), and their p99.9, to compare.
+        by_second: dict[int, list[int]] = {}
+        for sent, ack in zip(self.ack_sent_ns, self.acks_ns):
+            by_second.setdefault(sent // 1_000_000_000, []).append(ack)
+        worst_second = max((pct(v, 0.99) or 0.0 for v in by_second.values() if len(v) >= 100), default=None)
         return {"e2e_p50_ms": pct(self.latencies_ns, 0.50), "e2e_p99_ms": pct(self.latencies_ns, 0.99),
                 "e2e_max_ms": pct(self.latencies_ns, 1.0), "e2e_records": len(self.latencies_ns),
                 "e2e_sent": self.counted, "e2e_errors": self.errors,
                 "ack_p50_ms": pct(self.acks_ns, 0.50), "ack_p99_ms": pct(self.acks_ns, 0.99),
+                "ack_p999_ms": pct(self.acks_ns, 0.999), "ack_worst_second_p99_ms": worst_second,
                 # librdkafka's figures: the median window's p50, the worst window's p99
                 "rtt_p50_ms": statistics.median(w[0] for w in self.rtt_windows) if self.rtt_windows else None,
                 "rtt_p99_ms": max(w[1] for w in self.rtt_windows) if self.rtt_windows else None,
@@ -300,26 +372,52 @@ def one_round(args, repo: Path = REPO) -> dict:
         bootstrap = procs[1].bootstrap
         out = {}
         all_bootstrap = ",".join(p.bootstrap for p in procs.values())
-        steps = [("full", 4, 8)] + [("half", c, d) for c, d in args.half_steps]
+        # the open-loop step twice: alone (its latency and CPU per request are the load's own), then
+        # with the end-to-end probe, whose ~1,000 single-record requests/s cost the brokers more
+        # than the load's own at half rate does on a quiet machine (see the module doc)
+        steps = ([("full", 4, 8), ("open", 4, 0), ("open-e2e", 4, 0)] + [("half", c, d) for c, d in args.half_steps])
         for step, (label, connections, depth) in enumerate(steps):
             before = {i: cpu_seconds(p.pid) for i, p in procs.items()}
+            waited = {i: run_queue_wait_seconds(p.pid) for i, p in procs.items()}
+            counted = {i: events(p.pid) for i, p in procs.items()}
             busy_before, wall_before = machine_busy_seconds(), time.monotonic()
-            e2e = (EndToEndProbe(all_bootstrap, step, args.probe_interval_ms / 1000) if label == "half"
+            probed = label not in ("full", "open")
+            e2e = (EndToEndProbe(all_bootstrap, step, args.probe_interval_ms / 1000) if probed
                    else contextlib.nullcontext())
             with LagSampler(brokers, assignments) as lag, e2e:
-                res = load(bootstrap, procs[1].pid, args.duration, connections, depth)
-            if label == "half":
+                if label.startswith("open"):  # half the full step's request rate, on a schedule
+                    res = paced(bootstrap, procs[1].pid, args.duration, out["full"][0]["requests_per_s"] / 2,
+                                connections)
+                else:
+                    res = load(bootstrap, procs[1].pid, args.duration, connections, depth)
+            if probed:
                 res.update(e2e.summary())
+            waited = {i: run_queue_wait_seconds(p.pid) - waited[i] for i, p in procs.items()}
+            counted = {i: tuple(b - a for a, b in zip(counted[i], events(p.pid))) for i, p in procs.items()}
             after = {i: cpu_seconds(p.pid) for i, p in procs.items()}
             # the cores the machine had busy (brokers, load, probe, and anything else running here)
             res["machine_busy_cores"] = round((machine_busy_seconds() - busy_before) / (time.monotonic() - wall_before), 2)
             window = args.duration + 1.0  # the tool's warm-up second is in the CPU window too
             res["cpu_util_per_broker"] = {i: round((after[i] - before[i]) / window, 2) for i in procs}
+            res["runq_wait_ms_per_s"] = {i: round(waited[i] / window * 1e3) for i in procs}
+            # per produce request of the load (the probe's, when it runs, are not in the denominator:
+            # see cpu_us_per_request_per_broker_incl_probe), the window's warm-up second included
+            # in the counts as in the CPU figures: reads, writes, wake-ups per broker
+            n = max(1, res.get("requests_total") or res.get("requests") or 0)
+            res["events_per_request_per_broker"] = {
+                i: "/".join(f"{c / n:.2f}" for c in counted[i]) for i in procs}
             res["cpu_us_per_request_per_broker"] = {
                 i: round((after[i] - before[i]) / max(1, res.get("requests") or 0) * 1e6, 1) for i in procs}
+            if probed:
+                # the probe's records are produce requests too (linger.ms=0, one record each but
+                # when one waits behind another), each replicated on its own: its CPU is in the
+                # brokers' figures above, its requests not in their denominator
+                n = max(1, (res.get("requests") or 0) + (e2e.sent or 0))
+                res["cpu_us_per_request_per_broker_incl_probe"] = {
+                    i: round((after[i] - before[i]) / n * 1e6, 1) for i in procs}
             res["lag_max"] = max(lag.samples) if lag.samples else None
             res["lag_median"] = statistics.median(lag.samples) if lag.samples else None
-            res["concurrency"] = f"{connections}x{depth}"
+            res["concurrency"] = f"{connections}x{depth}" if depth else f"open loop, {res['connections']} connections"
             out.setdefault(label, []).append(res)
         return out
     finally:
@@ -337,31 +435,52 @@ def tree(path: Path) -> str:
     return f"{path} ({out.stdout.strip()[:80]})"
 
 
-def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list[dict]]]:
-    results: dict[str, tuple[list[dict], list[dict]]] = {name: ([], []) for name in trees}
+def e2e_line(x: dict) -> str:
+    return (f"end-to-end p50 {fmt(x['e2e_p50_ms'])} p99 {fmt(x['e2e_p99_ms'])} max {fmt(x.get('e2e_max_ms'))} ms "
+            f"({x['e2e_records']} of {x['e2e_sent']} probe records; send -> ack p50 {fmt(x['ack_p50_ms'])} p99 "
+            f"{fmt(x['ack_p99_ms'])} p99.9 {fmt(x['ack_p999_ms'])} worst-second p99 {fmt(x['ack_worst_second_p99_ms'])} ms; librdkafka rtt p50 {fmt(x['rtt_p50_ms'])} worst-second p99 "
+            f"{fmt(x['rtt_p99_ms'])} ms, queued p99 {fmt(x['queue_p99_ms'])} ms)")
+
+
+def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list[dict], list[dict], list[dict]]]:
+    """Per tree: the full-load, open-loop (alone, then with the probe) and nearest-half
+    closed-loop step of each round."""
+    results: dict[str, tuple[list[dict], list[dict], list[dict], list[dict]]] = {
+        name: ([], [], [], []) for name in trees}
     for r in range(args.rounds):
         for name, repo in trees.items():
             res = one_round(args, repo)
-            full, halves = results[name]
-            f = res["full"][0]
+            full, opens, probed, halves = results[name]
+            f, o, oe = res["full"][0], res["open"][0], res["open-e2e"][0]
             full.append(f)
+            opens.append(o)
+            probed.append(oe)
             target = f["records_per_s"] / 2
             half = min(res["half"], key=lambda x: abs(x["records_per_s"] - target))
             halves.append(half)
             print(f"round {r + 1} {name}: full {f['records_per_s']:>9,.0f} rec/s p50 {f['p50_ms']:.2f} p99 "
                   f"{f['p99_ms']:.2f} ms cpu/req(leader of p1,p4) {f['server_cpu_us_per_request']:.0f} µs, cpu µs/req "
-                  f"per broker {f['cpu_us_per_request_per_broker']}, cpu util {f['cpu_util_per_broker']}, "
-                  f"lag max {f['lag_max']} median {f['lag_median']} | nearest half ({half['concurrency']}): "
-                  f"{half['records_per_s']:>9,.0f} rec/s p50 {half['p50_ms']:.2f} p99 {half['p99_ms']:.2f} ms, "
-                  f"cpu µs/req per broker {half['cpu_us_per_request_per_broker']}, lag max {half['lag_max']}; "
-                  f"busy cores full {f['machine_busy_cores']} half {half['machine_busy_cores']} (load client "
-                  f"{f.get('client_cpu_util')}, {half.get('client_cpu_util')}); end-to-end p50 {fmt(half['e2e_p50_ms'])} "
-                  f"p99 {fmt(half['e2e_p99_ms'])} "
-                  f"max {fmt(half.get('e2e_max_ms'))} ms ({half['e2e_records']} of {half['e2e_sent']} probe records; "
-                  f"send -> ack p50 {fmt(half['ack_p50_ms'])} p99 {fmt(half['ack_p99_ms'])} ms; librdkafka rtt p50 "
-                  f"{fmt(half['rtt_p50_ms'])} worst-second p99 {fmt(half['rtt_p99_ms'])} ms, queued p99 "
-                  f"{fmt(half['queue_p99_ms'])} ms)",
-                  flush=True)
+                  f"per broker {f['cpu_us_per_request_per_broker']}, cpu util {f['cpu_util_per_broker']}, run-queue "
+                  f"wait ms/s {f['runq_wait_ms_per_s']}, reads/writes/wake-ups per request per broker "
+                  f"{f['events_per_request_per_broker']}, busy cores {f['machine_busy_cores']}, "
+                  f"lag max {f['lag_max']} median {f['lag_median']}", flush=True)
+            print(f"  open loop at {o['target_requests_per_s']:,.0f} req/s: {o['records_per_s']:>9,.0f} rec/s p50 "
+                  f"{o['p50_ms']:.2f} p99 {o['p99_ms']:.2f} max {o['max_ms']:.2f} ms from the schedule (send -> "
+                  f"response p99 {o['send_p99_ms']:.2f}, sent late p99 {o['late_p99_ms']:.2f} ms, backlog max "
+                  f"{o['behind_max']}), cpu µs/req per broker {o['cpu_us_per_request_per_broker']}, cpu util "
+                  f"{o['cpu_util_per_broker']}, run-queue wait ms/s {o['runq_wait_ms_per_s']}, reads/writes/wake-ups "
+                  f"per request per broker {o['events_per_request_per_broker']}, busy cores "
+                  f"{o['machine_busy_cores']} (load client {o.get('client_cpu_util')})", flush=True)
+            print(f"  open loop again with the probe: p50 {oe['p50_ms']:.2f} p99 {oe['p99_ms']:.2f} max "
+                  f"{oe['max_ms']:.2f} ms, cpu µs/req per broker {oe['cpu_us_per_request_per_broker']} (counting the "
+                  f"probe's records as requests {oe['cpu_us_per_request_per_broker_incl_probe']}), run-queue wait ms/s "
+                  f"{oe['runq_wait_ms_per_s']}, busy cores {oe['machine_busy_cores']}; {e2e_line(oe)}", flush=True)
+            print(f"  closed loop nearest half ({half['concurrency']}): {half['records_per_s']:>9,.0f} rec/s p50 "
+                  f"{half['p50_ms']:.2f} p99 {half['p99_ms']:.2f} ms, cpu µs/req per broker "
+                  f"{half['cpu_us_per_request_per_broker']}, run-queue wait ms/s {half['runq_wait_ms_per_s']}, "
+                  f"reads/writes/wake-ups per request per broker {half['events_per_request_per_broker']}, "
+                  f"lag max {half['lag_max']}, busy cores {half['machine_busy_cores']} (load client "
+                  f"{half.get('client_cpu_util')}); {e2e_line(half)}", flush=True)
     return results
 
 
@@ -372,8 +491,10 @@ def main() -> int:
     ap.add_argument("--probe-interval-ms", type=float, default=PROBE_INTERVAL_S * 1000,
                     help="the end-to-end probe's interval between records (default 1 ms)")
     ap.add_argument("--before", type=Path, metavar="PATH", help="also run the brokers of this checkout (same-run A/B)")
+    ap.add_argument("--closed-steps", default="2x4,2x2,1x2,1x1", metavar="CxD,...",
+                    help="the closed-loop steps tried for ~half rate, connections x depth (default %(default)s)")
     args = ap.parse_args()
-    args.half_steps = [(2, 4), (2, 2), (1, 2), (1, 1)]
+    args.half_steps = [tuple(int(v) for v in step.split("x")) for step in args.closed_steps.split(",")]
     trees = {"after": REPO}
     if args.before is not None:
         before = args.before.resolve()
@@ -398,34 +519,63 @@ def main() -> int:
     print(f"medians [range] over {args.rounds} rounds: RF=3, acks=all, min.insync.replicas=2, 4 partitions, "
           f"100-byte records, 148/batch")
     rows: dict[str, dict[str, float]] = {}
-    for name, (full, halves) in results.items():
+
+    def per_broker(xs: list[dict], field: str) -> str:
+        return ", ".join(f"{b}: {spread(x[field][b] for x in xs)}" for b in xs[0][field])
+    for name, (full, opens, probed, halves) in results.items():
         m = rows[name] = {}
-        cpu = {b: [x["cpu_us_per_request_per_broker"][b] for x in full] for b in full[0]["cpu_us_per_request_per_broker"]}
         m["full records/s"] = med(x["records_per_s"] for x in full)
         m["full p99 ms"] = med(x["p99_ms"] for x in full)
-        m["half p99 ms"] = med(x["p99_ms"] for x in halves)
-        m["half e2e p99 ms"] = med(x["e2e_p99_ms"] for x in halves if x["e2e_p99_ms"] is not None) \
-            if any(x["e2e_p99_ms"] is not None for x in halves) else float("nan")
+        m["open p99 ms"] = med(x["p99_ms"] for x in opens)
+        m["open max ms"] = med(x["max_ms"] for x in opens)
+        m["closed half p99 ms"] = med(x["p99_ms"] for x in halves)
+        e2e = [x["e2e_p99_ms"] for x in probed if x["e2e_p99_ms"] is not None]
+        m["open e2e p99 ms"] = med(e2e) if e2e else float("nan")
         m["broker-1 cpu µs/req"] = med(x["server_cpu_us_per_request"] for x in full)
+        m["open broker-1 cpu µs/req"] = med(x["server_cpu_us_per_request"] for x in opens)
         print(f"[{name}]")
-        print(f"  full load   records/s {big(x['records_per_s'] for x in full)}   p50 "
+        print(f"  full load (closed loop 4x8)   records/s {big(x['records_per_s'] for x in full)}   p50 "
               f"{spread(x['p50_ms'] for x in full)} ms   p99 {spread(x['p99_ms'] for x in full)} ms")
         print(f"  full load   CPU µs per produce request: broker 1 (kafka_load's --server-pid) "
               f"{spread(x['server_cpu_us_per_request'] for x in full)}; per broker (its CPU / all requests) "
-              + ", ".join(f"{b}: {spread(v)}" for b, v in cpu.items()))
-        print(f"  ~half rate  records/s {big(x['records_per_s'] for x in halves)}   p50 "
-              f"{spread(x['p50_ms'] for x in halves)} ms   p99 {spread(x['p99_ms'] for x in halves)} ms")
-        print(f"  ~half rate  end-to-end (send -> consumer receive, probe records) p50 "
-              f"{spread(x['e2e_p50_ms'] for x in halves)} ms   p99 {spread(x['e2e_p99_ms'] for x in halves)} ms")
-        print(f"  ~half rate  probe send -> acks=all acknowledgement                p50 "
-              f"{spread(x['ack_p50_ms'] for x in halves)} ms   p99 {spread(x['ack_p99_ms'] for x in halves)} ms")
-        print(f"  ~half rate  probe, librdkafka's own ProduceRequest rtt: p50 {spread(x['rtt_p50_ms'] for x in halves)} ms"
-              f"   worst-second p99 {spread(x['rtt_p99_ms'] for x in halves)} ms")
-        print(f"  ~half rate  CPU µs per produce request per broker: " + ", ".join(
-            f"{b}: {spread(x['cpu_us_per_request_per_broker'][b] for x in halves)}"
-            for b in halves[0]["cpu_us_per_request_per_broker"]))
+              + per_broker(full, "cpu_us_per_request_per_broker"))
+        print(f"  full load   run-queue wait ms/s per broker: " + per_broker(full, "runq_wait_ms_per_s"))
+        print(f"  OPEN LOOP at half the full request rate: records/s {big(x['records_per_s'] for x in opens)}   "
+              f"from the scheduled send: p50 {spread(x['p50_ms'] for x in opens)} ms   p99 "
+              f"{spread(x['p99_ms'] for x in opens)} ms   max {spread(x['max_ms'] for x in opens)} ms")
+        print(f"  open loop   written -> response p99 {spread(x['send_p99_ms'] for x in opens)} ms   sent late p99 "
+              f"{spread(x['late_p99_ms'] for x in opens)} ms")
+        print(f"  open loop   CPU µs per produce request per broker: " + per_broker(opens, "cpu_us_per_request_per_broker"))
+        print(f"  open loop   run-queue wait ms/s per broker: " + per_broker(opens, "runq_wait_ms_per_s"))
+        print(f"  open loop + probe: p50 {spread(x['p50_ms'] for x in probed)} ms   p99 "
+              f"{spread(x['p99_ms'] for x in probed)} ms   max {spread(x['max_ms'] for x in probed)} ms; CPU µs per "
+              f"request per broker " + per_broker(probed, "cpu_us_per_request_per_broker") + "; counting the probe's "
+              f"records as requests " + per_broker(probed, "cpu_us_per_request_per_broker_incl_probe"))
+        print(f"  open loop + probe: end-to-end p50 {spread(x['e2e_p50_ms'] for x in probed)} ms   p99 "
+              f"{spread(x['e2e_p99_ms'] for x in probed)} ms; probe send -> ack p99 "
+              f"{spread(x['ack_p99_ms'] for x in probed)} ms, p99.9 {spread(x['ack_p999_ms'] for x in probed)} ms, "
+              f"worst-second p99 {spread(x['ack_worst_second_p99_ms'] for x in probed)} ms; librdkafka rtt "
+              f"worst-second p99 {spread(x['rtt_p99_ms'] for x in probed)} ms")
+        print(f"  closed loop ~half rate (concurrency stepped down) records/s {big(x['records_per_s'] for x in halves)}"
+              f"   p50 {spread(x['p50_ms'] for x in halves)} ms   p99 {spread(x['p99_ms'] for x in halves)} ms")
+        print(f"  closed loop ~half: end-to-end (probe) p50 {spread(x['e2e_p50_ms'] for x in halves)} ms   p99 "
+              f"{spread(x['e2e_p99_ms'] for x in halves)} ms; probe send -> ack p50 "
+              f"{spread(x['ack_p50_ms'] for x in halves)} ms   p99 {spread(x['ack_p99_ms'] for x in halves)} ms; "
+              f"librdkafka rtt p50 {spread(x['rtt_p50_ms'] for x in halves)} ms   worst-second p99 "
+              f"{spread(x['rtt_p99_ms'] for x in halves)} ms")
+        print(f"  closed loop ~half: CPU µs per produce request per broker: "
+              + per_broker(halves, "cpu_us_per_request_per_broker"))
+        print(f"  closed loop ~half: the same counting the probe's records as requests: "
+              + per_broker(halves, "cpu_us_per_request_per_broker_incl_probe"))
+        print(f"  closed loop ~half: run-queue wait ms/s per broker: " + per_broker(halves, "runq_wait_ms_per_s"))
+        print(f"  reads/writes/wake-ups per produce request per broker, by round: full "
+              f"{[x['events_per_request_per_broker'] for x in full]}; open loop "
+              f"{[x['events_per_request_per_broker'] for x in opens]}; closed ~half "
+              f"{[x['events_per_request_per_broker'] for x in halves]}")
         print(f"  busy cores of the machine (all processes): full {spread(x['machine_busy_cores'] for x in full)}"
-              f"   half {spread(x['machine_busy_cores'] for x in halves)}")
+              f"   open loop {spread(x['machine_busy_cores'] for x in opens)}"
+              f"   open loop + probe {spread(x['machine_busy_cores'] for x in probed)}"
+              f"   closed ~half {spread(x['machine_busy_cores'] for x in halves)}")
         print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
               f"max of maxima {max(x['lag_max'] for x in full)}")
     if len(rows) == 2:
