@@ -155,11 +155,15 @@ def measured(pid: int, records: int, run) -> Phase:
     return Phase(records, t1 - t0, c1 - c0, p1 - p0, load)
 
 
-def produce_consume(conf: dict, topic: str, n: int, pid: int, batch_size: int = 16384) -> tuple[Phase, Phase]:
+def produce_consume(conf: dict, topic: str, n: int, pid: int, batch_size: int = 16384,
+                    batch_messages: int = 0) -> tuple[Phase, Phase]:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     value = b"x" * 1024
-    producer = Producer({**conf, "acks": "1", "linger.ms": 5, "batch.size": batch_size,
+    # batch_messages: batches of that many records under librdkafka's default batch.size instead
+    # (see --batch-messages)
+    sizing = {"batch.num.messages": batch_messages} if batch_messages else {"batch.size": batch_size}
+    producer = Producer({**conf, "acks": "1", "linger.ms": 5, **sizing,
                          "queue.buffering.max.messages": 200000})
 
     def produce() -> None:
@@ -293,6 +297,8 @@ def main() -> int:
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose broker runs (default: this one)")
     parser.add_argument("--before", type=Path, help="another checkout (main before a change): its broker runs beside "
                         "this one's, every round on both, and the report compares them (logins and storm: this one's)")
+    parser.add_argument("--batch-messages", type=int, default=0, metavar="N",
+                        help="batches of N records (batch.num.messages) under librdkafka's default batch.size instead")
     parser.add_argument("--no-logins", action="store_true")
     parser.add_argument("--no-storm", action="store_true")
     args = parser.parse_args()
@@ -308,7 +314,9 @@ def main() -> int:
             for label, repo in trees:
                 brokers.append(Broker.start(label, repo, directory, keystores["localhost"], ca))
                 print(f"{label}: broker from {repo} (pid {brokers[-1].process.pid})", flush=True)
-            print(f"{args.rounds} rounds of {args.records:,} records, batch.size {args.batch_size:,}; "
+            sizing = (f"batch.num.messages {args.batch_messages:,} (batch.size librdkafka's default)"
+                      if args.batch_messages else f"batch.size {args.batch_size:,}")
+            print(f"{args.rounds} rounds of {args.records:,} records, {sizing}; "
                   f"{os.cpu_count()} CPUs; load average "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
             time.sleep(1)
@@ -322,7 +330,7 @@ def main() -> int:
                     for f in broker.admin.create_topics([NewTopic(topic, 1, 1)]).values():
                         f.result(30)
                     produced, consumed = produce_consume(broker.confs[name], topic, args.records, broker.process.pid,
-                                                         args.batch_size)
+                                                         args.batch_size, args.batch_messages)
                     broker.sides[name].produce.append(produced)
                     broker.sides[name].consume.append(consumed)
                     loads += [produced.load, consumed.load]
