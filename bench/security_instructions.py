@@ -15,6 +15,19 @@ Slow: the broker starts in a few minutes under valgrind.
 where librdkafka writes 31), on each listener: what the broker pays per record over TLS when the
 client does not fragment its requests.
 
+Read the counts knowing that callgrind counts a ``rep movsb`` / ``rep stosb`` (glibc's memcpy and
+memset of a few KB and more) once per byte: the copies of the TLS path (uvloop's MemoryBIO.write:
+BIO_write's memset and memcpy, about 2,100 instructions per record) weigh more here than in time.
+First counts (-n 3000, 200 requests of 15 records; a read then held 4 to 11 requests, so the
+cost per read is all but absent): PLAINTEXT 7,566 and SASL_SSL 24,017 instructions per record
+(librdkafka, 31 TLS records a request: SSL_read_ex 13,900 per record, EVP_DecryptUpdate 4,600 of
+them); written whole, PLAINTEXT 7,737 and SASL_SSL 15,409 (SSL_read_ex 5,100, EVP_DecryptUpdate
+2,700: the AES-GCM itself). So each TLS record beyond the first costs the broker about 4,400
+instructions in OpenSSL 3.0's record layer (EVP_CipherInit_ex, EVP_CIPHER_CTX_get_iv_length,
+OSSL_PARAM lookups, error marks, two BIO_reads), two per record librdkafka produces. main
+(155f1bf) beside it: 7,646 / 23,967 and 7,770 / 15,454 (broker/_tls_read.c's own SSLWantReadError
+saves per read, and reads were few here).
+
     python bench/security_instructions.py [-n 6000] [--whole] [--peer CHECKOUT]
 
 ``--peer``: the same for another checkout's broker (main before a change), run after this one's.
