@@ -25,8 +25,8 @@ a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
    round-trip p50 / p99 / max before and during the storm.
 
     python bench/security_bench.py [--rounds 8] [--records 40000] [--logins 200] [--handshakes 500]
-                                   [--batch-size 16384] [--repo CHECKOUT] [--before CHECKOUT]
-                                   [--no-logins] [--no-storm]
+                                   [--batch-size 16384] [--batch-messages N] [--whole [--depth 5]]
+                                   [--repo CHECKOUT] [--before CHECKOUT] [--no-logins] [--no-storm]
 
 ``--batch-size``: the producers' batch.size, the same on both listeners. 16 KiB (Kafka's Java
 default, what issue 25's goal names) is where librdkafka's TLS is at its worst: it copies a
@@ -35,6 +35,19 @@ it, and a request starts with a segment of a few hundred bytes that grows only a
 seventeen messages, so each 1 KiB value of a 16 KiB batch is a segment of its own, hence an
 SSL_write, a TLS record and a write() of its own, beside its header's (31 records a request).
 With librdkafka's default, 1,000,000, most values are copied and a request takes a few records.
+Counted with strace on the producer (20,000 records over SASL_SSL, librdkafka 2.16): batch.size
+16384 and batch.num.messages 15 (``--batch-messages``, default batch.size) alike send 15 records
+a request in 31 writes of TLS records; message.copy.max.bytes 0 the same (the copy is refused by
+the room left in the buffer, not by that limit); librdkafka's defaults 952 records a request in
+553 writes (0.58 a record against 2.07); compression.type lz4 2 writes (one segment: the
+compressed batch). Over PLAINTEXT every request is one sendmsg (31 iovecs).
+
+``--whole``: a second producer kind, measured after each phase on the same listener: kbroker's
+client writing each Produce request in one piece (one SSL_write: one TLS record for 15 records,
+as a client that serializes a request before writing it sends it), a 16 KiB batch built once and
+sent again and again (as shared/bench/kafka_load.py does), ``--depth`` requests in flight
+(Java's default, 5), produce only. The report gives its own ratios, so that what the broker pays
+for TLS itself is seen apart from what librdkafka's write pattern adds.
 
 ``--repo``: run the broker from another checkout. ``--before CHECKOUT``: a second broker, from
 that checkout (main before a change), runs beside the first; every round measures both (their
@@ -145,6 +158,7 @@ class Phase:
 class Side:
     produce: list[Phase] = field(default_factory=list)
     consume: list[Phase] = field(default_factory=list)
+    whole: list[Phase] = field(default_factory=list)  # --whole: produce, each request written whole
 
 
 def measured(pid: int, records: int, run) -> Phase:
@@ -198,6 +212,90 @@ def produce_consume(conf: dict, topic: str, n: int, pid: int, batch_size: int = 
     return produced, consumed
 
 
+class _WholeWrites:
+    """A transport whose ``writelines`` hands the buffers to ``write`` joined: one SSL_write per
+    request (TLS records of 16 KiB), as a client that serializes a request before writing it
+    sends it, where kbroker's client (like librdkafka) writes each buffer on its own."""
+
+    def __init__(self, transport) -> None:
+        self._transport = transport
+
+    def writelines(self, buffers) -> None:
+        self._transport.write(b"".join(buffers))
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
+def whole_batch(batch_size: int, now_ms: int) -> tuple[bytes, int]:
+    """The largest batch of 1 KiB records that fits ``batch_size`` (librdkafka's and Java's rule:
+    15 records for 16 KiB), and its record count."""
+    from protocol.records import Record, build_batch
+
+    count = 1
+    while len(build_batch([Record(value=b"x" * 1024)] * (count + 1), now_ms=now_ms)) <= batch_size:
+        count += 1
+    return build_batch([Record(value=b"x" * 1024)] * count, now_ms=now_ms), count
+
+
+def produce_whole(bootstrap: str, conf: dict, topic: str, n: int, pid: int, batch_size: int = 16384,
+                  depth: int = 5, warmup: int = 1, measure=measured) -> Phase:
+    """The second producer kind (``--whole``): kbroker's asyncio client (protocol/client) with each
+    Produce request written in one piece (``_WholeWrites``): a batch of 1 KiB records filling
+    ``batch_size`` (built once, sent again and again, as shared/bench/kafka_load.py does), acks=1,
+    ``depth`` requests in flight (Java's max.in.flight.requests.per.connection), on uvloop. Its
+    connection (TLS handshake, SCRAM login, ApiVersions) is made and ``warmup`` requests sent before
+    the phase is measured, by ``measure(pid, records, run)`` (``measured``)."""
+    from protocol.client import BrokerConnection, Network
+    from protocol.client.security import ClientSecurity
+
+    try:
+        import uvloop
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    secure = conf.get("security.protocol") == "sasl_ssl"
+    security = ClientSecurity.from_properties({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": conf["sasl.mechanism"], "sasl.username": conf["sasl.username"],
+        "sasl.password": conf["sasl.password"], "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": conf["ssl.ca.location"], "ssl.endpoint.identification.algorithm": ""}
+        if secure else {})
+
+    class Connection(BrokerConnection):
+        def connection_made(self, transport) -> None:
+            super().connection_made(_WholeWrites(transport))
+
+    host, port = bootstrap.rsplit(":", 1)
+    conn = Connection(host, int(port), network=Network(security))
+    batch, per_batch = whole_batch(batch_size, int(time.time() * 1000))
+    requests = -(-n // per_batch)
+
+    async def produce(count: int) -> None:
+        import collections
+        pending: collections.deque = collections.deque()
+        for _ in range(count):
+            if len(pending) >= depth:
+                check(await pending.popleft())
+            pending.append(asyncio.ensure_future(conn.produce(1, 30000, [(topic, [(0, batch)])])))
+        while pending:
+            check(await pending.popleft())
+
+    def check(results) -> None:
+        error = results[0][1][0][1]
+        if error:
+            raise RuntimeError(f"Produce answered error {error}")
+
+    try:
+        loop.run_until_complete(conn.connect())
+        loop.run_until_complete(produce(warmup))  # no metadata needed: one partition, on this broker
+        phase = measure(pid, requests * per_batch, lambda: loop.run_until_complete(produce(requests)))
+    finally:
+        conn.close()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+    return phase
+
+
 def spread(values: list[float], fmt: str = ",.0f") -> str:
     return f"median {statistics.median(values):{fmt}} (range {min(values):{fmt}}-{max(values):{fmt}})"
 
@@ -206,7 +304,8 @@ def report(what: str, secure: list[Phase], plain: list[Phase]) -> list[str]:
     out = []
     for name, phases in (("PLAINTEXT", plain), ("SASL_SSL", secure)):
         out.append(f"{what} {name}: {spread([p.rate for p in phases])} records/s; broker "
-                   f"{spread([p.broker_rate for p in phases])} records per CPU-s; client "
+                   f"{spread([p.broker_rate for p in phases])} records per CPU-s "
+                   f"({spread([1e6 / p.broker_rate for p in phases], '.2f')} CPU-µs per record); client "
                    f"{spread([p.client_us for p in phases], '.1f')} CPU-µs per record")
     for label, attr in (("records/s (wall)", "rate"), ("broker records per CPU-s", "broker_rate"),
                         ("records per CPU-s of client and broker together", "total_rate")):
@@ -299,6 +398,9 @@ def main() -> int:
                         "this one's, every round on both, and the report compares them (logins and storm: this one's)")
     parser.add_argument("--batch-messages", type=int, default=0, metavar="N",
                         help="batches of N records (batch.num.messages) under librdkafka's default batch.size instead")
+    parser.add_argument("--whole", action="store_true",
+                        help="also produce with kbroker's client writing each request whole (after each phase)")
+    parser.add_argument("--depth", type=int, default=5, help="--whole: requests in flight")
     parser.add_argument("--no-logins", action="store_true")
     parser.add_argument("--no-storm", action="store_true")
     args = parser.parse_args()
@@ -334,15 +436,27 @@ def main() -> int:
                     broker.sides[name].produce.append(produced)
                     broker.sides[name].consume.append(consumed)
                     loads += [produced.load, consumed.load]
+                    whole = ""
+                    if args.whole:
+                        for f in broker.admin.create_topics([NewTopic(topic + "-whole", 1, 1)]).values():
+                            f.result(30)
+                        w = produce_whole(broker.confs[name]["bootstrap.servers"], broker.confs[name], topic + "-whole",
+                                          args.records, broker.process.pid, args.batch_size, args.depth)
+                        broker.sides[name].whole.append(w)
+                        loads.append(w.load)
+                        whole = (f"; whole requests: produce {w.rate:,.0f} records/s (broker {w.broker_rate:,.0f} per "
+                                 f"CPU-s, {1e6 / w.broker_rate:.2f} CPU-µs per record; client {w.client_us:.1f} "
+                                 f"CPU-µs per record)")
                     print(f"round {r + 1}{' ' + broker.label if len(brokers) > 1 else ''} {name}: produce "
                           f"{produced.rate:,.0f} records/s (broker {produced.broker_rate:,.0f} per CPU-s, client "
                           f"{produced.client_us:.1f} CPU-µs per record), consume {consumed.rate:,.0f} records/s "
                           f"(broker {consumed.broker_rate:,.0f} per CPU-s, client {consumed.client_us:.1f} CPU-µs per "
-                          f"record); load {produced.load:.2f}", flush=True)
+                          f"record); load {produced.load:.2f}{whole}", flush=True)
             for broker in brokers:
                 prefix = f"{broker.label}: " if len(brokers) > 1 else ""
-                for what in ("produce", "consume"):
-                    for line in report(what, getattr(broker.sides["SASL_SSL"], what),
+                for what in ("produce", "consume") + (("whole",) if args.whole else ()):
+                    for line in report("produce (whole requests)" if what == "whole" else what,
+                                       getattr(broker.sides["SASL_SSL"], what),
                                        getattr(broker.sides["PLAINTEXT"], what)):
                         print(prefix + line)
             if len(brokers) > 1:

@@ -10,7 +10,25 @@ partition, about 15 records a Produce request) over each listener after 500 to w
 connection, the SASL login, metadata); ``callgrind_control -d`` dumps the count before and after.
 Slow: the broker starts in a few minutes under valgrind.
 
-    python bench/security_instructions.py [-n 6000] [--peer CHECKOUT]
+``--whole``: then the same records again from kbroker's client writing each Produce request whole
+(bench/security_bench.py's ``produce_whole``: one SSL_write, one TLS record per 15-record request,
+where librdkafka writes 31), on each listener: what the broker pays per record over TLS when the
+client does not fragment its requests.
+
+Read the counts knowing that callgrind counts a ``rep movsb`` / ``rep stosb`` (glibc's memcpy and
+memset of a few KB and more) once per byte: the copies of the TLS path (uvloop's MemoryBIO.write:
+BIO_write's memset and memcpy, about 2,100 instructions per record) weigh more here than in time.
+First counts (-n 3000, 200 requests of 15 records; a read then held 4 to 11 requests, so the
+cost per read is all but absent): PLAINTEXT 7,566 and SASL_SSL 24,017 instructions per record
+(librdkafka, 31 TLS records a request: SSL_read_ex 13,900 per record, EVP_DecryptUpdate 4,600 of
+them); written whole, PLAINTEXT 7,737 and SASL_SSL 15,409 (SSL_read_ex 5,100, EVP_DecryptUpdate
+2,700: the AES-GCM itself). So each TLS record beyond the first costs the broker about 4,400
+instructions in OpenSSL 3.0's record layer (EVP_CipherInit_ex, EVP_CIPHER_CTX_get_iv_length,
+OSSL_PARAM lookups, error marks, two BIO_reads), two per record librdkafka produces. main
+(155f1bf) beside it: 7,646 / 23,967 and 7,770 / 15,454 (broker/_tls_read.c's own SSLWantReadError
+saves per read, and reads were few here).
+
+    python bench/security_instructions.py [-n 6000] [--whole] [--peer CHECKOUT]
 
 ``--peer``: the same for another checkout's broker (main before a change), run after this one's.
 """
@@ -29,6 +47,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 from cli.certs import make_certs  # noqa: E402
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
@@ -36,7 +55,7 @@ from controller.launcher import BrokerProcess, free_port  # noqa: E402
 SIDES = ("PLAINTEXT", "SASL_SSL")
 
 
-def measure(repo: Path, n: int) -> dict[str, float]:
+def measure(repo: Path, n: int, whole: bool = False) -> dict[str, float]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
                                        UserScramCredentialUpsertion)
@@ -92,6 +111,18 @@ def measure(repo: Path, n: int) -> dict[str, float]:
                 assert producer.flush(600) == 0
             per_record[side] = dump() / n
             print(f"{repo} {side}: {per_record[side]:,.0f} instructions per record", flush=True)
+        if whole:
+            from security_bench import produce_whole
+
+            for side in SIDES:
+                def counted(_pid: int, records: int, run, side: str = side) -> None:
+                    dump()
+                    run()
+                    per_record[f"{side} whole"] = dump() / records
+                produce_whole(confs[side]["bootstrap.servers"], confs[side], "t", n, broker.pid, warmup=35,
+                              measure=counted)
+                print(f"{repo} {side}, requests written whole: {per_record[side + ' whole']:,.0f} instructions per "
+                      f"record", flush=True)
     finally:
         broker.stop()
         shutil.rmtree(directory, ignore_errors=True)
@@ -102,13 +133,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=6000)
     parser.add_argument("--peer", type=Path)
+    parser.add_argument("--whole", action="store_true", help="also kbroker's client writing each request whole")
     args = parser.parse_args()
-    results = {REPO: measure(REPO, args.n)}
+    results = {REPO: measure(REPO, args.n, args.whole)}
     if args.peer:
-        results[args.peer] = measure(args.peer, args.n)
+        results[args.peer] = measure(args.peer, args.n, args.whole)
     for repo, counts in results.items():
-        print(f"{repo}: PLAINTEXT {counts['PLAINTEXT']:,.0f}, SASL_SSL {counts['SASL_SSL']:,.0f} instructions per "
-              f"record; PLAINTEXT / SASL_SSL {counts['PLAINTEXT'] / counts['SASL_SSL']:.2f}")
+        for kind in ("",) + ((" whole",) if args.whole else ()):
+            plain, secure = counts["PLAINTEXT" + kind], counts["SASL_SSL" + kind]
+            print(f"{repo}{kind and ', requests written whole'}: PLAINTEXT {plain:,.0f}, SASL_SSL {secure:,.0f} "
+                  f"instructions per record; PLAINTEXT / SASL_SSL {plain / secure:.2f}")
     return 0
 
 

@@ -150,6 +150,33 @@ def test_the_record_reader_reads_every_whole_record_in_one_call(contexts):
         server.read(5)
 
 
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+@pytest.mark.parametrize("wire", ["nothing", "part of a record"])
+def test_a_read_with_no_whole_record_raises_what_ssl_raises_without_asking_it(contexts, version, wire):
+    """uvloop reads until SSLWantReadError, so every read of a TLS connection ends with one: the
+    reader raises it itself (_ssl's read would read again and build it with a message, a reason
+    and a library: 8.6 µs against 3.7 a read, raise and catch included, at load 19), with _ssl's
+    errno and message (the source line _ssl appends aside), and the connection reads on as
+    before."""
+    def outcome(record_reader):
+        server, client, s_in, c_out = pair(contexts, record_reader, version)
+        client.write(b"w" * 3000)
+        data = c_out.read()
+        if wire == "part of a record":
+            s_in.write(data[:100])
+        buffer = memoryview(bytearray(4000))
+        with pytest.raises(ssl.SSLWantReadError) as raised:
+            server.read(len(buffer), buffer)
+        s_in.write(data[100:] if wire == "part of a record" else data)
+        assert server.read(len(buffer), buffer) == 3000 and bytes(buffer[:3000]) == b"w" * 3000
+        return raised.value
+    fast, reference = outcome(True), outcome(False)
+    assert type(fast) is type(reference) is ssl.SSLWantReadError
+    assert fast.errno == reference.errno == ssl.SSL_ERROR_WANT_READ
+    assert reference.strerror.startswith(fast.strerror + " (_ssl.c:")  # _ssl's own message names its line
+    assert fast.args == (ssl.SSL_ERROR_WANT_READ, "The operation did not complete (read)")  # the reader's, not _ssl's
+
+
 def test_other_objects_get_no_record_reader():
     if network._RECORD_READER is None:
         pytest.skip("not built")
