@@ -54,7 +54,7 @@ from protocol.client import SYSTEM_TIME
 from protocol.clock import Time, TimerHandle
 from protocol.errors import RemoteProtocolError
 from protocol.framing import FrameTooLarge, Framer, NegativeFrameSize
-from protocol.fast_codecs import RequestHeader, parse_request_header
+from protocol.fast_codecs import RequestHeader, parse_header
 from protocol.messages import APIS, REQUEST_FLEXIBLE_VERSIONS
 
 from .metrics import ListenerStats, Meter, RequestMetrics, SlotTimes
@@ -623,10 +623,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # -- requests ------------------------------------------------------------------------
     def _process(self, frame: bytearray) -> None:
-        try:
-            header = parse_request_header(frame, flexible_versions=REQUEST_FLEXIBLE_VERSIONS)
-        except RemoteProtocolError as exc:
-            self.close(f"unreadable request header: {exc}")
+        header = parse_header(frame, REQUEST_FLEXIBLE_VERSIONS, RequestHeader)  # or why it is unreadable
+        if header.__class__ is str:
+            self.close(f"unreadable request header: {header}")
             return
         if header.api_key not in APIS:
             # Kafka's ApiKeys.forId fails while parsing the header: InvalidRequestException, the

@@ -414,7 +414,7 @@ class Partition:
 
     def append_records_to_leader(self, records, required_acks: int, from_coordinator: bool = False) -> "LogAppendInfo":
         leader_log = self.log
-        if leader_log is None or not self.is_leader:
+        if leader_log is None or self.leader_id != self.local_broker_id:  # not is_leader, without the property call
             leader_log = self._leader_log()  # raises NOT_LEADER_OR_FOLLOWER
         if required_acks == -1 and len(self.isr) < leader_log.config.min_insync_replicas:
             raise NotEnoughReplicasError(
@@ -481,7 +481,7 @@ class Partition:
         """HW := the smallest LEO over the maximal ISR (the leader's own included) and over any
         follower that is caught up and eligible, hence about to join; never moves backwards."""
         leader_log = self.log
-        if leader_log is None or not self.is_leader:
+        if leader_log is None or self.leader_id != self.local_broker_id:  # not is_leader (every produce: no property call)
             return False
         leo = leader_log.log_end_offset
         new_hw = leo

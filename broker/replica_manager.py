@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("kbroker.replica_manager")
 
 _VALID_ACKS = (-1, 0, 1)
+# ErrorCode.NONE, read once: a member read through the enum class is a slow attribute lookup
+# (EnumType defines __getattr__, Python 3.11), once per partition of every Produce.
+_NONE = ErrorCode.NONE
 # Append errors that mean bad input or a broken disk, worth a log line (sequence errors of
 # idempotent producers and leadership changes are the client's business).
 _LOGGED_APPEND_ERRORS = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.MESSAGE_TOO_LARGE,
@@ -258,7 +261,7 @@ class ReplicaManager:
             appended[key] = None  # tried once at the end of the read (end_read)
         else:
             self.fetch_purgatory.check_appended(key, partition.log)
-        return [partition_index, ErrorCode.NONE, info.first_offset, info.log_append_time,
+        return [partition_index, _NONE, info.first_offset, info.log_append_time,
                 partition.log.log_start_offset], info.last_offset + 1
 
     def append_txn_markers(self, timeout_ms: int, markers: list, callback: Callable[[list], None]) -> DelayedProduce | None:

@@ -11,6 +11,12 @@
  *   in a codec `version` allows (fast_codecs.produce_request_is_plain_py, the reference): the
  *   produce path's checks before the log (broker/apis.py) would pass every partition as it is.
  *
+ * parse_header(buf, flexible_versions, cls) -> cls(api_key, api_version, correlation_id, client_id, size) | str
+ *   A request header v1/v2 at the start of `buf`; v2 (its tagged fields) when the pair
+ *   (api_key, api_version) is in `flexible_versions`. A malformed header returns the reason as
+ *   a str, worded as fast_codecs.parse_request_header words it (the reference); the caller
+ *   raises. `cls` is fast_codecs.RequestHeader.
+ *
  * encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None
  *   A whole Produce v3-v8 response frame, size prefix included. None when a row is not the
  *   plain (partition, error, base_offset, log_append_time, log_start_offset) one, or a value
@@ -162,6 +168,89 @@ done:
     return result;
 }
 
+/* An unsigned varint of at most 5 bytes at *pos (fast_codecs.skip_tagged_fields' decode_uvarint(buf,
+ * pos, 5)): 0 with *pos moved on, -1 when it is truncated or longer. */
+static int read_uvarint5(const unsigned char *base, Py_ssize_t *pos, Py_ssize_t end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 5; i++) {
+        if (*pos >= end) return -1;
+        unsigned char b = base[(*pos)++];
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (b < 0x80) { *out = v; return 0; }
+    }
+    return -1;
+}
+
+static PyObject *parse_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "parse_header(buf, flexible_versions, cls)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *base = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, pos = 10;
+    PyObject *client_id = NULL, *result = NULL;
+    if (end < 10) {
+        result = PyUnicode_FromFormat("request header needs 10 bytes, frame has %zd", end);
+        goto done;
+    }
+    int16_t api_key = rd16(base), api_version = rd16(base + 2), n = rd16(base + 8);
+    int32_t correlation_id = rd32(base + 4);
+    if (n == -1) {
+        client_id = Py_NewRef(Py_None);
+    } else if (n < 0 || pos + n > end) {
+        result = PyUnicode_FromFormat("client id length %d does not fit the %zd-byte frame", (int)n, end);
+        goto done;
+    } else {
+        client_id = PyUnicode_DecodeUTF8((const char *)base + pos, n, NULL);
+        if (client_id == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear();
+                result = PyUnicode_FromString("client id is not UTF-8");
+            }
+            goto done;
+        }
+        pos += n;
+    }
+    PyObject *key = Py_BuildValue("(hh)", api_key, api_version);
+    if (key == NULL) goto done;
+    int flexible = PySequence_Contains(args[1], key);
+    Py_DECREF(key);
+    if (flexible < 0) goto done;
+    if (flexible) {
+        uint64_t count, tag, size;
+        if (read_uvarint5(base, &pos, end, &count) < 0) goto truncated;
+        for (uint64_t i = 0; i < count; i++) {
+            if (read_uvarint5(base, &pos, end, &tag) < 0 || read_uvarint5(base, &pos, end, &size) < 0
+                    || size > (uint64_t)(end - pos))
+                goto truncated;
+            pos += (Py_ssize_t)size;
+        }
+    }
+    {
+        PyObject *fields[5];
+        fields[0] = PyLong_FromLong(api_key);
+        fields[1] = PyLong_FromLong(api_version);
+        fields[2] = PyLong_FromLong(correlation_id);
+        fields[3] = client_id;
+        fields[4] = PyLong_FromSsize_t(pos);
+        if (fields[0] && fields[1] && fields[2] && fields[4])
+            result = PyObject_Vectorcall(args[2], fields, 5, NULL);
+        Py_XDECREF(fields[0]);
+        Py_XDECREF(fields[1]);
+        Py_XDECREF(fields[2]);
+        Py_XDECREF(fields[4]);
+    }
+    goto done;
+truncated:
+    result = PyUnicode_FromString("request header tagged fields are truncated");
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(client_id);
+    return result;
+}
+
 /* *out = the int in `o` if it fits [lo, hi]; 0 when it does not (no error left set). */
 static int get_int(PyObject *o, int64_t lo, int64_t hi, int64_t *out) {
     int overflow = 0;
@@ -270,6 +359,8 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(buf, pos, version) -> (transactional_id, acks, timeout_ms, topics, plain) | reason"},
     {"encode", encode, METH_VARARGS, "encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None"},
+    {"parse_header", (PyCFunction)(void (*)(void))parse_header, METH_FASTCALL,
+     "parse_header(buf, flexible_versions, cls) -> cls(api_key, api_version, correlation_id, client_id, size) | reason"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -277,8 +368,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_codec", NUL
 
 /* The interface's version: protocol/fast_codecs.py uses the module only when it matches
  * (a module built from an older source, left in place by a checkout that moved on, is not
- * called with arguments it does not take). 2: decode(buf, pos, version) and its plain flag. */
-#define PRODUCE_CODEC_ABI 2
+ * called with arguments it does not take). 2: decode(buf, pos, version) and its plain flag;
+ * 3: parse_header. */
+#define PRODUCE_CODEC_ABI 3
 
 PyMODINIT_FUNC PyInit__produce_codec(void) {
     PyObject *m = PyModule_Create(&module);

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Container, Literal, NamedTuple,
 from .errors import CorruptRecordError, ErrorCode, LocalProtocolError, RemoteProtocolError
 from .records import HEADER_SIZE, decode_uvarint, encode_uvarint, first_batch_size, produce_records_error
 
-_PRODUCE_CODEC_ABI = 2  # the interface of protocol/_produce_codec.c these calls expect (its ABI)
+_PRODUCE_CODEC_ABI = 3  # the interface of protocol/_produce_codec.c these calls expect (its ABI)
 try:
     from . import _produce_codec
 except ImportError:  # not built (setup.py): the Python codecs below
@@ -170,6 +170,26 @@ def parse_request_header(buf: Buffer, flexible: bool | None = None, *,
         except (IndexError, ValueError):
             raise RemoteProtocolError("request header tagged fields are truncated") from None
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def parse_header_py(buf: Buffer, flexible_versions: Container[tuple[int, int]],
+                    cls: type[RequestHeader] = RequestHeader) -> RequestHeader | str:
+    """``parse_request_header(buf, flexible_versions=...)`` answering a malformed header with
+    the reason (a str) instead of raising: the reference of protocol/_produce_codec.c's
+    ``parse_header``, which the broker calls for every request (``parse_header``)."""
+    try:
+        header = parse_request_header(buf, flexible_versions=flexible_versions)
+    except RemoteProtocolError as exc:
+        return str(exc)
+    if cls is RequestHeader:
+        return header
+    return cls(header.api_key, header.api_version, header.correlation_id, header.client_id, header.size)
+
+
+# The broker's header parse: parse_header(frame, REQUEST_FLEXIBLE_VERSIONS, RequestHeader) ->
+# RequestHeader | reason, one C call where protocol/_produce_codec.c is built.
+parse_header: Callable[[Buffer, Container[tuple[int, int]], type[RequestHeader]], RequestHeader | str] = (
+    _produce_codec.parse_header if _produce_codec is not None else parse_header_py)
 
 
 def skip_tagged_fields(buf: Buffer, pos: int) -> int:

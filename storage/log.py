@@ -39,9 +39,9 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
@@ -87,12 +87,15 @@ def parse_topic_partition(dir_name: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
-@dataclass
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
     """What an append did. ``batches`` are the headers as written (offsets assigned).
 
     ``duplicate``: the request repeated an idempotent producer's batch already in the log;
     nothing was written, and the offsets and timestamp are those it was first given.
+
+    A NamedTuple (never changed once made), so the produce path's ``_append_stamped`` makes one
+    with a single ``tuple.__new__`` call: as a dataclass its Python ``__init__`` of ten
+    fields was one of the costliest steps of an append.
     """
 
     first_offset: int
@@ -103,7 +106,7 @@ class LogAppendInfo:
     record_count: int
     valid_bytes: int
     batch_count: int
-    batches: list[BatchHeader] = field(default_factory=list)
+    batches: list[BatchHeader]
     duplicate: bool = False
 
 
@@ -464,8 +467,9 @@ class Log:
         that way, which stays the reference."""
         last = header.base_offset + header.last_offset_delta
         max_timestamp = header.max_timestamp
-        info = LogAppendInfo(header.base_offset, last, max_timestamp if max_timestamp > -1 else -1,
-                             last if max_timestamp > -1 else -1, -1, header.records_count, len(buf), 1, [header])
+        info = _tuple_new(LogAppendInfo, (header.base_offset, last, max_timestamp if max_timestamp > -1 else -1,
+                                          last if max_timestamp > -1 else -1, -1, header.records_count, len(buf), 1,
+                                          [header], False))
         segment = self._segments[-1]
         records, offset_index, time_index = segment._records, segment._offset_index, segment._time_index
         size = segment.size
@@ -565,7 +569,7 @@ class Log:
                   duplicate.first_offset, duplicate.last_offset)
         return LogAppendInfo(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp, duplicate.last_offset,
                              duplicate.timestamp if log_append_time >= 0 else -1, header.records_count, len(buf), 1,
-                             duplicate=True)
+                             [], duplicate=True)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Append batches that carry the leader's offsets and epochs, unchanged.

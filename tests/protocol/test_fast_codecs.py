@@ -1029,3 +1029,65 @@ def test_a_compiled_codec_built_from_an_older_source_is_not_used():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False", "True"]
     assert "built from an older source" in out.stderr
+
+
+# The request header: protocol/_produce_codec.c's parse_header against fast_codecs.parse_header_py
+
+def _header_outcome(fn, buf, flexible_versions):
+    """A header's fields and size, or the reason a malformed one is refused (a str)."""
+    h = fn(buf, flexible_versions, H.RequestHeader)
+    if isinstance(h, str):
+        return h
+    assert type(h) is H.RequestHeader
+    return (h.api_key, h.api_version, h.correlation_id, h.client_id, h.size)
+
+
+def test_the_broker_parses_headers_compiled() -> None:
+    assert H.parse_header is H._produce_codec.parse_header
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_compiled_header_parser_agrees_with_python(data) -> None:
+    """Valid headers v1 and v2 (unknown tags in any order), then mutated: the same header, or the
+    same reason, word for word, with the (api key, version) pair flexible or not."""
+    v = data.draw(st.sampled_from([1, 2]))
+    tree = data.draw(header_strategy(v))
+    raw = header.REQUEST_HEADER.build(v, tree)
+    if v == 2:
+        raw = raw[:-1] + data.draw(tagged_block())
+    raw += data.draw(st.binary(max_size=6))
+    for op in data.draw(st.lists(_mutations(raw), max_size=3)):
+        raw = mutate(raw, op)
+    pair = (tree["request_api_key"], tree["request_api_version"])
+    flexible_versions = data.draw(st.sampled_from([frozenset(), frozenset({pair}), {pair, (1, 2)}, {(pair[0], -1)}]))
+    for buf in (raw, bytearray(raw), memoryview(bytearray(raw))):
+        compiled = _header_outcome(H._produce_codec.parse_header, buf, flexible_versions)
+        assert compiled == _header_outcome(H.parse_header_py, buf, flexible_versions)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=40), st.booleans())
+def test_compiled_header_parser_agrees_on_random_bytes(raw, flexible) -> None:
+    pairs = {(int.from_bytes(raw[:2], "big", signed=True), int.from_bytes(raw[2:4], "big", signed=True))} if flexible else set()
+    compiled = _header_outcome(H._produce_codec.parse_header, raw, pairs)
+    assert compiled == _header_outcome(H.parse_header_py, raw, pairs)
+
+
+@pytest.mark.parametrize("raw,flexible", [
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x01\x00\x05ab", True),    # tagged field past the end
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x01\x00\x03ab", True),    # ... by one byte
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x80\x80\x80\x80\x80\x01", True),  # over-long varint
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x02\x00\x00", True),      # two tags announced, one there
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x8f\x80\x80\x80\x0f", True),  # 2**32-1 tags announced
+    (b"\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff\x01\x00\xff\xff\xff\xff\x0f", True),  # a 2**32-1 byte tag
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\x00\x02\xc3\x28", False),   # client id not UTF-8
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\x00\x09abc", False),        # client id past the end
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\xff\xfe", False),           # client id length -2
+    (b"\x00\x00\x00\x03\x00\x00\x00\x01\xff", False),               # 9 bytes
+])
+def test_compiled_header_parser_refuses_as_python_does(raw, flexible) -> None:
+    pairs = {(raw[0] << 8 | raw[1], raw[2] << 8 | raw[3])} if flexible else set()
+    reason = _header_outcome(H.parse_header_py, raw, pairs)
+    assert isinstance(reason, str)
+    assert _header_outcome(H._produce_codec.parse_header, raw, pairs) == reason
