@@ -166,6 +166,9 @@ class LogLoader:
             recovery_point = log_end_offset
         else:
             recovery_point = min(self.recovery_point_checkpoint, log_end_offset)
+        if self.txn_index is not None and self.txn_index.unreadable:
+            # a .txnindex that did not read: recover from its segment, which rebuilds it
+            recovery_point = min(recovery_point, min(self.txn_index.unreadable))
         self.leader_epoch_cache.truncate_from_end(log_end_offset)
         self.leader_epoch_cache.truncate_from_start(log_start_offset)
         # After an unclean shutdown only what is below the recovery point is known durable: the

@@ -80,6 +80,7 @@ class TransactionIndex:
         # only if it did not change meanwhile); and those whose append failed (rewritten whole).
         self._unsynced: dict[int, int] = {}
         self._failed: set[int] = set()
+        self.unreadable: list[int] = []  # load: the segments whose file did not read
 
     def __len__(self) -> int:
         return len(self._all)
@@ -98,9 +99,11 @@ class TransactionIndex:
 
     def load(self, bases: list[int], names: Iterable[str]) -> None:
         """Read the files of the segments ``bases`` (``names``: the directory's listing); a
-        file of no segment is deleted, one that does not read is dropped (recovery rebuilds its
-        entries at or above the recovery point; Kafka rebuilds a corrupt one's segment)."""
+        file of no segment is deleted, one that does not read is dropped and its segment's base
+        offset put in ``unreadable``: the loader recovers from there, which rebuilds its entries
+        (Kafka recovers a segment whose index is corrupt)."""
         wanted = set(bases)
+        self.unreadable = []
         for name in names:
             if not name.endswith(TXN_INDEX_SUFFIX):
                 continue
@@ -116,8 +119,9 @@ class TransactionIndex:
                 data = path.read_bytes()
                 entries = decode_entries(data)
             except (OSError, ValueError) as exc:
-                log.warning("%s: ignoring %s: %s", self.dir.name, name, exc)
+                log.warning("%s: %s does not read (%s): rebuilding it from its segment", self.dir.name, name, exc)
                 fileio.unlink_if_exists(path)
+                self.unreadable.append(base)
                 continue
             if entries:
                 self._by_segment[base] = entries
@@ -179,12 +183,14 @@ class TransactionIndex:
         merged = [e for b in old_bases for e in self._by_segment.pop(b, ())]
         if entries is not None:
             merged = list(entries)
+        # The merged file first, fsynced (a new inode: the old file's fsyncs do not cover it, and
+        # the swap it goes with is durable at once), then the old segments' files go.
+        self._set(new_base, sorted(merged, key=lambda e: e.last_offset), sync=True)
         for b in old_bases:
             if b != new_base:
                 self._unsynced.pop(b, None)
                 self._failed.discard(b)
                 fileio.unlink_if_exists(self.path(b))
-        self._set(new_base, sorted(merged, key=lambda e: e.last_offset))
         self._reindex()
 
     def clear(self) -> None:
@@ -195,7 +201,9 @@ class TransactionIndex:
         self._failed.clear()
         self._reindex()
 
-    def _set(self, base: int, entries: list[AbortedTxn]) -> None:
+    def _set(self, base: int, entries: list[AbortedTxn], sync: bool = False) -> None:
+        """Rewrite the file of segment ``base`` whole; ``sync``: fsynced now (else by the next
+        flush that reaches it)."""
         path = self.path(base)
         if entries:
             self._by_segment[base] = entries
@@ -205,7 +213,9 @@ class TransactionIndex:
         self._failed.discard(base)
         try:
             if entries:
-                write_atomically(path, b"".join(e.encode() for e in entries), sync=False)
+                write_atomically(path, b"".join(e.encode() for e in entries), sync=sync)
+                if sync:
+                    self._unsynced.pop(base, None)
             else:
                 fileio.unlink_if_exists(path)
         except OSError as exc:

@@ -217,3 +217,55 @@ def test_a_transaction_whose_marker_is_in_the_active_segment(tmp_path):
     assert batches(log) == [(0, "data", -1), (2, "ABORT", A)]
     assert log.txn_index.segment_entries(log.segments[-1].base_offset) == [AbortedTxn(A, 1, 2, 3)]
     assert read_committed(log) == view
+
+
+def test_the_cleaned_segments_txn_index_is_durable_when_the_swap_is(tmp_path, monkeypatch):
+    """The swap writes the cleaned segment's .txnindex as a new file (a new inode under the old
+    name) and removes the old segments' files: that file is fsynced with the swap, as the
+    cleaned log is. Written unsynced, a power loss before the next flush took it while the swap
+    itself was durable: the ABORT marker kept below the recovery point had no entry left, and a
+    read_committed fetch was handed the aborted records."""
+    import os
+
+    from storage import fileio
+    durable: dict[int, int] = {}  # inode -> its size at its last fsync (renames keep the inode)
+    real = fileio.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        st = os.fstat(fd)
+        durable[st.st_ino] = st.st_size
+    monkeypatch.setattr(fileio, "fsync", fsync)
+    time = MockTime(start_ms=START_MS)
+    log = open_compacted(tmp_path / "t-0", time)
+    a, b = Producer(log, time, A), Producer(log, time, B)
+    plain(log, time, (b"k1", b"old1"), (b"k2", b"old2"))  # 0-1
+    a.send((b"k1", b"aborted1"))                          # 2: A, aborted below
+    b.send((b"k3", b"committed3"))                        # 3
+    a.send((b"k2", b"aborted2"))                          # 4
+    a.end(commit=False)                                   # 5: ABORT
+    b.end(commit=True)                                    # 6: COMMIT
+    log.roll()
+    plain(log, time, (b"k5", b"x"))                       # 7: the second segment
+    log.roll()
+    log.flush()
+    recovery_point = log.recovery_point
+    assert recovery_point == log.log_end_offset
+    view = read_committed(log)
+    # from here on only what is fsynced survives: the old inodes' fsyncs do not cover new files
+    durable.clear()
+    stats = cleaner_for(log, time).clean(log)
+    assert stats.aborted_records_dropped == 2
+    assert log.txn_index.entries == [AbortedTxn(A, 2, 5, 3)]
+    for segment in log.segments:                          # a power loss: no close, no flush
+        segment.close()
+    for name in os.listdir(tmp_path / "t-0"):
+        if name.endswith(".txnindex"):
+            path = tmp_path / "t-0" / name
+            os.truncate(path, durable.get(os.stat(path).st_ino, 0))
+    reopened = Log.open(tmp_path / "t-0", LogConfig(cleanup_policy="compact", segment_bytes=100_000),
+                        time=time, recovery_point=recovery_point, had_clean_shutdown=False)
+    assert reopened.txn_index.entries == [AbortedTxn(A, 2, 5, 3)]
+    reopened.update_high_watermark(reopened.log_end_offset)
+    assert read_committed(reopened) == view
+    reopened.close()

@@ -462,3 +462,32 @@ def test_truncation_to_no_entry_keeps_the_emptied_txn_index_durably(tmp_path, mo
     reopened = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=end, had_clean_shutdown=False)
     assert reopened.txn_index.entries == []
     assert reopened.collect_aborted_transactions(0, end) == []
+
+
+def test_an_unreadable_txn_index_is_rebuilt_from_its_segment(tmp_path):
+    """A .txnindex that does not read (here an entry of an unknown version) is rebuilt from its
+    segment's markers at load, as Kafka recovers a segment whose index is corrupt: dropped
+    alone, the aborted transactions of a segment below the recovery point were gone for good
+    (no replay reaches them), and read_committed fetches were handed the aborted records."""
+    time = MockTime()
+    log = open_log(tmp_path / "t-0", time=time)
+    log.append_as_leader(plain(2), 0)                 # 0-1
+    log.append_as_leader(txn(A, 0, 2), 0)             # 2-3
+    log.append_end_txn_marker(A, 0, 0, False, 0)      # 4: A aborts
+    log.roll()
+    log.append_as_leader(txn(B, 0), 0)                # 5
+    log.append_end_txn_marker(B, 0, 0, False, 0)      # 6: B aborts
+    log.roll()
+    log.append_as_leader(plain(1), 0)                 # 7
+    entries = [AbortedTxn(A, 2, 4, 5), AbortedTxn(B, 5, 6, 7)]
+    assert log.txn_index.entries == entries
+    end = log.log_end_offset
+    log.close()                                       # clean: recovery point at the LEO
+    path = tmp_path / "t-0" / log.txn_index.path(0).name
+    path.write_bytes(b"\x00\x07" + path.read_bytes()[2:])
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), time=time, recovery_point=end, had_clean_shutdown=True)
+    assert reopened.log_end_offset == end
+    assert reopened.txn_index.entries == entries
+    assert reopened.collect_aborted_transactions(0, end) == entries
+    assert decode_entries(path.read_bytes()) == entries[:1]
+    reopened.close()
