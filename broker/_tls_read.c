@@ -40,6 +40,8 @@
 #include <dlfcn.h>
 #include <stddef.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 typedef struct ssl_st SSL;
@@ -445,15 +447,16 @@ bind_ssl(PyObject *module, PyObject *path)
     Py_RETURN_TRUE;
 }
 
-/* set_rcvlowat(fd, bytes): setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, bytes), without a socket
- * object per call (uvloop's transports hand out a PseudoSocket that makes one for each
- * setsockopt); OSError on failure. broker/network.py sets a connection's low-water mark while a
- * request is incomplete. */
+/* set_rcvlowat(fd, bytes, quickack): setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, bytes), and with
+ * quickack also TCP_QUICKACK (the ACK of what came goes now, not after the delayed-ACK timer),
+ * without a socket object per call (uvloop's transports hand out a PseudoSocket that makes one
+ * for each setsockopt); OSError on failure. broker/network.py calls it while a request is
+ * incomplete. */
 static PyObject *
 set_rcvlowat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_rcvlowat(fd, bytes)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "set_rcvlowat(fd, bytes, quickack)");
         return NULL;
     }
     long fd = PyLong_AsLong(args[0]);
@@ -462,19 +465,24 @@ set_rcvlowat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long bytes = PyLong_AsLong(args[1]);
     if (bytes == -1 && PyErr_Occurred())
         return NULL;
+    int quickack = PyObject_IsTrue(args[2]);
+    if (quickack < 0)
+        return NULL;
     if (fd < 0 || fd > INT_MAX || bytes < 0 || bytes > INT_MAX) {
         PyErr_SetString(PyExc_ValueError, "set_rcvlowat: fd or bytes out of range");
         return NULL;
     }
-    int value = (int)bytes;
+    int value = (int)bytes, one = 1;
     if (setsockopt((int)fd, SOL_SOCKET, SO_RCVLOWAT, &value, sizeof(value)) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    if (quickack && setsockopt((int)fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one)) != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"set_rcvlowat", (PyCFunction)(void (*)(void))set_rcvlowat, METH_FASTCALL,
-     "set_rcvlowat(fd, bytes): the socket's SO_RCVLOWAT"},
+     "set_rcvlowat(fd, bytes, quickack): the socket's SO_RCVLOWAT (and TCP_QUICKACK)"},
     {"bind", bind_ssl, METH_O, "bind(path of the loaded _ssl module) -> whether OpenSSL's functions were found"},
     {"reader_for", reader_for, METH_O, "reader_for(_ssl._SSLSocket) -> Reader, or None"},
     {"keep_buffers", keep_buffers, METH_O,

@@ -356,7 +356,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.tls = False  # a TLS transport: its writes go through tls_writes (connection_made)
         # SO_RCVLOWAT (_update_lowat): the setter of this connection's socket (None: not used), the
         # value it has, and on TLS the record reader's count of ciphertext not yet decrypted
-        self._set_lowat: Callable[[int], None] | None = None
+        self._set_lowat: Callable[[int, bool], None] | None = None
         self._lowat = 1
         self._undecrypted: Callable[[], int] | None = None
         self.closed = False
@@ -437,9 +437,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if _SET_RCVLOWAT is not None:
             set_rcvlowat = _SET_RCVLOWAT
-            self._set_lowat = lambda n: set_rcvlowat(fd, n)
+            self._set_lowat = lambda n, quickack: set_rcvlowat(fd, n, quickack)
         else:  # the reference: through the transport's socket object
-            self._set_lowat = lambda n: sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+            def set_lowat(n: int, quickack: bool) -> None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+                if quickack:
+                    sock.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+            self._set_lowat = set_lowat
 
     def _update_lowat(self) -> None:
         """After a read: have the kernel wake the loop for this socket only once the partial
@@ -447,7 +451,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         next byte. On TLS the ciphertext already buffered (part of a record) counts against what
         is missing: a record's plaintext is never longer than its ciphertext, so what must still
         arrive is at least the plaintext missing less that."""
-        missing = self.framer.missing
+        framer = self.framer
+        missing = framer.missing
         want = 1
         if missing >= LOWAT_MIN_BYTES:
             undecrypted = self._undecrypted
@@ -456,15 +461,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 missing = missing - held if held >= 0 else 0
             if missing >= LOWAT_MIN_BYTES:
                 want = min(missing, LOWAT_MAX_BYTES)
-        if want != self._lowat:
-            self._apply_lowat(want)
+        # A request still incomplete: its bytes so far are acknowledged at once (TCP_QUICKACK). A
+        # client with Nagle on (librdkafka's default) holds the rest of a request written in
+        # several pieces until the first is acknowledged, and a delayed ACK takes 40 ms or more.
+        partial = framer.buffered > 0
+        if want != self._lowat or partial:
+            self._apply_lowat(want, partial)
 
-    def _apply_lowat(self, value: int) -> None:
+    def _apply_lowat(self, value: int, quickack: bool = False) -> None:
         setter = self._set_lowat
         if setter is None:
             return
         try:
-            setter(value)
+            setter(value, quickack)
         except OSError as exc:  # not a TCP socket after all, or gone: read as before
             log.debug("SO_RCVLOWAT on the connection from %s: %s; not used", self.peer, exc)
             self._set_lowat = None
@@ -1098,9 +1107,9 @@ _RECORD_READER: Callable[[Any], Any] | None = _TLS_HELPER.reader_for if _TLS_HEL
 _KEEP_BUFFERS: Callable[[Any], bool] | None = _TLS_HELPER.keep_buffers if _TLS_HELPER is not None else None
 
 
-def _rcvlowat_helper() -> Callable[[int, int], None] | None:
-    """broker/_tls_read.c's set_rcvlowat(fd, bytes) (a setsockopt without a socket object per
-    call); None without the helper (KafkaConnection then calls the socket object's setsockopt)."""
+def _rcvlowat_helper() -> Callable[[int, int, bool], None] | None:
+    """broker/_tls_read.c's set_rcvlowat(fd, bytes, quickack) (setsockopts without a socket object
+    per call); None without the helper (KafkaConnection then calls the socket object's)."""
     try:
         from . import _tls_read
     except ImportError:
@@ -1109,6 +1118,7 @@ def _rcvlowat_helper() -> Callable[[int, int], None] | None:
 
 
 _SET_RCVLOWAT = _rcvlowat_helper() if hasattr(socket, "SO_RCVLOWAT") else None
+_TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", 12)  # linux/tcp.h
 
 
 class FastSSLObject(ssl.SSLObject):
