@@ -25,7 +25,8 @@ a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
    round-trip p50 / p99 / max before and during the storm.
 
     python bench/security_bench.py [--rounds 8] [--records 40000] [--logins 200] [--handshakes 500]
-                                   [--batch-size 16384] [--batch-messages N] [--whole [--depth 5]]
+                                   [--batch-size 16384] [--batch-messages N] [--whole [--depth 5]] [--nagle-off]
+                                   [--in-flight N]
                                    [--repo CHECKOUT] [--before CHECKOUT] [--no-logins] [--no-storm]
 
 ``--batch-size``: the producers' batch.size, the same on both listeners. 16 KiB (Kafka's Java
@@ -48,6 +49,15 @@ as a client that serializes a request before writing it sends it), a 16 KiB batc
 sent again and again (as shared/bench/kafka_load.py does), ``--depth`` requests in flight
 (Java's default, 5), produce only. The report gives its own ratios, so that what the broker pays
 for TLS itself is seen apart from what librdkafka's write pattern adds.
+
+``--nagle-off``: the producers with librdkafka's ``socket.nagle.disable`` (its default is Nagle on):
+each of a request's 31 TLS records then leaves in a TCP segment of its own, and a broker that
+read every segment as it came woke, read and ran the loop's TLS 31 times a request (issue 25's
+finding: 7.46 CPU-µs per record against 3.20 with Nagle on); with SO_RCVLOWAT set while a request
+is incomplete (broker/network.py) it wakes a few times a request. That shows when the broker is
+idle while a request arrives: on a machine busy enough the segments have piled up before it runs
+(``--in-flight 1``, a request at a time, keeps it idle between requests). The report gives the
+broker's read syscalls and wake-ups (voluntary context switches) per 1,000 records produced.
 
 ``--repo``: run the broker from another checkout. ``--before CHECKOUT``: a second broker, from
 that checkout (main before a change), runs beside the first; every round measures both (their
@@ -126,6 +136,26 @@ def broker_cpu(pid: int) -> float:
     return total / 1e9
 
 
+def broker_events(pid: int) -> tuple[int, int]:
+    """(read syscalls, voluntary context switches) of the broker process so far: /proc/PID/io's
+    syscr (its socket reads, and a log's reads) and /proc/PID/task/*/status's voluntary switches
+    (for the event loop's thread, a wake-up each), as bench/replication_bench.py counts them."""
+    try:
+        io = dict(line.split(": ") for line in open(f"/proc/{pid}/io").read().splitlines())
+    except OSError:
+        return 0, 0
+    switches = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        switches += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return int(io["syscr"]), switches
+
+
 @dataclass
 class Phase:
     records: int
@@ -133,6 +163,17 @@ class Phase:
     broker_cpu_s: float
     client_cpu_s: float
     load: float
+    broker_reads: int = 0  # read syscalls of the broker during the phase
+    broker_wakeups: int = 0  # its voluntary context switches
+
+    @property
+    def reads_per_k(self) -> float:
+        """Broker read syscalls per 1,000 records."""
+        return self.broker_reads * 1000 / self.records
+
+    @property
+    def wakeups_per_k(self) -> float:
+        return self.broker_wakeups * 1000 / self.records
 
     @property
     def rate(self) -> float:
@@ -163,22 +204,26 @@ class Side:
 
 def measured(pid: int, records: int, run) -> Phase:
     load = os.getloadavg()[0]
-    c0, p0, t0 = broker_cpu(pid), time.process_time(), time.perf_counter()
+    (r0, w0), c0, p0, t0 = broker_events(pid), broker_cpu(pid), time.process_time(), time.perf_counter()
     run()
-    t1, p1, c1 = time.perf_counter(), time.process_time(), broker_cpu(pid)
-    return Phase(records, t1 - t0, c1 - c0, p1 - p0, load)
+    t1, p1, c1, (r1, w1) = time.perf_counter(), time.process_time(), broker_cpu(pid), broker_events(pid)
+    return Phase(records, t1 - t0, c1 - c0, p1 - p0, load, r1 - r0, w1 - w0)
 
 
 def produce_consume(conf: dict, topic: str, n: int, pid: int, batch_size: int = 16384,
-                    batch_messages: int = 0) -> tuple[Phase, Phase]:
+                    batch_messages: int = 0, nagle_off: bool = False, in_flight: int = 0) -> tuple[Phase, Phase]:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     value = b"x" * 1024
     # batch_messages: batches of that many records under librdkafka's default batch.size instead
     # (see --batch-messages)
     sizing = {"batch.num.messages": batch_messages} if batch_messages else {"batch.size": batch_size}
+    # nagle_off (--nagle-off): each write() of librdkafka leaves as a segment of its own
     producer = Producer({**conf, "acks": "1", "linger.ms": 5, **sizing,
-                         "queue.buffering.max.messages": 200000})
+                         "queue.buffering.max.messages": 200000,
+                         **({"socket.nagle.disable": True} if nagle_off else {}),
+                         # in_flight (--in-flight): librdkafka's max.in.flight per connection
+                         **({"max.in.flight.requests.per.connection": in_flight} if in_flight else {})})
 
     def produce() -> None:
         for _ in range(n):
@@ -306,7 +351,9 @@ def report(what: str, secure: list[Phase], plain: list[Phase]) -> list[str]:
         out.append(f"{what} {name}: {spread([p.rate for p in phases])} records/s; broker "
                    f"{spread([p.broker_rate for p in phases])} records per CPU-s "
                    f"({spread([1e6 / p.broker_rate for p in phases], '.2f')} CPU-µs per record); client "
-                   f"{spread([p.client_us for p in phases], '.1f')} CPU-µs per record")
+                   f"{spread([p.client_us for p in phases], '.1f')} CPU-µs per record; broker reads "
+                   f"{spread([p.reads_per_k for p in phases])}, wake-ups {spread([p.wakeups_per_k for p in phases])} "
+                   f"per 1,000 records")
     for label, attr in (("records/s (wall)", "rate"), ("broker records per CPU-s", "broker_rate"),
                         ("records per CPU-s of client and broker together", "total_rate")):
         pairs = [getattr(s, attr) / getattr(p, attr) for s, p in zip(secure, plain)]
@@ -401,6 +448,12 @@ def main() -> int:
     parser.add_argument("--whole", action="store_true",
                         help="also produce with kbroker's client writing each request whole (after each phase)")
     parser.add_argument("--depth", type=int, default=5, help="--whole: requests in flight")
+    parser.add_argument("--nagle-off", action="store_true",
+                        help="the producers (both listeners) with librdkafka's socket.nagle.disable: every write a "
+                        "segment of its own (over SASL_SSL, a TLS record each: 31 a request)")
+    parser.add_argument("--in-flight", type=int, default=0, metavar="N",
+                        help="the producers' max.in.flight.requests.per.connection (librdkafka's default: 1,000,000); "
+                        "1: a request at a time, the broker idle while the next one arrives")
     parser.add_argument("--no-logins", action="store_true")
     parser.add_argument("--no-storm", action="store_true")
     args = parser.parse_args()
@@ -418,7 +471,9 @@ def main() -> int:
                 print(f"{label}: broker from {repo} (pid {brokers[-1].process.pid})", flush=True)
             sizing = (f"batch.num.messages {args.batch_messages:,} (batch.size librdkafka's default)"
                       if args.batch_messages else f"batch.size {args.batch_size:,}")
-            print(f"{args.rounds} rounds of {args.records:,} records, {sizing}; "
+            print(f"{args.rounds} rounds of {args.records:,} records, {sizing}"
+                  f"{', producers with socket.nagle.disable' if args.nagle_off else ''}"
+                  f"{f', max.in.flight {args.in_flight}' if args.in_flight else ''}; "
                   f"{os.cpu_count()} CPUs; load average "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
             time.sleep(1)
@@ -432,7 +487,8 @@ def main() -> int:
                     for f in broker.admin.create_topics([NewTopic(topic, 1, 1)]).values():
                         f.result(30)
                     produced, consumed = produce_consume(broker.confs[name], topic, args.records, broker.process.pid,
-                                                         args.batch_size, args.batch_messages)
+                                                         args.batch_size, args.batch_messages, args.nagle_off,
+                                                         args.in_flight)
                     broker.sides[name].produce.append(produced)
                     broker.sides[name].consume.append(consumed)
                     loads += [produced.load, consumed.load]
@@ -448,8 +504,9 @@ def main() -> int:
                                  f"CPU-s, {1e6 / w.broker_rate:.2f} CPU-µs per record; client {w.client_us:.1f} "
                                  f"CPU-µs per record)")
                     print(f"round {r + 1}{' ' + broker.label if len(brokers) > 1 else ''} {name}: produce "
-                          f"{produced.rate:,.0f} records/s (broker {produced.broker_rate:,.0f} per CPU-s, client "
-                          f"{produced.client_us:.1f} CPU-µs per record), consume {consumed.rate:,.0f} records/s "
+                          f"{produced.rate:,.0f} records/s (broker {produced.broker_rate:,.0f} per CPU-s, "
+                          f"{produced.reads_per_k:,.0f} reads and {produced.wakeups_per_k:,.0f} wake-ups per 1,000 "
+                          f"records; client {produced.client_us:.1f} CPU-µs per record), consume {consumed.rate:,.0f} records/s "
                           f"(broker {consumed.broker_rate:,.0f} per CPU-s, client {consumed.client_us:.1f} CPU-µs per "
                           f"record); load {produced.load:.2f}{whole}", flush=True)
             for broker in brokers:

@@ -39,6 +39,10 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <stddef.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 typedef struct ssl_st SSL;
 typedef int (*read_ex_fn)(SSL *, void *, size_t, size_t *);
@@ -49,6 +53,11 @@ typedef unsigned long (*peek_error_fn)(void);
 typedef void (*err_new_fn)(void);
 typedef void (*set_error_fn)(int, int, const char *, ...);
 typedef long (*ctrl_fn)(SSL *, int, long, void *);
+typedef struct bio_st BIO;
+typedef int (*has_pending_fn)(const SSL *);
+typedef BIO *(*get_rbio_fn)(const SSL *);
+typedef long (*bio_ctrl_fn)(BIO *, int, long, void *);
+typedef int (*bio_method_type_fn)(const BIO *);
 
 static read_ex_fn ssl_read_ex;
 static get_ex_data_fn ssl_get_ex_data;
@@ -58,6 +67,19 @@ static peek_error_fn err_peek_last_error;
 static err_new_fn err_new;
 static set_error_fn err_set_error; /* OpenSSL 3's: with 1.1 (no ERR_set_error) bind() says no */
 static ctrl_fn ssl_ctrl;
+static has_pending_fn ssl_has_pending;
+static get_rbio_fn ssl_get_rbio;
+static bio_ctrl_fn bio_ctrl;
+static bio_method_type_fn bio_method_type;
+/* openssl/bio.h: BIO_get_mem_data is BIO_ctrl(b, BIO_CTRL_INFO, 0, pp); a memory BIO's type */
+#define BIO_CTRL_INFO_ 3
+#define BIO_TYPE_MEM_ (1 | 0x0400)
+/* A TLS record's header (RFC 8446 5.1): type, legacy version, length. After the handshake
+ * every record of TLS 1.2 and 1.3 is application data (23; TLS 1.3 hides the real type
+ * inside) with version 3.3, and its ciphertext is at most 2^14 + 256 bytes (TLS 1.3's bound,
+ * below TLS 1.2's): such a header's record is one OpenSSL can only wait for until it is whole. */
+#define RECORD_HEADER_ 5
+#define RECORD_MAX_ 16640
 /* openssl/ssl.h: SSL_get_mode and SSL_clear_mode are macros over SSL_ctrl */
 #define SSL_CTRL_MODE_ 33
 #define SSL_CTRL_CLEAR_MODE_ 78
@@ -88,6 +110,7 @@ typedef struct {
     SSL *ssl;
     int failed; /* a record after whole ones failed: the next call is the fallback's (see below) */
     unsigned long error; /* and the error OpenSSL queued for it (0: none) */
+    int ended; /* a read failed for another reason than want of data: OpenSSL is asked every time */
 } Reader;
 
 /* The read after a failed record (Reader.failed): OpenSSL's SSL object stays failed and its
@@ -137,6 +160,30 @@ out:
     return result;
 }
 
+/* Whether OpenSSL should be asked to read now: it holds something of its own (a record
+ * partly taken, plaintext not handed out), or its incoming memory BIO holds a whole record, or
+ * a header that is not an ordinary record's (OpenSSL reports what is wrong with it as soon as it
+ * has the header). Otherwise (nothing, part of a header, or an ordinary record not yet whole)
+ * OpenSSL would take the part into its own buffer and want more; left in the BIO, the bytes it
+ * lacks are known (``undecrypted``). */
+static int
+worth_reading(SSL *ssl)
+{
+    if (ssl_has_pending(ssl))
+        return 1;
+    BIO *rbio = ssl_get_rbio(ssl);
+    if (rbio == NULL || bio_method_type(rbio) != BIO_TYPE_MEM_)
+        return 1;
+    unsigned char *data = NULL;
+    long len = bio_ctrl(rbio, BIO_CTRL_INFO_, 0, &data);
+    if (len < RECORD_HEADER_ || data == NULL)
+        return 0;
+    long body = ((long)data[3] << 8) | data[4];
+    if (data[0] != 23 || data[1] != 3 || data[2] != 3 || body > RECORD_MAX_)
+        return 1;
+    return len >= RECORD_HEADER_ + body;
+}
+
 static PyObject *
 reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -160,22 +207,34 @@ reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     }
     size_t total = 0;
     char *buf = view.buf;
-    int want_read = 0;
+    int want_read = 0, waiting = 0, e = 0;
     Py_BEGIN_ALLOW_THREADS
     size_t got;
-    while (total < (size_t)n && ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) == 1)
+    while (total < (size_t)n) {
+        if (!self->ended && !worth_reading(self->ssl)) {
+            waiting = 1; /* the rest of a record, or nothing: OpenSSL is not asked (see worth_reading) */
+            break;
+        }
+        if (ssl_read_ex(self->ssl, buf + total, (size_t)n - total, &got) != 1) {
+            e = ssl_get_error(self->ssl, 0);
+            break;
+        }
         total += got;
+    }
+    /* A read that failed for another reason than "not whole yet" (close_notify, an alert, an
+     * error): OpenSSL answers every later read of the connection itself (it remembers why). */
+    if (e != 0 && e != SSL_ERROR_WANT_READ_)
+        self->ended = 1;
     /* No whole record at all, for want of data only (SSL_get_error says so only when OpenSSL
      * queued no error): SSLWantReadError is raised below, not by _ssl's read (see the top). */
     if (total == 0)
-        want_read = ssl_get_error(self->ssl, 0) == SSL_ERROR_WANT_READ_;
+        want_read = waiting || e == SSL_ERROR_WANT_READ_;
     /* A record after whole ones that failed for another reason than "not whole yet" (a bad
      * record MAC, an alert): OpenSSL's error queue is the thread's, and SSL_get_error() of
      * whatever connection this thread reads next would take an entry left there for its own
      * (SSL_ERROR_SSL for a mere "no data yet"). So the queue is emptied now, the error kept,
      * and the failure is this connection's next read's to report (failed_read). */
     if (total > 0 && total < (size_t)n) {
-        int e = ssl_get_error(self->ssl, 0);
         if (e == SSL_ERROR_SSL_ || e == SSL_ERROR_SYSCALL_) {
             self->failed = 1;
             self->error = err_peek_last_error();
@@ -192,6 +251,27 @@ reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     return PyLong_FromSize_t(total);
 }
+
+/* Reader.undecrypted(): the bytes of ciphertext the connection holds that OpenSSL has not
+ * taken (the incoming BIO's: part of a record, or whole records a full buffer left), when that is
+ * all it holds; -1 when OpenSSL itself holds some (part of a record it took, plaintext not handed
+ * out): then how much ciphertext the rest of a request needs is not known here. */
+static PyObject *
+reader_undecrypted(Reader *self, PyObject *unused)
+{
+    if (ssl_has_pending(self->ssl))
+        return PyLong_FromLong(-1);
+    BIO *rbio = ssl_get_rbio(self->ssl);
+    if (rbio == NULL || bio_method_type(rbio) != BIO_TYPE_MEM_)
+        return PyLong_FromLong(-1);
+    return PyLong_FromLong(bio_ctrl(rbio, BIO_CTRL_INFO_, 0, NULL));
+}
+
+static PyMethodDef reader_methods[] = {
+    {"undecrypted", (PyCFunction)reader_undecrypted, METH_NOARGS,
+     "undecrypted() -> ciphertext bytes buffered and not yet taken by OpenSSL, or -1 if OpenSSL holds some"},
+    {NULL, NULL, 0, NULL},
+};
 
 static int
 reader_traverse(Reader *self, visitproc visit, void *arg)
@@ -228,6 +308,7 @@ static PyTypeObject ReaderType = {
     .tp_traverse = (traverseproc)reader_traverse,
     .tp_clear = (inquiry)reader_clear,
     .tp_dealloc = (destructor)reader_dealloc,
+    .tp_methods = reader_methods,
 };
 
 /* The SSL object of the _ssl._SSLSocket ``sslobj`` (an SSLObject's _sslobj), or NULL when its
@@ -236,7 +317,8 @@ static SSL *
 ssl_of(PyObject *sslobj)
 {
     if (ssl_read_ex == NULL || ssl_get_ex_data == NULL || ssl_get_error == NULL || err_clear_error == NULL
-        || ssl_ctrl == NULL)
+        || ssl_ctrl == NULL || ssl_has_pending == NULL || ssl_get_rbio == NULL || bio_ctrl == NULL
+        || bio_method_type == NULL)
         return NULL;
     PyTypeObject *type = Py_TYPE(sslobj);
     if (sslsocket_type == NULL) {
@@ -278,6 +360,7 @@ reader_for(PyObject *module, PyObject *sslobj)
     self->ssl = ssl;
     self->failed = 0;
     self->error = 0;
+    self->ended = 0;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -308,7 +391,7 @@ releases_buffers(PyObject *module, PyObject *sslobj)
 /* bind(ssl_module_path): find the OpenSSL functions used here through the loaded _ssl module;
  * returns whether all were found (OpenSSL 3: ERR_set_error is new in 3.0). */
 static PyObject *
-bind(PyObject *module, PyObject *path)
+bind_ssl(PyObject *module, PyObject *path)
 {
 #if PY_VERSION_HEX < 0x03080000 || PY_VERSION_HEX >= 0x030E0000 || defined(Py_GIL_DISABLED)
     Py_RETURN_FALSE; /* PySSLSocket's layout is known for 3.8-3.13 only; free-threaded builds
@@ -328,7 +411,12 @@ bind(PyObject *module, PyObject *path)
     err_new_fn nw = (err_new_fn)dlsym(handle, "ERR_new");
     set_error_fn se = (set_error_fn)dlsym(handle, "ERR_set_error");
     ctrl_fn ct = (ctrl_fn)dlsym(handle, "SSL_ctrl");
-    if (r == NULL || g == NULL || e == NULL || c == NULL || pk == NULL || nw == NULL || se == NULL || ct == NULL)
+    has_pending_fn hp = (has_pending_fn)dlsym(handle, "SSL_has_pending");
+    get_rbio_fn gr = (get_rbio_fn)dlsym(handle, "SSL_get_rbio");
+    bio_ctrl_fn bc = (bio_ctrl_fn)dlsym(handle, "BIO_ctrl");
+    bio_method_type_fn bm = (bio_method_type_fn)dlsym(handle, "BIO_method_type");
+    if (r == NULL || g == NULL || e == NULL || c == NULL || pk == NULL || nw == NULL || se == NULL || ct == NULL
+        || hp == NULL || gr == NULL || bc == NULL || bm == NULL)
         Py_RETURN_FALSE; /* the handle stays open: _ssl is loaded for good anyway */
     ssl_read_ex = r;
     ssl_get_ex_data = g;
@@ -338,6 +426,10 @@ bind(PyObject *module, PyObject *path)
     err_new = nw;
     err_set_error = se;
     ssl_ctrl = ct;
+    ssl_has_pending = hp;
+    ssl_get_rbio = gr;
+    bio_ctrl = bc;
+    bio_method_type = bm;
     if (want_read_type == NULL) {
         PyObject *ssl_module = PyImport_ImportModule("ssl");
         if (ssl_module == NULL)
@@ -355,8 +447,43 @@ bind(PyObject *module, PyObject *path)
     Py_RETURN_TRUE;
 }
 
+/* set_rcvlowat(fd, bytes, quickack): setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, bytes), and with
+ * quickack also TCP_QUICKACK (the ACK of what came goes now, not after the delayed-ACK timer),
+ * without a socket object per call (uvloop's transports hand out a PseudoSocket that makes one
+ * for each setsockopt); OSError on failure. broker/network.py calls it while a request is
+ * incomplete. */
+static PyObject *
+set_rcvlowat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "set_rcvlowat(fd, bytes, quickack)");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    long bytes = PyLong_AsLong(args[1]);
+    if (bytes == -1 && PyErr_Occurred())
+        return NULL;
+    int quickack = PyObject_IsTrue(args[2]);
+    if (quickack < 0)
+        return NULL;
+    if (fd < 0 || fd > INT_MAX || bytes < 0 || bytes > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "set_rcvlowat: fd or bytes out of range");
+        return NULL;
+    }
+    int value = (int)bytes, one = 1;
+    if (setsockopt((int)fd, SOL_SOCKET, SO_RCVLOWAT, &value, sizeof(value)) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    if (quickack && setsockopt((int)fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one)) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
-    {"bind", bind, METH_O, "bind(path of the loaded _ssl module) -> whether OpenSSL's functions were found"},
+    {"set_rcvlowat", (PyCFunction)(void (*)(void))set_rcvlowat, METH_FASTCALL,
+     "set_rcvlowat(fd, bytes, quickack): the socket's SO_RCVLOWAT (and TCP_QUICKACK)"},
+    {"bind", bind_ssl, METH_O, "bind(path of the loaded _ssl module) -> whether OpenSSL's functions were found"},
     {"reader_for", reader_for, METH_O, "reader_for(_ssl._SSLSocket) -> Reader, or None"},
     {"keep_buffers", keep_buffers, METH_O,
      "keep_buffers(_ssl._SSLSocket) -> whether SSL_MODE_RELEASE_BUFFERS could be cleared"},

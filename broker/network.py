@@ -48,6 +48,7 @@ import errno
 import logging
 import socket
 import ssl
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from protocol.client import SYSTEM_TIME
@@ -269,6 +270,18 @@ _CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buff
 _READ_BUFFER_SIZE = 256 << 10
 _PAUSED_READ = 4
 
+# SO_RCVLOWAT while a request is incomplete (KafkaConnection._update_lowat): the kernel wakes the
+# loop for the socket only once this many more bytes are queued (or at EOF, an error, memory
+# pressure or a nearly closed window: Linux's tcp_poll and tcp_data_ready), never more than the
+# request still lacks, so it cannot wait for bytes that will not come. A client that writes a
+# request in many small segments (librdkafka over TLS writes a TLS record a message, 31 a 16 KiB
+# request; with socket.nagle.disable each leaves as its own segment) then costs a wake-up, a read
+# and a pass of the loop's TLS per few segments instead of one per segment. Only a frame still
+# lacking LOWAT_MIN_BYTES is worth the setsockopt (and the one that puts it back to 1); at most
+# LOWAT_MAX_BYTES, a read buffer's worth (Linux caps it at half the receive buffer anyway).
+LOWAT_MIN_BYTES = 4096
+LOWAT_MAX_BYTES = _READ_BUFFER_SIZE
+
 # A TLS record carries at most 16 KiB of data (RFC 8446 5.1, RFC 5246 6.2.1); the loop's TLS
 # makes records of each buffer it is handed on its own (an SSLObject.write each).
 TLS_RECORD_BYTES = 16384
@@ -341,6 +354,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._held_frames: list | None = None
         self._out: list | None = None
         self.tls = False  # a TLS transport: its writes go through tls_writes (connection_made)
+        # SO_RCVLOWAT (_update_lowat): the setter of this connection's socket (None: not used), the
+        # value it has, and on TLS the record reader's count of ciphertext not yet decrypted
+        self._set_lowat: Callable[[int, bool], None] | None = None
+        self._lowat = 1
+        self._undecrypted: Callable[[], int] | None = None
         self.closed = False
         self.requests = 0
         self.metrics: RequestMetrics | None = server.metrics
@@ -381,6 +399,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.server.receive_buffer)
             except OSError:
                 pass
+            if self.server.rcvlowat:
+                self._lowat_setup(transport, sock)
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -398,6 +418,67 @@ class KafkaConnection(asyncio.BufferedProtocol):
         pool = self.server.memory_pool
         if pool is not None and pool.exhausted:
             self.set_memory_paused(True)
+
+    def _lowat_setup(self, transport, sock) -> None:
+        """SO_RCVLOWAT for this connection (_update_lowat), where what is still to come can be
+        told: plaintext, or TLS read by broker/_tls_read.c's record reader (which leaves the part
+        of a record in the incoming buffer, where its size is known)."""
+        if self.tls:
+            ssl_object = transport.get_extra_info("ssl_object")
+            undecrypted = getattr(getattr(ssl_object, "read", None), "undecrypted", None)
+            if undecrypted is None:
+                return  # _ssl's own read: OpenSSL may hold part of a record, of a size not known here
+            self._undecrypted = undecrypted
+        try:
+            fd = sock.fileno()
+        except (AttributeError, OSError):
+            return
+        if fd < 0 or getattr(sock, "type", socket.SOCK_STREAM) != socket.SOCK_STREAM:
+            return
+        if _SET_RCVLOWAT is not None:
+            set_rcvlowat = _SET_RCVLOWAT
+            self._set_lowat = lambda n, quickack: set_rcvlowat(fd, n, quickack)
+        else:  # the reference: through the transport's socket object
+            def set_lowat(n: int, quickack: bool) -> None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+                if quickack:
+                    sock.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
+            self._set_lowat = set_lowat
+
+    def _update_lowat(self) -> None:
+        """After a read: have the kernel wake the loop for this socket only once the partial
+        request's remaining bytes can be queued (LOWAT_MIN_BYTES...LOWAT_MAX_BYTES), or at the
+        next byte. On TLS the ciphertext already buffered (part of a record) counts against what
+        is missing: a record's plaintext is never longer than its ciphertext, so what must still
+        arrive is at least the plaintext missing less that."""
+        framer = self.framer
+        missing = framer.missing
+        want = 1
+        if missing >= LOWAT_MIN_BYTES:
+            undecrypted = self._undecrypted
+            if undecrypted is not None:
+                held = undecrypted()
+                missing = missing - held if held >= 0 else 0
+            if missing >= LOWAT_MIN_BYTES:
+                want = min(missing, LOWAT_MAX_BYTES)
+        # A request still incomplete: its bytes so far are acknowledged at once (TCP_QUICKACK). A
+        # client with Nagle on (librdkafka's default) holds the rest of a request written in
+        # several pieces until the first is acknowledged, and a delayed ACK takes 40 ms or more.
+        partial = framer.buffered > 0
+        if want != self._lowat or partial:
+            self._apply_lowat(want, partial)
+
+    def _apply_lowat(self, value: int, quickack: bool = False) -> None:
+        setter = self._set_lowat
+        if setter is None:
+            return
+        try:
+            setter(value, quickack)
+        except OSError as exc:  # not a TCP socket after all, or gone: read as before
+            log.debug("SO_RCVLOWAT on the connection from %s: %s; not used", self.peer, exc)
+            self._set_lowat = None
+            return
+        self._lowat = value
 
     def _authenticate_transport(self, transport) -> None:
         """A TLS client certificate's principal (ssl.principal.mapping.rules), and the SASL
@@ -505,6 +586,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._process_frames(frames)
         if self.server.memory_pool is not None and not self.closed:
             self._account_memory(completed)
+        if self._set_lowat is not None and not self.closed and (self._lowat != 1 or self.framer.buffered):
+            self._update_lowat()
 
     def _process_frames(self, frames: list) -> None:
         # Responses that are ready while this read is processed leave in one writev per
@@ -737,6 +820,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.peer, reason)
         self.closed = True
         if self.transport is not None:
+            if self._lowat != 1:  # TLS: the peer's close_notify is to wake the loop's shutdown
+                self._apply_lowat(1)
+            self._set_lowat = None
             out, self._out = self._out, None
             if out:  # answers of earlier requests, held for the end of a read: they go first
                 self.write_out(out)
@@ -769,6 +855,9 @@ class SocketServer:
         self.max_request_size = max_request_size
         self.max_inflight = max_inflight
         self.send_buffer = send_buffer
+        # SO_RCVLOWAT while a request is incomplete (KafkaConnection._update_lowat): Linux's TCP
+        # honours it in poll and in its wake-ups; elsewhere its meaning differs, so it is not used.
+        self.rcvlowat = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVLOWAT")
         self.receive_buffer = receive_buffer
         self.time = time
         self.connections_max_idle_ms = connections_max_idle_ms
@@ -1016,6 +1105,20 @@ def _tls_helper() -> Any:
 _TLS_HELPER = _tls_helper()
 _RECORD_READER: Callable[[Any], Any] | None = _TLS_HELPER.reader_for if _TLS_HELPER is not None else None
 _KEEP_BUFFERS: Callable[[Any], bool] | None = _TLS_HELPER.keep_buffers if _TLS_HELPER is not None else None
+
+
+def _rcvlowat_helper() -> Callable[[int, int, bool], None] | None:
+    """broker/_tls_read.c's set_rcvlowat(fd, bytes, quickack) (setsockopts without a socket object
+    per call); None without the helper (KafkaConnection then calls the socket object's)."""
+    try:
+        from . import _tls_read
+    except ImportError:
+        return None
+    return getattr(_tls_read, "set_rcvlowat", None)
+
+
+_SET_RCVLOWAT = _rcvlowat_helper() if hasattr(socket, "SO_RCVLOWAT") else None
+_TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", 12)  # linux/tcp.h
 
 
 class FastSSLObject(ssl.SSLObject):

@@ -150,6 +150,18 @@ class Framer:
         return len(self._buf)
 
     @property
+    def missing(self) -> int:
+        """Bytes the partial frame still lacks, once its size prefix is in (the peer is bound to
+        send at least that many more); 0 with no partial frame or part of a prefix only."""
+        if self._frame is not None:
+            return self._need - self._filled
+        buf = self._buf
+        if len(buf) < 4:
+            return 0
+        size: int = _SIZE.unpack_from(buf, 0)[0]
+        return max(0, 4 + size - len(buf))
+
+    @property
     def pending_frame_size(self) -> int:
         """Bytes the partial frame in the buffer will take when whole (size prefix included),
         or what is buffered while its size prefix is incomplete; 0 with nothing buffered."""

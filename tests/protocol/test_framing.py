@@ -80,6 +80,30 @@ def test_any_chunking_gives_the_same_frames(gather, bodies, cuts, kind) -> None:
     assert got == bodies and framer.buffered == 0
 
 
+@pytest.mark.parametrize("gather", [False, True])
+@given(st.lists(st.binary(max_size=40), max_size=8), st.lists(st.integers(0, 60), max_size=12))
+@FAST
+def test_missing_is_exactly_what_the_partial_frame_still_lacks(gather, bodies, cuts) -> None:
+    """``missing`` (what SO_RCVLOWAT is set from): once a partial frame's size prefix is in, the
+    bytes of that frame the stream has not delivered yet, never more; 0 before."""
+    stream = b"".join(frame(b) for b in bodies)
+    ends, pos = [], 0
+    for b in bodies:
+        pos += 4 + len(b)
+        ends.append(pos)
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    framer = Framer(100, gather=gather)
+    for a, b in zip(points, points[1:]):
+        framer.feed(stream[a:b])
+        held = framer.buffered
+        if held >= 4:
+            end = next(e for e in ends if e > b)  # the frame being read ends there
+            assert framer.missing == end - b
+        else:
+            assert framer.missing == 0
+    assert framer.missing == 0
+
+
 def test_frames_do_not_alias_the_callers_chunk() -> None:
     chunk = bytearray(frame(b"abc"))
     (f,) = Framer(10).feed(chunk)
