@@ -60,11 +60,13 @@ def control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=300)
 
 
-def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False) -> float:
+def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False, syscalls: bool = False) -> float:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rinstr-"))
     measured = 1 if side == "leader" else 2
     out = root / "callgrind.out"
     prefix = {measured: ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}.%p"]}
+    if profile or syscalls:
+        prefix = {}
     if profile:
         prefix = {measured: [sys.executable, str(Path(__file__).resolve().parent / "_profiled_broker.py")]}
         os.environ["KBROKER_PROFILE_OUT"] = str(root / "profile.out")
@@ -86,6 +88,19 @@ def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False) -
                                                        replicas=[1, 2, 3])])
                 await asyncio.sleep(1.0)  # (a harness, not broker logic) the followers' fetchers start
                 await produce(ctrl, WARMUP, 0)
+                if syscalls:
+                    trace = subprocess.Popen(["strace", "-c", "-f", "-o", str(root / "strace.out"), "-p",
+                                              str(procs[measured].pid)], stderr=subprocess.DEVNULL)
+                    await asyncio.sleep(1.0)  # (a harness) attached
+                    await produce(ctrl, n, WARMUP)
+                    trace.send_signal(signal.SIGINT)
+                    trace.wait(60)
+                    print(f"--- {side}: system calls per produce (strace -c -f over {n} produces)")
+                    for line in (root / "strace.out").read_text().splitlines()[2:]:
+                        f = line.split()
+                        if len(f) >= 5 and f[3].isdigit():
+                            print(f"{int(f[3]) / n:8.2f}  {f[-1]}")
+                    return
                 if profile:
                     os.kill(procs[measured].pid, signal.SIGUSR1)
                     await asyncio.sleep(0.2)  # (a harness) the signal handled before the first produce
@@ -104,6 +119,8 @@ def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False) -
             finally:
                 await ctrl.close()
         asyncio.run(run())
+        if syscalls:
+            return 0.0
         if profile:
             stats = pstats.Stats(str(root / "profile.out"))
             print(f"--- {side}: cProfile over {n} produces (calls and times are totals)")
@@ -151,6 +168,7 @@ def main() -> int:
     ap.add_argument("--annotate", type=int, default=0)
     ap.add_argument("--profile", action="store_true",
                     help="cProfile instead of callgrind (bench/_profiled_broker.py): the Python functions")
+    ap.add_argument("--syscalls", action="store_true", help="strace -c on the broker instead of callgrind")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not installed", file=sys.stderr)
@@ -161,7 +179,7 @@ def main() -> int:
         for name, tree in trees.items():
             rev = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h"], capture_output=True, text=True)
             t0 = time.monotonic()
-            counts[name, side] = count(tree, side, args.n, args.annotate, args.profile)
+            counts[name, side] = count(tree, side, args.n, args.annotate, args.profile, args.syscalls)
             print(f"{side:8s} {name:7s} {tree} ({rev.stdout.strip()}): {counts[name, side]:,.0f} instructions per "
                   f"acks=all produce ({time.monotonic() - t0:.0f} s)", flush=True)
         if len(trees) == 2:
