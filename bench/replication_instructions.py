@@ -3,8 +3,8 @@
 acks=all produce at low rate costs each broker, counted by callgrind (a count, not a time).
 
 Three broker processes (process.roles=broker, RF=3, min.insync.replicas=2), one partition led by
-broker 1; one client sends one acks=-1 produce of one 100-byte record at a time, the next after
-the answer: every produce then has its own replication round trip (the followers' parked
+broker 1; one client sends one acks=-1 produce at a time (replication_bench's batch: 148 records
+of 100 bytes), the next after the answer: every produce then has its own replication round trip (the followers' parked
 fetches wake, their responses, the follower appends, the next fetches move the leader's high
 watermark, the DelayedProduce completes), the per-event cost of a produce at half load. One
 broker runs under callgrind with collection off (``--instr-atstart=no``); after a warm-up the
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import pstats
 import signal
@@ -44,10 +45,14 @@ TOPIC = "rinstr"
 WARMUP = 60
 
 
+RECORDS = 148  # per produce: replication_bench's batch (148 records of 100 bytes, ~16 KiB)
+
+
 async def produce(ctrl: StaticController, n: int, start: int) -> None:
     conn = await ctrl.conn(1)
     for i in range(start, start + n):
-        batch = build_batch([Record(timestamp=1_700_000_000_000 + i, key=None, value=bytes([65 + i % 26]) * 100)])
+        batch = build_batch([Record(timestamp=1_700_000_000_000 + i, key=None, value=bytes([65 + (i + j) % 26]) * 100)
+                             for j in range(RECORDS)])
         r = await conn.request(ApiKey.PRODUCE, {"transactional_id": None, "acks": -1, "timeout_ms": 30000,
                                                 "topic_data": [{"name": TOPIC, "partition_data": [
                                                     {"index": 0, "records": batch}]}]}, 8)
@@ -60,7 +65,8 @@ def control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True, timeout=300)
 
 
-def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False, syscalls: bool = False) -> float:
+def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False, syscalls: bool = False,
+          save: str = "") -> float:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rinstr-"))
     measured = 1 if side == "leader" else 2
     out = root / "callgrind.out"
@@ -121,6 +127,13 @@ def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False, s
         asyncio.run(run())
         if syscalls:
             return 0.0
+        if profile and os.environ.get("KBROKER_PROFILE_MODE") == "opcodes":
+            rows = json.loads((root / "profile.out").read_text())
+            total_ops = sum(r[3] for r in rows)
+            print(f"--- {side}: Python bytecodes per produce: {total_ops / n:,.0f}; top {annotate or 40} functions (own)")
+            for file, line, name, ops in rows[:annotate or 40]:
+                print(f"{ops / n:8.1f}  {Path(file).relative_to(repo) if file.startswith(str(repo)) else file}:{line} {name}")
+            return 0.0
         if profile:
             stats = pstats.Stats(str(root / "profile.out"))
             print(f"--- {side}: cProfile over {n} produces (calls and times are totals)")
@@ -129,6 +142,8 @@ def count(repo: Path, side: str, n: int, annotate: int, profile: bool = False, s
             return 0.0
         dumps = sorted(root.glob("callgrind.out*"), key=lambda p: p.stat().st_mtime)
         dump = dumps[-1]
+        if save:
+            shutil.copy(dump, f"{save}.{side}")
         text = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(dump)], capture_output=True,
                               text=True, timeout=300).stdout
         total = None
@@ -169,7 +184,15 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true",
                     help="cProfile instead of callgrind (bench/_profiled_broker.py): the Python functions")
     ap.add_argument("--syscalls", action="store_true", help="strace -c on the broker instead of callgrind")
+    ap.add_argument("--records", type=int, default=RECORDS, help="records per produce (100 bytes each)")
+    ap.add_argument("--save", metavar="PATH", default="", help="keep each side's callgrind dump as PATH.SIDE")
+    ap.add_argument("--opcodes", action="store_true",
+                    help="with --profile: bytecodes run per function (a trace function) instead of cProfile")
     args = ap.parse_args()
+    globals()["RECORDS"] = args.records
+    if args.opcodes:
+        args.profile = True
+        os.environ["KBROKER_PROFILE_MODE"] = "opcodes"
     if shutil.which("valgrind") is None:
         print("valgrind is not installed", file=sys.stderr)
         return 2
@@ -179,7 +202,8 @@ def main() -> int:
         for name, tree in trees.items():
             rev = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h"], capture_output=True, text=True)
             t0 = time.monotonic()
-            counts[name, side] = count(tree, side, args.n, args.annotate, args.profile, args.syscalls)
+            counts[name, side] = count(tree, side, args.n, args.annotate, args.profile, args.syscalls,
+                                       args.save)
             print(f"{side:8s} {name:7s} {tree} ({rev.stdout.strip()}): {counts[name, side]:,.0f} instructions per "
                   f"acks=all produce ({time.monotonic() - t0:.0f} s)", flush=True)
         if len(trees) == 2:
