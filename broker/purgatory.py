@@ -9,8 +9,10 @@ min_bytes, a Produce with acks=-1 waiting for the high watermark). The contract:
   (a state change, the timeout, shutdown) and cancels the timer.
 * On timeout, ``force_complete()`` then ``on_expiration()``.
 * ``try_complete_else_watch(op, keys)`` tries, registers the operation under each key,
-  tries again (the state may have changed in between in Kafka; here it keeps the
-  contract identical), then arms the timer.
+  then arms the timer. Kafka tries again after registering (another request thread may
+  have changed the state in between); on one loop nothing runs in between, so a second try
+  would give the same answer: it is not made (a check per parked fetch and per acks=all
+  produce, issue 29).
 * Whoever changes state calls ``check_and_complete(key)``.
 * ``cancel()`` drops a waiting operation without completing it: the connection that asked
   for it closed, so nobody is left to answer (Kafka lets such operations run to their
@@ -108,8 +110,6 @@ class DelayedOperationPurgatory:
         op._keys = keys
         for key in keys:
             self._watchers.setdefault(key, {})[op] = None
-        if op.try_complete():
-            return True
         op._timer = self.time.schedule(op.delay_ms, op._expire)
         return False
 

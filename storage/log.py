@@ -493,6 +493,7 @@ class Log:
                       info.first_offset, exc)
             raise KafkaStorageError(f"{self.topic}-{self.partition}: {exc}") from exc
         segment.size = records.size
+        segment._tail_offset, segment._tail_position = header.base_offset, position  # LogSegment.append's
         if max_timestamp > segment.max_timestamp_so_far:
             segment.max_timestamp_so_far = max_timestamp
             segment.offset_of_max_timestamp_so_far = last

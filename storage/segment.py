@@ -53,6 +53,7 @@ LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"
 # A segment removed from its log, waiting file.delete.delay.ms before its files go (Kafka's).
 DELETED_SUFFIX = ".deleted"
+_NO_TAIL = 1 << 63  # LogSegment._tail_offset when there is no tail batch to start at: no offset reaches it
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -100,6 +101,11 @@ class LogSegment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._retired_maps: list[Mapping] = []
+        # The first batch of the last append: (its base offset, its position). A fetch at the tail
+        # reads from there (a follower's parked fetch, woken by that append): translate_offset
+        # starts at it without the offset index's binary search. Forgotten on truncation.
+        self._tail_offset = _NO_TAIL
+        self._tail_position = 0
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, *, budget: OpenSegmentBudget, index_interval_bytes: int,
@@ -323,6 +329,9 @@ class LogSegment:
         self.size = records.size
         for relative_position, header in batches:
             self._index_batch(position + relative_position, header, offset_index, time_index)
+        if batches:
+            self._tail_offset = batches[0][1].base_offset
+            self._tail_position = position + batches[0][0]
 
     def _index_batch(self, position: int, header: BatchHeader, offset_index: OffsetIndex,
                      time_index: TimeIndex) -> None:
@@ -347,8 +356,12 @@ class LogSegment:
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch at or after ``start_position`` whose last
-        offset is >= ``offset``; None if the segment has none."""
-        position = max(self.offset_index.lookup(offset).position, start_position)
+        offset is >= ``offset``; None if the segment has none. At or after the last append's
+        first batch, the search starts there (every batch before it ends before ``offset``)."""
+        if offset >= self._tail_offset:
+            position = max(self._tail_position, start_position)
+        else:
+            position = max(self.offset_index.lookup(offset).position, start_position)
         records = self.records
         return find_batch(records.buffer(records.size), offset, position, records.size)
 
@@ -536,6 +549,7 @@ class LogSegment:
         if zero_tail:
             error = f"zero tail from byte {position}"
         del buf
+        self._tail_offset = _NO_TAIL
         truncated = records.truncate_to(position)
         self.size = records.size
         if not self.active:
@@ -553,6 +567,7 @@ class LogSegment:
         offset_index, time_index = self._writable_indexes()
         offset_index.truncate_to(header.base_offset)
         time_index.truncate_to(header.base_offset)
+        self._tail_offset = _NO_TAIL
         dropped = self.records.truncate_to(position)
         self.size = position
         self._max_timestamp_from_time_index(scan_to=position)

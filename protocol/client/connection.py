@@ -31,7 +31,7 @@ from ..clock import Time, TimerHandle
 from ..errors import ErrorCode, KafkaError, RequestTimedOutError, UnsupportedVersionError, error_for
 from ..framing import Framer, FrameTooLarge, NegativeFrameSize
 from ..messages import APIS, request_is_flexible, response_is_flexible
-from .clock import SYSTEM_TIME
+from .clock import SYSTEM_TIME, running_loop
 from .eager import EagerFuture
 from .sasl import SaslError, SaslMechanism, mechanism_for
 from .security import PLAINTEXT, ClientSecurity
@@ -370,7 +370,7 @@ class BrokerConnection(asyncio.Protocol):
         self._transport.writelines(encode(correlation_id))
         if not expect_response:
             return None
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
         future: asyncio.Future[bytearray] | EagerFuture[bytearray] = EagerFuture(loop) if eager else loop.create_future()
         timer = self._time.schedule(timeout_ms, lambda: self._on_timeout(future, timeout_ms))
         self._inflight.append(_InFlight(correlation_id, future, timer))

@@ -124,3 +124,14 @@ def test_failing_callback_does_not_break_the_trigger(purgatory, caplog):
     op = Boom(100, ready=lambda: True)
     assert purgatory.try_complete_else_watch(op, ["k"]) is True
     assert "on_complete failed" in caplog.text
+
+
+def test_a_waiting_operation_is_tried_once_before_it_is_watched(purgatory, time):
+    # One loop, one thread: nothing can change between a try and the watch that follows it, so
+    # Kafka's second try (for a state change on another thread in between) would be the same
+    # answer at the price of a second check, per parked fetch and per acks=all produce.
+    op = Op(1000)
+    assert purgatory.try_complete_else_watch(op, ["a", "b"]) is False
+    assert op.tries == 1 and purgatory.delayed() == 1 and time.pending_timers() == 1
+    time.sleep(1000)
+    assert op.completions == 1 and op.expirations == 1 and op.tries == 1

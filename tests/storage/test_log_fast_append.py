@@ -29,7 +29,7 @@ def _state(log: Log) -> tuple:
     for s in log.segments:
         offset_index, time_index = s._offset_index, s._time_index
         segments.append((s.base_offset, s.size, s.active, s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far,
-                         s.bytes_since_last_index_entry, s.rolling_based_timestamp,
+                         s.bytes_since_last_index_entry, s.rolling_based_timestamp, s._tail_offset, s._tail_position,
                          None if offset_index is None else (bytes(offset_index._buf), offset_index.last),
                          None if time_index is None else (bytes(time_index._buf), time_index.last)))
     return (log.log_end_offset, log.recovery_point, log.log_start_offset,

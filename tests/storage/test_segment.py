@@ -97,3 +97,31 @@ def test_recover_cuts_a_bad_tail_and_rebuilds_indexes(tmp_path):
     assert result.error and not result.zero_tail
     assert segment.size == good and segment.offset_index.entries == entries
     assert segment.max_timestamp_so_far == START_MS and segment.offset_of_max_timestamp_so_far == 100
+
+
+def test_translate_offset_at_the_last_append_skips_the_index_and_forgets_it_on_truncation(tmp_path, monkeypatch):
+    segment = new_segment(tmp_path, interval=0)
+    size = 0
+    for i in range(10):
+        size = append(segment, 100 + 3 * i, 3, value_size=40)
+    lookups = []
+    real_lookup = segment.offset_index.lookup
+    monkeypatch.setattr(segment.offset_index, "lookup", lambda offset: lookups.append(offset) or real_lookup(offset))
+    # a follower's fetch woken by the last append reads from its first batch: no index search
+    for target in (127, 128, 129):
+        position, header = segment.translate_offset(target)
+        assert (position, header.base_offset) == (9 * size, 127)
+    assert segment.translate_offset(130) is None
+    assert lookups == []
+    position, header = segment.translate_offset(126)  # before the last append: the index
+    assert (position, header.base_offset) == (8 * size, 124) and lookups == [126]
+    # truncated into an earlier batch and appended again with other sizes: the batch now holding
+    # 127 starts elsewhere, and a remembered position would be mid-batch
+    segment.truncate_to(122)
+    assert segment.size == 7 * size and segment.translate_offset(127) is None
+    append(segment, 121, 2, value_size=40)  # [121..122]: shorter than a 3-record batch
+    first = segment.size
+    append(segment, 123, 8, value_size=10)  # [123..130]
+    for target in (127, 121):
+        assert segment.translate_offset(target)[0] == {127: first, 121: 7 * size}[target]
+    assert segment.read(127, 10_000)[0] == 123
