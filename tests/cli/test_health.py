@@ -145,3 +145,81 @@ def test_parse_light():
     assert parse_light([], {"KBROKER_BOOTSTRAP_SERVER": "e:3"}) == ("e:3", 5000)
     for full in (["-X", "security.protocol=SSL"], ["--command-config", "f"], ["-h"], ["--timeout-ms", "x"], ["-b"]):
         assert parse_light(full, env) is None, full
+
+
+# deploy/docker/healthcheck.sh: the image's HEALTHCHECK (kbroker-healthcheck), `kbroker health` in
+# bash, run here on the host against the same answers.
+HEALTHCHECK_SH = str(Path(__file__).resolve().parents[2] / "deploy" / "docker" / "healthcheck.sh")
+
+
+def healthcheck_sh(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KBROKER_")}
+    return subprocess.run(["bash", HEALTHCHECK_SH, *args], capture_output=True, text=True, timeout=60,
+                          env={**base, **(env or {})})
+
+
+def answering(reply: bytes):
+    """A listener that reads one request and writes ``reply``; (port, the request it got)."""
+    import threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    got: list[bytes] = []
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            got.append(conn.recv(100))
+            conn.sendall(reply)
+        server.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    return server.getsockname()[1], got
+
+
+def test_the_shell_healthcheck_finds_a_broker_and_a_controller_healthy(bootstrap, tmp_path):
+    result = healthcheck_sh(bootstrap)
+    assert result.returncode == 0, result.stderr
+    assert f"{bootstrap} answered ApiVersions" in result.stdout
+    port = bootstrap.rpartition(":")[2]
+    result = healthcheck_sh(env={"KBROKER_LISTENERS": f"INTERNAL://0.0.0.0:{port},EXTERNAL://0.0.0.0:1"})
+    assert result.returncode == 0, result.stderr
+    assert f"127.0.0.1:{port} answered" in result.stdout
+    controller = ControllerProcess(tmp_path / "controller").start()
+    try:
+        assert healthcheck_sh(controller.address).returncode == 0
+    finally:
+        controller.stop()
+
+
+def test_the_shell_healthcheck_sends_what_kbroker_health_sends():
+    from cli.entry import REQUEST
+    port, got = answering(b"\x00\x00\x00\x06\x00\x00\x00\x01\x00\x00")
+    assert healthcheck_sh(f"127.0.0.1:{port}").returncode == 0
+    assert got == [REQUEST]
+
+
+def test_the_shell_healthcheck_finds_what_is_not_an_answer_unhealthy():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refused
+        result = healthcheck_sh(f"127.0.0.1:{port}")
+    assert result.returncode == 1 and f"unhealthy: 127.0.0.1:{port}: cannot connect" in result.stderr
+    for reply, why in ((b"HTTP/1.1 400 Bad Request\r\n\r\n", "not a Kafka answer"),
+                       (b"\x00\x00\x00\x06\x00\x00\x00\x02\x00\x00", "not a Kafka answer"),  # another correlation id
+                       (b"\x7f\x00\x00\x06\x00\x00\x00\x01\x00\x00", "not a Kafka answer"),  # a 2 GB frame
+                       (b"\x00\x00\x00\x06\x00\x00\x00\x01\x00\x23", "error code 35"),
+                       (b"\x00\x00\x00\x06\x00", "connection closed")):
+        port, _ = answering(reply)
+        result = healthcheck_sh(f"127.0.0.1:{port}")
+        assert result.returncode == 1, (reply, result.stdout)
+        assert why in result.stderr, (reply, result.stderr)
+
+
+def test_the_shell_healthcheck_gives_up_on_a_listener_that_never_answers():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        result = healthcheck_sh(f"127.0.0.1:{server.getsockname()[1]}")
+    assert result.returncode == 1
+    assert "no ApiVersions answer within 4000 ms" in result.stderr

@@ -7,6 +7,7 @@ stack to check the records of the earlier ones survived.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -147,6 +148,18 @@ def test_all_services_healthy_and_kcat_lists_three_brokers_at_their_external_add
     assert " 3 brokers:" in listing.stdout
     for i in (1, 2, 3):
         assert f"broker {i} at {cluster.external(i)}" in listing.stdout, listing.stdout
+
+
+def test_the_health_checks_are_the_shell_round_trip_and_it_answers_in_every_container(cluster):
+    """kbroker-healthcheck (deploy/docker/healthcheck.sh), not a Python start, every 2 s."""
+    for service in ("controller", *BROKERS):
+        container = cluster.container(service)
+        check = json.loads(docker("inspect", "-f", "{{json .Config.Healthcheck.Test}}", container).stdout)
+        assert check == ["CMD", "kbroker-healthcheck"], (service, check)
+        log = json.loads(docker("inspect", "-f", "{{json .State.Health.Log}}", container).stdout)
+        assert "answered ApiVersions" in log[-1]["Output"], (service, log[-1])
+        result = docker("exec", container, "kbroker-healthcheck", check=False)
+        assert result.returncode == 0 and "127.0.0.1:" in result.stdout, (service, result.stdout, result.stderr)
 
 
 def test_kcat_and_confluent_kafka_produce_10000_records_to_an_rf3_topic_and_consume_them_back(cluster):
