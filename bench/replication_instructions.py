@@ -209,9 +209,11 @@ def main() -> int:
             t0 = time.monotonic()
             counts[name, side] = count(tree, side, args.n, args.annotate, args.profile, args.syscalls,
                                        args.save)
+            if args.profile or args.syscalls:
+                continue  # printed their own figures: no instruction count
             print(f"{side:8s} {name:7s} {tree} ({rev.stdout.strip()}): {counts[name, side]:,.0f} instructions per "
                   f"acks=all produce ({time.monotonic() - t0:.0f} s)", flush=True)
-        if len(trees) == 2:
+        if len(trees) == 2 and not (args.profile or args.syscalls):
             print(f"{side:8s} after/before {counts['after', side] / counts['before', side]:.3f}")
     return 0
 
