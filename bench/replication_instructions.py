@@ -13,9 +13,14 @@ per produce of the leader (``--side leader``: broker 1) or of one follower (``--
 broker 2). Their timers (a few per second) are in the count too: at valgrind's pace (~20-50 ms a
 round trip) they add little per produce.
 
-``--annotate N`` prints callgrind_annotate's N top functions (inclusive) of each side.
+``--annotate N`` prints callgrind_annotate's N top functions (inclusive) of each side; callgrind
+sees only the interpreter (Debian's python3.11 is stripped), so ``--opcodes`` counts the Python
+bytecodes each function runs per produce instead (a trace function, bench/_profiled_broker.py:
+not instructions, but where the interpreter's go), ``--profile`` runs cProfile, and
+``--syscalls`` counts each system call per produce (strace -c attached for the produces).
 
     python bench/replication_instructions.py [--before PATH] [-n 200] [--side leader,follower] [--annotate 40]
+                                             [--opcodes | --profile | --syscalls] [--records 148] [--save PATH]
 """
 
 from __future__ import annotations
@@ -204,9 +209,11 @@ def main() -> int:
             t0 = time.monotonic()
             counts[name, side] = count(tree, side, args.n, args.annotate, args.profile, args.syscalls,
                                        args.save)
+            if args.profile or args.syscalls:
+                continue  # printed their own figures: no instruction count
             print(f"{side:8s} {name:7s} {tree} ({rev.stdout.strip()}): {counts[name, side]:,.0f} instructions per "
                   f"acks=all produce ({time.monotonic() - t0:.0f} s)", flush=True)
-        if len(trees) == 2:
+        if len(trees) == 2 and not (args.profile or args.syscalls):
             print(f"{side:8s} after/before {counts['after', side] / counts['before', side]:.3f}")
     return 0
 
