@@ -461,12 +461,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 missing = missing - held if held >= 0 else 0
             if missing >= LOWAT_MIN_BYTES:
                 want = min(missing, LOWAT_MAX_BYTES)
-        # A request still incomplete: its bytes so far are acknowledged at once (TCP_QUICKACK). A
-        # client with Nagle on (librdkafka's default) holds the rest of a request written in
-        # several pieces until the first is acknowledged, and a delayed ACK takes 40 ms or more.
-        partial = framer.buffered > 0
-        if want != self._lowat or partial:
-            self._apply_lowat(want, partial)
+        # TLS, a request still incomplete: its bytes so far are acknowledged at once (TCP_QUICKACK).
+        # A client with Nagle on (librdkafka's default) holds the rest of a request written in
+        # several pieces (over TLS librdkafka writes a record a message) until the first is
+        # acknowledged, and a delayed ACK takes 40 ms or more. (Plaintext clients write a request
+        # whole: a partial one there is a read that stopped at the buffer's end.)
+        quickack = self.tls and framer.buffered > 0
+        if want != self._lowat or quickack:
+            self._apply_lowat(want, quickack)
 
     def _apply_lowat(self, value: int, quickack: bool = False) -> None:
         setter = self._set_lowat
@@ -586,7 +588,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._process_frames(frames)
         if self.server.memory_pool is not None and not self.closed:
             self._account_memory(completed)
-        if self._set_lowat is not None and not self.closed and (self._lowat != 1 or self.framer.buffered):
+        # (a read that filled the buffer with the mark at 1: the rest is queued already)
+        if (self._set_lowat is not None and not self.closed
+                and (self._lowat != 1 or (self.framer.buffered and len(data) < _READ_BUFFER_SIZE))):
             self._update_lowat()
 
     def _process_frames(self, frames: list) -> None:
