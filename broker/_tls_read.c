@@ -447,7 +447,8 @@ bind_ssl(PyObject *module, PyObject *path)
     Py_RETURN_TRUE;
 }
 
-/* set_rcvlowat(fd, bytes, quickack): setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, bytes), and with
+/* set_rcvlowat(fd, bytes, quickack): setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, bytes) (bytes 0: left as
+ * it is), and with
  * quickack also TCP_QUICKACK (the ACK of what came goes now, not after the delayed-ACK timer),
  * without a socket object per call (uvloop's transports hand out a PseudoSocket that makes one
  * for each setsockopt); OSError on failure. broker/network.py calls it while a request is
@@ -473,7 +474,7 @@ set_rcvlowat(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int value = (int)bytes, one = 1;
-    if (setsockopt((int)fd, SOL_SOCKET, SO_RCVLOWAT, &value, sizeof(value)) != 0)
+    if (value > 0 && setsockopt((int)fd, SOL_SOCKET, SO_RCVLOWAT, &value, sizeof(value)) != 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     if (quickack && setsockopt((int)fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one)) != 0)
         return PyErr_SetFromErrno(PyExc_OSError);

@@ -131,10 +131,18 @@ def connect(port: int) -> socket.socket:
 
 
 @pytest.fixture(params=["PLAINTEXT", "SSL"])
-async def listener(request, tmp_path):
-    """(server, a coroutine making a connected client)."""
+async def listener(request, tmp_path, monkeypatch):
+    """(server, a coroutine making a connected client). On TLS with the mark switched on
+    (KafkaConnection.tls_rcvlowat, off by default: see test_tls_gets_quickack_alone_by_default)."""
+    monkeypatch.setattr(KafkaConnection, "tls_rcvlowat", True)
+    server, client = await _listener(request.param, tmp_path)
+    yield server, client
+    server.close_all()
+
+
+async def _listener(protocol: str, tmp_path):
     server = SocketServer(Apis(), max_request_size=1 << 20, max_inflight=10)
-    if request.param == "SSL":
+    if protocol == "SSL":
         keystores = make_certs(tmp_path / "certs", ["localhost"], [])
         ca = str(tmp_path / "certs" / "ca.pem")
         ctx = server_context({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystores["localhost"])})
@@ -147,8 +155,7 @@ async def listener(request, tmp_path):
 
         async def client() -> PlainClient:
             return PlainClient(connect(port))
-    yield server, client
-    server.close_all()
+    return server, client
 
 
 async def wait_until(predicate, what: str, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
@@ -233,3 +240,30 @@ async def test_without_the_helper_the_socket_object_sets_it(listener, reads, mon
         assert reads[conn] - before <= 5, f"{reads[conn] - before} reads for {PIECES} segments"
     finally:
         client.raw.close()
+
+
+async def test_tls_gets_quickack_alone_by_default(tmp_path):
+    """By default a TLS connection's partial request sets TCP_QUICKACK and no low-water mark: a
+    Nagle client's held piece would otherwise wait for the kernel's delayed ACK (40 ms and more;
+    KafkaConnection.tls_rcvlowat says what was measured)."""
+    server, make_client = await _listener("SSL", tmp_path)
+    client = await make_client()
+    try:
+        await client.send(request_frame(1))
+        assert await client.receive(8) == struct.pack(">ii", 4, 1)
+        (conn,) = server.connections
+        calls = []
+        setter = conn._set_lowat
+        assert setter is not None, "TCP_QUICKACK not set up on this connection"
+
+        def recording(n: int, quickack: bool) -> None:
+            calls.append((n, quickack))
+            setter(n, quickack)
+        conn._set_lowat = recording
+        await send_in_pieces(client, request_frame(2, padding=PIECES * PIECE - 20))
+        assert await client.receive(8) == struct.pack(">ii", 4, 2)
+        assert calls and all(c == (0, True) for c in calls), calls  # quick ACKs, the mark left at 1
+        assert conn._lowat == 1
+    finally:
+        client.raw.close()
+        server.close_all()
