@@ -164,8 +164,8 @@ out:
  * partly taken, plaintext not handed out), or its incoming memory BIO holds a whole record, or
  * a header that is not an ordinary record's (OpenSSL reports what is wrong with it as soon as it
  * has the header). Otherwise (nothing, part of a header, or an ordinary record not yet whole)
- * OpenSSL would take the part into its own buffer and want more; left in the BIO, the bytes it
- * lacks are known (``undecrypted``). */
+ * OpenSSL would take the part into its own buffer and want more: left in the BIO, it costs no
+ * call that can only answer "want read". */
 static int
 worth_reading(SSL *ssl)
 {
@@ -252,27 +252,6 @@ reader_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
     return PyLong_FromSize_t(total);
 }
 
-/* Reader.undecrypted(): the bytes of ciphertext the connection holds that OpenSSL has not
- * taken (the incoming BIO's: part of a record, or whole records a full buffer left), when that is
- * all it holds; -1 when OpenSSL itself holds some (part of a record it took, plaintext not handed
- * out): then how much ciphertext the rest of a request needs is not known here. */
-static PyObject *
-reader_undecrypted(Reader *self, PyObject *unused)
-{
-    if (ssl_has_pending(self->ssl))
-        return PyLong_FromLong(-1);
-    BIO *rbio = ssl_get_rbio(self->ssl);
-    if (rbio == NULL || bio_method_type(rbio) != BIO_TYPE_MEM_)
-        return PyLong_FromLong(-1);
-    return PyLong_FromLong(bio_ctrl(rbio, BIO_CTRL_INFO_, 0, NULL));
-}
-
-static PyMethodDef reader_methods[] = {
-    {"undecrypted", (PyCFunction)reader_undecrypted, METH_NOARGS,
-     "undecrypted() -> ciphertext bytes buffered and not yet taken by OpenSSL, or -1 if OpenSSL holds some"},
-    {NULL, NULL, 0, NULL},
-};
-
 static int
 reader_traverse(Reader *self, visitproc visit, void *arg)
 {
@@ -308,7 +287,6 @@ static PyTypeObject ReaderType = {
     .tp_traverse = (traverseproc)reader_traverse,
     .tp_clear = (inquiry)reader_clear,
     .tp_dealloc = (destructor)reader_dealloc,
-    .tp_methods = reader_methods,
 };
 
 /* The SSL object of the _ssl._SSLSocket ``sslobj`` (an SSLObject's _sslobj), or NULL when its

@@ -323,16 +323,17 @@ def tls_writes(buffers, record: int = TLS_RECORD_BYTES) -> list:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    # SO_RCVLOWAT on TLS connections: off (they get TCP_QUICKACK alone, _update_lowat). A client
-    # with Nagle on (librdkafka's default) that writes a request in pieces (over TLS a record a
-    # message) sends a piece that left while an earlier one was unacknowledged only once that one
-    # is acknowledged; a mark above what is queued keeps the loop from reading, so nothing flushes
+    # No SO_RCVLOWAT on TLS connections, TCP_QUICKACK alone (_update_lowat). A client with Nagle
+    # on (librdkafka's default) that writes a request in pieces (over TLS a record a message)
+    # sends a piece written while an earlier one is unacknowledged only once that one is
+    # acknowledged; a mark above what is queued keeps the loop from reading, so nothing flushes
     # the kernel's delayed ACK (40 ms and more). bench/tls_produce_latency.py (confluent-kafka over
-    # SASL_SSL, 15 records of 1 KiB then flush, 600 flushes): Nagle on, the mark and TCP_QUICKACK
-    # p50 0.27 ms, p90 42.75, p99 44.11; TCP_QUICKACK alone p50 0.17, p90 0.20, p99 0.26. The mark
-    # did halve the broker's CPU per record with one request in flight (security_bench
-    # --in-flight 1: 6.92 CPU-µs against 12.41), and made no difference with a full pipeline.
-    tls_rcvlowat = False
+    # SASL_SSL, 15 records of 1 KiB then flush, 600 flushes), Nagle on: the mark and TCP_QUICKACK
+    # p50 0.27 ms, p90 42.75, p99 44.11; TCP_QUICKACK alone p50 0.17, p90 0.20, p99 0.26. (The mark
+    # halved the broker's CPU per record with one request in flight, security_bench --in-flight 1:
+    # 6.92 CPU-µs against 12.41, and changed nothing with a full pipeline. It also needed the
+    # mark redone on reads that bring no plaintext: a read that leaves the last record partial
+    # gives the protocol nothing, and its last bytes could then sit below the mark for good.)
 
     def __init__(self, server: "SocketServer", listener_name: str) -> None:
         self.server = server
@@ -365,11 +366,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._held_frames: list | None = None
         self._out: list | None = None
         self.tls = False  # a TLS transport: its writes go through tls_writes (connection_made)
-        # SO_RCVLOWAT (_update_lowat): the setter of this connection's socket (None: not used), the
-        # value it has, and on TLS the record reader's count of ciphertext not yet decrypted
+        # SO_RCVLOWAT and TCP_QUICKACK (_update_lowat): the setter of this connection's socket
+        # (None: not used) and the mark it has
         self._set_lowat: Callable[[int, bool], None] | None = None
         self._lowat = 1
-        self._undecrypted: Callable[[], int] | None = None
         self.closed = False
         self.requests = 0
         self.metrics: RequestMetrics | None = server.metrics
@@ -431,16 +431,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.set_memory_paused(True)
 
     def _lowat_setup(self, transport, sock) -> None:
-        """SO_RCVLOWAT for this connection (_update_lowat), where what is still to come can be
-        told: plaintext, or TLS read by broker/_tls_read.c's record reader (which leaves the part
-        of a record in the incoming buffer, where its size is known) when ``tls_rcvlowat``; a TLS
-        connection without it sets TCP_QUICKACK alone."""
-        if self.tls and self.tls_rcvlowat:
-            ssl_object = transport.get_extra_info("ssl_object")
-            undecrypted = getattr(getattr(ssl_object, "read", None), "undecrypted", None)
-            if undecrypted is None:
-                return  # _ssl's own read: OpenSSL may hold part of a record, of a size not known here
-            self._undecrypted = undecrypted
+        """The setter of SO_RCVLOWAT (plaintext) and TCP_QUICKACK (TLS) for this connection
+        (_update_lowat)."""
         try:
             fd = sock.fileno()
         except (AttributeError, OSError):
@@ -459,27 +451,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._set_lowat = set_lowat
 
     def _update_lowat(self) -> None:
-        """After a read: have the kernel wake the loop for this socket only once the partial
-        request's remaining bytes can be queued (LOWAT_MIN_BYTES...LOWAT_MAX_BYTES), or at the
-        next byte. On TLS the ciphertext already buffered (part of a record) counts against what
-        is missing: a record's plaintext is never longer than its ciphertext, so what must still
-        arrive is at least the plaintext missing less that."""
+        """After a read. Plaintext: have the kernel wake the loop for this socket only once the
+        partial request's remaining bytes can be queued (LOWAT_MIN_BYTES...LOWAT_MAX_BYTES), or
+        at the next byte. TLS, a request still incomplete: its bytes so far are acknowledged at
+        once (TCP_QUICKACK; see the class's comment). (Plaintext clients write a request whole: a
+        partial one there is a read that stopped at the buffer's end or a big request in
+        segments, with no piece held back for an ACK.)"""
         framer = self.framer
-        missing = framer.missing if not self.tls or self.tls_rcvlowat else 0
         want = 1
-        if missing >= LOWAT_MIN_BYTES:
-            undecrypted = self._undecrypted
-            if undecrypted is not None:
-                held = undecrypted()
-                missing = missing - held if held >= 0 else 0
+        quickack = False
+        if self.tls:
+            quickack = framer.buffered > 0
+        else:
+            missing = framer.missing
             if missing >= LOWAT_MIN_BYTES:
                 want = min(missing, LOWAT_MAX_BYTES)
-        # TLS, a request still incomplete: its bytes so far are acknowledged at once (TCP_QUICKACK).
-        # A client with Nagle on (librdkafka's default) holds the rest of a request written in
-        # several pieces (over TLS librdkafka writes a record a message) until the first is
-        # acknowledged, and a delayed ACK takes 40 ms or more. (Plaintext clients write a request
-        # whole: a partial one there is a read that stopped at the buffer's end.)
-        quickack = self.tls and framer.buffered > 0
         if want != self._lowat or quickack:
             self._apply_lowat(want, quickack)
 

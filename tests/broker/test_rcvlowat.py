@@ -1,6 +1,6 @@
 """SO_RCVLOWAT while a request is incomplete (broker/network.py's KafkaConnection._update_lowat),
-on real sockets (127.0.0.1) against an in-process SocketServer, on both loops, over PLAINTEXT and
-TLS: a request that arrives in many small TCP segments (the client's TCP_NODELAY, a pause between
+on real sockets (127.0.0.1) against an in-process SocketServer, on both loops, over PLAINTEXT (TLS
+connections get TCP_QUICKACK alone): a request that arrives in many small TCP segments (the client's TCP_NODELAY, a pause between
 writes) is answered (a low-water mark above what is still to come would leave it waiting for
 ever), in a few reads instead of one per segment; a small request behind it is answered too (the
 mark back at 1); a client that leaves in the middle of a request is closed and forgotten."""
@@ -130,11 +130,17 @@ def connect(port: int) -> socket.socket:
     return raw
 
 
+@pytest.fixture
+async def listener(tmp_path):
+    """(server, a coroutine making a connected client): PLAINTEXT, where the mark is used."""
+    server, client = await _listener("PLAINTEXT", tmp_path)
+    yield server, client
+    server.close_all()
+
+
 @pytest.fixture(params=["PLAINTEXT", "SSL"])
-async def listener(request, tmp_path, monkeypatch):
-    """(server, a coroutine making a connected client). On TLS with the mark switched on
-    (KafkaConnection.tls_rcvlowat, off by default: see test_tls_gets_quickack_alone_by_default)."""
-    monkeypatch.setattr(KafkaConnection, "tls_rcvlowat", True)
+async def any_listener(request, tmp_path):
+    """The same over PLAINTEXT and over TLS (TCP_QUICKACK alone there)."""
     server, client = await _listener(request.param, tmp_path)
     yield server, client
     server.close_all()
@@ -184,7 +190,7 @@ async def test_a_request_in_small_segments_is_answered_in_a_few_reads(listener, 
         await send_in_pieces(client, big)
         assert await client.receive(8) == struct.pack(">ii", 4, 2)
         # One read for the first piece (the size is known from then on), then the kernel wakes
-        # the loop once the rest can be there; TLS: a few more for the records' overhead.
+        # the loop once the rest can be there.
         assert reads[conn] - before <= 5, f"{reads[conn] - before} reads for {PIECES} segments"
         assert conn._lowat == 1  # back to 1 with the request whole
         # A small request right behind it: answered at once (no mark left over from the big one)
@@ -194,9 +200,9 @@ async def test_a_request_in_small_segments_is_answered_in_a_few_reads(listener, 
         client.raw.close()
 
 
-async def test_requests_pipelined_behind_a_partial_one_are_answered(listener, reads):
+async def test_requests_pipelined_behind_a_partial_one_are_answered(any_listener, reads):
     """Two big requests and a small one in one stream, cut anywhere: every one answered."""
-    server, make_client = listener
+    server, make_client = any_listener
     client = await make_client()
     try:
         stream = request_frame(1, padding=30_000) + request_frame(2, padding=9_000) + request_frame(3)
@@ -224,8 +230,7 @@ async def test_a_client_leaving_in_the_middle_of_a_request_is_closed(listener, c
 
 
 async def test_without_the_helper_the_socket_object_sets_it(listener, reads, monkeypatch):
-    """The reference path (no broker/_tls_read.c): the transport's socket object's setsockopt,
-    plaintext only (TLS needs the record reader's count of what it holds)."""
+    """The reference path (no broker/_tls_read.c): the transport's socket object's setsockopt."""
     monkeypatch.setattr(network, "_SET_RCVLOWAT", None)
     server, make_client = listener
     client = await make_client()
@@ -245,7 +250,7 @@ async def test_without_the_helper_the_socket_object_sets_it(listener, reads, mon
 async def test_tls_gets_quickack_alone_by_default(tmp_path):
     """By default a TLS connection's partial request sets TCP_QUICKACK and no low-water mark: a
     Nagle client's held piece would otherwise wait for the kernel's delayed ACK (40 ms and more;
-    KafkaConnection.tls_rcvlowat says what was measured)."""
+    KafkaConnection's comment says what was measured)."""
     server, make_client = await _listener("SSL", tmp_path)
     client = await make_client()
     try:
