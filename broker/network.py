@@ -270,14 +270,13 @@ _CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buff
 _READ_BUFFER_SIZE = 256 << 10
 _PAUSED_READ = 4
 
-# SO_RCVLOWAT while a request is incomplete (KafkaConnection._update_lowat): the kernel wakes the
-# loop for the socket only once this many more bytes are queued (or at EOF, an error, memory
-# pressure or a nearly closed window: Linux's tcp_poll and tcp_data_ready), never more than the
-# request still lacks, so it cannot wait for bytes that will not come. A client that writes a
-# request in many small segments (librdkafka over TLS writes a TLS record a message, 31 a 16 KiB
-# request; with socket.nagle.disable each leaves as its own segment) then costs a wake-up, a read
-# and a pass of the loop's TLS per few segments instead of one per segment. Only a frame still
-# lacking LOWAT_MIN_BYTES is worth the setsockopt (and the one that puts it back to 1); at most
+# SO_RCVLOWAT while a plaintext request is incomplete (KafkaConnection._update_lowat): the kernel
+# wakes the loop for the socket only once this many more bytes are queued (or at EOF, an error,
+# memory pressure or a nearly closed window: Linux's tcp_poll and tcp_data_ready), never more than
+# the request still lacks, so it cannot wait for bytes that will not come. A request that arrives
+# in many segments then costs a wake-up and a read per few segments instead of one per segment
+# (TLS connections do not use it: see KafkaConnection). Only a frame still lacking
+# LOWAT_MIN_BYTES is worth the setsockopt (and the one that puts it back to 1); at most
 # LOWAT_MAX_BYTES, a read buffer's worth (Linux caps it at half the receive buffer anyway).
 LOWAT_MIN_BYTES = 4096
 LOWAT_MAX_BYTES = _READ_BUFFER_SIZE
@@ -823,7 +822,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.peer, reason)
         self.closed = True
         if self.transport is not None:
-            if self._lowat != 1:  # TLS: the peer's close_notify is to wake the loop's shutdown
+            if self._lowat != 1:  # whatever the peer still sends wakes the loop during the close
                 self._apply_lowat(1)
             self._set_lowat = None
             out, self._out = self._out, None
