@@ -85,7 +85,25 @@ async def run_group(client: KafkaClient, args: argparse.Namespace) -> int:
                          "not with --partition, --offset, --timestamp or --end")
     render = compile_format(args.format)
     consumer = GroupConsumer(client, args.group, [args.topic], assignors=args.assignor or ("range", "roundrobin"),
-                             auto_offset_reset="earliest" if args.from_beginning else "latest")
+                             auto_offset_reset="earliest" if args.from_beginning else "latest",
+                             isolation_level=args.isolation_level)
+    at_end: Callable[[], Awaitable[bool]] | None = None
+    if args.exit_at_end:
+        ends: dict[TopicPartition, int] = {}
+
+        async def reached_end() -> bool:
+            """As kcat -G -e: every partition of the member's current assignment read to the end
+            it had when first assigned (none assigned: nothing to read). Before the first join,
+            and while a rebalance is pending, never."""
+            if not consumer.stable:
+                return False
+            new = [tp for tp in consumer.assignment if tp not in ends]
+            if new:
+                found = await client.offsets_for_times(dict.fromkeys(new, -1), args.isolation_level)
+                ends.update((tp, offset) for tp, (offset, _ts) in found.items())
+            return all([await consumer.consumer.position(tp) >= ends[tp] for tp in consumer.assignment])
+
+        at_end = reached_end
 
     async def take(wait_ms: int, room: int | None) -> list[ConsumerRecord]:
         records = await _poll(consumer, wait_ms)
@@ -100,7 +118,7 @@ async def run_group(client: KafkaClient, args: argparse.Namespace) -> int:
         return records
 
     try:
-        count = await _print_records(client, args, render, take)
+        count = await _print_records(client, args, render, take, at_end)
     finally:
         await consumer.close(commit=args.max_messages is None)
     print(f"consumed {count} messages", file=sys.stderr)

@@ -219,7 +219,8 @@ def _add_consume(commands: Subcommands) -> None:
                          help="kcat-style: %%t %%p %%o %%k %%K %%v/%%s %%S %%T %%h \\n \\t %%%% (default %%s\\n)")
     consume.add_argument("--timeout-ms", type=int, help="stop when no record arrived for this long")
     consume.add_argument("-e", "--exit-at-end", action="store_true",
-                         help="stop once every partition reached the end offset it had at start")
+                         help="stop once every partition reached the end offset it had at start (with -g: every "
+                         "partition assigned, its end when first assigned; none assigned: at once)")
     consume.add_argument("--isolation-level", type=_isolation_level, default=0,
                          help="read_uncommitted (0, default) or read_committed (1)")
     consume.add_argument("-g", "--group", help="consume as a member of this consumer group: its partitions of the "

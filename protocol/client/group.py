@@ -117,7 +117,7 @@ class GroupConsumer:
     def __init__(self, client: KafkaClient, group_id: str, topics: Iterable[str], *, session_timeout_ms: int = 10000,
                  rebalance_timeout_ms: int = 60000, heartbeat_interval_ms: int = 1000,
                  assignors: Iterable[str] = ASSIGNORS, auto_offset_reset: str = "earliest",
-                 client_id: str | None = None) -> None:
+                 client_id: str | None = None, isolation_level: int = 0) -> None:
         self.client = client
         self.group_id = group_id
         self.topics = sorted(set(topics))
@@ -127,7 +127,7 @@ class GroupConsumer:
         self.assignors = [a for a in assignors if a in _ASSIGN]
         if not self.assignors:
             raise ValueError(f"no known assignor among {list(assignors)} (known: {', '.join(ASSIGNORS)})")
-        self.consumer = Consumer(client, auto_offset_reset=auto_offset_reset)
+        self.consumer = Consumer(client, auto_offset_reset=auto_offset_reset, isolation_level=isolation_level)
         self.member_id = ""
         self.generation_id = -1
         self.protocol: str | None = None
@@ -238,6 +238,11 @@ class GroupConsumer:
                 self._rejoin = True
             elif r.error_code in _RETRY_COORDINATOR:
                 self._coordinator = None
+
+    @property
+    def stable(self) -> bool:
+        """A member of a generation with its assignment, no rejoin pending."""
+        return self.generation_id >= 0 and not self._rejoin
 
     # -- consuming -----------------------------------------------------------------------------
     async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:

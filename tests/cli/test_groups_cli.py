@@ -95,3 +95,34 @@ def test_two_cli_members_share_the_partitions_and_an_active_group_is_not_reset(b
     assert sorted(values) == sorted(f"v{i}" for i in range(40))  # all, once, across the two
     by_member = [{line.split(":")[0] for line in out} for out in outputs]
     assert not by_member[0] & by_member[1]  # disjoint partitions
+
+
+def test_group_consume_exits_at_the_end_and_reads_committed(broker_process):
+    """-e with -g stops once the assigned partitions are read to their ends (it was ignored: the
+    command never ended), and --isolation-level with -g reaches the fetches (it was ignored: a
+    group member read aborted records)."""
+    from confluent_kafka import Producer
+
+    node = broker_process(overrides={**GROUP_OVERRIDES, "transaction.state.log.replication.factor": "1",
+                                     "transaction.state.log.min.isr": "1"}).start()
+    b = node.bootstrap
+    kbroker(b, "topics", "create", "-t", "gt", "--partitions", "2")
+    p = Producer({"bootstrap.servers": b, "transactional.id": "cli-group-rc", "partitioner": "murmur2_random"})
+    p.init_transactions(30)
+    for values, commit in ((["c0", "c1", "c2"], True), (["a0", "a1"], False), (["c3"], True)):
+        p.begin_transaction()
+        for i, v in enumerate(values):
+            p.produce("gt", key=b"k%d" % i, value=v.encode())
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+    del p  # the handle's threads go now, not after the broker is killed
+
+    started = time.monotonic()
+    out = kbroker(b, "consume", "-t", "gt", "-g", "rc", "--from-beginning", "-e", "--isolation-level", "read_committed",
+                  "--timeout-ms", "40000", "-f", r"%s\n").stdout.decode().split()
+    assert sorted(out) == ["c0", "c1", "c2", "c3"]
+    assert time.monotonic() - started < 30  # it ended at the end, not 40 s after the last record
+    everything = kbroker(b, "consume", "-t", "gt", "-g", "ru", "--from-beginning", "-e", "-f", r"%s\n")
+    assert sorted(everything.stdout.decode().split()) == ["a0", "a1", "c0", "c1", "c2", "c3"]
+    # the group's commits hold its place: nothing new, it ends at once with nothing
+    assert kbroker(b, "consume", "-t", "gt", "-g", "rc", "-e", "-f", r"%s\n").stdout.decode() == ""
