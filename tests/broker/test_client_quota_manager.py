@@ -206,3 +206,26 @@ def test_c_sampled_rate_refuses_bad_arguments():
         rate.record("x", 0)
     with pytest.raises(OverflowError):
         rate.measure(1 << 70)
+
+
+@pytest.mark.parametrize("rate_type", [_request_stats.SampledRate, PySampledRate])
+@pytest.mark.parametrize("samples,delay_ms", [(6, 0), (6, 3), (11, 1), (11, 8)])
+def test_a_held_clients_rate_reads_up_to_samples_over_samples_less_one_of_the_bound(rate_type, samples, delay_ms):
+    """What tests/cluster/test_client_quotas.py may assert of the byte-rate metric read at any
+    moment (Kafka's Rate, MockTime): a client held by its throttles (each next request
+    ``delay_ms`` after the one before was unmuted) reads up to samples / (samples - 1) x the bound,
+    since the window steps down from samples to samples - 1 windows at each whole window (so a
+    read against 1.2 x with 6 samples can fail), but never above that plus one request per
+    window length (a request recorded at each step before its throttle)."""
+    time = MockTime()
+    bound, request = 1_000_000.0, 10_200
+    rate = rate_type(samples, 1000)
+    start = next_request = time.milliseconds()
+    highest = 0.0
+    while time.milliseconds() - start < 40_000:
+        now = time.milliseconds()
+        if now >= next_request:
+            next_request = now + rate.record_and_throttle_ms(request, now, bound) + delay_ms
+        highest = max(highest, rate.measure(now))
+        time.sleep(1)
+    assert bound * samples / (samples - 1) <= highest <= bound * samples / (samples - 1) + request, highest
