@@ -55,6 +55,7 @@ from .security.credentials import CredentialCache
 from .security.sasl_server import answer_sasl_outside_authentication
 
 from .topic_admin import NewTopic
+from .transaction.verification import VerifyingProduce
 
 if TYPE_CHECKING:
     from .config_repository import ConfigRepository
@@ -558,21 +559,28 @@ class KafkaApis:
                             invalid: dict, respond: Callable[[list], None]) -> None:
         """Ask the transaction coordinator (broker/transaction/verification.py) whether the
         partitions are in the producer's transaction; those that are not are answered with the
-        error and nothing is written to them. The rest are appended as usual."""
+        error and nothing is written to them. The rest are appended as usual, after the
+        requests verifying before this one on the same partitions (``VerifyingProduce``)."""
         by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
         guards: dict[tuple[str, int], Any] = {}  # partition.VerificationGuard
         for tp, (partition, pid, epoch, sequence) in to_verify.items():
             by_producer.setdefault((pid, epoch), []).append(tp)
             guards[tp] = partition.start_verification(pid, sequence)
         remaining = len(by_producer)
-        failed: dict[tuple[str, int], int] = {}
-        cancelled = False
+        answers: dict[tuple[str, int], int] = {}
 
         def verified(errors: dict[tuple[str, int], int]) -> None:
             nonlocal remaining
-            for tp, error in errors.items():
+            answers.update(errors)
+            remaining -= 1
+            if not remaining:
+                entry.ready()
+
+        def append() -> None:
+            # checked now, in arrival order: the batches before this one are appended (or refused)
+            failed: dict[tuple[str, int], int] = {}
+            for tp, error in answers.items():
                 partition, pid, epoch, sequence = to_verify[tp]
-                guards[tp].in_flight -= 1
                 if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
                     error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
                 elif error == ErrorCode.NONE and partition.out_of_order_first_batch(pid, epoch, guards[tp], sequence):
@@ -582,9 +590,6 @@ class KafkaApis:
                     error = ErrorCode.NOT_ENOUGH_REPLICAS
                 if error != ErrorCode.NONE:
                     failed[tp] = error
-            remaining -= 1
-            if remaining or cancelled:
-                return
             for tp, code in failed.items():
                 log.warning("transactional produce of %r to %s-%d refused by verification: %s", txn_id, tp[0], tp[1],
                             _error_name(code))
@@ -598,10 +603,8 @@ class KafkaApis:
             if op is not None:
                 ctx.on_cancel(op.cancel)
 
-        def cancel() -> None:
-            nonlocal cancelled
-            cancelled = True
-        ctx.on_cancel(cancel)
+        entry = VerifyingProduce(list(guards.values()), append)
+        ctx.on_cancel(entry.cancel)
         assert self.txn_verifier is not None
         for (pid, epoch), tps in by_producer.items():
             self.txn_verifier.verify(txn_id, pid, epoch, tps, verified)

@@ -27,6 +27,7 @@ Not thread-safe: everything runs on the event loop.
 
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -39,6 +40,8 @@ from protocol.records import iter_batch_headers
 
 if TYPE_CHECKING:
     from storage import Log, LogAppendInfo
+
+    from .transaction.verification import VerifyingProduce
 
 log = logging.getLogger("kbroker.partition")
 
@@ -90,13 +93,16 @@ class LeaderAndIsrState:
 class VerificationGuard:
     """KIP-890: a producer's verification in progress on a partition (Kafka's
     VerificationStateEntry): the guard an append must still find (a marker drops it) and the
-    lowest sequence of the batches verifying, and how many requests are verifying with it."""
+    lowest sequence of the batches verifying, how many requests are verifying with it (not yet
+    appended), and the produce requests among them in arrival order (appended in that order:
+    broker/transaction/verification.py ``VerifyingProduce``)."""
 
-    __slots__ = ("lowest_sequence", "in_flight")
+    __slots__ = ("lowest_sequence", "in_flight", "queue")
 
     def __init__(self, lowest_sequence: int) -> None:
         self.lowest_sequence = lowest_sequence
         self.in_flight = 0
+        self.queue: collections.deque["VerifyingProduce"] = collections.deque()
 
 
 class Replica:
