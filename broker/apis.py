@@ -48,14 +48,13 @@ from .client_quota_manager import NANOS_TO_PERCENT
 from .forwarding import FORWARDED_APIS, NoControllerForwarding, error_response as forwarding_error_response
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .metrics import count_errors, count_row_errors
-from .partition import LeaderAndIsrState, error_name, partition_names
+from .partition import LeaderAndIsrState, VerifyingProduce, error_name, partition_names
 from .replica_manager import is_internal_topic
 from .security import request_checks
 from .security.credentials import CredentialCache
 from .security.sasl_server import answer_sasl_outside_authentication
 
 from .topic_admin import NewTopic
-from .transaction.verification import VerifyingProduce
 
 if TYPE_CHECKING:
     from .config_repository import ConfigRepository

@@ -18,12 +18,13 @@ aborted by its timeout, say) drops the guard, and the append then fails with INV
 instead of opening a transaction nobody will end (a hanging transaction).
 
 Produce requests verifying on a partition are appended in the order they arrived
-(``VerifyingProduce``), whatever order the answers come back in: Kafka reads a connection's
-next request only once the last is answered, kbroker serves a producer's pipelined requests at
-once, and their answers may cross (a verification that finds the connection to the coordinator
-open overtakes those still waiting for it to open; a coordinator that moved answers from
-elsewhere). A batch appended before an earlier one of its producer is OUT_OF_ORDER_SEQUENCE_NUMBER,
-which librdkafka takes for a fatal desynchronization when the earlier ones then succeed.
+(broker/partition.py ``VerifyingProduce``), whatever order the answers come back in: Kafka
+reads a connection's next request only once the last is answered, kbroker serves a producer's
+pipelined requests at once, and their answers may cross (a verification that finds the
+connection to the coordinator open overtakes those still waiting for it to open; a coordinator
+that moved answers from elsewhere). A batch appended before an earlier one of its producer is
+OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka takes for a fatal desynchronization when the
+earlier ones then succeed.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..coordinator.group_metadata_manager import partition_for
 
 if TYPE_CHECKING:
     from ..metadata_cache import MetadataCache
-    from ..partition import Partition, VerificationGuard
+    from ..partition import Partition
     from .coordinator import TransactionCoordinator
     from .markers import TxnMarkerChannel
 
@@ -75,57 +76,6 @@ def offsets_error(error: int) -> int:
     if error == ErrorCode.NETWORK_EXCEPTION:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     return error
-
-
-class VerifyingProduce:
-    """A produce request whose transactional batches are verifying on some partitions (one
-    ``VerificationGuard`` each, where it waits in the guard's queue): ``append`` runs once every
-    answer is in (``ready``) and every request queued before it on those guards has been
-    appended, refused or cancelled."""
-
-    __slots__ = ("guards", "answered", "finished", "_append")
-
-    def __init__(self, guards: list["VerificationGuard"], append: Callable[[], None]) -> None:
-        self.guards = guards
-        self.answered = False
-        self.finished = False
-        self._append = append
-        for guard in guards:
-            guard.queue.append(self)
-
-    def ready(self) -> None:
-        """Every answer is in: appended now, or once the requests before it are."""
-        if not self.finished:
-            self.answered = True
-            _release([self])
-
-    def cancel(self) -> None:
-        """Its connection closed: nothing is appended, and the requests after it go on."""
-        if self.finished:
-            return
-        self.finished = True
-        for guard in self.guards:
-            guard.queue.remove(self)
-            guard.in_flight -= 1
-        _release([guard.queue[0] for guard in self.guards if guard.queue])
-
-
-def _release(candidates: list[VerifyingProduce]) -> None:
-    """Append every request among ``candidates``, and then behind them, that is answered and
-    first in each of its queues (a loop, not recursion: a queue may be long)."""
-    while candidates:
-        entry = candidates.pop()
-        if entry.finished or not entry.answered or any(guard.queue[0] is not entry for guard in entry.guards):
-            continue
-        entry.finished = True
-        for guard in entry.guards:
-            guard.queue.popleft()
-            guard.in_flight -= 1
-        try:
-            entry._append()
-        except Exception:  # the requests behind it must not wait forever
-            log.exception("appending a verified transactional produce failed")
-        candidates.extend(guard.queue[0] for guard in entry.guards if guard.queue)
 
 
 class TransactionVerifier:
