@@ -1,10 +1,12 @@
 """KIP-890 verification of transactional produce on a partition leader (KafkaApis with the
 replica manager on real log files and a MockTime; the transaction coordinator is a fake whose
 answers the test gives, in the order it likes): a producer's pipelined batches are appended in
-the order their requests arrived, whatever order the verification answers come back in."""
+the order their requests arrived, whatever order the verification answers come back in; and a
+batch refused as out of order is logged with the sequence the producer state expected."""
 
 from __future__ import annotations
 
+import logging
 import struct
 
 import pytest
@@ -128,3 +130,17 @@ def test_a_cancelled_request_does_not_hold_back_the_ones_after_it(broker):
     assert answers(broker) == []
     assert not broker.rm.get_partition("t", 0).verifying(PID)
     assert broker.rm.get_partition("t", 0).log.log_end_offset == 1
+
+
+def test_a_batch_out_of_order_is_logged_with_the_sequence_the_producer_state_expected(broker, caplog):
+    def idempotent(seq: int) -> int:
+        return broker.send(ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch(
+                [Record(value=b"v", timestamp=1)], producer_id=PID, producer_epoch=EPOCH, base_sequence=seq)}]}]})
+
+    idempotent(0)
+    with caplog.at_level(logging.INFO, logger="kbroker"):
+        out_of_order = idempotent(2)
+    assert answers(broker)[1] == (out_of_order, [(0, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)])
+    [line] = [r.getMessage() for r in caplog.records if "OUT_OF_ORDER_SEQUENCE_NUMBER" in r.getMessage()]
+    assert "produce to t-0 rejected" in line and f"producer {PID}" in line and "sequence 2, expected 1" in line
