@@ -565,6 +565,16 @@ class KafkaApis:
         for tp, (partition, pid, epoch, sequence) in to_verify.items():
             by_producer.setdefault((pid, epoch), []).append(tp)
             guards[tp] = partition.start_verification(pid, sequence)
+        # The request's other transactional batches (their transaction open here, nothing
+        # verifying) are appended with it, later: the producer's next batches there wait too.
+        waiting = list(guards.values())
+        for t, parts in topics:
+            for p, records in parts:
+                if (t, p) in to_verify or records is None or not first_batch_is_transactional(records):
+                    continue
+                partition = self.replica_manager.get_partition(t, p)
+                if partition is not None and partition.is_leader:
+                    waiting.append(partition.wait_behind_verifications(read_header(records, 0).producer_id))
         remaining = len(by_producer)
         answers: dict[tuple[str, int], int] = {}
 
@@ -602,7 +612,7 @@ class KafkaApis:
             if op is not None:
                 ctx.on_cancel(op.cancel)
 
-        entry = VerifyingProduce(list(guards.values()), append)
+        entry = VerifyingProduce(waiting, append)
         ctx.on_cancel(entry.cancel)
         assert self.txn_verifier is not None
         for (pid, epoch), tps in by_producer.items():

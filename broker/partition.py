@@ -88,6 +88,9 @@ class LeaderAndIsrState:
     removing: tuple[int, ...] = ()  # ... and removed
 
 
+NO_VERIFYING_SEQUENCE = 1 << 31  # above any sequence: a guard no first batch verifies with yet
+
+
 class VerificationGuard:
     """KIP-890: a producer's verification in progress on a partition (Kafka's
     VerificationStateEntry): the guard an append must still find (a marker drops it) and the
@@ -497,6 +500,16 @@ class Partition:
             guard = self.verification_guards[producer_id] = VerificationGuard(base_sequence)
         else:
             guard.lowest_sequence = min(guard.lowest_sequence, base_sequence)
+        guard.in_flight += 1
+        return guard
+
+    def wait_behind_verifications(self, producer_id: int) -> "VerificationGuard":
+        """A transactional batch of the producer, its transaction open here, in a request that
+        waits for verifications elsewhere: the producer's guard here (shared with what verifies
+        here now or later), so that its next requests here verify, hence wait, behind it."""
+        guard = self.verification_guards.get(producer_id)
+        if guard is None:
+            guard = self.verification_guards[producer_id] = VerificationGuard(NO_VERIFYING_SEQUENCE)
         guard.in_flight += 1
         return guard
 

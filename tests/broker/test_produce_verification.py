@@ -116,6 +116,24 @@ def test_a_request_waits_for_the_earlier_ones_on_each_of_its_partitions(broker):
                                (c, [(0, ErrorCode.NONE, 1), (1, ErrorCode.NOT_ENOUGH_REPLICAS, -1)])]
 
 
+def test_a_batch_that_needs_no_verification_waits_with_its_request_and_the_next_waits_for_it(broker):
+    """A request verifying its first batch on partition 0 also carries the next batch of the
+    transaction already open on partition 1; the producer's following batch on partition 1
+    (nothing verifying there) must not be appended before it."""
+    verifier = broker.apis.txn_verifier
+    opening = produce(broker, (1, 0))
+    verifier.answer(0)
+    assert answers(broker) == [(opening, [(1, ErrorCode.NONE, 0)])]
+    both = produce(broker, (0, 0), (1, 1))
+    assert [tps for tps, _done in verifier.asked[1:]] == [[("t", 0)]]  # partition 1 needs no verification
+    after = produce(broker, (1, 2))
+    assert answers(broker) == []
+    for i in range(1, len(verifier.asked)):
+        verifier.answer(i)
+    assert answers(broker) == [(both, [(0, ErrorCode.NONE, 0), (1, ErrorCode.NONE, 1)]),
+                               (after, [(1, ErrorCode.NONE, 2)])]
+
+
 def test_a_cancelled_request_does_not_hold_back_the_ones_after_it(broker):
     """The connection of a request still verifying closes: the producer's requests verifying
     after it (its retries, on a new connection) do not wait for its answer."""
