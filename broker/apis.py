@@ -48,7 +48,7 @@ from .client_quota_manager import NANOS_TO_PERCENT
 from .forwarding import FORWARDED_APIS, NoControllerForwarding, error_response as forwarding_error_response
 from .metadata_cache import BrokerEndpoint, BrokerInfo, PartitionInfo
 from .metrics import count_errors, count_row_errors
-from .partition import LeaderAndIsrState, error_name, partition_names
+from .partition import LeaderAndIsrState, VerifyingProduce, error_name, partition_names
 from .replica_manager import is_internal_topic
 from .security import request_checks
 from .security.credentials import CredentialCache
@@ -558,21 +558,38 @@ class KafkaApis:
                             invalid: dict, respond: Callable[[list], None]) -> None:
         """Ask the transaction coordinator (broker/transaction/verification.py) whether the
         partitions are in the producer's transaction; those that are not are answered with the
-        error and nothing is written to them. The rest are appended as usual."""
+        error and nothing is written to them. The rest are appended as usual, after the
+        requests verifying before this one on the same partitions (``VerifyingProduce``)."""
         by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
         guards: dict[tuple[str, int], Any] = {}  # partition.VerificationGuard
         for tp, (partition, pid, epoch, sequence) in to_verify.items():
             by_producer.setdefault((pid, epoch), []).append(tp)
             guards[tp] = partition.start_verification(pid, sequence)
+        # The request's other transactional batches (their transaction open here, nothing
+        # verifying) are appended with it, later: the producer's next batches there wait too.
+        waiting = list(guards.values())
+        for t, parts in topics:
+            for p, records in parts:
+                if (t, p) in to_verify or records is None or not first_batch_is_transactional(records):
+                    continue
+                partition = self.replica_manager.get_partition(t, p)
+                if partition is not None and partition.is_leader:
+                    waiting.append(partition.wait_behind_verifications(read_header(records, 0).producer_id))
         remaining = len(by_producer)
-        failed: dict[tuple[str, int], int] = {}
-        cancelled = False
+        answers: dict[tuple[str, int], int] = {}
 
         def verified(errors: dict[tuple[str, int], int]) -> None:
             nonlocal remaining
-            for tp, error in errors.items():
+            answers.update(errors)
+            remaining -= 1
+            if not remaining:
+                entry.ready()
+
+        def append() -> None:
+            # checked now, in arrival order: the batches before this one are appended (or refused)
+            failed: dict[tuple[str, int], int] = {}
+            for tp, error in answers.items():
                 partition, pid, epoch, sequence = to_verify[tp]
-                guards[tp].in_flight -= 1
                 if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
                     error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
                 elif error == ErrorCode.NONE and partition.out_of_order_first_batch(pid, epoch, guards[tp], sequence):
@@ -582,9 +599,6 @@ class KafkaApis:
                     error = ErrorCode.NOT_ENOUGH_REPLICAS
                 if error != ErrorCode.NONE:
                     failed[tp] = error
-            remaining -= 1
-            if remaining or cancelled:
-                return
             for tp, code in failed.items():
                 log.warning("transactional produce of %r to %s-%d refused by verification: %s", txn_id, tp[0], tp[1],
                             _error_name(code))
@@ -598,10 +612,8 @@ class KafkaApis:
             if op is not None:
                 ctx.on_cancel(op.cancel)
 
-        def cancel() -> None:
-            nonlocal cancelled
-            cancelled = True
-        ctx.on_cancel(cancel)
+        entry = VerifyingProduce(waiting, append)
+        ctx.on_cancel(entry.cancel)
         assert self.txn_verifier is not None
         for (pid, epoch), tps in by_producer.items():
             self.txn_verifier.verify(txn_id, pid, epoch, tps, verified)

@@ -27,6 +27,7 @@ Not thread-safe: everything runs on the event loop.
 
 from __future__ import annotations
 
+import collections
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
@@ -87,16 +88,73 @@ class LeaderAndIsrState:
     removing: tuple[int, ...] = ()  # ... and removed
 
 
+NO_VERIFYING_SEQUENCE = 1 << 31  # above any sequence: a guard no first batch verifies with yet
+
+
 class VerificationGuard:
     """KIP-890: a producer's verification in progress on a partition (Kafka's
     VerificationStateEntry): the guard an append must still find (a marker drops it) and the
-    lowest sequence of the batches verifying, and how many requests are verifying with it."""
+    lowest sequence of the batches verifying, how many requests are verifying with it (not yet
+    appended), and the produce requests among them in arrival order (appended in that order:
+    ``VerifyingProduce``)."""
 
-    __slots__ = ("lowest_sequence", "in_flight")
+    __slots__ = ("lowest_sequence", "in_flight", "queue")
 
     def __init__(self, lowest_sequence: int) -> None:
         self.lowest_sequence = lowest_sequence
         self.in_flight = 0
+        self.queue: collections.deque["VerifyingProduce"] = collections.deque()
+
+
+class VerifyingProduce:
+    """A produce request whose transactional batches are verifying on some partitions (one
+    ``VerificationGuard`` each, where it waits in the guard's queue): ``append`` runs once every
+    answer is in (``ready``) and every request queued before it on those guards has been
+    appended, refused or cancelled."""
+
+    __slots__ = ("guards", "answered", "finished", "_append")
+
+    def __init__(self, guards: list[VerificationGuard], append: Callable[[], None]) -> None:
+        self.guards = guards
+        self.answered = False
+        self.finished = False
+        self._append = append
+        for guard in guards:
+            guard.queue.append(self)
+
+    def ready(self) -> None:
+        """Every answer is in: appended now, or once the requests before it are."""
+        if not self.finished:
+            self.answered = True
+            _release([self])
+
+    def cancel(self) -> None:
+        """Its connection closed: nothing is appended, and the requests after it go on."""
+        if self.finished:
+            return
+        self.finished = True
+        for guard in self.guards:
+            guard.queue.remove(self)
+            guard.in_flight -= 1
+        _release([guard.queue[0] for guard in self.guards if guard.queue])
+
+
+def _release(candidates: list[VerifyingProduce]) -> None:
+    """Append every request among ``candidates``, and then behind them, that is answered and
+    first in each of its queues (a loop, not recursion: a queue may be long)."""
+    while candidates:
+        entry = candidates.pop()
+        if entry.finished or not entry.answered or any(guard.queue[0] is not entry for guard in entry.guards):
+            continue
+        entry.finished = True
+        for guard in entry.guards:
+            guard.queue.popleft()
+            guard.in_flight -= 1
+        try:
+            entry._append()
+        except Exception:  # the requests behind it must not wait forever
+            log.exception("appending a verified transactional produce failed")
+        candidates.extend(guard.queue[0] for guard in entry.guards if guard.queue)
 
 
 class Replica:
@@ -442,6 +500,16 @@ class Partition:
             guard = self.verification_guards[producer_id] = VerificationGuard(base_sequence)
         else:
             guard.lowest_sequence = min(guard.lowest_sequence, base_sequence)
+        guard.in_flight += 1
+        return guard
+
+    def wait_behind_verifications(self, producer_id: int) -> "VerificationGuard":
+        """A transactional batch of the producer, its transaction open here, in a request that
+        waits for verifications elsewhere: the producer's guard here (shared with what verifies
+        here now or later), so that its next requests here verify, hence wait, behind it."""
+        guard = self.verification_guards.get(producer_id)
+        if guard is None:
+            guard = self.verification_guards[producer_id] = VerificationGuard(NO_VERIFYING_SEQUENCE)
         guard.in_flight += 1
         return guard
 

@@ -239,6 +239,10 @@ class ReplicaManager:
         except KafkaError as exc:
             if exc.error_code in _LOGGED_APPEND_ERRORS:
                 log.warning("produce to %s-%d rejected: %s %s", topic, partition_index, exc.error_code.name, exc)
+            elif exc.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+                # the producer state's view (the sequence it expected): routine for the batches
+                # in flight behind one that failed, a fatal desync for librdkafka otherwise
+                log.info("produce to %s-%d rejected: OUT_OF_ORDER_SEQUENCE_NUMBER %s", topic, partition_index, exc)
             if self.topic_stats is not None:
                 self.topic_stats.append_failed(topic)
             if exc.error_code in _EXPLAINED_APPEND_ERRORS:  # Produce v8+ says why

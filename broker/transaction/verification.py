@@ -16,6 +16,15 @@ A verification guard (one object per producer and partition, Kafka's Verificatio
 the window between the answer and the append: a marker written meanwhile (the transaction
 aborted by its timeout, say) drops the guard, and the append then fails with INVALID_TXN_STATE
 instead of opening a transaction nobody will end (a hanging transaction).
+
+Produce requests verifying on a partition are appended in the order they arrived
+(broker/partition.py ``VerifyingProduce``), whatever order the answers come back in: Kafka
+reads a connection's next request only once the last is answered, kbroker serves a producer's
+pipelined requests at once, and their answers may cross (a verification that finds the
+connection to the coordinator open overtakes those still waiting for it to open; a coordinator
+that moved answers from elsewhere). A batch appended before an earlier one of its producer is
+OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka takes for a fatal desynchronization when the
+earlier ones then succeed.
 """
 
 from __future__ import annotations
