@@ -2,16 +2,23 @@
 """What security costs (issue 25's performance section). One broker process with a PLAINTEXT,
 a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
 
-1. Produce and consume over SASL_SSL against PLAINTEXT in the same run: confluent-kafka, 1 KiB
-   records, batch.size 16 KiB (``--batch-size``; linger.ms 5), acks=1, one partition; each round
-   produces ``--records`` and reads them back, each client connected and logged in before its
-   phase starts. Rounds alternate A B, B A, ... so that neither side always runs first while the
-   machine's load drifts. Per phase it records:
+1. Produce and consume over SASL_SSL against PLAINTEXT in the same run, with each client of
+   ``--clients`` (default: all but whole):
+   * librdkafka: confluent-kafka, batch.size 16 KiB (``--batch-size``), in this process;
+   * librdkafka-default: the same with librdkafka's own default batch.size (1,000,000);
+   * kafka-python and aiokafka: batch size ``--batch-size``, each in a process of its own
+     (bench/_security_client.py) so that its CPU is its own, not mixed with the bench's;
+   * whole (or ``--whole``): kbroker's client writing whole requests, produce only (below).
+   All with 1 KiB records, linger 5 ms, acks=1, one partition, SCRAM-SHA-256 over SASL_SSL; each
+   round produces ``--records`` and reads them back, each client connected and logged in before
+   its phase starts. Rounds alternate A B, B A, ... (the listeners, and the clients' order) so
+   that neither side always runs first while the machine's load drifts. Per phase it records:
    * records/s (wall clock): what the goal names; but on this 2-core machine the client
      (librdkafka encrypts too) and the broker share the cores, with whatever else runs;
    * the broker's CPU seconds (its threads' run time, /proc/<pid>/task/*/schedstat), and so its records per CPU
      second: what the broker would do with a core of its own, the client's CPU left out;
-   * the client's CPU seconds (this process: librdkafka's threads run in it), and so the records
+   * the client's CPU seconds (this process: librdkafka's threads run in it; a Python client's
+     process, all its threads, measured by itself around its phase), and so the records
      per CPU second of client and broker together: on this machine, where they share two cores
      with whatever else runs, a steadier view of what bounds records/s than the wall clock;
    * the 1-minute load average when the phase starts.
@@ -26,7 +33,7 @@ a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
 
     python bench/security_bench.py [--rounds 8] [--records 40000] [--logins 200] [--handshakes 500]
                                    [--batch-size 16384] [--batch-messages N] [--whole [--depth 5]] [--nagle-off]
-                                   [--in-flight N]
+                                   [--in-flight N] [--clients librdkafka,librdkafka-default,kafka-python,aiokafka,whole]
                                    [--repo CHECKOUT] [--before CHECKOUT] [--no-logins] [--no-storm]
 
 ``--batch-size``: the producers' batch.size, the same on both listeners. 16 KiB (Kafka's Java
@@ -43,15 +50,16 @@ the room left in the buffer, not by that limit); librdkafka's defaults 952 recor
 553 writes (0.58 a record against 2.07); compression.type lz4 2 writes (one segment: the
 compressed batch). Over PLAINTEXT every request is one sendmsg (31 iovecs).
 
-``--whole``: a second producer kind, measured after each phase on the same listener: kbroker's
+``--whole``: another producer kind, measured like the clients (in their rotation): kbroker's
 client writing each Produce request in one piece (one SSL_write: one TLS record for 15 records,
 as a client that serializes a request before writing it sends it), a 16 KiB batch built once and
 sent again and again (as shared/bench/kafka_load.py does), ``--depth`` requests in flight
 (Java's default, 5), produce only. The report gives its own ratios, so that what the broker pays
 for TLS itself is seen apart from what librdkafka's write pattern adds.
 
-``--nagle-off``: the producers with librdkafka's ``socket.nagle.disable`` (its default is Nagle on):
-each of a request's 31 TLS records then leaves in a TCP segment of its own, and a broker that
+``--nagle-off`` (``--in-flight`` too: both librdkafka lines; ``--batch-messages``: the first only):
+the producers with librdkafka's ``socket.nagle.disable`` (its default is Nagle on): each of a
+request's 31 TLS records then leaves in a TCP segment of its own, and a broker that
 read every segment as it came woke, read and ran the loop's TLS 31 times a request (issue 25's
 finding: 7.46 CPU-µs per record against 3.20 with Nagle on); with SO_RCVLOWAT set while a request
 is incomplete (broker/network.py) it wakes a few times a request. That shows when the broker is
@@ -262,12 +270,13 @@ PYTHON_CLIENTS = ("kafka-python", "aiokafka")
 
 
 def produce_consume_child(kind: str, conf: dict, topic: str, n: int, pid: int, batch_size: int = 16384,
-                          linger_ms: int = 5) -> tuple[Phase, Phase]:
+                          linger_ms: int = 5, measure=None) -> tuple[Phase, Phase]:
     """The produce and consume phases of a Python client (``kind``: kafka-python or aiokafka), run
     by bench/_security_client.py in a process of its own: the client's CPU is that process's, the
     broker's is measured here between the "go" this process sends and the result it reads back.
     The same settings as the librdkafka phase: 1 KiB records, acks=1, ``batch_size``, linger 5 ms,
-    SCRAM-SHA-256 over SASL_SSL; the rest the client's defaults."""
+    SCRAM-SHA-256 over SASL_SSL; the rest the client's defaults. ``measure(pid, records, run)``, when
+    given, is called around each phase instead (bench/security_instructions.py: callgrind's counts)."""
     import json
     import subprocess
 
@@ -289,14 +298,20 @@ def produce_consume_child(kind: str, conf: dict, topic: str, n: int, pid: int, b
                 raise RuntimeError(f"{kind} exited {child.returncode}: {errors.read()[-2000:]}")
             return got.strip()
 
+        def run() -> dict:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            return json.loads(line())
+
         def phase() -> Phase:
             if (ready := line()) != "ready":
                 raise RuntimeError(f"{kind} said {ready!r}")
+            if measure is not None:
+                measure(pid, n, run)
+                return Phase(n, 1, 0, 0, 0)
             load = os.getloadavg()[0]
             (r0, w0), c0 = broker_events(pid), broker_cpu(pid)
-            child.stdin.write("go\n")
-            child.stdin.flush()
-            done = json.loads(line())
+            done = run()
             c1, (r1, w1) = broker_cpu(pid), broker_events(pid)
             return Phase(n, done["wall"], c1 - c0, done["cpu"], load, r1 - r0, w1 - w0)
         try:
@@ -535,7 +550,9 @@ def main() -> int:
     parser.add_argument("--no-logins", action="store_true")
     parser.add_argument("--no-storm", action="store_true")
     args = parser.parse_args()
-    clients = [c for c in args.clients.split(",") if c] + (["whole"] if args.whole and "whole" not in args.clients else [])
+    clients = [c for c in args.clients.split(",") if c]
+    if args.whole and "whole" not in clients:
+        clients.append("whole")
     if unknown := set(clients) - set(CLIENTS):
         parser.error(f"unknown clients {', '.join(sorted(unknown))} (from {', '.join(CLIENTS)})")
     from confluent_kafka.admin import NewTopic
