@@ -2,22 +2,37 @@
 """What security costs (issue 25's performance section). One broker process with a PLAINTEXT,
 a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
 
-1. Produce and consume over SASL_SSL against PLAINTEXT in the same run: confluent-kafka, 1 KiB
-   records, batch.size 16 KiB (``--batch-size``; linger.ms 5), acks=1, one partition; each round
-   produces ``--records`` and reads them back, each client connected and logged in before its
-   phase starts. Rounds alternate A B, B A, ... so that neither side always runs first while the
-   machine's load drifts. Per phase it records:
+1. Produce and consume over SASL_SSL against PLAINTEXT in the same run, with each client of
+   ``--clients`` (default: all but whole):
+   * librdkafka: confluent-kafka, batch.size 16 KiB (``--batch-size``), in this process;
+   * librdkafka-default: the same with librdkafka's own default batch.size (1,000,000);
+   * kafka-python and aiokafka: batch size ``--batch-size``, each in a process of its own
+     (bench/_security_client.py) so that its CPU is its own, not mixed with the bench's;
+   * whole (or ``--whole``): kbroker's client writing whole requests, produce only (below).
+   All with 1 KiB records, linger 5 ms, acks=1, one partition, SCRAM-SHA-256 over SASL_SSL; each
+   round produces ``--records`` and reads them back, each client connected and logged in before
+   its phase starts. Rounds alternate A B, B A, ... (the listeners, and the clients' order) so
+   that neither side always runs first while the machine's load drifts. Per phase it records:
    * records/s (wall clock): what the goal names; but on this 2-core machine the client
      (librdkafka encrypts too) and the broker share the cores, with whatever else runs;
    * the broker's CPU seconds (its threads' run time, /proc/<pid>/task/*/schedstat), and so its records per CPU
      second: what the broker would do with a core of its own, the client's CPU left out;
-   * the client's CPU seconds (this process: librdkafka's threads run in it), and so the records
+   * the client's CPU seconds (this process: librdkafka's threads run in it; a Python client's
+     process, all its threads, measured by itself around its phase), and so the records
      per CPU second of client and broker together: on this machine, where they share two cores
      with whatever else runs, a steadier view of what bounds records/s than the wall clock;
    * the 1-minute load average when the phase starts.
    It prints each side's medians and ranges, and the SASL_SSL / PLAINTEXT ratios: of the
    medians, and the median and range of the per-round ratios (each SASL_SSL phase against the
    PLAINTEXT phase of its round).
+   First numbers (--rounds 6 --whole, 30 Nov 2026, load 1.8-2.1), produce records/s SASL_SSL /
+   PLAINTEXT per round, median (range): librdkafka 0.22 (0.19-0.28), librdkafka-default 0.58
+   (0.35-0.67), kafka-python 1.00 (0.95-1.07), aiokafka 1.00 (0.94-1.07), whole 0.88 (0.74-1.05);
+   consume 0.85, 0.75, 0.94, 0.86. kafka-python and aiokafka write each request whole (one send,
+   one TLS record of 15 records) and are bound by their own CPU (31 and 12 µs a record either
+   way); the broker spent 3.5 / 4.0 CPU-µs a record on kafka-python's, 2.8 / 3.7 on aiokafka's,
+   which keeps one request in flight: a wake-up and a read per request, over TLS an answer's record
+   per request (bench/security_instructions.py --clients).
 2. SCRAM login round trip (kbroker's client, 4,096 iterations): TCP connect, ApiVersions,
    SaslHandshake and the two SaslAuthenticate round trips, ``--logins`` times; median and p99.
 3. A storm of ``--handshakes`` TLS handshakes (50 at a time) against the SSL listener while
@@ -26,7 +41,7 @@ a SASL_SSL (SCRAM-SHA-256) and an SSL listener; numbers only, never asserts.
 
     python bench/security_bench.py [--rounds 8] [--records 40000] [--logins 200] [--handshakes 500]
                                    [--batch-size 16384] [--batch-messages N] [--whole [--depth 5]] [--nagle-off]
-                                   [--in-flight N]
+                                   [--in-flight N] [--clients librdkafka,librdkafka-default,kafka-python,aiokafka,whole]
                                    [--repo CHECKOUT] [--before CHECKOUT] [--no-logins] [--no-storm]
 
 ``--batch-size``: the producers' batch.size, the same on both listeners. 16 KiB (Kafka's Java
@@ -43,15 +58,16 @@ the room left in the buffer, not by that limit); librdkafka's defaults 952 recor
 553 writes (0.58 a record against 2.07); compression.type lz4 2 writes (one segment: the
 compressed batch). Over PLAINTEXT every request is one sendmsg (31 iovecs).
 
-``--whole``: a second producer kind, measured after each phase on the same listener: kbroker's
+``--whole``: another producer kind, measured like the clients (in their rotation): kbroker's
 client writing each Produce request in one piece (one SSL_write: one TLS record for 15 records,
 as a client that serializes a request before writing it sends it), a 16 KiB batch built once and
 sent again and again (as shared/bench/kafka_load.py does), ``--depth`` requests in flight
 (Java's default, 5), produce only. The report gives its own ratios, so that what the broker pays
 for TLS itself is seen apart from what librdkafka's write pattern adds.
 
-``--nagle-off``: the producers with librdkafka's ``socket.nagle.disable`` (its default is Nagle on):
-each of a request's 31 TLS records then leaves in a TCP segment of its own, and a broker that
+``--nagle-off`` (``--in-flight`` too: both librdkafka lines; ``--batch-messages``: the first only):
+the producers with librdkafka's ``socket.nagle.disable`` (its default is Nagle on): each of a
+request's 31 TLS records then leaves in a TCP segment of its own, and a broker that
 read every segment as it came woke, read and ran the loop's TLS 31 times a request (issue 25's
 finding: 7.46 CPU-µs per record against 3.20 with Nagle on); with SO_RCVLOWAT set while a request
 is incomplete (broker/network.py) it wakes a few times a request. That shows when the broker is
@@ -69,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import socket
 import ssl
@@ -96,7 +113,7 @@ class Broker:
     ports: dict[str, int]
     admin: "AdminClient"
     confs: dict[str, dict]
-    sides: dict[str, "Side"]
+    sides: dict[tuple[str, str], "Side"]  # (client, listener) -> its phases
 
     @classmethod
     def start(cls, label: str, repo: Path, directory: Path, keystore: Path, ca: str) -> "Broker":
@@ -119,7 +136,7 @@ class Broker:
                  "SASL_SSL": {"bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}", "security.protocol": "sasl_ssl",
                               "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bench",
                               "sasl.password": "bench-secret", "ssl.ca.location": ca}}
-        return cls(label, process, ports, admin, confs, {"PLAINTEXT": Side(), "SASL_SSL": Side()})
+        return cls(label, process, ports, admin, confs, collections.defaultdict(Side))
 
 
 def broker_cpu(pid: int) -> float:
@@ -199,7 +216,6 @@ class Phase:
 class Side:
     produce: list[Phase] = field(default_factory=list)
     consume: list[Phase] = field(default_factory=list)
-    whole: list[Phase] = field(default_factory=list)  # --whole: produce, each request written whole
 
 
 def measured(pid: int, records: int, run) -> Phase:
@@ -216,8 +232,9 @@ def produce_consume(conf: dict, topic: str, n: int, pid: int, batch_size: int = 
 
     value = b"x" * 1024
     # batch_messages: batches of that many records under librdkafka's default batch.size instead
-    # (see --batch-messages)
-    sizing = {"batch.num.messages": batch_messages} if batch_messages else {"batch.size": batch_size}
+    # (see --batch-messages); batch_size 0: librdkafka's default batch.size (1,000,000)
+    sizing = ({"batch.num.messages": batch_messages} if batch_messages
+              else {"batch.size": batch_size} if batch_size else {})
     # nagle_off (--nagle-off): each write() of librdkafka leaves as a segment of its own
     producer = Producer({**conf, "acks": "1", "linger.ms": 5, **sizing,
                          "queue.buffering.max.messages": 200000,
@@ -254,6 +271,65 @@ def produce_consume(conf: dict, topic: str, n: int, pid: int, batch_size: int = 
             got += sum(1 for m in msgs if not m.error())
     consumed = measured(pid, n, consume)
     consumer.close()
+    return produced, consumed
+
+
+PYTHON_CLIENTS = ("kafka-python", "aiokafka")
+
+
+def produce_consume_child(kind: str, conf: dict, topic: str, n: int, pid: int, batch_size: int = 16384,
+                          linger_ms: int = 5, measure=None) -> tuple[Phase, Phase]:
+    """The produce and consume phases of a Python client (``kind``: kafka-python or aiokafka), run
+    by bench/_security_client.py in a process of its own: the client's CPU is that process's, the
+    broker's is measured here between the "go" this process sends and the result it reads back.
+    The same settings as the librdkafka phase: 1 KiB records, acks=1, ``batch_size``, linger 5 ms,
+    SCRAM-SHA-256 over SASL_SSL; the rest the client's defaults. ``measure(pid, records, run)``, when
+    given, is called around each phase instead (bench/security_instructions.py: callgrind's counts)."""
+    import json
+    import subprocess
+
+    settings = {"bootstrap": conf["bootstrap.servers"], "topic": topic, "records": n, "batch_size": batch_size,
+                "linger_ms": linger_ms}
+    if conf.get("security.protocol") == "sasl_ssl":
+        settings.update(ca=conf["ssl.ca.location"], username=conf["sasl.username"], password=conf["sasl.password"])
+    with tempfile.TemporaryFile("w+") as errors:
+        child = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_security_client.py")), kind,
+                                  json.dumps(settings)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=errors, text=True)
+        assert child.stdin is not None and child.stdout is not None
+
+        def line() -> str:
+            got = child.stdout.readline()
+            if not got:
+                child.wait(30)
+                errors.seek(0)
+                raise RuntimeError(f"{kind} exited {child.returncode}: {errors.read()[-2000:]}")
+            return got.strip()
+
+        def run() -> dict:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            return json.loads(line())
+
+        def phase() -> Phase:
+            if (ready := line()) != "ready":
+                raise RuntimeError(f"{kind} said {ready!r}")
+            if measure is not None:
+                measure(pid, n, run)
+                return Phase(n, 1, 0, 0, 0)
+            load = os.getloadavg()[0]
+            (r0, w0), c0 = broker_events(pid), broker_cpu(pid)
+            done = run()
+            c1, (r1, w1) = broker_cpu(pid), broker_events(pid)
+            return Phase(n, done["wall"], c1 - c0, done["cpu"], load, r1 - r0, w1 - w0)
+        try:
+            produced = phase()
+            consumed = phase()
+            child.wait(60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     return produced, consumed
 
 
@@ -339,6 +415,28 @@ def produce_whole(bootstrap: str, conf: dict, topic: str, n: int, pid: int, batc
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
     return phase
+
+
+CLIENTS = ("librdkafka", "librdkafka-default", "kafka-python", "aiokafka", "whole")
+
+
+def client_labels(args: argparse.Namespace) -> dict[str, str]:
+    """What each of CLIENTS is, with its version and settings, for the report."""
+    from importlib.metadata import version
+
+    import confluent_kafka
+    librdkafka = (f"confluent-kafka {version('confluent-kafka')} (librdkafka {confluent_kafka.libversion()[0]})"
+                  f"{', socket.nagle.disable' if args.nagle_off else ''}"
+                  f"{f', max.in.flight {args.in_flight}' if args.in_flight else ''}, in this process")
+    sizing = (f"batch.num.messages {args.batch_messages:,} (batch.size librdkafka's default)" if args.batch_messages
+              else f"batch.size {args.batch_size:,}")
+    return {"librdkafka": f"{librdkafka}, {sizing}",
+            "librdkafka-default": f"{librdkafka}, librdkafka's default batch.size (1,000,000)",
+            "kafka-python": f"kafka-python {version('kafka-python')}, batch_size {args.batch_size:,}, "
+                            "in a process of its own",
+            "aiokafka": f"aiokafka {version('aiokafka')}, max_batch_size {args.batch_size:,}, in a process of its own",
+            "whole": f"kbroker's client writing each request whole, a {args.batch_size:,}-byte batch, "
+                     f"{args.depth} in flight, produce only, in this process"}
 
 
 def spread(values: list[float], fmt: str = ",.0f") -> str:
@@ -454,9 +552,17 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=0, metavar="N",
                         help="the producers' max.in.flight.requests.per.connection (librdkafka's default: 1,000,000); "
                         "1: a request at a time, the broker idle while the next one arrives")
+    parser.add_argument("--clients", default=",".join(CLIENTS[:-1]), metavar="LIST",
+                        help=f"which producers and consumers, comma-separated, from {', '.join(CLIENTS)} "
+                        "(default: all but whole)")
     parser.add_argument("--no-logins", action="store_true")
     parser.add_argument("--no-storm", action="store_true")
     args = parser.parse_args()
+    clients = [c for c in args.clients.split(",") if c]
+    if args.whole and "whole" not in clients:
+        clients.append("whole")
+    if unknown := set(clients) - set(CLIENTS):
+        parser.error(f"unknown clients {', '.join(sorted(unknown))} (from {', '.join(CLIENTS)})")
     from confluent_kafka.admin import NewTopic
 
     trees = [("this", args.repo)] + ([("before", args.before.resolve())] if args.before else [])
@@ -469,62 +575,72 @@ def main() -> int:
             for label, repo in trees:
                 brokers.append(Broker.start(label, repo, directory, keystores["localhost"], ca))
                 print(f"{label}: broker from {repo} (pid {brokers[-1].process.pid})", flush=True)
-            sizing = (f"batch.num.messages {args.batch_messages:,} (batch.size librdkafka's default)"
-                      if args.batch_messages else f"batch.size {args.batch_size:,}")
-            print(f"{args.rounds} rounds of {args.records:,} records, {sizing}"
-                  f"{', producers with socket.nagle.disable' if args.nagle_off else ''}"
-                  f"{f', max.in.flight {args.in_flight}' if args.in_flight else ''}; "
-                  f"{os.cpu_count()} CPUs; load average "
-                  f"{os.getloadavg()[0]:.2f}", flush=True)
+            labels = client_labels(args)
+            print(f"{args.rounds} rounds of {args.records:,} records (1 KiB), acks=1, linger 5 ms; "
+                  f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}", flush=True)
+            for client in clients:
+                print(f"{client}: {labels[client]}", flush=True)
             time.sleep(1)
             loads = []
             for r in range(args.rounds):
-                # A B, B A, ... between the protocols, and between the brokers with --before
-                order = [(b, name) for b in (brokers if r % 2 == 0 else brokers[::-1])
-                         for name in (("PLAINTEXT", "SASL_SSL") if r % 2 == 0 else ("SASL_SSL", "PLAINTEXT"))]
-                for broker, name in order:
-                    topic = f"bench-{name.lower()}-{r}"
-                    for f in broker.admin.create_topics([NewTopic(topic, 1, 1)]).values():
-                        f.result(30)
-                    produced, consumed = produce_consume(broker.confs[name], topic, args.records, broker.process.pid,
-                                                         args.batch_size, args.batch_messages, args.nagle_off,
-                                                         args.in_flight)
-                    broker.sides[name].produce.append(produced)
-                    broker.sides[name].consume.append(consumed)
-                    loads += [produced.load, consumed.load]
-                    whole = ""
-                    if args.whole:
-                        for f in broker.admin.create_topics([NewTopic(topic + "-whole", 1, 1)]).values():
+                # A B, B A, ... between the protocols, between the clients, and between the brokers
+                # with --before
+                for client in (clients if r % 2 == 0 else clients[::-1]):
+                    order = [(b, name) for b in (brokers if r % 2 == 0 else brokers[::-1])
+                             for name in (("PLAINTEXT", "SASL_SSL") if r % 2 == 0 else ("SASL_SSL", "PLAINTEXT"))]
+                    for broker, name in order:
+                        topic = f"bench-{client}-{name.lower()}-{r}"
+                        for f in broker.admin.create_topics([NewTopic(topic, 1, 1)]).values():
                             f.result(30)
-                        w = produce_whole(broker.confs[name]["bootstrap.servers"], broker.confs[name], topic + "-whole",
-                                          args.records, broker.process.pid, args.batch_size, args.depth)
-                        broker.sides[name].whole.append(w)
-                        loads.append(w.load)
-                        whole = (f"; whole requests: produce {w.rate:,.0f} records/s (broker {w.broker_rate:,.0f} per "
-                                 f"CPU-s, {1e6 / w.broker_rate:.2f} CPU-µs per record; client {w.client_us:.1f} "
-                                 f"CPU-µs per record)")
-                    print(f"round {r + 1}{' ' + broker.label if len(brokers) > 1 else ''} {name}: produce "
-                          f"{produced.rate:,.0f} records/s (broker {produced.broker_rate:,.0f} per CPU-s, "
-                          f"{produced.reads_per_k:,.0f} reads and {produced.wakeups_per_k:,.0f} wake-ups per 1,000 "
-                          f"records; client {produced.client_us:.1f} CPU-µs per record), consume {consumed.rate:,.0f} records/s "
-                          f"(broker {consumed.broker_rate:,.0f} per CPU-s, client {consumed.client_us:.1f} CPU-µs per "
-                          f"record); load {produced.load:.2f}{whole}", flush=True)
+                        side, conf, pid = broker.sides[client, name], broker.confs[name], broker.process.pid
+                        if client == "whole":
+                            w = produce_whole(conf["bootstrap.servers"], conf, topic, args.records, pid,
+                                              args.batch_size, args.depth)
+                            side.produce.append(w)
+                            loads.append(w.load)
+                            print(f"round {r + 1}{' ' + broker.label if len(brokers) > 1 else ''} {client} {name}: "
+                                  f"produce {w.rate:,.0f} records/s (broker {w.broker_rate:,.0f} per CPU-s, "
+                                  f"{1e6 / w.broker_rate:.2f} CPU-µs per record; client {w.client_us:.1f} CPU-µs "
+                                  f"per record); load {w.load:.2f}", flush=True)
+                            continue
+                        if client in PYTHON_CLIENTS:
+                            produced, consumed = produce_consume_child(client, conf, topic, args.records, pid,
+                                                                       args.batch_size)
+                        else:
+                            produced, consumed = produce_consume(conf, topic, args.records, pid,
+                                                                 args.batch_size if client == "librdkafka" else 0,
+                                                                 args.batch_messages if client == "librdkafka" else 0,
+                                                                 args.nagle_off, args.in_flight)
+                        side.produce.append(produced)
+                        side.consume.append(consumed)
+                        loads += [produced.load, consumed.load]
+                        print(f"round {r + 1}{' ' + broker.label if len(brokers) > 1 else ''} {client} {name}: "
+                              f"produce {produced.rate:,.0f} records/s (broker {produced.broker_rate:,.0f} per CPU-s, "
+                              f"{1e6 / produced.broker_rate:.2f} CPU-µs, {produced.reads_per_k:,.0f} reads and "
+                              f"{produced.wakeups_per_k:,.0f} wake-ups per 1,000 records; client "
+                              f"{produced.client_us:.1f} CPU-µs per record), consume {consumed.rate:,.0f} records/s "
+                              f"(broker {consumed.broker_rate:,.0f} per CPU-s, {1e6 / consumed.broker_rate:.2f} "
+                              f"CPU-µs per record; client {consumed.client_us:.1f} CPU-µs per record); "
+                              f"load {produced.load:.2f}", flush=True)
             for broker in brokers:
                 prefix = f"{broker.label}: " if len(brokers) > 1 else ""
-                for what in ("produce", "consume") + (("whole",) if args.whole else ()):
-                    for line in report("produce (whole requests)" if what == "whole" else what,
-                                       getattr(broker.sides["SASL_SSL"], what),
-                                       getattr(broker.sides["PLAINTEXT"], what)):
-                        print(prefix + line)
+                for client in clients:
+                    print(f"{prefix}{client}: {labels[client]}")
+                    for what in ("produce",) if client == "whole" else ("produce", "consume"):
+                        for line in report(f"{client} {what}", getattr(broker.sides[client, "SASL_SSL"], what),
+                                           getattr(broker.sides[client, "PLAINTEXT"], what)):
+                            print(prefix + line)
             if len(brokers) > 1:
                 this, before = brokers
-                for what in ("produce", "consume"):
-                    for name in ("SASL_SSL", "PLAINTEXT"):
-                        for label, attr in (("records/s (wall)", "rate"), ("broker records per CPU-s", "broker_rate"),
-                                            ("records per CPU-s of client and broker", "total_rate")):
-                            pairs = [getattr(a, attr) / getattr(b, attr) for a, b in
-                                     zip(getattr(this.sides[name], what), getattr(before.sides[name], what))]
-                            print(f"{what} {name} this / before, {label}: per round {spread(pairs, '.2f')}")
+                for client in clients:
+                    for what in ("produce",) if client == "whole" else ("produce", "consume"):
+                        for name in ("SASL_SSL", "PLAINTEXT"):
+                            for label, attr in (("records/s (wall)", "rate"), ("broker records per CPU-s", "broker_rate"),
+                                                ("records per CPU-s of client and broker", "total_rate")):
+                                pairs = [getattr(a, attr) / getattr(b, attr) for a, b in
+                                         zip(getattr(this.sides[client, name], what),
+                                             getattr(before.sides[client, name], what))]
+                                print(f"{client} {what} {name} this / before, {label}: per round {spread(pairs, '.2f')}")
             print(f"load average (1 min) at the phases' starts: {spread(loads, '.2f')}")
             first = brokers[0]
             if not args.no_logins:
