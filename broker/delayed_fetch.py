@@ -159,10 +159,9 @@ class FetchPurgatory(DelayedOperationPurgatory):
         self._unindexed: dict[Hashable, dict[DelayedOperation, None]] = {}
         self._seq = itertools.count()
 
-    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
+    def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
         keys = tuple(keys)
-        if super().try_complete_else_watch(op, keys):
-            return True
+        super().watch(op, keys)
         wake = op.wake_level() if isinstance(op, DelayedFetch) else None
         if wake is None:
             for key in keys:
@@ -172,7 +171,6 @@ class FetchPurgatory(DelayedOperationPurgatory):
             assert isinstance(op, DelayedFetch)
             op.indexed = True
             heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
-        return False
 
     def check_appended(self, key: Hashable, log: "Log") -> int:
         """After an append to ``key``'s ``log`` (and any move of its high watermark that
