@@ -588,7 +588,7 @@ def test_a_follower_fetch_that_read_nothing_parks_untried_and_completes_on_the_n
     assert out == [] and tries["n"] == 0 and rm.fetch_purgatory.delayed() == 1
     assert p.remote_replicas[2].log_end_offset == 3  # its position counted when it arrived
     produce(rm, 2, acks=1)
-    assert tries["n"] == 1 and len(out) == 1
+    assert len(out) == 1 and tries["n"] == 0  # its wake level reached: answered untried (DelayedFetch.reached)
     [(_topic, [pd])] = out[0]
     assert pd.error_code == 0 and len(pd.records) > 0
     expired = []
@@ -598,7 +598,7 @@ def test_a_follower_fetch_that_read_nothing_parks_untried_and_completes_on_the_n
     assert expired == []
     time.sleep(1)
     [(_topic, [pd])] = expired[0]
-    assert pd.error_code == 0 and len(pd.records) == 0 and tries["n"] == 1
+    assert pd.error_code == 0 and len(pd.records) == 0 and tries["n"] == 0
 
 
 def test_a_consumer_fetch_that_read_nothing_is_still_tried_before_it_parks(rm, tries):
@@ -620,3 +620,30 @@ def test_a_follower_fetch_with_something_to_read_is_answered_at_once(rm, tries):
     rm.fetch_messages(FetchParams(2, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 0, 0, 1 << 20)])],
                       out.append)
     assert len(out) == 1 and tries["n"] == 0 and rm.fetch_purgatory.delayed() == 0
+
+
+def test_a_parked_fetch_of_a_follower_the_leader_throttles_is_not_answered_by_an_append(rm, time, tries):
+    """KIP-73: a follower out of the ISR fetching a throttled partition while the leader's quota
+    is exceeded gets no records, and new data does not answer its long-poll early (Kafka's
+    DelayedFetch): the append that reaches its wake level tries it, and it waits on."""
+    from broker.replication_quota import ReplicationQuotas
+
+    lead(rm, isr=(1, 2))
+    quotas = rm.replication_quotas = ReplicationQuotas(1, time)
+    quotas.leader.update_quota(1000)
+    quotas.leader.update_topic("t", "0:1", broker_id=1)
+    quotas.leader.record(100_000)
+    p = rm.get_partition("t", 0)
+    produce(rm, 3, acks=1)
+    follower_fetch(rm, 2, 3)  # the high watermark at 3
+    out = []
+    # from offset 0, below the high watermark: it stays out of the ISR (caught up, it would join
+    # and be let through)
+    rm.fetch_messages(FetchParams(3, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 0, 0, 1 << 20)])],
+                      out.append)
+    assert out == [] and rm.fetch_purgatory.delayed() == 1 and 3 not in p.isr
+    produce(rm, 2, acks=1)
+    assert out == [] and tries["n"] == 1  # tried, still throttled: waits
+    time.sleep(500)
+    [(_topic, [pd])] = out[0]
+    assert pd.error_code == 0 and len(pd.records) == 0  # its max wait: answered, still held back
