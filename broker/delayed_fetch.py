@@ -136,6 +136,20 @@ class DelayedFetch(DelayedOperation):
                         return self.force_complete()
         return False
 
+    def reached(self) -> bool:
+        """What ``try_complete`` answers once the end of this fetch's one partition reached its
+        ``wake_level`` (FetchPurgatory.check_appended), without its checks: every one of them
+        that is not about the end completes the fetch too (a partition gone or changed, not
+        led, the offset outside the log), and an end at or past the level is one the fetch
+        completes at. Only a follower whose data the leader throttles (KIP-73) waits on: it
+        is tried as before. A try per woken fetch, two per acks=all produce at its leader
+        (issue 29). Any new reason for try_complete to keep a fetch waiting must be added here."""
+        if self.params.replica_id >= 0:
+            quotas = getattr(self.replica_manager, "replication_quotas", None)
+            if quotas is not None and quotas.leader.throttled:
+                return self.try_complete()
+        return self.force_complete()
+
     def on_complete(self) -> None:
         self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, from_purgatory=True))
 
@@ -159,10 +173,9 @@ class FetchPurgatory(DelayedOperationPurgatory):
         self._unindexed: dict[Hashable, dict[DelayedOperation, None]] = {}
         self._seq = itertools.count()
 
-    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
+    def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
         keys = tuple(keys)
-        if super().try_complete_else_watch(op, keys):
-            return True
+        super().watch(op, keys)
         wake = op.wake_level() if isinstance(op, DelayedFetch) else None
         if wake is None:
             for key in keys:
@@ -172,7 +185,6 @@ class FetchPurgatory(DelayedOperationPurgatory):
             assert isinstance(op, DelayedFetch)
             op.indexed = True
             heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
-        return False
 
     def check_appended(self, key: Hashable, log: "Log") -> int:
         """After an append to ``key``'s ``log`` (and any move of its high watermark that
@@ -196,7 +208,7 @@ class FetchPurgatory(DelayedOperationPurgatory):
                 op = entry[2]
                 if op.completed:
                     continue
-                if op.try_complete():
+                if op.reached():
                     done += 1
                 else:
                     again.append(entry)

@@ -92,15 +92,13 @@ class ProducePurgatory(DelayedOperationPurgatory):
         self._heaps: dict[Hashable, list[tuple[int, int, DelayedOperation]]] = {}
         self._seq = itertools.count()
 
-    def try_complete_else_watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> bool:
-        if super().try_complete_else_watch(op, keys):
-            return True
+    def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
+        super().watch(op, keys)
         if isinstance(op, DelayedProduce):
             for status in op.statuses:
                 if status.acks_pending:
                     heapq.heappush(self._heaps.setdefault(status.key, []),
                                    (status.required_offset, next(self._seq), op))
-        return False
 
     def check_hw_moved(self, key: Hashable, high_watermark: int) -> int:
         """``key``'s high watermark moved up to ``high_watermark``: complete what it completes.

@@ -13,6 +13,8 @@ min_bytes, a Produce with acks=-1 waiting for the high watermark). The contract:
   have changed the state in between); on one loop nothing runs in between, so a second try
   would give the same answer: it is not made (a check per parked fetch and per acks=all
   produce, issue 29).
+* ``watch(op, keys)`` registers it and arms the timer without the try, for a caller that has
+  just found it cannot complete (a follower's fetch that read nothing at the LEO).
 * Whoever changes state calls ``check_and_complete(key)``.
 * ``cancel()`` drops a waiting operation without completing it: the connection that asked
   for it closed, so nobody is left to answer (Kafka lets such operations run to their
@@ -105,13 +107,19 @@ class DelayedOperationPurgatory:
         """True if the operation completed right away; otherwise it is watched and timed."""
         if op.try_complete():
             return True
+        self.watch(op, keys)
+        return False
+
+    def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
+        """Watch and time ``op`` without trying it first: for a caller that has just found it
+        cannot complete (a follower's fetch that read nothing, ReplicaManager.fetch_messages),
+        where the try would only look again at what was just looked at."""
         keys = tuple(keys)
         op._purgatory = self
         op._keys = keys
         for key in keys:
             self._watchers.setdefault(key, {})[op] = None
         op._timer = self.time.schedule(op.delay_ms, op._expire)
-        return False
 
     def check_and_complete(self, key: Hashable) -> int:
         """Try every operation watching ``key``; returns how many completed."""

@@ -366,6 +366,14 @@ class ReplicaManager:
             return None
         op = DelayedFetch(params.max_wait_ms, params, topics, self, callback)
         keys = [(t, fp.partition) for t, parts in topics for fp in parts]
+        if not readable and params.isolation == FETCH_LOG_END:
+            # A follower's fetch that read nothing, without an error: each fetch offset is its
+            # partition's LEO (Log.read is empty there only, and raises outside the log), or the
+            # partition's data is throttled for it; DelayedFetch.try_complete would find the
+            # same (nothing has run since the read), so it is parked untried: at the leader of
+            # an acks=all produce, every follower's next fetch (issue 29).
+            self.fetch_purgatory.watch(op, keys)
+            return op
         if self.fetch_purgatory.try_complete_else_watch(op, keys):
             return None
         return op

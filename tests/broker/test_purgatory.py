@@ -135,3 +135,16 @@ def test_a_waiting_operation_is_tried_once_before_it_is_watched(purgatory, time)
     assert op.tries == 1 and purgatory.delayed() == 1 and time.pending_timers() == 1
     time.sleep(1000)
     assert op.completions == 1 and op.expirations == 1 and op.tries == 1
+
+
+def test_watch_parks_without_a_try_and_times_the_operation(purgatory, time):
+    state = {"ready": False}
+    op = Op(300, ready=lambda: state["ready"])
+    purgatory.watch(op, ["a"])
+    assert op.tries == 0 and purgatory.delayed() == 1 and time.pending_timers() == 1
+    state["ready"] = True
+    assert purgatory.check_and_complete("a") == 1 and op.tries == 1 and op.completions == 1
+    late = Op(300)
+    purgatory.watch(late, ["b"])
+    time.sleep(300)
+    assert (late.tries, late.completions, late.expirations) == (0, 1, 1)

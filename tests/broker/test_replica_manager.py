@@ -560,3 +560,90 @@ def test_a_fetch_answer_carries_the_logs_start_high_watermark_and_stable_offset(
     assert data.records
     assert (missing.partition, missing.error_code, missing.log_start_offset, missing.high_watermark) == \
         (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+
+
+@pytest.fixture
+def tries(monkeypatch):
+    """How often DelayedFetch.try_complete runs."""
+    from broker.delayed_fetch import DelayedFetch
+    counted = {"n": 0}
+    real = DelayedFetch.try_complete
+
+    def counting(self):
+        counted["n"] += 1
+        return real(self)
+    monkeypatch.setattr(DelayedFetch, "try_complete", counting)
+    return counted
+
+
+def test_a_follower_fetch_that_read_nothing_parks_untried_and_completes_on_the_next_append(rm, time, tries):
+    """Issue 29: at the leader of an acks=all produce every follower's next fetch reads nothing
+    (its offset is the LEO) and parks; the try before parking could only find what the read had
+    just found. It is parked untried, and answered by the next append or its max wait."""
+    p = lead(rm)
+    produce(rm, 3, acks=1)
+    out = []
+    rm.fetch_messages(FetchParams(2, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 3, 0, 1 << 20)])],
+                      out.append)
+    assert out == [] and tries["n"] == 0 and rm.fetch_purgatory.delayed() == 1
+    assert p.remote_replicas[2].log_end_offset == 3  # its position counted when it arrived
+    produce(rm, 2, acks=1)
+    assert len(out) == 1 and tries["n"] == 0  # its wake level reached: answered untried (DelayedFetch.reached)
+    [(_topic, [pd])] = out[0]
+    assert pd.error_code == 0 and len(pd.records) > 0
+    expired = []
+    rm.fetch_messages(FetchParams(2, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 5, 0, 1 << 20)])],
+                      expired.append)
+    time.sleep(499)
+    assert expired == []
+    time.sleep(1)
+    [(_topic, [pd])] = expired[0]
+    assert pd.error_code == 0 and len(pd.records) == 0 and tries["n"] == 0
+
+
+def test_a_consumer_fetch_that_read_nothing_is_still_tried_before_it_parks(rm, tries):
+    """A consumer reads to the high watermark: the follower's shortcut is not taken for it."""
+    lead(rm)
+    produce(rm, 3, acks=1)
+    follower_fetch(rm, 2, 3)
+    follower_fetch(rm, 3, 3)
+    out = []
+    rm.fetch_messages(FetchParams(-1, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 3, 0, 1 << 20)])],
+                      out.append)
+    assert out == [] and tries["n"] == 1 and rm.fetch_purgatory.delayed() == 1
+
+
+def test_a_follower_fetch_with_something_to_read_is_answered_at_once(rm, tries):
+    lead(rm)
+    produce(rm, 3, acks=1)
+    out = []
+    rm.fetch_messages(FetchParams(2, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 0, 0, 1 << 20)])],
+                      out.append)
+    assert len(out) == 1 and tries["n"] == 0 and rm.fetch_purgatory.delayed() == 0
+
+
+def test_a_parked_fetch_of_a_follower_the_leader_throttles_is_not_answered_by_an_append(rm, time, tries):
+    """KIP-73: a follower out of the ISR fetching a throttled partition while the leader's quota
+    is exceeded gets no records, and new data does not answer its long-poll early (Kafka's
+    DelayedFetch): the append that reaches its wake level tries it, and it waits on."""
+    from broker.replication_quota import ReplicationQuotas
+
+    lead(rm, isr=(1, 2))
+    quotas = rm.replication_quotas = ReplicationQuotas(1, time)
+    quotas.leader.update_quota(1000)
+    quotas.leader.update_topic("t", "0:1", broker_id=1)
+    quotas.leader.record(100_000)
+    p = rm.get_partition("t", 0)
+    produce(rm, 3, acks=1)
+    follower_fetch(rm, 2, 3)  # the high watermark at 3
+    out = []
+    # from offset 0, below the high watermark: it stays out of the ISR (caught up, it would join
+    # and be let through)
+    rm.fetch_messages(FetchParams(3, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 0, 0, 1 << 20)])],
+                      out.append)
+    assert out == [] and rm.fetch_purgatory.delayed() == 1 and 3 not in p.isr
+    produce(rm, 2, acks=1)
+    assert out == [] and tries["n"] == 1  # tried, still throttled: waits
+    time.sleep(500)
+    [(_topic, [pd])] = out[0]
+    assert pd.error_code == 0 and len(pd.records) == 0  # its max wait: answered, still held back
