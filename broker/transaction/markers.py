@@ -50,6 +50,7 @@ class TxnMarkerChannel(TxnMarkerSender):
         self.on_local_markers = on_local_markers
         self._connections: dict[int, BrokerConnection] = {}
         self._connect_locks: dict[int, asyncio.Lock] = {}
+        self._connect_queued: dict[int, int] = {}  # callers waiting for or holding the lock, per broker
         self._connecting: dict[int, asyncio.Future] = {}
         self._tasks: dict[asyncio.Task, None] = {}  # (not a set: cancelled in a replayable order)
         self._closed = False
@@ -147,27 +148,37 @@ class TxnMarkerChannel(TxnMarkerSender):
     async def connection(self, broker_id: int) -> BrokerConnection:
         """The connection to ``broker_id`` over the inter-broker listener (the KIP-890 verifier shares it)."""
         conn = self._connections.get(broker_id)
-        if conn is not None and conn.connected:
+        if conn is not None and conn.connected and not self._connect_queued.get(broker_id):
             return conn
         # one connect at a time per broker: callers arriving meanwhile (verifications of pipelined
         # produce requests) wait for it and share it, instead of each opening one and the last
-        # closing the others' under their requests in flight
+        # closing the others' under their requests in flight; and in the order they came: while
+        # any wait, a newcomer queues behind them even if the connection is open by now (else its
+        # request would reach the coordinator before theirs)
         lock = self._connect_locks.setdefault(broker_id, asyncio.Lock())
-        async with lock:
-            conn = self._connections.get(broker_id)
-            if conn is not None and conn.connected:
-                return conn
-            endpoint = self.metadata_cache.broker_endpoint(broker_id, self.listener_name)
-            if endpoint is None:
-                raise ConnectionError(f"broker {broker_id} has no {self.listener_name} endpoint")
-            conn = BrokerConnection(endpoint.host, endpoint.port, client_id=f"broker-{self.broker_id}-txn-markers",
-                                    network=self.network, time=self.time, request_timeout_ms=self.request_timeout_ms)
-            await conn.connect()
-            old = self._connections.get(broker_id)
-            if old is not None and old is not conn:
-                old.close()
-            self._connections[broker_id] = conn
+        self._connect_queued[broker_id] = self._connect_queued.get(broker_id, 0) + 1
+        try:
+            async with lock:
+                return await self._connect(broker_id)
+        finally:
+            self._connect_queued[broker_id] -= 1
+
+    async def _connect(self, broker_id: int) -> BrokerConnection:
+        """``connection``'s work under the broker's lock: the open connection, or a new one."""
+        conn = self._connections.get(broker_id)
+        if conn is not None and conn.connected:
             return conn
+        endpoint = self.metadata_cache.broker_endpoint(broker_id, self.listener_name)
+        if endpoint is None:
+            raise ConnectionError(f"broker {broker_id} has no {self.listener_name} endpoint")
+        conn = BrokerConnection(endpoint.host, endpoint.port, client_id=f"broker-{self.broker_id}-txn-markers",
+                                network=self.network, time=self.time, request_timeout_ms=self.request_timeout_ms)
+        await conn.connect()
+        old = self._connections.get(broker_id)
+        if old is not None and old is not conn:
+            old.close()
+        self._connections[broker_id] = conn
+        return conn
 
     async def _write_remote(self, broker_id: int, marker, answered: Callable[[list[tuple[str, int, int]]], None]) -> None:
         producer_id, epoch, commit, coordinator_epoch, tps = marker
