@@ -191,13 +191,20 @@ def set_quotas(bootstrap: str) -> None:
 
     async def create() -> None:
         async with KafkaClient(bootstrap) as client:
-            await client.create_topics([(topic_of(name), 1, 1, None) for name in ("fast", "slow", "raw")])
+            # The unthrottled producer writes as fast as the broker takes it, up to 1 GB/s: its log
+            # keeps its last 256 MiB (it filled 12-18 GB of disk a run otherwise; three runs kept
+            # by pytest and a test suite filled a 55 GB disk)
+            await client.create_topics([(topic_of("fast"), 1, 1, {"segment.bytes": str(64 << 20),
+                                                                  "retention.bytes": str(256 << 20),
+                                                                  "file.delete.delay.ms": "1000"})])
+            await client.create_topics([(topic_of(name), 1, 1, None) for name in ("slow", "raw")])
     asyncio.run(create())
 
 
 def start(tmp_path, samples: int, metrics: bool) -> LocalCluster:
     cluster = LocalCluster(tmp_path, 1, metrics=metrics, broker_props={"broker.heartbeat.interval.ms": 500,
-                                                      "quota.window.num": samples, "quota.window.size.seconds": 1})
+                                                      "quota.window.num": samples, "quota.window.size.seconds": 1,
+                                                      "log.retention.check.interval.ms": 1000})
     try:
         cluster.start()
     except BaseException:

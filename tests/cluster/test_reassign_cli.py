@@ -26,14 +26,16 @@ pytestmark = pytest.mark.timeout(300)
 BROKER_PROPS = {"broker.heartbeat.interval.ms": 500, "replica.fetch.backoff.ms": 200, "replica.lag.time.max.ms": 3000}
 
 
-async def create(cluster, name: str, assignment: list[list[int]], min_isr: int = 1) -> None:
+async def create(cluster, name: str, assignment: list[list[int]], min_isr: int = 1,
+                 configs: dict[str, str] | None = None) -> None:
     conn = BrokerConnection("127.0.0.1", cluster.brokers[1].port, client_id="test")
     await conn.connect()
     try:
         resp = await conn.request(ApiKey.CREATE_TOPICS, {"topics": [{
             "name": name, "num_partitions": -1, "replication_factor": -1,
             "assignments": [{"partition_index": p, "broker_ids": r} for p, r in enumerate(assignment)],
-            "configs": [{"name": "min.insync.replicas", "value": str(min_isr)}]}], "timeout_ms": 30000,
+            "configs": [{"name": k, "value": v} for k, v in {"min.insync.replicas": str(min_isr), **(configs or {})}.items()]}],
+            "timeout_ms": 30000,
             "validate_only": False}, version=4)
         assert resp.topics[0].error_code == 0, resp
     finally:

@@ -45,7 +45,7 @@ WINDOW_S = 3  # replication.quota.window.num x replication.quota.window.size.sec
 FIRST_BURST = 20_000_000  # what a new sensor lets through at once, and some
 BROKER_PROPS = {"broker.heartbeat.interval.ms": 500, "replica.fetch.backoff.ms": 200, "replica.lag.time.max.ms": 5000,
                 "replication.quota.window.num": 3, "replication.quota.window.size.seconds": 1,
-                "log.segment.bytes": 16_777_216}
+                "log.segment.bytes": 16_777_216, "log.retention.check.interval.ms": 1000}
 
 
 def fill(bootstrap: str, topic: str, size: int) -> None:
@@ -138,7 +138,10 @@ def check_throttled_move(tmp_path, strict: bool) -> None:
     load = None
     try:
         asyncio.run(create(cluster, "moving", [[1]]))
-        asyncio.run(create(cluster, "clients", [[2, 1]]))
+        # the client producer writes as fast as it is taken for up to 150 s: its log keeps its last
+        # 256 MiB (it filled 19 GB of disk a run otherwise)
+        asyncio.run(create(cluster, "clients", [[2, 1]], configs={"retention.bytes": str(256 << 20),
+                                                                           "file.delete.delay.ms": "1000"}))
         fill(bootstrap, "moving", DATA)
         total = replica_bytes(cluster.brokers[1].log_dir / "moving-0")
         assert total >= DATA
