@@ -562,19 +562,30 @@ class KafkaApis:
         requests verifying before this one on the same partitions (``VerifyingProduce``)."""
         by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
         guards: dict[tuple[str, int], Any] = {}  # partition.VerificationGuard
-        for tp, (partition, pid, epoch, sequence) in to_verify.items():
-            by_producer.setdefault((pid, epoch), []).append(tp)
-            guards[tp] = partition.start_verification(pid, sequence)
         # The request's other transactional batches (their transaction open here, nothing
-        # verifying) are appended with it, later: the producer's next batches there wait too.
-        waiting = list(guards.values())
-        for t, parts in topics:
-            for p, records in parts:
-                if (t, p) in to_verify or records is None or not first_batch_is_transactional(records):
-                    continue
-                partition = self.replica_manager.get_partition(t, p)
-                if partition is not None and partition.is_leader:
-                    waiting.append(partition.wait_behind_verifications(read_header(records, 0).producer_id))
+        # verifying) are appended with it, later: the producer's next batches there wait too, and
+        # they are checked again then (a marker may have ended the transaction meanwhile).
+        behind: dict[tuple[str, int], tuple[Any, int, int, Any]] = {}
+        waiting: list[Any] = []
+        try:
+            for tp, (partition, pid, epoch, sequence) in to_verify.items():
+                by_producer.setdefault((pid, epoch), []).append(tp)
+                guards[tp] = partition.start_verification(pid, sequence)
+                waiting.append(guards[tp])
+            for t, parts in topics:
+                for p, records in parts:
+                    if (t, p) in to_verify or records is None or not first_batch_is_transactional(records):
+                        continue
+                    partition = self.replica_manager.get_partition(t, p)
+                    if partition is not None and partition.is_leader:
+                        header = read_header(records, 0)
+                        guard = partition.wait_behind_verifications(header.producer_id)
+                        behind[(t, p)] = (partition, header.producer_id, header.producer_epoch, guard)
+                        waiting.append(guard)
+        except BaseException:
+            for guard in waiting:
+                guard.in_flight -= 1
+            raise
         remaining = len(by_producer)
         answers: dict[tuple[str, int], int] = {}
 
@@ -599,6 +610,11 @@ class KafkaApis:
                     error = ErrorCode.NOT_ENOUGH_REPLICAS
                 if error != ErrorCode.NONE:
                     failed[tp] = error
+            for tp, (partition, pid, epoch, guard) in behind.items():
+                # as Kafka's append checks a batch that needed no verification: its transaction
+                # must still be open (a marker written meanwhile would leave it hanging)
+                if not partition.verification_holds(pid, guard) or partition.needs_verification(pid, epoch):
+                    failed[tp] = ErrorCode.INVALID_TXN_STATE
             for tp, code in failed.items():
                 log.warning("transactional produce of %r to %s-%d refused by verification: %s", txn_id, tp[0], tp[1],
                             _error_name(code))
@@ -615,8 +631,12 @@ class KafkaApis:
         entry = VerifyingProduce(waiting, append)
         ctx.on_cancel(entry.cancel)
         assert self.txn_verifier is not None
-        for (pid, epoch), tps in by_producer.items():
-            self.txn_verifier.verify(txn_id, pid, epoch, tps, verified)
+        try:
+            for (pid, epoch), tps in by_producer.items():
+                self.txn_verifier.verify(txn_id, pid, epoch, tps, verified)
+        except BaseException:
+            entry.cancel()  # the producer's requests behind it must not wait for its connection to close
+            raise
 
     def _refuse_produce(self, ctx: "RequestContext", request, code: ErrorCode, metrics, message: str | None = None) -> None:
         """Kafka's handleError for a Produce: ``code`` (and ``message``, v8+) for every partition;

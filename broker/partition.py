@@ -442,6 +442,10 @@ class Partition:
         self.leader_id = self.local_broker_id
         if is_new_epoch or not was_leader:
             self.remote_replicas = {}
+            # KIP-890 guards of an earlier leadership (a marker that came by replication meanwhile
+            # dropped none of them): a stale lowest sequence would refuse the producer's next first
+            # batch for good; requests still queued keep their own guard objects
+            self.verification_guards = {}
         for rid in self.replicas:
             if rid != self.local_broker_id and rid not in self.remote_replicas:
                 replica = Replica(rid)
@@ -461,6 +465,7 @@ class Partition:
         self.leader_epoch = state.leader_epoch
         self.leader_epoch_start_offset = -1
         self.remote_replicas = {}
+        self.verification_guards = {}  # (a leader's only; see make_leader)
         return changed
 
     # -- leader: appends, HW, ISR ----------------------------------------------------------

@@ -162,3 +162,84 @@ def test_a_batch_out_of_order_is_logged_with_the_sequence_the_producer_state_exp
     assert answers(broker)[1] == (out_of_order, [(0, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)])
     [line] = [r.getMessage() for r in caplog.records if "OUT_OF_ORDER_SEQUENCE_NUMBER" in r.getMessage()]
     assert "produce to t-0 rejected" in line and f"producer {PID}" in line and "sequence 2, expected 1" in line
+
+
+def test_a_cancelled_request_releases_one_queued_behind_it(broker):
+    """A request queued behind an earlier one (answered, waiting for its turn) goes on when the
+    earlier one's connection closes (red with cancel() not releasing the queue)."""
+    verifier = broker.apis.txn_verifier
+    produce(broker, (0, 0))
+    first_conn = broker.conn
+    first_transport = broker.transport
+    reconnect(broker)
+    second = produce(broker, (0, 0))  # its retry, queued behind it (same producer, same partition)
+    verifier.answer(1)
+    assert answers(broker) == []  # the first is still verifying
+    first_conn.close("gone")
+    assert answers(broker) == [(second, [(0, ErrorCode.NONE, 0)])]
+    assert first_transport.written == []
+
+
+def test_a_verify_that_raises_does_not_hold_back_the_producers_next_requests(broker):
+    """The verifier failing at once (a bug in the coordinator's inline path) answers that request
+    with an error; the producer's next request on the same connection is not queued behind it
+    forever (it was, until the connection closed)."""
+    verifier = broker.apis.txn_verifier
+    real = verifier.verify
+    calls = []
+
+    def failing_once(*args) -> None:
+        calls.append(args)
+        if len(calls) == 1:
+            raise RuntimeError("coordinator bug")
+        real(*args)
+
+    verifier.verify = failing_once
+    produce(broker, (0, 0))
+    [(_failed, [(partition, error, _offset)])] = answers(broker)
+    assert partition == 0 and error != ErrorCode.NONE
+    retry = produce(broker, (0, 0))
+    verifier.answer(0)
+    assert answers(broker) == [(retry, [(0, ErrorCode.NONE, 0)])]
+    assert not broker.rm.get_partition("t", 0).verifying(PID)
+
+
+def test_a_waiting_batch_whose_transaction_a_marker_ended_is_refused(broker):
+    """A request verifying on partition 0 also carries the next batch of the transaction open on
+    partition 1; an abort marker on partition 1 while it waits ends that transaction: the batch
+    is refused INVALID_TXN_STATE, not appended after the marker (a hanging transaction)."""
+    verifier = broker.apis.txn_verifier
+    opening = produce(broker, (1, 0))
+    verifier.answer(0)
+    assert answers(broker) == [(opening, [(1, ErrorCode.NONE, 0)])]
+    both = produce(broker, (0, 0), (1, 1))
+    p1 = broker.rm.get_partition("t", 1)
+    p1.append_end_txn_marker(PID, EPOCH, 0, False)
+    end = p1.log.log_end_offset
+    verifier.answer(1)
+    assert answers(broker) == [(both, [(0, ErrorCode.NONE, 0), (1, ErrorCode.INVALID_TXN_STATE, -1)])]
+    assert p1.log.log_end_offset == end
+    assert p1.log.producer_state.last_entry(PID).current_txn_first_offset < 0  # nothing left open
+
+
+def test_a_new_leadership_drops_the_guards_of_the_last(broker):
+    """A guard left from an earlier leadership (its transaction's marker came by replication,
+    which drops no guard) must not refuse the producer's next first batch for good (its stale
+    lowest sequence made every retry NOT_ENOUGH_REPLICAS)."""
+    from broker.partition import LeaderAndIsrState
+
+    verifier = broker.apis.txn_verifier
+    p0 = broker.rm.get_partition("t", 0)
+    p0.start_verification(PID, 0)  # a verification that never finished here
+    state = LeaderAndIsrState("t", 0, 1, p0.local_broker_id + 1, p0.leader_epoch + 1, [p0.local_broker_id],
+                              1, [p0.local_broker_id, p0.local_broker_id + 1])
+    p0.make_follower(state)
+    assert p0.verification_guards == {}
+    state = LeaderAndIsrState("t", 0, 1, p0.local_broker_id, p0.leader_epoch + 1, [p0.local_broker_id], 2,
+                              [p0.local_broker_id, p0.local_broker_id + 1])
+    p0.start_verification(PID, 0)
+    p0.make_leader(state)
+    assert p0.verification_guards == {}
+    first = produce(broker, (0, 1))  # the producer's first batch here starts at sequence 1
+    verifier.answer(len(verifier.asked) - 1)
+    assert answers(broker) == [(first, [(0, ErrorCode.NONE, 0)])]

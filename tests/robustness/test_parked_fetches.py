@@ -59,8 +59,9 @@ def test_produce_to_another_partition_tries_none_of_them(rm, monkeypatch):
     for _ in range(10):
         park(rm, "a", 0)
     calls = []
-    original = DelayedFetch.try_complete
+    original, reached = DelayedFetch.try_complete, DelayedFetch.reached  # (a woken fetch: reached())
     monkeypatch.setattr(DelayedFetch, "try_complete", lambda self: calls.append(1) or original(self))
+    monkeypatch.setattr(DelayedFetch, "reached", lambda self: calls.append(1) or reached(self))
     produce(rm, "b", 0)
     assert calls == [] and rm.fetch_purgatory.delayed() == 10
     produce(rm, "a", 0)
@@ -157,8 +158,9 @@ def test_an_append_tries_only_the_fetches_its_new_end_can_complete(rm, monkeypat
     far = [park(rm, "a", 0, min_bytes=1 << 20)[0] for _ in range(1000)]  # need 1 MiB more
     near_op, near_out = park(rm, "a", 0, min_bytes=150)
     calls = []
-    original = DelayedFetch.try_complete
+    original, reached = DelayedFetch.try_complete, DelayedFetch.reached  # (a woken fetch: reached())
     monkeypatch.setattr(DelayedFetch, "try_complete", lambda self: calls.append(self) or original(self))
+    monkeypatch.setattr(DelayedFetch, "reached", lambda self: calls.append(self) or reached(self))
     produce(rm, "a", 0)  # ~170 bytes: reaches the near one's wake-up position only
     assert calls == [near_op] and near_out
     calls.clear()
