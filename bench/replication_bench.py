@@ -89,6 +89,19 @@ PROBE_INTERVAL_S = 0.001
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+async def assign_rf3(brokers: dict[int, tuple[str, int]]) -> None:
+    """The bench's topics on brokers 1-3, RF=3, leaders spread (a static controller's LeaderAndIsr)."""
+    def rf3(topic: str, partitions: int) -> list[PartitionAssignment]:
+        return [PartitionAssignment(topic, p, leader=1 + p % 3, leader_epoch=0,
+                                    isr=[1 + (p + k) % 3 for k in range(3)], replicas=[1 + (p + k) % 3 for k in range(3)])
+                for p in range(partitions)]
+    ctrl = StaticController(brokers)
+    try:
+        await ctrl.assign(rf3(TOPIC, PARTITIONS) + rf3(PROBE_TOPIC, PROBE_PARTITIONS))
+    finally:
+        await ctrl.close()
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
@@ -353,22 +366,7 @@ def one_round(args, repo: Path = REPO) -> dict:
         for p in procs.values():
             p.start()
         brokers = {i: ("127.0.0.1", p.port) for i, p in procs.items()}
-        assignments = [PartitionAssignment(TOPIC, p, leader=1 + p % 3, leader_epoch=0,
-                                           isr=[1 + (p + k) % 3 for k in range(3)],
-                                           replicas=[1 + (p + k) % 3 for k in range(3)])
-                       for p in range(PARTITIONS)]
-        probe = [PartitionAssignment(PROBE_TOPIC, p, leader=1 + p % 3, leader_epoch=0,
-                                     isr=[1 + (p + k) % 3 for k in range(3)],
-                                     replicas=[1 + (p + k) % 3 for k in range(3)])
-                 for p in range(PROBE_PARTITIONS)]
-
-        async def assign():
-            ctrl = StaticController(brokers)
-            try:
-                await ctrl.assign(assignments + probe)
-            finally:
-                await ctrl.close()
-        asyncio.run(assign())
+        asyncio.run(assign_rf3(brokers))
         bootstrap = procs[1].bootstrap
         out = {}
         all_bootstrap = ",".join(p.bootstrap for p in procs.values())

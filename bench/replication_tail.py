@@ -50,8 +50,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
-from controller.static import PartitionAssignment, StaticController  # noqa: E402
-from replication_bench import (PARTITIONS, PROBE_PARTITIONS, PROBE_TOPIC, TOPIC, EndToEndProbe,  # noqa: E402
+from replication_bench import (EndToEndProbe, assign_rf3,  # noqa: E402
                                cpu_seconds, load, run_queue_wait_seconds)
 
 DIAG = Path(__file__).resolve().parent / "_diag_broker.py"
@@ -108,22 +107,7 @@ def one_round(args, repo: Path) -> dict:
             p.start()
         os.environ.pop("KBROKER_DIAG_OUT", None)
         brokers = {i: ("127.0.0.1", p.port) for i, p in procs.items()}
-        assignments = [PartitionAssignment(TOPIC, p, leader=1 + p % 3, leader_epoch=0,
-                                           isr=[1 + (p + k) % 3 for k in range(3)],
-                                           replicas=[1 + (p + k) % 3 for k in range(3)])
-                       for p in range(PARTITIONS)]
-        probe = [PartitionAssignment(PROBE_TOPIC, p, leader=1 + p % 3, leader_epoch=0,
-                                     isr=[1 + (p + k) % 3 for k in range(3)],
-                                     replicas=[1 + (p + k) % 3 for k in range(3)])
-                 for p in range(PROBE_PARTITIONS)]
-
-        async def assign():
-            ctrl = StaticController(brokers)
-            try:
-                await ctrl.assign(assignments + probe)
-            finally:
-                await ctrl.close()
-        asyncio.run(assign())
+        asyncio.run(assign_rf3(brokers))
         if args.slice_us:
             for p in procs.values():
                 set_slice(p.pid, int(args.slice_us * 1000))
