@@ -89,12 +89,15 @@ PROBE_INTERVAL_S = 0.001
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def rf3(topic: str, partitions: int) -> list[PartitionAssignment]:
+    """``topic`` on brokers 1-3, RF=3, leaders spread."""
+    return [PartitionAssignment(topic, p, leader=1 + p % 3, leader_epoch=0,
+                                isr=[1 + (p + k) % 3 for k in range(3)], replicas=[1 + (p + k) % 3 for k in range(3)])
+            for p in range(partitions)]
+
+
 async def assign_rf3(brokers: dict[int, tuple[str, int]]) -> None:
-    """The bench's topics on brokers 1-3, RF=3, leaders spread (a static controller's LeaderAndIsr)."""
-    def rf3(topic: str, partitions: int) -> list[PartitionAssignment]:
-        return [PartitionAssignment(topic, p, leader=1 + p % 3, leader_epoch=0,
-                                    isr=[1 + (p + k) % 3 for k in range(3)], replicas=[1 + (p + k) % 3 for k in range(3)])
-                for p in range(partitions)]
+    """The bench's topics, RF=3 (``rf3``), sent as a static controller's LeaderAndIsr."""
     ctrl = StaticController(brokers)
     try:
         await ctrl.assign(rf3(TOPIC, PARTITIONS) + rf3(PROBE_TOPIC, PROBE_PARTITIONS))
@@ -382,7 +385,7 @@ def one_round(args, repo: Path = REPO) -> dict:
             probed = label not in ("full", "open")
             e2e = (EndToEndProbe(all_bootstrap, step, args.probe_interval_ms / 1000) if probed
                    else contextlib.nullcontext())
-            with LagSampler(brokers, assignments) as lag, e2e:
+            with LagSampler(brokers, rf3(TOPIC, PARTITIONS)) as lag, e2e:
                 if label.startswith("open"):  # half the full step's request rate, on a schedule
                     res = paced(bootstrap, procs[1].pid, args.duration, out["full"][0]["requests_per_s"] / 2,
                                 connections)
