@@ -579,7 +579,7 @@ class KafkaApis:
                     partition = self.replica_manager.get_partition(t, p)
                     if partition is not None and partition.is_leader:
                         header = read_header(records, 0)
-                        guard = partition.wait_behind_verifications(header.producer_id)
+                        guard = partition.start_verification(header.producer_id)
                         behind[(t, p)] = (partition, header.producer_id, header.producer_epoch, guard)
                         waiting.append(guard)
         except BaseException:

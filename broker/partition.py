@@ -495,26 +495,21 @@ class Partition:
         entry = leader_log.producer_state.last_entry(producer_id)
         return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != epoch
 
-    def start_verification(self, producer_id: int, base_sequence: int) -> "VerificationGuard":
+    def start_verification(self, producer_id: int,
+                           base_sequence: int = NO_VERIFYING_SEQUENCE) -> "VerificationGuard":
         """The producer's verification guard here, shared by every request verifying at the same
         time (its first batches pipelined: Kafka's VerificationStateEntry keeps one guard per
         producer until a marker), remembering the lowest sequence among them (see
-        ``out_of_order_first_batch``); a new one after a marker dropped it."""
+        ``out_of_order_first_batch``); a new one after a marker dropped it. Without
+        ``base_sequence``: a transactional batch of the producer, its transaction open here, in a
+        request that waits for verifications elsewhere; it holds the guard too (shared with what
+        verifies here now or later), so that the producer's next requests here verify, hence
+        wait, behind it."""
         guard = self.verification_guards.get(producer_id)
         if guard is None:
             guard = self.verification_guards[producer_id] = VerificationGuard(base_sequence)
         else:
             guard.lowest_sequence = min(guard.lowest_sequence, base_sequence)
-        guard.in_flight += 1
-        return guard
-
-    def wait_behind_verifications(self, producer_id: int) -> "VerificationGuard":
-        """A transactional batch of the producer, its transaction open here, in a request that
-        waits for verifications elsewhere: the producer's guard here (shared with what verifies
-        here now or later), so that its next requests here verify, hence wait, behind it."""
-        guard = self.verification_guards.get(producer_id)
-        if guard is None:
-            guard = self.verification_guards[producer_id] = VerificationGuard(NO_VERIFYING_SEQUENCE)
         guard.in_flight += 1
         return guard
 
