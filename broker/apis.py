@@ -562,44 +562,12 @@ class KafkaApis:
         requests verifying before this one on the same partitions (``VerifyingProduce``)."""
         by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
         guards: dict[tuple[str, int], Any] = {}  # partition.VerificationGuard
-        # The request's other transactional batches (their transaction open here, nothing
-        # verifying) are appended with it, later: the producer's next batches there wait too, and
-        # they are checked again then (a marker may have ended the transaction meanwhile).
-        behind: dict[tuple[str, int], tuple[Any, int, int, Any]] = {}
-        waiting: list[Any] = []
-        try:
-            for tp, (partition, pid, epoch, sequence) in to_verify.items():
-                by_producer.setdefault((pid, epoch), []).append(tp)
-                guards[tp] = partition.start_verification(pid, sequence)
-                waiting.append(guards[tp])
-            for t, parts in topics:
-                for p, records in parts:
-                    if (t, p) in to_verify or records is None or not first_batch_is_transactional(records):
-                        continue
-                    partition = self.replica_manager.get_partition(t, p)
-                    if partition is not None and partition.is_leader:
-                        header = read_header(records, 0)
-                        guard = partition.start_verification(header.producer_id)
-                        behind[(t, p)] = (partition, header.producer_id, header.producer_epoch, guard)
-                        waiting.append(guard)
-        except BaseException:
-            for guard in waiting:
-                guard.in_flight -= 1
-            raise
-        remaining = len(by_producer)
-        answers: dict[tuple[str, int], int] = {}
-
-        def verified(errors: dict[tuple[str, int], int]) -> None:
-            nonlocal remaining
-            answers.update(errors)
-            remaining -= 1
-            if not remaining:
-                entry.ready()
+        behind: dict[tuple[str, int], tuple[Any, int, int, Any]] = {}  # ... and guard of the batches waiting
 
         def append() -> None:
             # checked now, in arrival order: the batches before this one are appended (or refused)
             failed: dict[tuple[str, int], int] = {}
-            for tp, error in answers.items():
+            for tp, error in entry.answers.items():
                 partition, pid, epoch, sequence = to_verify[tp]
                 if error == ErrorCode.NONE and not partition.verification_holds(pid, guards[tp]):
                     error = ErrorCode.INVALID_TXN_STATE  # a marker came meanwhile
@@ -628,8 +596,28 @@ class KafkaApis:
             if op is not None:
                 ctx.on_cancel(op.cancel)
 
-        entry = VerifyingProduce(waiting, append)
+        entry = VerifyingProduce(append)
+        try:
+            for tp, (partition, pid, epoch, sequence) in to_verify.items():
+                by_producer.setdefault((pid, epoch), []).append(tp)
+                guards[tp] = entry.join(partition, pid, sequence)
+            # The request's other transactional batches (their transaction open here, nothing
+            # verifying) are appended with it, later: the producer's next batches there wait too, and
+            # they are checked again then (a marker may have ended the transaction meanwhile).
+            for t, parts in topics:
+                for p, records in parts:
+                    if (t, p) in to_verify or records is None or not first_batch_is_transactional(records):
+                        continue
+                    partition = self.replica_manager.get_partition(t, p)
+                    if partition is not None and partition.is_leader:
+                        header = read_header(records, 0)
+                        guard = entry.join(partition, header.producer_id)
+                        behind[(t, p)] = (partition, header.producer_id, header.producer_epoch, guard)
+        except BaseException:
+            entry.cancel()
+            raise
         ctx.on_cancel(entry.cancel)
+        verified = entry.expect(len(by_producer))
         assert self.txn_verifier is not None
         try:
             for (pid, epoch), tps in by_producer.items():

@@ -107,20 +107,43 @@ class VerificationGuard:
 
 
 class VerifyingProduce:
-    """A produce request whose transactional batches are verifying on some partitions (one
-    ``VerificationGuard`` each, where it waits in the guard's queue): ``append`` runs once every
-    answer is in (``ready``) and every request queued before it on those guards has been
-    appended, refused or cancelled."""
+    """A produce request whose transactional batches are verifying on some partitions, or wait
+    behind verifications there (``join``: one ``VerificationGuard`` each, where it waits in the
+    guard's queue): ``append`` runs once every answer is in (``expect``, then ``ready``) and
+    every request queued before it on those guards has been appended, refused or cancelled."""
 
-    __slots__ = ("guards", "answered", "finished", "_append")
+    __slots__ = ("guards", "answers", "answered", "finished", "_pending", "_append")
 
-    def __init__(self, guards: list[VerificationGuard], append: Callable[[], None]) -> None:
-        self.guards = guards
+    def __init__(self, append: Callable[[], None]) -> None:
+        self.guards: list[VerificationGuard] = []
+        self.answers: dict[tuple[str, int], int] = {}  # the coordinator's error per partition verified
         self.answered = False
         self.finished = False
+        self._pending = 0
         self._append = append
-        for guard in guards:
-            guard.queue.append(self)
+
+    def join(self, partition: "Partition", producer_id: int,
+             base_sequence: int = NO_VERIFYING_SEQUENCE) -> VerificationGuard:
+        """Hold the producer's guard on ``partition`` (``Partition.start_verification``: the
+        batch verifying there from ``base_sequence``, or without it, one whose transaction is open
+        there) and queue behind the requests already holding it. A request that fails to join
+        everywhere is given up (``cancel``)."""
+        guard = partition.start_verification(producer_id, base_sequence)
+        guard.queue.append(self)
+        self.guards.append(guard)
+        return guard
+
+    def expect(self, count: int) -> Callable[[dict[tuple[str, int], int]], None]:
+        """The callback of the ``count`` verifications asked (each answers ``{(topic,
+        partition): error}`` once, into ``answers``): the last one makes the request ``ready``."""
+        self._pending = count
+        return self._answered
+
+    def _answered(self, errors: dict[tuple[str, int], int]) -> None:
+        self.answers.update(errors)
+        self._pending -= 1
+        if not self._pending:
+            self.ready()
 
     def ready(self) -> None:
         """Every answer is in: appended now, or once the requests before it are."""
