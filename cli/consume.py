@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Collection
 
 from cli.common import UsageError
 from protocol.client import Consumer, ConsumerRecord, GroupConsumer, KafkaClient, TopicPartition
@@ -51,6 +51,20 @@ async def _poll(consumer: Consumer | GroupConsumer, wait_ms: int) -> list[Consum
     return [r for rs in batch.values() for r in rs]
 
 
+async def _reached_end(client: KafkaClient, isolation_level: int, ends: dict[TopicPartition, int],
+                       partitions: Collection[TopicPartition],
+                       position: Callable[[TopicPartition], Awaitable[int]]) -> bool:
+    """-e: every one of ``partitions`` read to its end, the end it had when first checked
+    (asked then, kept in ``ends``). The client's ListOffsets goes to each partition's leader, and a
+    leader that moved (NOT_LEADER_OR_FOLLOWER, a lost connection) is asked again after a metadata
+    refresh (``KafkaClient.with_retries``, the client's retry backoff)."""
+    new = [tp for tp in partitions if tp not in ends]
+    if new:
+        found = await client.offsets_for_times(dict.fromkeys(new, -1), isolation_level)
+        ends.update((tp, offset) for tp, (offset, _ts) in found.items())
+    return all([await position(tp) >= ends[tp] for tp in partitions])
+
+
 async def _print_records(client: KafkaClient, args: argparse.Namespace, render: Callable[[ConsumerRecord], bytes],
                          take: Callable[[int, int | None], Awaitable[list[ConsumerRecord]]],
                          at_end: Callable[[], Awaitable[bool]] | None = None) -> int:
@@ -95,13 +109,8 @@ async def run_group(client: KafkaClient, args: argparse.Namespace) -> int:
             """As kcat -G -e: every partition of the member's current assignment read to the end
             it had when first assigned (none assigned: nothing to read). Before the first join,
             and while a rebalance is pending, never."""
-            if not consumer.stable:
-                return False
-            new = [tp for tp in consumer.assignment if tp not in ends]
-            if new:
-                found = await client.offsets_for_times(dict.fromkeys(new, -1), args.isolation_level)
-                ends.update((tp, offset) for tp, (offset, _ts) in found.items())
-            return all([await consumer.consumer.position(tp) >= ends[tp] for tp in consumer.assignment])
+            return consumer.stable and await _reached_end(client, args.isolation_level, ends, consumer.assignment,
+                                                          consumer.consumer.position)
 
         at_end = reached_end
 
@@ -151,11 +160,10 @@ async def run(client: KafkaClient, args: argparse.Namespace) -> int:
         consumer.seek_to_end()
     at_end: Callable[[], Awaitable[bool]] | None = None
     if args.exit_at_end:
-        found = await client.offsets_for_times(dict.fromkeys(tps, -1), args.isolation_level)
-        end_offsets = {tp: offset for tp, (offset, _ts) in found.items()}
+        end_offsets: dict[TopicPartition, int] = {}
 
         async def reached_end() -> bool:
-            return all([await consumer.position(tp) >= end for tp, end in end_offsets.items()])
+            return await _reached_end(client, args.isolation_level, end_offsets, tps, consumer.position)
 
         at_end = reached_end
 
