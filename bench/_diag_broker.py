@@ -20,13 +20,12 @@ import asyncio
 import gc
 import json
 import os
-import runpy
 import signal
-import sys
 import threading
 import time
 
 import uvloop
+from _wrapper import run_module_from_argv  # (bench/, the script's directory, is on sys.path)
 
 PERIOD_S = 0.005
 recording = False
@@ -142,10 +141,4 @@ _install_pwrite()
 gc.callbacks.append(_gc)
 signal.signal(signal.SIGUSR1, _start)
 signal.signal(signal.SIGUSR2, _stop)
-args = sys.argv[1:]
-if args and args[0] != "-m":
-    args = args[1:]
-if len(args) < 2 or args[0] != "-m":
-    raise SystemExit("usage: _diag_broker.py -m MODULE ARGS")
-sys.argv = [sys.argv[0], *args[2:]]
-runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+run_module_from_argv()

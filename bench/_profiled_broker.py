@@ -12,9 +12,10 @@ import collections
 import cProfile
 import json
 import os
-import runpy
 import signal
 import sys
+
+from _wrapper import run_module_from_argv  # (bench/, the script's directory, is on sys.path)
 
 profile = cProfile.Profile()
 opcodes: collections.Counter = collections.Counter()  # (file, first line, name) -> bytecodes run
@@ -48,14 +49,5 @@ def _stop(*_) -> None:
 
 
 signal.signal(signal.SIGUSR1, _start)
-
-
 signal.signal(signal.SIGUSR2, _stop)
-args = sys.argv[1:]
-if args and args[0] != "-m":
-    args = args[1:]
-if len(args) < 2 or args[0] != "-m":
-    raise SystemExit("usage: _profiled_broker.py -m MODULE ARGS")
-module = args[1]
-sys.argv = [sys.argv[0], *args[2:]]
-runpy.run_module(module, run_name="__main__", alter_sys=True)
+run_module_from_argv()
