@@ -135,8 +135,9 @@ class RequestHeader:
 
 def parse_request_header(buf: Buffer, flexible: bool | None = None, *,
                          flexible_for: Callable[[int, int], bool] | None = None,
-                         flexible_versions: Container[tuple[int, int]] | None = None) -> RequestHeader:
-    """Parse a request header v1/v2 at the start of ``buf``.
+                         flexible_versions: Container[tuple[int, int]] | None = None,
+                         cls: type[RequestHeader] = RequestHeader) -> RequestHeader:
+    """Parse a request header v1/v2 at the start of ``buf`` into a ``cls``.
 
     Whether the tagged-field block (v2) follows depends on the API and version, so pass
     ``flexible``, or the (api_key, api_version) pairs that have it (``flexible_versions``:
@@ -169,7 +170,7 @@ def parse_request_header(buf: Buffer, flexible: bool | None = None, *,
             pos = skip_tagged_fields(buf, pos)
         except (IndexError, ValueError):
             raise RemoteProtocolError("request header tagged fields are truncated") from None
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+    return cls(api_key, api_version, correlation_id, client_id, pos)
 
 
 def parse_header_py(buf: Buffer, flexible_versions: Container[tuple[int, int]],
@@ -178,12 +179,9 @@ def parse_header_py(buf: Buffer, flexible_versions: Container[tuple[int, int]],
     the reason (a str) instead of raising: the reference of protocol/_produce_codec.c's
     ``parse_header``, which the broker calls for every request (``parse_header``)."""
     try:
-        header = parse_request_header(buf, flexible_versions=flexible_versions)
+        return parse_request_header(buf, flexible_versions=flexible_versions, cls=cls)
     except RemoteProtocolError as exc:
         return str(exc)
-    if cls is RequestHeader:
-        return header
-    return cls(header.api_key, header.api_version, header.correlation_id, header.client_id, header.size)
 
 
 # The broker's header parse: parse_header(frame, REQUEST_FLEXIBLE_VERSIONS, RequestHeader) ->
