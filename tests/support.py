@@ -7,11 +7,30 @@ on real sockets; nothing here mocks the network, the disk or the clients."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import threading
 import time
 from pathlib import Path
 
 from controller.launcher import BrokerProcess, free_port, port_open  # noqa: F401  (re-exported for tests)
+
+
+async def tls_handshake(raw: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO,
+                        timeout_s: float) -> None:
+    """A client's TLS handshake over a non-blocking socket and memory BIOs (for the tests that
+    write TLS records themselves): each flight sent, the peer's answer awaited (``timeout_s``)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            await loop.sock_sendall(raw, outgoing.read())
+            data = await asyncio.wait_for(loop.sock_recv(raw, 65536), timeout_s)
+            assert data, "closed during the handshake"
+            incoming.write(data)
+    await loop.sock_sendall(raw, outgoing.read())
 
 
 def wait_until(predicate, timeout_s: float = 20.0, interval_s: float = 0.02, what: str = "condition"):

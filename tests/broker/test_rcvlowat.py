@@ -20,6 +20,7 @@ from broker.network import KafkaConnection, SocketServer
 from cli.certs import make_certs
 from protocol.client.tls import server_context
 from protocol.fast_codecs import encode_request_header
+from tests.support import tls_handshake
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\" fixture is deprecated"),
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_RCVLOWAT is used on Linux only")]
@@ -93,16 +94,7 @@ class TlsClient(PlainClient):
         tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
         raw = connect(port)
         self = cls(raw, tls, incoming, outgoing)
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                await PlainClient.send(self, outgoing.read())
-                data = await asyncio.wait_for(self.loop.sock_recv(raw, 65536), ANSWER_TIMEOUT_S)
-                assert data, "closed during the handshake"
-                incoming.write(data)
-        await PlainClient.send(self, outgoing.read())
+        await tls_handshake(raw, tls, incoming, outgoing, ANSWER_TIMEOUT_S)
         return self
 
     async def send(self, data: bytes) -> None:

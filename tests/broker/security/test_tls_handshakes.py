@@ -21,6 +21,7 @@ from broker.security.principal_mapper import SslPrincipalMapper
 from cli.certs import make_certs
 from protocol.client.tls import server_context
 from protocol.fast_codecs import encode_request_header
+from tests.support import tls_handshake
 
 TIMEOUT_S = 0.4
 # Both loops run these (event_loop_policy below; the hook pytest-asyncio now prefers would
@@ -196,16 +197,7 @@ async def tls12_client(port: int, ca: str, keystore: str):
     tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
     raw = socket.create_connection(("127.0.0.1", port))
     raw.setblocking(False)
-    while True:
-        try:
-            tls.do_handshake()
-            break
-        except ssl.SSLWantReadError:
-            await loop.sock_sendall(raw, outgoing.read())
-            data = await asyncio.wait_for(loop.sock_recv(raw, 65536), 5)
-            assert data, "closed during the handshake"
-            incoming.write(data)
-    await loop.sock_sendall(raw, outgoing.read())
+    await tls_handshake(raw, tls, incoming, outgoing, 5)
     wire = bytearray()
 
     async def send(data: bytes) -> None:
