@@ -12,7 +12,7 @@ from protocol.api_keys import ApiKey
 from protocol.client import KafkaClient, TopicPartition
 from protocol.errors import ErrorCode
 from protocol.messages import APIS
-from tests.client.test_client import BROKER_RANGES, CLOSE, _TwoFakeBrokers, api_versions_body, response
+from tests.client.test_client import CLOSE, _TwoFakeBrokers, response
 
 TP = TopicPartition("t", 0)
 
@@ -30,14 +30,9 @@ class EndMoves(_TwoFakeBrokers):
 
     def respond(self, node: int, header, body: bytes):
         if header.api_key == ApiKey.API_VERSIONS:
-            return response(header.correlation_id, api_versions_body(header.api_version, {
-                **BROKER_RANGES, ApiKey.LIST_OFFSETS: (1, 7)}))
+            return self.versions(header, {ApiKey.LIST_OFFSETS: (1, 7)})
         if header.api_key == ApiKey.METADATA:
-            return response(header.correlation_id, APIS[ApiKey.METADATA].response.build(header.api_version, {
-                "brokers": [{"node_id": n, "host": "127.0.0.1", "port": port} for n, port in self.ports.items()],
-                "controller_id": 1, "topics": [{"error_code": 0, "name": "t", "partitions": [{
-                    "error_code": 0, "partition_index": 0, "leader_id": self.leader, "leader_epoch": self.leader,
-                    "replica_nodes": [1, 2], "isr_nodes": [1, 2]}]}]}))
+            return self.metadata(header, self.leader, self.leader)
         if header.api_key != ApiKey.LIST_OFFSETS:
             return None
         self.list_offsets.append(node)

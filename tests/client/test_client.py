@@ -232,6 +232,19 @@ class _TwoFakeBrokers:
         for fake in self.brokers.values():
             await fake.__aexit__(*exc_info)
 
+    def versions(self, header, extra: dict[int, tuple[int, int]]) -> bytes:
+        """An ApiVersions answer: BROKER_RANGES and ``extra``."""
+        return response(header.correlation_id, api_versions_body(header.api_version, {**BROKER_RANGES, **extra}))
+
+    def metadata(self, header, leader: int, epoch: int) -> bytes:
+        """A Metadata answer: brokers 1 and 2, replicas of "t"-0 (both in sync), ``leader``
+        leading it in ``epoch``."""
+        return response(header.correlation_id, APIS[ApiKey.METADATA].response.build(header.api_version, {
+            "brokers": [{"node_id": n, "host": "127.0.0.1", "port": port} for n, port in self.ports.items()],
+            "controller_id": 1, "topics": [{"error_code": 0, "name": "t", "partitions": [{
+                "error_code": 0, "partition_index": 0, "leader_id": leader, "leader_epoch": epoch,
+                "replica_nodes": [1, 2], "isr_nodes": [1, 2]}]}]}))
+
 
 class TwoLeaders(_TwoFakeBrokers):
     """Brokers 1 and 2, leading "t"-0 and "t"-1. Broker 1 answers a Fetch of "t"-0 at an
@@ -426,14 +439,9 @@ class LeaderMoves(_TwoFakeBrokers):
 
     def respond(self, node: int, header, body: bytes):
         if header.api_key == ApiKey.API_VERSIONS:
-            return response(header.correlation_id, api_versions_body(header.api_version, {
-                **BROKER_RANGES, ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch}))
+            return self.versions(header, {ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch})
         if header.api_key == ApiKey.METADATA:
-            return response(header.correlation_id, APIS[ApiKey.METADATA].response.build(header.api_version, {
-                "brokers": [{"node_id": n, "host": "127.0.0.1", "port": port} for n, port in self.ports.items()],
-                "controller_id": 1, "topics": [{"error_code": 0, "name": "t", "partitions": [{
-                    "error_code": 0, "partition_index": 0, "leader_id": self.leader, "leader_epoch": self.epoch,
-                    "replica_nodes": [1, 2], "isr_nodes": [1, 2]}]}]}))
+            return self.metadata(header, self.leader, self.epoch)
         if header.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             api = APIS[ApiKey.OFFSET_FOR_LEADER_EPOCH]
             request = api.request.parse(header.api_version, body)
