@@ -52,7 +52,12 @@ figures taken minutes apart on this machine differ by up to 40 %. Each broker's 
 given per produce request of the whole run (its CPU seconds / the load's requests): every broker
 leads some partitions and follows others, so it is the cluster's cost spread per broker.
 
+``--broker-config KEY=VALUE`` sets a broker setting for both trees; ``--after-config KEY=VALUE``
+for the after tree only, so ``--before`` naming this same checkout measures a setting alone
+(``--after-config log.preallocate=true``: segment files reserved on disk, storage/file_records.py).
+
     python bench/replication_bench.py [--rounds 3] [--duration 8] [--before PATH] [--closed-steps 2x4,2x2,1x2,1x1]
+                                      [--broker-config KEY=VALUE] [--after-config KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -360,11 +365,30 @@ class EndToEndProbe:
                 "queue_p99_ms": max(self.queue_p99_ms) if self.queue_p99_ms else None}
 
 
-def one_round(args, repo: Path = REPO) -> dict:
+def add_config_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting for every broker of both trees (repeatable)")
+    ap.add_argument("--after-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting for the after tree's brokers only: with --before naming this same "
+                         "checkout, an A/B of the setting alone (e.g. log.preallocate=true)")
+
+
+def broker_overrides(args, name: str) -> dict:
+    """The brokers' settings of one tree ("before" or "after"): the bench's, then --broker-config,
+    then (after only) --after-config."""
+    overrides: dict = {"process.roles": "broker", "min.insync.replicas": 2, "log.retention.check.interval.ms": 3600000}
+    for item in args.broker_config + (args.after_config if name == "after" else []):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"{item!r} is not KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def one_round(args, repo: Path = REPO, name: str = "after") -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rbench-"))
-    procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, repo=repo, overrides={
-        "process.roles": "broker", "min.insync.replicas": 2,
-        "log.retention.check.interval.ms": 3600000}) for i in (1, 2, 3)}
+    procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, repo=repo,
+                              overrides=broker_overrides(args, name)) for i in (1, 2, 3)}
     try:
         for p in procs.values():
             p.start()
@@ -450,7 +474,7 @@ def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list
         name: ([], [], [], []) for name in trees}
     for r in range(args.rounds):
         for name, repo in trees.items():
-            res = one_round(args, repo)
+            res = one_round(args, repo, name)
             full, opens, probed, halves = results[name]
             f, o, oe = res["full"][0], res["open"][0], res["open-e2e"][0]
             full.append(f)
@@ -494,6 +518,7 @@ def main() -> int:
     ap.add_argument("--before", type=Path, metavar="PATH", help="also run the brokers of this checkout (same-run A/B)")
     ap.add_argument("--closed-steps", default="2x4,2x2,1x2,1x1", metavar="CxD,...",
                     help="the closed-loop steps tried for ~half rate, connections x depth (default %(default)s)")
+    add_config_options(ap)
     args = ap.parse_args()
     args.half_steps = [tuple(int(v) for v in step.split("x")) for step in args.closed_steps.split(",")]
     trees = {"after": REPO}

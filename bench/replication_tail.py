@@ -26,6 +26,7 @@ this one's, round by round. The load's own p50/p99 (kafka_load.py), CPU µs per 
 run-queue wait per broker come with each run.
 
     python bench/replication_tail.py [--before PATH] [--rounds 1] [--duration 8] [--steps 2x4]
+                                     [--broker-config KEY=VALUE] [--after-config KEY=VALUE]  (as replication_bench.py)
                                      [--perf-sched S] [--trace S] [--data-root DIR] [--slice-us N]
 """
 
@@ -50,8 +51,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
-from replication_bench import (EndToEndProbe, assign_rf3,  # noqa: E402
-                               cpu_seconds, load, run_queue_wait_seconds)
+from replication_bench import (EndToEndProbe, add_config_options, assign_rf3,  # noqa: E402
+                               broker_overrides, cpu_seconds, load, run_queue_wait_seconds)
 
 DIAG = Path(__file__).resolve().parent / "_diag_broker.py"
 
@@ -94,12 +95,11 @@ def set_slice(tid: int, slice_ns: int) -> None:
         raise OSError(ctypes.get_errno(), f"sched_setattr({tid})")
 
 
-def one_round(args, repo: Path) -> dict:
+def one_round(args, repo: Path, name: str) -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rtail-", dir=args.data_root))
     procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, repo=repo,
-                              prefix=[sys.executable, str(DIAG)], overrides={
-                                  "process.roles": "broker", "min.insync.replicas": 2,
-                                  "log.retention.check.interval.ms": 3600000}) for i in (1, 2, 3)}
+                              prefix=[sys.executable, str(DIAG)], overrides=broker_overrides(args, name))
+             for i in (1, 2, 3)}
     diag_out = {i: root / f"diag{i}.json" for i in procs}
     try:
         for i, p in procs.items():
@@ -214,12 +214,13 @@ def main() -> int:
                     help="sched_setattr each broker's main thread to this EEVDF slice (µs; 0: the default)")
     ap.add_argument("--data-root", default=None, help="where the brokers' data directories go (default: the temp dir)")
     ap.add_argument("--trace", type=float, default=0.0, metavar="S", help="perf trace -s for S seconds of the window")
+    add_config_options(ap)
     args = ap.parse_args()
     args.steps = [tuple(int(v) for v in s.split("x")) for s in args.steps.split(",")]
     trees = {"after": REPO} if args.before is None else {"before": args.before.resolve(), "after": REPO}
     for r in range(args.rounds):
         for name, repo in trees.items():
-            for step, res in one_round(args, repo).items():
+            for step, res in one_round(args, repo, name).items():
                 keep = {k: res.get(k) for k in ("records_per_s", "p50_ms", "p99_ms", "cpu_us_per_request_per_broker",
                                                 "runq_wait_ms_per_s", "ack_p99_ms", "e2e_p99_ms")}
                 print(f"round {r + 1} {name} {step}: {json.dumps(keep)}", flush=True)

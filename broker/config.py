@@ -191,6 +191,8 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        low=1),
     _k("queued.max.request.bytes", "long", -1, "bytes of requests read but not processed, all connections; -1: no limit"),
     _k("log.segment.bytes", "int", 1073741824, low=14),
+    _k("log.preallocate", "bool", False, "reserve a new segment's segment.bytes on disk when it is created "
+       "(fallocate, the file keeping its real size); released when the segment rolls or closes"),
     _k("log.roll.ms", "long", None),
     _k("log.roll.hours", "int", 168, low=1),
     _k("log.roll.jitter.ms", "long", None),
@@ -324,7 +326,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "background.threads",
     "controller.quorum.voters",
     "socket.listen.backlog.size", "max.connections",
-    "log.preallocate", "confluent.support.metrics.enable",
+    "confluent.support.metrics.enable",
     # Java's TLS implementation choices: nothing to choose here (OpenSSL through Python's ssl).
     "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
 })
@@ -571,6 +573,7 @@ class KafkaConfig:
         v = self.values
         acted_on = {
             "segment.bytes": str(v["log.segment.bytes"]),
+            "preallocate": "true" if v["log.preallocate"] else "false",
             "segment.ms": str(self.roll_ms),
             "segment.jitter.ms": str(self.roll_jitter_ms),
             "segment.index.bytes": str(v["log.index.size.max.bytes"]),
@@ -687,7 +690,6 @@ PASSIVE_BROKER_DEFAULTS: dict[str, str] = {
     "log.message.timestamp.after.max.ms": str(LONG_MAX),
     "log.message.timestamp.before.max.ms": str(LONG_MAX),
     "log.message.timestamp.difference.max.ms": str(LONG_MAX),
-    "log.preallocate": "false",
 }
 PASSIVE_TOPIC_DEFAULTS: dict[str, str] = {
     **{topic: PASSIVE_BROKER_DEFAULTS[synonyms[0]] for topic, synonyms in TOPIC_CONFIG_SYNONYMS.items()

@@ -76,6 +76,8 @@ class LogConfig:
     delete_retention_ms: int = 86400000
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
+    # A new segment reserves segment.bytes on disk (fallocate, its size kept: file_records.py)
+    preallocate: bool = False
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in _INT_RANGES.items():
@@ -85,6 +87,8 @@ class LogConfig:
         policies = [p.strip() for p in self.cleanup_policy.split(",") if p.strip()]
         if not policies or any(p not in CLEANUP_POLICIES for p in policies):
             raise ValueError(f"cleanup.policy: {self.cleanup_policy!r} is not a list of {', '.join(CLEANUP_POLICIES)}")
+        if not isinstance(self.preallocate, bool):
+            raise ValueError(f"preallocate: {self.preallocate!r} is not true or false")
         ratio = self.min_cleanable_dirty_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
             raise ValueError(f"min.cleanable.dirty.ratio: {ratio!r} is not a number in [0, 1]")
@@ -130,6 +134,11 @@ class LogConfig:
             if name in ("message_timestamp_type", "compression_type", "cleanup_policy"):
                 changes[name] = ",".join(p.strip() for p in str(raw).split(",")) if name == "cleanup_policy" \
                     else str(raw).strip()
+            elif name == "preallocate":
+                flag = str(raw).strip().lower()
+                if flag not in ("true", "false"):
+                    raise ValueError(f"{key}: {raw!r} is not true or false")
+                changes[name] = flag == "true"
             elif name == "min_cleanable_dirty_ratio":
                 try:
                     changes[name] = float(str(raw).strip())
@@ -143,8 +152,13 @@ class LogConfig:
         return dataclasses.replace(base, **changes)
 
     def to_topic_properties(self) -> dict[str, str]:
-        return {_key(f.name): str(getattr(self, f.name)) for f in dataclasses.fields(self)
+        return {_key(f.name): _text(getattr(self, f.name)) for f in dataclasses.fields(self)
                 if f.name not in _BROKER_LEVEL}
+
+
+def _text(value: Any) -> str:
+    """A value as Kafka writes it (booleans lower-case)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _key(field_name: str) -> str:

@@ -11,7 +11,15 @@ extended ahead of the data (a zero tail to manage on every roll, close and crash
 store into a page whose block cannot be allocated (ENOSPC) is a SIGBUS that kills the
 broker, where pwrite returns an OSError that becomes KAFKA_STORAGE_ERROR for one partition.
 
-The file keeps its real size: no preallocation. A mapping covers the file as it was when
+The file keeps its real size. Preallocation (``log.preallocate``, ``preallocate``) reserves a
+new active segment's blocks up to segment.bytes with fallocate's FALLOC_FL_KEEP_SIZE: beyond
+the end of the file, so nothing that reads the file (recovery, a mapping's length, the dump
+tool) sees it. It matters on ext4, where an append into blocks not yet allocated takes the
+inode's i_data_sem, which writeback holds while it allocates (reading block bitmaps, issuing
+discards): appends then stall for 10-50 ms about once a second under sustained writes
+(bench/replication_tail.py's pwrite figures); into reserved blocks they do not. The reserve is
+given back (ftruncate to the size) when the segment stops being active (``release_reserved``);
+a crash leaves it until the segment is deleted. A mapping covers the file as it was when
 mapped; a read past it maps the current size again. Mappings handed out as memoryviews
 may outlive any of this: ``mmap.close()`` raises BufferError while exports exist, so an old
 mapping is only *retired* (kept in a list and closed once its exports are gone), and the
@@ -61,8 +69,10 @@ safe:
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Union, cast
 
@@ -76,7 +86,11 @@ try:
 except ImportError:  # not built (setup.py): appends without a descriptor open and close the file
     Window = ReadMap = None  # type: ignore[assignment,misc]
 
+log = logging.getLogger(__name__)
+
 _ZERO_CHUNK = 1 << 20
+_NO_RESERVE = sys.maxsize  # an append never reaches this: nothing to reserve
+_reserve_failed = False  # warned once per process
 _NOTHING = b""  # an empty read: a new view of it each time (a caller may release what it gets)
 WINDOWS = Window is not None
 PAGE_SIZE = mmap.PAGESIZE
@@ -113,6 +127,10 @@ class FileRecords:
         self._window: Window | None = None  # see "Write windows"
         self._released = 0  # file position below which the window's pages were given back
         self.on_window: Callable[[bool], None] | None = None  # told when a window is mapped (True) or unmapped
+        # Preallocation (module docstring): the append that reaches past ``_reserved`` first
+        # reserves up to ``_reserve_to``; never again for this file once tried.
+        self._reserved = _NO_RESERVE
+        self._reserve_to = 0
 
     # -- writing -------------------------------------------------------------------------
 
@@ -125,6 +143,8 @@ class FileRecords:
         position, n = self.size, len(data)
         done = 0
         fd = self._fd if self._fd >= 0 else self._file()
+        if position + n > self._reserved:
+            self._reserve(fd, position + n)
         try:
             done = fileio.pwrite(fd, data, position)
             while done < n:  # a short write: go on from where it stopped
@@ -137,6 +157,34 @@ class FileRecords:
         if self.size > self.file_size:
             self.file_size = self.size
         return position
+
+    def preallocate(self, end: int) -> None:
+        """Reserve the file's blocks up to ``end`` on the next append (module docstring)."""
+        if end > self.size:
+            self._reserve_to = end
+            self._reserved = self.size
+
+    def _reserve(self, fd: int, end: int) -> None:
+        global _reserve_failed
+        self._reserved = _NO_RESERVE
+        end = max(end, self._reserve_to)
+        try:
+            fileio.fallocate(fd, self.size, end - self.size)
+        except OSError as exc:  # advisory: the append goes on without it
+            self._reserve_to = 0
+            if not _reserve_failed:
+                _reserve_failed = True
+                log.warning("log.preallocate: cannot reserve %d bytes for %s (%s); appends go on without "
+                            "preallocation", end - self.size, self._path, exc)
+
+    def release_reserved(self) -> None:
+        """Give back what ``preallocate`` reserved past the end (ftruncate to the size frees the
+        blocks past it): the segment is no longer appended to."""
+        self._reserved = _NO_RESERVE
+        if self._reserve_to:
+            self._reserve_to = 0
+            if self.file_size <= self.size:  # else a zero tail: ``trim`` shrinks the file
+                fileio.ftruncate(self._file(), self.file_size)
 
     def append_closing(self, data: Buffer) -> int:
         """``append``, with the file opened for this write only when our descriptor is closed

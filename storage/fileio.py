@@ -17,6 +17,7 @@ down the plain ``pwrite`` path.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -46,13 +47,39 @@ def modified_ms(path: StrPath) -> int:
     return os.stat(path).st_mtime_ns // 1_000_000
 
 
+def _fallocate_keep_size(fd: int, offset: int, length: int) -> None:
+    """Reserve the blocks of [offset, offset + length) of ``fd``'s file, its size unchanged
+    (fallocate(2) with FALLOC_FL_KEEP_SIZE: what log.preallocate asks for). OSError where the
+    file system or the C library cannot (EOPNOTSUPP, ENOSPC, ...). The os module has no
+    fallocate with flags (posix_fallocate extends the size), so libc's is called through ctypes,
+    looked up on the first call."""
+    global _libc_fallocate
+    if _libc_fallocate is None:
+        import ctypes
+        try:
+            function = ctypes.CDLL(None, use_errno=True).fallocate
+        except AttributeError:
+            raise OSError(errno.EOPNOTSUPP, "fallocate: not in this C library") from None
+        function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        function.restype = ctypes.c_int
+        _libc_fallocate = function
+    if _libc_fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        import ctypes
+        code = ctypes.get_errno()
+        raise OSError(code, f"fallocate: {os.strerror(code)}")
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+_libc_fallocate: Any = None
+fallocate: Callable[[int, int, int], None] = _fallocate_keep_size
+
 write_windows = True
 # The thread pool a clean shutdown fsyncs many logs on (log_manager.flush_all): an inline one
 # under the simulator, which runs no threads.
 thread_pool: Callable[..., concurrent.futures.Executor] = concurrent.futures.ThreadPoolExecutor
 
-_SWAPPABLE = ("open", "close", "dup", "pwrite", "write", "fsync", "ftruncate", "replace", "rename", "unlink", "rmtree",
-              "modified_ms", "write_windows", "thread_pool", "disk_usage")
+_SWAPPABLE = ("open", "close", "dup", "pwrite", "write", "fsync", "ftruncate", "fallocate", "replace", "rename",
+              "unlink", "rmtree", "modified_ms", "write_windows", "thread_pool", "disk_usage")
 
 
 def install(functions: dict[str, Any]) -> dict[str, Any]:

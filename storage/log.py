@@ -213,6 +213,8 @@ class Log:
         self.recovery_report = loaded.report
         self._last_flush_ms = time.milliseconds()
         self._dir_version = 1 if loaded.dir_changed else 0  # bumped when segment files are created or deleted
+        if config.preallocate and self._segments and self._segments[-1].active:
+            self._segments[-1].reserve(config.segment_bytes)  # what loading left active (log.preallocate)
         self._dir_synced_version = 0
         self._truncations = 0
         self._hw_metadata: tuple[int, int, tuple[int, int]] | None = None  # (hw, truncations, metadata)
@@ -266,7 +268,8 @@ class Log:
         segment = LogSegment.create(self.dir, base_offset, budget=self.segment_budget,
                                     index_interval_bytes=self.config.index_interval_bytes,
                                     max_index_size=self.config.segment_index_bytes,
-                                    segment_jitter_ms=self.config.segment_jitter_ms, now_ms=self.time.milliseconds())
+                                    segment_jitter_ms=self.config.segment_jitter_ms, now_ms=self.time.milliseconds(),
+                                    preallocate_bytes=self.config.segment_bytes if self.config.preallocate else 0)
         self._dir_version += 1
         return segment
 

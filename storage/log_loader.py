@@ -194,7 +194,8 @@ class LogLoader:
         segment = LogSegment.create(self.dir, base_offset, budget=self.budget,
                                     index_interval_bytes=cfg.index_interval_bytes,
                                     max_index_size=cfg.segment_index_bytes, segment_jitter_ms=cfg.segment_jitter_ms,
-                                    now_ms=self.time.milliseconds())
+                                    now_ms=self.time.milliseconds(),
+                                    preallocate_bytes=cfg.segment_bytes if cfg.preallocate else 0)
         self._dir_changed = True
         return segment
 

@@ -77,6 +77,7 @@ class LogSegment:
     def __init__(self, dir: Path, base_offset: int, *, budget: OpenSegmentBudget, index_interval_bytes: int,
                  max_index_size: int, roll_jitter_ms: int = 0, created_ms: int = 0) -> None:
         self.dir = Path(dir)
+        self.preallocate_bytes = 0  # log.preallocate: the .log's blocks reserved while active (``reserve``)
         self.base_offset = base_offset
         self.budget = budget  # what it holds while not active counts against this (its log's)
         self.log_path = self.dir / file_name(base_offset, LOG_SUFFIX)
@@ -109,8 +110,8 @@ class LogSegment:
 
     @classmethod
     def create(cls, dir: Path, base_offset: int, *, budget: OpenSegmentBudget, index_interval_bytes: int,
-               max_index_size: int, segment_jitter_ms: int, now_ms: int) -> LogSegment:
-        """A new, empty, active segment (its files are created)."""
+               max_index_size: int, segment_jitter_ms: int, now_ms: int, preallocate_bytes: int = 0) -> LogSegment:
+        """A new, empty, active segment (its files are created); ``preallocate_bytes``: see ``reserve``."""
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             fileio.unlink_if_exists(Path(dir) / file_name(base_offset, suffix))
         segment = cls(dir, base_offset, budget=budget, index_interval_bytes=index_interval_bytes,
@@ -119,7 +120,15 @@ class LogSegment:
                       created_ms=now_ms)
         segment.activate()
         fileio.touch(segment.log_path)  # the indexes' files come with their first entries (index.py)
+        segment.reserve(preallocate_bytes)
         return segment
+
+    def reserve(self, nbytes: int) -> None:
+        """log.preallocate: while active, the ``.log``'s blocks up to ``nbytes`` are reserved on
+        the first append (file_records.py); given back when the segment stops being active."""
+        self.preallocate_bytes = nbytes
+        if nbytes and self._records is not None and self.active:
+            self._records.preallocate(nbytes)
 
     # -- lazily opened files -------------------------------------------------------------
 
@@ -130,6 +139,8 @@ class LogSegment:
             records = FileRecords(self.log_path, self.size, self._retired_maps)
             if not self.active:
                 records.release_fd()
+            elif self.preallocate_bytes:
+                records.preallocate(self.preallocate_bytes)
             records.on_open = self._opened  # what it reopens or maps later is counted then
             records.on_window = self._window_changed
             self._records = records
@@ -222,6 +233,8 @@ class LogSegment:
                 index.trim_to_valid_size(create_empty)
         if self._records is not None:
             self._records.trim()
+            self._records.release_reserved()
+        self.preallocate_bytes = 0
 
     def _keep_read_handles(self) -> None:
         """Of a non-active segment's handles, keep what reads use: the ``.log`` mapping (not
