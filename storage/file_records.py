@@ -184,7 +184,10 @@ class FileRecords:
         if self._reserve_to:
             self._reserve_to = 0
             if self.file_size <= self.size:  # else a zero tail: ``trim`` shrinks the file
-                fileio.ftruncate(self._file(), self.file_size)
+                try:
+                    fileio.ftruncate(self._file(), self.file_size)
+                except OSError as exc:  # only disk space kept until the segment is deleted
+                    log.warning("log.preallocate: cannot give back what %s reserved: %s", self._path, exc)
 
     def append_closing(self, data: Buffer) -> int:
         """``append``, with the file opened for this write only when our descriptor is closed

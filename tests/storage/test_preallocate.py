@@ -87,3 +87,18 @@ def test_the_config_key_and_the_topic_config():
         LogConfig.from_topic_properties({"preallocate": "yes"})
     assert KafkaConfig().topic_defaults()["preallocate"] == "false"
     assert KafkaConfig({"log.preallocate": "true"}).topic_defaults()["preallocate"] == "true"
+
+
+def test_a_reservation_that_cannot_be_given_back_does_not_fail_the_roll(tmp_path, monkeypatch, caplog):
+    log = open_log(tmp_path / "t-0", segment_bytes=SEGMENT, preallocate=True)
+    log.append_as_leader(batch(10), leader_epoch=0)
+
+    def broken(fd, length):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(fileio, "ftruncate", broken)
+    log.roll()
+    log.append_as_leader(batch(10), leader_epoch=0)
+    assert log.log_end_offset == 20 and len(log_files(log)) == 2
+    assert any("cannot give back" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    log.close()
