@@ -26,6 +26,8 @@ from .purgatory import DelayedOperation, DelayedOperationPurgatory
 if TYPE_CHECKING:
     from storage import Log
 
+    from .replication_quota import ReplicationQuotas
+
 _NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes the fetch
 
 
@@ -35,6 +37,9 @@ class FetchSource(Protocol):
     the dict's ``get``), and the read that answers the fetch."""
 
     partitions: dict[tuple[str, int], Partition]
+    replication_quotas: "ReplicationQuotas | None"
+
+    def leader_throttled(self, partition: Partition, replica_id: int) -> bool: ...
 
     def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list: ...
 
@@ -95,7 +100,7 @@ class DelayedFetch(DelayedOperation):
         i = 0
         throttled = None
         if params.replica_id >= 0:
-            quotas = getattr(self.replica_manager, "replication_quotas", None)
+            quotas = self.replica_manager.replication_quotas
             if quotas is not None and quotas.leader.throttled:  # KIP-73 leader throttle set: ask per partition
                 throttled = self.replica_manager.leader_throttled
         for topic, parts in self.topics:
@@ -145,7 +150,7 @@ class DelayedFetch(DelayedOperation):
         is tried as before. A try per woken fetch, two per acks=all produce at its leader
         (issue 29). Any new reason for try_complete to keep a fetch waiting must be added here."""
         if self.params.replica_id >= 0:
-            quotas = getattr(self.replica_manager, "replication_quotas", None)
+            quotas = self.replica_manager.replication_quotas
             if quotas is not None and quotas.leader.throttled:
                 return self.try_complete()
         return self.force_complete()
