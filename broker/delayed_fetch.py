@@ -49,7 +49,12 @@ class DelayedFetch(DelayedOperation):
 
     def __init__(self, delay_ms: float, params: FetchParams, topics, replica_manager: FetchSource,
                  callback: Callable[[list], None]) -> None:
-        super().__init__(delay_ms)
+        # DelayedOperation.__init__'s fields, set here: no super() call per parked fetch (issue 29)
+        self.delay_ms = delay_ms
+        self.completed = False
+        self._timer = None
+        self._keys = ()
+        self._purgatory = None
         self.params = params
         self.topics = topics  # [(topic, [FetchPartition])]
         self.replica_manager = replica_manager

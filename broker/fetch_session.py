@@ -217,7 +217,7 @@ class FetchContext:
 
     __slots__ = ("cache", "error", "session", "request_epoch", "topics", "privileged", "create")
 
-    def __init__(self, cache: FetchSessionCache, topics: list[tuple[str, list[FetchPartition]]], *,
+    def __init__(self, cache: FetchSessionCache, topics: list[tuple[str, list[FetchPartition]]],
                  error: int = ErrorCode.NONE, session: FetchSession | None = None, request_epoch: int = 0,
                  privileged: bool = False, create: bool = False) -> None:
         self.cache = cache
@@ -252,20 +252,23 @@ class FetchContext:
                      session.id, next_epoch(self.request_epoch), session.epoch)
             return [], session.id, ErrorCode.INVALID_FETCH_SESSION_EPOCH
         partitions = session.partitions
+        get = partitions.get
         out = []
         moved = []
         for topic, parts in results:
             kept = []
             for pd in parts:
-                cached = partitions.get((topic, pd.partition))
+                key = (topic, pd.partition)
+                cached = get(key)
                 if cached is None or cached.must_respond(pd, update):
                     kept.append(pd)
                     if update and cached is not None:
-                        moved.append((topic, pd.partition))
+                        moved.append(key)
             if kept:
                 out.append((topic, kept))
-        for key in moved:  # answered: to the back of the session's order
-            partitions[key] = partitions.pop(key)
+        if len(partitions) > 1:  # (one partition is at the back already)
+            for key in moved:  # answered: to the back of the session's order
+                partitions[key] = partitions.pop(key)
         return out, session.id, ErrorCode.NONE
 
     def throttled(self) -> tuple[int, int]:
@@ -307,4 +310,5 @@ class FetchManager:
             return FetchContext(cache, request.topics)
         cache.touch(session)
         session.epoch = next_epoch(session.epoch)
-        return FetchContext(cache, session.fetch_topics(), session=session, request_epoch=epoch)
+        # (positional: a call with keywords costs the interpreter a dict, per follower fetch)
+        return FetchContext(cache, session.fetch_topics(), ErrorCode.NONE, session, epoch)

@@ -416,11 +416,23 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
             pstruct, psize = _FETCH_PART_V5, 24
         else:
             pstruct, psize = _FETCH_PART_V4, 16
-        ntopics, pos = _read_count(buf, pos, end, 6)
+        # The counts and strings are read inline (a fetch per follower per produce, issue 29):
+        # _read_count and _read_string are called only for what they refuse, to raise.
+        (ntopics,) = _I32.unpack_from(buf, pos)
+        if ntopics < 0 or ntopics * 6 > end - pos - 4:
+            _read_count(buf, pos, end, 6)
+        pos += 4
         topics = []
         for _ in range(ntopics):
-            name, pos = _read_string(buf, pos, end)
-            nparts, pos = _read_count(buf, pos, end, psize)
+            (n,) = _I16.unpack_from(buf, pos)
+            stop = pos + 2 + n
+            if n < 0 or stop > end:
+                _read_string(buf, pos, end)
+            name = str(buf[pos + 2:stop], "utf-8")
+            (nparts,) = _I32.unpack_from(buf, stop)
+            pos = stop + 4
+            if nparts < 0 or nparts * psize > end - pos:
+                _read_count(buf, stop, end, psize)
             parts = []
             if version >= 9:  # the fields in FetchPartition's order
                 unpack = pstruct.unpack_from
@@ -441,17 +453,23 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
             topics.append((name, parts))
         forgotten = []
         if version >= 7:
-            nforgot, pos = _read_count(buf, pos, end, 6)
-            for _ in range(nforgot):
-                name, pos = _read_string(buf, pos, end)
-                n, pos = _read_count(buf, pos, end, 4)
-                forgotten.append((name, list(struct.unpack_from(f">{n}i", buf, pos))))
-                pos += 4 * n
+            (nforgot,) = _I32.unpack_from(buf, pos)
+            if nforgot:
+                nforgot, pos = _read_count(buf, pos, end, 6)
+                for _ in range(nforgot):
+                    name, pos = _read_string(buf, pos, end)
+                    n, pos = _read_count(buf, pos, end, 4)
+                    forgotten.append((name, list(struct.unpack_from(f">{n}i", buf, pos))))
+                    pos += 4 * n
+            else:
+                pos += 4
         rack_id = ""
-        if version >= 11:
+        if version >= 11 and _I16.unpack_from(buf, pos)[0] != 0:  # (an empty rack id: "")
             rack_id, pos = _read_string(buf, pos, end)
     except struct.error:
         raise _malformed("fetch request is truncated") from None
+    except UnicodeDecodeError:  # (a topic name, read inline)
+        raise _malformed("string is not UTF-8") from None
     return FetchRequest(version, replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id,
                         session_epoch, topics, forgotten, rack_id)
 
