@@ -185,7 +185,7 @@ class FetchPurgatory(DelayedOperationPurgatory):
 
     def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
         keys = tuple(keys)
-        super().watch(op, keys)
+        DelayedOperationPurgatory.watch(self, op, keys)
         wake = op.wake_level() if isinstance(op, DelayedFetch) else None
         if wake is None:
             for key in keys:
@@ -228,19 +228,22 @@ class FetchPurgatory(DelayedOperationPurgatory):
 
     def _unwatch(self, op: DelayedOperation) -> None:
         keys = op._keys
-        super()._unwatch(op)
+        DelayedOperationPurgatory._unwatch(self, op)
+        all_unindexed = self._unindexed
+        indexed = isinstance(op, DelayedFetch) and op.indexed
         for key in keys:
-            unindexed = self._unindexed.get(key)
-            if unindexed is not None:
-                unindexed.pop(op, None)
-                if not unindexed:
-                    del self._unindexed[key]
-            if isinstance(op, DelayedFetch) and op.indexed:
+            if all_unindexed:
+                unindexed = all_unindexed.get(key)
+                if unindexed is not None:
+                    unindexed.pop(op, None)
+                    if not unindexed:
+                        del all_unindexed[key]
+            if indexed:
+                live = self._watchers.get(key)
                 for from_leo in (True, False):
                     heap = self._heaps.get((key, from_leo))
                     if heap is None:
                         continue
-                    live = self._watchers.get(key)
                     if not live:
                         del self._heaps[(key, from_leo)]
                     elif len(heap) > 2 * len(live) + 64:  # completed entries leave lazily; compact

@@ -130,9 +130,13 @@ class FetchSession:
     def fetch_topics(self) -> list[tuple[str, list[FetchPartition]]]:
         """Every partition of the session, as a request's topics (consecutive partitions of a
         topic grouped, in the session's order)."""
+        partitions = self.partitions
+        if len(partitions) == 1:  # (a follower of one partition: every fetch)
+            for cached in partitions.values():
+                return [(cached.topic, [cached.fetch])]
         out: list[tuple[str, list[FetchPartition]]] = []
         last = None
-        for cached in self.partitions.values():
+        for cached in partitions.values():
             if cached.topic != last:
                 last = cached.topic
                 out.append((last, []))
@@ -246,7 +250,7 @@ class FetchContext:
                     hw = -1 if pd.error_code else pd.high_watermark
                     partitions[(topic, pd.partition)] = CachedPartition(topic, fp, hw, pd.log_start_offset)
             return results, self.cache.maybe_create_session(self.privileged, partitions), ErrorCode.NONE
-        if session.epoch != next_epoch(self.request_epoch) or self.cache.get(session.id) is not session:
+        if session.epoch != next_epoch(self.request_epoch) or self.cache.sessions.get(session.id) is not session:
             # another fetch of this session was answered meanwhile (a duplicate): Kafka's check
             log.info("incremental fetch session %d expected epoch %d, but got %d: possible duplicate request",
                      session.id, next_epoch(self.request_epoch), session.epoch)
@@ -296,7 +300,7 @@ class FetchManager:
                 log.debug("full fetch closed fetch session %d", session_id)
             return FetchContext(cache, request.topics, privileged=from_follower,
                                 create=epoch == INITIAL_EPOCH and request.version >= 7)
-        session = cache.get(session_id)
+        session = cache.sessions.get(session_id)  # (FetchSessionCache.get without its call)
         if session is None:
             log.debug("fetch session %d not found", session_id)
             return FetchContext(cache, [], error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)

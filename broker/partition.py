@@ -550,9 +550,11 @@ class Partition:
         return self._leader_log().append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
                                                         self.leader_epoch)
 
-    def maybe_increment_high_watermark(self) -> bool:
+    def maybe_increment_high_watermark(self, now_ms: int | None = None) -> bool:
         """HW := the smallest LEO over the maximal ISR (the leader's own included) and over any
-        follower that is caught up and eligible, hence about to join; never moves backwards."""
+        follower that is caught up and eligible, hence about to join; never moves backwards.
+        ``now_ms``: the clock's milliseconds when the caller has just read them (a follower's
+        fetch), else read here when needed."""
         leader_log = self.log
         local_id = self.local_broker_id
         if leader_log is None or self.leader_id != local_id:  # not is_leader (every produce: no property call)
@@ -561,7 +563,7 @@ class Partition:
         hw = leader_log.high_watermark
         maximal = self.partition_state.maximal_isr
         remote = self.remote_replicas
-        now: int | None = None
+        now = now_ms
         for rid, replica in remote.items():
             replica_leo = replica.log_end_offset
             if replica_leo >= new_hw:
@@ -586,9 +588,10 @@ class Partition:
         replica = self.remote_replicas.get(replica_id)
         if replica is None:
             return False
-        replica.update_fetch_state(fetch_offset, log_start_offset, leader_end_offset, self.time.milliseconds())
+        now = self.time.milliseconds()
+        replica.update_fetch_state(fetch_offset, log_start_offset, leader_end_offset, now)
         self.maybe_expand_isr(replica)
-        return self.maybe_increment_high_watermark()
+        return self.maybe_increment_high_watermark(now)
 
     def _is_caught_up(self, replica: Replica, now_ms: int, max_lag_ms: int) -> bool:
         """Kafka's isCaughtUp: at the leader's LEO, or caught up within ``max_lag_ms``. A follower

@@ -411,7 +411,12 @@ class ReplicaManager:
                     partition = partitions_get((topic, index))
                     if partition is None:
                         raise self._not_hosted_error(topic, index)
-                    log_ = partition.local_log_with_epoch(fp.current_leader_epoch, require_leader)
+                    log_ = partition.log
+                    epoch = fp.current_leader_epoch
+                    if (log_ is None or (epoch != -1 and epoch != partition.leader_epoch)
+                            or (require_leader and partition.leader_id != partition.local_broker_id)):
+                        # (local_log_with_epoch's checks, inline when they pass: it raises their error)
+                        log_ = partition.local_log_with_epoch(epoch, require_leader)
                     log_hw = log_.high_watermark
                     log_lso = log_.last_stable_offset
                     leo = log_.log_end_offset
@@ -468,7 +473,7 @@ class ReplicaManager:
         return self.should_leader_throttle(quotas.leader, partition, replica_id)
 
     def _update_follower_fetch_state(self, partition: Partition, replica_id: int, fp, leader_leo: int) -> None:
-        if not partition.is_leader:
+        if partition.leader_id != partition.local_broker_id:  # (not is_leader)
             return
         if replica_id not in partition.remote_replicas:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.topic}-{partition.partition}")
