@@ -654,9 +654,10 @@ class KafkaApis:
 
     # -- Fetch -----------------------------------------------------------------------------
     def handle_fetch_request(self, ctx: "RequestContext") -> None:
-        version = ctx.api_version
-        request = decode_fetch_request(version, memoryview(ctx.frame), ctx.body_offset)
-        correlation_id = ctx.header.correlation_id
+        header = ctx.header  # (its fields read directly: RequestContext's properties are calls)
+        version = header.api_version
+        request = decode_fetch_request(version, memoryview(ctx.frame), header.size)
+        correlation_id = header.correlation_id
         # KIP-227: the partitions to read are the request's, or its incremental session's
         # (broker/fetch_session.py); a session error is answered with no partitions.
         context = self.fetch_manager.new_context(request, request.replica_id >= 0)

@@ -26,6 +26,8 @@ from .purgatory import DelayedOperation, DelayedOperationPurgatory
 if TYPE_CHECKING:
     from storage import Log
 
+    from .replication_quota import ReplicationQuotas
+
 _NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes the fetch
 
 
@@ -35,6 +37,9 @@ class FetchSource(Protocol):
     the dict's ``get``), and the read that answers the fetch."""
 
     partitions: dict[tuple[str, int], Partition]
+    replication_quotas: "ReplicationQuotas | None"
+
+    def leader_throttled(self, partition: Partition, replica_id: int) -> bool: ...
 
     def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list: ...
 
@@ -44,7 +49,12 @@ class DelayedFetch(DelayedOperation):
 
     def __init__(self, delay_ms: float, params: FetchParams, topics, replica_manager: FetchSource,
                  callback: Callable[[list], None]) -> None:
-        super().__init__(delay_ms)
+        # DelayedOperation.__init__'s fields, set here: no super() call per parked fetch (issue 29)
+        self.delay_ms = delay_ms
+        self.completed = False
+        self._timer = None
+        self._keys = ()
+        self._purgatory = None
         self.params = params
         self.topics = topics  # [(topic, [FetchPartition])]
         self.replica_manager = replica_manager
@@ -95,7 +105,7 @@ class DelayedFetch(DelayedOperation):
         i = 0
         throttled = None
         if params.replica_id >= 0:
-            quotas = getattr(self.replica_manager, "replication_quotas", None)
+            quotas = self.replica_manager.replication_quotas
             if quotas is not None and quotas.leader.throttled:  # KIP-73 leader throttle set: ask per partition
                 throttled = self.replica_manager.leader_throttled
         for topic, parts in self.topics:
@@ -145,7 +155,7 @@ class DelayedFetch(DelayedOperation):
         is tried as before. A try per woken fetch, two per acks=all produce at its leader
         (issue 29). Any new reason for try_complete to keep a fetch waiting must be added here."""
         if self.params.replica_id >= 0:
-            quotas = getattr(self.replica_manager, "replication_quotas", None)
+            quotas = self.replica_manager.replication_quotas
             if quotas is not None and quotas.leader.throttled:
                 return self.try_complete()
         return self.force_complete()
@@ -175,7 +185,7 @@ class FetchPurgatory(DelayedOperationPurgatory):
 
     def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
         keys = tuple(keys)
-        super().watch(op, keys)
+        DelayedOperationPurgatory.watch(self, op, keys)
         wake = op.wake_level() if isinstance(op, DelayedFetch) else None
         if wake is None:
             for key in keys:
@@ -218,19 +228,22 @@ class FetchPurgatory(DelayedOperationPurgatory):
 
     def _unwatch(self, op: DelayedOperation) -> None:
         keys = op._keys
-        super()._unwatch(op)
+        DelayedOperationPurgatory._unwatch(self, op)
+        all_unindexed = self._unindexed
+        indexed = isinstance(op, DelayedFetch) and op.indexed
         for key in keys:
-            unindexed = self._unindexed.get(key)
-            if unindexed is not None:
-                unindexed.pop(op, None)
-                if not unindexed:
-                    del self._unindexed[key]
-            if isinstance(op, DelayedFetch) and op.indexed:
+            if all_unindexed:
+                unindexed = all_unindexed.get(key)
+                if unindexed is not None:
+                    unindexed.pop(op, None)
+                    if not unindexed:
+                        del all_unindexed[key]
+            if indexed:
+                live = self._watchers.get(key)
                 for from_leo in (True, False):
                     heap = self._heaps.get((key, from_leo))
                     if heap is None:
                         continue
-                    live = self._watchers.get(key)
                     if not live:
                         del self._heaps[(key, from_leo)]
                     elif len(heap) > 2 * len(live) + 64:  # completed entries leave lazily; compact

@@ -47,7 +47,12 @@ class DelayedProduce(DelayedOperation):
 
     def __init__(self, delay_ms: float, statuses: list[ProducePartitionStatus], replica_manager: PartitionSource,
                  callback: Callable[[], None]) -> None:
-        super().__init__(delay_ms)
+        # DelayedOperation.__init__'s fields, set here: no super() call per acks=all produce (issue 29)
+        self.delay_ms = delay_ms
+        self.completed = False
+        self._timer = None
+        self._keys = ()
+        self._purgatory = None
         self.statuses = statuses
         self.replica_manager = replica_manager
         self.callback = callback

@@ -130,9 +130,13 @@ class FetchSession:
     def fetch_topics(self) -> list[tuple[str, list[FetchPartition]]]:
         """Every partition of the session, as a request's topics (consecutive partitions of a
         topic grouped, in the session's order)."""
+        partitions = self.partitions
+        if len(partitions) == 1:  # (a follower of one partition: every fetch)
+            for cached in partitions.values():
+                return [(cached.topic, [cached.fetch])]
         out: list[tuple[str, list[FetchPartition]]] = []
         last = None
-        for cached in self.partitions.values():
+        for cached in partitions.values():
             if cached.topic != last:
                 last = cached.topic
                 out.append((last, []))
@@ -217,7 +221,7 @@ class FetchContext:
 
     __slots__ = ("cache", "error", "session", "request_epoch", "topics", "privileged", "create")
 
-    def __init__(self, cache: FetchSessionCache, topics: list[tuple[str, list[FetchPartition]]], *,
+    def __init__(self, cache: FetchSessionCache, topics: list[tuple[str, list[FetchPartition]]],
                  error: int = ErrorCode.NONE, session: FetchSession | None = None, request_epoch: int = 0,
                  privileged: bool = False, create: bool = False) -> None:
         self.cache = cache
@@ -246,26 +250,29 @@ class FetchContext:
                     hw = -1 if pd.error_code else pd.high_watermark
                     partitions[(topic, pd.partition)] = CachedPartition(topic, fp, hw, pd.log_start_offset)
             return results, self.cache.maybe_create_session(self.privileged, partitions), ErrorCode.NONE
-        if session.epoch != next_epoch(self.request_epoch) or self.cache.get(session.id) is not session:
+        if session.epoch != next_epoch(self.request_epoch) or self.cache.sessions.get(session.id) is not session:
             # another fetch of this session was answered meanwhile (a duplicate): Kafka's check
             log.info("incremental fetch session %d expected epoch %d, but got %d: possible duplicate request",
                      session.id, next_epoch(self.request_epoch), session.epoch)
             return [], session.id, ErrorCode.INVALID_FETCH_SESSION_EPOCH
         partitions = session.partitions
+        get = partitions.get
         out = []
         moved = []
         for topic, parts in results:
             kept = []
             for pd in parts:
-                cached = partitions.get((topic, pd.partition))
+                key = (topic, pd.partition)
+                cached = get(key)
                 if cached is None or cached.must_respond(pd, update):
                     kept.append(pd)
                     if update and cached is not None:
-                        moved.append((topic, pd.partition))
+                        moved.append(key)
             if kept:
                 out.append((topic, kept))
-        for key in moved:  # answered: to the back of the session's order
-            partitions[key] = partitions.pop(key)
+        if len(partitions) > 1:  # (one partition is at the back already)
+            for key in moved:  # answered: to the back of the session's order
+                partitions[key] = partitions.pop(key)
         return out, session.id, ErrorCode.NONE
 
     def throttled(self) -> tuple[int, int]:
@@ -293,7 +300,7 @@ class FetchManager:
                 log.debug("full fetch closed fetch session %d", session_id)
             return FetchContext(cache, request.topics, privileged=from_follower,
                                 create=epoch == INITIAL_EPOCH and request.version >= 7)
-        session = cache.get(session_id)
+        session = cache.sessions.get(session_id)  # (FetchSessionCache.get without its call)
         if session is None:
             log.debug("fetch session %d not found", session_id)
             return FetchContext(cache, [], error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
@@ -307,4 +314,5 @@ class FetchManager:
             return FetchContext(cache, request.topics)
         cache.touch(session)
         session.epoch = next_epoch(session.epoch)
-        return FetchContext(cache, session.fetch_topics(), session=session, request_epoch=epoch)
+        # (positional: a call with keywords costs the interpreter a dict, per follower fetch)
+        return FetchContext(cache, session.fetch_topics(), ErrorCode.NONE, session, epoch)

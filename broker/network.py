@@ -810,8 +810,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if not flow.read_paused and self.metrics is not None:
                 self._paused_at = self._now()
             flow.pause_reading()
-        else:
-            if flow.read_paused and self.metrics is not None:
+        elif flow.read_paused:  # (resume_reading is idempotent: not called when reading, most calls)
+            if self.metrics is not None:
                 self.lstats.read_paused_ns += self._now() - self._paused_at
             flow.resume_reading()
 

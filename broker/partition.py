@@ -568,29 +568,34 @@ class Partition:
         return self._leader_log().append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
                                                         self.leader_epoch)
 
-    def maybe_increment_high_watermark(self) -> bool:
+    def maybe_increment_high_watermark(self, now_ms: int | None = None) -> bool:
         """HW := the smallest LEO over the maximal ISR (the leader's own included) and over any
-        follower that is caught up and eligible, hence about to join; never moves backwards."""
+        follower that is caught up and eligible, hence about to join; never moves backwards.
+        ``now_ms``: the clock's milliseconds when the caller has just read them (a follower's
+        fetch), else read here when needed."""
         leader_log = self.log
-        if leader_log is None or self.leader_id != self.local_broker_id:  # not is_leader (every produce: no property call)
+        local_id = self.local_broker_id
+        if leader_log is None or self.leader_id != local_id:  # not is_leader (every produce: no property call)
             return False
-        leo = leader_log.log_end_offset
-        new_hw = leo
+        new_hw = leader_log.log_end_offset
+        hw = leader_log.high_watermark
         maximal = self.partition_state.maximal_isr
-        now: int | None = None
-        for rid, replica in self.remote_replicas.items():
-            if replica.log_end_offset >= new_hw:
+        remote = self.remote_replicas
+        now = now_ms
+        for rid, replica in remote.items():
+            replica_leo = replica.log_end_offset
+            if replica_leo >= new_hw:
                 continue
             if now is None:  # read once, and only for a follower behind (none on a produce at RF=1)
                 now = self.time.milliseconds()
             if rid in maximal or (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
                                   and self._is_replica_isr_eligible(rid) and not BUG_HW_OVER_LOCAL_ISR):
                 # A follower whose LEO is unknown (-1, just became leader) holds the HW where it is.
-                new_hw = replica.log_end_offset if replica.log_end_offset >= 0 else leader_log.high_watermark
+                new_hw = replica_leo if replica_leo >= 0 else hw
         for rid in maximal:
-            if rid != self.local_broker_id and rid not in self.remote_replicas:
-                new_hw = min(new_hw, leader_log.high_watermark)
-        if new_hw > leader_log.high_watermark:
+            if rid != local_id and rid not in remote:
+                new_hw = min(new_hw, hw)
+        if new_hw > hw:
             leader_log.update_high_watermark(new_hw)
             return True
         return False
@@ -601,9 +606,10 @@ class Partition:
         replica = self.remote_replicas.get(replica_id)
         if replica is None:
             return False
-        replica.update_fetch_state(fetch_offset, log_start_offset, leader_end_offset, self.time.milliseconds())
+        now = self.time.milliseconds()
+        replica.update_fetch_state(fetch_offset, log_start_offset, leader_end_offset, now)
         self.maybe_expand_isr(replica)
-        return self.maybe_increment_high_watermark()
+        return self.maybe_increment_high_watermark(now)
 
     def _is_caught_up(self, replica: Replica, now_ms: int, max_lag_ms: int) -> bool:
         """Kafka's isCaughtUp: at the leader's LEO, or caught up within ``max_lag_ms``. A follower

@@ -39,6 +39,8 @@ class DelayedOperation:
     __slots__ = ("delay_ms", "completed", "_timer", "_keys", "_purgatory")
 
     def __init__(self, delay_ms: float) -> None:
+        # (DelayedFetch and DelayedProduce set these fields themselves, without calling this: a
+        # field added here is added there too)
         self.delay_ms = delay_ms
         self.completed = False
         self._timer: TimerHandle | None = None

@@ -62,6 +62,9 @@ PartitionEpoch = tuple[str, int, "int | None"]
 LeadershipListener = Callable[[list[PartitionEpoch], list[PartitionEpoch]], None]
 
 
+_NO_RECORDS = b""  # a partition's slot read empty: no Log.read (at the LEO), or throttled (KIP-73)
+
+
 def _aborted_in(log_, fetch_offset: int, records) -> list[tuple[int, int]]:
     """The aborted transactions a read_committed consumer needs for ``records`` (read from
     ``fetch_offset``): (producer id, first offset) of each that overlaps them (Kafka's
@@ -408,27 +411,37 @@ class ReplicaManager:
                     partition = partitions_get((topic, index))
                     if partition is None:
                         raise self._not_hosted_error(topic, index)
-                    log_ = partition.local_log_with_epoch(fp.current_leader_epoch, require_leader)
+                    log_ = partition.log
+                    epoch = fp.current_leader_epoch
+                    if (log_ is None or (epoch != -1 and epoch != partition.leader_epoch)
+                            or (require_leader and partition.leader_id != partition.local_broker_id)):
+                        # (local_log_with_epoch's checks, inline when they pass: it raises their error)
+                        log_ = partition.local_log_with_epoch(epoch, require_leader)
                     log_hw = log_.high_watermark
                     log_lso = log_.last_stable_offset
                     leo = log_.log_end_offset
                     max_offset = None if to_leo else (log_lso if committed else log_hw)
+                    fetch_offset = fp.fetch_offset
                     if leader_quota is not None and self.should_leader_throttle(leader_quota, partition, replica_id):
                         # Kafka's readFromLog: a throttled replica's fetch gets no records (KIP-73)
                         leader_quota.throttled_fetches += 1
-                        records = b""
+                        records = _NO_RECORDS
+                    elif fetch_offset == leo:
+                        # at the LEO (a follower's fetch after it caught up: every one at the
+                        # leader of acks=all produces) Log.read is empty: not called (issue 29)
+                        records = _NO_RECORDS
                     else:
-                        records = log_.read(fp.fetch_offset, min(fp.partition_max_bytes, limit), max_offset,
+                        records = log_.read(fetch_offset, min(fp.partition_max_bytes, limit), max_offset,
                                             min_one).records
-                    n = len(records)
-                    if n:
-                        min_one = False
-                        limit = max(0, limit - n)
+                        n = len(records)
+                        if n:
+                            min_one = False
+                            limit = max(0, limit - n)
                     hw, lso, log_start = log_hw, log_lso, log_.log_start_offset
                     if follower_state:
                         self._update_follower_fetch_state(partition, replica_id, fp, leo)
                     pd = FetchPartitionData(index, 0, hw, lso, log_start, records,
-                                            _aborted_in(log_, fp.fetch_offset, records) if committed else None)
+                                            _aborted_in(log_, fetch_offset, records) if committed else None)
                 except KafkaError as exc:
                     # Kafka answers a partition error with empty records (MemoryRecords.EMPTY),
                     # never null: librdkafka rejects a whole response holding a -1 MessageSetSize.
@@ -460,7 +473,7 @@ class ReplicaManager:
         return self.should_leader_throttle(quotas.leader, partition, replica_id)
 
     def _update_follower_fetch_state(self, partition: Partition, replica_id: int, fp, leader_leo: int) -> None:
-        if not partition.is_leader:
+        if partition.leader_id != partition.local_broker_id:  # (not is_leader)
             return
         if replica_id not in partition.remote_replicas:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {partition.topic}-{partition.partition}")

@@ -73,6 +73,7 @@ _FETCH_PART_V9 = struct.Struct(">iiqqi")      # + current_leader_epoch
 PRODUCE_VERSIONS = (3, 8)
 _PRODUCE_LOW, _PRODUCE_HIGH = PRODUCE_VERSIONS
 FETCH_VERSIONS = (4, 11)
+_FETCH_LOW, _FETCH_HIGH = FETCH_VERSIONS
 
 
 def _check_version(version: int, supported: tuple[int, int], what: str) -> None:
@@ -397,7 +398,8 @@ class FetchRequest:
 
 def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
     """Decode a Fetch v4-v11 body starting at ``pos``."""
-    _check_version(version, FETCH_VERSIONS, "Fetch request")
+    if not _FETCH_LOW <= version <= _FETCH_HIGH:  # (_check_version's test, its call only when it fails)
+        _check_version(version, FETCH_VERSIONS, "Fetch request")
     end = len(buf)
     try:
         replica_id, max_wait_ms, min_bytes, max_bytes, isolation = _FETCH_TOP_V4.unpack_from(buf, pos)
@@ -412,11 +414,23 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
             pstruct, psize = _FETCH_PART_V5, 24
         else:
             pstruct, psize = _FETCH_PART_V4, 16
-        ntopics, pos = _read_count(buf, pos, end, 6)
+        # The counts and strings are read inline (a fetch per follower per produce, issue 29):
+        # _read_count and _read_string are called only for what they refuse, to raise.
+        (ntopics,) = _I32.unpack_from(buf, pos)
+        if ntopics < 0 or ntopics * 6 > end - pos - 4:
+            _read_count(buf, pos, end, 6)
+        pos += 4
         topics = []
         for _ in range(ntopics):
-            name, pos = _read_string(buf, pos, end)
-            nparts, pos = _read_count(buf, pos, end, psize)
+            (n,) = _I16.unpack_from(buf, pos)
+            stop = pos + 2 + n
+            if n < 0 or stop > end:
+                _read_string(buf, pos, end)
+            name = str(buf[pos + 2:stop], "utf-8")
+            (nparts,) = _I32.unpack_from(buf, stop)
+            pos = stop + 4
+            if nparts < 0 or nparts * psize > end - pos:
+                _read_count(buf, stop, end, psize)
             parts = []
             if version >= 9:  # the fields in FetchPartition's order
                 unpack = pstruct.unpack_from
@@ -437,17 +451,23 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
             topics.append((name, parts))
         forgotten = []
         if version >= 7:
-            nforgot, pos = _read_count(buf, pos, end, 6)
-            for _ in range(nforgot):
-                name, pos = _read_string(buf, pos, end)
-                n, pos = _read_count(buf, pos, end, 4)
-                forgotten.append((name, list(struct.unpack_from(f">{n}i", buf, pos))))
-                pos += 4 * n
+            (nforgot,) = _I32.unpack_from(buf, pos)
+            if nforgot:
+                nforgot, pos = _read_count(buf, pos, end, 6)
+                for _ in range(nforgot):
+                    name, pos = _read_string(buf, pos, end)
+                    n, pos = _read_count(buf, pos, end, 4)
+                    forgotten.append((name, list(struct.unpack_from(f">{n}i", buf, pos))))
+                    pos += 4 * n
+            else:
+                pos += 4
         rack_id = ""
-        if version >= 11:
+        if version >= 11 and _I16.unpack_from(buf, pos)[0] != 0:  # (an empty rack id: "")
             rack_id, pos = _read_string(buf, pos, end)
     except struct.error:
         raise _malformed("fetch request is truncated") from None
+    except UnicodeDecodeError:  # (a topic name, read inline)
+        raise _malformed("string is not UTF-8") from None
     return FetchRequest(version, replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session_id,
                         session_epoch, topics, forgotten, rack_id)
 
@@ -487,7 +507,8 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Sequence
 
     ``responses``: [(topic, [FetchPartitionData])].
     """
-    _check_version(version, FETCH_VERSIONS, "Fetch response")
+    if not _FETCH_LOW <= version <= _FETCH_HIGH:
+        _check_version(version, FETCH_VERSIONS, "Fetch response")
     chunks: list[Records] = []
     out = bytearray(8)
     if version >= 7:

@@ -57,7 +57,8 @@ class Framer:
             end = len(view)
             while end - pos >= 4:
                 (size,) = _SIZE.unpack_from(view, pos)
-                self._check(size)
+                if size < 0 or size > self.max_size:
+                    self._check(size)  # raises
                 stop = pos + 4 + size
                 if stop > end:
                     break

@@ -752,10 +752,13 @@ class Log:
                 # for its batch would walk every batch from start_offset to the segment's end
                 # (a consumer caught up with a high watermark at the LEO, most fetches).
                 max_offset = None
-            i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+            segments = self._segments
+            active = segments[-1]
             # the next segment when this one has nothing at or after start_offset (the end of a
-            # segment, or a compacted log's gap); further ones only when compaction emptied some
-            for segment in self._segments[i:]:
+            # segment, or a compacted log's gap); further ones only when compaction emptied some.
+            # In the active segment (a caught-up fetch, most of them) no search and no slice.
+            for segment in ((active,) if start_offset >= active.base_offset else
+                            segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1):]):
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
                 if found is not None:
                     return FetchDataInfo(found[1], found[0], lso, leo)

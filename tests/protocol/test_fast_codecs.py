@@ -605,6 +605,16 @@ def test_produce_bad_utf8() -> None:
     assert "UTF-8" in str(err)
 
 
+def test_fetch_bad_utf8() -> None:
+    """A Fetch's topic names are read inline (issue 29): one that is not UTF-8 is refused as
+    the string reader refuses it."""
+    body = fetch.REQUEST.build(11, rich_fetch(11))
+    bad = body.replace(_string("t"), struct.pack(">h", 2) + b"\xff\xfe", 1)
+    assert len(bad) == len(body) + 1
+    err = assert_malformed("fetch-request", 11, bad)
+    assert "UTF-8" in str(err)
+
+
 def _mutations(draw_data: bytes):
     return st.one_of(
         st.tuples(st.just("set"), st.integers(0, max(0, len(draw_data) - 1)), st.integers(0, 255)),

@@ -78,6 +78,21 @@ def test_try_complete_never_reads_the_log(rm, monkeypatch):
     assert all(not op.completed for op in ops)
 
 
+def test_a_fetch_at_the_log_end_does_not_read_the_log(rm, monkeypatch):
+    """A fetch at the LEO would read nothing: Log.read is not called for it (every follower
+    fetch at the leader of acks=all produces, issue 29); it parks, and the next append answers it."""
+    produce(rm, "a", 0)
+    reads = []
+    original = Log.read
+    monkeypatch.setattr(Log, "read", lambda self, *a, **k: reads.append(a[0]) or original(self, *a, **k))
+    op, out = park(rm, "a", 0, offset=1)
+    assert op is not None and out == [] and reads == []
+    produce(rm, "a", 0)
+    assert reads == [1] and len(out) == 1  # the completion reads, from the fetch offset
+    [(topic, [pd])] = out[0]
+    assert topic == "a" and pd.error_code == 0 and len(pd.records) > 0 and pd.high_watermark == 2
+
+
 def test_min_bytes_completes_when_enough_bytes_accumulate(rm):
     op, out = park(rm, "a", 0, min_bytes=1000)
     size = produce(rm, "a", 0)  # about 170 bytes
