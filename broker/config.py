@@ -191,8 +191,8 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
        low=1),
     _k("queued.max.request.bytes", "long", -1, "bytes of requests read but not processed, all connections; -1: no limit"),
     _k("log.segment.bytes", "int", 1073741824, low=14),
-    _k("log.preallocate", "bool", False, "reserve a new segment's segment.bytes on disk when it is created "
-       "(fallocate, the file keeping its real size); released when the segment rolls or closes"),
+    _k("log.preallocate", "bool", False, "reserve an active segment's segment.bytes on disk at its first append "
+       "(fallocate, the file keeping its real size); given back when the segment rolls"),
     _k("log.roll.ms", "long", None),
     _k("log.roll.hours", "int", 168, low=1),
     _k("log.roll.jitter.ms", "long", None),

@@ -18,8 +18,9 @@ tool) sees it. It matters on ext4, where an append into blocks not yet allocated
 inode's i_data_sem, which writeback holds while it allocates (reading block bitmaps, issuing
 discards): appends then stall for 10-50 ms about once a second under sustained writes
 (bench/replication_tail.py's pwrite figures); into reserved blocks they do not. The reserve is
-given back (ftruncate to the size) when the segment stops being active (``release_reserved``);
-a crash leaves it until the segment is deleted. A mapping covers the file as it was when
+given back (ftruncate to the size) when the segment rolls (``release_reserved``); a closing
+log keeps it (a restart reserves the same blocks again, at no cost), a truncation's ftruncate
+frees it and the next append reserves again. A mapping covers the file as it was when
 mapped; a read past it maps the current size again. Mappings handed out as memoryviews
 may outlive any of this: ``mmap.close()`` raises BufferError while exports exist, so an old
 mapping is only *retired* (kept in a list and closed once its exports are gone), and the
@@ -90,7 +91,6 @@ log = logging.getLogger(__name__)
 
 _ZERO_CHUNK = 1 << 20
 _NO_RESERVE = sys.maxsize  # an append never reaches this: nothing to reserve
-_reserve_failed = False  # warned once per process
 _NOTHING = b""  # an empty read: a new view of it each time (a caller may release what it gets)
 WINDOWS = Window is not None
 PAGE_SIZE = mmap.PAGESIZE
@@ -165,17 +165,15 @@ class FileRecords:
             self._reserved = self.size
 
     def _reserve(self, fd: int, end: int) -> None:
-        global _reserve_failed
+        """Once per segment (and after a truncation): a failure is logged and not tried again."""
         self._reserved = _NO_RESERVE
         end = max(end, self._reserve_to)
         try:
             fileio.fallocate(fd, self.size, end - self.size)
         except OSError as exc:  # advisory: the append goes on without it
-            self._reserve_to = 0
-            if not _reserve_failed:
-                _reserve_failed = True
-                log.warning("log.preallocate: cannot reserve %d bytes for %s (%s); appends go on without "
-                            "preallocation", end - self.size, self._path, exc)
+            log.warning("log.preallocate: cannot reserve %d bytes for %s (%s); this segment goes on without",
+                        end - self.size, self._path, exc)
+            self.release_reserved()  # what a fallocate stopped by ENOSPC did reserve is kept: give it back
 
     def release_reserved(self) -> None:
         """Give back what ``preallocate`` reserved past the end (ftruncate to the size frees the
@@ -274,8 +272,10 @@ class FileRecords:
         self._prune_retired()
         fd = self._file()
         if all(len(m) <= start for m in self._retired):
-            fileio.ftruncate(fd, start)
+            fileio.ftruncate(fd, start)  # which frees a log.preallocate reservation too:
             self.file_size = start
+            if self._reserve_to:
+                self._reserved = start  # the next append reserves again
             return
         try:
             while start < end:

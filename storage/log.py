@@ -213,8 +213,8 @@ class Log:
         self.recovery_report = loaded.report
         self._last_flush_ms = time.milliseconds()
         self._dir_version = 1 if loaded.dir_changed else 0  # bumped when segment files are created or deleted
-        if config.preallocate and self._segments and self._segments[-1].active:
-            self._segments[-1].reserve(config.segment_bytes)  # what loading left active (log.preallocate)
+        if self._segments and self._segments[-1].active:
+            self._reserve(self._segments[-1])  # what loading left active
         self._dir_synced_version = 0
         self._truncations = 0
         self._hw_metadata: tuple[int, int, tuple[int, int]] | None = None  # (hw, truncations, metadata)
@@ -263,6 +263,12 @@ class Log:
                            txn_index=txn_index).load(names)
         opened = cls(dir, config, time, budget, loaded, leader_epoch_cache, producer_state, txn_index)
         return opened
+
+    def _reserve(self, segment: LogSegment) -> None:
+        """log.preallocate: a segment that became active again (loaded, a truncation dropped the
+        segments after it, a roll failed) reserves its blocks as a new one does."""
+        if self.config.preallocate:
+            segment.reserve(self.config.segment_bytes)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment.create(self.dir, base_offset, budget=self.segment_budget,
@@ -695,6 +701,7 @@ class Log:
             segment = self._new_segment(self.log_end_offset)
         except OSError:
             active.activate()
+            self._reserve(active)
             raise
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
@@ -818,6 +825,7 @@ class Log:
             self._dir_version += 1
         active = self._segments[-1]
         active.activate()
+        self._reserve(active)
         active.truncate_to(offset)
         self.log_end_offset = active.read_next_offset()
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)

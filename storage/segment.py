@@ -225,15 +225,16 @@ class LogSegment:
             self._time_index.close()
             self._time_index = None
 
-    def _trim(self, create_empty: bool = True) -> None:
+    def _trim(self, create_empty: bool = True, release: bool = True) -> None:
         """Indexes opened writable persisted and the ``.log`` cut to its used size (``create_empty``:
-        see AbstractIndex.persist)."""
+        see AbstractIndex.persist); ``release``: a log.preallocate reservation given back too."""
         for index in (self._offset_index, self._time_index):
             if index is not None and not index.read_only:
                 index.trim_to_valid_size(create_empty)
         if self._records is not None:
             self._records.trim()
-            self._records.release_reserved()
+            if release:
+                self._records.release_reserved()
         self.preallocate_bytes = 0
 
     def _keep_read_handles(self) -> None:
@@ -620,7 +621,10 @@ class LogSegment:
         (unless persisting failed: then it raises and stays as it was)."""
         if self.active and self._time_index is not None:
             self._append_final_time_index_entry()
-        self._trim(create_empty=keep_open)  # an empty index of a closing log: no file (see load_indexes)
+        # a closing log keeps a log.preallocate reservation (freeing a large one can take tens of ms
+        # on ext4 with discard: a shutdown of many partitions would pay it for each): the restart
+        # reserves the same blocks again, and the segment's roll gives them back
+        self._trim(create_empty=keep_open, release=keep_open)
         self._set_active(False)
         if keep_open:
             self._keep_read_handles()

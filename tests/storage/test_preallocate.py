@@ -49,7 +49,12 @@ def test_a_roll_gives_the_old_segment_back_and_reserves_the_new_one(tmp_path):
     assert os.stat(old).st_size < 4096 and allocated(old) <= 8192  # no more than its data's pages
     assert allocated(new) >= SEGMENT
     log.close()
-    assert allocated(new) <= 8192  # a clean close gives the active segment's back too
+    assert allocated(new) >= SEGMENT  # a closing log keeps it (a restart reserves it again) ...
+    log = open_log(tmp_path / "t-0", segment_bytes=SEGMENT, preallocate=True)
+    log.append_as_leader(batch(10), leader_epoch=0)
+    log.roll()  # ... and its roll gives it back
+    assert allocated(new) <= 8192
+    log.close()
 
 
 def test_a_restart_reserves_the_active_segment_again_and_reads_the_same(tmp_path):
@@ -68,15 +73,18 @@ def test_a_restart_reserves_the_active_segment_again_and_reads_the_same(tmp_path
 
 
 def test_a_file_system_that_cannot_reserve_only_loses_the_reservation(tmp_path, monkeypatch, caplog):
+    calls = []
+
     def refuse(fd, offset, length):
+        calls.append(offset)
         raise OSError(95, "Operation not supported")
     monkeypatch.setattr(fileio, "fallocate", refuse)
-    monkeypatch.setattr("storage.file_records._reserve_failed", False)
     log = open_log(tmp_path / "t-0", segment_bytes=SEGMENT, preallocate=True)
-    log.append_as_leader(batch(10), leader_epoch=0)
-    log.append_as_leader(batch(10), leader_epoch=0)
-    assert log.log_end_offset == 20
-    assert [r.getMessage() for r in caplog.records if "log.preallocate" in r.getMessage()].__len__() == 1
+    for _ in range(3):
+        log.append_as_leader(batch(10), leader_epoch=0)
+    assert log.log_end_offset == 30
+    assert len(calls) == 1  # tried once a segment, not on every append
+    assert len([r for r in caplog.records if "log.preallocate" in r.getMessage()]) == 1
     log.close()
 
 
@@ -101,4 +109,22 @@ def test_a_reservation_that_cannot_be_given_back_does_not_fail_the_roll(tmp_path
     assert log.log_end_offset == 20 and len(log_files(log)) == 2
     assert any("cannot give back" in r.getMessage() for r in caplog.records)
     monkeypatch.undo()
+    log.close()
+
+
+def test_a_truncation_reserves_again(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=SEGMENT, preallocate=True)
+    for _ in range(3):
+        log.append_as_leader(batch(10), leader_epoch=0)
+    log.truncate_to(10)  # inside the active segment: the ftruncate freed the reservation
+    log.append_as_leader(batch(10), leader_epoch=0)
+    (path,) = log_files(log)
+    assert allocated(path) >= SEGMENT
+    log.roll()
+    log.append_as_leader(batch(10), leader_epoch=0)
+    log.truncate_to(15)  # drops the new segment: the older one is active again
+    log.append_as_leader(batch(10), leader_epoch=0)
+    (path,) = log_files(log)
+    assert allocated(path) >= SEGMENT
+    check_consistent(log)
     log.close()
