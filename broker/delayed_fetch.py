@@ -161,7 +161,7 @@ class DelayedFetch(DelayedOperation):
         return self.force_complete()
 
     def on_complete(self) -> None:
-        self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, from_purgatory=True))
+        self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))  # from_purgatory (positional: issue 29)
 
 
 class FetchPurgatory(DelayedOperationPurgatory):

@@ -25,9 +25,10 @@ from .purgatory import DelayedOperation, DelayedOperationPurgatory
 
 
 class PartitionSource(Protocol):
-    """The one call a DelayedProduce makes (the ReplicaManager provides it)."""
+    """What a DelayedProduce reads (the ReplicaManager's): the hosted partitions by (topic,
+    partition), read directly (not get_partition: a call per try, issue 29)."""
 
-    def get_partition(self, topic: str, partition: int) -> Partition | None: ...
+    partitions: dict[tuple[str, int], Partition]
 
 
 class ProducePartitionStatus:
@@ -59,10 +60,11 @@ class DelayedProduce(DelayedOperation):
 
     def try_complete(self) -> bool:
         pending = False
+        partitions = self.replica_manager.partitions
         for status in self.statuses:
             if not status.acks_pending:
                 continue
-            partition = self.replica_manager.get_partition(*status.key)
+            partition = partitions.get(status.key)
             if partition is None:
                 done, error = True, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
@@ -98,7 +100,7 @@ class ProducePurgatory(DelayedOperationPurgatory):
         self._seq = itertools.count()
 
     def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
-        super().watch(op, keys)
+        DelayedOperationPurgatory.watch(self, op, keys)  # (the base directly: no super() per produce)
         if isinstance(op, DelayedProduce):
             for status in op.statuses:
                 if status.acks_pending:
@@ -133,7 +135,7 @@ class ProducePurgatory(DelayedOperationPurgatory):
 
     def _unwatch(self, op: DelayedOperation) -> None:
         keys = op._keys
-        super()._unwatch(op)
+        DelayedOperationPurgatory._unwatch(self, op)
         for key in keys:
             heap = self._heaps.get(key)
             if heap is None:
