@@ -922,7 +922,7 @@ class SocketServer:
         for conn in corked:
             out, conn._out = conn._out, None
             if out and not conn.closed:
-                conn.write_out(out)
+                conn.transport.writelines(tls_writes(out) if conn.tls else out)  # write_out, inline
                 conn.last_active_ms = now  # touch, with the read's reading
                 if conn in connections:
                     connections.move_to_end(conn)

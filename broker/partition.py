@@ -218,15 +218,13 @@ class Replica:
 class CommittedPartitionState:
     """The ISR the controller committed; nothing in flight."""
 
-    __slots__ = ("isr",)
+    __slots__ = ("isr", "maximal_isr")
     is_inflight = False
 
     def __init__(self, isr: frozenset[int]) -> None:
         self.isr = isr
-
-    @property
-    def maximal_isr(self) -> frozenset[int]:
-        return self.isr
+        # the same set: a field, not a property (read on every high watermark check, issue 29)
+        self.maximal_isr = isr
 
     def __repr__(self) -> str:
         return f"Committed(isr={sorted(self.isr)})"
@@ -502,7 +500,7 @@ class Partition:
         leader_log = self.log
         if leader_log is None or self.leader_id != self.local_broker_id:  # not is_leader, without the property call
             leader_log = self._leader_log()  # raises NOT_LEADER_OR_FOLLOWER
-        if required_acks == -1 and len(self.isr) < leader_log.config.min_insync_replicas:
+        if required_acks == -1 and len(self.partition_state.isr) < leader_log.config.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
                 f"min.insync.replicas={leader_log.config.min_insync_replicas}")
@@ -731,7 +729,7 @@ class Partition:
         if log_ is None or self.leader_id != self.local_broker_id:  # not is_leader, without the property call
             return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
         if log_.high_watermark >= required_offset:
-            if len(self.isr) < log_.config.min_insync_replicas:
+            if len(self.partition_state.isr) < log_.config.min_insync_replicas:
                 return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             return True, ErrorCode.NONE
         if BUG_ACK_BEFORE_MIN_ISR and log_.log_end_offset >= required_offset:
