@@ -926,7 +926,11 @@ class SocketServer:
                 conn.last_active_ms = now  # touch, with the read's reading
                 if conn in connections:
                     connections.move_to_end(conn)
-                conn._update_reading()
+                flow = conn.flow
+                if flow is not None and flow.read_paused:
+                    # A write only lets a paused read resume (its answers left _pending); what
+                    # pauses reading calls _update_reading itself (pause_writing, throttle, _process).
+                    conn._update_reading()
 
     def touch(self, conn: KafkaConnection) -> None:
         """``conn`` read or wrote: it goes to the back of the idle order."""

@@ -212,6 +212,7 @@ class ReplicaManager:
             return None
         results = []
         statuses: list[ProducePartitionStatus] = []
+        keys = []
         pending = False  # a partition's append waits for the ISR (acks=-1 and appended)
         for topic, parts in topics:
             topic_results = []
@@ -220,15 +221,17 @@ class ReplicaManager:
                                                              internal_topics_allowed, from_coordinator)
                 topic_results.append(result)
                 if required_acks == -1:
-                    status = ProducePartitionStatus((topic, partition_index), required, result)
+                    key = (topic, partition_index)
+                    status = ProducePartitionStatus(key, required, result)
                     statuses.append(status)
+                    keys.append(key)
                     if status.acks_pending:
                         pending = True
             results.append((topic, topic_results))
         if pending:
             # (a partial, not a lambda: no Python frame of its own when it completes)
             op = DelayedProduce(timeout_ms, statuses, self, functools.partial(callback, results))
-            if not self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
+            if not self.produce_purgatory.try_complete_else_watch(op, keys):
                 return op
         else:
             callback(results)
@@ -315,7 +318,7 @@ class ReplicaManager:
 
         if any(s.acks_pending for s in statuses):
             op = DelayedProduce(timeout_ms, statuses, self, done)
-            if not self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
+            if not self.produce_purgatory.try_complete_else_watch(op, keys):
                 return op
             return None
         done()
