@@ -318,7 +318,7 @@ class ReplicaManager:
 
         if any(s.acks_pending for s in statuses):
             op = DelayedProduce(timeout_ms, statuses, self, done)
-            if not self.produce_purgatory.try_complete_else_watch(op, keys):
+            if not self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
                 return op
             return None
         done()
