@@ -291,24 +291,25 @@ class KafkaApis:
 
     def handle(self, ctx: "RequestContext") -> None:
         header = ctx.header
-        if self._held_until_live is not None and header.api_key not in SERVED_BEFORE_LIVE:
+        key = header.api_key  # (read once: every request)
+        if self._held_until_live is not None and key not in SERVED_BEFORE_LIVE:
             self._held_until_live.append(ctx)
             return
-        if self._held_until_registered is not None and header.api_key in CONTROLLER_REQUESTS:
+        if self._held_until_registered is not None and key in CONTROLLER_REQUESTS:
             self._held_until_registered.append(ctx)
             return
-        handler = self.handlers.get(header.api_key)
+        handler = self.handlers.get(key)
         if handler is None:
-            raise RemoteProtocolError(f"unknown api key {header.api_key}")
-        api = APIS[header.api_key]
+            raise RemoteProtocolError(f"unknown api key {key}")
+        api = APIS[key]
         version = header.api_version
-        if not api.min_version <= version <= api.max_version and header.api_key != ApiKey.API_VERSIONS:  # api.supports
-            if header.api_key == ApiKey.PRODUCE and 0 <= header.api_version < 3:
+        if not api.min_version <= version <= api.max_version and key != ApiKey.API_VERSIONS:  # api.supports
+            if key == ApiKey.PRODUCE and 0 <= version < 3:
                 return self._reject_old_produce(ctx)
-            raise RemoteProtocolError(f"unsupported version {header.api_version} of {api.name} "
+            raise RemoteProtocolError(f"unsupported version {version} of {api.name} "
                                       f"(supported {api.min_version}-{api.max_version})")
         quotas = self.quotas
-        if quotas is not None and quotas.quotas and header.api_key not in QUOTA_EXEMPT:
+        if quotas is not None and quotas.quotas and key not in QUOTA_EXEMPT:
             return self._handle_with_request_quota(ctx, handler, api, quotas)
         try:
             handler(ctx)

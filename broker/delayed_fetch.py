@@ -161,7 +161,8 @@ class DelayedFetch(DelayedOperation):
         return self.force_complete()
 
     def on_complete(self) -> None:
-        self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, from_purgatory=True))
+        # (from_purgatory=True, passed positionally: issue 29)
+        self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))
 
 
 class FetchPurgatory(DelayedOperationPurgatory):

@@ -566,7 +566,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def data_received(self, data: bytes | memoryview) -> None:
         if self.closed:
             return  # its framer is the shared closed one
-        self.server.touch(self)
+        server = self.server
+        # SocketServer.touch inline; the reading is also the touch of the answers this read
+        # writes (flush_corked)
+        now = self.last_active_ms = server.time.monotonic_ms()
+        connections = server.connections
+        if self in connections:
+            connections.move_to_end(self)
         meter = self._meter
         if meter is not None:
             meter.read(data)  # t_read and the cursor; the listener's bytes in
@@ -583,15 +589,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._held_frames is not None:  # muted (a quota): behind the frames already waiting
             self._held_frames.extend(frames)
         else:
-            self._process_frames(frames)
-        if self.server.memory_pool is not None and not self.closed:
+            self._process_frames(frames, now)
+        if server.memory_pool is not None and not self.closed:
             self._account_memory(completed)
         # (a read that filled the buffer with the mark at 1: the rest is queued already)
         if (self._set_lowat is not None and not self.closed
                 and (self._lowat != 1 or (self.framer.buffered and len(data) < _READ_BUFFER_SIZE))):
             self._update_lowat()
 
-    def _process_frames(self, frames: list) -> None:
+    def _process_frames(self, frames: list, now: float) -> None:
         # Responses that are ready while this read is processed leave in one writev per
         # connection, once the read is done: this connection's, and those of other connections
         # that its requests completed (a follower's fetch moving the high watermark answers
@@ -601,6 +607,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # the fetches parked on the partitions its produces appended to are tried once, at its
         # end, before the answers are written, so theirs leave in the same batch). A call made
         # while a read is processed (corked already set) is part of that read: no hooks of its own.
+        # ``now``: the clock's monotonic_ms when the read came (what the answers' writes touch).
         server = self.server
         outer = server.corked is None
         hooks = server.read_hooks if outer else None
@@ -627,7 +634,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 except Exception:
                     log.exception("unexpected error at the end of a read from %s", self.peer)
                 finally:
-                    server.flush_corked()
+                    server.flush_corked(now)
 
     def throttle(self, ms: int) -> None:
         """Mute this connection for ``ms`` (a client quota's throttle time, KIP-219): no reads,
@@ -652,7 +659,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         held, self._held_frames = self._held_frames, None
         if held:
-            self._process_frames(held)
+            self._process_frames(held, self.server.time.monotonic_ms())
         self._update_reading()
 
     def _account_memory(self, completed: bool) -> None:
@@ -798,7 +805,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.server.touch(self)
         if wrote or (self.flow is not None and self.flow.read_paused):
             self._update_reading()
-        if not pending:
+        if not pending and self.server._drained is not None:  # connection_idle, called only when someone waits
             self.server.connection_idle()
 
     def _update_reading(self) -> None:
@@ -904,18 +911,26 @@ class SocketServer:
         self.connections.pop(conn, None)
         self.connection_idle()
 
-    def flush_corked(self) -> None:
+    def flush_corked(self, now: float) -> None:
         """Write what the connections in ``corked`` have waiting, one writev each (see
-        KafkaConnection._process_frames), and stop corking."""
+        KafkaConnection._process_frames), and stop corking. ``now``: the read's clock reading
+        (monotonic_ms), each writing connection's touch (the writes follow the read at once)."""
         corked, self.corked = self.corked, None
         if not corked:
             return
+        connections = self.connections
         for conn in corked:
             out, conn._out = conn._out, None
             if out and not conn.closed:
-                conn.write_out(out)
-                self.touch(conn)
-                conn._update_reading()
+                conn.transport.writelines(tls_writes(out) if conn.tls else out)  # write_out, inline
+                conn.last_active_ms = now  # touch, with the read's reading
+                if conn in connections:
+                    connections.move_to_end(conn)
+                flow = conn.flow
+                if flow is not None and flow.read_paused:
+                    # A write only lets a paused read resume (its answers left _pending); what
+                    # pauses reading calls _update_reading itself (pause_writing, throttle, _process).
+                    conn._update_reading()
 
     def touch(self, conn: KafkaConnection) -> None:
         """``conn`` read or wrote: it goes to the back of the idle order."""

@@ -218,15 +218,13 @@ class Replica:
 class CommittedPartitionState:
     """The ISR the controller committed; nothing in flight."""
 
-    __slots__ = ("isr",)
+    __slots__ = ("isr", "maximal_isr")
     is_inflight = False
 
     def __init__(self, isr: frozenset[int]) -> None:
         self.isr = isr
-
-    @property
-    def maximal_isr(self) -> frozenset[int]:
-        return self.isr
+        # the same set: a field, not a property (read on every high watermark check, issue 29)
+        self.maximal_isr = isr
 
     def __repr__(self) -> str:
         return f"Committed(isr={sorted(self.isr)})"
@@ -502,7 +500,7 @@ class Partition:
         leader_log = self.log
         if leader_log is None or self.leader_id != self.local_broker_id:  # not is_leader, without the property call
             leader_log = self._leader_log()  # raises NOT_LEADER_OR_FOLLOWER
-        if required_acks == -1 and len(self.isr) < leader_log.config.min_insync_replicas:
+        if required_acks == -1 and len(self.partition_state.isr) < leader_log.config.min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"ISR {sorted(self.isr)} of {self.topic}-{self.partition} is smaller than "
                 f"min.insync.replicas={leader_log.config.min_insync_replicas}")
@@ -586,12 +584,14 @@ class Partition:
             replica_leo = replica.log_end_offset
             if replica_leo >= new_hw:
                 continue
-            if now is None:  # read once, and only for a follower behind (none on a produce at RF=1)
-                now = self.time.milliseconds()
-            if rid in maximal or (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
-                                  and self._is_replica_isr_eligible(rid) and not BUG_HW_OVER_LOCAL_ISR):
-                # A follower whose LEO is unknown (-1, just became leader) holds the HW where it is.
-                new_hw = replica_leo if replica_leo >= 0 else hw
+            if rid not in maximal:
+                if now is None:  # read once, and only for a follower behind outside the ISR (none on most produces)
+                    now = self.time.milliseconds()
+                if not (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
+                        and self._is_replica_isr_eligible(rid) and not BUG_HW_OVER_LOCAL_ISR):
+                    continue
+            # A follower whose LEO is unknown (-1, just became leader) holds the HW where it is.
+            new_hw = replica_leo if replica_leo >= 0 else hw
         for rid in maximal:
             if rid != local_id and rid not in remote:
                 new_hw = min(new_hw, hw)
@@ -725,13 +725,14 @@ class Partition:
 
     def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, int]:
         """(done, error code) for an acks=-1 append that needs the HW to reach ``required_offset``."""
-        if not self.is_leader or self.log is None:
+        log_ = self.log
+        if log_ is None or self.leader_id != self.local_broker_id:  # not is_leader, without the property call
             return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if self.log.high_watermark >= required_offset:
-            if len(self.isr) < self.log.config.min_insync_replicas:
+        if log_.high_watermark >= required_offset:
+            if len(self.partition_state.isr) < log_.config.min_insync_replicas:
                 return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             return True, ErrorCode.NONE
-        if BUG_ACK_BEFORE_MIN_ISR and self.log.log_end_offset >= required_offset:
+        if BUG_ACK_BEFORE_MIN_ISR and log_.log_end_offset >= required_offset:
             return True, ErrorCode.NONE
         return False, ErrorCode.NONE
 

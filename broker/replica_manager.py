@@ -12,6 +12,7 @@ Not thread-safe: everything runs on the event loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from typing import TYPE_CHECKING, Callable, Iterable
@@ -211,6 +212,8 @@ class ReplicaManager:
             return None
         results = []
         statuses: list[ProducePartitionStatus] = []
+        keys = []
+        pending = False  # a partition's append waits for the ISR (acks=-1 and appended)
         for topic, parts in topics:
             topic_results = []
             for partition_index, records in parts:
@@ -218,11 +221,17 @@ class ReplicaManager:
                                                              internal_topics_allowed, from_coordinator)
                 topic_results.append(result)
                 if required_acks == -1:
-                    statuses.append(ProducePartitionStatus((topic, partition_index), required, result))
+                    key = (topic, partition_index)
+                    status = ProducePartitionStatus(key, required, result)
+                    statuses.append(status)
+                    keys.append(key)
+                    if status.acks_pending:
+                        pending = True
             results.append((topic, topic_results))
-        if required_acks == -1 and any(s.acks_pending for s in statuses):
-            op = DelayedProduce(timeout_ms, statuses, self, lambda: callback(results))
-            if not self.produce_purgatory.try_complete_else_watch(op, [s.key for s in statuses]):
+        if pending:
+            # (a partial, not a lambda: no Python frame of its own when it completes)
+            op = DelayedProduce(timeout_ms, statuses, self, functools.partial(callback, results))
+            if not self.produce_purgatory.try_complete_else_watch(op, keys):
                 return op
         else:
             callback(results)

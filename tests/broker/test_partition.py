@@ -365,3 +365,20 @@ def test_offsets_for_an_epoch_older_than_the_known_ones_over_a_compacted_gap_are
         assert log.log_start_offset == 0 and log.leader_epoch_cache.entries() == [(6, 5)]
         partition = lead(manager, epoch=7, partition_epoch=1)
         assert partition.last_offset_for_leader_epoch(-1, 3, True) == (0, 3, 5)
+
+
+def test_the_high_watermark_check_over_followers_in_the_isr_reads_no_clock(rm, time, monkeypatch):
+    """A follower behind that is in the maximal ISR holds the HW whatever its lag: the clock
+    (read for a follower outside the ISR, whether it is caught up) is not read for it (every
+    acks=all produce at RF=3 checks the HW so, issue 29)."""
+    p = lead(rm)
+    produce(rm, acks=1)
+    fetch(rm, 2, 3)
+    reads = []
+    real = time.milliseconds
+    monkeypatch.setattr(time, "milliseconds", lambda: reads.append(1) or real())
+    produce(rm, acks=1)  # LEO 6; broker 2 at 3, broker 3 unknown: both in the ISR
+    assert p.maybe_increment_high_watermark() is False and p.high_watermark == 0
+    assert reads == []
+    fetch(rm, 3, 6)
+    assert p.high_watermark == 3  # broker 2's LEO
