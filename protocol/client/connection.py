@@ -136,6 +136,7 @@ class BrokerConnection(asyncio.Protocol):
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.api_versions: dict[int, tuple[int, int]] = {}  # the broker's ranges, from ApiVersions
+        self._fetch_version: tuple[dict[int, tuple[int, int]], int] | None = None  # (api_versions, Fetch's)
         self._network = network
         self._time = time
         self._transport: asyncio.Transport | None = None
@@ -323,7 +324,13 @@ class BrokerConnection(asyncio.Protocol):
         ``eager``: the awaiting task resumes inside the read of the response, not one loop turn
         later (protocol/client/eager.py: a follower's fetcher sends its next Fetch at once)."""
         if version is None:
-            version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+            # version_for's answer, once per ApiVersions answer (a follower fetches for ever)
+            cached = self._fetch_version
+            if cached is not None and cached[0] is self.api_versions:
+                version = cached[1]
+            else:
+                version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+                self._fetch_version = (self.api_versions, version)
         frame = await self._send(lambda cid: (fast_codecs.encode_fetch_request(version, cid, self.client_id, request),),
                                  True, self.request_timeout_ms + request.max_wait_ms, eager)
         return fast_codecs.decode_fetch_response(version, memoryview(frame), 4)
