@@ -97,8 +97,8 @@ class Network:
     def __init__(self, security: ClientSecurity | None = None) -> None:
         self.security = security or PLAINTEXT
 
-    async def open_connection(self, host: str, port: int, protocol_factory: Callable[[], asyncio.Protocol],
-                              timeout_s: float) -> tuple[asyncio.Transport, asyncio.Protocol]:
+    async def open_connection(self, host: str, port: int, protocol_factory: Callable[[], asyncio.BaseProtocol],
+                              timeout_s: float) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
         loop = asyncio.get_running_loop()
         security = getattr(self, "security", PLAINTEXT)
         async with asyncio.timeout(timeout_s):
@@ -117,7 +117,7 @@ class _InFlight(NamedTuple):
     timer: TimerHandle
 
 
-class BrokerConnection(asyncio.Protocol):
+class BrokerConnection(asyncio.BufferedProtocol):
     """One TCP connection to one broker, single use: ``await connect()``, then any number of
     concurrent ``request``/``produce``/``fetch`` calls, then ``close()``.
 
@@ -411,12 +411,30 @@ class BrokerConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writable.set()
 
+    # Reads go into the framer (asyncio.BufferedProtocol): a response read whole is copied once
+    # out of its read buffer, the rest of a large one read straight into its frame (framing.py);
+    # data_received (a transport that hands chunks) is the same with ``feed``.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._framer.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self._framer.filled(nbytes)
+        except (FrameTooLarge, NegativeFrameSize) as exc:
+            self.close(KafkaConnectionError(f"{self.host}:{self.port} sent a bad response size: {exc}"))
+            return
+        if frames:
+            self._responses(frames)
+
     def data_received(self, data: bytes) -> None:
         try:
             frames = self._framer.feed(data)
         except (FrameTooLarge, NegativeFrameSize) as exc:
             self.close(KafkaConnectionError(f"{self.host}:{self.port} sent a bad response size: {exc}"))
             return
+        self._responses(frames)
+
+    def _responses(self, frames: list[bytearray]) -> None:
         for frame in frames:
             got = _I32.unpack_from(frame)[0] if len(frame) >= 4 else None
             expected = self._inflight[0].correlation_id if self._inflight else None

@@ -58,13 +58,27 @@ def response_frame(correlation_id: int, records: bytes, high_watermark: int) -> 
     return b"".join(bytes(c) for c in chunks)
 
 
+def read_into(conn: BrokerConnection, data: bytes, read_size: int) -> None:
+    """A transport reading ``data`` into the connection (asyncio.BufferedProtocol), at most
+    ``read_size`` bytes a read."""
+    pos = 0
+    while pos < len(data):
+        buf = conn.get_buffer(-1)
+        n = min(len(buf), len(data) - pos, read_size)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        conn.buffer_updated(n)
+
+
+@pytest.mark.parametrize("read_size", [0, 1000, 1 << 20], ids=["data_received", "reads-of-1000", "one-read"])
 @pytest.mark.parametrize("loop_factory", list(LOOP_FACTORIES.values()), ids=list(LOOP_FACTORIES))
-def test_the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, loop_factory) -> None:
-    """On asyncio's loop and on uvloop's (the broker's)."""
-    run_on(loop_factory, _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path))
+def test_the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, loop_factory, read_size) -> None:
+    """On asyncio's loop and on uvloop's (the broker's); the response handed over as a chunk
+    (data_received) or read into the connection (get_buffer / buffer_updated, as uvloop reads it)."""
+    run_on(loop_factory, _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, read_size))
 
 
-async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
+async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, read_size: int = 0) -> None:
     time = MockTime()
     log = Log.open(tmp_path / "t-0", LogConfig(), time=time)
     partition = Partition("t", 0, local_broker_id=2, time=time)
@@ -90,11 +104,14 @@ async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
         cid, offsets = fetch_offsets(transport.frames[0])
         assert offsets == [0]
 
-        batch = build_batch([Record(value=b"v", timestamp=1)] * 5, base_offset=0, partition_leader_epoch=0)
+        batch = build_batch([Record(value=b"v" * 500, timestamp=1)] * 5, base_offset=0, partition_leader_epoch=0)
         seen_at_return = loop.create_future()
 
         def deliver() -> None:  # the event loop's read of the leader's answer (no task running)
-            conn.data_received(response_frame(cid, batch, 0))
+            if read_size:
+                read_into(conn, response_frame(cid, batch, 0), read_size)
+            else:
+                conn.data_received(response_frame(cid, batch, 0))
             seen_at_return.set_result((log.log_end_offset, list(transport.frames)))
         loop.call_soon(deliver)
         leo, frames = await seen_at_return
