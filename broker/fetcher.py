@@ -35,7 +35,7 @@ from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError
 from protocol.fast_codecs import FetchPartition, FetchRequest
 from protocol.fetch_session import FetchSessionHandler
-from protocol.records import iter_batch_headers
+from protocol.records import HEADER_SIZE, LOG_OVERHEAD, iter_batch_headers
 
 from .partition import partition_names
 
@@ -51,6 +51,7 @@ log = logging.getLogger("kbroker.fetcher")
 
 _FIRST_BATCH_OFFSETS = struct.Struct(">q")   # a batch header's base offset (byte 0)
 _LAST_OFFSET_DELTA = struct.Struct(">i")     # and its last offset delta (byte 23)
+_BATCH_LENGTH = struct.Struct(">i")          # its batch length (byte 8)
 
 # Test-only switches that re-introduce replication bugs the simulator must find (sim/bugs.py
 # turns them on for a run; never set otherwise); read only on rare paths (a log start that
@@ -293,10 +294,11 @@ class ReplicaFetcher:
         In an incremental fetch session (KIP-227, protocol/fetch_session.py) the request names
         only the partitions whose fetch position changed, and the leader answers only those
         with something new: an idle partition costs no request or response bytes."""
-        ready = {k: s for k, s in self._ready().items() if not s.truncating}
+        m = self.manager
+        now = m.time.monotonic_ms()  # (_ready's, without its dict)
+        ready = {k: s for k, s in self.partitions.items() if s.delayed_until_ms <= now and not s.truncating}
         if not ready:
             return False
-        m = self.manager
         quota = getattr(m, "follower_quota", None)
         if quota is not None and quota.throttled:
             # KIP-73 (Kafka's ReplicaFetcherThread.shouldFollowerThrottle): a throttled partition
@@ -430,6 +432,9 @@ class ReplicaFetcher:
 
 def _whole_batches(records):
     """The complete batches of a fetched blob: a size-limited response may end in a partial one."""
+    n = len(records)
+    if n >= HEADER_SIZE and _BATCH_LENGTH.unpack_from(records, 8)[0] + LOG_OVERHEAD == n:
+        return records  # one whole batch (a fetch at low load): what the loop below keeps, all of it
     end = 0
     for pos, header in iter_batch_headers(records):
         end = pos + header.size

@@ -644,9 +644,17 @@ def decode_produce_response(version: int, buf: Buffer, pos: int = 0) -> ProduceR
 
 def encode_fetch_request(version: int, correlation_id: int, client_id: str | None, request: FetchRequest) -> bytes:
     """A whole Fetch v4-v11 request frame."""
-    _check_version(version, FETCH_VERSIONS, "Fetch request")
+    if not _FETCH_LOW <= version <= _FETCH_HIGH:
+        _check_version(version, FETCH_VERSIONS, "Fetch request")  # raises
     out = bytearray(4)
-    out += encode_request_header(1, version, correlation_id, client_id, False)
+    # the request header v1 (encode_request_header's, inline: one per follower fetch)
+    out += _HEADER_FIXED.pack(1, version, correlation_id)
+    if client_id is None:
+        out += b"\xff\xff"
+    else:
+        raw = client_id.encode()
+        out += _I16.pack(len(raw))
+        out += raw
     out += _FETCH_TOP_V4.pack(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
                               request.isolation_level)
     if version >= 7:
@@ -691,8 +699,10 @@ class FetchResponse:
 
 
 def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchResponse:
-    """Decode a Fetch v4-v11 response body; record data stays a memoryview slice of ``buf``."""
-    _check_version(version, FETCH_VERSIONS, "Fetch response")
+    """Decode a Fetch v4-v11 response body; record data stays a memoryview slice of ``buf``.
+    (The counts and names are read inline: _read_count and _read_string are called only to raise.)"""
+    if not _FETCH_LOW <= version <= _FETCH_HIGH:
+        _check_version(version, FETCH_VERSIONS, "Fetch response")  # raises
     end = len(buf)
     try:
         if version >= 7:
@@ -702,15 +712,29 @@ def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchRespo
             (throttle,) = _I32.unpack_from(buf, pos)
             pos += 4
             error_code, session_id = 0, 0
-        ntopics, pos = _read_count(buf, pos, end, 6)
+        (ntopics,) = _I32.unpack_from(buf, pos)
+        if ntopics < 0 or ntopics * 6 > end - pos - 4:
+            _read_count(buf, pos, end, 6)  # raises
+        pos += 4
         v5 = version >= 5
         v11 = version >= 11
         head = _FETCH_PD_HEAD_V5 if v5 else _FETCH_PD_HEAD_V4
         head_unpack, head_size = head.unpack_from, head.size
         responses = []
         for _ in range(ntopics):
-            name, pos = _read_string(buf, pos, end)
-            nparts, pos = _read_count(buf, pos, end, 30)
+            (n,) = _I16.unpack_from(buf, pos)
+            stop = pos + 2 + n
+            if n < 0 or stop > end:
+                _read_string(buf, pos, end)  # raises
+            try:
+                name = str(buf[pos + 2:stop], "utf-8")
+            except UnicodeDecodeError:
+                _read_string(buf, pos, end)  # raises
+            pos = stop
+            (nparts,) = _I32.unpack_from(buf, pos)
+            if nparts < 0 or nparts * 30 > end - pos - 4:
+                _read_count(buf, pos, end, 30)  # raises
+            pos += 4
             parts = []
             for _ in range(nparts):
                 if v5:

@@ -11,6 +11,12 @@ chunks of a frame that straddles them (slices of ``bytes`` chunks, no copy; othe
 which the caller may reuse, are copied) and joins them once the frame is whole: one copy of
 every byte, where growing the buffer and slicing the frame out of it copies it twice or more
 (a 1 MB fetch response arrives in ~16 chunks).
+
+``buffer()`` / ``filled(n)`` (a gathering framer read by an ``asyncio.BufferedProtocol``: the
+client's connections) take reads into the framer itself: a read lands in the framer's read
+buffer, whose whole frames ``filled`` slices out (one copy: ``feed`` gets a chunk the transport
+made first, a second copy); the rest of a frame begun there (up to ``DIRECT_MAX`` bytes) is read
+straight into that frame's own bytearray, no copy at all.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from __future__ import annotations
 import struct
 
 _SIZE = struct.Struct(">i")
+
+READ_BUFFER_SIZE = 64 * 1024  # ``buffer()``'s read buffer (a framer's own, made on its first read)
+DIRECT_MAX = 16 << 20  # a frame up to this size is allocated whole once its size is known; larger ones gather
 
 
 class FrameTooLarge(Exception):
@@ -32,7 +41,7 @@ class NegativeFrameSize(Exception):
 
 
 class Framer:
-    __slots__ = ("max_size", "_buf", "gather", "_frame", "_need", "_filled")
+    __slots__ = ("max_size", "_buf", "gather", "_frame", "_need", "_filled", "_into", "_read")
 
     def __init__(self, max_size: int, gather: bool = False) -> None:
         self.max_size = max_size
@@ -40,6 +49,8 @@ class Framer:
         self.gather = gather
         self._frame: list[bytes | memoryview] | None = None  # gather: the chunks of the partial frame's body
         self._need = self._filled = 0  # its size, and the bytes of it held
+        self._into: memoryview | None = None  # filled(): the partial frame's own bytearray, read into
+        self._read: memoryview | None = None  # buffer()'s read buffer
 
     def _check(self, size: int) -> None:
         if size < 0:
@@ -70,7 +81,54 @@ class Framer:
             view.release()
         return frames
 
+    # -- reads into the framer (asyncio.BufferedProtocol) -----------------------------------
+
+    def buffer(self) -> memoryview:
+        """Where the next read goes (``get_buffer``); then call ``filled`` with its size."""
+        into = self._into
+        if into is not None:
+            return into[self._filled:]
+        read = self._read
+        if read is None:
+            read = self._read = memoryview(bytearray(READ_BUFFER_SIZE))
+        return read
+
+    def filled(self, n: int) -> list[bytearray]:
+        """``n`` bytes were read into ``buffer()``: the frames now whole, as ``feed`` returns them."""
+        into = self._into
+        if into is not None:
+            self._filled += n
+            if self._filled < len(into):
+                return []
+            frame = into.obj
+            into.release()
+            self._into = None
+            return [frame]  # type: ignore[list-item]  # (a memoryview of a bytearray: its obj is one)
+        assert self._read is not None and self.gather, "filled() without buffer()"
+        frames = self._feed_gathered(self._read[:n])
+        parts = self._frame
+        if parts is not None and self._need <= DIRECT_MAX:
+            # a frame begun in this read: its own bytearray now, the next reads land in it
+            frame = bytearray(self._need)
+            pos = 0
+            for part in parts:
+                frame[pos:pos + len(part)] = part
+                pos += len(part)
+            self._frame = None
+            self._into = memoryview(frame)
+        return frames
+
+    def _ungather(self) -> None:
+        """``feed`` after ``filled`` left a frame to read into: its bytes so far become gathered parts."""
+        into = self._into
+        assert into is not None
+        self._frame, self._need = [bytes(into[:self._filled])], len(into)
+        into.release()
+        self._into = None
+
     def _feed_gathered(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
+        if self._into is not None:
+            self._ungather()
         frames: list[bytearray] = []
         owned = type(data) is bytes  # immutable: its slices can be held without a copy
         view = memoryview(data)
@@ -146,7 +204,7 @@ class Framer:
     @property
     def buffered(self) -> int:
         """Bytes of the partial frame received so far (its size prefix included)."""
-        if self._frame is not None:
+        if self._frame is not None or self._into is not None:
             return 4 + self._filled
         return len(self._buf)
 
@@ -156,6 +214,8 @@ class Framer:
         send at least that many more); 0 with no partial frame or part of a prefix only."""
         if self._frame is not None:
             return self._need - self._filled
+        if self._into is not None:
+            return len(self._into) - self._filled
         buf = self._buf
         if len(buf) < 4:
             return 0
@@ -168,6 +228,8 @@ class Framer:
         or what is buffered while its size prefix is incomplete; 0 with nothing buffered."""
         if self._frame is not None:
             return 4 + self._need
+        if self._into is not None:
+            return 4 + len(self._into)
         buf = self._buf
         if len(buf) < 4:
             return len(buf)

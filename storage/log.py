@@ -469,7 +469,7 @@ class Log:
 
     def _append_stamped(self, buf: Buffer, header: BatchHeader, leader_epoch: int) -> LogAppendInfo:
         """``_append_info``, ``_append`` and ``_maybe_assign_epoch`` of one batch stamped at the
-        LEO (CreateTime), in one function for the common case: an active segment already
+        LEO (CreateTime), or a follower's one batch with the leader's offsets and epoch, in one function for the common case: an active segment already
         written to, with its indexes loaded and its ``.log`` descriptor held, which this batch
         does not roll. The write, LogSegment._index_batch's bookkeeping and index entries, the
         LEO, the flush check and the epoch are as the general way does them; anything else goes
@@ -592,6 +592,18 @@ class Log:
         input returns an info with record_count 0.
         """
         batches = self._validate(records, check_message_size=False)
+        if len(batches) == 1 and self.fast_append:
+            # one batch (a follower's fetch at low or half load): its checks as the loop below
+            # does them, the append in _append_stamped (the general path when it must roll)
+            header = batches[0][1]
+            base = header.base_offset
+            if base != self.log_end_offset and not (base > self.log_end_offset and self.config.compact):
+                raise OffsetsOutOfOrderError(f"{self.topic}-{self.partition}: batch at byte 0 starts at offset "
+                                             f"{base}, expected {self.log_end_offset}")
+            info = self._append_stamped(records, header, header.partition_leader_epoch)
+            if header.producer_id >= 0:
+                replay_batches(self.producer_state, records, batches, self.txn_index, self._bases[-1])
+            return info
         expected = self.log_end_offset
         gaps = self.config.compact
         for pos, header in batches:

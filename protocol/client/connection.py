@@ -97,8 +97,8 @@ class Network:
     def __init__(self, security: ClientSecurity | None = None) -> None:
         self.security = security or PLAINTEXT
 
-    async def open_connection(self, host: str, port: int, protocol_factory: Callable[[], asyncio.Protocol],
-                              timeout_s: float) -> tuple[asyncio.Transport, asyncio.Protocol]:
+    async def open_connection(self, host: str, port: int, protocol_factory: Callable[[], asyncio.BaseProtocol],
+                              timeout_s: float) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
         loop = asyncio.get_running_loop()
         security = getattr(self, "security", PLAINTEXT)
         async with asyncio.timeout(timeout_s):
@@ -117,7 +117,7 @@ class _InFlight(NamedTuple):
     timer: TimerHandle
 
 
-class BrokerConnection(asyncio.Protocol):
+class BrokerConnection(asyncio.BufferedProtocol):
     """One TCP connection to one broker, single use: ``await connect()``, then any number of
     concurrent ``request``/``produce``/``fetch`` calls, then ``close()``.
 
@@ -136,6 +136,7 @@ class BrokerConnection(asyncio.Protocol):
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.api_versions: dict[int, tuple[int, int]] = {}  # the broker's ranges, from ApiVersions
+        self._fetch_version: tuple[dict[int, tuple[int, int]], int] | None = None  # (api_versions, Fetch's)
         self._network = network
         self._time = time
         self._transport: asyncio.Transport | None = None
@@ -323,7 +324,13 @@ class BrokerConnection(asyncio.Protocol):
         ``eager``: the awaiting task resumes inside the read of the response, not one loop turn
         later (protocol/client/eager.py: a follower's fetcher sends its next Fetch at once)."""
         if version is None:
-            version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+            # version_for's answer, once per ApiVersions answer (a follower fetches for ever)
+            cached = self._fetch_version
+            if cached is not None and cached[0] is self.api_versions:
+                version = cached[1]
+            else:
+                version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+                self._fetch_version = (self.api_versions, version)
         frame = await self._send(lambda cid: (fast_codecs.encode_fetch_request(version, cid, self.client_id, request),),
                                  True, self.request_timeout_ms + request.max_wait_ms, eager)
         return fast_codecs.decode_fetch_response(version, memoryview(frame), 4)
@@ -404,12 +411,30 @@ class BrokerConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._writable.set()
 
+    # Reads go into the framer (asyncio.BufferedProtocol): a response read whole is copied once
+    # out of its read buffer, the rest of a large one read straight into its frame (framing.py);
+    # data_received (a transport that hands chunks) is the same with ``feed``.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._framer.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self._framer.filled(nbytes)
+        except (FrameTooLarge, NegativeFrameSize) as exc:
+            self.close(KafkaConnectionError(f"{self.host}:{self.port} sent a bad response size: {exc}"))
+            return
+        if frames:
+            self._responses(frames)
+
     def data_received(self, data: bytes) -> None:
         try:
             frames = self._framer.feed(data)
         except (FrameTooLarge, NegativeFrameSize) as exc:
             self.close(KafkaConnectionError(f"{self.host}:{self.port} sent a bad response size: {exc}"))
             return
+        self._responses(frames)
+
+    def _responses(self, frames: list[bytearray]) -> None:
         for frame in frames:
             got = _I32.unpack_from(frame)[0] if len(frame) >= 4 else None
             expected = self._inflight[0].correlation_id if self._inflight else None

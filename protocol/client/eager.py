@@ -141,11 +141,14 @@ class EagerFuture(Generic[T]):
             self._loop.call_soon(fn, self, context=context)
 
     def __await__(self) -> Generator[Any, None, T]:
-        if not self.done():
+        if self._state == _PENDING:  # (done(), inline)
             self._asyncio_future_blocking = True
             yield self
-        if not self.done():
+        state = self._state
+        if state == _PENDING:
             raise RuntimeError("await wasn't used with future")
+        if state == _FINISHED and self._exception is None:
+            return self._result  # type: ignore[return-value]  # (result()'s answer, without its call)
         return self.result()
 
     __iter__ = __await__

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.fetcher import PartitionFetchState, ReplicaFetcher
+from broker.fetcher import PartitionFetchState, ReplicaFetcher, _whole_batches
 from broker.partition import Partition
 from protocol.api_keys import ApiKey
 from protocol.client.connection import BrokerConnection
 from protocol.clock import MockTime
-from protocol.fast_codecs import (FetchPartitionData, decode_fetch_request, encode_fetch_response,
-                                  parse_request_header)
+from protocol.fast_codecs import (FetchPartition, FetchPartitionData, FetchRequest, decode_fetch_request,
+                                  encode_fetch_response, parse_request_header)
 from protocol.records import Record, build_batch
 from storage import Log, LogConfig
 from tests.support import LOOP_FACTORIES, run_on
@@ -58,13 +58,27 @@ def response_frame(correlation_id: int, records: bytes, high_watermark: int) -> 
     return b"".join(bytes(c) for c in chunks)
 
 
+def read_into(conn: BrokerConnection, data: bytes, read_size: int) -> None:
+    """A transport reading ``data`` into the connection (asyncio.BufferedProtocol), at most
+    ``read_size`` bytes a read."""
+    pos = 0
+    while pos < len(data):
+        buf = conn.get_buffer(-1)
+        n = min(len(buf), len(data) - pos, read_size)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        conn.buffer_updated(n)
+
+
+@pytest.mark.parametrize("read_size", [0, 1000, 1 << 20], ids=["data_received", "reads-of-1000", "one-read"])
 @pytest.mark.parametrize("loop_factory", list(LOOP_FACTORIES.values()), ids=list(LOOP_FACTORIES))
-def test_the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, loop_factory) -> None:
-    """On asyncio's loop and on uvloop's (the broker's)."""
-    run_on(loop_factory, _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path))
+def test_the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, loop_factory, read_size) -> None:
+    """On asyncio's loop and on uvloop's (the broker's); the response handed over as a chunk
+    (data_received) or read into the connection (get_buffer / buffer_updated, as uvloop reads it)."""
+    run_on(loop_factory, _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, read_size))
 
 
-async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
+async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path, read_size: int = 0) -> None:
     time = MockTime()
     log = Log.open(tmp_path / "t-0", LogConfig(), time=time)
     partition = Partition("t", 0, local_broker_id=2, time=time)
@@ -90,11 +104,14 @@ async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
         cid, offsets = fetch_offsets(transport.frames[0])
         assert offsets == [0]
 
-        batch = build_batch([Record(value=b"v", timestamp=1)] * 5, base_offset=0, partition_leader_epoch=0)
+        batch = build_batch([Record(value=b"v" * 500, timestamp=1)] * 5, base_offset=0, partition_leader_epoch=0)
         seen_at_return = loop.create_future()
 
         def deliver() -> None:  # the event loop's read of the leader's answer (no task running)
-            conn.data_received(response_frame(cid, batch, 0))
+            if read_size:
+                read_into(conn, response_frame(cid, batch, 0), read_size)
+            else:
+                conn.data_received(response_frame(cid, batch, 0))
             seen_at_return.set_result((log.log_end_offset, list(transport.frames)))
         loop.call_soon(deliver)
         leo, frames = await seen_at_return
@@ -107,3 +124,49 @@ async def _the_next_fetch_leaves_in_the_read_of_the_response(tmp_path) -> None:
         await asyncio.gather(fetcher._task, return_exceptions=True)
         conn.close()
         log.close()
+
+
+def test_a_fetch_is_sent_at_the_version_of_the_latest_api_versions_answer() -> None:
+    """BrokerConnection.fetch keeps the Fetch version it negotiated, for the ApiVersions answer it
+    came from only: a new answer (a reconnect's renegotiation) is asked again."""
+    time = MockTime()
+    conn = BrokerConnection("127.0.0.1", 9, time=time)
+    transport = KeptTransport()
+    conn.connection_made(transport)
+    request = FetchRequest(VERSION, 2, 500, 1, 1 << 20, 0, 0, -1, [("t", [FetchPartition(0, 0, 0, 0, 1 << 20)])], [],
+                           "")
+
+    async def sent_version(api_versions) -> int:
+        conn.api_versions = api_versions
+        task = asyncio.get_running_loop().create_task(conn.fetch(request))
+        await asyncio.sleep(0)
+        header = parse_request_header(memoryview(transport.frames[-1])[4:], flexible=False)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return header.api_version
+
+    async def main() -> list[int]:
+        return [await sent_version({ApiKey.FETCH: (4, 11)}), await sent_version({ApiKey.FETCH: (4, 9)}),
+                await sent_version({ApiKey.FETCH: (4, 11)})]
+    try:
+        assert asyncio.run(main()) == [11, 9, 11]
+    finally:
+        conn.close()
+
+
+def test_whole_batches_keeps_complete_batches_only() -> None:
+    """A fetched blob of one whole batch is kept whole; a partial batch after whole ones, or a
+    batch length that claims more than is there or less than a header, ends what is kept."""
+    one = build_batch([Record(value=b"v" * 50, timestamp=1)] * 3, base_offset=0)
+    two = build_batch([Record(value=b"w", timestamp=1)] * 2, base_offset=3)
+    assert bytes(_whole_batches(memoryview(one))) == one
+    assert bytes(_whole_batches(memoryview(one + two))) == one + two
+    assert bytes(_whole_batches(memoryview(one + two[:70]))) == one
+    assert bytes(_whole_batches(memoryview(one[:-1]))) == b""
+    assert bytes(_whole_batches(memoryview(one[:40]))) == b""
+    longer = bytearray(one)
+    longer[8:12] = (len(one) - 12 + 1).to_bytes(4, "big")  # one byte more than the blob holds
+    assert bytes(_whole_batches(memoryview(longer))) == b""
+    shorter = bytearray(one + two)
+    shorter[8:12] = (40).to_bytes(4, "big")  # less than a header: no batch from there on
+    assert bytes(_whole_batches(memoryview(shorter))) == b""

@@ -615,6 +615,19 @@ def test_fetch_bad_utf8() -> None:
     assert "UTF-8" in str(err)
 
 
+@pytest.mark.parametrize("name,message", [(struct.pack(">h", 2) + b"\xff\xfe", "not UTF-8"),
+                                          (struct.pack(">h", -1), "string length -1"),
+                                          (struct.pack(">h", -2), "string length -2"),
+                                          (struct.pack(">h", 0x7FFF), "runs past the frame")])
+def test_fetch_response_bad_topic_names(name, message) -> None:
+    """A Fetch response's topic names are read inline (issue 29: a follower reads one per
+    produce); one the string reader refuses is refused with its reason, not read as garbage."""
+    body = fetch.RESPONSE.build(11, rich_fetch_response(11))
+    bad = body.replace(_string("t"), name, 1)
+    err = assert_malformed("fetch-response", 11, bad)
+    assert message in str(err)
+
+
 def _mutations(draw_data: bytes):
     return st.one_of(
         st.tuples(st.just("set"), st.integers(0, max(0, len(draw_data) - 1)), st.integers(0, 255)),

@@ -204,3 +204,94 @@ def test_gathered_oversized_and_negative_sizes_are_refused_before_allocating() -
     finally:
         tracemalloc.stop()
     assert peak < 64 * 1024
+
+
+# -- reads into the framer: buffer() / filled() (asyncio.BufferedProtocol) ----------------------
+
+
+def read_into(framer: Framer, stream: bytes, reads) -> list[bytes]:
+    """A transport reading ``stream`` into ``framer.buffer()``, each read at most the size asked
+    (``reads``: the sizes offered, cycled; 0 = as much as the buffer takes)."""
+    got: list[bytes] = []
+    pos, i = 0, 0
+    while pos < len(stream):
+        buf = framer.buffer()
+        assert len(buf) > 0 and not buf.readonly
+        want = reads[i % len(reads)] if reads else 0
+        i += 1
+        n = min(len(buf), len(stream) - pos, want or len(buf))
+        buf[:n] = stream[pos:pos + n]
+        pos += n
+        frames = framer.filled(n)
+        assert all(type(f) is bytearray for f in frames)
+        got += [bytes(f) for f in frames]
+        assert framer.buffered == pos - sum(4 + len(x) for x in got)
+    return got
+
+
+@given(st.lists(st.binary(max_size=300), max_size=8), st.lists(st.integers(0, 700), max_size=12),
+       st.sampled_from([4, 64, 100, 1 << 20]))
+@FAST
+def test_reads_into_the_framer_give_the_frames_feed_gives(bodies, reads, direct_max) -> None:
+    """Any read sizes, frames split anywhere (their size prefixes too), frames up to DIRECT_MAX
+    read into their own bytearray and larger ones gathered: the frames ``feed`` gives."""
+    import protocol.framing as framing
+    stream = b"".join(frame(b) for b in bodies)
+    saved = framing.DIRECT_MAX, framing.READ_BUFFER_SIZE
+    framing.DIRECT_MAX, framing.READ_BUFFER_SIZE = direct_max, 128
+    try:
+        framer = Framer(1000, gather=True)
+        assert read_into(framer, stream, reads) == bodies
+    finally:
+        framing.DIRECT_MAX, framing.READ_BUFFER_SIZE = saved
+    assert framer.buffered == 0 and framer.missing == 0
+
+
+def test_the_rest_of_a_begun_frame_is_read_straight_into_it() -> None:
+    """A frame whose start came with a read gets its own bytearray: the next reads land in it
+    (buffer() is a view of it, no read buffer in between), and it is the frame handed out."""
+    body = bytes(range(256)) * 400  # 100 KiB: more than one read buffer
+    stream = frame(b"x") + frame(body)
+    framer = Framer(1 << 20, gather=True)
+    first = framer.buffer()
+    first[:len(stream[:20_000])] = stream[:20_000]
+    assert [bytes(f) for f in framer.filled(20_000)] == [b"x"]
+    assert framer.buffered == 20_000 - 5 and framer.missing == len(body) - (20_000 - 9)
+    rest = framer.buffer()
+    assert len(rest) == framer.missing
+    target = rest.obj
+    rest[:] = stream[20_000:]
+    (f,) = framer.filled(len(rest))
+    assert f is target and bytes(f) == body
+    assert framer.buffered == 0
+    again = framer.buffer()
+    assert again.obj is first.obj  # back to the read buffer
+
+
+def test_frames_read_into_the_framer_do_not_alias_its_read_buffer() -> None:
+    framer = Framer(100, gather=True)
+    buf = framer.buffer()
+    buf[:7] = frame(b"abc")
+    (f,) = framer.filled(7)
+    buf = framer.buffer()
+    buf[:7] = frame(b"xyz")
+    assert bytes(f) == b"abc" and [bytes(g) for g in framer.filled(7)] == [b"xyz"]
+
+
+def test_feed_after_a_read_into_the_framer_goes_on_with_its_frame() -> None:
+    framer = Framer(100, gather=True)
+    stream = frame(b"0123456789") + frame(b"ab")
+    framer.buffer()[:6] = stream[:6]
+    assert framer.filled(6) == []
+    assert [bytes(f) for f in framer.feed(stream[6:])] == [b"0123456789", b"ab"]
+
+
+def test_sizes_read_into_the_framer_are_checked_before_allocating() -> None:
+    framer = Framer(100, gather=True)
+    framer.buffer()[:4] = struct.pack(">i", 101)
+    with pytest.raises(FrameTooLarge):
+        framer.filled(4)
+    framer = Framer(100, gather=True)
+    framer.buffer()[:4] = struct.pack(">i", -1)
+    with pytest.raises(NegativeFrameSize):
+        framer.filled(4)

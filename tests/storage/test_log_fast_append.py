@@ -122,3 +122,68 @@ def test_the_common_appends_take_the_fast_path(tmp_path, monkeypatch):
         assert general == [0, 450] and len(log.segments) == 2
     finally:
         log.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32), appends=st.integers(1, 40),
+       segment_bytes=st.sampled_from([2_000, 6_000, 30_000, 10**9]),
+       index_interval_bytes=st.sampled_from([0, 300, 1_500, 4096]),
+       segment_index_bytes=st.sampled_from([24, 36, 120, 10 * 2**20]),
+       segment_ms=st.sampled_from([500, 5_000, 604_800_000]),
+       flush_messages=st.sampled_from([7, 10**9]), idempotent=st.booleans(), compact=st.booleans(),
+       small_budget=st.booleans())
+def test_a_followers_one_batch_appends_as_the_general_path(seed, appends, segment_bytes, index_interval_bytes,
+                                                           segment_index_bytes, segment_ms, flush_messages, idempotent,
+                                                           compact, small_budget):
+    """append_as_follower's one-batch way (its offset check, then _append_stamped with the batch's
+    own epoch, then the producer state) against its loop over batches and the general append: the
+    same info or error, state, producer state and files. Batches carry the leader's offsets and
+    epochs (some of them -1), and now and then one starts past the LEO (a compacted log's gap:
+    taken; else OffsetsOutOfOrderError) or below it (refused either way)."""
+    rng = random.Random(seed)
+    config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes,
+                       segment_index_bytes=segment_index_bytes, segment_ms=segment_ms, flush_messages=flush_messages,
+                       cleanup_policy="compact" if compact else "delete")
+    fetched = []
+    ts = START_MS
+    offset = sequence = 0
+    epoch = 0
+    for _ in range(appends):
+        n = rng.choice([1, 1, 3, 10, 40])
+        records = [Record(key=b"k", value=rng.randbytes(rng.choice([0, 10, 100, 700])), timestamp=ts + i)
+                   for i in range(n)]
+        ts += rng.choice([0, 1, 300, 3_000, -50])
+        epoch += rng.choice([0, 0, 0, 1])
+        base = offset + rng.choice([0, 0, 0, 0, 0, 0, 2, -1])
+        fetched.append((build_batch(records, base_offset=max(0, base), producer_id=5 if idempotent else -1,
+                                    producer_epoch=0, base_sequence=sequence if idempotent else -1,
+                                    partition_leader_epoch=rng.choice([epoch, epoch, -1])), rng.choice([0, 0, 10, 2_000])))
+        if base >= offset:
+            offset = base + n
+            sequence += n
+    with tempfile.TemporaryDirectory(prefix="kbroker-fast-follower-") as tmp:
+        outcomes = []
+        for fast in (True, False):
+            root = Path(tmp) / ("fast" if fast else "general") / "t-0"
+            time = MockTime(START_MS)
+            budget = OpenSegmentBudget(1) if small_budget else None
+            log = Log.open(root, config, time=time, budget=budget)
+            log.fast_append = fast
+            steps = []
+            try:
+                for batch, advance in fetched:
+                    time.sleep(advance)
+                    try:
+                        result: object = _info(log.append_as_follower(memoryview(batch)))
+                    except KafkaError as exc:
+                        result = (type(exc).__name__, str(exc))
+                    producers = {pid: (e.producer_epoch, list(e.batches), e.last_timestamp, e.current_txn_first_offset)
+                                 for pid, e in log.producer_state.producers.items()}
+                    steps.append((result, _state(log), producers))
+            finally:
+                log.close()
+            outcomes.append((steps, _files(root)))
+        fast_outcome, general_outcome = outcomes
+        for step, (fast_step, general_step) in enumerate(zip(fast_outcome[0], general_outcome[0])):
+            assert fast_step == general_step, f"append {step}"
+        assert fast_outcome[1] == general_outcome[1]
