@@ -738,7 +738,9 @@ class Partition:
 
     # -- reads -----------------------------------------------------------------------------
     def local_log_with_epoch(self, current_leader_epoch: int, require_leader: bool) -> "Log":
-        """The log, after the epoch and leadership checks every read makes (KIP-320)."""
+        """The log, after the epoch and leadership checks every read makes (KIP-320).
+        ReplicaManager.read_from_local_log inlines the test of when this raises (the fetch path):
+        a check added here must be added there too."""
         if current_leader_epoch != -1 and current_leader_epoch != self.leader_epoch:
             if current_leader_epoch < self.leader_epoch:
                 raise FencedLeaderEpochError(f"epoch {current_leader_epoch} < current {self.leader_epoch}")

@@ -148,3 +148,21 @@ def test_watch_parks_without_a_try_and_times_the_operation(purgatory, time):
     purgatory.watch(late, ["b"])
     time.sleep(300)
     assert (late.tries, late.completions, late.expirations) == (0, 1, 1)
+
+
+def test_the_operations_that_set_the_base_fields_themselves_set_every_one():
+    """DelayedFetch and DelayedProduce write DelayedOperation.__init__'s fields out (no super()
+    call on the hot path): a field added to the base must be set by them too."""
+    from types import SimpleNamespace
+
+    from broker.delayed_fetch import DelayedFetch
+    from broker.delayed_produce import DelayedProduce
+    from broker.fetch_params import FetchParams
+
+    base = DelayedOperation(10)
+    manager = SimpleNamespace(partitions={})
+    ops = [DelayedFetch(10, FetchParams(-1, 10, 1, 1024, 0), [], manager, lambda result: None),
+           DelayedProduce(10, [], manager, lambda: None)]
+    for op in ops:
+        for name in DelayedOperation.__slots__:
+            assert getattr(op, name) == getattr(base, name), (type(op).__name__, name)
