@@ -16,8 +16,9 @@ Three broker processes without a controller of their own (process.roles=broker) 
    limit, so concurrency is stepped down until the rate is nearest half): p50/p99. Not half
    the machine's load: CPU per request rises as concurrency falls (fewer requests per read,
    per follower fetch, per wake-up), so the closed loop at "half rate" keeps the cores busy.
-Step 2 runs twice, alone and then with the end-to-end probe (producer send -> consumer
-receive); step 3 runs with the probe.
+Steps 2 and 3 each run twice: alone (the load's own latency, CPU and the goal's p99), then with
+the end-to-end probe (producer send -> consumer receive) alongside; step 3's second run repeats
+the concurrency found nearest half.
 
 Every step also reads each broker's run-queue wait (/proc/PID/task/*/schedstat: time its
 threads were runnable but not running, ms per s of wall time) beside its CPU: on 2 cores
@@ -27,7 +28,7 @@ voluntary context switches (the event loop's wake-ups) per produce request of th
 (/proc/PID/io, /proc/PID/task/*/status): what a request costs rises with these, not its bytes.
 
 End-to-end latency: kafka_load.py builds its batches once, before the run, so its records carry
-no send time. During each half-rate step a probe therefore runs alongside it in this process:
+no send time. During the second run of each half-rate step a probe therefore runs alongside it in this process:
 a confluent-kafka (librdkafka) producer, acks=all, linger.ms=0, sends one 100-byte record every
 millisecond to a second topic on the same three brokers (3 partitions, RF=3, one led by each
 broker), the value holding the send time (CLOCK_MONOTONIC, ns); a confluent-kafka consumer
@@ -36,7 +37,8 @@ takes arrival - send for every probe record (the first second, the clients' star
 The probe adds 1,000 rec/s to a half load of ~350 k rec/s on a quiet machine, but up to
 1,000 requests/s to its ~2,900 (one record each while none waits: linger.ms=0), each
 replicated on its own, a follower round trip per record: alone it took ~0.2 cores per broker
-on a loaded machine. So the probed steps' CPU per request (the brokers' CPU over the load's
+on a loaded machine (busy cores 1.30 -> 1.80 with it at an open-loop half step): which is why each
+half step is measured without it first. The probed steps' CPU per request (the brokers' CPU over the load's
 requests) holds the probe's cost too; a second figure counts its records as requests. Its
 send -> acknowledgement is printed too (p50, p99, p99.9, and the worst 1 s window's p99, the
 statistic of librdkafka's rtt figure beside it: a max of ~24 p99s, a rarer quantile than the
@@ -385,6 +387,61 @@ def broker_overrides(args, name: str) -> dict:
     return overrides
 
 
+def one_step(args, procs: dict, brokers: dict, out: dict, step: int, label: str, connections: int, depth: int,
+             probed: bool) -> dict:
+    """One step of a round: the load at this concurrency (depth 0: the open loop at half the full
+    step's request rate), with the end-to-end probe alongside when ``probed``."""
+    bootstrap = procs[1].bootstrap
+    all_bootstrap = ",".join(p.bootstrap for p in procs.values())
+    before = {i: cpu_seconds(p.pid) for i, p in procs.items()}
+    waited = {i: run_queue_wait_seconds(p.pid) for i, p in procs.items()}
+    counted = {i: events(p.pid) for i, p in procs.items()}
+    busy_before, wall_before = machine_busy_seconds(), time.monotonic()
+    e2e = (EndToEndProbe(all_bootstrap, step, args.probe_interval_ms / 1000) if probed
+           else contextlib.nullcontext())
+    with LagSampler(brokers, rf3(TOPIC, PARTITIONS)) as lag, e2e:
+        if label.startswith("open"):  # half the full step's request rate, on a schedule
+            res = paced(bootstrap, procs[1].pid, args.duration, out["full"][0]["requests_per_s"] / 2,
+                        connections)
+        else:
+            res = load(bootstrap, procs[1].pid, args.duration, connections, depth)
+    if probed:
+        res.update(e2e.summary())
+    waited = {i: run_queue_wait_seconds(p.pid) - waited[i] for i, p in procs.items()}
+    counted = {i: tuple(b - a for a, b in zip(counted[i], events(p.pid))) for i, p in procs.items()}
+    after = {i: cpu_seconds(p.pid) for i, p in procs.items()}
+    # the cores the machine had busy (brokers, load, probe, and anything else running here)
+    res["machine_busy_cores"] = round((machine_busy_seconds() - busy_before) / (time.monotonic() - wall_before), 2)
+    window = args.duration + 1.0  # the tool's warm-up second is in the CPU window too
+    res["cpu_util_per_broker"] = {i: round((after[i] - before[i]) / window, 2) for i in procs}
+    res["runq_wait_ms_per_s"] = {i: round(waited[i] / window * 1e3) for i in procs}
+    # per produce request of the load (the probe's, when it runs, are not in the denominator:
+    # see cpu_us_per_request_per_broker_incl_probe), the window's warm-up second included
+    # in the counts as in the CPU figures: reads, writes, wake-ups per broker
+    n = max(1, res.get("requests_total") or res.get("requests") or 0)
+    res["events_per_request_per_broker"] = {
+        i: "/".join(f"{c / n:.2f}" for c in counted[i]) for i in procs}
+    res["cpu_us_per_request_per_broker"] = {
+        i: round((after[i] - before[i]) / max(1, res.get("requests") or 0) * 1e6, 1) for i in procs}
+    if probed:
+        # the probe's records are produce requests too (linger.ms=0, one record each but
+        # when one waits behind another), each replicated on its own: its CPU is in the
+        # brokers' figures above, its requests not in their denominator
+        n = max(1, (res.get("requests") or 0) + (e2e.sent or 0))
+        res["cpu_us_per_request_per_broker_incl_probe"] = {
+            i: round((after[i] - before[i]) / n * 1e6, 1) for i in procs}
+    res["lag_max"] = max(lag.samples) if lag.samples else None
+    res["lag_median"] = statistics.median(lag.samples) if lag.samples else None
+    res["concurrency"] = f"{connections}x{depth}" if depth else f"open loop, {res['connections']} connections"
+    return res
+
+
+def nearest_half(out: dict[str, list[dict]]) -> dict:
+    """The closed-loop step whose rate is nearest half the full step's."""
+    target = out["full"][0]["records_per_s"] / 2
+    return min(out["half"], key=lambda x: abs(x["records_per_s"] - target))
+
+
 def one_round(args, repo: Path = REPO, name: str = "after") -> dict:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rbench-"))
     procs = {i: BrokerProcess(root / f"data{i}", port=free_port(), broker_id=i, repo=repo,
@@ -394,56 +451,19 @@ def one_round(args, repo: Path = REPO, name: str = "after") -> dict:
             p.start()
         brokers = {i: ("127.0.0.1", p.port) for i, p in procs.items()}
         asyncio.run(assign_rf3(brokers))
-        bootstrap = procs[1].bootstrap
-        out = {}
-        all_bootstrap = ",".join(p.bootstrap for p in procs.values())
+        out: dict[str, list[dict]] = {}
         # the open-loop step twice: alone (its latency and CPU per request are the load's own), then
         # with the end-to-end probe, whose ~1,000 single-record requests/s cost the brokers more
         # than the load's own at half rate does on a quiet machine (see the module doc)
-        steps = ([("full", 4, 8), ("open", 4, 0), ("open-e2e", 4, 0)] + [("half", c, d) for c, d in args.half_steps])
-        for step, (label, connections, depth) in enumerate(steps):
-            before = {i: cpu_seconds(p.pid) for i, p in procs.items()}
-            waited = {i: run_queue_wait_seconds(p.pid) for i, p in procs.items()}
-            counted = {i: events(p.pid) for i, p in procs.items()}
-            busy_before, wall_before = machine_busy_seconds(), time.monotonic()
-            probed = label not in ("full", "open")
-            e2e = (EndToEndProbe(all_bootstrap, step, args.probe_interval_ms / 1000) if probed
-                   else contextlib.nullcontext())
-            with LagSampler(brokers, rf3(TOPIC, PARTITIONS)) as lag, e2e:
-                if label.startswith("open"):  # half the full step's request rate, on a schedule
-                    res = paced(bootstrap, procs[1].pid, args.duration, out["full"][0]["requests_per_s"] / 2,
-                                connections)
-                else:
-                    res = load(bootstrap, procs[1].pid, args.duration, connections, depth)
-            if probed:
-                res.update(e2e.summary())
-            waited = {i: run_queue_wait_seconds(p.pid) - waited[i] for i, p in procs.items()}
-            counted = {i: tuple(b - a for a, b in zip(counted[i], events(p.pid))) for i, p in procs.items()}
-            after = {i: cpu_seconds(p.pid) for i, p in procs.items()}
-            # the cores the machine had busy (brokers, load, probe, and anything else running here)
-            res["machine_busy_cores"] = round((machine_busy_seconds() - busy_before) / (time.monotonic() - wall_before), 2)
-            window = args.duration + 1.0  # the tool's warm-up second is in the CPU window too
-            res["cpu_util_per_broker"] = {i: round((after[i] - before[i]) / window, 2) for i in procs}
-            res["runq_wait_ms_per_s"] = {i: round(waited[i] / window * 1e3) for i in procs}
-            # per produce request of the load (the probe's, when it runs, are not in the denominator:
-            # see cpu_us_per_request_per_broker_incl_probe), the window's warm-up second included
-            # in the counts as in the CPU figures: reads, writes, wake-ups per broker
-            n = max(1, res.get("requests_total") or res.get("requests") or 0)
-            res["events_per_request_per_broker"] = {
-                i: "/".join(f"{c / n:.2f}" for c in counted[i]) for i in procs}
-            res["cpu_us_per_request_per_broker"] = {
-                i: round((after[i] - before[i]) / max(1, res.get("requests") or 0) * 1e6, 1) for i in procs}
-            if probed:
-                # the probe's records are produce requests too (linger.ms=0, one record each but
-                # when one waits behind another), each replicated on its own: its CPU is in the
-                # brokers' figures above, its requests not in their denominator
-                n = max(1, (res.get("requests") or 0) + (e2e.sent or 0))
-                res["cpu_us_per_request_per_broker_incl_probe"] = {
-                    i: round((after[i] - before[i]) / n * 1e6, 1) for i in procs}
-            res["lag_max"] = max(lag.samples) if lag.samples else None
-            res["lag_median"] = statistics.median(lag.samples) if lag.samples else None
-            res["concurrency"] = f"{connections}x{depth}" if depth else f"open loop, {res['connections']} connections"
-            out.setdefault(label, []).append(res)
+        steps = [("full", 4, 8, False), ("open", 4, 0, False), ("open-e2e", 4, 0, True)] + [
+            ("half", c, d, False) for c, d in args.half_steps]
+        for step, (label, connections, depth, probed) in enumerate(steps):
+            out.setdefault(label, []).append(
+                one_step(args, procs, brokers, out, step, label, connections, depth, probed))
+        # so too the closed-loop step nearest half the full rate: alone (the load's own latency),
+        # then once more with the probe (end-to-end latency)
+        connections, depth = (int(v) for v in nearest_half(out)["concurrency"].split("x"))
+        out["half-e2e"] = [one_step(args, procs, brokers, out, len(steps), "half-e2e", connections, depth, True)]
         return out
     finally:
         for p in procs.values():
@@ -467,22 +487,23 @@ def e2e_line(x: dict) -> str:
             f"{fmt(x['rtt_p99_ms'])} ms, queued p99 {fmt(x['queue_p99_ms'])} ms)")
 
 
-def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list[dict], list[dict], list[dict]]]:
+Steps = tuple[list[dict], list[dict], list[dict], list[dict], list[dict]]
+
+
+def run_rounds(args, trees: dict[str, Path]) -> dict[str, Steps]:
     """Per tree: the full-load, open-loop (alone, then with the probe) and nearest-half
-    closed-loop step of each round."""
-    results: dict[str, tuple[list[dict], list[dict], list[dict], list[dict]]] = {
-        name: ([], [], [], []) for name in trees}
+    closed-loop step (alone, then with the probe) of each round."""
+    results: dict[str, Steps] = {name: ([], [], [], [], []) for name in trees}
     for r in range(args.rounds):
         for name, repo in trees.items():
             res = one_round(args, repo, name)
-            full, opens, probed, halves = results[name]
-            f, o, oe = res["full"][0], res["open"][0], res["open-e2e"][0]
+            full, opens, probed, halves, halves_e2e = results[name]
+            f, o, oe, half, he = res["full"][0], res["open"][0], res["open-e2e"][0], nearest_half(res), res["half-e2e"][0]
             full.append(f)
             opens.append(o)
             probed.append(oe)
-            target = f["records_per_s"] / 2
-            half = min(res["half"], key=lambda x: abs(x["records_per_s"] - target))
             halves.append(half)
+            halves_e2e.append(he)
             print(f"round {r + 1} {name}: full {f['records_per_s']:>9,.0f} rec/s p50 {f['p50_ms']:.2f} p99 "
                   f"{f['p99_ms']:.2f} ms cpu/req(leader of p1,p4) {f['server_cpu_us_per_request']:.0f} µs, cpu µs/req "
                   f"per broker {f['cpu_us_per_request_per_broker']}, cpu util {f['cpu_util_per_broker']}, run-queue "
@@ -505,7 +526,12 @@ def run_rounds(args, trees: dict[str, Path]) -> dict[str, tuple[list[dict], list
                   f"{half['cpu_us_per_request_per_broker']}, run-queue wait ms/s {half['runq_wait_ms_per_s']}, "
                   f"reads/writes/wake-ups per request per broker {half['events_per_request_per_broker']}, "
                   f"lag max {half['lag_max']}, busy cores {half['machine_busy_cores']} (load client "
-                  f"{half.get('client_cpu_util')}); {e2e_line(half)}", flush=True)
+                  f"{half.get('client_cpu_util')})", flush=True)
+            print(f"  closed loop {he['concurrency']} again with the probe: {he['records_per_s']:>9,.0f} rec/s p50 "
+                  f"{he['p50_ms']:.2f} p99 {he['p99_ms']:.2f} ms, cpu µs/req per broker "
+                  f"{he['cpu_us_per_request_per_broker']} (counting the probe's records as requests "
+                  f"{he['cpu_us_per_request_per_broker_incl_probe']}), run-queue wait ms/s {he['runq_wait_ms_per_s']}, "
+                  f"busy cores {he['machine_busy_cores']}; {e2e_line(he)}", flush=True)
     return results
 
 
@@ -548,7 +574,7 @@ def main() -> int:
 
     def per_broker(xs: list[dict], field: str) -> str:
         return ", ".join(f"{b}: {spread(x[field][b] for x in xs)}" for b in xs[0][field])
-    for name, (full, opens, probed, halves) in results.items():
+    for name, (full, opens, probed, halves, halves_e2e) in results.items():
         m = rows[name] = {}
         m["full records/s"] = med(x["records_per_s"] for x in full)
         m["full p99 ms"] = med(x["p99_ms"] for x in full)
@@ -557,6 +583,8 @@ def main() -> int:
         m["closed half p99 ms"] = med(x["p99_ms"] for x in halves)
         e2e = [x["e2e_p99_ms"] for x in probed if x["e2e_p99_ms"] is not None]
         m["open e2e p99 ms"] = med(e2e) if e2e else float("nan")
+        e2e = [x["e2e_p99_ms"] for x in halves_e2e if x["e2e_p99_ms"] is not None]
+        m["closed half e2e p99 ms"] = med(e2e) if e2e else float("nan")
         m["broker-1 cpu µs/req"] = med(x["server_cpu_us_per_request"] for x in full)
         m["open broker-1 cpu µs/req"] = med(x["server_cpu_us_per_request"] for x in opens)
         print(f"[{name}]")
@@ -584,16 +612,18 @@ def main() -> int:
               f"worst-second p99 {spread(x['rtt_p99_ms'] for x in probed)} ms")
         print(f"  closed loop ~half rate (concurrency stepped down) records/s {big(x['records_per_s'] for x in halves)}"
               f"   p50 {spread(x['p50_ms'] for x in halves)} ms   p99 {spread(x['p99_ms'] for x in halves)} ms")
-        print(f"  closed loop ~half: end-to-end (probe) p50 {spread(x['e2e_p50_ms'] for x in halves)} ms   p99 "
-              f"{spread(x['e2e_p99_ms'] for x in halves)} ms; probe send -> ack p50 "
-              f"{spread(x['ack_p50_ms'] for x in halves)} ms   p99 {spread(x['ack_p99_ms'] for x in halves)} ms; "
-              f"librdkafka rtt p50 {spread(x['rtt_p50_ms'] for x in halves)} ms   worst-second p99 "
-              f"{spread(x['rtt_p99_ms'] for x in halves)} ms")
         print(f"  closed loop ~half: CPU µs per produce request per broker: "
               + per_broker(halves, "cpu_us_per_request_per_broker"))
-        print(f"  closed loop ~half: the same counting the probe's records as requests: "
-              + per_broker(halves, "cpu_us_per_request_per_broker_incl_probe"))
         print(f"  closed loop ~half: run-queue wait ms/s per broker: " + per_broker(halves, "runq_wait_ms_per_s"))
+        print(f"  closed loop ~half + probe: records/s {big(x['records_per_s'] for x in halves_e2e)}   p50 "
+              f"{spread(x['p50_ms'] for x in halves_e2e)} ms   p99 {spread(x['p99_ms'] for x in halves_e2e)} ms; CPU µs "
+              f"per request per broker " + per_broker(halves_e2e, "cpu_us_per_request_per_broker") + "; counting the "
+              f"probe's records as requests " + per_broker(halves_e2e, "cpu_us_per_request_per_broker_incl_probe"))
+        print(f"  closed loop ~half + probe: end-to-end p50 {spread(x['e2e_p50_ms'] for x in halves_e2e)} ms   p99 "
+              f"{spread(x['e2e_p99_ms'] for x in halves_e2e)} ms; probe send -> ack p50 "
+              f"{spread(x['ack_p50_ms'] for x in halves_e2e)} ms   p99 {spread(x['ack_p99_ms'] for x in halves_e2e)} ms; "
+              f"librdkafka rtt p50 {spread(x['rtt_p50_ms'] for x in halves_e2e)} ms   worst-second p99 "
+              f"{spread(x['rtt_p99_ms'] for x in halves_e2e)} ms")
         print(f"  reads/writes/wake-ups per produce request per broker, by round: full "
               f"{[x['events_per_request_per_broker'] for x in full]}; open loop "
               f"{[x['events_per_request_per_broker'] for x in opens]}; closed ~half "
@@ -601,7 +631,8 @@ def main() -> int:
         print(f"  busy cores of the machine (all processes): full {spread(x['machine_busy_cores'] for x in full)}"
               f"   open loop {spread(x['machine_busy_cores'] for x in opens)}"
               f"   open loop + probe {spread(x['machine_busy_cores'] for x in probed)}"
-              f"   closed ~half {spread(x['machine_busy_cores'] for x in halves)}")
+              f"   closed ~half {spread(x['machine_busy_cores'] for x in halves)}"
+              f"   closed ~half + probe {spread(x['machine_busy_cores'] for x in halves_e2e)}")
         print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
               f"max of maxima {max(x['lag_max'] for x in full)}")
     if len(rows) == 2:
