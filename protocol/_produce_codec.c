@@ -20,7 +20,13 @@
  * encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None
  *   A whole Produce v3-v8 response frame, size prefix included. None when a row is not the
  *   plain (partition, error, base_offset, log_append_time, log_start_offset) one, or a value
- *   does not fit its field: the caller then encodes in Python, which says what is wrong. */
+ *   does not fit its field: the caller then encodes in Python, which says what is wrong.
+ *
+ * decode_fetch(buf, pos, version, request_cls, partition_cls) -> request_cls(...) | None
+ *   A Fetch v4-v11 body at `pos` of `buf`, as fast_codecs.decode_fetch_request_py decodes it
+ *   (request_cls is fast_codecs.FetchRequest, partition_cls FetchPartition). None for whatever
+ *   it leaves to the reference: a malformed body (which the reference refuses, with its reason),
+ *   forgotten topics, a rack id (v11) — a follower's fetch and most consumers' have neither. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -355,12 +361,147 @@ fallback:
     Py_RETURN_NONE;
 }
 
+/* decode_fetch (see the top): NULL with no error set means "not here: the reference decodes". */
+static PyObject *fetch_partitions(const unsigned char *base, Py_ssize_t *pos, Py_ssize_t end, int version,
+                                  PyObject *partition_cls) {
+    Py_ssize_t p = *pos, psize = version >= 9 ? 28 : (version >= 5 ? 24 : 16);
+    if (end - p < 4) return NULL;
+    int32_t n = rd32(base + p);
+    p += 4;
+    if (n < 0 || (int64_t)n * psize > (int64_t)(end - p)) return NULL;
+    PyObject *parts = PyList_New(n);
+    if (parts == NULL) return NULL;
+    for (int32_t i = 0; i < n; i++, p += psize) {
+        const unsigned char *q = base + p;
+        int32_t partition = rd32(q), epoch = -1;
+        int64_t offset, log_start = -1;
+        int32_t pmax;
+        if (version >= 9) {
+            epoch = rd32(q + 4);
+            q += 8;
+        } else {
+            q += 4;
+        }
+        offset = (int64_t)(((uint64_t)(uint32_t)rd32(q) << 32) | (uint32_t)rd32(q + 4));
+        q += 8;
+        if (version >= 5) {
+            log_start = (int64_t)(((uint64_t)(uint32_t)rd32(q) << 32) | (uint32_t)rd32(q + 4));
+            q += 8;
+        }
+        pmax = rd32(q);
+        PyObject *fields[5];
+        fields[0] = PyLong_FromLong(partition);
+        fields[1] = PyLong_FromLong(epoch);
+        fields[2] = PyLong_FromLongLong(offset);
+        fields[3] = PyLong_FromLongLong(log_start);
+        fields[4] = PyLong_FromLong(pmax);
+        PyObject *fp = NULL;
+        if (fields[0] && fields[1] && fields[2] && fields[3] && fields[4])
+            fp = PyObject_Vectorcall(partition_cls, fields, 5, NULL);
+        for (int k = 0; k < 5; k++) Py_XDECREF(fields[k]);
+        if (fp == NULL) { Py_DECREF(parts); return NULL; }
+        PyList_SET_ITEM(parts, i, fp);
+    }
+    *pos = p;
+    return parts;
+}
+
+static PyObject *decode_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "decode_fetch(buf, pos, version, request_cls, partition_cls)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    long version = PyLong_AsLong(args[2]);
+    if (version == -1 && PyErr_Occurred()) return NULL;
+    if (version < 4 || version > 11 || pos < 0) Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *base = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *topics = NULL, *result = NULL;
+    if (end - pos < 17 + (version >= 7 ? 8 : 0) + 4) goto fallback;
+    int32_t replica_id = rd32(base + pos), max_wait = rd32(base + pos + 4), min_bytes = rd32(base + pos + 8);
+    int32_t max_bytes = rd32(base + pos + 12);
+    int8_t isolation = (int8_t)base[pos + 16];
+    int32_t session_id = 0, session_epoch = -1;
+    pos += 17;
+    if (version >= 7) {
+        session_id = rd32(base + pos);
+        session_epoch = rd32(base + pos + 4);
+        pos += 8;
+    }
+    int32_t ntopics = rd32(base + pos);
+    pos += 4;
+    if (ntopics < 0 || (int64_t)ntopics * 6 > (int64_t)(end - pos)) goto fallback;
+    topics = PyList_New(ntopics);
+    if (topics == NULL) goto done;
+    for (int32_t t = 0; t < ntopics; t++) {
+        if (end - pos < 2) goto fallback;
+        int16_t n = rd16(base + pos);
+        if (n < 0 || pos + 2 + n > end) goto fallback;
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)base + pos + 2, n, NULL);
+        if (name == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+            PyErr_Clear();
+            goto fallback;
+        }
+        pos += 2 + n;
+        PyObject *parts = fetch_partitions(base, &pos, end, (int)version, args[4]);
+        if (parts == NULL) {
+            Py_DECREF(name);
+            if (PyErr_Occurred()) goto done;
+            goto fallback;
+        }
+        PyObject *entry = PyTuple_New(2);
+        if (entry == NULL) { Py_DECREF(name); Py_DECREF(parts); goto done; }
+        PyTuple_SET_ITEM(entry, 0, name);
+        PyTuple_SET_ITEM(entry, 1, parts);
+        PyList_SET_ITEM(topics, t, entry);
+    }
+    if (version >= 7) {  /* forgotten topics: none here */
+        if (end - pos < 4 || rd32(base + pos) != 0) goto fallback;
+        pos += 4;
+    }
+    if (version >= 11) {  /* an empty rack id only */
+        if (end - pos < 2 || rd16(base + pos) != 0) goto fallback;
+    }
+    {
+        PyObject *fields[11] = {NULL};
+        fields[0] = PyLong_FromLong(version);
+        fields[1] = PyLong_FromLong(replica_id);
+        fields[2] = PyLong_FromLong(max_wait);
+        fields[3] = PyLong_FromLong(min_bytes);
+        fields[4] = PyLong_FromLong(max_bytes);
+        fields[5] = PyLong_FromLong(isolation);
+        fields[6] = PyLong_FromLong(session_id);
+        fields[7] = PyLong_FromLong(session_epoch);
+        fields[8] = Py_NewRef(topics);
+        fields[9] = PyList_New(0);
+        fields[10] = PyUnicode_FromStringAndSize("", 0);
+        int ok = 1;
+        for (int k = 0; k < 11; k++) ok = ok && fields[k] != NULL;
+        if (ok) result = PyObject_Vectorcall(args[3], fields, 11, NULL);
+        for (int k = 0; k < 11; k++) Py_XDECREF(fields[k]);
+    }
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(topics);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(buf, pos, version) -> (transactional_id, acks, timeout_ms, topics, plain) | reason"},
     {"encode", encode, METH_VARARGS, "encode(version, correlation_id, responses, throttle_time_ms) -> bytes | None"},
     {"parse_header", (PyCFunction)(void (*)(void))parse_header, METH_FASTCALL,
      "parse_header(buf, flexible_versions, cls) -> cls(api_key, api_version, correlation_id, client_id, size) | reason"},
+    {"decode_fetch", (PyCFunction)(void (*)(void))decode_fetch, METH_FASTCALL,
+     "decode_fetch(buf, pos, version, request_cls, partition_cls) -> request_cls(...) | None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -369,8 +510,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_codec", NUL
 /* The interface's version: protocol/fast_codecs.py uses the module only when it matches
  * (a module built from an older source, left in place by a checkout that moved on, is not
  * called with arguments it does not take). 2: decode(buf, pos, version) and its plain flag;
- * 3: parse_header. */
-#define PRODUCE_CODEC_ABI 3
+ * 3: parse_header; 4: decode_fetch. */
+#define PRODUCE_CODEC_ABI 4
 
 PyMODINIT_FUNC PyInit__produce_codec(void) {
     PyObject *m = PyModule_Create(&module);

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Container, Literal, NamedTuple,
 from .errors import CorruptRecordError, ErrorCode, LocalProtocolError, RemoteProtocolError
 from .records import HEADER_SIZE, decode_uvarint, encode_uvarint, first_batch_size, produce_records_error
 
-_PRODUCE_CODEC_ABI = 3  # the interface of protocol/_produce_codec.c these calls expect (its ABI)
+_PRODUCE_CODEC_ABI = 4  # the interface of protocol/_produce_codec.c these calls expect (its ABI)
 try:
     from . import _produce_codec
 except ImportError:  # not built (setup.py): the Python codecs below
@@ -397,7 +397,19 @@ class FetchRequest:
 
 
 def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
-    """Decode a Fetch v4-v11 body starting at ``pos``."""
+    """Decode a Fetch v4-v11 body starting at ``pos``: one C call where protocol/_produce_codec.c
+    is built and the body is the common one (no forgotten topics, no rack id: every follower's
+    fetch, issue 29), else ``decode_fetch_request_py``, which also says what is malformed."""
+    if _produce_codec is not None:
+        request = _produce_codec.decode_fetch(buf, pos, version, FetchRequest, FetchPartition)
+        if request is not None:
+            return request  # type: ignore[no-any-return]
+    return decode_fetch_request_py(version, buf, pos)
+
+
+def decode_fetch_request_py(version: int, buf: Buffer, pos: int) -> FetchRequest:
+    """``decode_fetch_request`` in Python: the reference of protocol/_produce_codec.c's
+    ``decode_fetch``, and the decoder of what it leaves (forgotten topics, a rack id, errors)."""
     if not _FETCH_LOW <= version <= _FETCH_HIGH:  # (_check_version's test, its call only when it fails)
         _check_version(version, FETCH_VERSIONS, "Fetch request")
     end = len(buf)
