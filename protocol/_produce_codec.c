@@ -26,7 +26,15 @@
  *   A Fetch v4-v11 body at `pos` of `buf`, as fast_codecs.decode_fetch_request_py decodes it
  *   (request_cls is fast_codecs.FetchRequest, partition_cls FetchPartition). None for whatever
  *   it leaves to the reference: a malformed body (which the reference refuses, with its reason),
- *   forgotten topics, a rack id (v11) — a follower's fetch and most consumers' have neither. */
+ *   forgotten topics, a rack id (v11) — a follower's fetch and most consumers' have neither.
+ *
+ * encode_fetch(version, correlation_id, responses, throttle_time_ms, error_code, session_id, pd_cls)
+ *     -> (chunks, total) | None
+ *   fast_codecs.encode_fetch_response_py's answer (a Fetch v4-v11 response frame as bytearrays
+ *   and the record buffers of 512 bytes or more, by reference; its length), or None for what it
+ *   leaves to the reference: aborted transactions, a row not exactly `pd_cls` (FetchPartitionData),
+ *   records not bytes, bytearray or a byte memoryview, a value not an int or out of its field's
+ *   range. It runs no Python code (exact types only), so nothing changes the rows under it. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -494,6 +502,167 @@ done:
     return result;
 }
 
+/* encode_fetch's output: a growing byte buffer, cut into a bytearray chunk before each record
+ * buffer passed by reference. */
+typedef struct { unsigned char *buf; Py_ssize_t len, cap; } outbuf;
+
+static unsigned char *ob_reserve(outbuf *o, Py_ssize_t n) {
+    if (o->len + n > o->cap) {
+        Py_ssize_t cap = o->cap * 2;
+        if (cap < o->len + n) cap = o->len + n + 256;
+        unsigned char *b = PyMem_Realloc(o->buf, cap);
+        if (b == NULL) { PyErr_NoMemory(); return NULL; }
+        o->buf = b;
+        o->cap = cap;
+    }
+    unsigned char *p = o->buf + o->len;
+    o->len += n;
+    return p;
+}
+
+static int ob_cut(outbuf *o, PyObject *chunks, Py_ssize_t *total) {
+    PyObject *b = PyByteArray_FromStringAndSize((const char *)o->buf, o->len);
+    if (b == NULL) return -1;
+    int r = PyList_Append(chunks, b);
+    Py_DECREF(b);
+    *total += o->len;
+    o->len = 0;
+    return r;
+}
+
+static PyObject *s_partition, *s_error_code, *s_high_watermark, *s_last_stable_offset, *s_log_start_offset,
+    *s_records, *s_aborted_transactions, *s_preferred_read_replica;
+
+/* An exact int attribute of `o` within [lo, hi]: 1, 0 (not here: the reference encodes), -1 (error). */
+static int attr_int(PyObject *o, PyObject *name, int64_t lo, int64_t hi, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) { PyErr_Clear(); return 0; }
+    int ok = PyLong_Check(v) && get_int(v, lo, hi, out);
+    Py_DECREF(v);
+    return ok;
+}
+
+static PyObject *encode_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_fetch(version, correlation_id, responses, throttle_time_ms, error_code, session_id, pd_cls)");
+        return NULL;
+    }
+    int64_t version, correlation_id, throttle, error_code, session_id;
+    PyObject *responses = args[2], *pd_cls = args[6];
+    if (!PyLong_Check(args[0]) || !get_int(args[0], 4, 11, &version)
+        || !PyLong_Check(args[1]) || !get_int(args[1], INT32_MIN, INT32_MAX, &correlation_id)
+        || !PyLong_Check(args[3]) || !get_int(args[3], INT32_MIN, INT32_MAX, &throttle)
+        || (!PyList_CheckExact(responses) && !PyTuple_CheckExact(responses)))
+        Py_RETURN_NONE;
+    if (version >= 7 && (!PyLong_Check(args[4]) || !get_int(args[4], INT16_MIN, INT16_MAX, &error_code)
+                         || !PyLong_Check(args[5]) || !get_int(args[5], INT32_MIN, INT32_MAX, &session_id)))
+        Py_RETURN_NONE;
+    int v5 = version >= 5, v7 = version >= 7, v11 = version >= 11;
+    Py_ssize_t ntopics = PySequence_Fast_GET_SIZE(responses);
+    if (ntopics > INT32_MAX) Py_RETURN_NONE;
+    PyObject **topics = PySequence_Fast_ITEMS(responses);
+    outbuf o = {PyMem_Malloc(512), 0, 512};
+    if (o.buf == NULL) return PyErr_NoMemory();
+    PyObject *chunks = PyList_New(0), *result = NULL;
+    Py_ssize_t total = 0;
+    if (chunks == NULL) goto done;
+    unsigned char *p = ob_reserve(&o, v7 ? 22 : 16);
+    if (p == NULL) goto done;
+    wr32(p + 8, (int32_t)throttle);
+    if (v7) {
+        wr16(p + 12, (int16_t)error_code);
+        wr32(p + 14, (int32_t)session_id);
+        wr32(p + 18, (int32_t)ntopics);
+    } else {
+        wr32(p + 12, (int32_t)ntopics);
+    }
+    for (Py_ssize_t t = 0; t < ntopics; t++) {
+        PyObject *entry = topics[t];
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) goto fallback;
+        PyObject *topic = PyTuple_GET_ITEM(entry, 0), *parts = PyTuple_GET_ITEM(entry, 1);
+        if (!PyUnicode_CheckExact(topic) || (!PyList_CheckExact(parts) && !PyTuple_CheckExact(parts))) goto fallback;
+        Py_ssize_t n;
+        const char *raw = PyUnicode_AsUTF8AndSize(topic, &n);
+        if (raw == NULL) { PyErr_Clear(); goto fallback; }
+        Py_ssize_t nparts = PySequence_Fast_GET_SIZE(parts);
+        if (n > INT16_MAX || nparts > INT32_MAX) goto fallback;
+        if ((p = ob_reserve(&o, 2 + n + 4)) == NULL) goto done;
+        wr16(p, (int16_t)n);
+        memcpy(p + 2, raw, n);
+        wr32(p + 2 + n, (int32_t)nparts);
+        PyObject **items = PySequence_Fast_ITEMS(parts);
+        for (Py_ssize_t i = 0; i < nparts; i++) {
+            PyObject *pd = items[i];
+            if (Py_TYPE(pd) != (PyTypeObject *)pd_cls) goto fallback;
+            int64_t partition, err, hw, lso, log_start = -1, preferred = -1, size = -1;
+            if (!attr_int(pd, s_partition, INT32_MIN, INT32_MAX, &partition)
+                || !attr_int(pd, s_error_code, INT16_MIN, INT16_MAX, &err)
+                || !attr_int(pd, s_high_watermark, INT64_MIN, INT64_MAX, &hw)
+                || !attr_int(pd, s_last_stable_offset, INT64_MIN, INT64_MAX, &lso)
+                || (v5 && !attr_int(pd, s_log_start_offset, INT64_MIN, INT64_MAX, &log_start))
+                || (v11 && !attr_int(pd, s_preferred_read_replica, INT32_MIN, INT32_MAX, &preferred)))
+                goto fallback;
+            PyObject *aborted = PyObject_GetAttr(pd, s_aborted_transactions);
+            if (aborted == NULL) { PyErr_Clear(); goto fallback; }
+            Py_DECREF(aborted);  /* (held by pd) */
+            if (aborted != Py_None) goto fallback;
+            PyObject *records = PyObject_GetAttr(pd, s_records);
+            if (records == NULL) { PyErr_Clear(); goto fallback; }
+            Py_DECREF(records);  /* (held by pd) */
+            Py_buffer rview = {0};
+            int have_view = 0;
+            if (records != Py_None) {
+                if (!PyBytes_CheckExact(records) && !PyByteArray_CheckExact(records) && !PyMemoryView_Check(records))
+                    goto fallback;
+                size = PyObject_Length(records);
+                if (size < 0) { PyErr_Clear(); goto fallback; }
+                if (size > INT32_MAX) goto fallback;
+                if (size > 0 && size < 512) {
+                    if (PyObject_GetBuffer(records, &rview, PyBUF_SIMPLE) < 0) { PyErr_Clear(); goto fallback; }
+                    have_view = 1;
+                    if (rview.len != size) { PyBuffer_Release(&rview); goto fallback; }
+                }
+            }
+            Py_ssize_t row = 4 + 2 + 8 + 8 + (v5 ? 8 : 0) + 4 + (v11 ? 4 : 0) + 4 + (have_view ? size : 0);
+            if ((p = ob_reserve(&o, row)) == NULL) { if (have_view) PyBuffer_Release(&rview); goto done; }
+            wr32(p, (int32_t)partition);
+            wr16(p + 4, (int16_t)err);
+            wr64(p + 6, hw);
+            wr64(p + 14, lso);
+            p += 22;
+            if (v5) { wr64(p, log_start); p += 8; }
+            wr32(p, -1);  /* no aborted transactions: a null list */
+            p += 4;
+            if (v11) { wr32(p, (int32_t)preferred); p += 4; }
+            wr32(p, (int32_t)size);
+            p += 4;
+            if (have_view) {
+                memcpy(p, rview.buf, size);
+                PyBuffer_Release(&rview);
+            } else if (size >= 512) {
+                if (ob_cut(&o, chunks, &total) < 0 || PyList_Append(chunks, records) < 0) goto done;
+                total += size;
+            }
+        }
+    }
+    if (ob_cut(&o, chunks, &total) < 0) goto done;
+    {
+        unsigned char *head = (unsigned char *)PyByteArray_AS_STRING(PyList_GET_ITEM(chunks, 0));
+        if (total - 4 > INT32_MAX) goto fallback;
+        wr32(head, (int32_t)(total - 4));
+        wr32(head + 4, (int32_t)correlation_id);
+    }
+    result = Py_BuildValue("(On)", chunks, total);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(o.buf);
+    Py_XDECREF(chunks);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(buf, pos, version) -> (transactional_id, acks, timeout_ms, topics, plain) | reason"},
@@ -502,6 +671,9 @@ static PyMethodDef methods[] = {
      "parse_header(buf, flexible_versions, cls) -> cls(api_key, api_version, correlation_id, client_id, size) | reason"},
     {"decode_fetch", (PyCFunction)(void (*)(void))decode_fetch, METH_FASTCALL,
      "decode_fetch(buf, pos, version, request_cls, partition_cls) -> request_cls(...) | None"},
+    {"encode_fetch", (PyCFunction)(void (*)(void))encode_fetch, METH_FASTCALL,
+     "encode_fetch(version, correlation_id, responses, throttle_time_ms, error_code, session_id, pd_cls)"
+     " -> (chunks, total) | None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -510,10 +682,19 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_codec", NUL
 /* The interface's version: protocol/fast_codecs.py uses the module only when it matches
  * (a module built from an older source, left in place by a checkout that moved on, is not
  * called with arguments it does not take). 2: decode(buf, pos, version) and its plain flag;
- * 3: parse_header; 4: decode_fetch. */
+ * 3: parse_header; 4: decode_fetch, encode_fetch. */
 #define PRODUCE_CODEC_ABI 4
 
 PyMODINIT_FUNC PyInit__produce_codec(void) {
+    if ((s_partition = PyUnicode_InternFromString("partition")) == NULL
+        || (s_error_code = PyUnicode_InternFromString("error_code")) == NULL
+        || (s_high_watermark = PyUnicode_InternFromString("high_watermark")) == NULL
+        || (s_last_stable_offset = PyUnicode_InternFromString("last_stable_offset")) == NULL
+        || (s_log_start_offset = PyUnicode_InternFromString("log_start_offset")) == NULL
+        || (s_records = PyUnicode_InternFromString("records")) == NULL
+        || (s_aborted_transactions = PyUnicode_InternFromString("aborted_transactions")) == NULL
+        || (s_preferred_read_replica = PyUnicode_InternFromString("preferred_read_replica")) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "ABI", PRODUCE_CODEC_ABI) < 0) {
         Py_DECREF(m);

@@ -517,8 +517,25 @@ def encode_fetch_response(version: int, correlation_id: int, responses: Sequence
     """A Fetch v4-v11 response frame as a list of buffers for ``writelines`` (record data
     is not copied), and its total length in bytes.
 
-    ``responses``: [(topic, [FetchPartitionData])].
+    ``responses``: [(topic, [FetchPartitionData])]. One C call where protocol/_produce_codec.c
+    is built and no partition has aborted transactions (every answer to a follower, issue 29),
+    else ``encode_fetch_response_py``, which also says what does not fit.
     """
+    if _produce_codec is not None:
+        encoded = _produce_codec.encode_fetch(version, correlation_id, responses, throttle_time_ms, error_code,
+                                              session_id, FetchPartitionData)
+        if encoded is not None:
+            return encoded  # type: ignore[no-any-return]
+    return encode_fetch_response_py(version, correlation_id, responses, throttle_time_ms=throttle_time_ms,
+                                     error_code=error_code, session_id=session_id)
+
+
+def encode_fetch_response_py(version: int, correlation_id: int,
+                             responses: Sequence[tuple[str, Sequence[FetchPartitionData]]],
+                             *, throttle_time_ms: int = 0, error_code: int = 0, session_id: int = 0
+                             ) -> tuple[list[Records], int]:
+    """``encode_fetch_response`` in Python: the reference of protocol/_produce_codec.c's
+    ``encode_fetch``, and the encoder of what it leaves."""
     if not _FETCH_LOW <= version <= _FETCH_HIGH:
         _check_version(version, FETCH_VERSIONS, "Fetch response")
     chunks: list[Records] = []
