@@ -34,7 +34,12 @@
  *   and the record buffers of 512 bytes or more, by reference; its length), or None for what it
  *   leaves to the reference: aborted transactions, a row not exactly `pd_cls` (FetchPartitionData),
  *   records not bytes, bytearray or a byte memoryview, a value not an int or out of its field's
- *   range. It runs no Python code (exact types only), so nothing changes the rows under it. */
+ *   range. It runs no Python code (exact types only), so nothing changes the rows under it.
+ *
+ * split_frames(buf, max_size) -> (frames, pos) | None
+ *   protocol/framing.Framer.feed's loop over a chunk with nothing buffered before it: each whole
+ *   size-prefixed frame copied into a bytearray of its own, and where the rest (a partial frame
+ *   or size prefix) begins. None when a size is negative or above max_size: feed's loop raises. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -663,6 +668,37 @@ done:
     return result;
 }
 
+static PyObject *split_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "split_frames(buf, max_size)");
+        return NULL;
+    }
+    long long max_size = PyLong_AsLongLong(args[1]);
+    if (max_size == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *base = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *frames = PyList_New(0), *result = NULL;
+    if (frames == NULL) goto done;
+    while (end - pos >= 4) {
+        int32_t size = rd32(base + pos);
+        if (size < 0 || size > max_size) { result = Py_NewRef(Py_None); goto done; }
+        if (size > end - pos - 4) break;
+        PyObject *frame = PyByteArray_FromStringAndSize((const char *)base + pos + 4, size);
+        if (frame == NULL) goto done;
+        int r = PyList_Append(frames, frame);
+        Py_DECREF(frame);
+        if (r < 0) goto done;
+        pos += 4 + (Py_ssize_t)size;
+    }
+    result = Py_BuildValue("(On)", frames, pos);
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(frames);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
      "decode(buf, pos, version) -> (transactional_id, acks, timeout_ms, topics, plain) | reason"},
@@ -674,6 +710,8 @@ static PyMethodDef methods[] = {
     {"encode_fetch", (PyCFunction)(void (*)(void))encode_fetch, METH_FASTCALL,
      "encode_fetch(version, correlation_id, responses, throttle_time_ms, error_code, session_id, pd_cls)"
      " -> (chunks, total) | None"},
+    {"split_frames", (PyCFunction)(void (*)(void))split_frames, METH_FASTCALL,
+     "split_frames(buf, max_size) -> (frames, pos) | None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -682,7 +720,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_produce_codec", NUL
 /* The interface's version: protocol/fast_codecs.py uses the module only when it matches
  * (a module built from an older source, left in place by a checkout that moved on, is not
  * called with arguments it does not take). 2: decode(buf, pos, version) and its plain flag;
- * 3: parse_header; 4: decode_fetch, encode_fetch. */
+ * 3: parse_header; 4: decode_fetch, encode_fetch, split_frames. */
 #define PRODUCE_CODEC_ABI 4
 
 PyMODINIT_FUNC PyInit__produce_codec(void) {

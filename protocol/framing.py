@@ -25,6 +25,13 @@ import struct
 
 _SIZE = struct.Struct(">i")
 
+# protocol/_produce_codec.c's split_frames where it is built (feed's loop in one call: every
+# request a broker reads, issue 29), else None; feed's loop below is its reference.
+try:
+    from ._produce_codec import split_frames as _split_frames
+except ImportError:
+    _split_frames = None  # type: ignore[assignment]
+
 READ_BUFFER_SIZE = 64 * 1024  # ``buffer()``'s read buffer (a framer's own, made on its first read)
 DIRECT_MAX = 16 << 20  # a frame up to this size is allocated whole once its size is known; larger ones gather
 
@@ -61,7 +68,14 @@ class Framer:
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         if self.gather:
             return self._feed_gathered(data)
-        frames: list[bytearray] = []
+        if not self._buf and _split_frames is not None:
+            split = _split_frames(data, self.max_size)
+            if split is not None:  # (None: a size feed's loop refuses, raising)
+                frames, pos = split
+                if pos < len(data):
+                    self._buf = bytearray(memoryview(data)[pos:])  # a partial frame (or size prefix)
+                return frames
+        frames = []
         view = memoryview(data)
         try:
             pos = self._complete(view, frames) if self._buf else 0

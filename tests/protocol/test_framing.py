@@ -295,3 +295,43 @@ def test_sizes_read_into_the_framer_are_checked_before_allocating() -> None:
     framer.buffer()[:4] = struct.pack(">i", -1)
     with pytest.raises(NegativeFrameSize):
         framer.filled(4)
+
+
+def _feed_all(chunks, max_size, compiled):
+    """Every feed's frames or error, and what stays buffered, with protocol/_produce_codec.c's
+    split_frames (compiled) or feed's own loop (its reference)."""
+    import protocol.framing as framing
+    saved = framing._split_frames
+    if not compiled:
+        framing._split_frames = None
+    try:
+        f = Framer(max_size)
+        out = []
+        for chunk in chunks:
+            try:
+                out.append([bytes(x) for x in f.feed(chunk)])
+            except (FrameTooLarge, NegativeFrameSize) as exc:
+                out.append((type(exc), str(exc)))
+                f = Framer(max_size)
+            out.append((f.buffered, f.pending_frame_size))
+        return out
+    finally:
+        framing._split_frames = saved
+
+
+def test_the_compiled_split_is_built() -> None:
+    import protocol.framing as framing
+    assert framing._split_frames is not None, "protocol._produce_codec is not built: run `make test-deps`"
+
+
+@given(st.lists(st.binary(max_size=12), max_size=6), st.lists(st.integers(0, 80), max_size=5),
+       st.lists(st.sampled_from([b"\xff\xff\xff\xfe", b"\x00\x00\x01\x00", b"\x00\x00\x00\x00", b"\x00"]), max_size=2),
+       st.integers(0, 20), st.sampled_from(["bytes", "view", "bytearray"]))
+def test_the_compiled_split_feeds_as_the_python_loop(bodies, cuts, junk, max_size, kind) -> None:
+    """Framer.feed through split_frames gives the frames, errors (a negative or too large size)
+    and partial state feed's Python loop gives, however the stream is cut."""
+    stream = b"".join(frame(b) for b in bodies) + b"".join(junk)
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    chunks = [stream[a:b] for a, b in zip(points, points[1:])]
+    chunks = [memoryview(c) if kind == "view" else bytearray(c) if kind == "bytearray" else c for c in chunks]
+    assert _feed_all(chunks, max_size, True) == _feed_all(chunks, max_size, False)
