@@ -315,10 +315,11 @@ class ReplicaFetcher:
                     return False
         # a partition left out (held back, backing off) leaves the session as Kafka's builder does
         wanted = {}
+        max_bytes = m.fetch_max_bytes
         for key, state in ready.items():
             log_ = state.partition.log
             wanted[key] = FetchPartition(key[1], state.leader_epoch, log_.log_end_offset, log_.log_start_offset,
-                                         m.fetch_max_bytes)
+                                         max_bytes)
         session = self.session
         data = session.build(wanted)
         request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
@@ -358,21 +359,23 @@ class ReplicaFetcher:
     def _process_partition(self, key, state: PartitionFetchState, pd) -> None:
         log_ = state.partition.log
         error = pd.error_code
-        if error == ErrorCode.NONE:
-            if pd.records is not None and len(pd.records):
-                records = _whole_batches(pd.records)
+        if not error:
+            fetched = pd.records
+            if fetched is not None and len(fetched):
+                records = _whole_batches(fetched)
                 try:
-                    self._maybe_start_at_first_batch(key, log_, records)
+                    if log_.log_end_offset == log_.log_start_offset:  # (_maybe_start_at_first_batch's first test)
+                        self._maybe_start_at_first_batch(key, log_, records)
                     log_.append_as_follower(records)
                 except KafkaError as exc:
                     self._back_off(key, state, f"append failed: {exc}")
                     return
                 topic_stats = self.manager.topic_stats
                 if topic_stats is not None:
-                    topic_stats.topic(key[0]).replication_bytes_in += len(pd.records)
+                    topic_stats.topic(key[0]).replication_bytes_in += len(fetched)
                 quota = getattr(self.manager, "follower_quota", None)
                 if quota is not None and quota.is_throttled(*key):  # in sync or not (Kafka's rule)
-                    quota.record(len(pd.records))
+                    quota.record(len(fetched))
             # The HW first (clamped to our LEO), then the log start: the leader's log start is at
             # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
             if pd.log_start_offset > log_.log_start_offset and BUG_LOG_START_BEFORE_HW:
