@@ -80,6 +80,26 @@ def test_the_one_partition_way_takes_a_followers_response() -> None:
     assert calls == [] and bytes(response.responses[0][1][0].records) == b"r" * 30
 
 
+def test_a_followers_response_cut_anywhere_raises_as_the_general_way() -> None:
+    frame = b"".join(bytes(c) for c in H.encode_fetch_response(11, 5, [("topic", [FetchPartitionData(
+        3, 0, 10, 10, 0, bytes(range(40)), None, 2)])])[0])
+    outcomes = [_outcome(H.decode_fetch_response, memoryview(frame[:cut])) for cut in range(8, len(frame) + 1)]
+    assert outcomes == [_outcome(H._decode_fetch_response_any, memoryview(frame[:cut]))
+                        for cut in range(8, len(frame) + 1)]
+    assert outcomes[-1] != outcomes[-2] and outcomes[-2][0] == "raises"
+
+
+def test_the_session_epoch_wraps_from_the_largest_int32_to_1() -> None:
+    handler = FetchSessionHandler(1)
+    wanted = {("a", 0): FetchPartition(0, 0, 0, 0, 1 << 20)}
+    data = handler.build(wanted)
+    assert handler.handle_response(FetchResponse(0, 0, 7, [("a", [FetchPartitionData(0)])]), data)
+    handler.epoch = (1 << 31) - 1
+    data = handler.build(wanted)
+    assert data.epoch == (1 << 31) - 1 and handler.handle_response(FetchResponse(0, 0, 7, []), data)
+    assert handler.epoch == 1
+
+
 def _reference_build(previous: dict, wanted: dict):
     """FetchSessionHandler.build's incremental fetch before issue 29's shortcuts: (to_send, to_forget)."""
     to_send: dict[str, list[FetchPartition]] = {}
