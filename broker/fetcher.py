@@ -135,9 +135,13 @@ class ReplicaFetcher:
         time = self.manager.time
         while not self._stopping:
             try:
-                conn = await self._connection()
-                if any(s.truncating for s in self.partitions.values()):
-                    await self._truncate(conn)
+                conn = self._conn
+                if conn is None or not conn.connected:  # (_connection's test: no coroutine per fetch)
+                    conn = await self._connection()
+                for s in self.partitions.values():  # (any(), without a generator per fetch)
+                    if s.truncating:
+                        await self._truncate(conn)
+                        break
                 if not await self._fetch(conn):
                     await self._idle()
             except (KafkaConnectionError, OSError, asyncio.TimeoutError) as exc:
@@ -362,7 +366,11 @@ class ReplicaFetcher:
         if not error:
             fetched = pd.records
             if fetched is not None and len(fetched):
-                records = _whole_batches(fetched)
+                n = len(fetched)
+                if n >= HEADER_SIZE and _BATCH_LENGTH.unpack_from(fetched, 8)[0] + LOG_OVERHEAD == n:
+                    records = fetched  # one whole batch: _whole_batches's first test, inline
+                else:
+                    records = _whole_batches(fetched)
                 try:
                     if log_.log_end_offset == log_.log_start_offset:  # (_maybe_start_at_first_batch's first test)
                         self._maybe_start_at_first_batch(key, log_, records)
