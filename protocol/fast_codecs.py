@@ -694,7 +694,7 @@ def encode_fetch_request(version: int, correlation_id: int, client_id: str | Non
     return bytes(out)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
 def _string16(value: str) -> bytes:
     """A STRING's bytes: its int16 length, then UTF-8. Cached (a hit runs no Python): a
     follower's every Fetch names the same client id, topics and rack id."""
