@@ -386,12 +386,14 @@ class ReplicaFetcher:
                     quota.record(len(fetched))
             # The HW first (clamped to our LEO), then the log start: the leader's log start is at
             # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
-            if pd.log_start_offset > log_.log_start_offset and BUG_LOG_START_BEFORE_HW:
-                log_.maybe_increment_log_start_offset(pd.log_start_offset)
-            log_.update_high_watermark(pd.high_watermark)
-            if pd.log_start_offset > log_.log_start_offset:
-                log_.maybe_increment_log_start_offset(pd.log_start_offset)
-            state.lag = max(0, pd.high_watermark - log_.log_end_offset)  # Kafka's FetcherLagMetrics ConsumerLag
+            hw, log_start = pd.high_watermark, pd.log_start_offset
+            if BUG_LOG_START_BEFORE_HW and log_start > log_.log_start_offset:
+                log_.maybe_increment_log_start_offset(log_start)
+            log_.update_high_watermark(hw)
+            if log_start > log_.log_start_offset:
+                log_.maybe_increment_log_start_offset(log_start)
+            lag = hw - log_.log_end_offset
+            state.lag = lag if lag > 0 else 0  # Kafka's FetcherLagMetrics ConsumerLag
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(key, state, pd)
         else:
