@@ -135,9 +135,13 @@ class ReplicaFetcher:
         time = self.manager.time
         while not self._stopping:
             try:
-                conn = await self._connection()
-                if any(s.truncating for s in self.partitions.values()):
-                    await self._truncate(conn)
+                conn = self._conn
+                if conn is None or not conn.connected:  # (_connection's test: no coroutine per fetch)
+                    conn = await self._connection()
+                for s in self.partitions.values():  # (any(), without a generator per fetch)
+                    if s.truncating:
+                        await self._truncate(conn)
+                        break
                 if not await self._fetch(conn):
                     await self._idle()
             except (KafkaConnectionError, OSError, asyncio.TimeoutError) as exc:
@@ -315,10 +319,11 @@ class ReplicaFetcher:
                     return False
         # a partition left out (held back, backing off) leaves the session as Kafka's builder does
         wanted = {}
+        max_bytes = m.fetch_max_bytes
         for key, state in ready.items():
             log_ = state.partition.log
             wanted[key] = FetchPartition(key[1], state.leader_epoch, log_.log_end_offset, log_.log_start_offset,
-                                         m.fetch_max_bytes)
+                                         max_bytes)
         session = self.session
         data = session.build(wanted)
         request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
@@ -358,29 +363,37 @@ class ReplicaFetcher:
     def _process_partition(self, key, state: PartitionFetchState, pd) -> None:
         log_ = state.partition.log
         error = pd.error_code
-        if error == ErrorCode.NONE:
-            if pd.records is not None and len(pd.records):
-                records = _whole_batches(pd.records)
+        if not error:
+            fetched = pd.records
+            if fetched is not None and len(fetched):
+                n = len(fetched)
+                if n >= HEADER_SIZE and _BATCH_LENGTH.unpack_from(fetched, 8)[0] + LOG_OVERHEAD == n:
+                    records = fetched  # one whole batch: _whole_batches's first test, inline
+                else:
+                    records = _whole_batches(fetched)
                 try:
-                    self._maybe_start_at_first_batch(key, log_, records)
+                    if log_.log_end_offset == log_.log_start_offset:  # (_maybe_start_at_first_batch's first test)
+                        self._maybe_start_at_first_batch(key, log_, records)
                     log_.append_as_follower(records)
                 except KafkaError as exc:
                     self._back_off(key, state, f"append failed: {exc}")
                     return
                 topic_stats = self.manager.topic_stats
                 if topic_stats is not None:
-                    topic_stats.topic(key[0]).replication_bytes_in += len(pd.records)
+                    topic_stats.topic(key[0]).replication_bytes_in += len(fetched)
                 quota = getattr(self.manager, "follower_quota", None)
                 if quota is not None and quota.is_throttled(*key):  # in sync or not (Kafka's rule)
-                    quota.record(len(pd.records))
+                    quota.record(len(fetched))
             # The HW first (clamped to our LEO), then the log start: the leader's log start is at
             # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
-            if pd.log_start_offset > log_.log_start_offset and BUG_LOG_START_BEFORE_HW:
-                log_.maybe_increment_log_start_offset(pd.log_start_offset)
-            log_.update_high_watermark(pd.high_watermark)
-            if pd.log_start_offset > log_.log_start_offset:
-                log_.maybe_increment_log_start_offset(pd.log_start_offset)
-            state.lag = max(0, pd.high_watermark - log_.log_end_offset)  # Kafka's FetcherLagMetrics ConsumerLag
+            hw, log_start = pd.high_watermark, pd.log_start_offset
+            if BUG_LOG_START_BEFORE_HW and log_start > log_.log_start_offset:
+                log_.maybe_increment_log_start_offset(log_start)
+            log_.update_high_watermark(hw)
+            if log_start > log_.log_start_offset:
+                log_.maybe_increment_log_start_offset(log_start)
+            lag = hw - log_.log_end_offset
+            state.lag = lag if lag > 0 else 0  # Kafka's FetcherLagMetrics ConsumerLag
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(key, state, pd)
         else:

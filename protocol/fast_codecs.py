@@ -24,6 +24,7 @@ give the same answer on any input.
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ _HEADER_FIXED_CID = struct.Struct(">hhih")  # and the client id's length
 _HH = struct.Struct(">hi")  # acks, timeout
 _FETCH_TOP_V4 = struct.Struct(">iiiib")      # replica_id, max_wait, min_bytes, max_bytes, isolation
 _FETCH_SESSION = struct.Struct(">ii")         # session_id, session_epoch
+_FETCH_TOP_V7 = struct.Struct(">iiiibiii")    # _FETCH_TOP_V4's, _FETCH_SESSION's and the topic count
+_SIZE_HEADER_FIXED = struct.Struct(">ihhi")   # a frame's size, then _HEADER_FIXED's
 _FETCH_PART_V4 = struct.Struct(">iqi")        # partition, fetch_offset, partition_max_bytes
 _FETCH_PART_V5 = struct.Struct(">iqqi")       # + log_start_offset
 _FETCH_PART_V9 = struct.Struct(">iiqqi")      # + current_leader_epoch
@@ -510,6 +513,8 @@ _FETCH_PD_PLAIN_V11 = struct.Struct(">ihqqqiii")
 _FETCH_PD_HEAD_V4 = struct.Struct(">ihqqi")  # (decoding) the fixed fields and the aborted count
 _FETCH_PD_HEAD_V5 = struct.Struct(">ihqqqi")
 _FETCH_RESP_TOP_V7 = struct.Struct(">ihii")  # throttle_time_ms, error_code, session_id, topic count
+_FETCH_RESP_ONE_TOPIC = struct.Struct(">ihiih")  # and the first topic name's length
+_FETCH_RESP_ONE_PARTITION = struct.Struct(">iihqqqiii")  # a partition count, then _FETCH_PD_PLAIN_V11's
 _FETCH_RESP_TOP_V7_HEAD = struct.Struct(">ihi")
 _I32X2 = struct.Struct(">ii")
 
@@ -675,51 +680,58 @@ def decode_produce_response(version: int, buf: Buffer, pos: int = 0) -> ProduceR
 
 
 def encode_fetch_request(version: int, correlation_id: int, client_id: str | None, request: FetchRequest) -> bytes:
-    """A whole Fetch v4-v11 request frame."""
+    """A whole Fetch v4-v11 request frame. (A follower sends one per response, issue 29: the
+    fixed fields go in one ``pack``, the client id, topic names and rack id from _string16's cache.)"""
     if not _FETCH_LOW <= version <= _FETCH_HIGH:
         _check_version(version, FETCH_VERSIONS, "Fetch request")  # raises
-    out = bytearray(4)
-    # the request header v1 (encode_request_header's, inline: one per follower fetch)
-    out += _HEADER_FIXED.pack(1, version, correlation_id)
-    if client_id is None:
-        out += b"\xff\xff"
-    else:
-        raw = client_id.encode()
-        out += _I16.pack(len(raw))
-        out += raw
-    out += _FETCH_TOP_V4.pack(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
-                              request.isolation_level)
+    # the size (patched at the end) and the request header v1 (encode_request_header's, inline)
+    out = bytearray(_SIZE_HEADER_FIXED.pack(0, 1, version, correlation_id))
+    out += b"\xff\xff" if client_id is None else _string16(client_id)
+    topics = request.topics
     if version >= 7:
-        out += _FETCH_SESSION.pack(request.session_id, request.session_epoch)
-    out += _I32.pack(len(request.topics))
-    for topic, parts in request.topics:
-        raw = topic.encode()
-        out += _I16.pack(len(raw))
-        out += raw
-        out += _I32.pack(len(parts))
-        if version >= 9:
-            pack = _FETCH_PART_V9.pack
+        out += _FETCH_TOP_V7.pack(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                                  request.isolation_level, request.session_id, request.session_epoch, len(topics))
+    else:
+        out += _FETCH_TOP_V4.pack(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                                  request.isolation_level)
+        out += _I32.pack(len(topics))
+    if version >= 9:
+        pack = _FETCH_PART_V9.pack
+        for topic, parts in topics:
+            out += _string16(topic)
+            out += _I32.pack(len(parts))
             for fp in parts:
                 out += pack(fp.partition, fp.current_leader_epoch, fp.fetch_offset, fp.log_start_offset,
                             fp.partition_max_bytes)
-            continue
-        for fp in parts:
-            if version >= 5:
-                out += _FETCH_PART_V5.pack(fp.partition, fp.fetch_offset, fp.log_start_offset, fp.partition_max_bytes)
-            else:
-                out += _FETCH_PART_V4.pack(fp.partition, fp.fetch_offset, fp.partition_max_bytes)
+    else:
+        for topic, parts in topics:
+            out += _string16(topic)
+            out += _I32.pack(len(parts))
+            for fp in parts:
+                if version >= 5:
+                    out += _FETCH_PART_V5.pack(fp.partition, fp.fetch_offset, fp.log_start_offset,
+                                               fp.partition_max_bytes)
+                else:
+                    out += _FETCH_PART_V4.pack(fp.partition, fp.fetch_offset, fp.partition_max_bytes)
     if version >= 7:
-        out += _I32.pack(len(request.forgotten_topics))
-        for topic, partitions in request.forgotten_topics:
-            raw = topic.encode()
-            out += _I16.pack(len(raw)) + raw
+        forgotten = request.forgotten_topics
+        out += _I32.pack(len(forgotten))
+        for topic, partitions in forgotten:
+            out += _string16(topic)
             out += _I32.pack(len(partitions))
             out += struct.pack(f">{len(partitions)}i", *partitions)
     if version >= 11:
-        raw = request.rack_id.encode()
-        out += _I16.pack(len(raw)) + raw
+        out += _string16(request.rack_id)
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _string16(value: str) -> bytes:
+    """A STRING's bytes: its int16 length, then UTF-8. Cached (a hit runs no Python): a
+    follower's every Fetch names the same client id, topics and rack id."""
+    raw = value.encode()
+    return _I16.pack(len(raw)) + raw
 
 
 @dataclass(slots=True)
@@ -736,22 +748,45 @@ def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchRespo
     if not _FETCH_LOW <= version <= _FETCH_HIGH:
         _check_version(version, FETCH_VERSIONS, "Fetch response")  # raises
     end = len(buf)
+    if version >= 11 and pos + 16 <= end:
+        # One topic of one partition without aborted transactions (a follower's every response
+        # at low or half load, issue 29): two unpacks, then the general way's objects; any
+        # other shape, or one it would refuse, goes the general way.
+        throttle, error_code, session_id, ntopics, n = _FETCH_RESP_ONE_TOPIC.unpack_from(buf, pos)
+        stop = pos + 16 + n
+        if ntopics == 1 and n >= 0 and stop + 46 <= end:
+            nparts, partition, error, hw, lso, log_start, naborted, preferred, size = \
+                _FETCH_RESP_ONE_PARTITION.unpack_from(buf, stop)
+            records_pos = stop + 46
+            if nparts == 1 and naborted == -1 and size >= 0 and records_pos + size <= end:
+                try:
+                    name = str(buf[pos + 16:stop], "utf-8")
+                except UnicodeDecodeError:
+                    pass  # (the general way raises)
+                else:
+                    return FetchResponse(throttle, error_code, session_id, [(name, [FetchPartitionData(
+                        partition, error, hw, lso, log_start, buf[records_pos:records_pos + size], None, preferred)])])
+    return _decode_fetch_response_any(version, buf, pos)
+
+
+def _decode_fetch_response_any(version: int, buf: Buffer, pos: int) -> FetchResponse:
+    """``decode_fetch_response`` of any shape (the reference of its one-partition way)."""
+    end = len(buf)
     try:
         if version >= 7:
-            throttle, error_code, session_id = _FETCH_RESP_TOP_V7_HEAD.unpack_from(buf, pos)
-            pos += 10
+            throttle, error_code, session_id, ntopics = _FETCH_RESP_TOP_V7.unpack_from(buf, pos)
+            pos += 14
         else:
-            (throttle,) = _I32.unpack_from(buf, pos)
-            pos += 4
+            throttle, ntopics = _I32X2.unpack_from(buf, pos)
+            pos += 8
             error_code, session_id = 0, 0
-        (ntopics,) = _I32.unpack_from(buf, pos)
-        if ntopics < 0 or ntopics * 6 > end - pos - 4:
-            _read_count(buf, pos, end, 6)  # raises
-        pos += 4
+        if ntopics < 0 or ntopics * 6 > end - pos:
+            _read_count(buf, pos - 4, end, 6)  # raises
         v5 = version >= 5
         v11 = version >= 11
         head = _FETCH_PD_HEAD_V5 if v5 else _FETCH_PD_HEAD_V4
         head_unpack, head_size = head.unpack_from, head.size
+        plain_unpack = _FETCH_PD_PLAIN_V11.unpack_from
         responses = []
         for _ in range(ntopics):
             (n,) = _I16.unpack_from(buf, pos)
@@ -769,6 +804,17 @@ def decode_fetch_response(version: int, buf: Buffer, pos: int = 0) -> FetchRespo
             pos += 4
             parts = []
             for _ in range(nparts):
+                if v11 and pos + 42 <= end:
+                    # (v11, no aborted transactions: a follower's every partition) the fixed
+                    # fields, the null aborted list, the preferred replica and the records size at once
+                    partition, error, hw, lso, log_start, naborted, preferred, size = plain_unpack(buf, pos)
+                    if naborted == -1 and size >= 0 and pos + 42 + size <= end:
+                        pos += 42
+                        stop = pos + size
+                        parts.append(FetchPartitionData(partition, error, hw, lso, log_start, buf[pos:stop], None,
+                                                        preferred))
+                        pos = stop
+                        continue
                 if v5:
                     partition, error, hw, lso, log_start, naborted = head_unpack(buf, pos)
                 else:

@@ -72,18 +72,28 @@ class FetchSessionHandler:
 
     def build(self, wanted: dict[TopicPartition, FetchPartition]) -> FetchRequestData:
         """The next Fetch for ``wanted`` (in its order)."""
-        if self.full:
+        epoch = self.epoch
+        if epoch == INITIAL_EPOCH or epoch == FINAL_EPOCH:  # (full, inline)
             self.session_partitions = dict(wanted)
-            return FetchRequestData(self.session_id, self.epoch, _by_topic(wanted.items()), [], True)
+            return FetchRequestData(self.session_id, epoch, _by_topic(wanted.items()), [], True)
         previous = self.session_partitions
-        to_send = [(key, fp) for key, fp in wanted.items() if previous.get(key) != fp]
-        forgotten: dict[str, list[int]] = {}
-        for topic, index in previous:  # (in the session's order: a set's would follow PYTHONHASHSEED)
-            if (topic, index) not in wanted:
-                forgotten.setdefault(topic, []).append(index)
+        get = previous.get
+        # (a fetch offset that moved, as a follower's does with every append, answers without
+        # the dataclass's __eq__)
+        to_send = [(key, fp) for key, fp in wanted.items()
+                   if (sent := get(key)) is None or sent.fetch_offset != fp.fetch_offset or sent != fp]
+        to_forget: list[tuple[str, list[int]]] = []
+        if not previous.keys() <= wanted.keys():  # (a set comparison in C: mostly nothing is forgotten)
+            forgotten: dict[str, list[int]] = {}
+            for topic, index in previous:  # (in the session's order: a set's would follow PYTHONHASHSEED)
+                if (topic, index) not in wanted:
+                    forgotten.setdefault(topic, []).append(index)
+            to_forget = [(t, sorted(ps)) for t, ps in forgotten.items()]
         self.session_partitions = dict(wanted)
-        return FetchRequestData(self.session_id, self.epoch, _by_topic(to_send),
-                                [(t, sorted(ps)) for t, ps in forgotten.items()], False)
+        if len(to_send) == 1:  # (_by_topic's answer for one partition: a follower's every fetch at low load)
+            ((topic, _index), fp), = to_send
+            return FetchRequestData(self.session_id, epoch, [(topic, [fp])], to_forget, False)
+        return FetchRequestData(self.session_id, epoch, _by_topic(to_send), to_forget, False)
 
     def handle_response(self, response: FetchResponse, request: FetchRequestData) -> bool:
         """Move the session on; False when the response is not to be used (an error, or one
@@ -96,12 +106,12 @@ class FetchSessionHandler:
             log.info("broker %d could not continue fetch session %d at epoch %d: %s; the next fetch is full",
                      self.node_id, request.session_id, request.epoch, _name(response.error_code))
             return False
-        answered = {(topic, pd.partition) for topic, parts in response.responses for pd in parts}
+        partitions = self.session_partitions
         if request.full:
-            if answered != self.session_partitions.keys():
+            answered = {(topic, pd.partition) for topic, parts in response.responses for pd in parts}
+            if answered != partitions.keys():
                 log.info("broker %d sent a full fetch response with extra %s / omitted %s partitions", self.node_id,
-                         sorted(answered - self.session_partitions.keys()),
-                         sorted(self.session_partitions.keys() - answered))
+                         sorted(answered - partitions.keys()), sorted(partitions.keys() - answered))
                 self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
                 return False
             if response.session_id == INVALID_SESSION_ID:
@@ -109,16 +119,19 @@ class FetchSessionHandler:
             else:
                 self.session_id, self.epoch = response.session_id, next_epoch(INITIAL_EPOCH)
             return True
-        extra = answered - self.session_partitions.keys()
-        if extra:
-            log.info("broker %d sent an incremental fetch response for session %d with partitions not in it: %s",
-                     self.node_id, request.session_id, sorted(extra))
-            self.epoch = INITIAL_EPOCH
-            return False
+        for topic, parts in response.responses:
+            for pd in parts:
+                if (topic, pd.partition) not in partitions:
+                    extra = sorted({(t, p.partition) for t, ps in response.responses for p in ps} - partitions.keys())
+                    log.info("broker %d sent an incremental fetch response for session %d with partitions not in "
+                             "it: %s", self.node_id, request.session_id, extra)
+                    self.epoch = INITIAL_EPOCH
+                    return False
         if response.session_id == INVALID_SESSION_ID:  # the broker closed the session
             self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
         else:
-            self.epoch = next_epoch(self.epoch)
+            epoch = self.epoch
+            self.epoch = epoch + 1 if 0 <= epoch < MAX_EPOCH else next_epoch(epoch)  # (next_epoch's, inline)
         return True
 
     def resend_all(self) -> None:

@@ -118,8 +118,15 @@ class Framer:
             into.release()
             self._into = None
             return [frame]  # type: ignore[list-item]  # (a memoryview of a bytearray: its obj is one)
-        assert self._read is not None and self.gather, "filled() without buffer()"
-        frames = self._feed_gathered(self._read[:n])
+        read = self._read
+        assert read is not None and self.gather, "filled() without buffer()"
+        if n >= 4 and self._frame is None and not self._buf:
+            # A read of exactly one whole frame (a follower's every Fetch response at low or half
+            # load, issue 29): _feed_gathered's answer, without its loop.
+            (size,) = _SIZE.unpack_from(read, 0)
+            if size == n - 4 and size <= self.max_size:
+                return [bytearray(read[4:n])]
+        frames = self._feed_gathered(read[:n])
         parts = self._frame
         if parts is not None and self._need <= DIRECT_MAX:
             # a frame begun in this read: its own bytearray now, the next reads land in it

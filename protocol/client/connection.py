@@ -111,6 +111,9 @@ class Network:
 DEFAULT_NETWORK = Network()
 
 
+_tuple_new = tuple.__new__
+
+
 class _InFlight(NamedTuple):
     correlation_id: int
     future: asyncio.Future[bytearray] | EagerFuture[bytearray]  # resolves to the response frame
@@ -380,7 +383,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         loop = running_loop()
         future: asyncio.Future[bytearray] | EagerFuture[bytearray] = EagerFuture(loop) if eager else loop.create_future()
         timer = self._time.schedule(timeout_ms, lambda: self._on_timeout(future, timeout_ms))
-        self._inflight.append(_InFlight(correlation_id, future, timer))
+        self._inflight.append(_tuple_new(_InFlight, (correlation_id, future, timer)))  # (no NamedTuple __new__)
         return await future
 
     def _on_timeout(self, future: asyncio.Future[bytearray] | EagerFuture[bytearray], timeout_ms: float) -> None:

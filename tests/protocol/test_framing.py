@@ -335,3 +335,69 @@ def test_the_compiled_split_feeds_as_the_python_loop(bodies, cuts, junk, max_siz
     chunks = [stream[a:b] for a, b in zip(points, points[1:])]
     chunks = [memoryview(c) if kind == "view" else bytearray(c) if kind == "bytearray" else c for c in chunks]
     assert _feed_all(chunks, max_size, True) == _feed_all(chunks, max_size, False)
+
+
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=8), st.binary(max_size=6), st.integers(1, 12))
+@FAST
+def test_reads_of_one_whole_frame_each_give_the_frames(bodies, partial, cut) -> None:
+    """filled()'s shortcut (a read that is exactly one frame: a follower's Fetch response) gives
+    a copy of the frame, not a view of the read buffer the next read overwrites; after a read
+    that left part of a frame (or of its size), the next whole-frame-sized read goes on with it."""
+    framer = Framer(1000, gather=True)
+    for body in bodies:
+        data = frame(body)
+        buf = framer.buffer()
+        buf[:len(data)] = data
+        frames = framer.filled(len(data))
+        assert [bytes(f) for f in frames] == [body] and all(type(f) is bytearray for f in frames)
+        buf[:len(data)] = b"\xee" * len(data)
+        assert bytes(frames[0]) == body
+    stream = frame(partial) + frame(bodies[0])
+    cut = min(cut, len(partial) + 3)  # inside the first frame: its size, or its body
+    got: list[bytes] = []
+    for read in (stream[:cut], stream[cut:cut + 4 + len(bodies[0])], stream[cut + 4 + len(bodies[0]):]):
+        while read:  # (one read, unless a begun frame's own bytearray takes less)
+            buf = framer.buffer()
+            n = min(len(buf), len(read))
+            buf[:n] = read[:n]
+            got += [bytes(f) for f in framer.filled(n)]
+            read = read[n:]
+    assert got == [partial, bodies[0]]
+    assert framer.buffered == 0 and framer.missing == 0
+
+
+def _reads(framer: Framer, reads: list[bytes]) -> list[bytes]:
+    got: list[bytes] = []
+    for read in reads:
+        buf = framer.buffer()
+        assert len(buf) >= len(read)
+        buf[:len(read)] = read
+        got += [bytes(f) for f in framer.filled(len(read))]
+    return got
+
+
+def test_a_read_that_only_looks_like_one_whole_frame_goes_on_with_the_begun_one() -> None:
+    """filled()'s shortcut is for a read that starts a frame: the rest of a size prefix, or of
+    a gathered frame's body, whose first 4 bytes read as the read's size less 4, is not one."""
+    body = bytes(252)
+    # a size prefix split after its first byte: the rest, 00 00 01, and the body's first byte,
+    # 00, read as 256: the read is 260 bytes long
+    assert _reads(Framer(1000, gather=True), [frame(b"\x00")[:1], frame(b"\x00")[1:] + frame(body)]) == \
+        [b"\x00", body]
+    import protocol.framing as framing
+    saved = framing.DIRECT_MAX
+    framing.DIRECT_MAX = 4  # (a frame above it is gathered: its parts held in _frame)
+    try:
+        gathered = b"ab" + struct.pack(">i", 4) + b"wxyz"
+        data = frame(gathered)
+        assert _reads(Framer(1000, gather=True), [data[:6], data[6:]]) == [gathered]  # 8 bytes, "4" first
+    finally:
+        framing.DIRECT_MAX = saved
+
+
+def test_a_read_of_one_whole_frame_over_max_size_is_refused() -> None:
+    framer = Framer(10, gather=True)
+    data = frame(bytes(11))
+    framer.buffer()[:len(data)] = data
+    with pytest.raises(FrameTooLarge):
+        framer.filled(len(data))
