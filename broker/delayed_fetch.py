@@ -179,7 +179,7 @@ class FetchPurgatory(DelayedOperationPurgatory):
     """
 
     def __init__(self, name: str, time) -> None:
-        super().__init__(name, time)
+        super().__init__(name, time, timer_per_delay=True)  # one timer per delay (issue 29)
         self._heaps: dict[tuple[Hashable, bool], list[tuple[tuple[int, int], int, DelayedFetch]]] = {}
         self._unindexed: dict[Hashable, dict[DelayedOperation, None]] = {}
         self._seq = itertools.count()

@@ -108,7 +108,7 @@ class ProducePurgatory(DelayedOperationPurgatory):
     go through ``check_and_complete`` (cases A, B, and an ISR that shrank: the HW may jump)."""
 
     def __init__(self, name: str, time) -> None:
-        super().__init__(name, time)
+        super().__init__(name, time, timer_per_delay=True)  # one timer per delay (issue 29)
         self._heaps: dict[Hashable, list[tuple[int, int, DelayedOperation]]] = {}
         self._seq = itertools.count()
 

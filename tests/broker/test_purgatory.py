@@ -166,3 +166,181 @@ def test_the_operations_that_set_the_base_fields_themselves_set_every_one():
     for op in ops:
         for name in DelayedOperation.__slots__:
             assert getattr(op, name) == getattr(base, name), (type(op).__name__, name)
+
+
+# -- timer_per_delay: one timer per delay_ms, not per operation (Produce and Fetch, issue 29) --------
+
+@pytest.fixture
+def shared(time):
+    return DelayedOperationPurgatory("shared", time, timer_per_delay=True)
+
+
+def _expiry_times(time, ops, until):
+    """Step the clock 1 ms at a time; when each op expired (monotonic ms), None if it did not."""
+    when = {}
+    start = time.monotonic_ms()
+    while time.monotonic_ms() < start + until:
+        time.sleep(1)
+        for op in ops:
+            if op.expirations and op not in when:
+                when[op] = time.monotonic_ms()
+    return [when.get(op) for op in ops]
+
+
+def test_shared_timers_expire_each_operation_exactly_at_its_deadline(shared, time):
+    t0 = time.monotonic_ms()
+    a, c = Op(100), Op(50)
+    shared.watch(a, ["k"])                  # due t0+100
+    time.sleep(10)
+    shared.watch(c, ["k"])                  # due t0+60, another delay
+    time.sleep(20)
+    b, d = Op(100), Op(100)
+    shared.watch(b, ["j"])                  # due t0+130
+    shared.watch(d, ["j"])                  # due t0+130 too
+    assert time.pending_timers() == 2       # one per delay, not one per operation
+    got = _expiry_times(time, [a, b, c, d], 200)
+    assert got == [t0 + 100, t0 + 130, t0 + 60, t0 + 130]
+    assert all((op.completions, op.expirations) == (1, 1) for op in (a, b, c, d))
+    assert shared.expired == 4 and shared.watched() == 0
+    assert time.pending_timers() == 0 and shared.delay_queue_entries() == 0
+
+
+def test_shared_timer_skips_completed_and_cancelled_heads(shared, time):
+    t0 = time.monotonic_ms()
+    first, second, third = Op(100), Op(100), Op(100)
+    shared.watch(first, ["k"])
+    time.sleep(10)
+    shared.watch(second, ["k"])
+    time.sleep(10)
+    shared.watch(third, ["k"])
+    assert first.force_complete() is True
+    assert second.cancel() is True and shared.cancelled == 1
+    got = _expiry_times(time, [first, second, third], 300)
+    assert got == [None, None, t0 + 120]     # the armed head was done: re-armed for the live one
+    assert (first.completions, first.expirations) == (1, 0)
+    assert (second.completions, second.expirations) == (0, 0)
+    assert (third.completions, third.expirations) == (1, 1)
+    assert shared.expired == 1 and time.pending_timers() == 0
+
+
+def test_shared_timer_expires_many_operations_of_mixed_delays_in_deadline_order(shared, time):
+    ops, due, expired_at = [], {}, {}
+
+    class Recorded(Op):
+        def on_expiration(self):
+            super().on_expiration()
+            expired_at[self] = time.monotonic_ms()
+
+    for i in range(300):
+        op = Recorded((30, 70, 500)[i % 3])
+        shared.watch(op, [i % 7])
+        due[op] = time.monotonic_ms() + op.delay_ms
+        ops.append(op)
+        if i % 4 == 0:
+            op.force_complete()             # completed: never expires
+        if i % 5 == 0:
+            time.sleep(1)                   # (the 30 ms ones start expiring meanwhile)
+    time.sleep(1000)
+    live = [op for i, op in enumerate(ops) if i % 4]
+    assert {op: due[op] for op in live} == expired_at
+    order = list(expired_at)
+    assert [due[op] for op in order] == sorted(due[op] for op in order)
+    assert time.pending_timers() == 0 and shared.delay_queue_entries() == 0
+
+
+def test_an_expiration_that_watches_another_operation_of_the_same_delay(shared, time):
+    t0 = time.monotonic_ms()
+    later = Op(100)
+
+    class Chain(Op):
+        def on_expiration(self):
+            super().on_expiration()
+            shared.watch(later, ["k"])
+
+    first = Chain(100)
+    shared.watch(first, ["k"])
+    time.sleep(100)
+    assert first.expirations == 1 and time.pending_timers() == 1  # armed once, by the firing
+    got = _expiry_times(time, [later], 200)
+    assert got == [t0 + 200]
+    assert time.pending_timers() == 0
+
+
+def test_completed_operations_do_not_pile_up_in_the_delay_queue(shared, time):
+    stuck = Op(30_000)
+    shared.watch(stuck, ["stuck"])          # a live head that holds its queue for 30 s
+    for i in range(10_000):
+        op = Op(30_000, ready=lambda: True)
+        shared.watch(op, [i])
+        assert shared.check_and_complete(i) == 1
+        assert shared.delay_queue_entries() <= 2 * 2 + 64 + 1  # (at most 2 waiting at once)
+    assert shared.delayed() == 1 and time.pending_timers() == 1
+    stuck.force_complete()
+    for i in range(1_000):                  # completed in order, the heads leave on each append
+        op = Op(30_000, ready=lambda: True)
+        shared.watch(op, [i])
+        shared.check_and_complete(i)
+    assert shared.delay_queue_entries() <= 2
+
+
+def test_past_max_delay_queues_an_operation_arms_its_own_timer(shared, time):
+    t0 = time.monotonic_ms()
+    ops = [Op(100 + i) for i in range(DelayedOperationPurgatory.MAX_DELAY_QUEUES + 5)]
+    for op in ops:
+        shared.watch(op, ["k"])
+    assert len(shared._delay_queues) == DelayedOperationPurgatory.MAX_DELAY_QUEUES
+    assert time.pending_timers() == len(ops)
+    got = _expiry_times(time, ops, 200)
+    assert got == [t0 + op.delay_ms for op in ops]
+    assert not shared._delay_queues and time.pending_timers() == 0
+
+
+def test_complete_all_leaves_no_shared_timer(shared, time):
+    ops = [Op(1000) for _ in range(5)] + [Op(500)]
+    for i, op in enumerate(ops):
+        shared.watch(op, [i % 2])
+    assert time.pending_timers() == 2
+    assert shared.complete_all() == 6
+    assert time.pending_timers() == 0 and shared.delay_queue_entries() == 0
+    time.sleep(5000)
+    assert all(op.expirations == 0 for op in ops)
+
+
+class CountingTime(MockTime):
+    """A MockTime that counts its schedules, and whose clock can read ``lag`` ms behind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.schedules = 0
+        self.lag = 0.0
+
+    def monotonic_ms(self):
+        return super().monotonic_ms() - self.lag
+
+    def schedule(self, delay_ms, callback):
+        self.schedules += 1
+        return super().schedule(delay_ms, callback)
+
+
+def test_the_armed_head_expires_even_if_the_clock_reads_a_hair_early():
+    # A loop's timer may fire before the clock reads its deadline (uvloop's timers count from
+    # the loop's cached time, a simulated clock rounds): the head it was armed for expires on
+    # that firing, not on a re-armed ~0 ms timer after another.
+    time = CountingTime()
+    purgatory = DelayedOperationPurgatory("early", time, timer_per_delay=True)
+    op = Op(100)
+    purgatory.watch(op, ["k"])
+    time.lag = 1e-6
+    time.sleep(100)
+    assert op.expirations == 1 and time.schedules == 1 and time.pending_timers() == 0
+
+
+def test_one_firing_drops_a_completed_head_and_expires_the_live_one_due_with_it():
+    time = CountingTime()
+    purgatory = DelayedOperationPurgatory("same", time, timer_per_delay=True)
+    done, live = Op(100), Op(100)
+    purgatory.watch(done, ["k"])
+    purgatory.watch(live, ["k"])            # the same deadline
+    done.force_complete()
+    time.sleep(100)
+    assert live.expirations == 1 and time.schedules == 1 and time.pending_timers() == 0

@@ -647,3 +647,29 @@ def test_a_parked_fetch_of_a_follower_the_leader_throttles_is_not_answered_by_an
     time.sleep(500)
     [(_topic, [pd])] = out[0]
     assert pd.error_code == 0 and len(pd.records) == 0  # its max wait: answered, still held back
+
+
+def test_parked_produces_and_fetches_share_one_timer_per_delay_and_expire_at_their_deadlines(rm, time):
+    """Issue 29: the Produce and Fetch purgatories arm one timer per delay, not one per parked
+    operation (a call_later and a cancel each, three per acks=all produce at its leader)."""
+    lead(rm)
+    outs = []
+    for i in range(5):
+        outs.append(produce(rm, 1, timeout_ms=1000))
+        time.sleep(10)
+    fetched = []
+    for _ in range(2):  # consumers: nothing below the high watermark yet
+        rm.fetch_messages(FetchParams(-1, 500, 1, 1 << 20, 0), [("t", [FetchPartition(0, -1, 0, -1, 1 << 20)])],
+                          fetched.append)
+    assert rm.produce_purgatory.delayed() == 5 and rm.fetch_purgatory.delayed() == 2
+    assert time.pending_timers() == 2  # one for the produces' 1000 ms, one for the fetches' 500 ms
+    time.sleep(499)
+    assert fetched == []
+    time.sleep(1)  # the fetches' max wait, 500 ms after they parked (t=550)
+    assert len(fetched) == 2
+    for i, out in enumerate(outs):
+        time.sleep(1000 - 550 - 1 if i == 0 else 9)
+        assert out == [] and all(o == [] for o in outs[i:])
+        time.sleep(1)  # exactly 1000 ms after it was parked (at 10 * i)
+        assert result(out) == (ErrorCode.REQUEST_TIMED_OUT, i) and all(o == [] for o in outs[i + 1:])
+    assert time.pending_timers() == 0
