@@ -371,6 +371,12 @@ class ReplicaFetcher:
                     records = fetched  # one whole batch: _whole_batches's first test, inline
                 else:
                     records = _whole_batches(fetched)
+                    if not len(records):
+                        # not one whole batch (KIP-74: a leader answers its first batch whole,
+                        # whatever the size asked): the same fetch would get the same for ever
+                        self._back_off(key, state, f"the leader's answer at offset {log_.log_end_offset} holds "
+                                                   f"{n} bytes and no whole batch")
+                        return
                 try:
                     if log_.log_end_offset == log_.log_start_offset:  # (_maybe_start_at_first_batch's first test)
                         self._maybe_start_at_first_batch(key, log_, records)

@@ -170,3 +170,30 @@ def test_whole_batches_keeps_complete_batches_only() -> None:
     shorter = bytearray(one + two)
     shorter[8:12] = (40).to_bytes(4, "big")  # less than a header: no batch from there on
     assert bytes(_whole_batches(memoryview(shorter))) == b""
+
+
+def test_an_answer_without_a_whole_batch_backs_off(tmp_path, caplog) -> None:
+    """A non-empty answer that holds no whole batch (a leader answers its first batch whole,
+    KIP-74, so this is a broken answer) appends nothing and backs the partition off with a
+    log line, instead of asking for the same offset again at once, for ever, silently."""
+    time = MockTime()
+    log = Log.open(tmp_path / "t-0", LogConfig(), time=time)
+    partition = Partition("t", 0, local_broker_id=2, time=time)
+    partition.log = log
+    manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None, follower_quota=None)
+    fetcher = ReplicaFetcher(manager, 1, "127.0.0.1", 9)  # type: ignore[arg-type]
+    state = PartitionFetchState(partition, leader_epoch=0)
+    batch = build_batch([Record(value=b"a", timestamp=1)] * 10, base_offset=0, partition_leader_epoch=0)
+    try:
+        with caplog.at_level("INFO", logger="broker.fetcher"):
+            fetcher._process_partition(partition.key, state, FetchPartitionData(
+                0, 0, 10, 10, 0, memoryview(batch)[:-1]))
+        assert log.log_end_offset == 0
+        assert state.delayed_until_ms == time.monotonic_ms() + 1000
+        assert "no whole batch" in caplog.text
+        # a whole batch is taken as before
+        state.delayed_until_ms = 0
+        fetcher._process_partition(partition.key, state, FetchPartitionData(0, 0, 10, 10, 0, memoryview(batch)))
+        assert log.log_end_offset == 10
+    finally:
+        log.close()
