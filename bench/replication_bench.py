@@ -574,6 +574,18 @@ def main() -> int:
 
     def per_broker(xs: list[dict], field: str) -> str:
         return ", ".join(f"{b}: {spread(x[field][b] for x in xs)}" for b in xs[0][field])
+
+    def probed_lines(label: str, xs: list[dict]) -> None:
+        """A step run with the end-to-end probe: the load's figures, then the probe's."""
+        print(f"  {label}: records/s {big(x['records_per_s'] for x in xs)}   p50 {spread(x['p50_ms'] for x in xs)} ms"
+              f"   p99 {spread(x['p99_ms'] for x in xs)} ms   max {spread(x.get('max_ms') for x in xs)} ms; CPU µs per "
+              f"request per broker " + per_broker(xs, "cpu_us_per_request_per_broker") + "; counting the probe's "
+              f"records as requests " + per_broker(xs, "cpu_us_per_request_per_broker_incl_probe"))
+        print(f"  {label}: end-to-end p50 {spread(x['e2e_p50_ms'] for x in xs)} ms   p99 "
+              f"{spread(x['e2e_p99_ms'] for x in xs)} ms; probe send -> ack p50 {spread(x['ack_p50_ms'] for x in xs)} ms"
+              f"   p99 {spread(x['ack_p99_ms'] for x in xs)} ms   p99.9 {spread(x['ack_p999_ms'] for x in xs)} ms   "
+              f"worst-second p99 {spread(x['ack_worst_second_p99_ms'] for x in xs)} ms; librdkafka rtt p50 "
+              f"{spread(x['rtt_p50_ms'] for x in xs)} ms   worst-second p99 {spread(x['rtt_p99_ms'] for x in xs)} ms")
     for name, (full, opens, probed, halves, halves_e2e) in results.items():
         m = rows[name] = {}
         m["full records/s"] = med(x["records_per_s"] for x in full)
@@ -601,29 +613,13 @@ def main() -> int:
               f"{spread(x['late_p99_ms'] for x in opens)} ms")
         print(f"  open loop   CPU µs per produce request per broker: " + per_broker(opens, "cpu_us_per_request_per_broker"))
         print(f"  open loop   run-queue wait ms/s per broker: " + per_broker(opens, "runq_wait_ms_per_s"))
-        print(f"  open loop + probe: p50 {spread(x['p50_ms'] for x in probed)} ms   p99 "
-              f"{spread(x['p99_ms'] for x in probed)} ms   max {spread(x['max_ms'] for x in probed)} ms; CPU µs per "
-              f"request per broker " + per_broker(probed, "cpu_us_per_request_per_broker") + "; counting the probe's "
-              f"records as requests " + per_broker(probed, "cpu_us_per_request_per_broker_incl_probe"))
-        print(f"  open loop + probe: end-to-end p50 {spread(x['e2e_p50_ms'] for x in probed)} ms   p99 "
-              f"{spread(x['e2e_p99_ms'] for x in probed)} ms; probe send -> ack p99 "
-              f"{spread(x['ack_p99_ms'] for x in probed)} ms, p99.9 {spread(x['ack_p999_ms'] for x in probed)} ms, "
-              f"worst-second p99 {spread(x['ack_worst_second_p99_ms'] for x in probed)} ms; librdkafka rtt "
-              f"worst-second p99 {spread(x['rtt_p99_ms'] for x in probed)} ms")
+        probed_lines("open loop + probe", probed)
         print(f"  closed loop ~half rate (concurrency stepped down) records/s {big(x['records_per_s'] for x in halves)}"
               f"   p50 {spread(x['p50_ms'] for x in halves)} ms   p99 {spread(x['p99_ms'] for x in halves)} ms")
         print(f"  closed loop ~half: CPU µs per produce request per broker: "
               + per_broker(halves, "cpu_us_per_request_per_broker"))
         print(f"  closed loop ~half: run-queue wait ms/s per broker: " + per_broker(halves, "runq_wait_ms_per_s"))
-        print(f"  closed loop ~half + probe: records/s {big(x['records_per_s'] for x in halves_e2e)}   p50 "
-              f"{spread(x['p50_ms'] for x in halves_e2e)} ms   p99 {spread(x['p99_ms'] for x in halves_e2e)} ms; CPU µs "
-              f"per request per broker " + per_broker(halves_e2e, "cpu_us_per_request_per_broker") + "; counting the "
-              f"probe's records as requests " + per_broker(halves_e2e, "cpu_us_per_request_per_broker_incl_probe"))
-        print(f"  closed loop ~half + probe: end-to-end p50 {spread(x['e2e_p50_ms'] for x in halves_e2e)} ms   p99 "
-              f"{spread(x['e2e_p99_ms'] for x in halves_e2e)} ms; probe send -> ack p50 "
-              f"{spread(x['ack_p50_ms'] for x in halves_e2e)} ms   p99 {spread(x['ack_p99_ms'] for x in halves_e2e)} ms; "
-              f"librdkafka rtt p50 {spread(x['rtt_p50_ms'] for x in halves_e2e)} ms   worst-second p99 "
-              f"{spread(x['rtt_p99_ms'] for x in halves_e2e)} ms")
+        probed_lines("closed loop ~half + probe", halves_e2e)
         print(f"  reads/writes/wake-ups per produce request per broker, by round: full "
               f"{[x['events_per_request_per_broker'] for x in full]}; open loop "
               f"{[x['events_per_request_per_broker'] for x in opens]}; closed ~half "
