@@ -122,7 +122,12 @@ def consume_count_kafka_python(bootstrap: str, topic: str) -> int:
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         consumer.assign(partitions)
-        consumer.seek_to_beginning()
+        # from offset 0 (a new topic), not seek_to_beginning: tansu 0.6.0 now and then answers
+        # ListOffsets(earliest) of a partition it wrote with a later offset (3 of 4,800 records
+        # went uncounted: "Resetting offset for partition ... to offset 3"), which is not the
+        # replay this test checks
+        for tp in partitions:
+            consumer.seek(tp, 0)
         return sum(1 for _ in consumer)
     finally:
         consumer.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -46,6 +47,38 @@ def _files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
 
 
+def _assert_fast_path_writes_as_the_general_path(prefix: str, config: LogConfig, small_budget: bool,
+                                                 appends: list[tuple[int, Callable[[Log], object]]],
+                                                 producers: Callable[[Log], object] | None = None) -> None:
+    """Each append ((ms the clock moves first, the call)) on a log with the fast path and on one
+    without: the same info or error and log state after each (and ``producers``' view of the
+    producer state), and the same files at the end."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        outcomes = []
+        for fast in (True, False):
+            root = Path(tmp) / ("fast" if fast else "general") / "t-0"
+            time = MockTime(START_MS)
+            budget = OpenSegmentBudget(1) if small_budget else None
+            log = Log.open(root, config, time=time, budget=budget)
+            log.fast_append = fast
+            steps = []
+            try:
+                for advance, append in appends:
+                    time.sleep(advance)
+                    try:
+                        result: object = _info(append(log))
+                    except KafkaError as exc:  # a batch over segment.bytes, and the sequences after it
+                        result = (type(exc).__name__, str(exc))
+                    steps.append((result, _state(log), producers(log) if producers is not None else None))
+            finally:
+                log.close()
+            outcomes.append((steps, _files(root)))
+        fast_outcome, general_outcome = outcomes
+        for step, (fast_step, general_step) in enumerate(zip(fast_outcome[0], general_outcome[0])):
+            assert fast_step == general_step, f"append {step}"
+        assert fast_outcome[1] == general_outcome[1]
+
+
 @settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 2**32), appends=st.integers(1, 40),
        segment_bytes=st.sampled_from([2_000, 6_000, 30_000, 10**9]),
@@ -73,30 +106,10 @@ def test_the_fast_append_writes_as_the_general_path(seed, appends, segment_bytes
         sequence += n
         epoch = rng.choice([0, 0, 0, 1, 2]) + len(requests) // 10  # epochs that grow now and then
         requests.append((batch, epoch, rng.choice([0, 0, 10, 2_000])))
-    with tempfile.TemporaryDirectory(prefix="kbroker-fast-append-") as tmp:
-        outcomes = []
-        for fast in (True, False):
-            root = Path(tmp) / ("fast" if fast else "general") / "t-0"
-            time = MockTime(START_MS)
-            budget = OpenSegmentBudget(1) if small_budget else None
-            log = Log.open(root, config, time=time, budget=budget)
-            log.fast_append = fast
-            steps = []
-            try:
-                for batch, epoch, advance in requests:
-                    time.sleep(advance)
-                    try:
-                        result: object = _info(log.append_as_leader(bytearray(batch), epoch))
-                    except KafkaError as exc:  # a batch over segment.bytes, and the sequences after it
-                        result = (type(exc).__name__, str(exc))
-                    steps.append((result, _state(log)))
-            finally:
-                log.close()
-            outcomes.append((steps, _files(root)))
-        fast_outcome, general_outcome = outcomes
-        for step, (fast_step, general_step) in enumerate(zip(fast_outcome[0], general_outcome[0])):
-            assert fast_step == general_step, f"append {step}"
-        assert fast_outcome[1] == general_outcome[1]
+    _assert_fast_path_writes_as_the_general_path(
+        "kbroker-fast-append-", config, small_budget,
+        [(advance, lambda log, b=batch, e=epoch: log.append_as_leader(bytearray(b), e))
+         for batch, epoch, advance in requests])
 
 
 def test_the_common_appends_take_the_fast_path(tmp_path, monkeypatch):
@@ -161,29 +174,8 @@ def test_a_followers_one_batch_appends_as_the_general_path(seed, appends, segmen
         if base >= offset:
             offset = base + n
             sequence += n
-    with tempfile.TemporaryDirectory(prefix="kbroker-fast-follower-") as tmp:
-        outcomes = []
-        for fast in (True, False):
-            root = Path(tmp) / ("fast" if fast else "general") / "t-0"
-            time = MockTime(START_MS)
-            budget = OpenSegmentBudget(1) if small_budget else None
-            log = Log.open(root, config, time=time, budget=budget)
-            log.fast_append = fast
-            steps = []
-            try:
-                for batch, advance in fetched:
-                    time.sleep(advance)
-                    try:
-                        result: object = _info(log.append_as_follower(memoryview(batch)))
-                    except KafkaError as exc:
-                        result = (type(exc).__name__, str(exc))
-                    producers = {pid: (e.producer_epoch, list(e.batches), e.last_timestamp, e.current_txn_first_offset)
-                                 for pid, e in log.producer_state.producers.items()}
-                    steps.append((result, _state(log), producers))
-            finally:
-                log.close()
-            outcomes.append((steps, _files(root)))
-        fast_outcome, general_outcome = outcomes
-        for step, (fast_step, general_step) in enumerate(zip(fast_outcome[0], general_outcome[0])):
-            assert fast_step == general_step, f"append {step}"
-        assert fast_outcome[1] == general_outcome[1]
+    _assert_fast_path_writes_as_the_general_path(
+        "kbroker-fast-follower-", config, small_budget,
+        [(advance, lambda log, b=batch: log.append_as_follower(memoryview(b))) for batch, advance in fetched],
+        producers=lambda log: {pid: (e.producer_epoch, list(e.batches), e.last_timestamp, e.current_txn_first_offset)
+                               for pid, e in log.producer_state.producers.items()})
