@@ -44,6 +44,12 @@ send -> acknowledgement is printed too (p50, p99, p99.9, and the worst 1 s windo
 statistic of librdkafka's rtt figure beside it: a max of ~24 p99s, a rarer quantile than the
 p99 of all): the share of the replicated produce in the end-to-end figure.
 
+Before each round, bench/vcpu_steadiness.py runs a bare loop per core on the idle machine for
+3 s and prints the share of 100 ms windows in which every core ran >= 1.4x slower at once: the
+closed-loop half step's p99 is made of such cluster-wide windows (every partition's latency
+rises together, the brokers' CPU unchanged, their throughput halved), which the bare loop shows
+with no broker running: a round's tail is read beside that figure.
+
 During each run every follower's lag (leader LEO - follower LEO, via ListOffsets with the
 debugging replica id) is sampled every 100 ms. Prints medians over rounds; never asserts.
 
@@ -86,6 +92,8 @@ from controller.launcher import BrokerProcess, free_port  # noqa: E402
 from controller.static import PartitionAssignment, StaticController  # noqa: E402
 from protocol.api_keys import ApiKey  # noqa: E402
 
+import vcpu_steadiness  # noqa: E402  (bench/, the script's directory, is on sys.path)
+
 LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
 PACED = Path(__file__).resolve().parent / "paced_load.py"  # this tree's, for both sides of --before
 TOPIC = "rbench"
@@ -93,6 +101,8 @@ PARTITIONS = 4
 PROBE_TOPIC = "rbench-e2e"
 PROBE_PARTITIONS = 3
 PROBE_INTERVAL_S = 0.001
+STEADINESS_S = 3.0
+STEADINESS: dict[str, list[dict]] = {}  # per tree, one vcpu_steadiness figure per round
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -483,7 +493,8 @@ def tree(path: Path) -> str:
 def e2e_line(x: dict) -> str:
     return (f"end-to-end p50 {fmt(x['e2e_p50_ms'])} p99 {fmt(x['e2e_p99_ms'])} max {fmt(x.get('e2e_max_ms'))} ms "
             f"({x['e2e_records']} of {x['e2e_sent']} probe records; send -> ack p50 {fmt(x['ack_p50_ms'])} p99 "
-            f"{fmt(x['ack_p99_ms'])} p99.9 {fmt(x['ack_p999_ms'])} worst-second p99 {fmt(x['ack_worst_second_p99_ms'])} ms; librdkafka rtt p50 {fmt(x['rtt_p50_ms'])} worst-second p99 "
+            f"{fmt(x['ack_p99_ms'])} p99.9 {fmt(x['ack_p999_ms'])} worst-second p99 "
+            f"{fmt(x['ack_worst_second_p99_ms'])} ms; librdkafka rtt p50 {fmt(x['rtt_p50_ms'])} worst-second p99 "
             f"{fmt(x['rtt_p99_ms'])} ms, queued p99 {fmt(x['queue_p99_ms'])} ms)")
 
 
@@ -496,6 +507,11 @@ def run_rounds(args, trees: dict[str, Path]) -> dict[str, Steps]:
     results: dict[str, Steps] = {name: ([], [], [], [], []) for name in trees}
     for r in range(args.rounds):
         for name, repo in trees.items():
+            # the idle machine's own slow windows just before the round (vcpu_steadiness: a round
+            # taken while the host slows every core now and then has a worse tail, whatever the broker)
+            steady = vcpu_steadiness.measure(STEADINESS_S)
+            STEADINESS.setdefault(name, []).append(steady)
+            print(f"round {r + 1} {name}: {vcpu_steadiness.line(steady)}", flush=True)
             res = one_round(args, repo, name)
             full, opens, probed, halves, halves_e2e = results[name]
             f, o, oe, half, he = res["full"][0], res["open"][0], res["open-e2e"][0], nearest_half(res), res["half-e2e"][0]
@@ -580,7 +596,7 @@ def main() -> int:
         print(f"  {label}: records/s {big(x['records_per_s'] for x in xs)}   p50 {spread(x['p50_ms'] for x in xs)} ms"
               f"   p99 {spread(x['p99_ms'] for x in xs)} ms   max {spread(x.get('max_ms') for x in xs)} ms; CPU µs per "
               f"request per broker " + per_broker(xs, "cpu_us_per_request_per_broker") + "; counting the probe's "
-              f"records as requests " + per_broker(xs, "cpu_us_per_request_per_broker_incl_probe"))
+              "records as requests " + per_broker(xs, "cpu_us_per_request_per_broker_incl_probe"))
         print(f"  {label}: end-to-end p50 {spread(x['e2e_p50_ms'] for x in xs)} ms   p99 "
               f"{spread(x['e2e_p99_ms'] for x in xs)} ms; probe send -> ack p50 {spread(x['ack_p50_ms'] for x in xs)} ms"
               f"   p99 {spread(x['ack_p99_ms'] for x in xs)} ms   p99.9 {spread(x['ack_p999_ms'] for x in xs)} ms   "
@@ -605,20 +621,20 @@ def main() -> int:
         print(f"  full load   CPU µs per produce request: broker 1 (kafka_load's --server-pid) "
               f"{spread(x['server_cpu_us_per_request'] for x in full)}; per broker (its CPU / all requests) "
               + per_broker(full, "cpu_us_per_request_per_broker"))
-        print(f"  full load   run-queue wait ms/s per broker: " + per_broker(full, "runq_wait_ms_per_s"))
+        print("  full load   run-queue wait ms/s per broker: " + per_broker(full, "runq_wait_ms_per_s"))
         print(f"  OPEN LOOP at half the full request rate: records/s {big(x['records_per_s'] for x in opens)}   "
               f"from the scheduled send: p50 {spread(x['p50_ms'] for x in opens)} ms   p99 "
               f"{spread(x['p99_ms'] for x in opens)} ms   max {spread(x['max_ms'] for x in opens)} ms")
         print(f"  open loop   written -> response p99 {spread(x['send_p99_ms'] for x in opens)} ms   sent late p99 "
               f"{spread(x['late_p99_ms'] for x in opens)} ms")
-        print(f"  open loop   CPU µs per produce request per broker: " + per_broker(opens, "cpu_us_per_request_per_broker"))
-        print(f"  open loop   run-queue wait ms/s per broker: " + per_broker(opens, "runq_wait_ms_per_s"))
+        print("  open loop   CPU µs per produce request per broker: " + per_broker(opens, "cpu_us_per_request_per_broker"))
+        print("  open loop   run-queue wait ms/s per broker: " + per_broker(opens, "runq_wait_ms_per_s"))
         probed_lines("open loop + probe", probed)
         print(f"  closed loop ~half rate (concurrency stepped down) records/s {big(x['records_per_s'] for x in halves)}"
               f"   p50 {spread(x['p50_ms'] for x in halves)} ms   p99 {spread(x['p99_ms'] for x in halves)} ms")
-        print(f"  closed loop ~half: CPU µs per produce request per broker: "
+        print("  closed loop ~half: CPU µs per produce request per broker: "
               + per_broker(halves, "cpu_us_per_request_per_broker"))
-        print(f"  closed loop ~half: run-queue wait ms/s per broker: " + per_broker(halves, "runq_wait_ms_per_s"))
+        print("  closed loop ~half: run-queue wait ms/s per broker: " + per_broker(halves, "runq_wait_ms_per_s"))
         probed_lines("closed loop ~half + probe", halves_e2e)
         print(f"  reads/writes/wake-ups per produce request per broker, by round: full "
               f"{[x['events_per_request_per_broker'] for x in full]}; open loop "
@@ -631,6 +647,11 @@ def main() -> int:
               f"   closed ~half + probe {spread(x['machine_busy_cores'] for x in halves_e2e)}")
         print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
               f"max of maxima {max(x['lag_max'] for x in full)}")
+        steadiness = STEADINESS.get(name, [])
+        if steadiness:
+            print(f"  machine steadiness before each round (idle, a bare loop per core): 100 ms windows slower on "
+                  f"all cores at once {spread(x['all_slow_window_share'] * 100 for x in steadiness)} %, worst "
+                  f"window {spread(x['worst_window_slowdown'] for x in steadiness)}x")
     if len(rows) == 2:
         print("after/before (ratio of medians): " + ", ".join(
             f"{k} {rows['after'][k] / rows['before'][k]:.3f}" for k in rows["after"] if rows["before"][k]))
