@@ -102,7 +102,6 @@ PROBE_TOPIC = "rbench-e2e"
 PROBE_PARTITIONS = 3
 PROBE_INTERVAL_S = 0.001
 STEADINESS_S = 3.0
-STEADINESS: dict[str, list[dict]] = {}  # per tree, one vcpu_steadiness figure per round
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -501,16 +500,17 @@ def e2e_line(x: dict) -> str:
 Steps = tuple[list[dict], list[dict], list[dict], list[dict], list[dict]]
 
 
-def run_rounds(args, trees: dict[str, Path]) -> dict[str, Steps]:
+def run_rounds(args, trees: dict[str, Path], steadiness: dict[str, list[dict]]) -> dict[str, Steps]:
     """Per tree: the full-load, open-loop (alone, then with the probe) and nearest-half
-    closed-loop step (alone, then with the probe) of each round."""
+    closed-loop step (alone, then with the probe) of each round; ``steadiness`` gets, per tree,
+    the vcpu_steadiness figure taken before each of its rounds."""
     results: dict[str, Steps] = {name: ([], [], [], [], []) for name in trees}
     for r in range(args.rounds):
         for name, repo in trees.items():
             # the idle machine's own slow windows just before the round (vcpu_steadiness: a round
             # taken while the host slows every core now and then has a worse tail, whatever the broker)
             steady = vcpu_steadiness.measure(STEADINESS_S)
-            STEADINESS.setdefault(name, []).append(steady)
+            steadiness.setdefault(name, []).append(steady)
             print(f"round {r + 1} {name}: {vcpu_steadiness.line(steady)}", flush=True)
             res = one_round(args, repo, name)
             full, opens, probed, halves, halves_e2e = results[name]
@@ -571,7 +571,8 @@ def main() -> int:
             return 2
         trees = {"before": before, "after": REPO}
         print(f"before: {tree(before)}\nafter:  {tree(REPO)}", flush=True)
-    results = run_rounds(args, trees)
+    steadiness: dict[str, list[dict]] = {}
+    results = run_rounds(args, trees, steadiness)
     med = statistics.median
 
     def spread(values) -> str:
@@ -647,11 +648,11 @@ def main() -> int:
               f"   closed ~half + probe {spread(x['machine_busy_cores'] for x in halves_e2e)}")
         print(f"  follower lag (records) at full load: median of medians {med(x['lag_median'] for x in full)}, "
               f"max of maxima {max(x['lag_max'] for x in full)}")
-        steadiness = STEADINESS.get(name, [])
-        if steadiness:
+        steady_rounds = steadiness.get(name, [])
+        if steady_rounds:
             print(f"  machine steadiness before each round (idle, a bare loop per core): 100 ms windows slower on "
-                  f"all cores at once {spread(x['all_slow_window_share'] * 100 for x in steadiness)} %, worst "
-                  f"window {spread(x['worst_window_slowdown'] for x in steadiness)}x")
+                  f"all cores at once {spread(x['all_slow_window_share'] * 100 for x in steady_rounds)} %, worst "
+                  f"window {spread(x['worst_window_slowdown'] for x in steady_rounds)}x")
     if len(rows) == 2:
         print("after/before (ratio of medians): " + ", ".join(
             f"{k} {rows['after'][k] / rows['before'][k]:.3f}" for k in rows["after"] if rows["before"][k]))
