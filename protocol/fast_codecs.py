@@ -565,7 +565,9 @@ def encode_fetch_response_py(version: int, correlation_id: int,
         out += _I32.pack(len(parts))
         for p in parts:
             records = p.records
-            n = -1 if records is None else len(records)
+            # (a memoryview's len counts items: its bytes are nbytes; the compiled encoder leaves
+            # a view of wider items to this one)
+            n = -1 if records is None else (records.nbytes if records.__class__ is memoryview else len(records))
             aborted = p.aborted_transactions
             if aborted is None:
                 if v11:

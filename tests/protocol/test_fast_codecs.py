@@ -1218,6 +1218,22 @@ def test_compiled_fetch_encoder_agrees_with_python(data) -> None:
             == _fetch_encoded(H.encode_fetch_response_py, v, correlation_id, responses, **kwargs))
 
 
+def test_fetch_response_counts_a_views_bytes_not_its_items() -> None:
+    """Records given as a memoryview of wider items (a cast) are framed by their bytes: the
+    length field and the total say nbytes, and the frame is the one the same bytes give."""
+    raw = bytes(range(256)) * 4
+    for size in (40, 1024):  # inlined (< 512 bytes) and passed by reference
+        wide = memoryview(raw[:size]).cast("I")
+        assert len(wide) != wide.nbytes
+        parts = [H.FetchPartitionData(0, 0, 5, 5, 0, wide)]
+        want = joined(H.encode_fetch_response_py(11, 7, [("t", [H.FetchPartitionData(0, 0, 5, 5, 0, raw[:size])])])[0])
+        for encode in (H.encode_fetch_response, H.encode_fetch_response_py):
+            chunks, total = encode(11, 7, [("t", parts)])
+            data = joined(chunks)
+            assert total == len(data) == len(want)
+            assert data == want
+
+
 def test_compiled_fetch_encoder_answers_a_followers_fetch() -> None:
     """The answer to a follower (no aborted transactions) is the compiled one, not the reference's."""
     parts = [H.FetchPartitionData(0, 0, 5, 5, 0, memoryview(b"x" * 600)), H.FetchPartitionData(1, 0, 5, 5, 0, b"y")]
