@@ -336,7 +336,8 @@ def part4(args, work: Path) -> dict:
             limit = once(scale, "max")
             cap = min(want, limit["rate"])
             points.append({"round": r, "scale": scale, "asked": want, "paced": paced, "limit": limit})
-            print(f"  round {r} x{scale}: {paced['records']:,} records in {paced['send_s']:.1f} s: {paced['rate']:,.0f} records/s = "
+            print(f"  round {r} x{scale}: {paced['records']:,} records in {paced['send_s']:.1f} s: "
+                  f"{paced['rate']:,.0f} records/s = "
                   f"{paced['rate'] / want:.2f} of the asked {want:,}, {paced['rate'] / cap:.2f} of min(asked, limit) "
                   f"(tasks {paced['tasks']} on {paced['slots']} slots, task start skew {paced['start_skew']:.2f} s, "
                   f"errors {paced['errors']}, load {paced['load']:.1f}; frames sent late by p50 {paced['late_p50_ms']:.1f} ms, "

@@ -17,7 +17,8 @@ The schedule is kept by the event loop's timer (uvloop's, with --uvloop: millise
 resolution), waking at each due time, at most once per millisecond, and writing every request
 due by then in one write per connection: at a few thousand requests/s a request may leave up
 to 1 ms after its time (``late_p50_ms``/``late_p99_ms`` say how late), which is in the scheduled
-latency, as a timer firing late is: a client that wanted to send then could not. A connection holding --max-inflight requests sends no more
+latency, as a timer firing late is: a client that wanted to send then could not. A connection
+holding --max-inflight requests sends no more
 until answers come back (those requests stay due and count from their scheduled time), so a
 broker that cannot keep up leaves a bounded backlog, reported as ``behind_max``.
 

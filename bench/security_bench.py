@@ -96,6 +96,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: confluent-kafka is the bench extra's
+    from confluent_kafka.admin import AdminClient
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -19,10 +19,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from bench.security_bench import Broker
-from cli.certs import make_certs
-from confluent_kafka import Producer
-from confluent_kafka.admin import NewTopic
+from bench.security_bench import Broker  # noqa: E402
+from cli.certs import make_certs  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--before", type=Path, required=True, help="another checkout, measured alongside")
@@ -46,7 +46,8 @@ with tempfile.TemporaryDirectory() as tmp:
                         f.result(30)
                     p = Producer({**b.confs["SASL_SSL"], "acks": "1", "linger.ms": 0, "batch.size": 16384,
                                   "socket.nagle.disable": nagle})
-                    p.produce(topic, b"x", partition=0); p.flush(30)
+                    p.produce(topic, b"x", partition=0)
+                    p.flush(30)
                     times = []
                     for i in range(args.flushes):
                         t = time.perf_counter()
@@ -57,7 +58,8 @@ with tempfile.TemporaryDirectory() as tmp:
                     res.setdefault((b.label, nagle), []).extend(times)
         for (label, nagle), t in sorted(res.items()):
             s = sorted(t)
-            print(f"{label} nagle_off={nagle}: p50 {statistics.median(s):.2f} ms p90 {s[int(len(s)*0.9)]:.2f} p99 {s[int(len(s)*0.99)]:.2f} max {s[-1]:.2f} ({len(s)} flushes)")
+            print(f"{label} nagle_off={nagle}: p50 {statistics.median(s):.2f} ms p90 {s[int(len(s)*0.9)]:.2f} "
+                  f"p99 {s[int(len(s)*0.99)]:.2f} max {s[-1]:.2f} ({len(s)} flushes)")
     finally:
         for b in brokers:
             b.process.stop()

@@ -138,8 +138,9 @@ def main() -> int:
           f"{counts['whole']:,.0f} in 2; {(counts['librdkafka-records'] - counts['whole-records']) / 29:,.0f} "
           f"instructions per extra record")
     for what in ("answers", "fetch"):
-        print(f"write {what}: tls_writes {counts[f'{what}-records']:,.0f} vs a record per buffer "
-              f"{counts[f'{what}-per-buffer']:,.0f} instructions ({counts[f'{what}-records'] / counts[f'{what}-per-buffer']:.2f}x)")
+        records, per_buffer = counts[f"{what}-records"], counts[f"{what}-per-buffer"]
+        print(f"write {what}: tls_writes {records:,.0f} vs a record per buffer {per_buffer:,.0f} instructions "
+              f"({records / per_buffer:.2f}x)")
     return 0
 
 

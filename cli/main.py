@@ -529,7 +529,8 @@ def _add_transactions(commands: Subcommands) -> None:
 COMMAND_GROUPS: list[Callable[[Subcommands], None]] = [
     _add_serve, _add_controller, _add_storage, _add_topics, _add_configs, _add_produce, _add_consume, _add_groups,
     _add_transactions, _add_acls,
-    _add_users, _add_quotas, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs, _add_sim]
+    _add_users, _add_quotas, _add_metadata, _add_cluster, _add_health, _add_dump_log, _add_record, _add_loadgen, _add_certs,
+    _add_sim]
 
 
 def build_parser() -> argparse.ArgumentParser:

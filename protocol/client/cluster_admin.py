@@ -7,7 +7,6 @@ connections, metadata and retries, and nothing else.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Sequence, TypeVar
 

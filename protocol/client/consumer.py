@@ -14,8 +14,8 @@ from ..errors import (CorruptRecordError, ErrorCode, KafkaError, OffsetOutOfRang
 from ..records import batch_body, compute_crc, decode_records, iter_batch_headers
 from .clock import yield_now
 from .cluster import KafkaClient
-from .connection import KafkaConnectionError, wire_error
-from .metadata import PartitionMetadata, TopicPartition
+from .connection import wire_error
+from .metadata import TopicPartition
 
 if TYPE_CHECKING:
     from ..fast_codecs import Records

@@ -109,7 +109,8 @@ def test_a_consumer_waits_while_its_task_still_produces(cluster):
                 producing=lambda: producing[0]))
             await asyncio.sleep(1.5)  # a producer on the loop, still preparing: nothing sent yet
             conn = await client.connection(client.cluster.leader(topic, 0))
-            await conn.produce(1, 5000, [(topic, [(0, bytes(build_batch([Record(value=b"v", timestamp=int(time.time() * 1000))] * 5)))])])
+            batch = bytes(build_batch([Record(value=b"v", timestamp=int(time.time() * 1000))] * 5))
+            await conn.produce(1, 5000, [(topic, [(0, batch)])])
             producing[0] = False
             return await asyncio.wait_for(consumer, 60)
     assert asyncio.run(main())["totals"]["consumed"] == 5

@@ -23,7 +23,7 @@ from protocol.records import (CONTROL_MASK, HEADER_SIZE, MAGIC_OFFSET, TIMESTAMP
 from tests.compat.helpers import create_topic
 from tests.support import ThreadedBroker
 
-from .frames import Raw, good_batch, read_log, rebuilt
+from .frames import good_batch, read_log, rebuilt
 
 INVALID_RECORD = ErrorCode.INVALID_RECORD
 TOPIC = "validated"

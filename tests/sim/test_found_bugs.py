@@ -118,7 +118,8 @@ def test_seed_2782_a_topic_created_again_under_its_name_is_another_incarnation()
     broker 1 had taken the lead of its partition at leader epoch 0, and the topic was taken
     back (its answer waiting for a broker cut off from the controller to drop the partition);
     the admin's CreateTopics, unanswered, was sent again when its connection was reset (broker
-    1 killed) and made it again (another topic id) with broker 2 leading at leader epoch 0. The one-leader-per-epoch check keyed partitions by name and flagged it;
+    1 killed) and made it again (another topic id) with broker 2 leading at leader epoch 0. The
+    one-leader-per-epoch check keyed partitions by name and flagged it;
     the partition-level checks key by the topic id the leader's broker knows now."""
     _clean(2782, Options(reassign=False))
 
