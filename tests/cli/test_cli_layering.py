@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -29,6 +30,7 @@ SERVER_COMMANDS = {("serve",), ("controller",), ("cluster", "up"), ("cluster", "
                    ("storage", "format"), ("storage", "random-uuid")}  # a node's directories, from its configuration
 
 
+@functools.cache
 def module_file(name: str) -> Path | None:
     """The source file of the repository's module ``name``, or None if it is not one of ours."""
     path = REPO.joinpath(*name.split("."))
@@ -55,7 +57,8 @@ def client_package_modules() -> list[str]:
     return [module_name(p) for p in paths]
 
 
-def imports_of(name: str) -> set[str]:
+@functools.cache  # (every server-side command reaches most of the repository: each file is parsed once)
+def imports_of(name: str) -> frozenset[str]:
     """The repository modules that importing ``name`` can load: every import statement anywhere
     in its source (functions included), ``importlib.import_module("literal")`` calls, and the
     packages an import of ``a.b.c`` runs on the way (``a``, ``a.b``)."""
@@ -84,7 +87,7 @@ def imports_of(name: str) -> set[str]:
             prefix = ".".join(parts[:i])
             if module_file(prefix) is not None:
                 found.add(prefix)
-    return found
+    return frozenset(found)
 
 
 def reachable(start: list[str]) -> dict[str, list[str]]:
