@@ -52,6 +52,8 @@ log = logging.getLogger("kbroker.fetch_session")
 
 _NONE = ErrorCode.NONE  # (read once: a member read through the enum class is a slow lookup)
 
+_FULL_EPOCHS = frozenset({INITIAL_EPOCH, FINAL_EPOCH})
+
 EVICTION_MS = 120_000  # Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 
 TopicPartition = tuple[str, int]
@@ -253,7 +255,9 @@ class FetchContext:
                     hw = -1 if pd.error_code else pd.high_watermark
                     partitions[(topic, pd.partition)] = CachedPartition(topic, fp, hw, pd.log_start_offset)
             return results, self.cache.maybe_create_session(self.privileged, partitions), ErrorCode.NONE
-        if session.epoch != next_epoch(self.request_epoch) or self.cache.sessions.get(session.id) is not session:
+        request_epoch = self.request_epoch  # (next_epoch's common case inline: an incremental fetch's epoch >= 1)
+        if (session.epoch != (request_epoch + 1 if 0 < request_epoch < MAX_EPOCH else next_epoch(request_epoch))
+                or self.cache.sessions.get(session.id) is not session):
             # another fetch of this session was answered meanwhile (a duplicate): Kafka's check
             log.info("incremental fetch session %d expected epoch %d, but got %d: possible duplicate request",
                      session.id, next_epoch(self.request_epoch), session.epoch)
@@ -312,7 +316,7 @@ class FetchManager:
     def new_context(self, request: FetchRequest, from_follower: bool) -> FetchContext:
         cache = self.cache
         session_id, epoch = request.session_id, request.session_epoch
-        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
+        if epoch in _FULL_EPOCHS:  # a full fetch
             if session_id != INVALID_SESSION_ID and cache.remove(session_id) is not None:
                 log.debug("full fetch closed fetch session %d", session_id)
             return FetchContext(cache, request.topics, privileged=from_follower,
@@ -335,8 +339,9 @@ class FetchManager:
                     # partition: its every fetch, at its new offset, issue 29): what update,
                     # fetch_topics and the lines below do, the request's topics being the session's.
                     cached.fetch = fp
-                    cache.touch(session)
-                    session.epoch = next_epoch(epoch)  # (session.epoch == epoch)
+                    session.last_used_ms = cache.time.milliseconds()  # (touch, without its call)
+                    # next_epoch, without its call: epoch is the session's, >= 1
+                    session.epoch = epoch + 1 if epoch < MAX_EPOCH else 1
                     return FetchContext(cache, topics, _NONE, session, epoch)
         session.update(topics, request.forgotten_topics)
         if not session.partitions:

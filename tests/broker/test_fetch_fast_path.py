@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.fetch_session import INITIAL_EPOCH, FetchContext, FetchManager, FetchSessionCache
+from broker.fetch_session import INITIAL_EPOCH, MAX_EPOCH, FetchContext, FetchManager, FetchSessionCache
 from broker.partition import LeaderAndIsrState
 from broker.replica_manager import FetchParams, ReplicaManager
 from broker.replication_quota import ReplicationQuotas
@@ -290,3 +290,22 @@ def test_a_throttled_followers_fetch_reached_by_an_append_stays_parked_on_its_he
         side.step(("throttle", False))
         side.step(("produce", 1, 1))
         assert op.completed and side.answered()[-2][0][1][0][5]  # then answered, with the records
+
+
+def test_the_lean_session_path_wraps_the_epoch_after_its_largest_as_the_general_path():
+    answers = []
+    for general in (False, True):
+        cache = FetchSessionCache(10, MockTime())
+        manager = FetchManager(cache)
+        parts = [FetchPartition(0, 0, 0, 0, 1 << 20)]
+        context = manager.new_context(FetchRequest(11, 2, 500, 1, 1 << 20, 0, 0, INITIAL_EPOCH, [("t", parts)], [], ""),
+                                      True)
+        _, session_id, _ = context.response([("t", [FetchPartitionData(0, 0, 5, 5, 0, b"")])])
+        cache.sessions[session_id].epoch = MAX_EPOCH
+        with _general(manager, FetchContext) if general else contextlib.nullcontext():
+            context = manager.new_context(FetchRequest(11, 2, 500, 1, 1 << 20, 0, session_id, MAX_EPOCH,
+                                                       [("t", [FetchPartition(0, 0, 3, 0, 1 << 20)])], [], ""), True)
+            sent = context.response([("t", [FetchPartitionData(0, 0, 6, 6, 0, b"")])])
+        answers.append((cache.sessions[session_id].epoch, sent[1] == session_id, sent[2],
+                        [(t, [pd.high_watermark for pd in ps]) for t, ps in sent[0]]))
+    assert answers[0] == answers[1] == (1, True, 0, [("t", [6])])
