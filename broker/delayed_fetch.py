@@ -62,7 +62,7 @@ class DelayedFetch(DelayedOperation):
         self.indexed = False  # in a FetchPurgatory's wake-up heap
         # Per fetched partition, in request order: (its log, (segment base, position) of the
         # fetch offset) when parked — Kafka's fetchOffsetMetadata. ``positions``: the caller
-        # worked them out (ReplicaManager._park_at_end: a follower at the LEO).
+        # worked them out (ReplicaManager.fetch_messages: a follower at the LEO).
         if positions is not None:
             self._positions = positions
             return
@@ -190,7 +190,7 @@ class FetchPurgatory(DelayedOperationPurgatory):
 
     def watch(self, op: DelayedOperation, keys: Iterable[Hashable],
               wake: tuple[tuple[str, int], bool, tuple[int, int]] | None = None) -> None:
-        """``wake``: ``op.wake_level()`` when the caller knows it (ReplicaManager._park_at_end)."""
+        """``wake``: ``op.wake_level()`` when the caller knows it (ReplicaManager.fetch_messages)."""
         keys = tuple(keys)
         DelayedOperationPurgatory.watch(self, op, keys)
         if wake is None:

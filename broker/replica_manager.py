@@ -387,7 +387,25 @@ class ReplicaManager:
                             and partition.leader_id == partition.local_broker_id
                             and replica_id in partition.remote_replicas
                             and (quotas is None or not quotas.leader.throttled)):
-                        return self._park_at_end(params, topics, callback, key, fp, partition, log_)
+                        try:
+                            # _update_follower_fetch_state, its checks made above (a change there
+                            # is made here too: tests/broker/test_fetch_fast_path.py)
+                            if partition.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset,
+                                                                     log_.log_end_offset):
+                                self.produce_purgatory.check_hw_moved(key, log_.high_watermark)
+                                self.fetch_purgatory.check_appended(key, log_)
+                            self.delete_records_purgatory.check_and_complete(key)
+                        except Exception as exc:
+                            self._answer_park_error(exc, key, log_, callback)
+                            return None
+                        # parked: the position and wake-up level DelayedFetch and FetchPurgatory.watch
+                        # would work out (one partition at the LEO, reading to it, min_bytes >= 1)
+                        min_bytes = params.min_bytes
+                        meta = log_.log_end_offset_metadata()
+                        op = DelayedFetch(params.max_wait_ms, params, topics, self, callback, [(log_, meta)])
+                        self.fetch_purgatory.watch(op, (key,), (key, True, (
+                            meta[0], meta[1] + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER)))
+                        return op
         return self._fetch_messages(params, topics, callback)
 
     def _fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:
@@ -421,32 +439,17 @@ class ReplicaManager:
             return None
         return op
 
-    def _park_at_end(self, params: FetchParams, topics, callback: Callable[[list], None], key: tuple[str, int], fp,
-                     partition: Partition, log_) -> DelayedFetch | None:
-        """fetch_messages' lean path (its caller checked the case): the follower's position,
-        then its fetch parked at the end of the log, with the position and wake-up level
-        DelayedFetch and FetchPurgatory.watch would work out (one partition at the LEO: the
-        LEO's position). An error recording the position is answered as the general path
-        answers it (the log's offsets as they are then)."""
-        leo = log_.log_end_offset
-        hw, log_start = log_.high_watermark, log_.log_start_offset
-        try:
-            self._update_follower_fetch_state(partition, params.replica_id, fp, leo)
-        except Exception as exc:
-            if isinstance(exc, KafkaError):
-                code = exc.error_code
-            else:
-                log.exception("unexpected error reading %s-%d", key[0], key[1])
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
-            callback([(key[0], [FetchPartitionData(fp.partition, code, hw, log_.last_stable_offset, log_start, b"")])])
-            return None
-        min_bytes = params.min_bytes
-        meta = log_.log_end_offset_metadata()
-        op = DelayedFetch(params.max_wait_ms, params, topics, self, callback, [(log_, meta)])
-        # (DelayedFetch.wake_level's answer for it: reads to the LEO, min_bytes >= 1)
-        self.fetch_purgatory.watch(op, (key,), (key, True, (meta[0], meta[1] + min_bytes
-                                                            if fp.partition_max_bytes >= min_bytes else WAKE_NEVER)))
-        return op
+    @staticmethod
+    def _answer_park_error(exc: Exception, key: tuple[str, int], log_, callback: Callable[[list], None]) -> None:
+        """fetch_messages' lean path failed recording the follower's position: answered as the
+        general path answers it (the log's offsets as they are then)."""
+        if isinstance(exc, KafkaError):
+            code = exc.error_code
+        else:
+            log.exception("unexpected error reading %s-%d", key[0], key[1])
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        callback([(key[0], [FetchPartitionData(key[1], code, log_.high_watermark, log_.last_stable_offset,
+                                               log_.log_start_offset, b"")])])
 
     def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list:
         """Read each partition for a fetch (``_read_partitions``; a fetch of one partition, every

@@ -1,5 +1,5 @@
 """The fetch path's lean cases against the general path, the reference (issue 29): the
-ReplicaManager's follower parked at the LEO (fetch_messages -> _park_at_end) and its reader of
+ReplicaManager's follower parked at the LEO (fetch_messages) and its reader of
 one partition (_read_one), and the fetch sessions' one-partition cases (FetchManager.new_context,
 FetchContext.response). Two of each are driven through the same steps, one with ``lean`` off;
 what they answer, park and keep must be the same."""
@@ -50,9 +50,16 @@ _FETCH = st.tuples(st.just("fetch"), st.sampled_from([-1, 2, 3, 3, 2, 4]),
                    st.sampled_from([0, 500, 500]), st.sampled_from([0, 1, 1, 60, 5000]),
                    st.sampled_from([1, 80, 1 << 20, 1 << 20]), st.sampled_from([1, 1 << 20, 1 << 20]),
                    st.sampled_from([0, 0, 1]))
+# a follower's long-poll at the LEO, the lean path's case (most of the steps: rounds of acks=all produces)
+_FOLLOWER = st.tuples(st.just("fetch"), st.sampled_from([2, 3]), st.just([("t", 0)]), st.just("leo"),
+                      st.sampled_from(["current", "current", "none"]), st.just(500), st.sampled_from([1, 1, 60]),
+                      st.sampled_from([80, 1 << 20, 1 << 20]), st.just(1 << 20), st.just(0))
+# a consumer's long-poll at the high watermark, woken when a follower's fetch moves it
+_CONSUMER = st.tuples(st.just("fetch"), st.just(-1), st.just([("t", 0)]), st.just("hw"), st.just("none"), st.just(500),
+                      st.just(1), st.just(1 << 20), st.just(1 << 20), st.sampled_from([0, 1]))
+_PRODUCE = st.tuples(st.just("produce"), st.integers(1, 3), st.sampled_from([1, -1, -1]))
 _STEP = st.one_of(
-    _FETCH, _FETCH, _FETCH,
-    st.tuples(st.just("produce"), st.integers(1, 3), st.sampled_from([1, -1])),
+    _FETCH, _FETCH, _FETCH, _FOLLOWER, _FOLLOWER, _FOLLOWER, _FOLLOWER, _PRODUCE, _PRODUCE, _CONSUMER,
     st.tuples(st.just("sleep"), st.sampled_from([100, 600])),
     # a new leader epoch: led here (broker 3 in the ISR or not), or by broker 2
     st.tuples(st.just("lead"), st.sampled_from([(1, (1, 2, 3)), (1, (1, 2)), (1, (1, 2)), (2, (1, 2, 3))])),
@@ -140,7 +147,8 @@ class _Side:
             for t, index in keys:
                 if not topics or topics[-1][0] != t:
                     topics.append((t, []))
-                topics[-1][1].append(FetchPartition(index, epoch, offset, 0, pmax))
+                # (a follower's log start offset: the leader's, which DeleteRecords and trims move)
+                topics[-1][1].append(FetchPartition(index, epoch, offset, log_.log_start_offset, pmax))
             params = FetchParams(replica_id, max_wait, min_bytes, max_bytes, isolation)
             op = rm.fetch_messages(params, topics, self.answers.append)
             self.parked.append(None if op is None else [meta for _log, meta in op._positions])
