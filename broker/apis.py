@@ -119,7 +119,10 @@ def _in_request_order(request_topics, results: list, denied: list[str],
     return out
 
 
-def _fetch_in_request_order(request_topics, results: list, denied: set[str]) -> list:
+_NOT_DENIED: frozenset[str] = frozenset()  # a Fetch's denied topics without an authorizer
+
+
+def _fetch_in_request_order(request_topics, results: list, denied: set[str] | frozenset[str]) -> list:
     """Fetch results for every topic of the request, in its order: those read, and
     TOPIC_AUTHORIZATION_FAILED for every partition of the ``denied`` topics."""
     read = iter(results)  # one entry per topic fetched, in the request's order
@@ -661,23 +664,24 @@ class KafkaApis:
         correlation_id = header.correlation_id
         # KIP-227: the partitions to read are the request's, or its incremental session's
         # (broker/fetch_session.py); a session error is answered with no partitions.
-        context = self.fetch_manager.new_context(request, request.replica_id >= 0)
+        follower = request.replica_id >= 0
+        context = self.fetch_manager.new_context(request, follower)
         if context.error:
             chunks, _ = encode_fetch_response(version, correlation_id, [], error_code=context.error)
             if self._fetch_stats_api is not None:
                 self._fetch_stats_api.error(context.error)
             ctx.send_response(chunks)
             return
-        if request.replica_id >= 0:
+        if follower:
             self._quota_exempt = True  # a follower's fetch: replication is not a client's request time
         params = FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
                              request.isolation_level)
         wanted = topics = context.topics
-        denied: set[str] = set()
+        denied: set[str] | frozenset[str] = _NOT_DENIED  # (no set built per fetch without an authorizer)
         if self.authorizer is not None:
             # Kafka: a follower needs CLUSTER_ACTION on the cluster, else every partition is
             # TOPIC_AUTHORIZATION_FAILED; a consumer needs READ on each topic.
-            if request.replica_id >= 0:
+            if follower:
                 if not self.authorize(ctx, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
                     denied = {t for t, _ in topics}
             else:
@@ -689,7 +693,7 @@ class KafkaApis:
             if denied:
                 results = _fetch_in_request_order(wanted, results, denied)
             quotas = self.quotas
-            if quotas is not None and quotas.quotas and request.replica_id < 0:
+            if not follower and quotas is not None and quotas.quotas:
                 # Kafka's consumer fetch quota: the response's bytes against consumer_byte_rate,
                 # and the request time; throttled, the answer is an empty one carrying the
                 # throttle time and the bytes are taken back (they were not sent).
@@ -706,7 +710,7 @@ class KafkaApis:
                     chunks, _ = encode_fetch_response(version, correlation_id, [], throttle_time_ms=throttle,
                                                       session_id=session_id, error_code=error)
                     return ctx.send_response(chunks)
-            if request.replica_id >= 0:
+            if follower:
                 replication_quotas = self.replica_manager.replication_quotas
                 if replication_quotas is not None and replication_quotas.leader.throttled:
                     # KIP-73: what throttled partitions send to followers counts against the leader quota
@@ -714,7 +718,7 @@ class KafkaApis:
                     leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
                                             if pd.records and leader_quota.is_throttled(topic, pd.partition)))
             if topic_stats is not None:
-                self._fetch_stats(results, topic_stats, request.replica_id >= 0)
+                self._fetch_stats(results, topic_stats, follower)
             results, session_id, error = context.response(results)
             chunks, _ = encode_fetch_response(version, correlation_id, results, session_id=session_id,
                                               error_code=error)

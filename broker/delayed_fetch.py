@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from .replication_quota import ReplicationQuotas
 
-_NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes the fetch
+WAKE_NEVER = 1 << 62  # a position no segment reaches: only a newer segment wakes the fetch
 
 
 class FetchSource(Protocol):
@@ -48,7 +48,7 @@ class DelayedFetch(DelayedOperation):
     __slots__ = ("params", "topics", "replica_manager", "callback", "_positions", "indexed")
 
     def __init__(self, delay_ms: float, params: FetchParams, topics, replica_manager: FetchSource,
-                 callback: Callable[[list], None]) -> None:
+                 callback: Callable[[list], None], positions: list | None = None) -> None:
         # DelayedOperation.__init__'s fields, set here: no super() call per parked fetch (issue 29)
         self.delay_ms = delay_ms
         self.completed = False
@@ -59,8 +59,13 @@ class DelayedFetch(DelayedOperation):
         self.topics = topics  # [(topic, [FetchPartition])]
         self.replica_manager = replica_manager
         self.callback = callback
+        self.indexed = False  # in a FetchPurgatory's wake-up heap
         # Per fetched partition, in request order: (its log, (segment base, position) of the
-        # fetch offset) when parked — Kafka's fetchOffsetMetadata.
+        # fetch offset) when parked — Kafka's fetchOffsetMetadata. ``positions``: the caller
+        # worked them out (ReplicaManager.fetch_messages: a follower at the LEO).
+        if positions is not None:
+            self._positions = positions
+            return
         positions = []
         get_partition = replica_manager.partitions.get
         for topic, parts in topics:
@@ -72,7 +77,6 @@ class DelayedFetch(DelayedOperation):
                     meta = log.offset_metadata(fp.fetch_offset)
                 positions.append((log, meta))
         self._positions = positions
-        self.indexed = False  # in a FetchPurgatory's wake-up heap
 
     def wake_level(self) -> tuple[tuple[str, int], bool, tuple[int, int]] | None:
         """For a fetch of one partition: (partition, whether it reads to the LEO, the end
@@ -89,7 +93,7 @@ class DelayedFetch(DelayedOperation):
         fp = parts[0]
         min_bytes = max(1, self.params.min_bytes)
         base, position = meta
-        threshold = position + min_bytes if fp.partition_max_bytes >= min_bytes else _NEVER
+        threshold = position + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER
         return (topic, fp.partition), self.params.isolation == FETCH_LOG_END, (base, threshold)
 
     def try_complete(self) -> bool:
@@ -184,18 +188,21 @@ class FetchPurgatory(DelayedOperationPurgatory):
         self._unindexed: dict[Hashable, dict[DelayedOperation, None]] = {}
         self._seq = itertools.count()
 
-    def watch(self, op: DelayedOperation, keys: Iterable[Hashable]) -> None:
+    def watch(self, op: DelayedOperation, keys: Iterable[Hashable],
+              wake: tuple[tuple[str, int], bool, tuple[int, int]] | None = None) -> None:
+        """``wake``: ``op.wake_level()`` when the caller knows it (ReplicaManager.fetch_messages)."""
         keys = tuple(keys)
         DelayedOperationPurgatory.watch(self, op, keys)
-        wake = op.wake_level() if isinstance(op, DelayedFetch) else None
         if wake is None:
-            for key in keys:
-                self._unindexed.setdefault(key, {})[op] = None
-        else:
-            key, from_leo, threshold = wake
-            assert isinstance(op, DelayedFetch)
-            op.indexed = True
-            heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
+            wake = op.wake_level() if isinstance(op, DelayedFetch) else None
+            if wake is None:
+                for key in keys:
+                    self._unindexed.setdefault(key, {})[op] = None
+                return
+        key, from_leo, threshold = wake
+        assert isinstance(op, DelayedFetch)
+        op.indexed = True
+        heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
 
     def check_appended(self, key: Hashable, log: "Log") -> int:
         """After an append to ``key``'s ``log`` (and any move of its high watermark that
@@ -208,12 +215,14 @@ class FetchPurgatory(DelayedOperationPurgatory):
             for op in list(unindexed):
                 if not op.completed and op.try_complete():
                     done += 1
-        for from_leo in (True, False):
-            heap = self._heaps.get((key, from_leo))
-            if not heap:
-                continue
-            level = log.log_end_offset_metadata() if from_leo else log.high_watermark_metadata()
-            again = []
+        # the followers' heap (to the LEO), then the consumers' (to the high watermark), each
+        # popped while its head's level is reached; an op reached() keeps waiting (a KIP-73
+        # throttle) goes back. (The two written out, not a loop: every append, issue 29.)
+        heaps = self._heaps
+        heap = heaps.get((key, True))
+        if heap:
+            level = log.log_end_offset_metadata()
+            again = None
             while heap and heap[0][0] <= level:
                 entry = heapq.heappop(heap)
                 op = entry[2]
@@ -221,32 +230,60 @@ class FetchPurgatory(DelayedOperationPurgatory):
                     continue
                 if op.reached():
                     done += 1
+                elif again is None:
+                    again = [entry]
                 else:
                     again.append(entry)
-            for entry in again:
-                heapq.heappush(heap, entry)
+            if again is not None:
+                for entry in again:
+                    heapq.heappush(heap, entry)
+        heap = heaps.get((key, False))
+        if heap:
+            level = log.high_watermark_metadata()
+            again = None
+            while heap and heap[0][0] <= level:
+                entry = heapq.heappop(heap)
+                op = entry[2]
+                if op.completed:
+                    continue
+                if op.reached():
+                    done += 1
+                elif again is None:
+                    again = [entry]
+                else:
+                    again.append(entry)
+            if again is not None:
+                for entry in again:
+                    heapq.heappush(heap, entry)
         return done
 
     def _unwatch(self, op: DelayedOperation) -> None:
         keys = op._keys
         DelayedOperationPurgatory._unwatch(self, op)
         all_unindexed = self._unindexed
-        indexed = isinstance(op, DelayedFetch) and op.indexed
-        for key in keys:
-            if all_unindexed:
+        if all_unindexed:
+            for key in keys:
                 unindexed = all_unindexed.get(key)
                 if unindexed is not None:
                     unindexed.pop(op, None)
                     if not unindexed:
                         del all_unindexed[key]
-            if indexed:
+        if isinstance(op, DelayedFetch) and op.indexed:
+            # (an indexed fetch has one key; its two heaps written out, as in check_appended)
+            for key in keys:
                 live = self._watchers.get(key)
-                for from_leo in (True, False):
-                    heap = self._heaps.get((key, from_leo))
-                    if heap is None:
-                        continue
+                heaps = self._heaps
+                heap = heaps.get((key, True))
+                if heap is not None:
                     if not live:
-                        del self._heaps[(key, from_leo)]
+                        del heaps[(key, True)]
                     elif len(heap) > 2 * len(live) + 64:  # completed entries leave lazily; compact
+                        heap[:] = [e for e in heap if not e[2].completed]
+                        heapq.heapify(heap)
+                heap = heaps.get((key, False))
+                if heap is not None:
+                    if not live:
+                        del heaps[(key, False)]
+                    elif len(heap) > 2 * len(live) + 64:
                         heap[:] = [e for e in heap if not e[2].completed]
                         heapq.heapify(heap)

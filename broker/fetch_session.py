@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbroker.fetch_session")
 
+_NONE = ErrorCode.NONE  # (read once: a member read through the enum class is a slow lookup)
+
+_FULL_EPOCHS = frozenset({INITIAL_EPOCH, FINAL_EPOCH})
+
 EVICTION_MS = 120_000  # Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 
 TopicPartition = tuple[str, int]
@@ -220,6 +224,7 @@ class FetchContext:
     (``created`` when it may create a session) or sessionless."""
 
     __slots__ = ("cache", "error", "session", "request_epoch", "topics", "privileged", "create")
+    lean = True  # response's one-partition case (False: the general loop, tests/broker/test_fetch_fast_path.py)
 
     def __init__(self, cache: FetchSessionCache, topics: list[tuple[str, list[FetchPartition]]],
                  error: int = ErrorCode.NONE, session: FetchSession | None = None, request_epoch: int = 0,
@@ -250,12 +255,26 @@ class FetchContext:
                     hw = -1 if pd.error_code else pd.high_watermark
                     partitions[(topic, pd.partition)] = CachedPartition(topic, fp, hw, pd.log_start_offset)
             return results, self.cache.maybe_create_session(self.privileged, partitions), ErrorCode.NONE
-        if session.epoch != next_epoch(self.request_epoch) or self.cache.sessions.get(session.id) is not session:
+        request_epoch = self.request_epoch  # (next_epoch's common case inline: an incremental fetch's epoch >= 1)
+        if (session.epoch != (request_epoch + 1 if 0 < request_epoch < MAX_EPOCH else next_epoch(request_epoch))
+                or self.cache.sessions.get(session.id) is not session):
             # another fetch of this session was answered meanwhile (a duplicate): Kafka's check
             log.info("incremental fetch session %d expected epoch %d, but got %d: possible duplicate request",
                      session.id, next_epoch(self.request_epoch), session.epoch)
             return [], session.id, ErrorCode.INVALID_FETCH_SESSION_EPOCH
         partitions = session.partitions
+        if len(results) == 1 and self.lean:
+            topic, parts = results[0]
+            if len(parts) == 1:
+                # one partition read (a follower of a single partition, issue 29): the loop below
+                pd = parts[0]
+                cached = partitions.get((topic, pd.partition))
+                if cached is None or cached.must_respond(pd, update):
+                    if update and cached is not None and len(partitions) > 1:
+                        key = (topic, pd.partition)
+                        partitions[key] = partitions.pop(key)  # answered: to the back
+                    return results, session.id, _NONE
+                return [], session.id, _NONE
         get = partitions.get
         out = []
         moved = []
@@ -289,13 +308,15 @@ class FetchContext:
 class FetchManager:
     """Kafka's FetchManager: the context of each Fetch."""
 
+    lean = True  # new_context's one-partition case (False: the general path, tests/broker/test_fetch_fast_path.py)
+
     def __init__(self, cache: FetchSessionCache) -> None:
         self.cache = cache
 
     def new_context(self, request: FetchRequest, from_follower: bool) -> FetchContext:
         cache = self.cache
         session_id, epoch = request.session_id, request.session_epoch
-        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
+        if epoch in _FULL_EPOCHS:  # a full fetch
             if session_id != INVALID_SESSION_ID and cache.remove(session_id) is not None:
                 log.debug("full fetch closed fetch session %d", session_id)
             return FetchContext(cache, request.topics, privileged=from_follower,
@@ -307,7 +328,22 @@ class FetchManager:
         if session.epoch != epoch:
             log.debug("fetch session %d: expected epoch %d, got %d", session_id, session.epoch, epoch)
             return FetchContext(cache, [], error=ErrorCode.INVALID_FETCH_SESSION_EPOCH)
-        session.update(request.topics, request.forgotten_topics)
+        topics = request.topics
+        if len(topics) == 1 and len(session.partitions) == 1 and not request.forgotten_topics and self.lean:
+            topic, parts = topics[0]
+            if len(parts) == 1:
+                fp = parts[0]
+                cached = session.partitions.get((topic, fp.partition))
+                if cached is not None:
+                    # A session of one partition that the request names (a follower of a single
+                    # partition: its every fetch, at its new offset, issue 29): what update,
+                    # fetch_topics and the lines below do, the request's topics being the session's.
+                    cached.fetch = fp
+                    session.last_used_ms = cache.time.milliseconds()  # (touch, without its call)
+                    # next_epoch, without its call: epoch is the session's, >= 1
+                    session.epoch = epoch + 1 if epoch < MAX_EPOCH else 1
+                    return FetchContext(cache, topics, _NONE, session, epoch)
+        session.update(topics, request.forgotten_topics)
         if not session.partitions:
             log.debug("fetch session %d closed: no partitions left", session_id)
             cache.remove(session_id)

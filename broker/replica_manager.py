@@ -25,7 +25,7 @@ from protocol.fast_codecs import FetchPartitionData
 from protocol.records import iter_batch_headers
 
 from .delayed_delete_records import DelayedDeleteRecords, DeleteRecordsPartitionStatus
-from .delayed_fetch import DelayedFetch, FetchPurgatory
+from .delayed_fetch import WAKE_NEVER, DelayedFetch, FetchPurgatory
 from .delayed_produce import DelayedProduce, ProducePartitionStatus, ProducePurgatory
 from .fetch_params import FetchParams
 from .partition import (FETCH_LOG_END, FETCH_TXN_COMMITTED, LOCAL_ALTER_PARTITION, AlterPartitionSender,
@@ -83,6 +83,10 @@ def is_internal_topic(topic: str) -> bool:
 
 
 class ReplicaManager:
+    # The fetch path's lean cases (fetch_messages' follower parked at the LEO, _read_one): False
+    # takes the general path always (tests/broker/test_fetch_fast_path.py's reference).
+    lean = True
+
     def __init__(self, *, broker_id: int, time: Time, log_manager: "LogManager", metadata_cache: "MetadataCache",
                  log_config_for: Callable[[str], "LogConfig"], replica_lag_time_max_ms: int = 30000,
                  fetcher_manager: "ReplicaFetcherManager | None" = None,
@@ -361,6 +365,51 @@ class ReplicaManager:
     def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:
         """``topics``: [(topic, [FetchPartition])]; ``callback`` gets [(topic, [FetchPartitionData])].
         Returns the DelayedFetch when the answer waits (a long-poll), for the caller to cancel."""
+        replica_id = params.replica_id
+        if replica_id >= 0 and len(topics) == 1 and params.max_wait_ms > 0 and params.min_bytes > 0 and self.lean:
+            topic, parts = topics[0]
+            if len(parts) == 1:
+                # A follower's long-poll of one partition at the LEO of a partition led here (every
+                # follower's fetch at the leader of acks=all produces once it caught up, issue 29):
+                # what the general path below does for it — record the follower's position, read
+                # nothing, park the fetch untried — without building the answer it would drop.
+                # Everything else (an error, data to send, a KIP-73 throttle, not the leader) goes
+                # the general way; nothing has changed when that is decided.
+                fp = parts[0]
+                key = (topic, fp.partition)
+                partition = self.partitions.get(key)
+                if partition is not None:
+                    log_ = partition.log
+                    epoch = fp.current_leader_epoch
+                    quotas = self.replication_quotas
+                    if (log_ is not None and fp.fetch_offset == log_.log_end_offset
+                            and (epoch == -1 or epoch == partition.leader_epoch)
+                            and partition.leader_id == partition.local_broker_id
+                            and replica_id in partition.remote_replicas
+                            and (quotas is None or not quotas.leader.throttled)):
+                        try:
+                            # _update_follower_fetch_state, its checks made above (a change there
+                            # is made here too: tests/broker/test_fetch_fast_path.py)
+                            if partition.update_follower_fetch_state(replica_id, fp.fetch_offset, fp.log_start_offset,
+                                                                     log_.log_end_offset):
+                                self.produce_purgatory.check_hw_moved(key, log_.high_watermark)
+                                self.fetch_purgatory.check_appended(key, log_)
+                            self.delete_records_purgatory.check_and_complete(key)
+                        except Exception as exc:
+                            self._answer_park_error(exc, key, log_, callback)
+                            return None
+                        # parked: the position and wake-up level DelayedFetch and FetchPurgatory.watch
+                        # would work out (one partition at the LEO, reading to it, min_bytes >= 1)
+                        min_bytes = params.min_bytes
+                        meta = log_.log_end_offset_metadata()
+                        op = DelayedFetch(params.max_wait_ms, params, topics, self, callback, [(log_, meta)])
+                        self.fetch_purgatory.watch(op, (key,), (key, True, (
+                            meta[0], meta[1] + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER)))
+                        return op
+        return self._fetch_messages(params, topics, callback)
+
+    def _fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:
+        """fetch_messages' general path (the reference of its lean one)."""
         results = self.read_from_local_log(params, topics)
         if params.max_wait_ms <= 0 or not topics or params.min_bytes <= 0:
             callback(results)
@@ -390,7 +439,81 @@ class ReplicaManager:
             return None
         return op
 
+    @staticmethod
+    def _answer_park_error(exc: Exception, key: tuple[str, int], log_, callback: Callable[[list], None]) -> None:
+        """fetch_messages' lean path failed recording the follower's position: answered as the
+        general path answers it (the log's offsets as they are then)."""
+        if isinstance(exc, KafkaError):
+            code = exc.error_code
+        else:
+            log.exception("unexpected error reading %s-%d", key[0], key[1])
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        callback([(key[0], [FetchPartitionData(key[1], code, log_.high_watermark, log_.last_stable_offset,
+                                               log_.log_start_offset, b"")])])
+
     def read_from_local_log(self, params: FetchParams, topics, from_purgatory: bool = False) -> list:
+        """Read each partition for a fetch (``_read_partitions``; a fetch of one partition, every
+        follower's of a single-partition leader, through ``_read_one``: the same, without the
+        loops' set-up, issue 29)."""
+        if len(topics) == 1 and self.lean:
+            topic, parts = topics[0]
+            if len(parts) == 1:
+                return [(topic, [self._read_one(params, topic, parts[0], from_purgatory)])]
+        return self._read_partitions(params, topics, from_purgatory)
+
+    def _read_one(self, params: FetchParams, topic: str, fp, from_purgatory: bool) -> FetchPartitionData:
+        """``_read_partitions``' work for one partition, step for step (its first partition: at
+        least one batch, up to the smaller of the fetch's and the partition's max bytes); a
+        change there is made here too (tests/broker/test_fetch_fast_path.py compares them)."""
+        index = fp.partition
+        hw = lso = log_start = -1
+        try:
+            partition = self.partitions.get((topic, index))
+            if partition is None:
+                raise self._not_hosted_error(topic, index)
+            log_ = partition.log
+            epoch = fp.current_leader_epoch
+            require_leader = params.require_leader
+            if (log_ is None or (epoch != -1 and epoch != partition.leader_epoch)
+                    or (require_leader and partition.leader_id != partition.local_broker_id)):
+                log_ = partition.local_log_with_epoch(epoch, require_leader)
+            log_hw = log_.high_watermark
+            log_lso = log_.last_stable_offset
+            leo = log_.log_end_offset
+            fetch_offset = fp.fetch_offset
+            replica_id = params.replica_id
+            isolation = params.isolation
+            quotas = self.replication_quotas
+            if (quotas is not None and replica_id >= 0 and quotas.leader.throttled
+                    and self.should_leader_throttle(quotas.leader, partition, replica_id)):
+                quotas.leader.throttled_fetches += 1  # KIP-73: no records
+                records = _NO_RECORDS
+            elif fetch_offset == leo:
+                records = _NO_RECORDS
+            else:
+                max_offset = (None if isolation == FETCH_LOG_END else
+                              (log_lso if isolation == FETCH_TXN_COMMITTED else log_hw))
+                records = log_.read(fetch_offset, min(fp.partition_max_bytes, params.max_bytes), max_offset,
+                                    True).records
+            hw, lso, log_start = log_hw, log_lso, log_.log_start_offset
+            if replica_id >= 0 and not from_purgatory:
+                self._update_follower_fetch_state(partition, replica_id, fp, leo)
+            if isolation == FETCH_TXN_COMMITTED:
+                return FetchPartitionData(index, 0, hw, lso, log_start, records, _aborted_in(log_, fetch_offset, records))
+            return FetchPartitionData(index, 0, hw, lso, log_start, records, None)
+        except KafkaError as exc:
+            pd = FetchPartitionData(index, exc.error_code, hw, lso, log_start, b"")
+            if exc.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                p = self.partitions.get((topic, index))
+                if p is not None and p.log is not None:
+                    pd.high_watermark = p.log.high_watermark
+                    pd.log_start_offset = p.log.log_start_offset
+            return pd
+        except Exception:
+            log.exception("unexpected error reading %s-%d", topic, index)
+            return FetchPartitionData(index, ErrorCode.UNKNOWN_SERVER_ERROR, hw, lso, log_start, b"")
+
+    def _read_partitions(self, params: FetchParams, topics, from_purgatory: bool = False) -> list:
         """Read each partition for a fetch. A follower's fetch records its position (its fetch
         offset as its LEO, and when it was caught up) when it is received, not again when its
         long-poll completes (``from_purgatory``: Kafka's readFromPurgatory): completed up to
