@@ -72,10 +72,10 @@ class RecoverResult:
 
 
 class LogSegment:
+    """Not thread-safe: every method runs on the owning Log's thread."""
+
     # read's short cut at the tail (False: the general path always, tests/storage/test_segment_tail_read.py)
     lean = True
-
-    """Not thread-safe: every method runs on the owning Log's thread."""
 
     def __init__(self, dir: Path, base_offset: int, *, budget: OpenSegmentBudget, index_interval_bytes: int,
                  max_index_size: int, roll_jitter_ms: int = 0, created_ms: int = 0) -> None:
