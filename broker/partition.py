@@ -577,6 +577,8 @@ class Partition:
             return False
         new_hw = leader_log.log_end_offset
         hw = leader_log.high_watermark
+        if new_hw <= hw:
+            return False  # (the HW is at the LEO already)
         maximal = self.partition_state.maximal_isr
         remote = self.remote_replicas
         now = now_ms
@@ -590,11 +592,17 @@ class Partition:
                 if not (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
                         and self._is_replica_isr_eligible(rid) and not BUG_HW_OVER_LOCAL_ISR):
                     continue
-            # A follower whose LEO is unknown (-1, just became leader) holds the HW where it is.
-            new_hw = replica_leo if replica_leo >= 0 else hw
-        for rid in maximal:
-            if rid != local_id and rid not in remote:
-                new_hw = min(new_hw, hw)
+            if replica_leo <= hw:
+                # The HW cannot move: every later candidate is below this one, or the HW itself
+                # (a follower whose LEO is unknown, -1, just became leader, holds it where it is).
+                # Most calls end here: an append (every follower behind), and the fetch of the
+                # first follower to catch up (the others behind; issue 29).
+                return False
+            new_hw = replica_leo
+        # A member of the maximal ISR without a Replica (none but the leader itself, but for a
+        # moment around a reassignment) holds the HW where it is.
+        if maximal.difference(remote, (local_id,)):
+            return False
         if new_hw > hw:
             leader_log.update_high_watermark(new_hw)
             return True
