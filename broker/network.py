@@ -165,30 +165,30 @@ class RequestMemoryPool:
                 conn.set_memory_paused(False)
 
 
-class _Slot(SlotTimes):
-    # SlotTimes (broker/metrics.py; C where built): t_read, t_start, t_local, t_ready, request and
-    # stats (the API's RequestStats when metrics are on), which the connection's Meter sets (all
-    # of them, in begin) and reads without an attribute access each.
-    __slots__ = ("header", "done", "response", "cancel")
+class RequestContext(SlotTimes):
+    """What a handler gets: the header, the frame (a writable bytearray) and a way to answer.
 
-    def __init__(self, header: RequestHeader) -> None:
+    It is also the request's slot in its connection's queue of answers (``_pending``): whether
+    it is answered (``done``), its answer until written (``response``), what drops the work still
+    waiting for it (``cancel``), and SlotTimes' fields (broker/metrics.py; C where built: t_read,
+    t_start, t_local, t_ready, request and stats, the API's RequestStats when metrics are on),
+    which the connection's Meter sets (all of them, in begin) and reads without an attribute
+    access each. (One object per request, not a slot and a context: issue 29.)"""
+
+    __slots__ = ("header", "frame", "connection", "done", "response", "cancel")
+
+    def __init__(self, header: RequestHeader, frame: bytearray, connection: "KafkaConnection") -> None:
         self.header = header
+        self.frame = frame
+        self.connection = connection
         self.done = False
         self.response: Any = None  # bytes, or a list of buffers for writelines
         self.cancel: Callable[[], object] | None = None  # drops the work still waiting for this answer
         self.stats: Any = None  # the API's RequestStats when metrics are on (Meter.begin)
 
-
-class RequestContext:
-    """What a handler gets: the header, the frame (a writable bytearray) and a way to answer."""
-
-    __slots__ = ("header", "frame", "connection", "_slot")
-
-    def __init__(self, header: RequestHeader, frame: bytearray, connection: "KafkaConnection", slot: _Slot) -> None:
-        self.header = header
-        self.frame = frame
-        self.connection = connection
-        self._slot = slot
+    @property
+    def _slot(self) -> "RequestContext":
+        return self  # (the slot and the context are one object)
 
     @property
     def api_version(self) -> int:
@@ -223,45 +223,77 @@ class RequestContext:
 
     @property
     def answered(self) -> bool:
-        return self._slot.done
+        return self.done
 
     def on_cancel(self, cancel: Callable[[], object]) -> None:
         """``cancel()`` runs if the connection closes before this request is answered (a parked
         Fetch long-poll or acks=-1 Produce is dropped with it, Kafka's SocketServer way)."""
-        if not self._slot.done:
-            self._slot.cancel = cancel
+        if not self.done:
+            self.cancel = cancel
 
     def send_response(self, response) -> None:
         """Answer with a whole frame: bytes, or a list of buffers (size prefix included)."""
-        slot = self._slot
-        if slot.done:
+        if self.done:
             return
-        slot.response = response
-        slot.done = True
-        slot.cancel = None  # answered: nothing left to cancel (see ``_flush``)
+        self.done = True
+        self.cancel = None  # answered: nothing left to cancel (see ``_flush``)
         conn = self.connection
         meter = conn._meter
         if meter is not None:
             # An answer while its handler ran leaves t_local 0: no remote time. The reading is
             # also where the next request of the read starts, and the flush's t_sent.
-            meter.ready(slot)
+            meter.ready(self)
+        pending = conn._pending
+        if pending and pending[0] is self and response is not None:
+            # The oldest answer awaited (a closed connection awaits none: its queue is empty).
+            # While a read is processed (SocketServer.corked: every answer at low and half
+            # load, issue 29) it joins the read's writes at once: _flush's work for it, inline.
+            out = conn._out
+            if out is None:
+                corked = conn.server.corked
+                if corked is not None:
+                    out = conn._out = []
+                    corked.append(conn)
+            if out is not None:
+                pending.popleft()
+                if meter is not None:
+                    try:
+                        meter.finish(self, response)  # + the listener's bytes out
+                    except Exception:  # (as _flush: the answer still goes)
+                        conn.server.request_stats_failed()
+                if response.__class__ is list:
+                    out.extend(response)
+                else:
+                    out.append(response)
+                if pending and pending[0].done:
+                    conn._flush()  # the answers behind it that were ready (and what _flush does after)
+                    return
+                flow = conn.flow
+                if flow is not None and flow.read_paused:
+                    conn._update_reading()
+                if not pending and conn.server._drained is not None:
+                    conn.server.connection_idle()
+                return
+        self.response = response
         conn._flush()
 
     def send_no_response(self) -> None:
-        slot = self._slot
-        if slot.done:
+        if self.done:
             return
-        slot.done = True
-        slot.cancel = None
+        self.done = True
+        self.cancel = None
         conn = self.connection
         meter = conn._meter
         if meter is not None:
-            meter.ready(slot)
+            meter.ready(self)
         conn._flush()
 
     def close_connection(self, reason: str) -> None:
-        self._slot.done = True
+        self.done = True
         self.connection.close(reason)
+
+
+_Slot = RequestContext  # (the slot a request takes in its connection's queue of answers)
 
 
 _CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buffer
@@ -351,7 +383,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # SASL listeners: the authentication state machine every request passes through
         # first (broker/security/sasl_server.py); None elsewhere.
         self.sasl: Any = None  # a broker.security.sasl_server.SaslServerAuthenticator
-        self._pending: collections.deque[_Slot] = collections.deque()
+        self._pending: collections.deque[RequestContext] = collections.deque()
         self._max_inflight = server.max_inflight
         self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
         self.reserved = 0  # bytes of the request memory pool this connection holds
@@ -570,9 +602,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # SocketServer.touch inline; the reading is also the touch of the answers this read
         # writes (flush_corked)
         now = self.last_active_ms = server.time.monotonic_ms()
-        connections = server.connections
-        if self in connections:
-            connections.move_to_end(self)
+        try:
+            server.connections.move_to_end(self)
+        except KeyError:  # (not among them: not opened through the server, as in some tests)
+            pass
         meter = self._meter
         if meter is not None:
             meter.read(data)  # t_read and the cursor; the listener's bytes in
@@ -585,13 +618,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self.close(str(exc))
             return
-        completed = bool(frames)
         if self._held_frames is not None:  # muted (a quota): behind the frames already waiting
             self._held_frames.extend(frames)
-        else:
+        elif frames:  # (none: part of a frame, nothing to process)
             self._process_frames(frames, now)
         if server.memory_pool is not None and not self.closed:
-            self._account_memory(completed)
+            self._account_memory(bool(frames))
         # (a read that filled the buffer with the mark at 1: the rest is queued already)
         if (self._set_lowat is not None and not self.closed
                 and (self._lowat != 1 or (self.framer.buffered and len(data) < _READ_BUFFER_SIZE))):
@@ -608,33 +640,38 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # end, before the answers are written, so theirs leave in the same batch). A call made
         # while a read is processed (corked already set) is part of that read: no hooks of its own.
         # ``now``: the clock's monotonic_ms when the read came (what the answers' writes touch).
+        # A connection joins ``corked`` with its first answer (_flush, send_response): a read
+        # whose requests all park (a follower's fetch, an acks=all produce) writes nothing.
         server = self.server
-        outer = server.corked is None
-        hooks = server.read_hooks if outer else None
-        if outer:
-            server.corked = []
-        if self._out is None:
-            self._out = []
-            server.corked.append(self)  # type: ignore[union-attr]
+        if server.corked is not None:
+            self._process_each(frames)
+            return
+        hooks = server.read_hooks
+        server.corked = []
         try:
             if hooks is not None:
                 hooks[0]()
-            for i, frame in enumerate(frames):
-                if self.closed:
-                    return
-                if self.throttled:  # a request just earned a throttle: the rest wait for the unmute
-                    self._held_frames = list(frames[i:])
-                    break
-                self._process(frame)
+            if len(frames) == 1 and not (self.throttled or self.closed):
+                self._process(frames[0])  # one whole request: most reads (_process_each's work)
+            else:
+                self._process_each(frames)
         finally:
-            if outer:
-                try:
-                    if hooks is not None:
-                        hooks[1]()
-                except Exception:
-                    log.exception("unexpected error at the end of a read from %s", self.peer)
-                finally:
-                    server.flush_corked(now)
+            try:
+                if hooks is not None:
+                    hooks[1]()
+            except Exception:
+                log.exception("unexpected error at the end of a read from %s", self.peer)
+            finally:
+                server.flush_corked(now)
+
+    def _process_each(self, frames: list) -> None:
+        for i, frame in enumerate(frames):
+            if self.closed:
+                return
+            if self.throttled:  # a request just earned a throttle: the rest wait for the unmute
+                self._held_frames = list(frames[i:])
+                break
+            self._process(frame)
 
     def throttle(self, ms: int) -> None:
         """Mute this connection for ``ms`` (a client quota's throttle time, KIP-219): no reads,
@@ -725,7 +762,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.close(f"unknown api key {header.api_key} (correlation_id={header.correlation_id})")
             return
         self.requests += 1
-        slot = _Slot(header)
+        ctx = RequestContext(header, frame, self)
         meter = self._meter
         if meter is not None:
             # Any int16 arrives here: a negative version, or one past the table, counts as "other".
@@ -734,9 +771,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # Every served key's stats are bound up front. begin: the version counted, and the slot
             # given its API's stats, the read's clock reading, its start (when the requests before
             # it in this read were done with) and its frame (its size, read at finish).
-            meter.begin(slot, header.api_key, header.api_version, frame)
-        self._pending.append(slot)
-        ctx = RequestContext(header, frame, self, slot)
+            meter.begin(ctx, header.api_key, header.api_version, frame)
+        pending = self._pending
+        pending.append(ctx)
         sasl = self.sasl
         try:
             if sasl is None:
@@ -751,10 +788,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                           header.api_key, header.api_version, self.peer)
             self.close("internal error")
             return
-        if not slot.done:  # parked (a purgatory) or answered later
+        if not ctx.done:  # parked (a purgatory) or answered later
             if meter is not None:
-                meter.parked(slot)
-            self._update_reading()
+                meter.parked(ctx)
+            # The one reason to pause reading a parked request adds is the requests in flight:
+            # every other one pauses reading when it arises (pause_writing, throttle, the memory
+            # pool), so with reading on and room left, _update_reading would change nothing.
+            if len(pending) >= self._max_inflight or (self.flow is not None and self.flow.read_paused):
+                self._update_reading()
 
     def _flush(self) -> None:
         """Write the answers ready in request order. With metrics on, the Meter's last reading
@@ -924,8 +965,10 @@ class SocketServer:
             if out and not conn.closed:
                 conn.transport.writelines(tls_writes(out) if conn.tls else out)  # write_out, inline
                 conn.last_active_ms = now  # touch, with the read's reading
-                if conn in connections:
+                try:
                     connections.move_to_end(conn)
+                except KeyError:
+                    pass
                 flow = conn.flow
                 if flow is not None and flow.read_paused:
                     # A write only lets a paused read resume (its answers left _pending); what
