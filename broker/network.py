@@ -618,7 +618,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self.close(str(exc))
             return
-        if self._held_frames is not None:  # muted (a quota): behind the frames already waiting
+        if len(frames) == 1 and self._held_frames is None and server.corked is None and not self.throttled:
+            # One whole request, outside any other read (most reads; issue 29): _process_frames'
+            # work for it, inline (the general path below is its reference).
+            hooks = server.read_hooks
+            server.corked = []
+            try:
+                if hooks is not None:
+                    hooks[0]()
+                self._process(frames[0])
+            finally:
+                try:
+                    if hooks is not None:
+                        hooks[1]()
+                except Exception:
+                    log.exception("unexpected error at the end of a read from %s", self.peer)
+                finally:
+                    server.flush_corked(now)
+        elif self._held_frames is not None:  # muted (a quota): behind the frames already waiting
             self._held_frames.extend(frames)
         elif frames:  # (none: part of a frame, nothing to process)
             self._process_frames(frames, now)
@@ -643,35 +660,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # A connection joins ``corked`` with its first answer (_flush, send_response): a read
         # whose requests all park (a follower's fetch, an acks=all produce) writes nothing.
         server = self.server
-        if server.corked is not None:
-            self._process_each(frames)
-            return
-        hooks = server.read_hooks
-        server.corked = []
+        outer = server.corked is None
+        hooks = server.read_hooks if outer else None
+        if outer:
+            server.corked = []
         try:
             if hooks is not None:
                 hooks[0]()
-            if len(frames) == 1 and not (self.throttled or self.closed):
-                self._process(frames[0])  # one whole request: most reads (_process_each's work)
-            else:
-                self._process_each(frames)
+            for i, frame in enumerate(frames):
+                if self.closed:
+                    return
+                if self.throttled:  # a request just earned a throttle: the rest wait for the unmute
+                    self._held_frames = list(frames[i:])
+                    break
+                self._process(frame)
         finally:
-            try:
-                if hooks is not None:
-                    hooks[1]()
-            except Exception:
-                log.exception("unexpected error at the end of a read from %s", self.peer)
-            finally:
-                server.flush_corked(now)
-
-    def _process_each(self, frames: list) -> None:
-        for i, frame in enumerate(frames):
-            if self.closed:
-                return
-            if self.throttled:  # a request just earned a throttle: the rest wait for the unmute
-                self._held_frames = list(frames[i:])
-                break
-            self._process(frame)
+            if outer:
+                try:
+                    if hooks is not None:
+                        hooks[1]()
+                except Exception:
+                    log.exception("unexpected error at the end of a read from %s", self.peer)
+                finally:
+                    server.flush_corked(now)
 
     def throttle(self, ms: int) -> None:
         """Mute this connection for ``ms`` (a client quota's throttle time, KIP-219): no reads,
@@ -696,6 +707,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         held, self._held_frames = self._held_frames, None
         if held:
+            # reading may resume now (a parked request looks at reading only at the in-flight
+            # limit: see _process); the held requests may pause it again
+            self._update_reading()
             self._process_frames(held, self.server.time.monotonic_ms())
         self._update_reading()
 
@@ -791,10 +805,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not ctx.done:  # parked (a purgatory) or answered later
             if meter is not None:
                 meter.parked(ctx)
-            # The one reason to pause reading a parked request adds is the requests in flight:
-            # every other one pauses reading when it arises (pause_writing, throttle, the memory
-            # pool), so with reading on and room left, _update_reading would change nothing.
-            if len(pending) >= self._max_inflight or (self.flow is not None and self.flow.read_paused):
+            # The one reason to pause reading a parked request adds is the requests in flight.
+            # Every other one pauses reading when it arises (pause_writing, throttle,
+            # set_memory_paused, _account_memory after each read), and whatever lifts one looks
+            # again (resume_writing, _unmute, the memory pool, an answer written while reading is
+            # paused: _flush, send_response, flush_corked): below the limit, _update_reading
+            # would change nothing here (a call per parked fetch and acks=all produce, issue 29).
+            if len(pending) >= self._max_inflight:
                 self._update_reading()
 
     def _flush(self) -> None:
