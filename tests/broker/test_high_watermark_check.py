@@ -93,3 +93,43 @@ def test_the_early_returns_decide_as_the_full_computation():
         moved += result
         held += not result
     assert moved > 150 and held > 10_000  # both outcomes covered
+
+
+def reference_update_fetch_state(replica: Replica, fetch_offset: int, log_start_offset: int, leader_end_offset: int,
+                                 now_ms: int) -> None:
+    """Kafka's Replica.updateFetchStateOrThrow (what Partition.update_follower_fetch_state does inline)."""
+    if fetch_offset >= leader_end_offset:
+        replica.last_caught_up_time_ms = max(replica.last_caught_up_time_ms, now_ms)
+    elif fetch_offset >= replica.last_fetch_leader_log_end_offset:
+        replica.last_caught_up_time_ms = max(replica.last_caught_up_time_ms, replica.last_fetch_time_ms)
+    replica.log_end_offset = fetch_offset
+    replica.log_start_offset = log_start_offset
+    replica.last_fetch_leader_log_end_offset = leader_end_offset
+    replica.last_fetch_time_ms = now_ms
+
+
+def test_a_follower_fetch_updates_its_replica_as_kafka_does():
+    rng = random.Random(497)
+    time = MockTime()
+    p = Partition("t", 0, local_broker_id=1, time=time, replica_lag_time_max_ms=LAG_MS)
+    p.leader_id = 1
+    p.log = FakeLog(0, 0)  # type: ignore[assignment]
+    p.partition_state = CommittedPartitionState(frozenset({1, 2}))
+    p.remote_replicas[2] = replica = Replica(2)
+    shadow = Replica(2)
+    branches = set()
+    for _ in range(5000):
+        log_ = p.log
+        assert isinstance(log_, FakeLog)
+        log_.log_end_offset += rng.choice([0, 0, 1, 3])
+        time.sleep(rng.choice([0, 1, 7]))
+        if rng.random() < 0.05:
+            replica.last_caught_up_time_ms = shadow.last_caught_up_time_ms = time.milliseconds() + 5  # (a clock step back)
+        leo = log_.log_end_offset
+        fetch_offset = rng.choice([leo, leo, leo - 1, replica.last_fetch_leader_log_end_offset, max(0, leo - 5)])
+        before = replica.last_caught_up_time_ms
+        reference_update_fetch_state(shadow, fetch_offset, 0, leo, time.milliseconds())
+        p.update_follower_fetch_state(2, fetch_offset, 0, leo)
+        assert [getattr(replica, f) for f in Replica.__slots__] == [getattr(shadow, f) for f in Replica.__slots__]
+        branches.add((fetch_offset >= leo, replica.last_caught_up_time_ms != before))
+    assert len(branches) == 4  # caught up now, caught up at the previous fetch, and neither moving it
