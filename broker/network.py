@@ -618,9 +618,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self.close(str(exc))
             return
-        if len(frames) == 1 and self._held_frames is None and server.corked is None and not self.throttled:
+        if len(frames) == 1 and not self.throttled and server.corked is None:
             # One whole request, outside any other read (most reads; issue 29): _process_frames'
-            # work for it, inline (the general path below is its reference).
+            # work for it, inline (the general path below is its reference). (Frames are held
+            # only while throttled: _unmute clears both.)
             hooks = server.read_hooks
             server.corked = []
             try:
@@ -641,9 +642,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._process_frames(frames, now)
         if server.memory_pool is not None and not self.closed:
             self._account_memory(bool(frames))
-        # (a read that filled the buffer with the mark at 1: the rest is queued already)
+        # (a read that filled the buffer with the mark at 1: the rest is queued already; the
+        # framer does not gather: what it buffers is its ``partial``)
         if (self._set_lowat is not None and not self.closed
-                and (self._lowat != 1 or (self.framer.buffered and len(data) < _READ_BUFFER_SIZE))):
+                and (self._lowat != 1 or (self.framer.partial and len(data) < _READ_BUFFER_SIZE))):
             self._update_lowat()
 
     def _process_frames(self, frames: list, now: float) -> None:
