@@ -635,7 +635,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 except Exception:
                     log.exception("unexpected error at the end of a read from %s", self.peer)
                 finally:
-                    server.flush_corked(now)
+                    if server.corked:
+                        server.flush_corked(now)
+                    else:  # (nothing to write: a read whose request parked)
+                        server.corked = None
         elif self._held_frames is not None:  # muted (a quota): behind the frames already waiting
             self._held_frames.extend(frames)
         elif frames:  # (none: part of a frame, nothing to process)
@@ -644,8 +647,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._account_memory(bool(frames))
         # (a read that filled the buffer with the mark at 1: the rest is queued already; the
         # framer does not gather: what it buffers is its ``partial``)
-        if (self._set_lowat is not None and not self.closed
-                and (self._lowat != 1 or (self.framer.partial and len(data) < _READ_BUFFER_SIZE))):
+        # (the mark at 1 and nothing buffered, most reads: decided by the first two tests)
+        if ((self._lowat != 1 or self.framer.partial) and self._set_lowat is not None and not self.closed
+                and (self._lowat != 1 or len(data) < _READ_BUFFER_SIZE)):
             self._update_lowat()
 
     def _process_frames(self, frames: list, now: float) -> None:
