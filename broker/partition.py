@@ -341,6 +341,10 @@ def _epochs_from_headers(log_: "Log", until: int) -> list[tuple[int, int]]:
     return entries
 
 
+_REACHED = (True, ErrorCode.NONE)  # check_enough_replicas_reach_offset's common answers
+_NOT_YET = (False, ErrorCode.NONE)
+
+
 def _always_eligible(_broker_id: int) -> bool:
     return True
 
@@ -741,10 +745,10 @@ class Partition:
         if log_.high_watermark >= required_offset:
             if len(self.partition_state.isr) < log_.config.min_insync_replicas:
                 return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            return True, ErrorCode.NONE
+            return _REACHED  # (True, NONE): one constant, every acks=all produce (issue 29)
         if BUG_ACK_BEFORE_MIN_ISR and log_.log_end_offset >= required_offset:
             return True, ErrorCode.NONE
-        return False, ErrorCode.NONE
+        return _NOT_YET  # (False, NONE)
 
     # -- reads -----------------------------------------------------------------------------
     def local_log_with_epoch(self, current_leader_epoch: int, require_leader: bool) -> "Log":

@@ -221,9 +221,19 @@ class DelayedOperationPurgatory:
                 return
             queue = queues[delay] = _DelayQueue(self, delay)
         entries = queue.entries
-        while entries and entries[0][1].completed:
-            entries.popleft()
         deadline = self.time.monotonic_ms() + queue.wait_ms
+        if entries and entries[0][1].completed:
+            # Completed heads leave (the last operation watched, most of the time: issue 29).
+            # Then the queue is no longer than after the last watch, which left it within its
+            # limit: nothing to compact.
+            entries.popleft()
+            while entries and entries[0][1].completed:
+                entries.popleft()
+            entries.append((deadline, op))
+            if queue.timer is None:
+                queue.armed = deadline
+                queue.timer = self.time.schedule(queue.delay_ms, queue.fire)
+            return
         entries.append((deadline, op))
         if queue.timer is None:
             queue.armed = deadline
