@@ -627,7 +627,38 @@ class KafkaConnection(asyncio.BufferedProtocol):
             try:
                 if hooks is not None:
                     hooks[0]()
-                self._process(frames[0])
+                # _process(frame), inline (its reference; a header it refuses goes there, to be
+                # told why)
+                frame = frames[0]
+                header = parse_header(frame, REQUEST_FLEXIBLE_VERSIONS, RequestHeader)
+                if header.__class__ is str or header.api_key not in APIS:
+                    self._process(frame)
+                else:
+                    self.requests += 1
+                    ctx = RequestContext(header, frame, self)
+                    if meter is not None:
+                        meter.begin(ctx, header.api_key, header.api_version, frame)
+                    pending = self._pending
+                    pending.append(ctx)
+                    sasl = self.sasl
+                    try:
+                        if sasl is None:
+                            self.dispatcher.handle(ctx)
+                        else:
+                            sasl.handle(ctx)
+                    except RemoteProtocolError as exc:
+                        self.close(f"api_key={header.api_key} v{header.api_version} "
+                                   f"correlation_id={header.correlation_id}: {exc}")
+                    except Exception:
+                        log.exception("unexpected error handling api_key=%d v%d from %s; closing the connection",
+                                      header.api_key, header.api_version, self.peer)
+                        self.close("internal error")
+                    else:
+                        if not ctx.done:  # parked (see _process)
+                            if meter is not None:
+                                meter.parked(ctx)
+                            if len(pending) >= self._max_inflight:
+                                self._update_reading()
             finally:
                 try:
                     if hooks is not None:

@@ -118,6 +118,9 @@ def general_process(self, frame):
     except RemoteProtocolError as exc:
         self.close(f"{exc}")
         return
+    except Exception:
+        self.close("internal error")
+        return
     if not ctx.done:
         if meter is not None:
             meter.parked(ctx)
@@ -166,6 +169,8 @@ class ScriptedApis:
             ctx.connection.throttle(self.rng.choice([5, 50]))
         elif r < 0.91:
             raise RemoteProtocolError("refused")
+        elif r < 0.915:
+            raise ValueError("a handler's bug")
         else:
             self.answer_some(2)
             self.answer(ctx)
@@ -225,7 +230,13 @@ def run(seed: int, metrics: bool, general: bool, monkeypatch) -> tuple[list, lis
         data = partial.pop(i, b"")
         for _ in range(rng.choice([1, 1, 1, 1, 2, 3])):
             cid += 1
-            data += request(rng.choice([0, 1, 3, 18]), cid, b"x" * rng.randrange(0, 40))
+            bad = rng.random()
+            if bad < 0.005:
+                data += struct.pack(">i", 3) + b"abc"  # an unreadable header
+            elif bad < 0.01:
+                data += request(32000, cid)  # an api key no API has
+            else:
+                data += request(rng.choice([0, 1, 3, 18]), cid, b"x" * rng.randrange(0, 40))
         if rng.random() < 0.15:
             cut = rng.randrange(1, len(data))
             data, partial[i] = data[:cut], data[cut:]
