@@ -243,39 +243,37 @@ class RequestContext(SlotTimes):
             # An answer while its handler ran leaves t_local 0: no remote time. The reading is
             # also where the next request of the read starts, and the flush's t_sent.
             meter.ready(self)
+        # The oldest answer awaited (a closed connection awaits none: its queue is empty), while
+        # a read is processed (SocketServer.corked: every answer at low and half load, issue 29),
+        # joins the read's writes at once: _flush's work for it, inline. Any other: _flush.
         pending = conn._pending
-        if pending and pending[0] is self and response is not None:
-            # The oldest answer awaited (a closed connection awaits none: its queue is empty).
-            # While a read is processed (SocketServer.corked: every answer at low and half
-            # load, issue 29) it joins the read's writes at once: _flush's work for it, inline.
-            out = conn._out
-            if out is None:
-                corked = conn.server.corked
-                if corked is not None:
-                    out = conn._out = []
-                    corked.append(conn)
-            if out is not None:
-                pending.popleft()
-                if meter is not None:
-                    try:
-                        meter.finish(self, response)  # + the listener's bytes out
-                    except Exception:  # (as _flush: the answer still goes)
-                        conn.server.request_stats_failed()
-                if response.__class__ is list:
-                    out.extend(response)
-                else:
-                    out.append(response)
-                if pending and pending[0].done:
-                    conn._flush()  # the answers behind it that were ready (and what _flush does after)
-                    return
-                flow = conn.flow
-                if flow is not None and flow.read_paused:
-                    conn._update_reading()
-                if not pending and conn.server._drained is not None:
-                    conn.server.connection_idle()
-                return
-        self.response = response
-        conn._flush()
+        out = conn._out
+        if (not pending or pending[0] is not self or response is None
+                or (out is None and conn.server.corked is None)):
+            self.response = response
+            conn._flush()
+            return
+        if out is None:
+            out = conn._out = []
+            conn.server.corked.append(conn)  # type: ignore[union-attr]
+        pending.popleft()
+        if meter is not None:
+            try:
+                meter.finish(self, response)  # + the listener's bytes out
+            except Exception:  # (as _flush: the answer still goes)
+                conn.server.request_stats_failed()
+        if response.__class__ is list:
+            out.extend(response)
+        else:
+            out.append(response)
+        if pending and pending[0].done:
+            conn._flush()  # the answers behind it that were ready (and what _flush does after)
+            return
+        flow = conn.flow
+        if flow is not None and flow.read_paused:
+            conn._update_reading()
+        if not pending and conn.server._drained is not None:
+            conn.server.connection_idle()
 
     def send_no_response(self) -> None:
         if self.done:
@@ -618,9 +616,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self.close(str(exc))
             return
-        if len(frames) == 1 and not self.throttled and server.corked is None:
+        if len(frames) != 1 or self.throttled or server.corked is not None:
+            # (the general path first: the fast one's block is long, a jump over it costs more)
+            if self._held_frames is not None:  # muted (a quota): behind the frames already waiting
+                self._held_frames.extend(frames)
+            elif frames:  # (none: part of a frame, nothing to process)
+                self._process_frames(frames, now)
+        else:
             # One whole request, outside any other read (most reads; issue 29): _process_frames'
-            # work for it, inline (the general path below is its reference). (Frames are held
+            # work for it, inline (the general path above is its reference). (Frames are held
             # only while throttled: _unmute clears both.)
             hooks = server.read_hooks
             server.corked = []
@@ -670,10 +674,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         server.flush_corked(now)
                     else:  # (nothing to write: a read whose request parked)
                         server.corked = None
-        elif self._held_frames is not None:  # muted (a quota): behind the frames already waiting
-            self._held_frames.extend(frames)
-        elif frames:  # (none: part of a frame, nothing to process)
-            self._process_frames(frames, now)
         if server.memory_pool is not None and not self.closed:
             self._account_memory(bool(frames))
         # (a read that filled the buffer with the mark at 1: the rest is queued already; the

@@ -564,8 +564,7 @@ class Partition:
         ``now_ms``: the clock's milliseconds when the caller has just read them (a follower's
         fetch), else read here when needed."""
         leader_log = self.log
-        local_id = self.local_broker_id
-        if leader_log is None or self.leader_id != local_id:  # not is_leader (every produce: no property call)
+        if leader_log is None or self.leader_id != self.local_broker_id:  # not is_leader (every produce: no property call)
             return False
         new_hw = leader_log.log_end_offset
         hw = leader_log.high_watermark
@@ -573,15 +572,14 @@ class Partition:
             return False  # (the HW is at the LEO already)
         maximal = self.partition_state.maximal_isr
         remote = self.remote_replicas
-        now = now_ms
         for rid, replica in remote.items():
             replica_leo = replica.log_end_offset
             if replica_leo >= new_hw:
                 continue
             if rid not in maximal:
-                if now is None:  # read once, and only for a follower behind outside the ISR (none on most produces)
-                    now = self.time.milliseconds()
-                if not (self._is_caught_up(replica, now, self.replica_lag_time_max_ms)
+                if now_ms is None:  # read once, and only for a follower behind outside the ISR (none on most produces)
+                    now_ms = self.time.milliseconds()
+                if not (self._is_caught_up(replica, now_ms, self.replica_lag_time_max_ms)
                         and self._is_replica_isr_eligible(rid) and not BUG_HW_OVER_LOCAL_ISR):
                     continue
             if replica_leo <= hw:
@@ -593,7 +591,7 @@ class Partition:
             new_hw = replica_leo
         # A member of the maximal ISR without a Replica (none but the leader itself, but for a
         # moment around a reassignment) holds the HW where it is.
-        if maximal.difference(remote, (local_id,)):
+        if maximal.difference(remote, (self.local_broker_id,)):
             return False
         if new_hw > hw:
             leader_log.update_high_watermark(new_hw)
