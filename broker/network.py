@@ -400,7 +400,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._set_lowat: Callable[[int, bool], None] | None = None
         self._lowat = 1
         self.closed = False
-        self.requests = 0
         self.metrics: RequestMetrics | None = server.metrics
         self._now = server.now
         self._paused_at = 0  # when reading paused (flow control), for the paused-time metric
@@ -629,8 +628,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             hooks = server.read_hooks
             server.corked = []
             try:
-                if hooks is not None:
-                    hooks[0]()
+                hooks[0]()
                 # _process(frame), inline (its reference; a header it refuses goes there, to be
                 # told why)
                 frame = frames[0]
@@ -638,7 +636,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if header.__class__ is str or header.api_key not in APIS:
                     self._process(frame)
                 else:
-                    self.requests += 1
                     ctx = RequestContext(header, frame, self)
                     if meter is not None:
                         meter.begin(ctx, header.api_key, header.api_version, frame)
@@ -665,8 +662,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                 self._update_reading()
             finally:
                 try:
-                    if hooks is not None:
-                        hooks[1]()
+                    hooks[1]()
                 except Exception:
                     log.exception("unexpected error at the end of a read from %s", self.peer)
                 finally:
@@ -812,7 +808,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # connection closed without a response, and nothing counted for a key no API has.
             self.close(f"unknown api key {header.api_key} (correlation_id={header.correlation_id})")
             return
-        self.requests += 1
         ctx = RequestContext(header, frame, self)
         meter = self._meter
         if meter is not None:
@@ -943,6 +938,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return len(self._pending)
 
 
+def _no_read_hook() -> None:
+    pass
+
+
 class SocketServer:
     """The listeners. Knows every connection it accepted (for shutdown and metrics)."""
 
@@ -979,8 +978,8 @@ class SocketServer:
         # done (KafkaConnection._process_frames); None otherwise.
         self.corked: list[KafkaConnection] | None = None
         # (begin, end): called around each outer read's requests (KafkaConnection._process_frames),
-        # end before the corked answers are written, even when a request raised; None: nothing.
-        self.read_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
+        # end before the corked answers are written, even when a request raised (none by default).
+        self.read_hooks: tuple[Callable[[], None], Callable[[], None]] = (_no_read_hook, _no_read_hook)
         # Security, per listener name (start() fills them from the listener's ListenerSecurity).
         self.listener_auth: dict[str, Any] = {}  # SASL listeners: their ListenerAuthentication
         self.principal_mappers: dict[str, "SslPrincipalMapper"] = {}  # TLS listeners

@@ -107,7 +107,6 @@ def general_process(self, frame):
     if header.api_key not in network.APIS:
         self.close(f"unknown api key {header.api_key}")
         return
-    self.requests += 1
     ctx = RequestContext(header, frame, self)
     meter = self._meter
     if meter is not None:
@@ -241,7 +240,7 @@ def run(seed: int, metrics: bool, general: bool, monkeypatch) -> tuple[list, lis
             cut = rng.randrange(1, len(data))
             data, partial[i] = data[:cut], data[cut:]
         conn.data_received(data)
-    state = [(c.closed, c.requests, c.throttled, c.flow.read_paused, c.inflight, c.last_active_ms)
+    state = [(c.closed, c.throttled, c.flow.read_paused, c.inflight, c.last_active_ms)
              for c in closed + conns]
     for conn in conns:
         if not conn.closed:
