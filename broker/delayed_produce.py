@@ -90,9 +90,18 @@ class DelayedProduce(DelayedOperation):
         return self.force_complete()
 
     def force_complete(self) -> bool:
-        # DelayedOperation.force_complete with on_complete inline (a call less per produce)
-        if not self._finish():
+        # DelayedOperation.force_complete with _finish and on_complete inline (two calls less per
+        # produce)
+        if self.completed:
             return False
+        self.completed = True
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        purgatory = self._purgatory
+        if purgatory is not None:
+            purgatory._unwatch(self)
         try:
             self.callback()
         except Exception:  # a failing callback must not break whoever triggered completion

@@ -1022,8 +1022,7 @@ class SocketServer:
                     connections.move_to_end(conn)
                 except KeyError:
                     pass
-                flow = conn.flow
-                if flow is not None and flow.read_paused:
+                if conn.flow.read_paused:  # (it has written through its transport: connection_made ran)
                     # A write only lets a paused read resume (its answers left _pending); what
                     # pauses reading calls _update_reading itself (pause_writing, throttle, _process).
                     conn._update_reading()

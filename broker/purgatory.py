@@ -93,7 +93,8 @@ class DelayedOperation:
         return True
 
     def _finish(self) -> bool:
-        """Mark it completed, cancel its timer and unwatch it; False if it already was."""
+        """Mark it completed, cancel its timer and unwatch it; False if it already was.
+        (DelayedProduce.force_complete does this inline: a change here is made there too.)"""
         if self.completed:
             return False
         self.completed = True
