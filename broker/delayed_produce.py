@@ -21,7 +21,6 @@ from typing import Callable, Hashable, Iterable, Protocol
 
 from protocol.errors import ErrorCode
 
-from . import partition as _partition
 from .partition import Partition
 from .purgatory import DelayedOperation, DelayedOperationPurgatory
 
@@ -72,13 +71,6 @@ class DelayedProduce(DelayedOperation):
             if partition is None:
                 done, error = True, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                log_ = partition.log
-                if (log_ is not None and log_.high_watermark < status.required_offset
-                        and partition.leader_id == partition.local_broker_id and not _partition.BUG_ACK_BEFORE_MIN_ISR):
-                    # check_enough_replicas_reach_offset's "not yet" (the leader's HW short of
-                    # it), without the call: the try of every acks=all produce as it parks
-                    pending = True
-                    continue
                 done, error = partition.check_enough_replicas_reach_offset(status.required_offset)
             if done:
                 status.acks_pending = False

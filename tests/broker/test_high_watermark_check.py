@@ -2,20 +2,15 @@
 first follower behind) against the full computation, the reference kept here: over random
 leaders, followers (LEO unknown, behind, at or past the LEO), maximal ISRs (members without a
 Replica, followers outside it, caught up or not, eligible or not), both decide the same. Also a
-follower's fetch state, updated inline, against Kafka's Replica update, and DelayedProduce's
-try (its "not yet" without a call) against check_enough_replicas_reach_offset's answers."""
+follower's fetch state, updated inline, against Kafka's Replica update."""
 
 from __future__ import annotations
 
 import random
 
-import pytest
-
 from broker import partition as partition_mod
-from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.partition import CommittedPartitionState, Partition, PendingExpandIsr, Replica
 from protocol.clock import MockTime
-from protocol.errors import ErrorCode
 
 LAG_MS = 10_000
 
@@ -140,64 +135,3 @@ def test_a_follower_fetch_updates_its_replica_as_kafka_does():
         branches.add((fetch_offset >= leo, replica.last_caught_up_time_ms != before))
     assert len(branches) == 4  # caught up now, caught up at the previous fetch, and neither moving it
 
-
-class FakeConfig:
-    def __init__(self, min_insync_replicas: int) -> None:
-        self.min_insync_replicas = min_insync_replicas
-
-
-class Source:
-    def __init__(self, partitions) -> None:
-        self.partitions = partitions
-
-
-def reference_try_complete(op: DelayedProduce) -> bool:
-    """DelayedProduce.try_complete asking check_enough_replicas_reach_offset for every partition."""
-    pending = False
-    for status in op.statuses:
-        if not status.acks_pending:
-            continue
-        partition = op.replica_manager.partitions.get(status.key)
-        if partition is None:
-            done, error = True, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        else:
-            done, error = partition.check_enough_replicas_reach_offset(status.required_offset)
-        if done:
-            status.acks_pending = False
-            status.result[1] = error
-        else:
-            pending = True
-    return False if pending else op.force_complete()
-
-
-@pytest.mark.parametrize("bug", [False, True])
-def test_a_delayed_produce_tries_as_check_enough_replicas_reach_offset_answers(bug, monkeypatch):
-    monkeypatch.setattr(partition_mod, "BUG_ACK_BEFORE_MIN_ISR", bug)
-    rng = random.Random(841)
-    time = MockTime()
-    answers = set()
-    for _ in range(3000):
-        partitions = {}
-        for index in range(3):
-            if rng.random() < 0.1:
-                continue  # not hosted
-            p = Partition("t", index, local_broker_id=1, time=time)
-            p.leader_id = 1 if rng.random() < 0.85 else 2
-            if rng.random() < 0.95:
-                hw = rng.randrange(0, 10)
-                p.log = FakeLog(hw + rng.randrange(0, 4), hw)  # type: ignore[assignment]
-                p.log.config = FakeConfig(rng.choice([1, 2, 3]))  # type: ignore[attr-defined]
-            p.partition_state = CommittedPartitionState(frozenset(rng.sample([1, 2, 3], rng.randrange(1, 4))))
-            partitions[("t", index)] = p
-        wanted = [(("t", i), rng.randrange(0, 12), rng.choice([ErrorCode.NONE, ErrorCode.NONE, 1]))
-                  for i in rng.sample(range(3), rng.randrange(1, 4))]
-        outcomes = []
-        for try_complete in (DelayedProduce.try_complete, reference_try_complete):
-            statuses = [ProducePartitionStatus(key, required, [key[1], error, 0, -1, 0])
-                        for key, required, error in wanted]
-            called = []
-            op = DelayedProduce(1000, statuses, Source(partitions), lambda: called.append(1))
-            outcomes.append((try_complete(op), [(s.acks_pending, s.result) for s in statuses], called))
-        assert outcomes[0] == outcomes[1]
-        answers.add((outcomes[0][0], tuple(r[1] for _, r in outcomes[0][1])))
-    assert len(answers) > 20  # completed or not, with every kind of answer
