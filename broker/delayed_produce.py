@@ -135,11 +135,15 @@ class ProducePurgatory(DelayedOperationPurgatory):
         heap = self._heaps.get(key)
         if not heap or heap[0][0] > high_watermark:
             return 0
-        reached = []
-        while heap and heap[0][0] <= high_watermark:
-            reached.append(heapq.heappop(heap))
-        if not heap:
+        if len(heap) == 1:  # one produce waiting here, reached (low and half load: issue 29)
             del self._heaps[key]
+            reached = heap  # (its one entry; nothing else holds the list now)
+        else:
+            reached = []
+            while heap and heap[0][0] <= high_watermark:
+                reached.append(heapq.heappop(heap))
+            if not heap:
+                del self._heaps[key]
         # (taken out first: a completion unwatches its op, which may compact or drop this heap)
         done = 0
         for entry in reached:
