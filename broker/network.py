@@ -269,10 +269,9 @@ class RequestContext(SlotTimes):
         if pending and pending[0].done:
             conn._flush()  # the answers behind it that were ready (and what _flush does after)
             return
-        flow = conn.flow
-        if flow is not None and flow.read_paused:
+        if conn.flow.read_paused:  # (answers are written through its transport: connection_made ran)
             conn._update_reading()
-        if not pending and conn.server._drained is not None:
+        if conn.server._drained is not None and not pending:
             conn.server.connection_idle()
 
     def send_no_response(self) -> None:
@@ -588,8 +587,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.data_received(self.server.read_buffer[:nbytes])
-        flow = self.flow
-        if flow is not None and flow.read_paused and not self.closed and self.transport.is_reading():
+        # (reads come after connection_made: a flow)
+        if self.flow.read_paused and not self.closed and self.transport.is_reading():
             self.transport.pause_reading()  # paused in connection_made: uvloop has just started reading
 
     def data_received(self, data: bytes | memoryview) -> None:

@@ -259,12 +259,13 @@ class DelayedOperationPurgatory:
         return done
 
     def _unwatch(self, op: DelayedOperation) -> None:
+        watchers = self._watchers
         for key in op._keys:
-            ops = self._watchers.get(key)
+            ops = watchers.get(key)
             if ops is not None:
                 ops.pop(op, None)
                 if not ops:
-                    del self._watchers[key]
+                    del watchers[key]
         op._keys = ()
 
     def watched(self) -> int:
