@@ -665,7 +665,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 except Exception:
                     log.exception("unexpected error at the end of a read from %s", self.peer)
                 finally:
-                    if server.corked:
+                    corked = server.corked
+                    if corked:
+                        if self._out is not None and corked[0] is not self:
+                            # this connection's answers leave first, as _process_frames has them
+                            corked.remove(self)
+                            corked.insert(0, self)
                         server.flush_corked(now)
                     else:  # (nothing to write: a read whose request parked)
                         server.corked = None
@@ -689,13 +694,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # end, before the answers are written, so theirs leave in the same batch). A call made
         # while a read is processed (corked already set) is part of that read: no hooks of its own.
         # ``now``: the clock's monotonic_ms when the read came (what the answers' writes touch).
-        # A connection joins ``corked`` with its first answer (_flush, send_response): a read
-        # whose requests all park (a follower's fetch, an acks=all produce) writes nothing.
+        # The reading connection joins ``corked`` first, so that its answers leave first (the
+        # order of the writes decides a simulated run's interleaving); another joins with its
+        # first answer (_flush, send_response). data_received's one-request read joins it at
+        # the end, in front, if it answered (a read whose request parked writes nothing).
         server = self.server
         outer = server.corked is None
         hooks = server.read_hooks if outer else None
         if outer:
             server.corked = []
+        if self._out is None:  # (its answers leave first)
+            self._out = []
+            server.corked.append(self)  # type: ignore[union-attr]
         try:
             if hooks is not None:
                 hooks[0]()
