@@ -407,19 +407,21 @@ class KafkaApis:
     # -- Produce ---------------------------------------------------------------------------
     def handle_produce_request(self, ctx: "RequestContext") -> None:
         header = ctx.header  # ctx.api_version and ctx.body_offset, without the property calls
-        version = header.api_version
-        request = decode_produce_request(version, memoryview(ctx.frame), header.size)
-        acks = request.acks
-        topics = request.topics
+        frame = ctx.frame
+        request = decode_produce_request(header.api_version, memoryview(frame), header.size)
         metrics = self._produce_stats  # None: metrics off
         if request.plain and self.authorizer is None:
             # Every partition one whole plain batch (not transactional) and no ACLs: the checks
             # below would pass the request as it is, so it goes to the log at once.
-            op = self.replica_manager.append_records(request.timeout_ms, acks, False, topics, functools.partial(
-                self._produce_respond, ctx, request, _NOTHING, {}, metrics, len(ctx.frame) + 4))
+            op = self.replica_manager.append_records(
+                request.timeout_ms, request.acks, False, request.topics, functools.partial(
+                    self._produce_respond, ctx, request, _NOTHING, {}, metrics, len(frame) + 4))
             if op is not None:
                 ctx.on_cancel(op.cancel)
             return
+        version = header.api_version
+        acks = request.acks
+        topics = request.topics
         txn_id = request.transactional_id
         request_size = len(ctx.frame) + 4
         # Kafka's KafkaApis.handleProduceRequest, in its order. RequestUtils.hasTransactionalRecords

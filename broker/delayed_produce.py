@@ -82,9 +82,18 @@ class DelayedProduce(DelayedOperation):
         return self.force_complete()
 
     def force_complete(self) -> bool:
-        # DelayedOperation.force_complete with on_complete inline (a call less per produce)
-        if not self._finish():
+        # DelayedOperation.force_complete with _finish and on_complete inline (two calls less per
+        # produce)
+        if self.completed:
             return False
+        self.completed = True
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        purgatory = self._purgatory
+        if purgatory is not None:
+            purgatory._unwatch(self)
         try:
             self.callback()
         except Exception:  # a failing callback must not break whoever triggered completion
@@ -126,11 +135,15 @@ class ProducePurgatory(DelayedOperationPurgatory):
         heap = self._heaps.get(key)
         if not heap or heap[0][0] > high_watermark:
             return 0
-        reached = []
-        while heap and heap[0][0] <= high_watermark:
-            reached.append(heapq.heappop(heap))
-        if not heap:
+        if len(heap) == 1:  # one produce waiting here, reached (low and half load: issue 29)
             del self._heaps[key]
+            reached = heap  # (its one entry; nothing else holds the list now)
+        else:
+            reached = []
+            while heap and heap[0][0] <= high_watermark:
+                reached.append(heapq.heappop(heap))
+            if not heap:
+                del self._heaps[key]
         # (taken out first: a completion unwatches its op, which may compact or drop this heap)
         done = 0
         for entry in reached:

@@ -165,30 +165,30 @@ class RequestMemoryPool:
                 conn.set_memory_paused(False)
 
 
-class _Slot(SlotTimes):
-    # SlotTimes (broker/metrics.py; C where built): t_read, t_start, t_local, t_ready, request and
-    # stats (the API's RequestStats when metrics are on), which the connection's Meter sets (all
-    # of them, in begin) and reads without an attribute access each.
-    __slots__ = ("header", "done", "response", "cancel")
+class RequestContext(SlotTimes):
+    """What a handler gets: the header, the frame (a writable bytearray) and a way to answer.
 
-    def __init__(self, header: RequestHeader) -> None:
+    It is also the request's slot in its connection's queue of answers (``_pending``): whether
+    it is answered (``done``), its answer until written (``response``), what drops the work still
+    waiting for it (``cancel``), and SlotTimes' fields (broker/metrics.py; C where built: t_read,
+    t_start, t_local, t_ready, request and stats, the API's RequestStats when metrics are on),
+    which the connection's Meter sets (all of them, in begin) and reads without an attribute
+    access each. (One object per request, not a slot and a context: issue 29.)"""
+
+    __slots__ = ("header", "frame", "connection", "done", "response", "cancel")
+
+    def __init__(self, header: RequestHeader, frame: bytearray, connection: "KafkaConnection") -> None:
         self.header = header
+        self.frame = frame
+        self.connection = connection
         self.done = False
         self.response: Any = None  # bytes, or a list of buffers for writelines
         self.cancel: Callable[[], object] | None = None  # drops the work still waiting for this answer
         self.stats: Any = None  # the API's RequestStats when metrics are on (Meter.begin)
 
-
-class RequestContext:
-    """What a handler gets: the header, the frame (a writable bytearray) and a way to answer."""
-
-    __slots__ = ("header", "frame", "connection", "_slot")
-
-    def __init__(self, header: RequestHeader, frame: bytearray, connection: "KafkaConnection", slot: _Slot) -> None:
-        self.header = header
-        self.frame = frame
-        self.connection = connection
-        self._slot = slot
+    @property
+    def _slot(self) -> "RequestContext":
+        return self  # (the slot and the context are one object)
 
     @property
     def api_version(self) -> int:
@@ -223,45 +223,74 @@ class RequestContext:
 
     @property
     def answered(self) -> bool:
-        return self._slot.done
+        return self.done
 
     def on_cancel(self, cancel: Callable[[], object]) -> None:
         """``cancel()`` runs if the connection closes before this request is answered (a parked
         Fetch long-poll or acks=-1 Produce is dropped with it, Kafka's SocketServer way)."""
-        if not self._slot.done:
-            self._slot.cancel = cancel
+        if not self.done:
+            self.cancel = cancel
 
     def send_response(self, response) -> None:
         """Answer with a whole frame: bytes, or a list of buffers (size prefix included)."""
-        slot = self._slot
-        if slot.done:
+        if self.done:
             return
-        slot.response = response
-        slot.done = True
-        slot.cancel = None  # answered: nothing left to cancel (see ``_flush``)
+        self.done = True
+        self.cancel = None  # answered: nothing left to cancel (see ``_flush``)
         conn = self.connection
         meter = conn._meter
         if meter is not None:
             # An answer while its handler ran leaves t_local 0: no remote time. The reading is
             # also where the next request of the read starts, and the flush's t_sent.
-            meter.ready(slot)
-        conn._flush()
+            meter.ready(self)
+        # The oldest answer awaited (a closed connection awaits none: its queue is empty), while
+        # a read is processed (SocketServer.corked: every answer at low and half load, issue 29),
+        # joins the read's writes at once: _flush's work for it, inline. Any other: _flush.
+        pending = conn._pending
+        out = conn._out
+        if (not pending or pending[0] is not self or response is None
+                or (out is None and conn.server.corked is None)):
+            self.response = response
+            conn._flush()
+            return
+        if out is None:
+            out = conn._out = []
+            conn.server.corked.append(conn)  # type: ignore[union-attr]
+        pending.popleft()
+        if meter is not None:
+            try:
+                meter.finish(self, response)  # + the listener's bytes out
+            except Exception:  # (as _flush: the answer still goes)
+                conn.server.request_stats_failed()
+        if response.__class__ is list:
+            out.extend(response)
+        else:
+            out.append(response)
+        if pending and pending[0].done:
+            conn._flush()  # the answers behind it that were ready (and what _flush does after)
+            return
+        if conn.flow.read_paused:  # (answers are written through its transport: connection_made ran)
+            conn._update_reading()
+        if conn.server._drained is not None and not pending:
+            conn.server.connection_idle()
 
     def send_no_response(self) -> None:
-        slot = self._slot
-        if slot.done:
+        if self.done:
             return
-        slot.done = True
-        slot.cancel = None
+        self.done = True
+        self.cancel = None
         conn = self.connection
         meter = conn._meter
         if meter is not None:
-            meter.ready(slot)
+            meter.ready(self)
         conn._flush()
 
     def close_connection(self, reason: str) -> None:
-        self._slot.done = True
+        self.done = True
         self.connection.close(reason)
+
+
+_Slot = RequestContext  # (the slot a request takes in its connection's queue of answers)
 
 
 _CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buffer
@@ -351,7 +380,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # SASL listeners: the authentication state machine every request passes through
         # first (broker/security/sasl_server.py); None elsewhere.
         self.sasl: Any = None  # a broker.security.sasl_server.SaslServerAuthenticator
-        self._pending: collections.deque[_Slot] = collections.deque()
+        self._pending: collections.deque[RequestContext] = collections.deque()
         self._max_inflight = server.max_inflight
         self.last_active_ms = 0.0  # the injected clock's monotonic ms of the last read or write
         self.reserved = 0  # bytes of the request memory pool this connection holds
@@ -370,7 +399,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._set_lowat: Callable[[int, bool], None] | None = None
         self._lowat = 1
         self.closed = False
-        self.requests = 0
         self.metrics: RequestMetrics | None = server.metrics
         self._now = server.now
         self._paused_at = 0  # when reading paused (flow control), for the paused-time metric
@@ -559,8 +587,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.data_received(self.server.read_buffer[:nbytes])
-        flow = self.flow
-        if flow is not None and flow.read_paused and not self.closed and self.transport.is_reading():
+        # (reads come after connection_made: a flow)
+        if self.flow.read_paused and not self.closed and self.transport.is_reading():
             self.transport.pause_reading()  # paused in connection_made: uvloop has just started reading
 
     def data_received(self, data: bytes | memoryview) -> None:
@@ -570,9 +598,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # SocketServer.touch inline; the reading is also the touch of the answers this read
         # writes (flush_corked)
         now = self.last_active_ms = server.time.monotonic_ms()
-        connections = server.connections
-        if self in connections:
-            connections.move_to_end(self)
+        try:
+            server.connections.move_to_end(self)
+        except KeyError:  # (not among them: not opened through the server, as in some tests)
+            pass
         meter = self._meter
         if meter is not None:
             meter.read(data)  # t_read and the cursor; the listener's bytes in
@@ -585,16 +614,73 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self.close(str(exc))
             return
-        completed = bool(frames)
-        if self._held_frames is not None:  # muted (a quota): behind the frames already waiting
-            self._held_frames.extend(frames)
+        if len(frames) != 1 or self.throttled or server.corked is not None:
+            # (the general path first: the fast one's block is long, a jump over it costs more)
+            if self._held_frames is not None:  # muted (a quota): behind the frames already waiting
+                self._held_frames.extend(frames)
+            elif frames:  # (none: part of a frame, nothing to process)
+                self._process_frames(frames, now)
         else:
-            self._process_frames(frames, now)
+            # One whole request, outside any other read (most reads; issue 29): _process_frames'
+            # work for it, inline (the general path above is its reference). (Frames are held
+            # only while throttled: _unmute clears both.)
+            hooks = server.read_hooks
+            server.corked = []
+            try:
+                hooks[0]()
+                # _process(frame), inline (its reference; a header it refuses goes there, to be
+                # told why)
+                frame = frames[0]
+                header = parse_header(frame, REQUEST_FLEXIBLE_VERSIONS, RequestHeader)
+                if header.__class__ is str or header.api_key not in APIS:
+                    self._process(frame)
+                else:
+                    ctx = RequestContext(header, frame, self)
+                    if meter is not None:
+                        meter.begin(ctx, header.api_key, header.api_version, frame)
+                    pending = self._pending
+                    pending.append(ctx)
+                    sasl = self.sasl
+                    try:
+                        if sasl is None:
+                            self.dispatcher.handle(ctx)
+                        else:
+                            sasl.handle(ctx)
+                    except RemoteProtocolError as exc:
+                        self.close(f"api_key={header.api_key} v{header.api_version} "
+                                   f"correlation_id={header.correlation_id}: {exc}")
+                    except Exception:
+                        log.exception("unexpected error handling api_key=%d v%d from %s; closing the connection",
+                                      header.api_key, header.api_version, self.peer)
+                        self.close("internal error")
+                    else:
+                        if not ctx.done:  # parked (see _process)
+                            if meter is not None:
+                                meter.parked(ctx)
+                            if len(pending) >= self._max_inflight:
+                                self._update_reading()
+            finally:
+                try:
+                    hooks[1]()
+                except Exception:
+                    log.exception("unexpected error at the end of a read from %s", self.peer)
+                finally:
+                    corked = server.corked
+                    if corked:
+                        if self._out is not None and corked[0] is not self:
+                            # this connection's answers leave first, as _process_frames has them
+                            corked.remove(self)
+                            corked.insert(0, self)
+                        server.flush_corked(now)
+                    else:  # (nothing to write: a read whose request parked)
+                        server.corked = None
         if server.memory_pool is not None and not self.closed:
-            self._account_memory(completed)
-        # (a read that filled the buffer with the mark at 1: the rest is queued already)
-        if (self._set_lowat is not None and not self.closed
-                and (self._lowat != 1 or (self.framer.buffered and len(data) < _READ_BUFFER_SIZE))):
+            self._account_memory(bool(frames))
+        # (a read that filled the buffer with the mark at 1: the rest is queued already; the
+        # framer does not gather: what it buffers is its ``partial``)
+        # (the mark at 1 and nothing buffered, most reads: decided by the first two tests)
+        if ((self._lowat != 1 or self.framer.partial) and self._set_lowat is not None and not self.closed
+                and (self._lowat != 1 or len(data) < _READ_BUFFER_SIZE)):
             self._update_lowat()
 
     def _process_frames(self, frames: list, now: float) -> None:
@@ -608,12 +694,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # end, before the answers are written, so theirs leave in the same batch). A call made
         # while a read is processed (corked already set) is part of that read: no hooks of its own.
         # ``now``: the clock's monotonic_ms when the read came (what the answers' writes touch).
+        # The reading connection joins ``corked`` first, so that its answers leave first (the
+        # order of the writes decides a simulated run's interleaving); another joins with its
+        # first answer (_flush, send_response). data_received's one-request read joins it at
+        # the end, in front, if it answered (a read whose request parked writes nothing).
         server = self.server
         outer = server.corked is None
         hooks = server.read_hooks if outer else None
         if outer:
             server.corked = []
-        if self._out is None:
+        if self._out is None:  # (its answers leave first)
             self._out = []
             server.corked.append(self)  # type: ignore[union-attr]
         try:
@@ -659,6 +749,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         held, self._held_frames = self._held_frames, None
         if held:
+            # reading may resume now (a parked request looks at reading only at the in-flight
+            # limit: see _process); the held requests may pause it again
+            self._update_reading()
             self._process_frames(held, self.server.time.monotonic_ms())
         self._update_reading()
 
@@ -724,8 +817,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # connection closed without a response, and nothing counted for a key no API has.
             self.close(f"unknown api key {header.api_key} (correlation_id={header.correlation_id})")
             return
-        self.requests += 1
-        slot = _Slot(header)
+        ctx = RequestContext(header, frame, self)
         meter = self._meter
         if meter is not None:
             # Any int16 arrives here: a negative version, or one past the table, counts as "other".
@@ -734,9 +826,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # Every served key's stats are bound up front. begin: the version counted, and the slot
             # given its API's stats, the read's clock reading, its start (when the requests before
             # it in this read were done with) and its frame (its size, read at finish).
-            meter.begin(slot, header.api_key, header.api_version, frame)
-        self._pending.append(slot)
-        ctx = RequestContext(header, frame, self, slot)
+            meter.begin(ctx, header.api_key, header.api_version, frame)
+        pending = self._pending
+        pending.append(ctx)
         sasl = self.sasl
         try:
             if sasl is None:
@@ -751,10 +843,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
                           header.api_key, header.api_version, self.peer)
             self.close("internal error")
             return
-        if not slot.done:  # parked (a purgatory) or answered later
+        if not ctx.done:  # parked (a purgatory) or answered later
             if meter is not None:
-                meter.parked(slot)
-            self._update_reading()
+                meter.parked(ctx)
+            # The one reason to pause reading a parked request adds is the requests in flight.
+            # Every other one pauses reading when it arises (pause_writing, throttle,
+            # set_memory_paused, _account_memory after each read), and whatever lifts one looks
+            # again (resume_writing, _unmute, the memory pool, an answer written while reading is
+            # paused: _flush, send_response, flush_corked): below the limit, _update_reading
+            # would change nothing here (a call per parked fetch and acks=all produce, issue 29).
+            if len(pending) >= self._max_inflight:
+                self._update_reading()
 
     def _flush(self) -> None:
         """Write the answers ready in request order. With metrics on, the Meter's last reading
@@ -848,6 +947,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return len(self._pending)
 
 
+def _no_read_hook() -> None:
+    pass
+
+
 class SocketServer:
     """The listeners. Knows every connection it accepted (for shutdown and metrics)."""
 
@@ -884,8 +987,8 @@ class SocketServer:
         # done (KafkaConnection._process_frames); None otherwise.
         self.corked: list[KafkaConnection] | None = None
         # (begin, end): called around each outer read's requests (KafkaConnection._process_frames),
-        # end before the corked answers are written, even when a request raised; None: nothing.
-        self.read_hooks: tuple[Callable[[], None], Callable[[], None]] | None = None
+        # end before the corked answers are written, even when a request raised (none by default).
+        self.read_hooks: tuple[Callable[[], None], Callable[[], None]] = (_no_read_hook, _no_read_hook)
         # Security, per listener name (start() fills them from the listener's ListenerSecurity).
         self.listener_auth: dict[str, Any] = {}  # SASL listeners: their ListenerAuthentication
         self.principal_mappers: dict[str, "SslPrincipalMapper"] = {}  # TLS listeners
@@ -924,10 +1027,11 @@ class SocketServer:
             if out and not conn.closed:
                 conn.transport.writelines(tls_writes(out) if conn.tls else out)  # write_out, inline
                 conn.last_active_ms = now  # touch, with the read's reading
-                if conn in connections:
+                try:
                     connections.move_to_end(conn)
-                flow = conn.flow
-                if flow is not None and flow.read_paused:
+                except KeyError:
+                    pass
+                if conn.flow.read_paused:  # (it has written through its transport: connection_made ran)
                     # A write only lets a paused read resume (its answers left _pending); what
                     # pauses reading calls _update_reading itself (pause_writing, throttle, _process).
                     conn._update_reading()

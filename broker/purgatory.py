@@ -93,7 +93,8 @@ class DelayedOperation:
         return True
 
     def _finish(self) -> bool:
-        """Mark it completed, cancel its timer and unwatch it; False if it already was."""
+        """Mark it completed, cancel its timer and unwatch it; False if it already was.
+        (DelayedProduce.force_complete does this inline: a change here is made there too.)"""
         if self.completed:
             return False
         self.completed = True
@@ -130,11 +131,12 @@ class _DelayQueue:
     deadline order (arrival order), completed ones included until dropped, and one timer for
     the head it was armed for (``armed``: that head's deadline)."""
 
-    __slots__ = ("purgatory", "delay_ms", "entries", "timer", "armed", "limit")
+    __slots__ = ("purgatory", "delay_ms", "wait_ms", "entries", "timer", "armed", "limit")
 
     def __init__(self, purgatory: "DelayedOperationPurgatory", delay_ms: float) -> None:
         self.purgatory = purgatory
         self.delay_ms = delay_ms
+        self.wait_ms = delay_ms if delay_ms > 0 else 0.0  # an operation's deadline: watched + this
         self.entries: deque[tuple[float, DelayedOperation]] = deque()
         self.timer: TimerHandle | None = None
         self.armed = 0.0
@@ -203,30 +205,40 @@ class DelayedOperationPurgatory:
         """Watch and time ``op`` without trying it first: for a caller that has just found it
         cannot complete (a follower's fetch that read nothing, ReplicaManager.fetch_messages),
         where the try would only look again at what was just looked at."""
-        keys = tuple(keys)
         op._purgatory = self
-        op._keys = keys
+        op._keys = keys = tuple(keys)
+        watchers = self._watchers
         for key in keys:
-            self._watchers.setdefault(key, {})[op] = None
+            watchers.setdefault(key, {})[op] = None
         queues = self._delay_queues
         if queues is None:
             op._timer = self.time.schedule(op.delay_ms, op._expire)
             return
-        delay = op.delay_ms
-        queue = queues.get(delay)
+        queue = queues.get(op.delay_ms)
         if queue is None:
+            delay = op.delay_ms
             if len(queues) >= self.MAX_DELAY_QUEUES:
                 op._timer = self.time.schedule(delay, op._expire)
                 return
             queue = queues[delay] = _DelayQueue(self, delay)
         entries = queue.entries
-        while entries and entries[0][1].completed:
+        deadline = self.time.monotonic_ms() + queue.wait_ms
+        if entries and entries[0][1].completed:
+            # Completed heads leave (the last operation watched, most of the time: issue 29).
+            # Then the queue is no longer than after the last watch, which left it within its
+            # limit: nothing to compact.
             entries.popleft()
-        deadline = self.time.monotonic_ms() + (delay if delay > 0 else 0.0)
+            while entries and entries[0][1].completed:
+                entries.popleft()
+            entries.append((deadline, op))
+            if queue.timer is None:
+                queue.armed = deadline
+                queue.timer = self.time.schedule(queue.delay_ms, queue.fire)
+            return
         entries.append((deadline, op))
         if queue.timer is None:
             queue.armed = deadline
-            queue.timer = self.time.schedule(delay, queue.fire)
+            queue.timer = self.time.schedule(queue.delay_ms, queue.fire)
         elif len(entries) > queue.limit:
             # completed entries behind a live head: compact (amortized: the limit doubles past
             # what is left)
@@ -247,12 +259,13 @@ class DelayedOperationPurgatory:
         return done
 
     def _unwatch(self, op: DelayedOperation) -> None:
+        watchers = self._watchers
         for key in op._keys:
-            ops = self._watchers.get(key)
+            ops = watchers.get(key)
             if ops is not None:
                 ops.pop(op, None)
                 if not ops:
-                    del self._watchers[key]
+                    del watchers[key]
         op._keys = ()
 
     def watched(self) -> int:

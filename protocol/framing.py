@@ -48,11 +48,15 @@ class NegativeFrameSize(Exception):
 
 
 class Framer:
-    __slots__ = ("max_size", "_buf", "gather", "_frame", "_need", "_filled", "_into", "_read")
+    __slots__ = ("max_size", "partial", "gather", "_frame", "_need", "_filled", "_into", "_read")
 
     def __init__(self, max_size: int, gather: bool = False) -> None:
         self.max_size = max_size
-        self._buf = bytearray()
+        # What ``feed`` holds of a partial frame (its size prefix included), empty when none: a
+        # framer that does not gather holds nothing else, so its ``buffered`` is len(partial)
+        # (the broker's connections read it after every read, issue 29). Gathering, only a size
+        # prefix split across chunks.
+        self.partial = bytearray()
         self.gather = gather
         self._frame: list[bytes | memoryview] | None = None  # gather: the chunks of the partial frame's body
         self._need = self._filled = 0  # its size, and the bytes of it held
@@ -68,17 +72,17 @@ class Framer:
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         if self.gather:
             return self._feed_gathered(data)
-        if not self._buf and _split_frames is not None:
+        if not self.partial and _split_frames is not None:
             split = _split_frames(data, self.max_size)
             if split is not None:  # (None: a size feed's loop refuses, raising)
                 frames, pos = split
                 if pos < len(data):
-                    self._buf = bytearray(memoryview(data)[pos:])  # a partial frame (or size prefix)
+                    self.partial = bytearray(memoryview(data)[pos:])  # a partial frame (or size prefix)
                 return frames
         frames = []
         view = memoryview(data)
         try:
-            pos = self._complete(view, frames) if self._buf else 0
+            pos = self._complete(view, frames) if self.partial else 0
             end = len(view)
             while end - pos >= 4:
                 (size,) = _SIZE.unpack_from(view, pos)
@@ -90,7 +94,7 @@ class Framer:
                 frames.append(bytearray(view[pos + 4:stop]))
                 pos = stop
             if pos < end:
-                self._buf = bytearray(view[pos:])  # a partial frame (or size prefix): kept from here on
+                self.partial = bytearray(view[pos:])  # a partial frame (or size prefix): kept from here on
         finally:
             view.release()
         return frames
@@ -120,7 +124,7 @@ class Framer:
             return [frame]  # type: ignore[list-item]  # (a memoryview of a bytearray: its obj is one)
         read = self._read
         assert read is not None and self.gather, "filled() without buffer()"
-        if n >= 4 and self._frame is None and not self._buf:
+        if n >= 4 and self._frame is None and not self.partial:
             # A read of exactly one whole frame (a follower's every Fetch response at low or half
             # load, issue 29): _feed_gathered's answer, without its loop.
             (size,) = _SIZE.unpack_from(read, 0)
@@ -170,7 +174,7 @@ class Framer:
                         part.release()
                 self._frame = None
                 continue
-            buf = self._buf
+            buf = self.partial
             if buf or end - pos < 4:  # a size prefix split across chunks
                 take = min(4 - len(buf), end - pos)
                 buf += view[pos:pos + take]
@@ -179,7 +183,7 @@ class Framer:
                     break
                 (size,) = _SIZE.unpack_from(buf, 0)
                 self._check(size)
-                self._buf = bytearray()
+                self.partial = bytearray()
                 if size == 0:
                     frames.append(bytearray())
                 else:
@@ -204,7 +208,7 @@ class Framer:
         arriving in small chunks quadratic), and hand it out once whole. Only the pending
         frame's bytes are copied into the buffer: the frames after it are sliced out of
         ``view`` like any others. Returns how much of ``view`` was taken."""
-        buf = self._buf
+        buf = self.partial
         taken = 0
         if len(buf) < 4:
             taken = min(4 - len(buf), len(view))
@@ -219,7 +223,7 @@ class Framer:
         if len(buf) == 4 + size:
             del buf[:4]  # cheap: a bytearray drops its head by moving its start
             frames.append(buf)
-            self._buf = bytearray()
+            self.partial = bytearray()
         return taken
 
     @property
@@ -227,7 +231,7 @@ class Framer:
         """Bytes of the partial frame received so far (its size prefix included)."""
         if self._frame is not None or self._into is not None:
             return 4 + self._filled
-        return len(self._buf)
+        return len(self.partial)
 
     @property
     def missing(self) -> int:
@@ -237,7 +241,7 @@ class Framer:
             return self._need - self._filled
         if self._into is not None:
             return len(self._into) - self._filled
-        buf = self._buf
+        buf = self.partial
         if len(buf) < 4:
             return 0
         size: int = _SIZE.unpack_from(buf, 0)[0]
@@ -251,7 +255,7 @@ class Framer:
             return 4 + self._need
         if self._into is not None:
             return 4 + len(self._into)
-        buf = self._buf
+        buf = self.partial
         if len(buf) < 4:
             return len(buf)
         size: int = _SIZE.unpack_from(buf, 0)[0]

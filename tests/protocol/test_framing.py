@@ -117,10 +117,10 @@ def test_a_large_frame_in_small_chunks_grows_one_buffer() -> None:
     data = frame(b"x" * 100_000)
     chunks = [data[i:i + 1000] for i in range(0, len(data), 1000)]
     assert framer.feed(chunks[0]) == []
-    held = framer._buf
+    held = framer.partial
     for chunk in chunks[1:-1]:
         assert framer.feed(chunk) == []
-        assert framer._buf is held
+        assert framer.partial is held
     assert [bytes(f) for f in framer.feed(chunks[-1])] == [b"x" * 100_000]
     assert framer.buffered == 0
 
