@@ -172,7 +172,7 @@ class PyCounter:
 
 
 class PySlotTimes:
-    """The base of a connection's request slot (broker/network.py _Slot): its clock readings,
+    """The base of a connection's request slot (broker/network.py RequestContext, which is its slot): its clock readings,
     its request (its size: an int, or its frame) and its API's RequestStats (``stats``), set by
     begin and read by finish (RequestStats' or Meter's). The reference for
     broker/_request_stats.c's SlotTimes, whose begin and finish reach them without an attribute

@@ -387,6 +387,12 @@ class ReplicaManager:
                             and partition.leader_id == partition.local_broker_id
                             and replica_id in partition.remote_replicas
                             and (quotas is None or not quotas.leader.throttled)):
+                        # Where it parks: the fetch offset's position (DelayedFetch's), taken before
+                        # the follower's position is recorded: that may move the HW and complete
+                        # an acks=all produce whose callback appends to this same partition at once;
+                        # that append's check (deferred to the read's end) must find this fetch
+                        # parked below it, as the general path's is.
+                        meta = log_.log_end_offset_metadata()
                         try:
                             # _update_follower_fetch_state, its checks made above (a change there
                             # is made here too: tests/broker/test_fetch_fast_path.py)
@@ -401,7 +407,6 @@ class ReplicaManager:
                         # parked: the position and wake-up level DelayedFetch and FetchPurgatory.watch
                         # would work out (one partition at the LEO, reading to it, min_bytes >= 1)
                         min_bytes = params.min_bytes
-                        meta = log_.log_end_offset_metadata()
                         op = DelayedFetch(params.max_wait_ms, params, topics, self, callback, [(log_, meta)])
                         self.fetch_purgatory.watch(op, (key,), (key, True, (
                             meta[0], meta[1] + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER)))
@@ -431,8 +436,11 @@ class ReplicaManager:
             # A follower's fetch that read nothing, without an error: each fetch offset is its
             # partition's LEO (Log.read is empty there only, and raises outside the log), or the
             # partition's data is throttled for it; DelayedFetch.try_complete would find the
-            # same (nothing has run since the read), so it is parked untried: at the leader of
-            # an acks=all produce, every follower's next fetch (issue 29).
+            # same, so it is parked untried: at the leader of an acks=all produce, every
+            # follower's next fetch (issue 29). (Recording the follower's position may have
+            # completed a produce whose callback appended since: inside a socket read, where
+            # every fetch is handled, that append's check waits for the read's end (end_read),
+            # which finds this fetch parked at its offset and wakes it.)
             self.fetch_purgatory.watch(op, keys)
             return op
         if self.fetch_purgatory.try_complete_else_watch(op, keys):

@@ -317,3 +317,36 @@ def test_the_lean_session_path_wraps_the_epoch_after_its_largest_as_the_general_
         answers.append((cache.sessions[session_id].epoch, sent[1] == session_id, sent[2],
                         [(t, [pd.high_watermark for pd in ps]) for t, ps in sent[0]]))
     assert answers[0] == answers[1] == (1, True, 0, [("t", [6])])
+
+
+def test_a_follower_parked_while_its_fetch_completes_a_produce_that_appends_again_is_woken(tmp_path):
+    """A follower's fetch at the LEO moves the HW and so completes an acks=all produce whose
+    callback appends to the same partition at once (the transaction coordinator's CompleteCommit
+    after its PrepareCommit, markers acknowledged at once): parked at the fetch offset's position,
+    the fetch is woken by that append's check at the read's end, on the lean path as on the
+    general one; parked at the new LEO it waited for the next append or replica.fetch.wait.max.ms."""
+    stack, sides = _pair(tmp_path)
+    with stack:
+        for name, side in zip(("lean", "general"), sides):
+            with (_general(ReplicaManager, FetchContext, FetchManager) if name == "general" else contextlib.nullcontext()):
+                rm = side.rm
+                p = rm.get_partition("t", 0)
+
+                def then_append(_results, rm=rm) -> None:
+                    again = bytearray(build_batch([Record(value=b"B" * 20, timestamp=1)]))
+                    rm.append_records(1000, 1, False, [("t", [(0, again)])], lambda _r: None)
+
+                first = bytearray(build_batch([Record(value=b"A" * 20, timestamp=1)]))
+                rm.append_records(1000, -1, False, [("t", [(0, first)])], then_append)
+                answered: dict[int, list] = {}
+                for replica in (2, 3):  # the second fetch moves the HW (ISR 1, 2, 3)
+                    offset = p.log.log_end_offset
+                    fetch = [("t", [FetchPartition(0, p.leader_epoch, offset, p.log.log_start_offset, 1 << 20)])]
+                    rm.begin_read()
+                    rm.fetch_messages(FetchParams(replica, 500, 1, 1 << 20, 0), fetch,
+                                      lambda r, replica=replica: answered.setdefault(replica, r))
+                    rm.end_read()
+                assert p.log.high_watermark == 1 and p.log.log_end_offset == 2, name
+                assert 3 in answered, f"{name}: the follower that completed the produce stays parked"
+                (_topic, (pd,)), = answered[3]
+                assert len(pd.records) > 0, name
