@@ -444,7 +444,8 @@ class ApiStats:
     """One API's counters and histograms, bound once (the hot path indexes a list by API key).
     ``arrived(version)``: a request read; ``done(t_read, t_start, t_local, t_ready, t_sent,
     request_size, response) -> response size``: a request answered, its phases (nanoseconds of
-    the injected clock; t_local 0 when answered while its handler ran) and sizes. Both are RequestStats' own methods (C calls where
+    the injected clock; t_local 0 when answered while its handler ran) and sizes. Both are RequestStats' own methods
+    (C calls where
     broker/_request_stats.c is built)."""
 
     __slots__ = ("name", "errors", "stats", "arrived", "done", "total", "queue", "local", "remote", "send",

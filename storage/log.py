@@ -469,7 +469,8 @@ class Log:
 
     def _append_stamped(self, buf: Buffer, header: BatchHeader, leader_epoch: int) -> LogAppendInfo:
         """``_append_info``, ``_append`` and ``_maybe_assign_epoch`` of one batch stamped at the
-        LEO (CreateTime), or a follower's one batch with the leader's offsets and epoch, in one function for the common case: an active segment already
+        LEO (CreateTime), or a follower's one batch with the leader's offsets and epoch, in one
+        function for the common case: an active segment already
         written to, with its indexes loaded and its ``.log`` descriptor held, which this batch
         does not roll. The write, LogSegment._index_batch's bookkeeping and index entries, the
         LEO, the flush check and the epoch are as the general way does them; anything else goes
