@@ -144,7 +144,7 @@ static PyObject *RequestStats_done(RequestStats *self, PyObject *const *args, Py
     return PyLong_FromSsize_t(size);
 }
 
-/* SlotTimes: the base of a connection's request slot (broker/network.py _Slot), holding what
+/* SlotTimes: the base of a connection's request slot (broker/network.py RequestContext), holding what
  * RequestStats.finish reads at the answer: t_read, t_start, t_local, t_ready (clock readings,
  * signed 64-bit: stored without an int object each), ``request`` (the request's size: an int, or
  * its frame, whose length plus the 4-byte size prefix is its size) and ``stats`` (the API's

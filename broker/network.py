@@ -290,9 +290,6 @@ class RequestContext(SlotTimes):
         self.connection.close(reason)
 
 
-_Slot = RequestContext  # (the slot a request takes in its connection's queue of answers)
-
-
 _CLOSED_FRAMER = Framer(0)  # what a closed connection holds instead of its buffer
 
 

@@ -110,7 +110,7 @@ def test_done_adds_the_response_size_to_the_listener_counter_as_the_reference(ob
     assert c.response_bytes == py.response_bytes and metrics.Counter is _request_stats.Counter
 
 
-class CSlot(_request_stats.SlotTimes):  # as broker/network.py's _Slot: more slots of its own
+class CSlot(_request_stats.SlotTimes):  # as broker/network.py's RequestContext: more slots of its own
     __slots__ = ("header",)
 
 
@@ -173,9 +173,9 @@ def test_finish_wants_a_begun_slot_and_counts_nothing_otherwise():
 
 
 def test_the_broker_s_slots_are_the_c_slot_times():
-    from broker.network import _Slot
+    from broker.network import RequestContext
 
-    assert metrics.SlotTimes is _request_stats.SlotTimes and issubclass(_Slot, _request_stats.SlotTimes)
+    assert metrics.SlotTimes is _request_stats.SlotTimes and issubclass(RequestContext, _request_stats.SlotTimes)
 
 
 def test_listener_bytes_out_reads_its_counter():
