@@ -24,6 +24,17 @@ So the measurement spans whole windows: CI runs quota.window.num 6 and measures 
 producer sends small batches (batch.size 16 KiB), since a 1 MB request can itself be most of a
 sample.
 
+Exactly whole windows: a client sending as fast as it is let is taken in bursts, a whole
+window's allowance at once each time the sample holding the last burst expires (throttles are
+at most one sample long, Kafka's bound, so between bursts it gets a request a second): with 6
+samples, ~5.9 MB within a tenth of a second every 6 s and then ~10 KB a second. The bursts are
+at least a window apart, so [t1, t1 + whole windows) holds one window's worth whatever their
+phase (one burst, or the end of one and the start of the next), but any longer span may hold
+two: a CI run measured up to its last metrics read, 0.7 s late on a loaded machine, and found
+1.76 MB/s (two bursts over 6.7 s). So the clients' acknowledgements are counted over exactly
+[t1, t1 + windows); the broker's counter is read around it: the reads within it bound its bytes
+from above, those around it from below.
+
 The byte-rate metric is Kafka's Rate read at an arbitrary moment, and Kafka does not bound that
 by the quota: the window it divides by is (samples - 1) whole windows plus the current one's
 elapsed part, so it falls from samples to samples - 1 windows at each whole window (Rate.windowSize),
@@ -213,38 +224,52 @@ def start(tmp_path, samples: int, metrics: bool) -> LocalCluster:
     return cluster
 
 
-def scrape(port: int) -> tuple[float, dict]:
-    """(when, {(name, client_id or topic): value}) of the broker's /metrics page now."""
+def scrape(port: int) -> tuple[float, float, dict]:
+    """(asked, answered, {(name, client_id or topic): value}) of the broker's /metrics page now:
+    the values were read between ``asked`` and ``answered``."""
+    asked = time.monotonic()
     page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
-    when = time.monotonic()
+    answered = time.monotonic()
     series = {(s.name, s.labels.get("client_id", s.labels.get("topic"))): s.value
               for family in text_string_to_metric_families(page.decode()) for s in family.samples}
-    return when, series
+    return asked, answered, series
 
 
-def check_metrics(scrapes: list, samples: int, strict: bool) -> None:
-    """The slow client's quota metrics, read through the measured whole windows, and both
-    throttled clients' bytes as the broker counted them (their topics' BytesIn) over those
-    windows. Kafka's bounds (quota.window.size.seconds 1): the bytes over whole windows are the
-    quota's (+ 10 %, as the clients measured them); every read of the rate is at most samples /
-    (samples - 1) x the quota plus one request per second (the module docstring)."""
-    (t1, first), (t2, last) = scrapes[0], scrapes[-1]
-    rates = [series[("kafka_server_produce_byte_rate", "slow")] for _, series in scrapes]
-    bytes_in = {name: (last[("kafka_server_brokertopicmetrics_bytesin_total", topic_of(name))]
-                       - first[("kafka_server_brokertopicmetrics_bytesin_total", topic_of(name))]) / (t2 - t1)
-                for name in ("slow", "raw")}
+def check_metrics(scrapes: list, t1: float, measure_s: float, samples: int, strict: bool) -> None:
+    """The slow client's quota metrics, read through the measured whole windows [t1, t1 +
+    measure_s), and both throttled clients' bytes as the broker counted them (their topics'
+    BytesIn) over those windows. Kafka's bounds (quota.window.size.seconds 1): the bytes over
+    whole windows are the quota's (+ 10 %, as the clients measured them); every read of the rate
+    is at most samples / (samples - 1) x the quota plus one request per second (the module
+    docstring). ``scrapes``: (asked, answered, series), the first answered before t1, one asked
+    at t1, the last asked at t1 + measure_s or later."""
+    t2 = t1 + measure_s
+    inside = [s for s in scrapes if s[0] >= t1 and s[1] <= t2]  # read within the windows
+    assert len(inside) >= 3, [s[:2] for s in scrapes]  # at t1, through them (4 a second when the machine keeps up)
+    assert scrapes[0][1] <= t1 and scrapes[-1][0] >= t2, [s[:2] for s in scrapes]
+
+    def bytes_in(name: str, a: dict, b: dict) -> float:
+        key = ("kafka_server_brokertopicmetrics_bytesin_total", topic_of(name))
+        return (b[key] - a[key]) / measure_s
+
+    # bytes over part of the windows (an upper bound), over a span holding them (a lower one)
+    within = {name: bytes_in(name, inside[0][2], inside[-1][2]) for name in ("slow", "raw")}
+    around = {name: bytes_in(name, scrapes[0][2], scrapes[-1][2]) for name in ("slow", "raw")}
+    rates = [series[("kafka_server_produce_byte_rate", "slow")] for _, _, series in scrapes[1:]]
+    last = scrapes[-1][2]
     momentary = QUOTA * samples / (samples - 1) + SLOW_REQUEST
-    print(f"slow's byte rate metric: {len(rates)} reads over {t2 - t1:.1f} s, mean {statistics.mean(rates) / 1e6:.3f} "
-          f"max {max(rates) / 1e6:.4f} (bound {momentary / 1e6:.4f}) min {min(rates) / 1e6:.3f} MB/s; broker's "
-          f"BytesIn: slow {bytes_in['slow'] / 1e6:.3f} raw {bytes_in['raw'] / 1e6:.3f} MB/s; last throttle "
-          f"{last[('kafka_server_produce_throttle_time', 'slow')]} ms")
-    assert len(rates) >= 3, len(rates)  # at t1, through the windows (4 a second when the machine keeps up), at t2
+    print(f"slow's byte rate metric: {len(rates)} reads over {scrapes[-1][1] - scrapes[1][0]:.1f} s, mean "
+          f"{statistics.mean(rates) / 1e6:.3f} max {max(rates) / 1e6:.4f} (bound {momentary / 1e6:.4f}) min "
+          f"{min(rates) / 1e6:.3f} MB/s; broker's BytesIn over {measure_s:.0f} s, counted within "
+          f"{inside[-1][1] - inside[0][0]:.2f} s / around {scrapes[-1][1] - scrapes[0][0]:.2f} s of it: slow "
+          f"{within['slow'] / 1e6:.3f}/{around['slow'] / 1e6:.3f}, raw {within['raw'] / 1e6:.3f}/"
+          f"{around['raw'] / 1e6:.3f} MB/s; last throttle {last[('kafka_server_produce_throttle_time', 'slow')]} ms")
     assert all(0 < r <= momentary for r in rates), rates
-    assert bytes_in["slow"] <= 1.1 * QUOTA and bytes_in["raw"] <= 1.1 * QUOTA, bytes_in
+    assert within["slow"] <= 1.1 * QUOTA and within["raw"] <= 1.1 * QUOTA, within
     if strict:
-        assert bytes_in["slow"] >= 0.9 * QUOTA, bytes_in
+        assert around["slow"] >= 0.9 * QUOTA, around
     assert last[("kafka_server_produce_throttle_time", "slow")] > 0
-    assert all(("kafka_server_produce_byte_rate", "fast") not in series for _, series in scrapes)  # no quota, no sensor
+    assert all(("kafka_server_produce_byte_rate", "fast") not in series for _, _, series in scrapes)  # no quota, no sensor
 
 
 def check_quotas(tmp_path, samples: int, windows: int, metrics: bool = True, strict: bool = True) -> None:
@@ -275,17 +300,18 @@ def check_quotas(tmp_path, samples: int, windows: int, metrics: bool = True, str
         for name in ("slow", "raw"):
             wait_until(clients[name].first_ack.is_set, 30, what=f"the {name} client's first acknowledgement")
         time.sleep(warm_up_s)
+        # (asked, answered, series): one answered before t1, then through the measured windows
+        # every SCRAPE_S from t1, and the last asked at t2 or after
+        scrapes = [scrape(broker.metrics_port)] if metrics else []
         t1 = time.monotonic()
-        scrapes = []  # (when, series): through the measured windows, every SCRAPE_S, the first at t1
+        t2 = t1 + measure_s  # exactly whole windows (the module docstring): not when a read ends
         if metrics:
-            while time.monotonic() < t1 + measure_s:
+            while time.monotonic() < t2:
                 scrapes.append(scrape(broker.metrics_port))
-                time.sleep(max(0.0, min(SCRAPE_S, t1 + measure_s - time.monotonic())))
-            scrapes.append(scrape(broker.metrics_port))  # at t2
-            t2 = scrapes[-1][0]
+                time.sleep(max(0.0, min(SCRAPE_S, t2 - time.monotonic())))
+            scrapes.append(scrape(broker.metrics_port))
         else:
             time.sleep(measure_s)
-            t2 = time.monotonic()
         beside_turns = [(t1, t2)]
         # The machine is shared: the unthrottled producer alone and beside them, in turns (the
         # throttled clients paused and resumed; resumed, they may burst again), medians compared.
@@ -310,6 +336,8 @@ def check_quotas(tmp_path, samples: int, windows: int, metrics: bool = True, str
               f"raw (ignores throttle) {raw_rate / 1e6:.3f} MB/s; unthrottled alone {fmt(solos)} MB/s, "
               f"beside them {fmt(besides)} MB/s: median of the turns' ratios {ratio:.2f}x; "
               f"throttle_time_ms seen by slow: {len(slow.throttles)} (max {max(slow.throttles, default=0)})")
+        print("slow's acknowledged MB per second from t1 - warm-up to t2 (the module docstring's bursts): "
+              + " ".join(f"{slow.rate(t1 + s, t1 + s + 1) / 1e6:.2f}" for s in range(-int(warm_up_s), int(measure_s))))
         assert slow_rate <= 1.1 * QUOTA
         assert slow.throttles and max(slow.throttles) > 0
         assert raw_rate <= 1.1 * QUOTA
@@ -317,7 +345,7 @@ def check_quotas(tmp_path, samples: int, windows: int, metrics: bool = True, str
             assert slow_rate >= 0.9 * QUOTA
             assert ratio >= 0.9
         if metrics:
-            check_metrics(scrapes, samples, strict)
+            check_metrics(scrapes, t1, measure_s, samples, strict)
     finally:
         for client in clients.values():
             client.stop()
