@@ -253,6 +253,18 @@ class KafkaApis:
         }
         # The advertised table is derived from what is both defined in protocol/ and handled here.
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
+        # handle's lean case: (api key, version) -> handler for Produce and Fetch at the versions
+        # served, once the broker is live (empty while it holds requests). Every request of the
+        # replication path (issue 29) is one of these; the rest go the general way (_handle).
+        self._served = self._hot_handlers()
+
+    lean = True  # handle's table and the follower's Fetch (False: the general path, tests/broker/test_apis_lean.py)
+
+    def _hot_handlers(self) -> dict[tuple[int, int], Callable[["RequestContext"], None]]:
+        if not self.lean:
+            return {}
+        return {(key, version): self.handlers[key] for key in (ApiKey.PRODUCE, ApiKey.FETCH)
+                for version in range(APIS[key].min_version, APIS[key].max_version + 1)}
 
     # -- dispatch --------------------------------------------------------------------------
     def hold_until_live(self) -> None:
@@ -266,10 +278,12 @@ class KafkaApis:
         request order on each connection."""
         if self._held_until_live is None:
             self._held_until_live = []
+            self._served = {}  # every request through _handle, which holds them
 
     def live(self) -> None:
         """Serve the held requests, in the order they came, and everything from now on."""
         held, self._held_until_live = self._held_until_live, None
+        self._served = self._hot_handlers()
         for ctx in held or ():
             if not ctx.connection.closed:
                 self.handle(ctx)
@@ -293,6 +307,38 @@ class KafkaApis:
                 self.handle(ctx)
 
     def handle(self, ctx: "RequestContext") -> None:
+        header = ctx.header
+        # Produce and Fetch at a version served, live, without request quotas: _handle's checks
+        # all pass; the handler is called as there (issue 29: every request of the replication path)
+        handler = self._served.get((header.api_key, header.api_version))
+        if handler is not None:
+            quotas = self.quotas
+            if quotas is None or not quotas.quotas:
+                try:
+                    handler(ctx)
+                except RemoteProtocolError:
+                    raise
+                except Exception as exc:
+                    self._handler_failed(ctx, APIS[header.api_key], exc)
+                return
+        self._handle(ctx)
+
+    def _handler_failed(self, ctx: "RequestContext", api: Api, exc: Exception) -> None:
+        """What _handle does with a handler's exception (but RemoteProtocolError, which closes);
+        called in the ``except`` (log.exception logs the exception being handled)."""
+        header = ctx.header
+        if isinstance(exc, KafkaError):
+            log.warning("%s v%d from %s failed: %s %s", api.name, header.api_version, ctx.peer,
+                        exc.error_code.name, exc)
+            self._answer_error(ctx, api, exc.error_code, str(exc) or None)
+            return
+        # Kafka's handleError: answer the request with UNKNOWN_SERVER_ERROR, keep the connection.
+        log.exception("unexpected error handling %s v%d (correlation id %d) from %s; answering "
+                      "UNKNOWN_SERVER_ERROR", api.name, header.api_version, header.correlation_id, ctx.peer)
+        self._answer_error(ctx, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _handle(self, ctx: "RequestContext") -> None:
+        """handle's general path (the reference of its lean one)."""
         header = ctx.header
         key = header.api_key  # (read once: every request)
         if self._held_until_live is not None and key not in SERVED_BEFORE_LIVE:
@@ -663,6 +709,8 @@ class KafkaApis:
         header = ctx.header  # (its fields read directly: RequestContext's properties are calls)
         version = header.api_version
         request = decode_fetch_request(version, memoryview(ctx.frame), header.size)
+        if request.replica_id >= 0 and self.authorizer is None and self.lean:
+            return self._handle_follower_fetch(ctx, version, request)
         correlation_id = header.correlation_id
         # KIP-227: the partitions to read are the request's, or its incremental session's
         # (broker/fetch_session.py); a session error is answered with no partitions.
@@ -733,6 +781,54 @@ class KafkaApis:
         op = self.replica_manager.fetch_messages(params, topics, respond)
         if op is not None:
             ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
+
+    def _handle_follower_fetch(self, ctx: "RequestContext", version: int, request) -> None:
+        """handle_fetch_request for a follower without an authorizer (every fetch of the
+        replication path, issue 29): its steps for that case, without the closure (its answer
+        is ``_follower_respond``, a partial) and the consumer's and authorizer's branches. A
+        change there is made here too (tests/broker/test_apis_lean.py compares them)."""
+        context = self.fetch_manager.new_context(request, True)
+        if context.error:
+            chunks, _ = encode_fetch_response(version, ctx.header.correlation_id, [], error_code=context.error)
+            if self._fetch_stats_api is not None:
+                self._fetch_stats_api.error(context.error)
+            ctx.send_response(chunks)
+            return
+        self._quota_exempt = True  # a follower's fetch: replication is not a client's request time
+        replica_manager = self.replica_manager
+        op = replica_manager.fetch_messages(
+            FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
+                        request.isolation_level),
+            context.topics, functools.partial(self._follower_respond, ctx, context, version, replica_manager.topic_stats))
+        if op is not None:
+            ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
+
+    def _follower_respond(self, ctx: "RequestContext", context, version: int, topic_stats, results: list) -> None:
+        """handle_fetch_request's ``respond`` for a follower's fetch without an authorizer."""
+        replication_quotas = self.replica_manager.replication_quotas
+        if replication_quotas is not None and replication_quotas.leader.throttled:
+            # KIP-73: what throttled partitions send to followers counts against the leader quota
+            leader_quota = replication_quotas.leader
+            leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
+                                    if pd.records and leader_quota.is_throttled(topic, pd.partition)))
+        if topic_stats is not None:
+            if len(results) == 1 and len(results[0][1]) == 1:
+                # _fetch_stats of one partition (a follower of a single partition: every fetch)
+                topic, (pd,) = results[0]
+                stats = topic_stats.topic(topic)
+                stats.fetch_requests += 1
+                if pd.error_code:
+                    stats.failed_fetch += 1
+                    if self._fetch_stats_api is not None:
+                        self._fetch_stats_api.error(pd.error_code)
+                elif pd.records is not None:
+                    stats.replication_bytes_out += len(pd.records)
+            else:
+                self._fetch_stats(results, topic_stats, True)
+        results, session_id, error = context.response(results)
+        chunks, _ = encode_fetch_response(version, ctx.header.correlation_id, results, session_id=session_id,
+                                          error_code=error)
+        ctx.send_response(chunks)
 
     def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
         """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out
