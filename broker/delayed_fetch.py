@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
 
 from .fetch_params import FetchParams
 from .partition import FETCH_LOG_END, FETCH_TXN_COMMITTED, Partition
-from .purgatory import DelayedOperation, DelayedOperationPurgatory
+from .purgatory import DelayedOperation, DelayedOperationPurgatory, log
 
 if TYPE_CHECKING:
     from storage import Log
@@ -164,6 +164,27 @@ class DelayedFetch(DelayedOperation):
                 return self.try_complete()
         return self.force_complete()
 
+    def force_complete(self) -> bool:
+        # DelayedOperation.force_complete with _finish and on_complete inline (a completion per
+        # parked follower fetch, two per acks=all produce at its leader, issue 29): a change
+        # there is made here too
+        if self.completed:
+            return False
+        self.completed = True
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        purgatory = self._purgatory
+        if purgatory is not None:
+            purgatory._unwatch(self)
+        try:
+            # (from_purgatory=True, passed positionally: issue 29)
+            self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))
+        except Exception:  # a failing callback must not break whoever triggered completion
+            log.exception("DelayedFetch.on_complete failed")
+        return True
+
     def on_complete(self) -> None:
         # (from_purgatory=True, passed positionally: issue 29)
         self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))
@@ -203,6 +224,26 @@ class FetchPurgatory(DelayedOperationPurgatory):
         assert isinstance(op, DelayedFetch)
         op.indexed = True
         heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
+
+    def park(self, op: "DelayedFetch", key: Hashable, threshold: tuple[int, int]) -> None:
+        """``watch(op, (key,), (key, True, threshold))``, its steps for that case inline (a
+        follower's fetch parked at the LEO, ReplicaManager.fetch_messages: two per acks=all
+        produce at its leader, issue 29); tests/broker/test_fetch_purgatory_lean.py compares them."""
+        op._purgatory = self
+        op._keys = (key,)
+        watchers = self._watchers
+        ops = watchers.get(key)
+        if ops is None:
+            watchers[key] = {op: None}
+        else:
+            ops[op] = None
+        self._arm(op)
+        op.indexed = True
+        heap = self._heaps.get((key, True))
+        if heap is None:
+            self._heaps[(key, True)] = [(threshold, next(self._seq), op)]
+        else:
+            heapq.heappush(heap, (threshold, next(self._seq), op))
 
     def check_appended(self, key: Hashable, log: "Log") -> int:
         """After an append to ``key``'s ``log`` (and any move of its high watermark that
@@ -257,8 +298,38 @@ class FetchPurgatory(DelayedOperationPurgatory):
                     heapq.heappush(heap, entry)
         return done
 
+    lean = True  # _unwatch's case of an indexed fetch (False: the general path, tests/broker/test_fetch_purgatory_lean.py)
+
     def _unwatch(self, op: DelayedOperation) -> None:
         keys = op._keys
+        if len(keys) == 1 and op.__class__ is DelayedFetch and op.indexed and self.lean:
+            # A fetch in a wake-up heap (one key, never among the unindexed): the general path's
+            # steps for it below, inline (every completed follower fetch, issue 29)
+            key = keys[0]
+            watchers = self._watchers
+            live = watchers.get(key)
+            if live is not None:
+                live.pop(op, None)
+                if not live:
+                    del watchers[key]
+                    live = None
+            op._keys = ()
+            heaps = self._heaps
+            heap = heaps.get((key, True))
+            if heap is not None:
+                if not live:
+                    del heaps[(key, True)]
+                elif len(heap) > 2 * len(live) + 64:  # completed entries leave lazily; compact
+                    heap[:] = [e for e in heap if not e[2].completed]
+                    heapq.heapify(heap)
+            heap = heaps.get((key, False))
+            if heap is not None:
+                if not live:
+                    del heaps[(key, False)]
+                elif len(heap) > 2 * len(live) + 64:
+                    heap[:] = [e for e in heap if not e[2].completed]
+                    heapq.heapify(heap)
+            return
         DelayedOperationPurgatory._unwatch(self, op)
         all_unindexed = self._unindexed
         if all_unindexed:

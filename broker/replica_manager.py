@@ -408,8 +408,8 @@ class ReplicaManager:
                         # would work out (one partition at the LEO, reading to it, min_bytes >= 1)
                         min_bytes = params.min_bytes
                         op = DelayedFetch(params.max_wait_ms, params, topics, self, callback, [(log_, meta)])
-                        self.fetch_purgatory.watch(op, (key,), (key, True, (
-                            meta[0], meta[1] + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER)))
+                        self.fetch_purgatory.park(op, key, (
+                            meta[0], meta[1] + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER))
                         return op
         return self._fetch_messages(params, topics, callback)
 
