@@ -184,6 +184,9 @@ class KafkaApis:
         # through EnumType.__getattr__ (Python 3.11) and an int-subclass list index.
         self._produce_stats = request_metrics.by_key[ApiKey.PRODUCE] if request_metrics is not None else None
         self._fetch_stats_api = request_metrics.by_key[ApiKey.FETCH] if request_metrics is not None else None
+        # A follower's FetchParams by what its requests ask (the same every time): built once
+        # (_handle_follower_fetch; FetchParams is never changed once made)
+        self._follower_params: dict[tuple[int, int, int, int, int], FetchParams] = {}
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
         self.forwarding = forwarding or NoControllerForwarding()
@@ -795,11 +798,15 @@ class KafkaApis:
             ctx.send_response(chunks)
             return
         self._quota_exempt = True  # a follower's fetch: replication is not a client's request time
+        key = (request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes, request.isolation_level)
+        params = self._follower_params.get(key)
+        if params is None:
+            if len(self._follower_params) >= 64:  # bounded: followers asking ever other things
+                self._follower_params.clear()
+            params = self._follower_params[key] = FetchParams(*key)
         replica_manager = self.replica_manager
-        op = replica_manager.fetch_messages(
-            FetchParams(request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes,
-                        request.isolation_level),
-            context.topics, functools.partial(self._follower_respond, ctx, context, version, replica_manager.topic_stats))
+        op = replica_manager.fetch_messages(params, context.topics, functools.partial(
+            self._follower_respond, ctx, context, version, replica_manager.topic_stats))
         if op is not None:
             ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
 
@@ -815,7 +822,7 @@ class KafkaApis:
             if len(results) == 1 and len(results[0][1]) == 1:
                 # _fetch_stats of one partition (a follower of a single partition: every fetch)
                 topic, (pd,) = results[0]
-                stats = topic_stats.topic(topic)
+                stats = topic_stats.topics.get(topic) or topic_stats.topic(topic)  # (topic(), its call when new)
                 stats.fetch_requests += 1
                 if pd.error_code:
                     stats.failed_fetch += 1

@@ -214,6 +214,26 @@ class ReplicaManager:
         if required_acks not in _VALID_ACKS:
             callback([(t, [[p, ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1] for p, _ in parts]) for t, parts in topics])
             return None
+        if len(topics) == 1 and self.lean:
+            topic, parts = topics[0]
+            if len(parts) == 1:
+                # One partition (every produce of a single-partition producer, issue 29): the loop
+                # below for it, step for step (a change there is made here too: tests/broker/
+                # test_apis_lean.py compares them)
+                partition_index, records = parts[0]
+                result, required = self._append_to_local_log(topic, partition_index, records, required_acks,
+                                                             internal_topics_allowed, from_coordinator)
+                results = [(topic, [result])]
+                if required_acks == -1:
+                    key = (topic, partition_index)
+                    status = ProducePartitionStatus(key, required, result)
+                    if status.acks_pending:
+                        op = DelayedProduce(timeout_ms, [status], self, functools.partial(callback, results))
+                        if not self.produce_purgatory.try_complete_else_watch(op, (key,)):
+                            return op
+                        return None
+                callback(results)
+                return None
         results = []
         statuses: list[ProducePartitionStatus] = []
         keys = []
@@ -400,7 +420,8 @@ class ReplicaManager:
                                                                      log_.log_end_offset):
                                 self.produce_purgatory.check_hw_moved(key, log_.high_watermark)
                                 self.fetch_purgatory.check_appended(key, log_)
-                            self.delete_records_purgatory.check_and_complete(key)
+                            if key in self.delete_records_purgatory._watchers:  # (what check_and_complete looks at first)
+                                self.delete_records_purgatory.check_and_complete(key)
                         except Exception as exc:
                             self._answer_park_error(exc, key, log_, callback)
                             return None

@@ -1,6 +1,7 @@
 """KafkaApis' lean cases against its general path, the reference (issue 29): ``handle``'s table
 of Produce and Fetch handlers, and a follower's Fetch without an authorizer
-(``_handle_follower_fetch``, answered by ``_follower_respond``). Two brokers, one with ``lean``
+(``_handle_follower_fetch``, answered by ``_follower_respond``); and the ReplicaManager's
+(``append_records`` of one partition, the fetch's). Two brokers, one with ``lean``
 off, get the same requests (produces, followers' and consumers' fetches with and without
 sessions, at offsets in and out of the log, old and new leader epochs, time passing); they
 must write the same bytes and keep the same replica state and metrics."""
@@ -23,6 +24,7 @@ from .test_apis import Broker
 
 TOPIC_ID = uuid.UUID(int=7)
 OTHER_ID = uuid.UUID(int=8)
+ALONE_ID = uuid.UUID(int=9)
 
 
 def _setup(tmp_path, name: str, lean: bool) -> Broker:
@@ -30,14 +32,17 @@ def _setup(tmp_path, name: str, lean: bool) -> Broker:
     if not lean:
         b.apis.lean = False
         b.apis._served = b.apis._hot_handlers()
+        b.rm.lean = False  # (ReplicaManager's lean cases too: append_records' one partition, the fetch's)
     b.rm.topic_stats = BrokerTopicStats()
     b.apis.fetch_manager.cache._random.seed(1)  # the same session ids on both
     parts = [(0, 1, 1, [1, 2, 3])]
     others = [(0, 1, 1, [1, 2]), (1, 1, 1, [1, 2])]
-    assert b.update_metadata([("t", TOPIC_ID, parts, {}), ("u", OTHER_ID, others, {})],
+    alone = [(0, 1, 1, [1])]  # (an acks=all produce the ISR has at once)
+    assert b.update_metadata([("t", TOPIC_ID, parts, {}), ("u", OTHER_ID, others, {}), ("v", ALONE_ID, alone, {})],
                              brokers=(1, 2, 3)) == ErrorCode.NONE
     assert b.leader_and_isr("t", TOPIC_ID, parts).error_code == ErrorCode.NONE
     assert b.leader_and_isr("u", OTHER_ID, others).error_code == ErrorCode.NONE
+    assert b.leader_and_isr("v", ALONE_ID, alone).error_code == ErrorCode.NONE
     return b
 
 
@@ -66,8 +71,10 @@ class _Driver:
         if kind == "produce":
             n = r.randint(1, 3)
             records = build_batch([Record(value=b"v" * r.randint(1, 50), timestamp=1) for _ in range(n)])
-            return ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": r.choice([1, -1, -1]), "timeout_ms": 1000,
-                                       "topic_data": [{"name": "t", "partition_data": [
+            topic, acks = r.choice([("t", 1), ("t", -1), ("t", -1), ("t", -1), ("t", 0), ("u", -1), ("v", -1), ("v", 1),
+                                    ("x", -1), ("x", 1)])
+            return ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": acks, "timeout_ms": r.choice([1000, 300]),
+                                       "topic_data": [{"name": topic, "partition_data": [
                                            {"index": 0, "records": records}]}]}
         if kind == "sleep":
             return "sleep", r.choice([100, 600]), None
