@@ -229,9 +229,10 @@ class ReplicaManager:
                     status = ProducePartitionStatus(key, required, result)
                     if status.acks_pending:
                         op = DelayedProduce(timeout_ms, [status], self, functools.partial(callback, results))
-                        if not self.produce_purgatory.try_complete_else_watch(op, (key,)):
-                            return op
-                        return None
+                        if op.try_complete():  # (try_complete_else_watch, with its watch for one partition)
+                            return None
+                        self.produce_purgatory.park(op, key, status)
+                        return op
                 callback(results)
                 return None
         results = []
