@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptRecordError, ErrorCode, KafkaError, RemoteProtocolError
-from protocol.fast_codecs import (FetchPartitionData, LeaderAndIsrPartitionError, LeaderAndIsrResponse, LeaderAndIsrTopicError,
+from protocol.fast_codecs import (FetchPartition, FetchPartitionData, FetchRequest, LeaderAndIsrPartitionError,
+                                  LeaderAndIsrResponse, LeaderAndIsrTopicError, decode_fetch_c,
                                   decode_fetch_request, decode_leader_and_isr_request, decode_produce_request,
                                   decode_update_metadata_request, encode_fetch_response,
                                   encode_leader_and_isr_response, encode_produce_response, response_header)
@@ -185,7 +186,7 @@ class KafkaApis:
         self._produce_stats = request_metrics.by_key[ApiKey.PRODUCE] if request_metrics is not None else None
         self._fetch_stats_api = request_metrics.by_key[ApiKey.FETCH] if request_metrics is not None else None
         # A follower's FetchParams by what its requests ask (the same every time): built once
-        # (_handle_follower_fetch; FetchParams is never changed once made)
+        # (_handle_fetch_lean; FetchParams is never changed once made)
         self._follower_params: dict[tuple[int, int, int, int, int], FetchParams] = {}
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
@@ -266,7 +267,8 @@ class KafkaApis:
     def _hot_handlers(self) -> dict[tuple[int, int], Callable[["RequestContext"], None]]:
         if not self.lean:
             return {}
-        return {(key, version): self.handlers[key] for key in (ApiKey.PRODUCE, ApiKey.FETCH)
+        hot = {ApiKey.PRODUCE: self.handlers[ApiKey.PRODUCE], ApiKey.FETCH: self._handle_fetch_lean}
+        return {(key, version): handler for key, handler in hot.items()
                 for version in range(APIS[key].min_version, APIS[key].max_version + 1)}
 
     # -- dispatch --------------------------------------------------------------------------
@@ -711,10 +713,12 @@ class KafkaApis:
     def handle_fetch_request(self, ctx: "RequestContext") -> None:
         header = ctx.header  # (its fields read directly: RequestContext's properties are calls)
         version = header.api_version
-        request = decode_fetch_request(version, memoryview(ctx.frame), header.size)
-        if request.replica_id >= 0 and self.authorizer is None and self.lean:
-            return self._handle_follower_fetch(ctx, version, request)
-        correlation_id = header.correlation_id
+        self._handle_fetch(ctx, version, decode_fetch_request(version, memoryview(ctx.frame), header.size))
+
+    def _handle_fetch(self, ctx: "RequestContext", version: int, request) -> None:
+        """handle_fetch_request's work once the request is decoded (the reference of
+        _handle_fetch_lean's follower case)."""
+        correlation_id = ctx.header.correlation_id
         # KIP-227: the partitions to read are the request's, or its incremental session's
         # (broker/fetch_session.py); a session error is answered with no partitions.
         follower = request.replica_id >= 0
@@ -785,11 +789,22 @@ class KafkaApis:
         if op is not None:
             ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
 
-    def _handle_follower_fetch(self, ctx: "RequestContext", version: int, request) -> None:
-        """handle_fetch_request for a follower without an authorizer (every fetch of the
-        replication path, issue 29): its steps for that case, without the closure (its answer
-        is ``_follower_respond``, a partial) and the consumer's and authorizer's branches. A
-        change there is made here too (tests/broker/test_apis_lean.py compares them)."""
+    def _handle_fetch_lean(self, ctx: "RequestContext") -> None:
+        """handle_fetch_request in handle's table (lean). The request decoded by the compiled
+        decoder directly where it takes it (decode_fetch_request's first step), and a
+        follower's fetch without an authorizer (every fetch of the replication path, issue 29)
+        handled here: _handle_fetch's steps for that case, without the closure (its answer is
+        ``_follower_respond``, a partial) and the consumer's and authorizer's branches. A change
+        there is made here too (tests/broker/test_apis_lean.py compares them)."""
+        header = ctx.header
+        version = header.api_version
+        request = None
+        if decode_fetch_c is not None:
+            request = decode_fetch_c(memoryview(ctx.frame), header.size, version, FetchRequest, FetchPartition)
+        if request is None:
+            request = decode_fetch_request(version, memoryview(ctx.frame), header.size)
+        if request.replica_id < 0 or self.authorizer is not None:
+            return self._handle_fetch(ctx, version, request)
         context = self.fetch_manager.new_context(request, True)
         if context.error:
             chunks, _ = encode_fetch_response(version, ctx.header.correlation_id, [], error_code=context.error)

@@ -1,6 +1,6 @@
 """KafkaApis' lean cases against its general path, the reference (issue 29): ``handle``'s table
 of Produce and Fetch handlers, and a follower's Fetch without an authorizer
-(``_handle_follower_fetch``, answered by ``_follower_respond``); and the ReplicaManager's
+(``_handle_fetch_lean``, answered by ``_follower_respond``); and the ReplicaManager's
 (``append_records`` of one partition, the fetch's). Two brokers, one with ``lean``
 off, get the same requests (produces, followers' and consumers' fetches with and without
 sessions, at offsets in and out of the log, old and new leader epochs, time passing); they
@@ -174,8 +174,10 @@ def test_the_lean_paths_are_taken(tmp_path):
     try:
         taken = []
         b.apis._handle = lambda ctx: taken.append("general")  # type: ignore[method-assign]
-        follower = b.apis._handle_follower_fetch
-        b.apis._handle_follower_fetch = lambda *a: (taken.append("follower"), follower(*a))  # type: ignore[method-assign]
+        b.apis._handle_fetch = lambda *a: taken.append("general fetch")  # type: ignore[method-assign]
+        new_context = b.apis.fetch_manager.new_context
+        b.apis.fetch_manager.new_context = (  # type: ignore[method-assign]
+            lambda *a: (taken.append("follower"), new_context(*a))[1])
         b.send(ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
             {"name": "t", "partition_data": [{"index": 0, "records": build_batch([Record(value=b"v", timestamp=1)])}]}]})
         b.send(ApiKey.FETCH, 11, {
