@@ -157,7 +157,8 @@ class DelayedFetch(DelayedOperation):
         led, the offset outside the log), and an end at or past the level is one the fetch
         completes at. Only a follower whose data the leader throttles (KIP-73) waits on: it
         is tried as before. A try per woken fetch, two per acks=all produce at its leader
-        (issue 29). Any new reason for try_complete to keep a fetch waiting must be added here."""
+        (issue 29). Any new reason for try_complete to keep a fetch waiting must be added here
+        (and in check_appended, which has this inline)."""
         if self.params.replica_id >= 0:
             quotas = self.replica_manager.replication_quotas
             if quotas is not None and quotas.leader.throttled:
@@ -269,7 +270,14 @@ class FetchPurgatory(DelayedOperationPurgatory):
                 op = entry[2]
                 if op.completed:
                     continue
-                if op.reached():
+                # op.reached(), inline (a woken follower's fetch, two per acks=all produce)
+                if op.params.replica_id >= 0:
+                    quotas = op.replica_manager.replication_quotas
+                    reached = (op.try_complete() if quotas is not None and quotas.leader.throttled
+                               else op.force_complete())
+                else:
+                    reached = op.force_complete()
+                if reached:
                     done += 1
                 elif again is None:
                     again = [entry]

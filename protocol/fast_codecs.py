@@ -418,6 +418,12 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
 # it leaves to decode_fetch_request_py (KafkaApis' follower fetches call it directly, issue 29).
 decode_fetch_c: Callable[..., FetchRequest | None] | None = (
     _produce_codec.decode_fetch if _produce_codec is not None else None)
+# encode_fetch_response's compiled encoder itself (None without it): encode_fetch_c(version,
+# correlation_id, responses, throttle_time_ms, error_code, session_id, FetchPartitionData) ->
+# (buffers, size), or None for what it leaves to encode_fetch_response_py (KafkaApis' answers to
+# followers call it directly, issue 29).
+encode_fetch_c: Callable[..., tuple[list[Records], int] | None] | None = (
+    _produce_codec.encode_fetch if _produce_codec is not None else None)
 
 
 def decode_fetch_request_py(version: int, buf: Buffer, pos: int) -> FetchRequest:
