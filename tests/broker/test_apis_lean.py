@@ -14,7 +14,8 @@ import uuid
 
 import pytest
 
-from broker.metrics import BrokerTopicStats
+from broker.metrics import BrokerTopicStats, RequestMetrics
+from broker.replication_quota import ReplicationQuotas
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import APIS
@@ -28,7 +29,7 @@ ALONE_ID = uuid.UUID(int=9)
 
 
 def _setup(tmp_path, name: str, lean: bool) -> Broker:
-    b = Broker(tmp_path / name)
+    b = Broker(tmp_path / name, request_metrics=RequestMetrics())
     if not lean:
         b.apis.lean = False
         b.apis._served = b.apis._hot_handlers()
@@ -43,6 +44,14 @@ def _setup(tmp_path, name: str, lean: bool) -> Broker:
     assert b.leader_and_isr("t", TOPIC_ID, parts).error_code == ErrorCode.NONE
     assert b.leader_and_isr("u", OTHER_ID, others).error_code == ErrorCode.NONE
     assert b.leader_and_isr("v", ALONE_ID, alone).error_code == ErrorCode.NONE
+    # KIP-73's leader quota, on and off by the driver's "quota" step (ReplicationQuotas with
+    # "*" for t and u; a rate low enough to be exceeded): what it records is compared (_state)
+    quotas = b.quotas = ReplicationQuotas(1, b.time, leader_rate=400)
+    quotas.leader.update_topic("t", "*", 1)
+    quotas.leader.update_topic("u", "*", 1)
+    b.recorded = []
+    record = quotas.leader.record
+    quotas.leader.record = lambda size, now_ms=None: (b.recorded.append(size), record(size, now_ms))[1]
     return b
 
 
@@ -67,7 +76,10 @@ class _Driver:
 
     def step(self):
         r = self.random
-        kind = r.choice(["produce", "produce", "follower", "follower", "follower", "follower", "consumer", "sleep"])
+        kind = r.choice(["produce", "produce", "follower", "follower", "follower", "follower", "consumer", "sleep",
+                         "quota"])
+        if kind == "quota":
+            return "quota", 0, None
         if kind == "produce":
             n = r.randint(1, 3)
             records = build_batch([Record(value=b"v" * r.randint(1, 50), timestamp=1) for _ in range(n)])
@@ -137,6 +149,9 @@ def _state(b: Broker):
     sessions = b.apis.fetch_manager.cache.sessions
     out.append(sorted((s.id, s.epoch, list(s.partitions)) for s in sessions.values()))
     out.append((len(b.rm.fetch_purgatory._watchers), len(b.rm.produce_purgatory._watchers), b.apis._quota_exempt))
+    metrics = b.apis.request_metrics.by_key
+    out.append((sorted(metrics[ApiKey.FETCH].errors.items()), sorted(metrics[ApiKey.PRODUCE].errors.items())))
+    out.append((b.recorded, b.quotas.leader.rate._total, b.quotas.leader.throttled_fetches))
     return out
 
 
@@ -148,7 +163,10 @@ def test_the_lean_apis_paths_answer_as_the_general_path(tmp_path, seed):
         fetches: dict[int, tuple[dict, int]] = {}
         for i in range(120):
             api_key, version, body = driver.step()
-            if api_key == "sleep":
+            if api_key == "quota":  # KIP-73's leader quota on, or off
+                for b in (lean, general):
+                    b.rm.replication_quotas = b.quotas if b.rm.replication_quotas is None else None
+            elif api_key == "sleep":
                 lean.time.sleep(version)
                 general.time.sleep(version)
             else:
