@@ -168,17 +168,19 @@ class DelayedFetch(DelayedOperation):
     def force_complete(self) -> bool:
         # DelayedOperation.force_complete with _finish and on_complete inline (a completion per
         # parked follower fetch, two per acks=all produce at its leader, issue 29): a change
-        # there is made here too
+        # there is made here too. That one, the reference, is what a fetch of a purgatory with
+        # ``lean`` off (or of none: never parked) gets (tests/broker/test_fetch_purgatory_lean.py)
         if self.completed:
             return False
+        purgatory = self._purgatory
+        if purgatory is None or not purgatory.lean:
+            return DelayedOperation.force_complete(self)
         self.completed = True
         timer = self._timer
         if timer is not None:
             timer.cancel()
             self._timer = None
-        purgatory = self._purgatory
-        if purgatory is not None:
-            purgatory._unwatch(self)
+        purgatory._unwatch(self)
         try:
             # (from_purgatory=True, passed positionally: issue 29)
             self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))
@@ -187,6 +189,7 @@ class DelayedFetch(DelayedOperation):
         return True
 
     def on_complete(self) -> None:
+        # (force_complete has this inline; this is the general path's: a purgatory's ``lean`` off)
         # (from_purgatory=True, passed positionally: issue 29)
         self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))
 
@@ -265,13 +268,17 @@ class FetchPurgatory(DelayedOperationPurgatory):
         if heap:
             level = log.log_end_offset_metadata()
             again = None
+            lean = self.lean
             while heap and heap[0][0] <= level:
                 entry = heapq.heappop(heap)
                 op = entry[2]
                 if op.completed:
                     continue
-                # op.reached(), inline (a woken follower's fetch, two per acks=all produce)
-                if op.params.replica_id >= 0:
+                # op.reached(), inline (a woken follower's fetch, two per acks=all produce); with
+                # ``lean`` off, reached() itself (the reference, tests/broker/test_fetch_purgatory_lean.py)
+                if not lean:
+                    reached = op.reached()
+                elif op.params.replica_id >= 0:
                     quotas = op.replica_manager.replication_quotas
                     reached = (op.try_complete() if quotas is not None and quotas.leader.throttled
                                else op.force_complete())
@@ -306,7 +313,10 @@ class FetchPurgatory(DelayedOperationPurgatory):
                     heapq.heappush(heap, entry)
         return done
 
-    lean = True  # _unwatch's case of an indexed fetch (False: the general path, tests/broker/test_fetch_purgatory_lean.py)
+    # _unwatch's case of an indexed fetch, check_appended's inline DelayedFetch.reached and
+    # DelayedFetch.force_complete's inline steps (False: the general path for all three,
+    # tests/broker/test_fetch_purgatory_lean.py, tests/broker/test_apis_lean.py)
+    lean = True
 
     def _unwatch(self, op: DelayedOperation) -> None:
         keys = op._keys

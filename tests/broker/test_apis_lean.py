@@ -34,6 +34,7 @@ def _setup(tmp_path, name: str, lean: bool) -> Broker:
         b.apis.lean = False
         b.apis._served = b.apis._hot_handlers()
         b.rm.lean = False  # (ReplicaManager's lean cases too: append_records' one partition, the fetch's)
+        b.rm.fetch_purgatory.lean = False  # (and the Fetch purgatory's: force_complete, check_appended's reached)
     b.rm.topic_stats = BrokerTopicStats()
     b.apis.fetch_manager.cache._random.seed(1)  # the same session ids on both
     parts = [(0, 1, 1, [1, 2, 3])]

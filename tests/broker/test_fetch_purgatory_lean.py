@@ -1,10 +1,12 @@
 """FetchPurgatory's lean cases against its general path, the reference (issue 29): ``park``
 (a follower's fetch parked at the LEO, ReplicaManager.fetch_messages) against
-``watch(op, (key,), (key, True, threshold))``, ``_unwatch`` of a fetch in a wake-up heap
-(``lean``), and DelayedFetch.force_complete (DelayedOperation's, with _finish and on_complete
-inline). Two purgatories go through the same random parks, watches, appends, completions,
-cancellations and timer firings; they must complete the same fetches with the same answers
-and keep the same watchers, heaps and delay queues."""
+``watch(op, (key,), (key, True, threshold))``, and what ``lean`` switches: ``_unwatch`` of a
+fetch in a wake-up heap, check_appended's inline DelayedFetch.reached, and
+DelayedFetch.force_complete (DelayedOperation's, with _finish and on_complete inline; lean off:
+DelayedOperation's itself, on_complete called). Two purgatories go through the same random
+parks, watches, appends, completions, cancellations and timer firings (in delay queues, or a
+timer per fetch); they must complete the same fetches with the same answers and keep the same
+watchers, heaps, delay queues and pending timers."""
 
 from __future__ import annotations
 
@@ -43,13 +45,20 @@ class _Partition:
         self.is_leader = True
 
 
+class _Quotas:
+    """ReplicationQuotas with a leader throttle set (what DelayedFetch.reached asks)."""
+
+    class leader:
+        throttled = {"t": None}
+
+
 class _Source:
     """A FetchSource whose partitions never stop a fetch early (try_complete runs on the
     unindexed ones) and whose read is a marker of the fetch."""
 
     def __init__(self, logs: dict) -> None:
         self.partitions = {key: _Partition(log) for key, log in logs.items()}
-        self.replication_quotas = None
+        self.replication_quotas: _Quotas | None = None
         self.reads: list = []
 
     def leader_throttled(self, partition, replica_id):
@@ -79,6 +88,8 @@ def _run(seed: int, lean: bool):
     purgatory = FetchPurgatory("Fetch", time)
     if not lean:
         purgatory.lean = False
+    if seed % 2:
+        purgatory.MAX_DELAY_QUEUES = 0  # a timer per fetch (the purgatory's case past its delay queues)
     logs = {key: _Log() for key in KEYS}
     source = _Source(logs)
     answers: list = []
@@ -129,13 +140,17 @@ def _run(seed: int, lean: bool):
             purgatory.check_and_complete(rng.choice(KEYS))
         elif r < 0.85:
             time.sleep(rng.choice([10, 100, 600]))
+        elif r < 0.88:
+            # KIP-73's leader throttle set, or not: a woken follower's fetch is tried (its log's
+            # offsets keep it waiting), or completed (check_appended's reached)
+            source.replication_quotas = _Quotas() if source.replication_quotas is None else None
         waiting = [op for op in waiting if not op.completed]
         index = {id(op): i for i, op in enumerate(ops)}
         shapes.append((
             sorted((key, sorted(index[id(op)] for op in watching)) for key, watching in purgatory._watchers.items()),
             sorted((key, sorted((e[0], index[id(e[2])]) for e in heap)) for key, heap in purgatory._heaps.items()),
             sorted((d, [(dl, index[id(op)]) for dl, op in q.entries]) for d, q in purgatory._delay_queues.items()),
-            [op._keys for op in ops], purgatory.expired, purgatory.cancelled))
+            [op._keys for op in ops], purgatory.expired, purgatory.cancelled, time.pending_timers()))
     return shapes, answers, source.reads
 
 
