@@ -168,6 +168,58 @@ def frame_response(api_key: int, version: int, correlation_id: int, body: bytes)
     return size.to_bytes(4, "big", signed=True) + header + body
 
 
+class _Handlers(dict):
+    """KafkaApis.handlers: a dict that tells its KafkaApis of every change (``changed``), so
+    that handle's table of Produce and Fetch handlers (KafkaApis._served) follows a handler
+    replaced, added or removed; reading it is a dict's read. (Replacing ``handlers`` itself
+    would not be seen: change its entries.)"""
+
+    __slots__ = ("changed",)
+
+    def __init__(self, changed: Callable[[], None], *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.changed = changed
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.changed()
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self.changed()
+
+    def update(self, *args, **kwargs) -> None:
+        super().update(*args, **kwargs)
+        self.changed()
+
+    def pop(self, *args):
+        try:
+            return super().pop(*args)
+        finally:
+            self.changed()
+
+    def popitem(self):
+        try:
+            return super().popitem()
+        finally:
+            self.changed()
+
+    def setdefault(self, key, default=None):
+        try:
+            return super().setdefault(key, default)
+        finally:
+            self.changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self.changed()
+
+    def __ior__(self, other):
+        super().__ior__(other)
+        self.changed()
+        return self
+
+
 class KafkaApis:
     def __init__(self, *, replica_manager: "ReplicaManager", metadata_cache: "MetadataCache", topic_admin: "TopicAdmin",
                  config_repository: "ConfigRepository", producer_ids: "ProducerIdGenerator",
@@ -229,7 +281,8 @@ class KafkaApis:
             ApiKey.DELETE_GROUPS: self.handle_delete_groups_request,
             ApiKey.OFFSET_DELETE: self.handle_offset_delete_request,
         }
-        self.handlers: dict[int, Callable[["RequestContext"], None]] = {
+        # (a _Handlers: a change of an entry rebuilds handle's table, _handlers_changed)
+        self.handlers: dict[int, Callable[["RequestContext"], None]] = _Handlers(self._handlers_changed, {
             ApiKey.PRODUCE: self.handle_produce_request,
             ApiKey.FETCH: self.handle_fetch_request,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets_request,
@@ -254,7 +307,7 @@ class KafkaApis:
             ApiKey.SASL_AUTHENTICATE: answer_sasl_outside_authentication,
             **{key: self.handle_forwarded_request for key in FORWARDED_APIS},
             **group_handlers,
-        }
+        })
         # The advertised table is derived from what is both defined in protocol/ and handled here.
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
         # handle's lean case: (api key, version) -> handler for Produce and Fetch at the versions
@@ -265,11 +318,25 @@ class KafkaApis:
     lean = True  # handle's table and the follower's Fetch (False: the general path, tests/broker/test_apis_lean.py)
 
     def _hot_handlers(self) -> dict[tuple[int, int], Callable[["RequestContext"], None]]:
+        """handle's table, from ``handlers`` as it is now: Produce's handler, Fetch's (its lean
+        one while it is handle_fetch_request); rebuilt at each change of ``handlers``."""
         if not self.lean:
             return {}
-        hot = {ApiKey.PRODUCE: self.handlers[ApiKey.PRODUCE], ApiKey.FETCH: self._handle_fetch_lean}
+        handlers = self.handlers
+        hot = {}
+        if ApiKey.PRODUCE in handlers:
+            hot[ApiKey.PRODUCE] = handlers[ApiKey.PRODUCE]
+        if ApiKey.FETCH in handlers:
+            fetch = handlers[ApiKey.FETCH]
+            # (a bound method is made at each read: == compares its function and object)
+            hot[ApiKey.FETCH] = self._handle_fetch_lean if fetch == self.handle_fetch_request else fetch
         return {(key, version): handler for key, handler in hot.items()
                 for version in range(APIS[key].min_version, APIS[key].max_version + 1)}
+
+    def _handlers_changed(self) -> None:
+        """An entry of ``handlers`` changed: handle's table follows (empty while held)."""
+        if self._held_until_live is None:
+            self._served = self._hot_handlers()
 
     # -- dispatch --------------------------------------------------------------------------
     def hold_until_live(self) -> None:

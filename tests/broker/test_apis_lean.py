@@ -209,3 +209,39 @@ def test_the_lean_paths_are_taken(tmp_path):
         assert len(_frames(b)) == 2
     finally:
         b.close()
+
+
+def test_handle_follows_a_handler_replaced(tmp_path):
+    """handle's table is rebuilt when ``handlers`` changes: a wrapper put in place of Produce's or
+    Fetch's handler is what their requests get (as through _handle), and Fetch's lean handler
+    comes back with handle_fetch_request."""
+    b = _setup(tmp_path, "b", True)
+    try:
+        called = []
+        produce, fetch = b.apis.handlers[ApiKey.PRODUCE], b.apis.handlers[ApiKey.FETCH]
+        b.apis.handlers[ApiKey.PRODUCE] = lambda ctx: (called.append("produce"), produce(ctx))[1]
+        b.apis.handlers[ApiKey.FETCH] = lambda ctx: (called.append("fetch"), fetch(ctx))[1]
+        general = b.apis._handle
+        b.apis._handle = lambda ctx: (called.append("general"), general(ctx))[1]  # type: ignore[method-assign]
+        follower_fetch = {
+            "replica_id": 2, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": 1, "fetch_offset": 0,
+                                                      "log_start_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+        b.send(ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([Record(value=b"v", timestamp=1)])}]}]})
+        b.send(ApiKey.FETCH, 11, follower_fetch)
+        assert called == ["produce", "fetch"]
+        assert len(_frames(b)) == 2
+        # back to the broker's own: Fetch's lean handler again
+        b.apis.handlers[ApiKey.FETCH] = fetch
+        assert b.apis._served[(ApiKey.FETCH, 11)] == b.apis._handle_fetch_lean
+        b.send(ApiKey.FETCH, 11, follower_fetch)
+        assert called == ["produce", "fetch"]
+        assert len(_frames(b)) == 1
+        # removed: through _handle (which answers it as unsupported)
+        del b.apis.handlers[ApiKey.PRODUCE]
+        b.send(ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": []})
+        assert called == ["produce", "fetch", "general"]
+    finally:
+        b.close()
