@@ -245,3 +245,21 @@ def test_handle_follows_a_handler_replaced(tmp_path):
         assert called == ["produce", "fetch", "general"]
     finally:
         b.close()
+
+
+def test_fetch_params_cannot_be_changed(tmp_path):
+    """A follower's FetchParams are cached and shared by its fetches (and the parked ones): no
+    attribute of any FetchParams can be set or deleted once made."""
+    from broker.fetch_params import FetchParams
+    from broker.partition import FETCH_LOG_END
+
+    params = FetchParams(2, 500, 1, 1 << 20, 0)
+    assert (params.replica_id, params.max_wait_ms, params.min_bytes, params.max_bytes, params.isolation,
+            params.require_leader) == (2, 500, 1, 1 << 20, FETCH_LOG_END, True)
+    with pytest.raises(AttributeError, match="never changed"):
+        params.min_bytes = 2
+    with pytest.raises(AttributeError, match="never changed"):
+        del params.max_wait_ms
+    with pytest.raises(AttributeError):
+        params.other = 1  # type: ignore[attr-defined]
+    assert params.min_bytes == 1 and params.max_wait_ms == 500
