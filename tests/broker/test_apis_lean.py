@@ -263,3 +263,37 @@ def test_fetch_params_cannot_be_changed(tmp_path):
     with pytest.raises(AttributeError):
         params.other = 1  # type: ignore[attr-defined]
     assert params.min_bytes == 1 and params.max_wait_ms == 500
+
+
+def test_requests_held_until_live_are_answered_in_order_after(tmp_path):
+    """hold_until_live empties handle's table (every request through _handle, which holds them)
+    and live() rebuilds it: a Produce and a follower's Fetch sent before live() are held, then
+    answered in the order they came; a handler replaced meanwhile is the one live() puts in."""
+    b = _setup(tmp_path, "b", True)
+    try:
+        b.apis.hold_until_live()
+        assert b.apis._served == {}
+        called = []
+        produce = b.apis.handlers[ApiKey.PRODUCE]
+        b.apis.handlers[ApiKey.PRODUCE] = lambda ctx: (called.append("produce"), produce(ctx))[1]
+        assert b.apis._served == {}  # (still held: the change leaves the table empty)
+        first = b.send(ApiKey.PRODUCE, 8, {"transactional_id": None, "acks": 1, "timeout_ms": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": build_batch([Record(value=b"v", timestamp=1)])}]}]})
+        second = b.send(ApiKey.FETCH, 11, {
+            "replica_id": 2, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "current_leader_epoch": 1, "fetch_offset": 0,
+                                                      "log_start_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        assert _frames(b) == [] and called == []
+        b.apis.live()
+        assert b.apis._served == b.apis._hot_handlers() and b.apis._served
+        assert b.apis._served[(ApiKey.PRODUCE, 8)] is b.apis.handlers[ApiKey.PRODUCE]
+        frames = _frames(b)
+        assert [struct.unpack_from(">i", f, 4)[0] for f in frames] == [first, second]
+        assert called == ["produce"]
+        produced = APIS[ApiKey.PRODUCE].response.parse(8, frames[0], 8)
+        assert produced.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        fetched = APIS[ApiKey.FETCH].response.parse(11, frames[1], 8)
+        assert fetched.responses[0].partitions[0].records  # (the record produced before it)
+    finally:
+        b.close()
