@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptRecordError, ErrorCode, KafkaError, RemoteProtocolError
-from protocol.fast_codecs import (FetchPartitionData, LeaderAndIsrPartitionError, LeaderAndIsrResponse, LeaderAndIsrTopicError,
+from protocol.fast_codecs import (FetchPartition, FetchPartitionData, FetchRequest, LeaderAndIsrPartitionError,
+                                  LeaderAndIsrResponse, LeaderAndIsrTopicError, decode_fetch_c, encode_fetch_c,
                                   decode_fetch_request, decode_leader_and_isr_request, decode_produce_request,
                                   decode_update_metadata_request, encode_fetch_response,
                                   encode_leader_and_isr_response, encode_produce_response, response_header)
@@ -167,6 +168,58 @@ def frame_response(api_key: int, version: int, correlation_id: int, body: bytes)
     return size.to_bytes(4, "big", signed=True) + header + body
 
 
+class _Handlers(dict):
+    """KafkaApis.handlers: a dict that tells its KafkaApis of every change (``changed``), so
+    that handle's table of Produce and Fetch handlers (KafkaApis._served) follows a handler
+    replaced, added or removed; reading it is a dict's read. (Replacing ``handlers`` itself
+    would not be seen: change its entries.)"""
+
+    __slots__ = ("changed",)
+
+    def __init__(self, changed: Callable[[], None], *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.changed = changed
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.changed()
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self.changed()
+
+    def update(self, *args, **kwargs) -> None:
+        super().update(*args, **kwargs)
+        self.changed()
+
+    def pop(self, *args):
+        try:
+            return super().pop(*args)
+        finally:
+            self.changed()
+
+    def popitem(self):
+        try:
+            return super().popitem()
+        finally:
+            self.changed()
+
+    def setdefault(self, key, default=None):
+        try:
+            return super().setdefault(key, default)
+        finally:
+            self.changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self.changed()
+
+    def __ior__(self, other):
+        super().__ior__(other)
+        self.changed()
+        return self
+
+
 class KafkaApis:
     def __init__(self, *, replica_manager: "ReplicaManager", metadata_cache: "MetadataCache", topic_admin: "TopicAdmin",
                  config_repository: "ConfigRepository", producer_ids: "ProducerIdGenerator",
@@ -184,6 +237,9 @@ class KafkaApis:
         # through EnumType.__getattr__ (Python 3.11) and an int-subclass list index.
         self._produce_stats = request_metrics.by_key[ApiKey.PRODUCE] if request_metrics is not None else None
         self._fetch_stats_api = request_metrics.by_key[ApiKey.FETCH] if request_metrics is not None else None
+        # A follower's FetchParams by what its requests ask (the same every time): built once
+        # (_handle_fetch_lean; FetchParams is never changed once made)
+        self._follower_params: dict[tuple[int, int, int, int, int], FetchParams] = {}
         self.metadata_cache = metadata_cache
         self.topic_admin = topic_admin
         self.forwarding = forwarding or NoControllerForwarding()
@@ -225,7 +281,8 @@ class KafkaApis:
             ApiKey.DELETE_GROUPS: self.handle_delete_groups_request,
             ApiKey.OFFSET_DELETE: self.handle_offset_delete_request,
         }
-        self.handlers: dict[int, Callable[["RequestContext"], None]] = {
+        # (a _Handlers: a change of an entry rebuilds handle's table, _handlers_changed)
+        self.handlers: dict[int, Callable[["RequestContext"], None]] = _Handlers(self._handlers_changed, {
             ApiKey.PRODUCE: self.handle_produce_request,
             ApiKey.FETCH: self.handle_fetch_request,
             ApiKey.LIST_OFFSETS: self.handle_list_offsets_request,
@@ -250,9 +307,36 @@ class KafkaApis:
             ApiKey.SASL_AUTHENTICATE: answer_sasl_outside_authentication,
             **{key: self.handle_forwarded_request for key in FORWARDED_APIS},
             **group_handlers,
-        }
+        })
         # The advertised table is derived from what is both defined in protocol/ and handled here.
         self.api_versions = sorted((key, *APIS[key].advertise) for key in self.handlers if key in APIS)
+        # handle's lean case: (api key, version) -> handler for Produce and Fetch at the versions
+        # served, once the broker is live (empty while it holds requests). Every request of the
+        # replication path (issue 29) is one of these; the rest go the general way (_handle).
+        self._served = self._hot_handlers()
+
+    lean = True  # handle's table and the follower's Fetch (False: the general path, tests/broker/test_apis_lean.py)
+
+    def _hot_handlers(self) -> dict[tuple[int, int], Callable[["RequestContext"], None]]:
+        """handle's table, from ``handlers`` as it is now: Produce's handler, Fetch's (its lean
+        one while it is handle_fetch_request); rebuilt at each change of ``handlers``."""
+        if not self.lean:
+            return {}
+        handlers = self.handlers
+        hot = {}
+        if ApiKey.PRODUCE in handlers:
+            hot[ApiKey.PRODUCE] = handlers[ApiKey.PRODUCE]
+        if ApiKey.FETCH in handlers:
+            fetch = handlers[ApiKey.FETCH]
+            # (a bound method is made at each read: == compares its function and object)
+            hot[ApiKey.FETCH] = self._handle_fetch_lean if fetch == self.handle_fetch_request else fetch
+        return {(key, version): handler for key, handler in hot.items()
+                for version in range(APIS[key].min_version, APIS[key].max_version + 1)}
+
+    def _handlers_changed(self) -> None:
+        """An entry of ``handlers`` changed: handle's table follows (empty while held)."""
+        if self._held_until_live is None:
+            self._served = self._hot_handlers()
 
     # -- dispatch --------------------------------------------------------------------------
     def hold_until_live(self) -> None:
@@ -266,10 +350,12 @@ class KafkaApis:
         request order on each connection."""
         if self._held_until_live is None:
             self._held_until_live = []
+            self._served = {}  # every request through _handle, which holds them
 
     def live(self) -> None:
         """Serve the held requests, in the order they came, and everything from now on."""
         held, self._held_until_live = self._held_until_live, None
+        self._served = self._hot_handlers()
         for ctx in held or ():
             if not ctx.connection.closed:
                 self.handle(ctx)
@@ -293,6 +379,38 @@ class KafkaApis:
                 self.handle(ctx)
 
     def handle(self, ctx: "RequestContext") -> None:
+        header = ctx.header
+        # Produce and Fetch at a version served, live, without request quotas: _handle's checks
+        # all pass; the handler is called as there (issue 29: every request of the replication path)
+        handler = self._served.get((header.api_key, header.api_version))
+        if handler is not None:
+            quotas = self.quotas
+            if quotas is None or not quotas.quotas:
+                try:
+                    handler(ctx)
+                except RemoteProtocolError:
+                    raise
+                except Exception as exc:
+                    self._handler_failed(ctx, APIS[header.api_key], exc)
+                return
+        self._handle(ctx)
+
+    def _handler_failed(self, ctx: "RequestContext", api: Api, exc: Exception) -> None:
+        """What _handle does with a handler's exception (but RemoteProtocolError, which closes);
+        called in the ``except`` (log.exception logs the exception being handled)."""
+        header = ctx.header
+        if isinstance(exc, KafkaError):
+            log.warning("%s v%d from %s failed: %s %s", api.name, header.api_version, ctx.peer,
+                        exc.error_code.name, exc)
+            self._answer_error(ctx, api, exc.error_code, str(exc) or None)
+            return
+        # Kafka's handleError: answer the request with UNKNOWN_SERVER_ERROR, keep the connection.
+        log.exception("unexpected error handling %s v%d (correlation id %d) from %s; answering "
+                      "UNKNOWN_SERVER_ERROR", api.name, header.api_version, header.correlation_id, ctx.peer)
+        self._answer_error(ctx, api, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _handle(self, ctx: "RequestContext") -> None:
+        """handle's general path (the reference of its lean one)."""
         header = ctx.header
         key = header.api_key  # (read once: every request)
         if self._held_until_live is not None and key not in SERVED_BEFORE_LIVE:
@@ -662,8 +780,12 @@ class KafkaApis:
     def handle_fetch_request(self, ctx: "RequestContext") -> None:
         header = ctx.header  # (its fields read directly: RequestContext's properties are calls)
         version = header.api_version
-        request = decode_fetch_request(version, memoryview(ctx.frame), header.size)
-        correlation_id = header.correlation_id
+        self._handle_fetch(ctx, version, decode_fetch_request(version, memoryview(ctx.frame), header.size))
+
+    def _handle_fetch(self, ctx: "RequestContext", version: int, request) -> None:
+        """handle_fetch_request's work once the request is decoded (the reference of
+        _handle_fetch_lean's follower case)."""
+        correlation_id = ctx.header.correlation_id
         # KIP-227: the partitions to read are the request's, or its incremental session's
         # (broker/fetch_session.py); a session error is answered with no partitions.
         follower = request.replica_id >= 0
@@ -733,6 +855,73 @@ class KafkaApis:
         op = self.replica_manager.fetch_messages(params, topics, respond)
         if op is not None:
             ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
+
+    def _handle_fetch_lean(self, ctx: "RequestContext") -> None:
+        """handle_fetch_request in handle's table (lean). The request decoded by the compiled
+        decoder directly where it takes it (decode_fetch_request's first step), and a
+        follower's fetch without an authorizer (every fetch of the replication path, issue 29)
+        handled here: _handle_fetch's steps for that case, without the closure (its answer is
+        ``_follower_respond``, a partial) and the consumer's and authorizer's branches. A change
+        there is made here too (tests/broker/test_apis_lean.py compares them)."""
+        header = ctx.header
+        version = header.api_version
+        request = None
+        if decode_fetch_c is not None:
+            request = decode_fetch_c(memoryview(ctx.frame), header.size, version, FetchRequest, FetchPartition)
+        if request is None:
+            request = decode_fetch_request(version, memoryview(ctx.frame), header.size)
+        if request.replica_id < 0 or self.authorizer is not None:
+            return self._handle_fetch(ctx, version, request)
+        context = self.fetch_manager.new_context(request, True)
+        if context.error:
+            chunks, _ = encode_fetch_response(version, ctx.header.correlation_id, [], error_code=context.error)
+            if self._fetch_stats_api is not None:
+                self._fetch_stats_api.error(context.error)
+            ctx.send_response(chunks)
+            return
+        self._quota_exempt = True  # a follower's fetch: replication is not a client's request time
+        key = (request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes, request.isolation_level)
+        params = self._follower_params.get(key)
+        if params is None:
+            if len(self._follower_params) >= 64:  # bounded: followers asking ever other things
+                self._follower_params.clear()
+            params = self._follower_params[key] = FetchParams(*key)
+        replica_manager = self.replica_manager
+        op = replica_manager.fetch_messages(params, context.topics, functools.partial(
+            self._follower_respond, ctx, context, version, replica_manager.topic_stats))
+        if op is not None:
+            ctx.on_cancel(op.cancel)  # the connection closes: the long-poll goes with it
+
+    def _follower_respond(self, ctx: "RequestContext", context, version: int, topic_stats, results: list) -> None:
+        """handle_fetch_request's ``respond`` for a follower's fetch without an authorizer."""
+        replication_quotas = self.replica_manager.replication_quotas
+        if replication_quotas is not None and replication_quotas.leader.throttled:
+            # KIP-73: what throttled partitions send to followers counts against the leader quota
+            leader_quota = replication_quotas.leader
+            leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
+                                    if pd.records and leader_quota.is_throttled(topic, pd.partition)))
+        if topic_stats is not None:
+            if len(results) == 1 and len(results[0][1]) == 1:
+                # _fetch_stats of one partition (a follower of a single partition: every fetch)
+                topic, (pd,) = results[0]
+                stats = topic_stats.topics.get(topic) or topic_stats.topic(topic)  # (topic(), its call when new)
+                stats.fetch_requests += 1
+                if pd.error_code:
+                    stats.failed_fetch += 1
+                    if self._fetch_stats_api is not None:
+                        self._fetch_stats_api.error(pd.error_code)
+                elif pd.records is not None:
+                    stats.replication_bytes_out += len(pd.records)
+            else:
+                self._fetch_stats(results, topic_stats, True)
+        results, session_id, error = context.response(results)
+        encoded = None
+        if encode_fetch_c is not None:  # (encode_fetch_response's first step, its call saved)
+            encoded = encode_fetch_c(version, ctx.header.correlation_id, results, 0, error, session_id, FetchPartitionData)
+        if encoded is None:
+            encoded = encode_fetch_response(version, ctx.header.correlation_id, results, session_id=session_id,
+                                            error_code=error)
+        ctx.send_response(encoded[0])
 
     def _fetch_stats(self, results: list, topic_stats, replication: bool) -> None:
         """BrokerTopicMetrics of a Fetch answered: reads per partition, failed ones, bytes out

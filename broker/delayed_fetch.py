@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
 
 from .fetch_params import FetchParams
 from .partition import FETCH_LOG_END, FETCH_TXN_COMMITTED, Partition
-from .purgatory import DelayedOperation, DelayedOperationPurgatory
+from .purgatory import DelayedOperation, DelayedOperationPurgatory, log
 
 if TYPE_CHECKING:
     from storage import Log
@@ -157,14 +157,39 @@ class DelayedFetch(DelayedOperation):
         led, the offset outside the log), and an end at or past the level is one the fetch
         completes at. Only a follower whose data the leader throttles (KIP-73) waits on: it
         is tried as before. A try per woken fetch, two per acks=all produce at its leader
-        (issue 29). Any new reason for try_complete to keep a fetch waiting must be added here."""
+        (issue 29). Any new reason for try_complete to keep a fetch waiting must be added here
+        (and in check_appended, which has this inline)."""
         if self.params.replica_id >= 0:
             quotas = self.replica_manager.replication_quotas
             if quotas is not None and quotas.leader.throttled:
                 return self.try_complete()
         return self.force_complete()
 
+    def force_complete(self) -> bool:
+        # DelayedOperation.force_complete with _finish and on_complete inline (a completion per
+        # parked follower fetch, two per acks=all produce at its leader, issue 29): a change
+        # there is made here too. That one, the reference, is what a fetch of a purgatory with
+        # ``lean`` off (or of none: never parked) gets (tests/broker/test_fetch_purgatory_lean.py)
+        if self.completed:
+            return False
+        purgatory = self._purgatory
+        if purgatory is None or not purgatory.lean:
+            return DelayedOperation.force_complete(self)
+        self.completed = True
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        purgatory._unwatch(self)
+        try:
+            # (from_purgatory=True, passed positionally: issue 29)
+            self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))
+        except Exception:  # a failing callback must not break whoever triggered completion
+            log.exception("DelayedFetch.on_complete failed")
+        return True
+
     def on_complete(self) -> None:
+        # (force_complete has this inline; this is the general path's: a purgatory's ``lean`` off)
         # (from_purgatory=True, passed positionally: issue 29)
         self.callback(self.replica_manager.read_from_local_log(self.params, self.topics, True))
 
@@ -204,6 +229,26 @@ class FetchPurgatory(DelayedOperationPurgatory):
         op.indexed = True
         heapq.heappush(self._heaps.setdefault((key, from_leo), []), (threshold, next(self._seq), op))
 
+    def park(self, op: "DelayedFetch", key: Hashable, threshold: tuple[int, int]) -> None:
+        """``watch(op, (key,), (key, True, threshold))``, its steps for that case inline (a
+        follower's fetch parked at the LEO, ReplicaManager.fetch_messages: two per acks=all
+        produce at its leader, issue 29); tests/broker/test_fetch_purgatory_lean.py compares them."""
+        op._purgatory = self
+        op._keys = (key,)
+        watchers = self._watchers
+        ops = watchers.get(key)
+        if ops is None:
+            watchers[key] = {op: None}
+        else:
+            ops[op] = None
+        self._arm(op)
+        op.indexed = True
+        heap = self._heaps.get((key, True))
+        if heap is None:
+            self._heaps[(key, True)] = [(threshold, next(self._seq), op)]
+        else:
+            heapq.heappush(heap, (threshold, next(self._seq), op))
+
     def check_appended(self, key: Hashable, log: "Log") -> int:
         """After an append to ``key``'s ``log`` (and any move of its high watermark that
         followed): complete what the new end completes. Returns how many completed."""
@@ -223,12 +268,23 @@ class FetchPurgatory(DelayedOperationPurgatory):
         if heap:
             level = log.log_end_offset_metadata()
             again = None
+            lean = self.lean
             while heap and heap[0][0] <= level:
                 entry = heapq.heappop(heap)
                 op = entry[2]
                 if op.completed:
                     continue
-                if op.reached():
+                # op.reached(), inline (a woken follower's fetch, two per acks=all produce); with
+                # ``lean`` off, reached() itself (the reference, tests/broker/test_fetch_purgatory_lean.py)
+                if not lean:
+                    reached = op.reached()
+                elif op.params.replica_id >= 0:
+                    quotas = op.replica_manager.replication_quotas
+                    reached = (op.try_complete() if quotas is not None and quotas.leader.throttled
+                               else op.force_complete())
+                else:
+                    reached = op.force_complete()
+                if reached:
                     done += 1
                 elif again is None:
                     again = [entry]
@@ -257,8 +313,41 @@ class FetchPurgatory(DelayedOperationPurgatory):
                     heapq.heappush(heap, entry)
         return done
 
+    # _unwatch's case of an indexed fetch, check_appended's inline DelayedFetch.reached and
+    # DelayedFetch.force_complete's inline steps (False: the general path for all three,
+    # tests/broker/test_fetch_purgatory_lean.py, tests/broker/test_apis_lean.py)
+    lean = True
+
     def _unwatch(self, op: DelayedOperation) -> None:
         keys = op._keys
+        if len(keys) == 1 and op.__class__ is DelayedFetch and op.indexed and self.lean:
+            # A fetch in a wake-up heap (one key, never among the unindexed): the general path's
+            # steps for it below, inline (every completed follower fetch, issue 29)
+            key = keys[0]
+            watchers = self._watchers
+            live = watchers.get(key)
+            if live is not None:
+                live.pop(op, None)
+                if not live:
+                    del watchers[key]
+                    live = None
+            op._keys = ()
+            heaps = self._heaps
+            heap = heaps.get((key, True))
+            if heap is not None:
+                if not live:
+                    del heaps[(key, True)]
+                elif len(heap) > 2 * len(live) + 64:  # completed entries leave lazily; compact
+                    heap[:] = [e for e in heap if not e[2].completed]
+                    heapq.heapify(heap)
+            heap = heaps.get((key, False))
+            if heap is not None:
+                if not live:
+                    del heaps[(key, False)]
+                elif len(heap) > 2 * len(live) + 64:
+                    heap[:] = [e for e in heap if not e[2].completed]
+                    heapq.heapify(heap)
+            return
         DelayedOperationPurgatory._unwatch(self, op)
         all_unindexed = self._unindexed
         if all_unindexed:

@@ -129,6 +129,26 @@ class ProducePurgatory(DelayedOperationPurgatory):
                     heapq.heappush(self._heaps.setdefault(status.key, []),
                                    (status.required_offset, next(self._seq), op))
 
+    def park(self, op: DelayedProduce, key: Hashable, status: ProducePartitionStatus) -> None:
+        """``watch(op, (key,))`` of a produce of one partition, its ``status`` waiting (tried:
+        ReplicaManager.append_records' one partition, every acks=all produce of a
+        single-partition producer, issue 29): its steps for that case, inline
+        (tests/broker/test_produce_purgatory.py compares them)."""
+        op._purgatory = self
+        op._keys = (key,)
+        watchers = self._watchers
+        ops = watchers.get(key)
+        if ops is None:
+            watchers[key] = {op: None}
+        else:
+            ops[op] = None
+        self._arm(op)
+        heap = self._heaps.get(key)
+        if heap is None:
+            self._heaps[key] = [(status.required_offset, next(self._seq), op)]
+        else:
+            heapq.heappush(heap, (status.required_offset, next(self._seq), op))
+
     def check_hw_moved(self, key: Hashable, high_watermark: int) -> int:
         """``key``'s high watermark moved up to ``high_watermark``: complete what it completes.
         Returns how many completed."""

@@ -269,8 +269,31 @@ class FetchContext:
                 # one partition read (a follower of a single partition, issue 29): the loop below
                 pd = parts[0]
                 cached = partitions.get((topic, pd.partition))
-                if cached is None or cached.must_respond(pd, update):
-                    if update and cached is not None and len(partitions) > 1:
+                if cached is None:
+                    return results, session.id, _NONE
+                # cached.must_respond(pd, update), inline (its reference: a change there is made here too)
+                respond = False
+                records = pd.records
+                if records is not None and len(records) > 0:
+                    respond = True
+                hw = pd.high_watermark
+                if cached.high_watermark != hw:
+                    respond = True
+                    if update:
+                        cached.high_watermark = hw
+                log_start = pd.log_start_offset
+                if cached.log_start_offset != log_start:
+                    respond = True
+                    if update:
+                        cached.log_start_offset = log_start
+                if pd.preferred_read_replica >= 0:
+                    respond = True
+                if pd.error_code:
+                    respond = True
+                    if update:
+                        cached.high_watermark = -1  # re-sent once the error is gone
+                if respond:
+                    if update and len(partitions) > 1:
                         key = (topic, pd.partition)
                         partitions[key] = partitions.pop(key)  # answered: to the back
                     return results, session.id, _NONE

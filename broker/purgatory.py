@@ -210,6 +210,10 @@ class DelayedOperationPurgatory:
         watchers = self._watchers
         for key in keys:
             watchers.setdefault(key, {})[op] = None
+        self._arm(op)
+
+    def _arm(self, op: DelayedOperation) -> None:
+        """watch's timing of ``op`` (its timer, or its place in its delay's queue)."""
         queues = self._delay_queues
         if queues is None:
             op._timer = self.time.schedule(op.delay_ms, op._expire)

@@ -214,6 +214,27 @@ class ReplicaManager:
         if required_acks not in _VALID_ACKS:
             callback([(t, [[p, ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1] for p, _ in parts]) for t, parts in topics])
             return None
+        if len(topics) == 1 and self.lean:
+            topic, parts = topics[0]
+            if len(parts) == 1:
+                # One partition (every produce of a single-partition producer, issue 29): the loop
+                # below for it, step for step (a change there is made here too: tests/broker/
+                # test_apis_lean.py compares them)
+                partition_index, records = parts[0]
+                result, required = self._append_to_local_log(topic, partition_index, records, required_acks,
+                                                             internal_topics_allowed, from_coordinator)
+                results = [(topic, [result])]
+                if required_acks == -1:
+                    key = (topic, partition_index)
+                    status = ProducePartitionStatus(key, required, result)
+                    if status.acks_pending:
+                        op = DelayedProduce(timeout_ms, [status], self, functools.partial(callback, results))
+                        if op.try_complete():  # (try_complete_else_watch, with its watch for one partition)
+                            return None
+                        self.produce_purgatory.park(op, key, status)
+                        return op
+                callback(results)
+                return None
         results = []
         statuses: list[ProducePartitionStatus] = []
         keys = []
@@ -400,7 +421,8 @@ class ReplicaManager:
                                                                      log_.log_end_offset):
                                 self.produce_purgatory.check_hw_moved(key, log_.high_watermark)
                                 self.fetch_purgatory.check_appended(key, log_)
-                            self.delete_records_purgatory.check_and_complete(key)
+                            if key in self.delete_records_purgatory._watchers:  # (what check_and_complete looks at first)
+                                self.delete_records_purgatory.check_and_complete(key)
                         except Exception as exc:
                             self._answer_park_error(exc, key, log_, callback)
                             return None
@@ -408,8 +430,8 @@ class ReplicaManager:
                         # would work out (one partition at the LEO, reading to it, min_bytes >= 1)
                         min_bytes = params.min_bytes
                         op = DelayedFetch(params.max_wait_ms, params, topics, self, callback, [(log_, meta)])
-                        self.fetch_purgatory.watch(op, (key,), (key, True, (
-                            meta[0], meta[1] + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER)))
+                        self.fetch_purgatory.park(op, key, (
+                            meta[0], meta[1] + min_bytes if fp.partition_max_bytes >= min_bytes else WAKE_NEVER))
                         return op
         return self._fetch_messages(params, topics, callback)
 

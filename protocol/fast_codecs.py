@@ -413,6 +413,19 @@ def decode_fetch_request(version: int, buf: Buffer, pos: int) -> FetchRequest:
     return decode_fetch_request_py(version, buf, pos)
 
 
+# decode_fetch_request's compiled decoder itself (None without protocol/_produce_codec.c):
+# decode_fetch_c(buf, pos, version, FetchRequest, FetchPartition) -> FetchRequest, or None for what
+# it leaves to decode_fetch_request_py (KafkaApis' follower fetches call it directly, issue 29).
+decode_fetch_c: Callable[..., FetchRequest | None] | None = (
+    _produce_codec.decode_fetch if _produce_codec is not None else None)
+# encode_fetch_response's compiled encoder itself (None without it): encode_fetch_c(version,
+# correlation_id, responses, throttle_time_ms, error_code, session_id, FetchPartitionData) ->
+# (buffers, size), or None for what it leaves to encode_fetch_response_py (KafkaApis' answers to
+# followers call it directly, issue 29).
+encode_fetch_c: Callable[..., tuple[list[Records], int] | None] | None = (
+    _produce_codec.encode_fetch if _produce_codec is not None else None)
+
+
 def decode_fetch_request_py(version: int, buf: Buffer, pos: int) -> FetchRequest:
     """``decode_fetch_request`` in Python: the reference of protocol/_produce_codec.c's
     ``decode_fetch``, and the decoder of what it leaves (forgotten topics, a rack id, errors)."""

@@ -76,7 +76,7 @@ class DeferredProducerIds:
 class Broker:
     """The collaborators KafkaApis gets, wired by hand, and one client connection to it."""
 
-    def __init__(self, tmp_path, topic_admin=None, forwarding=None, broker_epoch=5):
+    def __init__(self, tmp_path, topic_admin=None, forwarding=None, broker_epoch=5, request_metrics=None):
         self.config = KafkaConfig({"broker.id": str(BROKER_ID), "log.dirs": str(tmp_path / "data"),
                                    "listeners": "PLAINTEXT://127.0.0.1:9092"})
         self.config.log_dirs[0].mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,7 @@ class Broker:
         self.apis = KafkaApis(replica_manager=self.rm, metadata_cache=self.cache, topic_admin=self.topic_admin,
                               config_repository=self.configs, producer_ids=self.producer_ids,
                               inter_broker_listener="PLAINTEXT", forwarding=self.forwarding,
-                              broker_epoch=lambda: self.broker_epoch)
+                              broker_epoch=lambda: self.broker_epoch, request_metrics=request_metrics)
         server = SocketServer(self.apis, max_request_size=1 << 20, max_inflight=10, time=self.time)
         self.conn = KafkaConnection(server, "PLAINTEXT")
         self.transport = MockTransport()

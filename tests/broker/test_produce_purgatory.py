@@ -53,7 +53,9 @@ class Source:
         self.partitions = {("t", i): FakePartition() for i in range(3)}
 
 
-def run(cls, seed):
+def run(cls, seed, lean=False):
+    """``lean``: a produce of one partition is tried, then parked with ProducePurgatory.park
+    (ReplicaManager.append_records' one partition), not try_complete_else_watch."""
     rng = random.Random(seed)
     source = Source()
     purgatory = cls("produce", MockTime())
@@ -66,8 +68,14 @@ def run(cls, seed):
             for key in keys:
                 leo[key] += rng.randrange(1, 4)
                 statuses.append(ProducePartitionStatus(key, leo[key], [key[1], ErrorCode.NONE, 0, -1, 0]))
-            op = DelayedProduce(30000, statuses, source, lambda n=n: completed.append(n))
-            purgatory.try_complete_else_watch(op, keys)
+            op = DelayedProduce(rng.choice([30000, 500]), statuses, source, lambda n=n: completed.append(n))
+            if lean and len(keys) == 1:
+                if not op.try_complete():
+                    purgatory.park(op, keys[0], statuses[0])
+            else:
+                purgatory.try_complete_else_watch(op, keys)
+        elif rng.random() < 0.05:
+            purgatory.time.sleep(rng.choice([100, 600]))
         else:
             key = rng.choice(sorted(source.partitions))
             partition = source.partitions[key]
@@ -75,7 +83,9 @@ def run(cls, seed):
             partition.hw = min(leo[key], partition.hw + rng.randrange(0, 6))
             purgatory.check_hw_moved(key, partition.hw)
     heaps = {k: sorted((r, s) for r, s, _ in h) for k, h in purgatory._heaps.items()}
-    return completed, heaps
+    watchers = {k: len(ops) for k, ops in purgatory._watchers.items()}
+    queues = {d: len(q.entries) for d, q in purgatory._delay_queues.items()}
+    return completed, heaps, watchers, queues, purgatory.expired
 
 
 def test_the_one_produce_shortcut_completes_as_the_general_path():
@@ -83,3 +93,8 @@ def test_the_one_produce_shortcut_completes_as_the_general_path():
         fast = run(ProducePurgatory, seed)
         assert fast == run(ReferencePurgatory, seed)
         assert len(fast[0]) > 500
+
+
+def test_park_leaves_what_try_complete_else_watch_leaves():
+    for seed in range(5):
+        assert run(ProducePurgatory, seed, lean=True) == run(ProducePurgatory, seed)
