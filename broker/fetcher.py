@@ -34,7 +34,7 @@ from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionEr
 from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError
 from protocol.fast_codecs import FetchPartition, FetchRequest, FetchResponse, decode_fetch_response, encode_fetch_request
-from protocol.fetch_session import MAX_EPOCH, FetchRequestData, FetchSessionHandler, next_epoch
+from protocol.fetch_session import MAX_EPOCH, FetchRequestData, FetchSessionHandler
 from protocol.records import HEADER_SIZE, LOG_OVERHEAD, iter_batch_headers
 
 from .partition import partition_names
@@ -56,12 +56,13 @@ _BATCH_LENGTH = struct.Struct(">i")          # its batch length (byte 8)
 # epoch (int32), its one partition's fetch offset (int64); the response body's head (throttle,
 # error, session id, topic count) and, after the topic name, its one partition's (partition
 # count, then partition, error, high watermark, last stable offset, log start offset, aborted
-# transactions count, preferred replica, records size), as protocol/fast_codecs.py lays them out.
+# transactions count, preferred replica, records size), as protocol/fast_codecs.py lays them out:
+# what a response must start with (after its throttle time) to be read in place.
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_RESPONSE_HEAD = struct.Struct(">ihii")
-_ONE_PARTITION = struct.Struct(">iihqqqiii")
+_SESSION_ANSWER = struct.Struct(">hii")  # (after the throttle time) error, session id, topic count
+_PARTITION_ANSWER = struct.Struct(">hqqqiii")  # (after its index) error ... records size
 
 # Test-only switches that re-introduce replication bugs the simulator must find (sim/bugs.py
 # turns them on for a run; never set otherwise); read only on rare paths (a log start that
@@ -100,11 +101,11 @@ class _SteadyFetch:
     session's entry for the partition (``partitions``, the session's dict, holds it alone):
     this path keeps it at the offset last sent, as FetchSessionHandler.build does."""
 
-    __slots__ = ("conn", "api_versions", "state", "log_start", "partitions", "sent", "version", "topic", "one", "empty",
-                 "epoch_at", "offset_at", "frame")
+    __slots__ = ("conn", "api_versions", "state", "log_start", "partitions", "sent", "version", "one", "empty",
+                 "epoch_at", "offset_at", "frame", "no_answer", "answer", "answer_end")
 
     def __init__(self, conn: BrokerConnection, state: PartitionFetchState, log_start: int,
-                 partitions: dict[tuple[str, int], FetchPartition], version: int, topic: bytes, one: bytearray,
+                 partitions: dict[tuple[str, int], FetchPartition], version: int, session_id: int, one: bytearray,
                  empty: bytearray) -> None:
         self.conn = conn
         self.api_versions = conn.api_versions
@@ -113,7 +114,14 @@ class _SteadyFetch:
         self.partitions = partitions
         (self.sent,) = partitions.values()
         self.version = version
-        self.topic = topic  # the topic name as the response holds it (int16 length, UTF-8)
+        key = state.partition.key
+        topic = key[0].encode()
+        # A response body starts with the throttle time, then (from byte 8 of the frame) no error,
+        # this session, and either no topic or this partition alone; its fields from answer_end.
+        self.no_answer = _SESSION_ANSWER.pack(0, session_id, 0)
+        self.answer = _SESSION_ANSWER.pack(0, session_id, 1) + _I16.pack(len(topic)) + topic + \
+            _I32.pack(1) + _I32.pack(key[1])
+        self.answer_end = 8 + len(self.answer)
         self.one = one
         self.empty = empty
         # Fetch v11's tail: the session epoch, the topic count, no forgotten topics, an empty
@@ -470,9 +478,8 @@ class ReplicaFetcher:
         one = bytearray(encode_fetch_request(version, 0, conn.client_id, request))
         request.topics = []
         empty = bytearray(encode_fetch_request(version, 0, conn.client_id, request))
-        topic = key[0].encode()
-        steady = self._steady = _SteadyFetch(conn, state, log_start, partitions, version,
-                                             _I16.pack(len(topic)) + topic, one, empty)
+        steady = self._steady = _SteadyFetch(conn, state, log_start, partitions, version, session.session_id, one,
+                                             empty)
         return steady
 
     async def _fetch_steady(self, conn: BrokerConnection, steady: _SteadyFetch, key: tuple[str, int],
@@ -497,30 +504,25 @@ class ReplicaFetcher:
         except BaseException:
             session.handle_error()
             raise
-        # the body: no error, our session; no partition, or ours alone without aborted transactions
-        end = len(raw)
-        if end >= 18:
-            _throttle, error, session_id, ntopics = _RESPONSE_HEAD.unpack_from(raw, 4)
-            if not error and session_id == session.session_id:
-                if ntopics == 0:
-                    # (FetchSessionHandler.handle_response's epoch, inline)
-                    session.epoch = epoch + 1 if 0 <= epoch < MAX_EPOCH else next_epoch(epoch)
-                    return True
-                topic = steady.topic
-                pos = 18 + len(topic)
-                if ntopics == 1 and pos + 46 <= end and raw.startswith(topic, 18):
-                    nparts, partition, perror, hw, _lso, log_start, naborted, _preferred, size = \
-                        _ONE_PARTITION.unpack_from(raw, pos)
-                    pos += 46
-                    if nparts == 1 and partition == key[1] and not perror and naborted == -1 and 0 <= size \
-                            and pos + size <= end:
-                        session.epoch = epoch + 1 if 0 <= epoch < MAX_EPOCH else next_epoch(epoch)
-                        current = self.partitions.get(key)
-                        if current is state:
-                            self._take(key, state, memoryview(raw)[pos:pos + size], hw, log_start)
-                        elif current is not None:  # replaced while we asked (the general way's comment)
-                            session.resend_all()
-                        return True
+        # The body: no error, our session, and no partition, or ours alone without error or aborted
+        # transactions (the session epoch moves on as FetchSessionHandler.handle_response moves it:
+        # the epoch is above 0 here, next_epoch(epoch) is epoch + 1 but after MAX_EPOCH).
+        pos = steady.answer_end
+        if len(raw) >= pos + 38 and raw.startswith(steady.answer, 8):
+            error, hw, _lso, log_start, naborted, _preferred, size = _PARTITION_ANSWER.unpack_from(raw, pos)
+            pos += 38
+            # (size -1: null records, which _take takes as it takes none, an empty view here)
+            if not error and naborted == -1 and -1 <= size and pos + size <= len(raw):
+                session.epoch = epoch + 1 if epoch < MAX_EPOCH else 1
+                current = self.partitions.get(key)
+                if current is state:
+                    self._take(key, state, memoryview(raw)[pos:pos + size], hw, log_start)
+                elif current is not None:  # replaced while we asked (the general way's comment)
+                    session.resend_all()
+                return True
+        elif raw.startswith(steady.no_answer, 8):
+            session.epoch = epoch + 1 if epoch < MAX_EPOCH else 1
+            return True
         try:
             response = decode_fetch_response(steady.version, memoryview(raw), 4)
         except BaseException:  # (the general way's decoding is in its ``conn.fetch``)

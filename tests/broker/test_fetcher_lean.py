@@ -33,16 +33,17 @@ from protocol.records import Record, build_batch
 from storage import Log, LogConfig
 from tests.broker.test_fetcher_eager import KeptTransport, fetch_offsets
 
-KEY = ("t", 0)
+KEY = ("topic", 2)
+DIR = f"{KEY[0]}-{KEY[1]}"
 
 
 class Follower:
     def __init__(self, directory: Path, time: MockTime, lean: bool) -> None:
         self.time = time
         self.log = Log.open(directory, LogConfig(), time=time)
-        self.partition = Partition("t", 0, local_broker_id=2, time=time)
+        self.partition = Partition(KEY[0], KEY[1], local_broker_id=2, time=time)
         self.partition.log = self.log
-        self.quota = ReplicationQuotaManager("follower", time, samples=2, window_seconds=1, bound=1000)
+        self.quota = ReplicationQuotaManager("follower", time, samples=2, window_seconds=1, bound=100)
         manager = SimpleNamespace(broker_id=2, time=time, backoff_ms=1000, topic_stats=None, follower_quota=self.quota,
                                   on_truncated_below_recovery_point=None, fetch_wait_max_ms=500, fetch_min_bytes=1,
                                   fetch_max_bytes=1 << 20, fetch_response_max_bytes=10 << 20,
@@ -101,7 +102,7 @@ _events = st.sampled_from(["none"] * 24 + ["time"] * 4 + ["not-truncating"] * 3 
     "replace", "remove", "log-start", "reconnect", "version-10", "epoch-wrap", "truncating", "throttle", "unthrottle"])
 _answers = st.sampled_from(["records"] * 48 + ["hw"] * 4 + ["nothing"] * 4 + [
     "empty", "partition-error", "top-error", "other-session", "no-session", "wrong-partition", "two-partitions",
-    "two-topics", "other-topic", "aborted", "cut", "corrupt", "gap", "two-batches", "lost", "truncated-frame"])
+    "two-topics", "other-topic", "aborted", "cut", "corrupt", "gap", "two-batches", "lost", "truncated-frame", "bad-size"])
 
 
 def answer(data, leo: int, log_start: int, session_id: int, version: int, cid: int) -> bytes | None:
@@ -118,10 +119,13 @@ def answer(data, leo: int, log_start: int, session_id: int, version: int, cid: i
         return build_batch([Record(value=b"v" * 30, timestamp=1000 + base)] * count, base_offset=base,
                            partition_leader_epoch=epoch)
     records: bytes | None = batch(leo)
-    error, top_error, sid, aborted = 0, 0, session_id or 7, None
-    partitions = [(KEY[0], [0])]
+    error, top_error, aborted = 0, 0, None
+    sid = session_id or data.draw(st.sampled_from([7, 99, 1 << 30]), label="session id")
+    partitions = [(KEY[0], [KEY[1]])]
     if kind == "hw":
         records = data.draw(st.sampled_from([None, b""]), label="no records")
+    elif kind == "bad-size":
+        records = None
     elif kind == "nothing":
         partitions = []
     elif kind == "empty":
@@ -136,13 +140,13 @@ def answer(data, leo: int, log_start: int, session_id: int, version: int, cid: i
     elif kind == "no-session":
         sid = 0
     elif kind == "wrong-partition":
-        partitions = [(KEY[0], [1])]
+        partitions = [(KEY[0], [data.draw(st.sampled_from([0, KEY[1] + 1]), label="partition")])]
     elif kind == "two-partitions":
-        partitions = [(KEY[0], [0, 1])]
+        partitions = [(KEY[0], [KEY[1], KEY[1] + 1])]
     elif kind == "two-topics":
-        partitions = [(KEY[0], [0]), ("u", [0])]
+        partitions = [(KEY[0], [KEY[1]]), ("other", [KEY[1]])]
     elif kind == "other-topic":
-        partitions = [("u", [0])]
+        partitions = [("tupic", [KEY[1]])]  # (a name as long as ours)
     elif kind == "aborted":
         aborted = data.draw(st.sampled_from([[], [(5, leo)]]), label="aborted")
     elif kind == "cut":
@@ -159,6 +163,8 @@ def answer(data, leo: int, log_start: int, session_id: int, version: int, cid: i
                  for topic, parts in partitions]
     chunks, _n = encode_fetch_response(version, cid, responses, error_code=top_error, session_id=sid)
     frame = b"".join(bytes(c) for c in chunks)
+    if kind == "bad-size":  # a records size below -1 (null): malformed
+        frame = frame[:-4] + (-2).to_bytes(4, "big", signed=True)
     if kind == "truncated-frame":  # a body cut short, its size patched: malformed
         frame = frame[:len(frame) - data.draw(st.integers(1, 12), label="cut")]
         frame = (len(frame) - 4).to_bytes(4, "big") + frame[4:]
@@ -190,15 +196,15 @@ def apply(event: str, followers: list[Follower], wrap: int) -> None:
             state.truncating = True
         elif event == "not-truncating" and state is not None:
             state.truncating = False
-        elif event == "throttle":  # (the quota is exceeded once 1000 bytes/s came)
-            f.quota.update_topic("t", "*", broker_id=2)
+        elif event == "throttle":  # (the quota is exceeded once 100 bytes/s came)
+            f.quota.update_topic(KEY[0], "*", broker_id=2)
         elif event == "unthrottle":
-            f.quota.update_topic("t", None, broker_id=2)
+            f.quota.update_topic(KEY[0], None, broker_id=2)
 
 
 async def scenario(directory: Path, data) -> int:
     time = MockTime()
-    followers = [Follower(directory / "lean" / "t-0", time, True), Follower(directory / "general" / "t-0", time, False)]
+    followers = [Follower(directory / "lean" / DIR, time, True), Follower(directory / "general" / DIR, time, False)]
     tasks: list[asyncio.Task] = []
     try:
         for _step in range(data.draw(st.integers(1, 30), label="steps")):
@@ -246,36 +252,49 @@ def test_the_steady_state_fetches_as_the_general_way(data) -> None:
 async def _steady_fetches() -> None:
     time = MockTime()
     with tempfile.TemporaryDirectory(prefix="kbroker-lean-fetch-") as directory:
-        follower = Follower(Path(directory) / "t-0", time, True)
+        follower = Follower(Path(directory) / DIR, time, True)
+        fetcher = follower.fetcher
         general = []
-        fetch = BrokerConnection.fetch
+        handle = fetcher._handle_response
+        fetcher._handle_response = lambda *args: general.append(args) or handle(*args)  # type: ignore[method-assign]
 
-        async def counted(self, *args, **kwargs):
-            general.append(args)
-            return await fetch(self, *args, **kwargs)
-        BrokerConnection.fetch = counted  # type: ignore[method-assign]
+        async def fetch(records: bytes | None, sends: bool = True, nothing: bool = False) -> None:
+            """A fetch (of our partition at its log end when ``sends``, else of no partition),
+            answered with ``records`` and the high watermark at the log end (or ``nothing``)."""
+            task = asyncio.get_running_loop().create_task(fetcher._fetch(follower.conn))
+            await turns()
+            cid, offsets = fetch_offsets(follower.transport.frames[-1])
+            assert offsets == ([follower.log.log_end_offset] if sends else [])
+            leo = follower.log.log_end_offset
+            parts = [] if nothing else [(KEY[0], [FetchPartitionData(KEY[1], 0, leo, leo, 0, records)])]
+            chunks, _n = encode_fetch_response(11, cid, parts, session_id=99)
+            follower.conn.data_received(b"".join(bytes(c) for c in chunks))
+            await turns()
+            assert task.result() is True
+
         try:
-            leo = 0
+            follower.fetcher.manager.follower_quota = None
             for i in range(6):
-                task = asyncio.get_running_loop().create_task(follower.fetcher._fetch(follower.conn))
-                await turns()
-                cid, offsets = fetch_offsets(follower.transport.frames[-1])
-                assert offsets == [leo]
-                records = build_batch([Record(value=b"v", timestamp=1)] * 3, base_offset=leo, partition_leader_epoch=0)
-                chunks, _n = encode_fetch_response(11, cid, [("t", [FetchPartitionData(0, 0, leo, leo, 0, records)])],
-                                                   session_id=7)
-                follower.conn.data_received(b"".join(bytes(c) for c in chunks))
-                await turns()
-                assert task.result() is True
-                leo += 3
-                assert follower.log.log_end_offset == leo and follower.log.high_watermark == leo - 3
-                assert follower.fetcher.session.epoch == i + 1
+                leo = follower.log.log_end_offset
+                await fetch(build_batch([Record(value=b"v", timestamp=1)] * 3, base_offset=leo, partition_leader_epoch=0))
+                assert follower.log.log_end_offset == leo + 3 and follower.log.high_watermark == leo
+                assert fetcher.session.epoch == i + 1
+            # the full fetch that starts the session goes the general way; every next one the steady way
+            assert len(general) == 1 and follower.steady_fetches == 5
+            await fetch(None)  # the high watermark alone (null records): the steady way too
+            assert follower.log.high_watermark == follower.log.log_end_offset == 18
+            # the session epoch wraps from the largest int32 to 1: after no partition, and after ours
+            fetcher.session.epoch = MAX_EPOCH
+            await fetch(None, sends=False, nothing=True)
+            assert fetcher.session.epoch == 1
+            fetcher.session.epoch = MAX_EPOCH
+            await fetch(build_batch([Record(value=b"v", timestamp=1)], base_offset=18, partition_leader_epoch=0),
+                        sends=False)
+            assert fetcher.session.epoch == 1 and follower.log.log_end_offset == 19
+            assert len(general) == 1 and follower.steady_fetches == 8
         finally:
-            BrokerConnection.fetch = fetch  # type: ignore[method-assign]
             follower.conn.close()
             follower.log.close()
-        # the full fetch that starts the session goes the general way; every next one the steady way
-        assert len(general) == 1 and follower.steady_fetches == 5
 
 
 def test_a_steady_follower_fetches_without_the_general_way() -> None:
