@@ -459,6 +459,10 @@ class ReplicaFetcher:
         BrokerConnection, as tests script a leader)."""
         if not isinstance(conn, BrokerConnection):
             return None
+        try:
+            version = conn.fetch_version()
+        except KafkaError:  # (no Fetch in common: the general way raises it, after its session's bookkeeping)
+            return None
         m = self.manager
         session = self.session
         sent = session.session_partitions.get(key)
@@ -466,12 +470,11 @@ class ReplicaFetcher:
         max_bytes = m.fetch_max_bytes
         if sent is None or len(session.session_partitions) != 1 or sent.partition != key[1] \
                 or sent.current_leader_epoch != state.leader_epoch or sent.log_start_offset != log_start \
-                or sent.partition_max_bytes != max_bytes or conn.fetch_version() != 11:
+                or sent.partition_max_bytes != max_bytes or version != 11:
             return None
         # the session's entry, this path's own (a new, equal one)
         fp = FetchPartition(key[1], state.leader_epoch, sent.fetch_offset, log_start, max_bytes)
         partitions = session.session_partitions = {key: fp}
-        version = conn.fetch_version()
         request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
                                0, session.session_id, 0, [(key[0], [FetchPartition(key[1], state.leader_epoch, 0,
                                                                                    log_start, max_bytes)])], [], "")

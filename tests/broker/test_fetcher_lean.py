@@ -7,7 +7,8 @@ keeps what is written, get the same random leader answers (records at the log en
 or cut or corrupt, errors of the partition or of the whole fetch, another session id or none,
 partitions not asked for, aborted transactions, a lost connection) and the same events between
 and during fetches (a fetch state replaced or removed, the log start moved, a new connection, a
-Fetch version without the steady state, time passing, the session epoch at its wrap): every
+Fetch version without the steady state or no Fetch at all, time passing, the session epoch at
+its wrap, a follower quota throttling): every
 request written is the same byte for byte, and so is every outcome (returned or raised) and all
 state after it (session, fetch state, log)."""
 
@@ -67,7 +68,7 @@ class Follower:
 
     def connect(self, version: int) -> None:
         self.conn = BrokerConnection("127.0.0.1", 9, time=self.time)
-        self.conn.api_versions = {ApiKey.FETCH: (4, version)}
+        self.conn.api_versions = {ApiKey.FETCH: (4, version)} if version else {}  # (0: a broker without Fetch)
         self.transport = KeptTransport()
         self.conn.connection_made(self.transport)
 
@@ -99,7 +100,8 @@ async def turns(n: int = 4) -> None:
 _errors = st.sampled_from([1, 6, 74, 75, 3])  # OFFSET_OUT_OF_RANGE, NOT_LEADER_OR_FOLLOWER, FENCED_/UNKNOWN_LEADER_EPOCH, ...
 # mostly nothing (a follower's steady state), each of the others now and then
 _events = st.sampled_from(["none"] * 24 + ["time"] * 4 + ["not-truncating"] * 3 + ["new-epoch"] * 3 + [
-    "replace", "remove", "log-start", "reconnect", "version-10", "epoch-wrap", "truncating", "throttle", "unthrottle"])
+    "replace", "remove", "log-start", "reconnect", "version-10", "no-fetch", "epoch-wrap", "truncating", "throttle",
+    "unthrottle"])
 _answers = st.sampled_from(["records"] * 48 + ["hw"] * 4 + ["nothing"] * 4 + [
     "empty", "partition-error", "top-error", "other-session", "no-session", "wrong-partition", "two-partitions",
     "two-topics", "other-topic", "aborted", "cut", "corrupt", "gap", "two-batches", "lost", "truncated-frame", "bad-size"])
@@ -190,6 +192,9 @@ def apply(event: str, followers: list[Follower], wrap: int) -> None:
         elif event == "version-10":
             f.conn.close()
             f.connect(10)
+        elif event == "no-fetch":
+            f.conn.close()
+            f.connect(0)
         elif event == "epoch-wrap" and f.fetcher.session.epoch > 0:
             f.fetcher.session.epoch = MAX_EPOCH - wrap
         elif event == "truncating" and state is not None:
