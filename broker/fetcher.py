@@ -27,14 +27,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from protocol.api_keys import ApiKey
 from protocol.client import DEFAULT_NETWORK, BrokerConnection, KafkaConnectionError, Network, sleep
 from protocol.clock import Time
 from protocol.errors import ErrorCode, KafkaError
-from protocol.fast_codecs import FetchPartition, FetchRequest
-from protocol.fetch_session import FetchSessionHandler
+from protocol.fast_codecs import FetchPartition, FetchRequest, FetchResponse, decode_fetch_response, encode_fetch_request
+from protocol.fetch_session import MAX_EPOCH, FetchRequestData, FetchSessionHandler
 from protocol.records import HEADER_SIZE, LOG_OVERHEAD, iter_batch_headers
 
 from .partition import partition_names
@@ -52,6 +52,17 @@ log = logging.getLogger("kbroker.fetcher")
 _FIRST_BATCH_OFFSETS = struct.Struct(">q")   # a batch header's base offset (byte 0)
 _LAST_OFFSET_DELTA = struct.Struct(">i")     # and its last offset delta (byte 23)
 _BATCH_LENGTH = struct.Struct(">i")          # its batch length (byte 8)
+# The steady state's Fetch v11 (ReplicaFetcher._fetch): the request's correlation id and session
+# epoch (int32), its one partition's fetch offset (int64); the response body's head (throttle,
+# error, session id, topic count) and, after the topic name, its one partition's (partition
+# count, then partition, error, high watermark, last stable offset, log start offset, aborted
+# transactions count, preferred replica, records size), as protocol/fast_codecs.py lays them out:
+# what a response must start with (after its throttle time) to be read in place.
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_SESSION_ANSWER = struct.Struct(">hii")  # (after the throttle time) error, session id, topic count
+_PARTITION_ANSWER = struct.Struct(">hqqqiii")  # (after its index) error ... records size
 
 # Test-only switches that re-introduce replication bugs the simulator must find (sim/bugs.py
 # turns them on for a run; never set otherwise); read only on rare paths (a log start that
@@ -81,6 +92,50 @@ class PartitionFetchState:
                 f"{'truncating' if self.truncating else 'fetching'})")
 
 
+class _SteadyFetch:
+    """The Fetch requests of a fetcher's steady state (``ReplicaFetcher._fetch``), encoded once:
+    one partition in an incremental fetch session, for one connection and one fetch state. Each
+    next request differs only in its correlation id, session epoch and fetch offset, patched into
+    ``one`` (the partition's fetch offset moved: it is sent) or ``empty`` (it did not: no
+    partition is sent), both encoded by ``encode_fetch_request`` itself. ``sent`` is the
+    session's entry for the partition (``partitions``, the session's dict, holds it alone):
+    this path keeps it at the offset last sent, as FetchSessionHandler.build does."""
+
+    __slots__ = ("conn", "api_versions", "state", "log_start", "partitions", "sent", "version", "one", "empty",
+                 "epoch_at", "offset_at", "frame", "no_answer", "answer", "answer_end")
+
+    def __init__(self, conn: BrokerConnection, state: PartitionFetchState, log_start: int,
+                 partitions: dict[tuple[str, int], FetchPartition], version: int, session_id: int, one: bytearray,
+                 empty: bytearray) -> None:
+        self.conn = conn
+        self.api_versions = conn.api_versions
+        self.state = state
+        self.log_start = log_start
+        self.partitions = partitions
+        (self.sent,) = partitions.values()
+        self.version = version
+        key = state.partition.key
+        topic = key[0].encode()
+        # A response body starts with the throttle time, then (from byte 8 of the frame) no error,
+        # this session, and either no topic or this partition alone; its fields from answer_end.
+        self.no_answer = _SESSION_ANSWER.pack(0, session_id, 0)
+        self.answer = _SESSION_ANSWER.pack(0, session_id, 1) + _I16.pack(len(topic)) + topic + \
+            _I32.pack(1) + _I32.pack(key[1])
+        self.answer_end = 8 + len(self.answer)
+        self.one = one
+        self.empty = empty
+        # Fetch v11's tail: the session epoch, the topic count, no forgotten topics, an empty
+        # rack id; the partition's fetch offset, log start offset and max bytes before those last two.
+        self.epoch_at = len(empty) - 14
+        self.offset_at = len(one) - 26
+        self.frame = one
+
+    def encode(self, correlation_id: int) -> tuple[bytes]:
+        frame = self.frame
+        _I32.pack_into(frame, 8, correlation_id)
+        return (bytes(frame),)
+
+
 class ReplicaFetcher:
     def __init__(self, manager: "ReplicaFetcherManager", source_id: int, host: str, port: int) -> None:
         self.manager = manager
@@ -94,6 +149,7 @@ class ReplicaFetcher:
         self._stopping = False
         self._throttled_until_ms = 0.0  # every ready partition held back by the follower quota until then
         self.session = FetchSessionHandler(source_id)  # KIP-227, with the source broker
+        self._steady: _SteadyFetch | None = None
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(source={self.source_id} at {self.host}:{self.port}, {len(self.partitions)} partitions)"
@@ -292,12 +348,41 @@ class ReplicaFetcher:
             self.manager.on_truncated_below_recovery_point(log_)
 
     # -- fetching --------------------------------------------------------------------------
-    async def _fetch(self, conn: BrokerConnection) -> bool:
-        """One Fetch for every ready, non-truncating partition; False if there was none.
+    # The steady state of a follower of one partition (issue 29), written out beside the general
+    # way below, the reference (tests/broker/test_fetcher_lean.py holds the two alike; False
+    # sends every fetch the general way).
+    lean = True
+
+    def _fetch(self, conn: BrokerConnection) -> Coroutine[Any, Any, bool]:
+        """One Fetch for every ready, non-truncating partition; awaited, False if there was none.
 
         In an incremental fetch session (KIP-227, protocol/fetch_session.py) the request names
         only the partitions whose fetch position changed, and the leader answers only those
-        with something new: an idle partition costs no request or response bytes."""
+        with something new: an idle partition costs no request or response bytes.
+
+        The steady state, one partition fetched in an incremental session (not truncating, not
+        backed off, no follower quota throttling anything), goes without the general way's
+        objects (``_fetch_steady``); else ``_fetch_any``. (A function giving the coroutine of
+        either: no coroutine of its own.)"""
+        if self.lean and len(self.partitions) == 1 and self.session.epoch > 0:
+            ((key, state),) = self.partitions.items()
+            m = self.manager
+            if not state.truncating and (state.delayed_until_ms <= 0.0
+                                         or state.delayed_until_ms <= m.time.monotonic_ms()):
+                quota = getattr(m, "follower_quota", None)
+                if quota is None or not quota.throttled:
+                    steady = self._steady
+                    log_ = state.partition.log
+                    if steady is None or steady.state is not state or steady.conn is not conn \
+                            or steady.partitions is not self.session.session_partitions \
+                            or steady.api_versions is not conn.api_versions or steady.log_start != log_.log_start_offset:
+                        steady = self._start_steady(conn, key, state, log_)
+                    if steady is not None:
+                        return self._fetch_steady(conn, steady, key, state)
+        return self._fetch_any(conn)
+
+    async def _fetch_any(self, conn: BrokerConnection) -> bool:
+        """``_fetch`` of any partitions in any session state: the reference of ``_fetch_steady``."""
         m = self.manager
         now = m.time.monotonic_ms()  # (_ready's, without its dict)
         ready = {k: s for k, s in self.partitions.items() if s.delayed_until_ms <= now and not s.truncating}
@@ -336,6 +421,11 @@ class ReplicaFetcher:
         except BaseException:
             session.handle_error()
             raise
+        return self._handle_response(response, data, ready)
+
+    def _handle_response(self, response: FetchResponse, data: FetchRequestData,
+                         ready: dict[tuple[str, int], PartitionFetchState]) -> bool:
+        session = self.session
         if not session.handle_response(response, data):
             if response.error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
                 return True  # the next fetch is a full one, at once
@@ -360,50 +450,138 @@ class ReplicaFetcher:
             session.resend_all()
         return True
 
+    def _start_steady(self, conn: BrokerConnection, key: tuple[str, int], state: PartitionFetchState,
+                      log_: Log) -> _SteadyFetch | None:
+        """Encode the steady state's requests (``_SteadyFetch``) when the session is in it: it
+        holds this one partition alone, as last sent with the partition's leader epoch, log start
+        and max bytes of now, and the connection speaks Fetch v11. False when it does not (the
+        general way fetches then, and moves the session on; it does for a connection that is not a
+        BrokerConnection, as tests script a leader)."""
+        if not isinstance(conn, BrokerConnection):
+            return None
+        try:
+            version = conn.fetch_version()
+        except KafkaError:  # (no Fetch in common: the general way raises it, after its session's bookkeeping)
+            return None
+        m = self.manager
+        session = self.session
+        sent = session.session_partitions.get(key)
+        log_start = log_.log_start_offset
+        max_bytes = m.fetch_max_bytes
+        if sent is None or len(session.session_partitions) != 1 or sent.partition != key[1] \
+                or sent.current_leader_epoch != state.leader_epoch or sent.log_start_offset != log_start \
+                or sent.partition_max_bytes != max_bytes or version != 11:
+            return None
+        # the session's entry, this path's own (a new, equal one)
+        fp = FetchPartition(key[1], state.leader_epoch, sent.fetch_offset, log_start, max_bytes)
+        partitions = session.session_partitions = {key: fp}
+        request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
+                               0, session.session_id, 0, [(key[0], [FetchPartition(key[1], state.leader_epoch, 0,
+                                                                                   log_start, max_bytes)])], [], "")
+        one = bytearray(encode_fetch_request(version, 0, conn.client_id, request))
+        request.topics = []
+        empty = bytearray(encode_fetch_request(version, 0, conn.client_id, request))
+        steady = self._steady = _SteadyFetch(conn, state, log_start, partitions, version, session.session_id, one,
+                                             empty)
+        return steady
+
+    async def _fetch_steady(self, conn: BrokerConnection, steady: _SteadyFetch, key: tuple[str, int],
+                            state: PartitionFetchState) -> bool:
+        """``_fetch``'s steady state (see there): the general way's request, byte for byte, and
+        what it does with a response; a response of any other shape goes to ``_handle_response``."""
+        session = self.session
+        epoch = session.epoch
+        leo = state.partition.log.log_end_offset
+        sent = steady.sent
+        if sent.fetch_offset != leo:  # (FetchSessionHandler.build's to_send: the partition, or nothing)
+            sent.fetch_offset = leo
+            frame = steady.frame = steady.one
+            _I64.pack_into(frame, steady.offset_at, leo)
+            sends_partition = True
+        else:
+            frame = steady.frame = steady.empty
+            sends_partition = False
+        _I32.pack_into(frame, steady.epoch_at, epoch)
+        try:
+            raw = await conn.send_fetch(steady.encode, self.manager.fetch_wait_max_ms)  # (eager, as the general way's)
+        except BaseException:
+            session.handle_error()
+            raise
+        # The body: no error, our session, and no partition, or ours alone without error or aborted
+        # transactions (the session epoch moves on as FetchSessionHandler.handle_response moves it:
+        # the epoch is above 0 here, next_epoch(epoch) is epoch + 1 but after MAX_EPOCH).
+        pos = steady.answer_end
+        if len(raw) >= pos + 38 and raw.startswith(steady.answer, 8):
+            error, hw, _lso, log_start, naborted, _preferred, size = _PARTITION_ANSWER.unpack_from(raw, pos)
+            pos += 38
+            # (size -1: null records, which _take takes as it takes none, an empty view here)
+            if not error and naborted == -1 and -1 <= size and pos + size <= len(raw):
+                session.epoch = epoch + 1 if epoch < MAX_EPOCH else 1
+                current = self.partitions.get(key)
+                if current is state:
+                    self._take(key, state, memoryview(raw)[pos:pos + size], hw, log_start)
+                elif current is not None:  # replaced while we asked (the general way's comment)
+                    session.resend_all()
+                return True
+        elif raw.startswith(steady.no_answer, 8):
+            session.epoch = epoch + 1 if epoch < MAX_EPOCH else 1
+            return True
+        try:
+            response = decode_fetch_response(steady.version, memoryview(raw), 4)
+        except BaseException:  # (the general way's decoding is in its ``conn.fetch``)
+            session.handle_error()
+            raise
+        to_send = [(key[0], [FetchPartition(key[1], state.leader_epoch, leo, steady.log_start, sent.partition_max_bytes)])]
+        return self._handle_response(response, FetchRequestData(
+            session.session_id, epoch, to_send if sends_partition else [], [], False), {key: state})
+
     def _process_partition(self, key, state: PartitionFetchState, pd) -> None:
-        log_ = state.partition.log
         error = pd.error_code
         if not error:
-            fetched = pd.records
-            if fetched is not None and len(fetched):
-                n = len(fetched)
-                if n >= HEADER_SIZE and _BATCH_LENGTH.unpack_from(fetched, 8)[0] + LOG_OVERHEAD == n:
-                    records = fetched  # one whole batch: _whole_batches's first test, inline
-                else:
-                    records = _whole_batches(fetched)
-                    if not len(records):
-                        # not one whole batch (KIP-74: a leader answers its first batch whole,
-                        # whatever the size asked): the same fetch would get the same for ever
-                        self._back_off(key, state, f"the leader's answer at offset {log_.log_end_offset} holds "
-                                                   f"{n} bytes and no whole batch")
-                        return
-                try:
-                    if log_.log_end_offset == log_.log_start_offset:  # (_maybe_start_at_first_batch's first test)
-                        self._maybe_start_at_first_batch(key, log_, records)
-                    log_.append_as_follower(records)
-                except KafkaError as exc:
-                    self._back_off(key, state, f"append failed: {exc}")
-                    return
-                topic_stats = self.manager.topic_stats
-                if topic_stats is not None:
-                    topic_stats.topic(key[0]).replication_bytes_in += len(fetched)
-                quota = getattr(self.manager, "follower_quota", None)
-                if quota is not None and quota.is_throttled(*key):  # in sync or not (Kafka's rule)
-                    quota.record(len(fetched))
-            # The HW first (clamped to our LEO), then the log start: the leader's log start is at
-            # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
-            hw, log_start = pd.high_watermark, pd.log_start_offset
-            if BUG_LOG_START_BEFORE_HW and log_start > log_.log_start_offset:
-                log_.maybe_increment_log_start_offset(log_start)
-            log_.update_high_watermark(hw)
-            if log_start > log_.log_start_offset:
-                log_.maybe_increment_log_start_offset(log_start)
-            lag = hw - log_.log_end_offset
-            state.lag = lag if lag > 0 else 0  # Kafka's FetcherLagMetrics ConsumerLag
+            self._take(key, state, pd.records, pd.high_watermark, pd.log_start_offset)
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(key, state, pd)
         else:
             self._back_off(key, state, ErrorCode(error).name)
+
+    def _take(self, key, state: PartitionFetchState, fetched, hw: int, log_start: int) -> None:
+        """A partition's answer without an error: its records (a buffer, or None), the leader's
+        high watermark and log start offset."""
+        log_ = state.partition.log
+        if fetched is not None and len(fetched):
+            n = len(fetched)
+            if n >= HEADER_SIZE and _BATCH_LENGTH.unpack_from(fetched, 8)[0] + LOG_OVERHEAD == n:
+                records = fetched  # one whole batch: _whole_batches's first test, inline
+            else:
+                records = _whole_batches(fetched)
+                if not len(records):
+                    # not one whole batch (KIP-74: a leader answers its first batch whole,
+                    # whatever the size asked): the same fetch would get the same for ever
+                    self._back_off(key, state, f"the leader's answer at offset {log_.log_end_offset} holds "
+                                               f"{n} bytes and no whole batch")
+                    return
+            try:
+                if log_.log_end_offset == log_.log_start_offset:  # (_maybe_start_at_first_batch's first test)
+                    self._maybe_start_at_first_batch(key, log_, records)
+                log_.append_as_follower(records)
+            except KafkaError as exc:
+                self._back_off(key, state, f"append failed: {exc}")
+                return
+            topic_stats = self.manager.topic_stats
+            if topic_stats is not None:
+                topic_stats.topic(key[0]).replication_bytes_in += len(fetched)
+            quota = getattr(self.manager, "follower_quota", None)
+            if quota is not None and quota.is_throttled(*key):  # in sync or not (Kafka's rule)
+                quota.record(len(fetched))
+        # The HW first (clamped to our LEO), then the log start: the leader's log start is at
+        # most its HW, so at most our new HW, but may be above our old one (Kafka's order).
+        if BUG_LOG_START_BEFORE_HW and log_start > log_.log_start_offset:
+            log_.maybe_increment_log_start_offset(log_start)
+        log_.update_high_watermark(hw)
+        if log_start > log_.log_start_offset:
+            log_.maybe_increment_log_start_offset(log_start)
+        lag = hw - log_.log_end_offset
+        state.lag = lag if lag > 0 else 0  # Kafka's FetcherLagMetrics ConsumerLag
 
     @staticmethod
     def _maybe_start_at_first_batch(key, log_: Log, records) -> None:

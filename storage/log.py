@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
@@ -46,8 +47,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 from protocol.clock import Time
 from protocol.errors import (InvalidRecordError, KafkaError, KafkaStorageError, MessageTooLargeError,
                              OffsetOutOfRangeError, RecordListTooLargeError)
-from protocol.records import (BatchHeader, build_end_txn_marker, check_batch, read_control_record, read_header,
-                              set_base_offset_and_epoch, set_log_append_time)
+from protocol.records import (HEADER_SIZE, LOG_OVERHEAD, BatchHeader, build_end_txn_marker, check_batch,
+                              read_control_record, read_header, set_base_offset_and_epoch, set_log_append_time)
 
 from . import fileio
 from .config import LogConfig
@@ -72,6 +73,7 @@ log = logging.getLogger("kbroker.storage.log")
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+_I32 = struct.Struct(">i")  # a batch's length (byte 8)
 _NOTHING = b""  # an empty fetch: a new view of it each time (a caller may release what it gets)
 
 
@@ -199,6 +201,7 @@ class Log:
         self.config = config
         # append_as_leader's reading of ``config`` (the config it was taken from first)
         self._client_rules: tuple[Any, ...] = (None,)
+        self._follower_rules: tuple[Any, ...] = (None,)  # append_as_follower's: (config, config.compact)
         self.time = time
         self.segment_budget = budget
         self._segments = loaded.segments
@@ -515,8 +518,8 @@ class Log:
                 offset_index._append_entry(relative, position)
             else:
                 offset_index.append(last, position)
-            if segment.max_timestamp_so_far > time_index.last[0]:
-                time_index.maybe_append(segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far)
+            if segment.max_timestamp_so_far > time_index.last[0]:  # (not full: is_full's test is above)
+                time_index.maybe_append(segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far, True)
             segment.bytes_since_last_index_entry = header.size
         else:
             segment.bytes_since_last_index_entry += header.size
@@ -592,19 +595,29 @@ class Log:
         leader, except max.message.bytes (the leader already accepted them, as Kafka). Empty
         input returns an info with record_count 0.
         """
-        batches = self._validate(records, check_message_size=False)
-        if len(batches) == 1 and self.fast_append:
-            # one batch (a follower's fetch at low or half load): its checks as the loop below
-            # does them, the append in _append_stamped (the general path when it must roll)
-            header = batches[0][1]
+        size = len(records)
+        config = self.config
+        if self.fast_append and size >= HEADER_SIZE and _I32.unpack_from(records, 8)[0] + LOG_OVERHEAD == size \
+                and size <= config.segment_bytes:
+            # one whole batch (a follower's fetch at low or half load): _validate's checks of it and the
+            # loop's below, the append in _append_stamped (the general path when it must roll)
+            rules = self._follower_rules
+            if rules[0] is not config:
+                rules = self._follower_rules = (config, config.compact)
+            compact = rules[1]
+            try:
+                header = check_batch(records, 0, size, compacted=compact)
+            except KafkaError as exc:
+                raise type(exc)(f"{self.topic}-{self.partition}: {exc}") from None
             base = header.base_offset
-            if base != self.log_end_offset and not (base > self.log_end_offset and self.config.compact):
+            if base != self.log_end_offset and not (base > self.log_end_offset and compact):
                 raise OffsetsOutOfOrderError(f"{self.topic}-{self.partition}: batch at byte 0 starts at offset "
                                              f"{base}, expected {self.log_end_offset}")
             info = self._append_stamped(records, header, header.partition_leader_epoch)
             if header.producer_id >= 0:
-                replay_batches(self.producer_state, records, batches, self.txn_index, self._bases[-1])
+                replay_batches(self.producer_state, records, [(0, header)], self.txn_index, self._bases[-1])
             return info
+        batches = self._validate(records, check_message_size=False)
         expected = self.log_end_offset
         gaps = self.config.compact
         for pos, header in batches:

@@ -23,7 +23,7 @@ import random
 import socket
 import ssl
 import struct
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Sequence, cast, overload
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Literal, Mapping, NamedTuple, Sequence, cast, overload
 
 from .. import fast_codecs
 from ..api_keys import ApiKey
@@ -327,16 +327,27 @@ class BrokerConnection(asyncio.BufferedProtocol):
         ``eager``: the awaiting task resumes inside the read of the response, not one loop turn
         later (protocol/client/eager.py: a follower's fetcher sends its next Fetch at once)."""
         if version is None:
-            # version_for's answer, once per ApiVersions answer (a follower fetches for ever)
-            cached = self._fetch_version
-            if cached is not None and cached[0] is self.api_versions:
-                version = cached[1]
-            else:
-                version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
-                self._fetch_version = (self.api_versions, version)
+            version = self.fetch_version()
         frame = await self._send(lambda cid: (fast_codecs.encode_fetch_request(version, cid, self.client_id, request),),
                                  True, self.request_timeout_ms + request.max_wait_ms, eager)
         return fast_codecs.decode_fetch_response(version, memoryview(frame), 4)
+
+    def fetch_version(self) -> int:
+        """The version ``fetch`` sends: version_for's answer, asked once per ApiVersions answer
+        (a follower fetches for ever)."""
+        cached = self._fetch_version
+        if cached is not None and cached[0] is self.api_versions:
+            return cached[1]
+        version = self.version_for(ApiKey.FETCH, max_v=fast_codecs.FETCH_VERSIONS[1])
+        self._fetch_version = (self.api_versions, version)
+        return version
+
+    def send_fetch(self, encode: Callable[[int], Sequence[Records]], max_wait_ms: float) -> Coroutine[Any, Any, bytearray]:
+        """``fetch`` of a request already encoded, eagerly (a follower's steady state, broker/fetcher.py):
+        ``encode(correlation_id)`` gives the frame of a Fetch at ``fetch_version()``, with
+        ``max_wait_ms`` its max_wait_ms; awaited, the response frame, undecoded (the response
+        body from byte 4). A function returning ``_send``'s coroutine: no coroutine of its own."""
+        return self._send(encode, True, self.request_timeout_ms + max_wait_ms, True)
 
     def close(self, error: KafkaConnectionError | None = None) -> None:
         """Close the connection; pending requests fail with ``error`` (default: "closed")."""

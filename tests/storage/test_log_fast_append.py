@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -152,7 +153,10 @@ def test_a_followers_one_batch_appends_as_the_general_path(seed, appends, segmen
     own epoch, then the producer state) against its loop over batches and the general append: the
     same info or error, state, producer state and files. Batches carry the leader's offsets and
     epochs (some of them -1), and now and then one starts past the LEO (a compacted log's gap:
-    taken; else OffsetsOutOfOrderError) or below it (refused either way)."""
+    taken; else OffsetsOutOfOrderError) or below it (refused either way); now and then one is
+    damaged (its CRC, its magic, cut short, a length past its end: refused by both ways), holds
+    fewer records than offsets (a compacted log's batch: refused unless compacted) or two
+    batches come (the general way in both)."""
     rng = random.Random(seed)
     config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=index_interval_bytes,
                        segment_index_bytes=segment_index_bytes, segment_ms=segment_ms, flush_messages=flush_messages,
@@ -168,11 +172,29 @@ def test_a_followers_one_batch_appends_as_the_general_path(seed, appends, segmen
         ts += rng.choice([0, 1, 300, 3_000, -50])
         epoch += rng.choice([0, 0, 0, 1])
         base = offset + rng.choice([0, 0, 0, 0, 0, 0, 2, -1])
-        fetched.append((build_batch(records, base_offset=max(0, base), producer_id=5 if idempotent else -1,
-                                    producer_epoch=0, base_sequence=sequence if idempotent else -1,
-                                    partition_leader_epoch=rng.choice([epoch, epoch, -1])), rng.choice([0, 0, 10, 2_000])))
-        if base >= offset:
-            offset = base + n
+        batch = build_batch(records, base_offset=max(0, base), producer_id=5 if idempotent else -1,
+                            producer_epoch=0, base_sequence=sequence if idempotent else -1,
+                            partition_leader_epoch=rng.choice([epoch, epoch, -1]))
+        defect = rng.choice([None] * 10 + ["crc", "magic", "cut", "longer", "two", "compacted"])
+        if defect is not None:  # refused by both ways (else both take it: two batches)
+            damaged = bytearray(batch)
+            if defect == "crc":
+                damaged[-1] ^= 1
+            elif defect == "magic":
+                damaged[16] = 1
+            elif defect == "cut":
+                del damaged[-1]
+            elif defect == "compacted":  # an offset more than records (compaction's; else INVALID_RECORD)
+                damaged[23:27] = n.to_bytes(4, "big")
+                damaged[17:21] = crc32c(bytes(damaged[21:])).to_bytes(4, "big")
+            elif defect == "longer":
+                damaged[8:12] = (len(batch) - 12 + 1).to_bytes(4, "big")
+            else:
+                damaged += build_batch(records[:1], base_offset=max(0, base) + n, partition_leader_epoch=epoch)
+            batch = bytes(damaged)
+        fetched.append((batch, rng.choice([0, 0, 10, 2_000])))
+        if base >= offset and defect in (None, "two", "compacted"):
+            offset = base + n + (defect is not None)
             sequence += n
     _assert_fast_path_writes_as_the_general_path(
         "kbroker-fast-follower-", config, small_budget,
