@@ -92,6 +92,10 @@ class PartitionFetchState:
                 f"{'truncating' if self.truncating else 'fetching'})")
 
 
+# (_start_steady's markers: the session epoch's and the fetch offset's places in its requests)
+_EPOCH_MARK, _OFFSET_MARK = 0x4B42524B, 0x4B42524B45525321
+
+
 class _SteadyFetch:
     """The Fetch requests of a fetcher's steady state (``ReplicaFetcher._fetch``), encoded once:
     one partition in an incremental fetch session, for one connection and one fetch state. Each
@@ -130,6 +134,12 @@ class _SteadyFetch:
         self.offset_at = len(one) - 26
         self.frame = one
 
+    def fits(self) -> bool:
+        """The markers ``_start_steady`` encoded are where the patches go (the layout above)."""
+        return (_I32.unpack_from(self.one, self.epoch_at)[0] == _EPOCH_MARK
+                and _I32.unpack_from(self.empty, self.epoch_at)[0] == _EPOCH_MARK
+                and _I64.unpack_from(self.one, self.offset_at)[0] == _OFFSET_MARK)
+
     def encode(self, correlation_id: int) -> tuple[bytes]:
         frame = self.frame
         _I32.pack_into(frame, 8, correlation_id)
@@ -167,6 +177,9 @@ class ReplicaFetcher:
     def remove_partitions(self, keys) -> None:
         for key in keys:
             self.partitions.pop(key, None)
+        steady = self._steady
+        if steady is not None and steady.state.partition.key not in self.partitions:
+            self._steady = None  # (its state, partition and log are not kept alive)
 
     def _on_done(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and not self._stopping:
@@ -236,6 +249,7 @@ class ReplicaFetcher:
         return self._conn
 
     def _drop_connection(self) -> None:
+        self._steady = None  # (encoded for that connection)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -454,9 +468,11 @@ class ReplicaFetcher:
                       log_: Log) -> _SteadyFetch | None:
         """Encode the steady state's requests (``_SteadyFetch``) when the session is in it: it
         holds this one partition alone, as last sent with the partition's leader epoch, log start
-        and max bytes of now, and the connection speaks Fetch v11. False when it does not (the
+        and max bytes of now, and the connection speaks Fetch v11. None when it does not (the
         general way fetches then, and moves the session on; it does for a connection that is not a
-        BrokerConnection, as tests script a leader)."""
+        BrokerConnection, as tests script a leader). The session epoch and fetch offset are encoded
+        as markers and found where _SteadyFetch patches them, or None: a layout the offsets do not
+        fit (a rack id, forgotten topics) is fetched the general way, never patched wrongly."""
         if not isinstance(conn, BrokerConnection):
             return None
         try:
@@ -472,17 +488,21 @@ class ReplicaFetcher:
                 or sent.current_leader_epoch != state.leader_epoch or sent.log_start_offset != log_start \
                 or sent.partition_max_bytes != max_bytes or version != 11:
             return None
-        # the session's entry, this path's own (a new, equal one)
-        fp = FetchPartition(key[1], state.leader_epoch, sent.fetch_offset, log_start, max_bytes)
-        partitions = session.session_partitions = {key: fp}
         request = FetchRequest(11, m.broker_id, m.fetch_wait_max_ms, m.fetch_min_bytes, m.fetch_response_max_bytes,
-                               0, session.session_id, 0, [(key[0], [FetchPartition(key[1], state.leader_epoch, 0,
-                                                                                   log_start, max_bytes)])], [], "")
+                               0, session.session_id, _EPOCH_MARK,
+                               [(key[0], [FetchPartition(key[1], state.leader_epoch, _OFFSET_MARK, log_start,
+                                                         max_bytes)])], [], "")
         one = bytearray(encode_fetch_request(version, 0, conn.client_id, request))
         request.topics = []
         empty = bytearray(encode_fetch_request(version, 0, conn.client_id, request))
-        steady = self._steady = _SteadyFetch(conn, state, log_start, partitions, version, session.session_id, one,
-                                             empty)
+        fp = FetchPartition(key[1], state.leader_epoch, sent.fetch_offset, log_start, max_bytes)
+        steady = _SteadyFetch(conn, state, log_start, {key: fp}, version, session.session_id, one, empty)
+        if not steady.fits():
+            self._steady = None
+            return None
+        # the session's entry, this path's own (a new, equal one)
+        session.session_partitions = steady.partitions
+        self._steady = steady
         return steady
 
     async def _fetch_steady(self, conn: BrokerConnection, steady: _SteadyFetch, key: tuple[str, int],

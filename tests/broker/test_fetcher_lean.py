@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import broker.fetcher as fetcher_module
 from broker.fetcher import PartitionFetchState, ReplicaFetcher
 from broker.partition import Partition
 from broker.replication_quota import ReplicationQuotaManager
@@ -304,3 +305,51 @@ async def _steady_fetches() -> None:
 
 def test_a_steady_follower_fetches_without_the_general_way() -> None:
     asyncio.run(_steady_fetches())
+
+
+async def _layout_and_release(monkeypatch) -> None:
+    time = MockTime()
+    with tempfile.TemporaryDirectory(prefix="kbroker-lean-fetch-") as directory:
+        follower = Follower(Path(directory) / DIR, time, True)
+        fetcher = follower.fetcher
+        fetcher.manager.follower_quota = None
+
+        async def fetch() -> None:
+            task = asyncio.get_running_loop().create_task(fetcher._fetch(follower.conn))
+            await turns()
+            cid, _offsets = fetch_offsets(follower.transport.frames[-1])
+            leo = follower.log.log_end_offset
+            batch = build_batch([Record(value=b"v", timestamp=1)], base_offset=leo, partition_leader_epoch=0)
+            chunks, _n = encode_fetch_response(11, cid, [(KEY[0], [FetchPartitionData(KEY[1], 0, leo, leo, 0, batch)])],
+                                               session_id=99)
+            follower.conn.data_received(b"".join(bytes(c) for c in chunks))
+            await turns()
+            assert task.result() is True
+
+        try:
+            # a request layout the patch offsets do not fit (here: two bytes more at its end, as a
+            # rack id would add) is never patched: the general way fetches
+            encode = fetcher_module.encode_fetch_request
+            monkeypatch.setattr(fetcher_module, "encode_fetch_request", lambda *a: bytes(encode(*a)) + b"\0\0")
+            for _ in range(3):
+                await fetch()
+            assert follower.steady_fetches == 0 and fetcher._steady is None and follower.log.log_end_offset == 3
+            monkeypatch.setattr(fetcher_module, "encode_fetch_request", encode)
+            await fetch()
+            assert follower.steady_fetches == 1 and fetcher._steady is not None and follower.log.log_end_offset == 4
+            # the steady state's requests are let go with their connection and their partition
+            fetcher._drop_connection()
+            assert fetcher._steady is None
+            follower.connect(11)
+            await fetch()
+            await fetch()
+            assert fetcher._steady is not None
+            fetcher.remove_partitions([KEY])
+            assert fetcher._steady is None
+        finally:
+            follower.conn.close()
+            follower.log.close()
+
+
+def test_a_layout_the_patches_do_not_fit_and_released_states_go_the_general_way(monkeypatch) -> None:
+    asyncio.run(_layout_and_release(monkeypatch))
