@@ -233,15 +233,7 @@ class FetchPurgatory(DelayedOperationPurgatory):
         """``watch(op, (key,), (key, True, threshold))``, its steps for that case inline (a
         follower's fetch parked at the LEO, ReplicaManager.fetch_messages: two per acks=all
         produce at its leader, issue 29); tests/broker/test_fetch_purgatory_lean.py compares them."""
-        op._purgatory = self
-        op._keys = (key,)
-        watchers = self._watchers
-        ops = watchers.get(key)
-        if ops is None:
-            watchers[key] = {op: None}
-        else:
-            ops[op] = None
-        self._arm(op)
+        self._watch_one(op, key)
         op.indexed = True
         heap = self._heaps.get((key, True))
         if heap is None:

@@ -134,15 +134,7 @@ class ProducePurgatory(DelayedOperationPurgatory):
         ReplicaManager.append_records' one partition, every acks=all produce of a
         single-partition producer, issue 29): its steps for that case, inline
         (tests/broker/test_produce_purgatory.py compares them)."""
-        op._purgatory = self
-        op._keys = (key,)
-        watchers = self._watchers
-        ops = watchers.get(key)
-        if ops is None:
-            watchers[key] = {op: None}
-        else:
-            ops[op] = None
-        self._arm(op)
+        self._watch_one(op, key)
         heap = self._heaps.get(key)
         if heap is None:
             self._heaps[key] = [(status.required_offset, next(self._seq), op)]

@@ -212,6 +212,19 @@ class DelayedOperationPurgatory:
             watchers.setdefault(key, {})[op] = None
         self._arm(op)
 
+    def _watch_one(self, op: DelayedOperation, key: Hashable) -> None:
+        """``watch(op, (key,))``'s steps for one key (the purgatories' ``park``: FetchPurgatory's
+        follower fetch at the LEO, ProducePurgatory's produce of one partition; issue 29)."""
+        op._purgatory = self
+        op._keys = (key,)
+        watchers = self._watchers
+        ops = watchers.get(key)
+        if ops is None:
+            watchers[key] = {op: None}
+        else:
+            ops[op] = None
+        self._arm(op)
+
     def _arm(self, op: DelayedOperation) -> None:
         """watch's timing of ``op`` (its timer, or its place in its delay's queue)."""
         queues = self._delay_queues
