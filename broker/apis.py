@@ -220,6 +220,13 @@ class _Handlers(dict):
         return self
 
 
+def _record_leader_quota(leader_quota, results: list) -> None:
+    """KIP-73: what throttled partitions send to followers counts against the leader quota (a
+    follower's Fetch answer while the leader quota throttles something)."""
+    leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
+                            if pd.records and leader_quota.is_throttled(topic, pd.partition)))
+
+
 class KafkaApis:
     def __init__(self, *, replica_manager: "ReplicaManager", metadata_cache: "MetadataCache", topic_admin: "TopicAdmin",
                  config_repository: "ConfigRepository", producer_ids: "ProducerIdGenerator",
@@ -837,10 +844,7 @@ class KafkaApis:
             if follower:
                 replication_quotas = self.replica_manager.replication_quotas
                 if replication_quotas is not None and replication_quotas.leader.throttled:
-                    # KIP-73: what throttled partitions send to followers counts against the leader quota
-                    leader_quota = replication_quotas.leader
-                    leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
-                                            if pd.records and leader_quota.is_throttled(topic, pd.partition)))
+                    _record_leader_quota(replication_quotas.leader, results)
             if topic_stats is not None:
                 self._fetch_stats(results, topic_stats, follower)
             results, session_id, error = context.response(results)
@@ -896,10 +900,7 @@ class KafkaApis:
         """handle_fetch_request's ``respond`` for a follower's fetch without an authorizer."""
         replication_quotas = self.replica_manager.replication_quotas
         if replication_quotas is not None and replication_quotas.leader.throttled:
-            # KIP-73: what throttled partitions send to followers counts against the leader quota
-            leader_quota = replication_quotas.leader
-            leader_quota.record(sum(len(pd.records) for topic, parts in results for pd in parts
-                                    if pd.records and leader_quota.is_throttled(topic, pd.partition)))
+            _record_leader_quota(replication_quotas.leader, results)
         if topic_stats is not None:
             if len(results) == 1 and len(results[0][1]) == 1:
                 # _fetch_stats of one partition (a follower of a single partition: every fetch)

@@ -297,3 +297,21 @@ def test_requests_held_until_live_are_answered_in_order_after(tmp_path):
         assert fetched.responses[0].partitions[0].records  # (the record produced before it)
     finally:
         b.close()
+
+
+def test_a_followers_answer_counts_its_throttled_partitions_bytes_against_the_leader_quota() -> None:
+    """KIP-73's leader side (apis._record_leader_quota, called by the general and the lean
+    answer alike, so the comparisons above cannot see it): the records of throttled partitions
+    only, none for an empty answer."""
+    from broker.apis import _record_leader_quota
+    from broker.replication_quota import ReplicationQuotaManager
+    from protocol.clock import MockTime
+    from protocol.fast_codecs import FetchPartitionData
+
+    quota = ReplicationQuotaManager("leader", MockTime(), samples=2, window_seconds=1, bound=100)
+    quota.throttled = {"t": frozenset({0}), "u": None}
+    results = [("t", [FetchPartitionData(0, 0, 0, 0, 0, b"x" * 7), FetchPartitionData(1, 0, 0, 0, 0, b"y" * 50)]),
+               ("u", [FetchPartitionData(3, 0, 0, 0, 0, b"z" * 11), FetchPartitionData(4, 0, 0, 0, 0, None)]),
+               ("v", [FetchPartitionData(0, 0, 0, 0, 0, b"w" * 90)])]
+    _record_leader_quota(quota, results)
+    assert quota.byte_rate() == pytest.approx(18 / 1.0)
