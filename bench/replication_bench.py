@@ -50,6 +50,15 @@ closed-loop half step's p99 is made of such cluster-wide windows (every partitio
 rises together, the brokers' CPU unchanged, their throughput halved), which the bare loop shows
 with no broker running: a round's tail is read beside that figure.
 
+Memory: on a VM whose host takes back the guest's free memory (free page reporting,
+/sys/module/page_reporting: reported_kib grows), a page the brokers' page cache grows into costs
+a host fault on first touch: measured here, a bare 16 KiB append loop cost ~10 µs a pwrite for its
+first ~3.5 GiB of page cache and 35-45 µs after (anonymous memory: ~3 µs a page for the first ~6
+GiB, ~9 after). A round writes ~10 GiB of page cache (three copies of every record), so most of its
+appends pay that; each round prints how much memory the host took back during it. The brokers'
+``kbroker.log.page.cache.retain.bytes`` (with ``kbroker.log.writeback.bytes``) keeps their page
+cache small so its pages are reused warm: ``--after-config`` measures it.
+
 During each run every follower's lag (leader LEO - follower LEO, via ListOffsets with the
 debugging replica id) is sampled every 100 ms. Prints medians over rounds; never asserts.
 
@@ -500,6 +509,15 @@ def e2e_line(x: dict) -> str:
 Steps = tuple[list[dict], list[dict], list[dict], list[dict], list[dict]]
 
 
+def reported_gib() -> float | None:
+    """What the host has taken back of this VM's free memory so far (free page reporting), GiB;
+    None where the kernel does not report free pages."""
+    try:
+        return int(Path("/sys/module/page_reporting/parameters/reported_kib").read_text()) / (1 << 20)
+    except (OSError, ValueError):
+        return None
+
+
 def run_rounds(args, trees: dict[str, Path], steadiness: dict[str, list[dict]]) -> dict[str, Steps]:
     """Per tree: the full-load, open-loop (alone, then with the probe) and nearest-half
     closed-loop step (alone, then with the probe) of each round; ``steadiness`` gets, per tree,
@@ -512,7 +530,11 @@ def run_rounds(args, trees: dict[str, Path], steadiness: dict[str, list[dict]]) 
             steady = vcpu_steadiness.measure(STEADINESS_S)
             steadiness.setdefault(name, []).append(steady)
             print(f"round {r + 1} {name}: {vcpu_steadiness.line(steady)}", flush=True)
+            taken = reported_gib()
             res = one_round(args, repo, name)
+            if taken is not None:
+                print(f"round {r + 1} {name}: free memory the host took back from this VM during the round "
+                      f"(free page reporting): {reported_gib() - taken:.1f} GiB", flush=True)
             full, opens, probed, halves, halves_e2e = results[name]
             f, o, oe, half, he = res["full"][0], res["open"][0], res["open-e2e"][0], nearest_half(res), res["half-e2e"][0]
             full.append(f)

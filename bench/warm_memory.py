@@ -5,8 +5,12 @@ On the VMs this project is measured on, the first touch of a guest page costs a 
 (measured: about 10-14 µs a page the first time, 2.2 µs after, also in a later process once the
 memory was freed). A broker writing ~2.5 GB of page cache per produce round pays that on its first
 rounds: broker_bench read 47.7 µs of CPU per request in the first minutes after boot against 20.0
-an hour later. This maps anonymous memory, writes a byte per page and exits; the kernel keeps the
-pages backed after they are freed, so later page cache and heap allocations start warm.
+an hour later. This maps anonymous memory, writes a byte per page and exits; where the kernel
+keeps the pages backed after they are freed, later page cache and heap allocations start warm.
+Where it reports free pages to the host (free page reporting: /sys/module/page_reporting's
+reported_kib grows), the host takes freed memory back within seconds, and only what stays in use
+keeps warm: on such a VM (2026-12-01) the first ~6 GiB touched cost ~3 µs a page and the rest ~9,
+however often this ran before (bench/replication_bench.py prints what each round lost so).
 
     python bench/warm_memory.py [--gib N]   # default: free memory less 2 GiB
 

@@ -193,6 +193,12 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.segment.bytes", "int", 1073741824, low=14),
     _k("log.preallocate", "bool", False, "reserve an active segment's segment.bytes on disk at its first append "
        "(fallocate, the file keeping its real size); given back when the segment rolls"),
+    _k("kbroker.log.writeback.bytes", "long", 0, "the active segment starts the writeback of every this many "
+       "bytes appended (sync_file_range, no flush: durability unchanged); 0: the kernel decides, as for Kafka",
+       low=0),
+    _k("kbroker.log.page.cache.retain.bytes", "long", -1, "with kbroker.log.writeback.bytes, the page cache of "
+       "what lies more than this far behind a partition's end is dropped once written back (the page cache "
+       "stays small; reads further behind go to the disk); -1: kept, as for Kafka", low=-1),
     _k("log.roll.ms", "long", None),
     _k("log.roll.hours", "int", 168, low=1),
     _k("log.roll.jitter.ms", "long", None),
@@ -606,8 +612,12 @@ class KafkaConfig:
 
     def log_config_defaults(self) -> dict[str, str]:
         """What storage.LogConfig is built from: the topic defaults and the broker-level
-        settings the log obeys that are no topic configs (producer.id.expiration.ms)."""
-        return {**self.topic_defaults(), "producer.id.expiration.ms": str(self.values["producer.id.expiration.ms"])}
+        settings the log obeys that are no topic configs (producer.id.expiration.ms,
+        kbroker.log.writeback.bytes, kbroker.log.page.cache.retain.bytes)."""
+        v = self.values
+        return {**self.topic_defaults(), "producer.id.expiration.ms": str(v["producer.id.expiration.ms"]),
+                "writeback.bytes": str(v["kbroker.log.writeback.bytes"]),
+                "cache.retain.bytes": str(v["kbroker.log.page.cache.retain.bytes"])}
 
     def topic_default_sources(self) -> dict[str, int]:
         """DescribeConfigs' config_source of each topic config a topic does not set, as Kafka's

@@ -38,12 +38,14 @@ _INT_RANGES: dict[str, tuple[int, int]] = {
     "producer_id_expiration_ms": (1, INT64_MAX),
     "delete_retention_ms": (0, INT64_MAX),
     "min_compaction_lag_ms": (0, INT64_MAX),
+    "writeback_bytes": (0, INT64_MAX),
+    "cache_retain_bytes": (-1, INT64_MAX),
 }
 CLEANUP_POLICIES = ("delete", "compact")
 # Broker-level settings carried here because the log obeys them: ``from_topic_properties``
 # reads them (the broker passes its value that way) but they are no topic configs in
 # Kafka, so ``to_topic_properties`` leaves them out.
-_BROKER_LEVEL = frozenset({"producer_id_expiration_ms"})
+_BROKER_LEVEL = frozenset({"producer_id_expiration_ms", "writeback_bytes", "cache_retain_bytes"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -78,6 +80,12 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     # A new segment reserves segment.bytes on disk (fallocate, its size kept: file_records.py)
     preallocate: bool = False
+    # The broker's kbroker.log.writeback.bytes and kbroker.log.page.cache.retain.bytes: the active
+    # segment starts the writeback of every this many bytes appended (0: the kernel decides, as
+    # for Kafka), and then drops the page cache of what lies more than cache_retain_bytes behind
+    # its end (-1: keeps it). file_records.py "Writeback".
+    writeback_bytes: int = 0
+    cache_retain_bytes: int = -1
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in _INT_RANGES.items():

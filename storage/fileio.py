@@ -73,6 +73,86 @@ _FALLOC_FL_KEEP_SIZE = 1
 _libc_fallocate: Any = None
 fallocate: Callable[[int, int, int], None] = _fallocate_keep_size
 
+
+def _sync_file_range_write(fd: int, offset: int, length: int) -> None:
+    """Start writeback of [offset, offset + length) of ``fd``'s file and return without waiting
+    for it (sync_file_range(2) with SYNC_FILE_RANGE_WRITE): no flush, nothing is made durable
+    (``kbroker.log.writeback.bytes``, file_records.py). OSError where it cannot be called."""
+    global _libc_sync_file_range
+    if _libc_sync_file_range is None:
+        import ctypes
+        try:
+            function = ctypes.CDLL(None, use_errno=True).sync_file_range
+        except AttributeError:
+            raise OSError(errno.EOPNOTSUPP, "sync_file_range: not in this C library") from None
+        function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+        function.restype = ctypes.c_int
+        _libc_sync_file_range = function
+    if _libc_sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE) != 0:
+        import ctypes
+        code = ctypes.get_errno()
+        raise OSError(code, f"sync_file_range: {os.strerror(code)}")
+
+
+def _drop_cached(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to drop the clean page cache of [offset, offset + length) of ``fd``'s file
+    (posix_fadvise POSIX_FADV_DONTNEED; pages still dirty, under writeback or mapped stay)."""
+    os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+_libc_sync_file_range: Any = None
+sync_file_range_write: Callable[[int, int, int], None] = _sync_file_range_write
+drop_cached: Callable[[int, int, int], None] = _drop_cached
+
+
+class WritebackThread:
+    """One daemon thread (started on first use) that runs writeback jobs off the caller's
+    thread: starting a writeback walks the range's dirty pages and allocates their blocks, which
+    took the event loop ~10 µs per 16 KiB appended (bench/replication_bench.py). A job owns a
+    duplicated descriptor, closed when it ran; ``failed`` remembers a path whose call failed,
+    for its owner to read on its own thread."""
+
+    def __init__(self) -> None:
+        self._jobs: Any = None
+        self.failed: dict[str, OSError] = {}
+
+    def submit(self, path: str, fd: int, write: tuple[int, int] | None, drop: tuple[int, int] | None) -> None:
+        if self._jobs is None:
+            import queue
+            import threading
+            self._jobs = queue.SimpleQueue()
+            threading.Thread(target=self._run, name="log-writeback", daemon=True).start()
+        self._jobs.put((path, fd, write, drop))
+
+    def barrier(self, timeout: float = 10.0) -> None:
+        """Wait until the jobs submitted so far ran (tests)."""
+        if self._jobs is not None:
+            import threading
+            done = threading.Event()
+            self._jobs.put(done)
+            done.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if not isinstance(job, tuple):
+                job.set()  # a barrier
+                continue
+            path, fd, write, drop = job
+            try:
+                if write is not None:
+                    sync_file_range_write(fd, *write)
+                if drop is not None:
+                    drop_cached(fd, *drop)
+            except OSError as exc:
+                self.failed[path] = exc
+            finally:
+                os.close(fd)
+
+
+writeback_thread = WritebackThread()
+
 write_windows = True
 # The thread pool a clean shutdown fsyncs many logs on (log_manager.flush_all): an inline one
 # under the simulator, which runs no threads.

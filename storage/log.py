@@ -269,9 +269,12 @@ class Log:
 
     def _reserve(self, segment: LogSegment) -> None:
         """log.preallocate: a segment that became active again (loaded, a truncation dropped the
-        segments after it, a roll failed) reserves its blocks as a new one does."""
+        segments after it, a roll failed) reserves its blocks as a new one does; and so too
+        kbroker.log.writeback.bytes (file_records.py, "Writeback")."""
         if self.config.preallocate:
             segment.reserve(self.config.segment_bytes)
+        if self.config.writeback_bytes:
+            segment.write_back_every(self.config.writeback_bytes, self.config.cache_retain_bytes)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment.create(self.dir, base_offset, budget=self.segment_budget,
@@ -279,6 +282,8 @@ class Log:
                                     max_index_size=self.config.segment_index_bytes,
                                     segment_jitter_ms=self.config.segment_jitter_ms, now_ms=self.time.milliseconds(),
                                     preallocate_bytes=self.config.segment_bytes if self.config.preallocate else 0)
+        if self.config.writeback_bytes:
+            segment.write_back_every(self.config.writeback_bytes, self.config.cache_retain_bytes)
         self._dir_version += 1
         return segment
 

@@ -53,6 +53,7 @@ LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"
 # A segment removed from its log, waiting file.delete.delay.ms before its files go (Kafka's).
 DELETED_SUFFIX = ".deleted"
+_NO_WRITEBACK = (0, -1)  # LogSegment.writeback: the kernel decides (file_records.py, "Writeback")
 _NO_TAIL = 1 << 63  # LogSegment._tail_offset when there is no tail batch to start at: no offset reaches it
 
 
@@ -81,6 +82,7 @@ class LogSegment:
                  max_index_size: int, roll_jitter_ms: int = 0, created_ms: int = 0) -> None:
         self.dir = Path(dir)
         self.preallocate_bytes = 0  # log.preallocate: the .log's blocks reserved while active (``reserve``)
+        self.writeback = _NO_WRITEBACK  # kbroker.log.writeback.bytes, page.cache.retain.bytes while active
         self.base_offset = base_offset
         self.budget = budget  # what it holds while not active counts against this (its log's)
         self.log_path = self.dir / file_name(base_offset, LOG_SUFFIX)
@@ -133,6 +135,14 @@ class LogSegment:
         if nbytes and self._records is not None and self.active:
             self._records.preallocate(nbytes)
 
+    def write_back_every(self, step: int, retain: int = -1) -> None:
+        """While active, the ``.log`` starts its writeback every ``step`` bytes appended and
+        drops the cache of what lies ``retain`` bytes behind its end (file_records.py,
+        "Writeback"); (0, -1): the kernel decides."""
+        self.writeback = (step, retain)
+        if self._records is not None and self.active:
+            self._records.write_back_every(step, retain)
+
     # -- lazily opened files -------------------------------------------------------------
 
     @property
@@ -142,8 +152,11 @@ class LogSegment:
             records = FileRecords(self.log_path, self.size, self._retired_maps)
             if not self.active:
                 records.release_fd()
-            elif self.preallocate_bytes:
-                records.preallocate(self.preallocate_bytes)
+            else:
+                if self.preallocate_bytes:
+                    records.preallocate(self.preallocate_bytes)
+                if self.writeback[0]:
+                    records.write_back_every(*self.writeback)
             records.on_open = self._opened  # what it reopens or maps later is counted then
             records.on_window = self._window_changed
             self._records = records
@@ -238,7 +251,9 @@ class LogSegment:
             self._records.trim()
             if release:
                 self._records.release_reserved()
+            self._records.write_back_every(0)
         self.preallocate_bytes = 0
+        self.writeback = _NO_WRITEBACK
 
     def _keep_read_handles(self) -> None:
         """Of a non-active segment's handles, keep what reads use: the ``.log`` mapping (not

@@ -1,0 +1,186 @@
+"""kbroker.log.writeback.bytes / kbroker.log.page.cache.retain.bytes (storage/file_records.py,
+"Writeback"): the active segment starts the writeback of every step appended, and drops the page
+cache of what lies more than the retained bytes behind its end; off by default; a failing call
+turns it off for the segment, the append stands; truncation and rolls start it over."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from storage_helpers import batch, check_consistent, open_log
+
+from broker.config import KafkaConfig
+from storage import LogConfig, fileio
+from storage.file_records import PAGE_SIZE, FileRecords
+
+STEP = 64 << 10
+RETAIN = 128 << 10
+CHUNK = bytes(range(256)) * 64  # 16 KiB
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The writeback and drop calls made (offset, length), still made for real after being noted."""
+    seen: dict[str, list[tuple[int, int]]] = {"write": [], "drop": []}
+    real_write, real_drop = fileio.sync_file_range_write, fileio.drop_cached
+
+    def write(fd, offset, length):
+        seen["write"].append((offset, length))
+        real_write(fd, offset, length)
+
+    def drop(fd, offset, length):
+        seen["drop"].append((offset, length))
+        real_drop(fd, offset, length)
+    monkeypatch.setattr(fileio, "sync_file_range_write", write)
+    monkeypatch.setattr(fileio, "drop_cached", drop)
+    yield seen
+    fileio.writeback_thread.barrier()
+
+
+def appended(records: FileRecords, data: bytes) -> None:
+    """Append, then wait for the writeback thread to have run what the append queued."""
+    records.append(data)
+    fileio.writeback_thread.barrier()
+
+
+def test_every_step_appended_starts_its_writeback_up_to_the_retained_tail_and_drops_the_step_before(tmp_path, calls):
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP, RETAIN)
+    for _ in range(64):
+        appended(records, CHUNK)
+        # the writeback started up to the retained tail, never into it, at most a step behind
+        written = sum(length for _, length in calls["write"])
+        assert written <= records.size - RETAIN or not written
+        assert records.size - RETAIN - written < STEP + PAGE_SIZE
+        for offset, length in calls["drop"]:  # what started its writeback a step before, at most
+            assert offset % PAGE_SIZE == 0 and (offset + length) % PAGE_SIZE == 0
+            assert offset + length <= records.size - STEP - RETAIN
+    # the writebacks cover the data from the start, each range once, in order
+    position = 0
+    for offset, length in calls["write"]:
+        assert offset == position and length > 0
+        position += length
+    # all that started its writeback before the last step was dropped
+    assert calls["drop"] and max(o + n for o, n in calls["drop"]) == calls["write"][-1][0]
+    assert records.slice(0, records.size).tobytes() == CHUNK * 64  # the data is all there
+    records.close()
+
+
+def test_the_dropped_pages_leave_the_page_cache(tmp_path):
+    """For real: pages behind the retained tail, written back (fsync here), leave the page cache
+    at the next step (``fincore``: resident pages)."""
+    path = tmp_path / "0.log"
+    records = FileRecords(path)
+    records.write_back_every(STEP, RETAIN)
+    for _ in range(256):  # 4 MiB
+        records.append(CHUNK)
+    os.fsync(records.dup_fd())  # all clean now
+    for _ in range(STEP // len(CHUNK)):  # one more step: its drop finds them clean
+        appended(records, CHUNK)
+    resident = int(subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", str(path)],
+                                  capture_output=True, text=True, check=True).stdout)
+    assert resident <= RETAIN + 3 * STEP, resident  # of 4 MiB + a step
+    records.close()
+
+
+def test_off_by_default_and_when_step_is_zero(tmp_path, calls):
+    records = FileRecords(tmp_path / "0.log")
+    for _ in range(16):
+        records.append(CHUNK)
+    records.write_back_every(0, RETAIN)
+    for _ in range(16):
+        appended(records, CHUNK)
+    assert calls == {"write": [], "drop": []}
+    records.close()
+
+
+def test_without_retain_nothing_is_dropped(tmp_path, calls):
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP)
+    for _ in range(32):
+        appended(records, CHUNK)
+        written = sum(length for _, length in calls["write"])
+        assert records.size - written < STEP
+    assert not calls["drop"]
+    position = 0  # all of it, up to the end, each range once
+    for offset, length in calls["write"]:
+        assert offset == position and length >= STEP
+        position += length
+    assert position == records.size == 32 * len(CHUNK)
+    records.close()
+
+
+def test_a_failing_writeback_turns_it_off_for_the_segment_and_the_append_stands(tmp_path, monkeypatch, caplog):
+    def fail(fd, offset, length):
+        raise OSError(38, "sync_file_range: Function not implemented")
+    monkeypatch.setattr(fileio, "sync_file_range_write", fail)
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP, RETAIN)
+    submitted = []
+    real_submit = fileio.writeback_thread.submit
+    monkeypatch.setattr(fileio.writeback_thread, "submit", lambda *job: (submitted.append(job), real_submit(*job)))
+    for _ in range(32):
+        appended(records, CHUNK)
+    assert records.size == 32 * len(CHUNK)
+    assert len([r for r in caplog.records if "writeback" in r.getMessage()]) == 1
+    assert len(submitted) == 1  # the failure was seen at the next step, and nothing more was queued
+    assert not fileio.writeback_thread.failed
+    records.close()
+
+
+def test_truncation_starts_the_writeback_over_from_the_new_end(tmp_path, calls):
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP, RETAIN)
+    for _ in range(32):
+        records.append(CHUNK)
+    records.truncate_to(4 * len(CHUNK))
+    fileio.writeback_thread.barrier()
+    calls["write"].clear()
+    for _ in range(16):
+        appended(records, CHUNK)
+    assert calls["write"][0][0] == 4 * len(CHUNK)  # from the new end, not from where it was
+    records.close()
+
+
+def test_the_log_writes_back_its_active_segment_only_and_a_roll_moves_it(tmp_path, calls):
+    log = open_log(tmp_path / "t-0", segment_bytes=1 << 20, writeback_bytes=STEP, cache_retain_bytes=RETAIN)
+    for _ in range(40):
+        log.append_as_leader(batch(20, value_size=1000), leader_epoch=0)
+    fileio.writeback_thread.barrier()
+    first = log.active_segment
+    assert calls["write"] and first.writeback == (STEP, RETAIN)
+    log.roll()
+    assert first.writeback == (0, -1) and log.active_segment.writeback == (STEP, RETAIN)
+    fileio.writeback_thread.barrier()
+    calls["write"].clear()
+    for _ in range(8):
+        log.append_as_leader(batch(20, value_size=1000), leader_epoch=0)
+    fileio.writeback_thread.barrier()
+    assert calls["write"] and calls["write"][0][0] == 0  # the new segment's file, from its start
+    check_consistent(log)
+    log.close()
+    log = open_log(tmp_path / "t-0", segment_bytes=1 << 20, writeback_bytes=STEP)  # a restart: the active again
+    assert log.active_segment.writeback == (STEP, -1)
+    log.close()
+
+
+def test_without_the_setting_the_log_leaves_it_to_the_kernel(tmp_path, calls):
+    log = open_log(tmp_path / "t-0", segment_bytes=1 << 20)
+    for _ in range(40):
+        log.append_as_leader(batch(20, value_size=1000), leader_epoch=0)
+    fileio.writeback_thread.barrier()
+    assert calls == {"write": [], "drop": []}
+    log.close()
+
+
+def test_the_broker_keys_reach_the_log_config_and_are_no_topic_configs():
+    assert LogConfig.from_topic_properties(KafkaConfig().log_config_defaults()).writeback_bytes == 0
+    config = KafkaConfig({"kbroker.log.writeback.bytes": "1048576", "kbroker.log.page.cache.retain.bytes": "8388608"})
+    log_config = LogConfig.from_topic_properties(config.log_config_defaults())
+    assert (log_config.writeback_bytes, log_config.cache_retain_bytes) == (1 << 20, 8 << 20)
+    assert "writeback.bytes" not in log_config.to_topic_properties()
+    assert "writeback.bytes" not in config.topic_defaults()
+    with pytest.raises(ValueError):
+        KafkaConfig({"kbroker.log.page.cache.retain.bytes": "-2"})
