@@ -35,9 +35,12 @@ what it appended since (sync_file_range SYNC_FILE_RANGE_WRITE, on fileio's write
 write is queued, nothing waits for it, nothing is made durable: flush.ms / flush.messages still
 fsync). Dirty pages then leave steadily instead of in the kernel's bursts once ~10 % of memory is
 dirty. With ``kbroker.log.page.cache.retain.bytes`` >= 0 the writeback stops that far behind the
-end, and what started its writeback a step before is dropped from the page cache
-(POSIX_FADV_DONTNEED; pages still dirty, under writeback or mapped are left, and the next steps
-ask again for a while): the pages freed are the next appends' pages, so the page cache does not grow with the log. On a VM whose
+end, and what lies beyond is dropped from the page cache once written (the thread waits for
+its writeback, then POSIX_FADV_DONTNEED; pages a read mapping holds are left, and the next steps
+ask again for a while). A rolled segment's tail is dropped once the next segment holds the
+retained bytes. At most one job per file is queued: while one waits, the next covers more. Windowed
+appends (segments beyond the descriptor budget, below) take no part. The pages freed are the next
+appends' pages, so the page cache does not grow with the log. On a VM whose
 host takes back the guest's free memory (free page reporting), each page the page cache grows
 into costs a host fault on first touch: an append there costs 35-45 µs of CPU per 16 KiB
 instead of ~10 (bench/replication_bench.py's memory figure). A consumer or follower reading
@@ -158,6 +161,9 @@ class FileRecords:
         self._written_back = 0
         self._retain = -1
         self._dropped = 0
+        self._writeback_job = fileio.WritebackJob()
+        # a rolled segment's tail (path, start, end): dropped once this one holds the retained bytes
+        self._previous: tuple[str, int, int] | None = None
 
     # -- writing -------------------------------------------------------------------------
 
@@ -187,39 +193,69 @@ class FileRecords:
             self._write_back(fd)
         return position
 
-    def write_back_every(self, step: int, retain: int = -1) -> None:
+    def write_back_every(self, step: int, retain: int = -1, previous: tuple[str, int, int] | None = None) -> None:
         """From the current end on, start the writeback of every ``step`` bytes appended (0:
-        never) and drop the cache of what lies more than ``retain`` bytes behind the end (-1:
-        keep it). Module docstring, "Writeback"."""
+        never), up to ``retain`` bytes behind the end, and drop the cache of what is further
+        behind (-1: write back all, drop nothing); ``previous``: the tail of the segment this one
+        follows (``retire_write_back``), dropped once this one holds ``retain`` bytes. Module
+        docstring, "Writeback"."""
         self._writeback_step, self._retain = step, retain
         self._written_back = self.size
+        self._dropped = min(self._dropped, self.size)
         self._writeback_at = self.size + step if step > 0 else _NO_WRITEBACK
+        self._previous = previous if step > 0 and retain >= 0 else None
+
+    def retire_write_back(self) -> tuple[str, int, int] | None:
+        """The segment stops being active: writeback is left to the kernel from now on. Returns
+        what of it the next active segment should drop once it holds the retained bytes (its
+        tail, which readers at the end are still reading); a tail handed to this one before
+        is dropped now (a whole segment behind)."""
+        tail = None
+        if self._writeback_step and self._retain >= 0:
+            tail = (self._path, max(0, self._dropped - _REDROP_BYTES), self.size)
+            if self._previous is not None:
+                self._submit_previous()
+        self.write_back_every(0)
+        return tail
+
+    def _submit_previous(self) -> None:
+        path, start, end = self._previous  # type: ignore[misc]
+        self._previous = None
+        if end > start:  # its own state: advisory, its failure only stops nothing else
+            fileio.writeback_thread.submit(fileio.WritebackJob(), path, None, (start, end - start))
 
     def _write_back(self, fd: int) -> None:
         """Queued for fileio's writeback thread (with a descriptor of its own: this one may be
         closed first): the writeback of what was appended since, up to the retained tail, and the
-        drop of what started its writeback at the step before (module docstring, "Writeback")."""
-        start = self._written_back
-        end = self.size if self._retain < 0 else (self.size - self._retain) & ~(PAGE_SIZE - 1)
-        behind = fileio.writeback_thread
+        drop of what lies beyond that tail. One job of this file at a time: while one is queued,
+        the next step's range grows instead."""
+        self._writeback_at = self.size + self._writeback_step
+        job = self._writeback_job
         try:
-            failed = behind.failed.pop(self._path, None)
-            if failed is not None:  # an earlier job's: logged once, then off
+            if job.failed is not None:  # an earlier job's: logged once, then off
+                failed, job.failed = job.failed, None
                 raise failed
+            if job.pending:
+                return
+            start = self._written_back
+            end = self.size if self._retain < 0 else (self.size - self._retain) & ~(PAGE_SIZE - 1)
             write = (start, end - start) if end > start else None
             drop = None
-            if self._retain >= 0 and start > self._dropped:
-                low = max(0, min(self._dropped, start - _REDROP_BYTES))
-                drop = (low, start - low)
-                self._dropped = start
+            # all beyond the retained tail (the thread writes it back and waits first), never the tail
+            high = end
+            if self._retain >= 0 and high > self._dropped:
+                low = max(0, min(self._dropped, high - _REDROP_BYTES))
+                drop = (low, high - low)
             if write is not None or drop is not None:
-                behind.submit(self._path, fileio.dup(fd), write, drop)
-        except OSError as exc:  # advisory: the kernel writes it back as it would anyway
+                fileio.writeback_thread.submit(job, fileio.dup(fd), write, drop)
+                self._written_back = max(start, end)
+                if drop is not None:
+                    self._dropped = high
+            if self._previous is not None and self.size >= self._retain:
+                self._submit_previous()
+        except Exception as exc:  # noqa: BLE001 - advisory: the kernel writes it back as it would anyway
             log.warning("kbroker.log.writeback.bytes: %s: %s; this segment goes on without", self._path, exc)
             self.write_back_every(0)
-            return
-        self._written_back = max(start, end)
-        self._writeback_at = self.size + self._writeback_step
 
     def preallocate(self, end: int) -> None:
         """Reserve the file's blocks up to ``end`` on the next append (module docstring)."""
@@ -325,8 +361,7 @@ class FileRecords:
         self._drop_tail(new_size, self.size)
         self.size = new_size
         if self._writeback_step:  # writeback goes on from the new end
-            self.write_back_every(self._writeback_step, self._retain)
-            self._dropped = min(self._dropped, new_size)
+            self.write_back_every(self._writeback_step, self._retain, self._previous)
         return dropped
 
     def _drop_tail(self, start: int, end: int) -> None:

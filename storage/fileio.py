@@ -78,6 +78,10 @@ def _sync_file_range_write(fd: int, offset: int, length: int) -> None:
     """Start writeback of [offset, offset + length) of ``fd``'s file and return without waiting
     for it (sync_file_range(2) with SYNC_FILE_RANGE_WRITE): no flush, nothing is made durable
     (``kbroker.log.writeback.bytes``, file_records.py). OSError where it cannot be called."""
+    _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
+def _sync_file_range(fd: int, offset: int, length: int, flags: int) -> None:
     global _libc_sync_file_range
     if _libc_sync_file_range is None:
         import ctypes
@@ -88,10 +92,18 @@ def _sync_file_range_write(fd: int, offset: int, length: int) -> None:
         function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
         function.restype = ctypes.c_int
         _libc_sync_file_range = function
-    if _libc_sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE) != 0:
+    if _libc_sync_file_range(fd, offset, length, flags) != 0:
         import ctypes
         code = ctypes.get_errno()
         raise OSError(code, f"sync_file_range: {os.strerror(code)}")
+
+
+def _sync_file_range_wait(fd: int, offset: int, length: int) -> None:
+    """Write [offset, offset + length) back and wait until it is (sync_file_range with
+    WAIT_BEFORE | WRITE | WAIT_AFTER: the pages are clean after, so a drop frees them; no flush of
+    the disk's cache or the file's metadata, nothing is made durable)."""
+    _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WAIT_BEFORE | _SYNC_FILE_RANGE_WRITE
+                     | _SYNC_FILE_RANGE_WAIT_AFTER)
 
 
 def _drop_cached(fd: int, offset: int, length: int) -> None:
@@ -100,30 +112,50 @@ def _drop_cached(fd: int, offset: int, length: int) -> None:
     os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
+_SYNC_FILE_RANGE_WAIT_BEFORE = 1
 _SYNC_FILE_RANGE_WRITE = 2
+_SYNC_FILE_RANGE_WAIT_AFTER = 4
 _libc_sync_file_range: Any = None
 sync_file_range_write: Callable[[int, int, int], None] = _sync_file_range_write
+sync_file_range_wait: Callable[[int, int, int], None] = _sync_file_range_wait
 drop_cached: Callable[[int, int, int], None] = _drop_cached
+
+
+class WritebackJob:
+    """One file's writeback state, shared by its owner (on the event loop) and the writeback
+    thread: at most one job of a file is queued at a time (``pending``; its owner widens the next
+    one instead of queueing more, so a slow disk never piles up jobs or their descriptors); the
+    first error of a job is kept in ``failed`` for the owner to read."""
+
+    __slots__ = ("pending", "failed")
+
+    def __init__(self) -> None:
+        self.pending = False
+        self.failed: BaseException | None = None
 
 
 class WritebackThread:
     """One daemon thread (started on first use) that runs writeback jobs off the caller's
     thread: starting a writeback walks the range's dirty pages and allocates their blocks, which
-    took the event loop ~10 µs per 16 KiB appended (bench/replication_bench.py). A job owns a
-    duplicated descriptor, closed when it ran; ``failed`` remembers a path whose call failed,
-    for its owner to read on its own thread."""
+    took the event loop ~10 µs per 16 KiB appended (bench/replication_bench.py). A job names its
+    file by a duplicated descriptor (closed when it ran) or by its path (opened by the thread: a
+    rolled segment's; gone files are skipped). ``write``: start the writeback of that range, not
+    waiting; ``drop``: write that range back and wait (so its pages are clean), then drop its
+    page cache."""
 
     def __init__(self) -> None:
         self._jobs: Any = None
-        self.failed: dict[str, OSError] = {}
 
-    def submit(self, path: str, fd: int, write: tuple[int, int] | None, drop: tuple[int, int] | None) -> None:
+    def submit(self, state: WritebackJob, file: int | str, write: tuple[int, int] | None,
+               drop: tuple[int, int] | None) -> None:
         if self._jobs is None:
             import queue
             import threading
-            self._jobs = queue.SimpleQueue()
-            threading.Thread(target=self._run, name="log-writeback", daemon=True).start()
-        self._jobs.put((path, fd, write, drop))
+            jobs: Any = queue.SimpleQueue()
+            threading.Thread(target=self._run, args=(jobs,), name="log-writeback", daemon=True).start()
+            self._jobs = jobs  # only once its thread runs (a failed start leaves none)
+        state.pending = True
+        self._jobs.put((state, file, write, drop))
 
     def barrier(self, timeout: float = 10.0) -> None:
         """Wait until the jobs submitted so far ran (tests)."""
@@ -133,22 +165,33 @@ class WritebackThread:
             self._jobs.put(done)
             done.wait(timeout)
 
-    def _run(self) -> None:
+    @staticmethod
+    def _run(jobs: Any) -> None:
         while True:
-            job = self._jobs.get()
+            job = jobs.get()
             if not isinstance(job, tuple):
                 job.set()  # a barrier
                 continue
-            path, fd, write, drop = job
+            state, file, write, drop = job
+            fd = -1
             try:
+                fd = os.open(file, os.O_RDONLY) if isinstance(file, str) else file
                 if write is not None:
                     sync_file_range_write(fd, *write)
                 if drop is not None:
+                    sync_file_range_wait(fd, *drop)
                     drop_cached(fd, *drop)
-            except OSError as exc:
-                self.failed[path] = exc
+            except FileNotFoundError:
+                pass  # a rolled segment deleted meanwhile: nothing left to drop
+            except Exception as exc:  # noqa: BLE001 - the owner logs it and stops; this thread goes on
+                state.failed = exc
             finally:
-                os.close(fd)
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                state.pending = False
 
 
 writeback_thread = WritebackThread()

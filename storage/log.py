@@ -276,14 +276,14 @@ class Log:
         if self.config.writeback_bytes:
             segment.write_back_every(self.config.writeback_bytes, self.config.cache_retain_bytes)
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _new_segment(self, base_offset: int, previous: tuple[str, int, int] | None = None) -> LogSegment:
         segment = LogSegment.create(self.dir, base_offset, budget=self.segment_budget,
                                     index_interval_bytes=self.config.index_interval_bytes,
                                     max_index_size=self.config.segment_index_bytes,
                                     segment_jitter_ms=self.config.segment_jitter_ms, now_ms=self.time.milliseconds(),
                                     preallocate_bytes=self.config.segment_bytes if self.config.preallocate else 0)
         if self.config.writeback_bytes:
-            segment.write_back_every(self.config.writeback_bytes, self.config.cache_retain_bytes)
+            segment.write_back_every(self.config.writeback_bytes, self.config.cache_retain_bytes, previous)
         self._dir_version += 1
         return segment
 
@@ -729,11 +729,13 @@ class Log:
             return active
         active.on_become_inactive()
         try:
-            segment = self._new_segment(self.log_end_offset)
+            # the old segment's tail, still read at the end, dropped once the new one holds as much
+            segment = self._new_segment(self.log_end_offset, active.writeback_tail)
         except OSError:
             active.activate()
             self._reserve(active)
             raise
+        active.writeback_tail = None
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._take_producer_snapshot()

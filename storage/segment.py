@@ -83,6 +83,9 @@ class LogSegment:
         self.dir = Path(dir)
         self.preallocate_bytes = 0  # log.preallocate: the .log's blocks reserved while active (``reserve``)
         self.writeback = _NO_WRITEBACK  # kbroker.log.writeback.bytes, page.cache.retain.bytes while active
+        self._writeback_previous: tuple[str, int, int] | None = None  # see write_back_every
+        # what the next active segment drops of this one once it holds the retained bytes
+        self.writeback_tail: tuple[str, int, int] | None = None
         self.base_offset = base_offset
         self.budget = budget  # what it holds while not active counts against this (its log's)
         self.log_path = self.dir / file_name(base_offset, LOG_SUFFIX)
@@ -135,13 +138,16 @@ class LogSegment:
         if nbytes and self._records is not None and self.active:
             self._records.preallocate(nbytes)
 
-    def write_back_every(self, step: int, retain: int = -1) -> None:
+    def write_back_every(self, step: int, retain: int = -1, previous: tuple[str, int, int] | None = None) -> None:
         """While active, the ``.log`` starts its writeback every ``step`` bytes appended and
-        drops the cache of what lies ``retain`` bytes behind its end (file_records.py,
+        drops the cache of what lies ``retain`` bytes behind its end, and ``previous`` (the
+        segment before's tail: ``writeback_tail``) once it holds that many (file_records.py,
         "Writeback"); (0, -1): the kernel decides."""
         self.writeback = (step, retain)
+        self._writeback_previous = previous
         if self._records is not None and self.active:
-            self._records.write_back_every(step, retain)
+            self._records.write_back_every(step, retain, previous)
+            self._writeback_previous = None
 
     # -- lazily opened files -------------------------------------------------------------
 
@@ -156,7 +162,8 @@ class LogSegment:
                 if self.preallocate_bytes:
                     records.preallocate(self.preallocate_bytes)
                 if self.writeback[0]:
-                    records.write_back_every(*self.writeback)
+                    records.write_back_every(*self.writeback, self._writeback_previous)
+                    self._writeback_previous = None
             records.on_open = self._opened  # what it reopens or maps later is counted then
             records.on_window = self._window_changed
             self._records = records
@@ -251,9 +258,10 @@ class LogSegment:
             self._records.trim()
             if release:
                 self._records.release_reserved()
-            self._records.write_back_every(0)
+            self.writeback_tail = self._records.retire_write_back()
         self.preallocate_bytes = 0
         self.writeback = _NO_WRITEBACK
+        self._writeback_previous = None
 
     def _keep_read_handles(self) -> None:
         """Of a non-active segment's handles, keep what reads use: the ``.log`` mapping (not

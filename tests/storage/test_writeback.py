@@ -45,7 +45,7 @@ def appended(records: FileRecords, data: bytes) -> None:
     fileio.writeback_thread.barrier()
 
 
-def test_every_step_appended_starts_its_writeback_up_to_the_retained_tail_and_drops_the_step_before(tmp_path, calls):
+def test_every_step_appended_starts_its_writeback_up_to_the_retained_tail_and_drops_what_is_behind(tmp_path, calls):
     records = FileRecords(tmp_path / "0.log")
     records.write_back_every(STEP, RETAIN)
     for _ in range(64):
@@ -54,16 +54,16 @@ def test_every_step_appended_starts_its_writeback_up_to_the_retained_tail_and_dr
         written = sum(length for _, length in calls["write"])
         assert written <= records.size - RETAIN or not written
         assert records.size - RETAIN - written < STEP + PAGE_SIZE
-        for offset, length in calls["drop"]:  # what started its writeback a step before, at most
+        for offset, length in calls["drop"]:  # never into the retained tail
             assert offset % PAGE_SIZE == 0 and (offset + length) % PAGE_SIZE == 0
-            assert offset + length <= records.size - STEP - RETAIN
+            assert offset + length <= records.size - RETAIN
     # the writebacks cover the data from the start, each range once, in order
     position = 0
     for offset, length in calls["write"]:
         assert offset == position and length > 0
         position += length
-    # all that started its writeback before the last step was dropped
-    assert calls["drop"] and max(o + n for o, n in calls["drop"]) == calls["write"][-1][0]
+    # all that was written back was dropped
+    assert calls["drop"] and max(o + n for o, n in calls["drop"]) == sum(n for _, n in calls["write"])
     assert records.slice(0, records.size).tobytes() == CHUNK * 64  # the data is all there
     records.close()
 
@@ -76,7 +76,9 @@ def test_the_dropped_pages_leave_the_page_cache(tmp_path):
     records.write_back_every(STEP, RETAIN)
     for _ in range(256):  # 4 MiB
         records.append(CHUNK)
-    os.fsync(records.dup_fd())  # all clean now
+    fd = records.dup_fd()
+    os.fsync(fd)  # all clean now
+    os.close(fd)
     for _ in range(STEP // len(CHUNK)):  # one more step: its drop finds them clean
         appended(records, CHUNK)
     resident = int(subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", str(path)],
@@ -126,7 +128,7 @@ def test_a_failing_writeback_turns_it_off_for_the_segment_and_the_append_stands(
     assert records.size == 32 * len(CHUNK)
     assert len([r for r in caplog.records if "writeback" in r.getMessage()]) == 1
     assert len(submitted) == 1  # the failure was seen at the next step, and nothing more was queued
-    assert not fileio.writeback_thread.failed
+
     records.close()
 
 
@@ -184,3 +186,87 @@ def test_the_broker_keys_reach_the_log_config_and_are_no_topic_configs():
     assert "writeback.bytes" not in config.topic_defaults()
     with pytest.raises(ValueError):
         KafkaConfig({"kbroker.log.page.cache.retain.bytes": "-2"})
+
+
+def resident_bytes(path) -> int:
+    return int(subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", str(path)],
+                              capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.mark.parametrize("how", ["truncated", "reopened"])
+def test_after_a_truncation_or_a_restart_the_retained_tail_is_kept(tmp_path, calls, how):
+    path = tmp_path / "0.log"
+    records = FileRecords(path)
+    records.write_back_every(STEP, RETAIN)
+    for _ in range(64):
+        appended(records, CHUNK)
+    if how == "truncated":
+        records.truncate_to(records.size - PAGE_SIZE)
+    else:
+        records.close()
+        records = FileRecords(path)
+        records.write_back_every(STEP, RETAIN)
+    calls["drop"].clear()
+    for _ in range(STEP // len(CHUNK)):  # one step
+        appended(records, CHUNK)
+    assert calls["drop"]
+    for offset, length in calls["drop"]:
+        assert offset + length <= records.size - RETAIN
+    records.close()
+
+
+def test_a_rolled_segments_tail_is_dropped_once_the_next_holds_the_retained_bytes(tmp_path):
+    log = open_log(tmp_path / "t-0", segment_bytes=8 << 20, writeback_bytes=STEP, cache_retain_bytes=RETAIN)
+    for _ in range(40):
+        log.append_as_leader(batch(20, value_size=1000), leader_epoch=0)
+    old = log.active_segment.log_path
+    log.roll()
+    fileio.writeback_thread.barrier()
+    assert resident_bytes(old) >= RETAIN  # its tail is kept while readers at the end may read it
+    while log.active_segment.size < RETAIN + 2 * STEP:
+        log.append_as_leader(batch(20, value_size=1000), leader_epoch=0)
+    fileio.writeback_thread.barrier()
+    assert resident_bytes(old) == 0
+    assert resident_bytes(log.active_segment.log_path) <= RETAIN + 3 * STEP
+    log.close()
+
+
+def test_while_a_job_waits_no_other_is_queued_and_the_next_covers_what_was_skipped(tmp_path, monkeypatch):
+    """A slow disk: the thread has not run the first job; the steps after it queue nothing (no
+    pile of jobs and descriptors), and the next job after it covers all that was appended."""
+    jobs = []
+
+    def submit(state, file, write, drop):
+        state.pending = True
+        jobs.append((write, drop))
+        os.close(file)
+    monkeypatch.setattr(fileio.writeback_thread, "submit", submit)
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP, RETAIN)
+    for _ in range(64):
+        records.append(CHUNK)
+    assert len(jobs) == 1
+    records._writeback_job.pending = False  # it ran
+    for _ in range(STEP // len(CHUNK)):
+        records.append(CHUNK)
+    assert len(jobs) == 2
+    (first, _), (second, _) = jobs
+    assert second[0] == first[0] + first[1]  # from where the first stopped ...
+    assert second[0] + second[1] == (records.size - RETAIN) & ~(PAGE_SIZE - 1)  # ... to the retained tail
+    records.close()
+
+
+def test_a_writeback_thread_that_cannot_start_leaves_the_append_standing(tmp_path, monkeypatch, caplog):
+    import threading
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(fileio, "writeback_thread", fileio.WritebackThread())
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP, RETAIN)
+    for _ in range(16):
+        records.append(CHUNK)
+    assert records.size == 16 * len(CHUNK)
+    assert len([r for r in caplog.records if "writeback" in r.getMessage()]) == 1
+    records.close()
