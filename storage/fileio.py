@@ -47,30 +47,38 @@ def modified_ms(path: StrPath) -> int:
     return os.stat(path).st_mtime_ns // 1_000_000
 
 
+def _libc_call(name: str, argtypes: tuple[str, ...], *args: int) -> None:
+    """Call the C library's ``name`` through ctypes (looked up on the first call, then kept; its
+    ``argtypes`` named as ctypes types): OSError from errno where it returns nonzero, EOPNOTSUPP
+    where the C library has no such function. For the calls the os module lacks."""
+    function = _libc_functions.get(name)
+    if function is None:
+        import ctypes
+        try:
+            function = getattr(ctypes.CDLL(None, use_errno=True), name)
+        except AttributeError:
+            raise OSError(errno.EOPNOTSUPP, f"{name}: not in this C library") from None
+        function.argtypes = tuple(getattr(ctypes, t) for t in argtypes)
+        function.restype = ctypes.c_int
+        _libc_functions[name] = function
+    if function(*args) != 0:
+        import ctypes
+        code = ctypes.get_errno()
+        raise OSError(code, f"{name}: {os.strerror(code)}")
+
+
+_libc_functions: dict[str, Any] = {}
+
+
 def _fallocate_keep_size(fd: int, offset: int, length: int) -> None:
     """Reserve the blocks of [offset, offset + length) of ``fd``'s file, its size unchanged
     (fallocate(2) with FALLOC_FL_KEEP_SIZE: what log.preallocate asks for). OSError where the
     file system or the C library cannot (EOPNOTSUPP, ENOSPC, ...). The os module has no
-    fallocate with flags (posix_fallocate extends the size), so libc's is called through ctypes,
-    looked up on the first call."""
-    global _libc_fallocate
-    if _libc_fallocate is None:
-        import ctypes
-        try:
-            function = ctypes.CDLL(None, use_errno=True).fallocate
-        except AttributeError:
-            raise OSError(errno.EOPNOTSUPP, "fallocate: not in this C library") from None
-        function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-        function.restype = ctypes.c_int
-        _libc_fallocate = function
-    if _libc_fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
-        import ctypes
-        code = ctypes.get_errno()
-        raise OSError(code, f"fallocate: {os.strerror(code)}")
+    fallocate with flags (posix_fallocate extends the size), so libc's is called through ctypes."""
+    _libc_call("fallocate", ("c_int", "c_int", "c_int64", "c_int64"), fd, _FALLOC_FL_KEEP_SIZE, offset, length)
 
 
 _FALLOC_FL_KEEP_SIZE = 1
-_libc_fallocate: Any = None
 fallocate: Callable[[int, int, int], None] = _fallocate_keep_size
 
 
@@ -82,20 +90,7 @@ def _sync_file_range_write(fd: int, offset: int, length: int) -> None:
 
 
 def _sync_file_range(fd: int, offset: int, length: int, flags: int) -> None:
-    global _libc_sync_file_range
-    if _libc_sync_file_range is None:
-        import ctypes
-        try:
-            function = ctypes.CDLL(None, use_errno=True).sync_file_range
-        except AttributeError:
-            raise OSError(errno.EOPNOTSUPP, "sync_file_range: not in this C library") from None
-        function.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-        function.restype = ctypes.c_int
-        _libc_sync_file_range = function
-    if _libc_sync_file_range(fd, offset, length, flags) != 0:
-        import ctypes
-        code = ctypes.get_errno()
-        raise OSError(code, f"sync_file_range: {os.strerror(code)}")
+    _libc_call("sync_file_range", ("c_int", "c_int64", "c_int64", "c_uint"), fd, offset, length, flags)
 
 
 def _sync_file_range_wait(fd: int, offset: int, length: int) -> None:
@@ -115,7 +110,6 @@ def _drop_cached(fd: int, offset: int, length: int) -> None:
 _SYNC_FILE_RANGE_WAIT_BEFORE = 1
 _SYNC_FILE_RANGE_WRITE = 2
 _SYNC_FILE_RANGE_WAIT_AFTER = 4
-_libc_sync_file_range: Any = None
 sync_file_range_write: Callable[[int, int, int], None] = _sync_file_range_write
 sync_file_range_wait: Callable[[int, int, int], None] = _sync_file_range_wait
 drop_cached: Callable[[int, int, int], None] = _drop_cached
