@@ -242,15 +242,14 @@ class FileRecords:
             write = (start, end - start) if end > start else None
             drop = None
             # all beyond the retained tail (the thread writes it back and waits first), never the tail
-            high = end
-            if self._retain >= 0 and high > self._dropped:
-                low = max(0, min(self._dropped, high - _REDROP_BYTES))
-                drop = (low, high - low)
+            if self._retain >= 0 and end > self._dropped:
+                low = max(0, min(self._dropped, end - _REDROP_BYTES))
+                drop = (low, end - low)
             if write is not None or drop is not None:
                 fileio.writeback_thread.submit(job, fileio.dup(fd), write, drop)
                 self._written_back = max(start, end)
                 if drop is not None:
-                    self._dropped = high
+                    self._dropped = end
             if self._previous is not None and self.size >= self._retain:
                 self._submit_previous()
         except Exception as exc:  # noqa: BLE001 - advisory: the kernel writes it back as it would anyway

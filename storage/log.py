@@ -217,7 +217,7 @@ class Log:
         self._last_flush_ms = time.milliseconds()
         self._dir_version = 1 if loaded.dir_changed else 0  # bumped when segment files are created or deleted
         if self._segments and self._segments[-1].active:
-            self._reserve(self._segments[-1])  # what loading left active
+            self._reactivated(self._segments[-1])  # what loading left active
         self._dir_synced_version = 0
         self._truncations = 0
         self._hw_metadata: tuple[int, int, tuple[int, int]] | None = None  # (hw, truncations, metadata)
@@ -267,7 +267,7 @@ class Log:
         opened = cls(dir, config, time, budget, loaded, leader_epoch_cache, producer_state, txn_index)
         return opened
 
-    def _reserve(self, segment: LogSegment) -> None:
+    def _reactivated(self, segment: LogSegment) -> None:
         """log.preallocate: a segment that became active again (loaded, a truncation dropped the
         segments after it, a roll failed) reserves its blocks as a new one does; and so too
         kbroker.log.writeback.bytes (file_records.py, "Writeback")."""
@@ -733,7 +733,7 @@ class Log:
             segment = self._new_segment(self.log_end_offset, active.writeback_tail)
         except OSError:
             active.activate()
-            self._reserve(active)
+            self._reactivated(active)
             raise
         active.writeback_tail = None
         self._segments.append(segment)
@@ -858,7 +858,7 @@ class Log:
             self._dir_version += 1
         active = self._segments[-1]
         active.activate()
-        self._reserve(active)
+        self._reactivated(active)
         active.truncate_to(offset)
         self.log_end_offset = active.read_next_offset()
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)

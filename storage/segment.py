@@ -53,7 +53,7 @@ LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"
 # A segment removed from its log, waiting file.delete.delay.ms before its files go (Kafka's).
 DELETED_SUFFIX = ".deleted"
-_NO_WRITEBACK = (0, -1)  # LogSegment.writeback: the kernel decides (file_records.py, "Writeback")
+_KERNEL_WRITEBACK = (0, -1)  # LogSegment.writeback: the kernel decides (file_records.py, "Writeback")
 _NO_TAIL = 1 << 63  # LogSegment._tail_offset when there is no tail batch to start at: no offset reaches it
 
 
@@ -82,7 +82,7 @@ class LogSegment:
                  max_index_size: int, roll_jitter_ms: int = 0, created_ms: int = 0) -> None:
         self.dir = Path(dir)
         self.preallocate_bytes = 0  # log.preallocate: the .log's blocks reserved while active (``reserve``)
-        self.writeback = _NO_WRITEBACK  # kbroker.log.writeback.bytes, page.cache.retain.bytes while active
+        self.writeback = _KERNEL_WRITEBACK  # kbroker.log.writeback.bytes, page.cache.retain.bytes while active
         self._writeback_previous: tuple[str, int, int] | None = None  # see write_back_every
         # what the next active segment drops of this one once it holds the retained bytes
         self.writeback_tail: tuple[str, int, int] | None = None
@@ -260,7 +260,7 @@ class LogSegment:
                 self._records.release_reserved()
             self.writeback_tail = self._records.retire_write_back()
         self.preallocate_bytes = 0
-        self.writeback = _NO_WRITEBACK
+        self.writeback = _KERNEL_WRITEBACK
         self._writeback_previous = None
 
     def _keep_read_handles(self) -> None:
