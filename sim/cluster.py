@@ -34,6 +34,7 @@ BROKER_DEFAULTS: dict[str, Any] = {
     "log.segment.bytes": 64 * 1024,
     "log.index.size.max.bytes": 64 * 1024,
     "log.open.files.max": 256,
+    "kbroker.log.writeback.bytes": 0,  # (a thread of its own: the simulator runs none; its disk is simulated)
     "log.retention.check.interval.ms": 2000,
     "log.segment.delete.delay.ms": 1000,
     "replica.lag.time.max.ms": 10000,

@@ -29,12 +29,15 @@ EOF through a mapping is SIGBUS). Truncation therefore shrinks the file when it 
 otherwise overwrites the dropped bytes with zeros, which recovery treats as the end of
 the data, and leaves the shrink for later (``trim``).
 
-Writeback (``kbroker.log.writeback.bytes``, ``write_back_every``; off by default, as Kafka leaves
-it to the kernel). Every that many bytes appended, the active segment starts the writeback of
-what it appended since (sync_file_range SYNC_FILE_RANGE_WRITE, on fileio's writeback thread: the
-write is queued, nothing waits for it, nothing is made durable: flush.ms / flush.messages still
-fsync). Dirty pages then leave steadily instead of in the kernel's bursts once ~10 % of memory is
-dirty. With ``kbroker.log.page.cache.retain.bytes`` >= 0 the writeback stops that far behind the
+Writeback (``kbroker.log.writeback.bytes``, ``write_back_every``; the broker's default 1 MiB,
+this class's off). Every that many bytes appended, the active segment starts the writeback of
+the whole pages it appended since (sync_file_range SYNC_FILE_RANGE_WRITE, on fileio's writeback
+thread: the write is queued, nothing waits for it, nothing is made durable: flush.ms /
+flush.messages still fsync). Dirty pages then leave steadily instead of in the kernel's bursts
+once ~10 % of memory is dirty; and the blocks of what was appended are allocated a step at a
+time on that thread, not by the kernel's flusher in one go while it holds the file's allocation
+lock, which on ext4 (delayed allocation) held an append on the event loop for 5-80 ms a few
+times a second under sustained writes (bench/replication_tail.py's pwrite stalls). With ``kbroker.log.page.cache.retain.bytes`` >= 0 the writeback stops that far behind the
 end, and what lies beyond is dropped from the page cache once written (the thread waits for
 its writeback, then POSIX_FADV_DONTNEED; pages a read mapping holds are left, and the next steps
 ask again for a while). A rolled segment's tail is dropped once the next segment holds the
@@ -45,7 +48,8 @@ host takes back the guest's free memory (free page reporting), each page the pag
 into costs a host fault on first touch: an append there costs 35-45 µs of CPU per 16 KiB
 instead of ~10 (bench/replication_bench.py's memory figure). A consumer or follower reading
 more than the retained bytes behind the end reads from the disk. A failed call is logged once
-and the segment goes on without.
+and the segment goes on without; a platform without it (no sync_file_range, a thread that
+cannot start, a call a seccomp profile forbids) is logged once and no segment tries again.
 
 A mapping holds a descriptor of its own (CPython's mmap dup()s the one it is given), so a
 segment that only serves reads can close ours (``release_fd``): it then costs one
@@ -114,6 +118,19 @@ _NO_WRITEBACK = sys.maxsize  # nor this: no writeback started by us ("Writeback"
 # earlier drop passed (mapped pages are not dropped) are dropped once the mapping is gone
 # (read mappings are replaced at least every READ_HEADROOM_MAX of growth)
 _REDROP_BYTES = 256 << 20
+# Set (to the error) once the writeback proved unavailable on this machine rather than for one
+# file: no C library function, no system call, or not allowed (a seccomp profile); from then
+# on no segment starts it ("Writeback")
+_writeback_unavailable: str | None = None
+_UNAVAILABLE_ERRNOS = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM})
+
+
+def _unavailable_here(exc: BaseException) -> bool:
+    """The writeback cannot work on this machine at all: a thread that cannot start, or a call
+    the platform lacks or forbids."""
+    return isinstance(exc, RuntimeError) or (isinstance(exc, OSError) and exc.errno in _UNAVAILABLE_ERRNOS)
+
+
 _NOTHING = b""  # an empty read: a new view of it each time (a caller may release what it gets)
 WINDOWS = Window is not None
 PAGE_SIZE = mmap.PAGESIZE
@@ -199,6 +216,8 @@ class FileRecords:
         behind (-1: write back all, drop nothing); ``previous``: the tail of the segment this one
         follows (``retire_write_back``), dropped once this one holds ``retain`` bytes. Module
         docstring, "Writeback"."""
+        if _writeback_unavailable is not None:
+            step = 0
         self._writeback_step, self._retain = step, retain
         self._written_back = self.size
         self._dropped = min(self._dropped, self.size)
@@ -238,7 +257,10 @@ class FileRecords:
             if job.pending:
                 return
             start = self._written_back
-            end = self.size if self._retain < 0 else (self.size - self._retain) & ~(PAGE_SIZE - 1)
+            # whole pages only: a partial last page written back now would be written again once
+            # the next append fills it (and where the device wants stable pages, that append
+            # would wait for the first write)
+            end = (self.size if self._retain < 0 else self.size - self._retain) & ~(PAGE_SIZE - 1)
             write = (start, end - start) if end > start else None
             drop = None
             # all beyond the retained tail (the thread writes it back and waits first), never the tail
@@ -253,7 +275,14 @@ class FileRecords:
             if self._previous is not None and self.size >= self._retain:
                 self._submit_previous()
         except Exception as exc:  # noqa: BLE001 - advisory: the kernel writes it back as it would anyway
-            log.warning("kbroker.log.writeback.bytes: %s: %s; this segment goes on without", self._path, exc)
+            global _writeback_unavailable
+            if _unavailable_here(exc):
+                if _writeback_unavailable is None:  # said once for the process
+                    _writeback_unavailable = str(exc)
+                    log.warning("kbroker.log.writeback.bytes: not available here (%s); left to the kernel for "
+                                "every segment", exc)
+            else:
+                log.warning("kbroker.log.writeback.bytes: %s: %s; this segment goes on without", self._path, exc)
             self.write_back_every(0)
 
     def preallocate(self, end: int) -> None:

@@ -1,7 +1,8 @@
 """kbroker.log.writeback.bytes / kbroker.log.page.cache.retain.bytes (storage/file_records.py,
 "Writeback"): the active segment starts the writeback of every step appended, and drops the page
-cache of what lies more than the retained bytes behind its end; off by default; a failing call
-turns it off for the segment, the append stands; truncation and rolls start it over."""
+cache of what lies more than the retained bytes behind its end; on by default in the broker (1 MiB),
+off in storage's own LogConfig; a failing call turns it off for the segment, a platform without it
+for every segment, the append stands; truncation and rolls start it over."""
 
 from __future__ import annotations
 
@@ -12,12 +13,18 @@ import pytest
 from storage_helpers import batch, check_consistent, open_log
 
 from broker.config import KafkaConfig
-from storage import LogConfig, fileio
+from storage import LogConfig, file_records, fileio
 from storage.file_records import PAGE_SIZE, FileRecords
 
 STEP = 64 << 10
 RETAIN = 128 << 10
 CHUNK = bytes(range(256)) * 64  # 16 KiB
+
+
+@pytest.fixture(autouse=True)
+def available(monkeypatch):
+    """Each test starts on a machine where the writeback works (a test may find it unavailable)."""
+    monkeypatch.setattr(file_records, "_writeback_unavailable", None)
 
 
 @pytest.fixture
@@ -114,9 +121,26 @@ def test_without_retain_nothing_is_dropped(tmp_path, calls):
     records.close()
 
 
+def test_without_retain_only_whole_pages_are_written_back(tmp_path, calls):
+    """A partial last page is left for a later step: written back now, it would be written again
+    once the next append fills it."""
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP)
+    odd = CHUNK + b"x" * 1000
+    for _ in range(16):
+        appended(records, odd)
+    assert calls["write"]
+    position = 0
+    for offset, length in calls["write"]:
+        assert offset == position and (offset + length) % PAGE_SIZE == 0
+        position += length
+    assert records.size - PAGE_SIZE < position < records.size  # all whole pages but the last, partial one
+    records.close()
+
+
 def test_a_failing_writeback_turns_it_off_for_the_segment_and_the_append_stands(tmp_path, monkeypatch, caplog):
     def fail(fd, offset, length):
-        raise OSError(38, "sync_file_range: Function not implemented")
+        raise OSError(5, "sync_file_range: Input/output error")
     monkeypatch.setattr(fileio, "sync_file_range_write", fail)
     records = FileRecords(tmp_path / "0.log")
     records.write_back_every(STEP, RETAIN)
@@ -128,8 +152,31 @@ def test_a_failing_writeback_turns_it_off_for_the_segment_and_the_append_stands(
     assert records.size == 32 * len(CHUNK)
     assert len([r for r in caplog.records if "writeback" in r.getMessage()]) == 1
     assert len(submitted) == 1  # the failure was seen at the next step, and nothing more was queued
-
     records.close()
+    # a failure of one file's: the next segment tries again
+    other = FileRecords(tmp_path / "1.log")
+    other.write_back_every(STEP, RETAIN)
+    appended(other, CHUNK * 16)  # (a step past the retained tail)
+    assert len(submitted) == 2
+    other.close()
+
+
+def test_a_platform_without_it_turns_it_off_for_every_segment_said_once(tmp_path, monkeypatch, caplog):
+    def fail(fd, offset, length):
+        raise OSError(38, "sync_file_range: Function not implemented")
+    monkeypatch.setattr(fileio, "sync_file_range_write", fail)
+    submitted = []
+    real_submit = fileio.writeback_thread.submit
+    monkeypatch.setattr(fileio.writeback_thread, "submit", lambda *job: (submitted.append(job), real_submit(*job)))
+    for name in ("0.log", "1.log", "2.log"):
+        records = FileRecords(tmp_path / name)
+        records.write_back_every(STEP, RETAIN)
+        for _ in range(32):
+            appended(records, CHUNK)
+        assert records.size == 32 * len(CHUNK)
+        records.close()
+    assert len(submitted) == 1  # the first segment's first step found it unavailable; none tried after
+    assert len([r for r in caplog.records if "writeback" in r.getMessage()]) == 1
 
 
 def test_truncation_starts_the_writeback_over_from_the_new_end(tmp_path, calls):
@@ -178,7 +225,10 @@ def test_without_the_setting_the_log_leaves_it_to_the_kernel(tmp_path, calls):
 
 
 def test_the_broker_keys_reach_the_log_config_and_are_no_topic_configs():
-    assert LogConfig.from_topic_properties(KafkaConfig().log_config_defaults()).writeback_bytes == 0
+    assert LogConfig.from_topic_properties(KafkaConfig().log_config_defaults()).writeback_bytes == 1 << 20
+    assert LogConfig().writeback_bytes == 0  # storage's own default: the broker's config turns it on
+    off = KafkaConfig({"kbroker.log.writeback.bytes": "0"})
+    assert LogConfig.from_topic_properties(off.log_config_defaults()).writeback_bytes == 0
     config = KafkaConfig({"kbroker.log.writeback.bytes": "1048576", "kbroker.log.page.cache.retain.bytes": "8388608"})
     log_config = LogConfig.from_topic_properties(config.log_config_defaults())
     assert (log_config.writeback_bytes, log_config.cache_retain_bytes) == (1 << 20, 8 << 20)
@@ -263,10 +313,12 @@ def test_a_writeback_thread_that_cannot_start_leaves_the_append_standing(tmp_pat
         raise RuntimeError("can't start new thread")
     monkeypatch.setattr(fileio, "writeback_thread", fileio.WritebackThread())
     monkeypatch.setattr(threading.Thread, "start", refuse)
-    records = FileRecords(tmp_path / "0.log")
-    records.write_back_every(STEP, RETAIN)
-    for _ in range(16):
-        records.append(CHUNK)
-    assert records.size == 16 * len(CHUNK)
+    for name in ("0.log", "1.log"):  # said once, and the next segment does not try again
+        records = FileRecords(tmp_path / name)
+        records.write_back_every(STEP, RETAIN)
+        for _ in range(16):
+            records.append(CHUNK)
+        assert records.size == 16 * len(CHUNK)
+        assert records._writeback_step == 0
+        records.close()
     assert len([r for r in caplog.records if "writeback" in r.getMessage()]) == 1
-    records.close()
