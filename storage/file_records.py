@@ -38,7 +38,8 @@ once ~10 % of memory is dirty; and the blocks of what was appended are allocated
 time on that thread, not by the kernel's flusher in one go while it holds the file's allocation
 lock, which on ext4 (delayed allocation) held an append on the event loop for 5-80 ms a few
 times a second under sustained writes (bench/replication_tail.py's pwrite stalls). With
-``kbroker.log.page.cache.retain.bytes`` >= 0 the writeback stops that far behind the end, and what lies beyond is dropped from the page cache once written (the thread waits for
+``kbroker.log.page.cache.retain.bytes`` >= 0 the writeback stops that far behind the end, and what
+lies beyond is dropped from the page cache once written (the thread waits for
 its writeback, then POSIX_FADV_DONTNEED; pages a read mapping holds are left, and the next steps
 ask again for a while). A rolled segment's tail is dropped once the next segment holds the
 retained bytes. At most one job per file is queued: while one waits, the next covers more. Windowed
