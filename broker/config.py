@@ -194,9 +194,9 @@ KEYS: dict[str, ConfigKey] = {k.name: k for k in (
     _k("log.preallocate", "bool", False, "reserve an active segment's segment.bytes on disk at its first append "
        "(fallocate, the file keeping its real size); given back when the segment rolls"),
     _k("kbroker.log.writeback.bytes", "long", 1 << 20, "the active segment starts the writeback of every this "
-       "many bytes appended (sync_file_range on a thread, no flush: durability unchanged), so no append on the "
-       "event loop waits while the kernel's flusher allocates a burst's blocks; 0: the kernel decides, as for "
-       "Kafka", low=0),
+       "many bytes appended (sync_file_range on a thread, no flush: durability unchanged), so appends on the "
+       "event loop seldom wait while the kernel's flusher allocates a burst's blocks; 0: the kernel decides, as "
+       "for Kafka", low=0),
     _k("kbroker.log.page.cache.retain.bytes", "long", -1, "with kbroker.log.writeback.bytes, the page cache of "
        "what lies more than this far behind a partition's end is dropped once written back (the page cache "
        "stays small; reads further behind go to the disk); -1: kept, as for Kafka", low=-1),

@@ -82,8 +82,9 @@ class LogConfig:
     preallocate: bool = False
     # The broker's kbroker.log.writeback.bytes and kbroker.log.page.cache.retain.bytes: the active
     # segment starts the writeback of every this many bytes appended (0: the kernel decides, as
-    # for Kafka), and then drops the page cache of what lies more than cache_retain_bytes behind
-    # its end (-1: keeps it). file_records.py "Writeback".
+    # for Kafka; the broker's default is 1 MiB, this class's 0), and then drops the page cache of
+    # what lies more than cache_retain_bytes behind its end (-1: keeps it). file_records.py
+    # "Writeback".
     writeback_bytes: int = 0
     cache_retain_bytes: int = -1
 

@@ -127,8 +127,11 @@ _UNAVAILABLE_ERRNOS = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM})
 
 
 def _unavailable_here(exc: BaseException) -> bool:
-    """The writeback cannot work on this machine at all: a thread that cannot start, or a call
-    the platform lacks or forbids."""
+    """The writeback cannot work on this machine at all: before any job ever ran, a thread that
+    cannot start, or a call the platform lacks or forbids (once one worked, an error is that
+    file's: a network file system's EPERM, say)."""
+    if fileio.writeback_thread.worked:
+        return False
     return isinstance(exc, RuntimeError) or (isinstance(exc, OSError) and exc.errno in _UNAVAILABLE_ERRNOS)
 
 
@@ -173,7 +176,8 @@ class FileRecords:
         self._reserved = _NO_RESERVE
         self._reserve_to = 0
         # Writeback (module docstring): the append that reaches ``_writeback_at`` starts the
-        # writeback of [_written_back, size) and drops the cache below the retained tail
+        # writeback of the whole pages from _written_back up to the retained tail (the end
+        # without one) and drops the cache below that tail
         self._writeback_at = _NO_WRITEBACK
         self._writeback_step = 0
         self._written_back = 0
@@ -208,7 +212,7 @@ class FileRecords:
         if self.size > self.file_size:
             self.file_size = self.size
         if self.size >= self._writeback_at:
-            self._write_back(fd)
+            self._write_back()
         return position
 
     def write_back_every(self, step: int, retain: int = -1, previous: tuple[str, int, int] | None = None) -> None:
@@ -244,14 +248,20 @@ class FileRecords:
         if end > start:  # its own state: advisory, its failure only stops nothing else
             fileio.writeback_thread.submit(fileio.WritebackJob(), path, None, (start, end - start))
 
-    def _write_back(self, fd: int) -> None:
-        """Queued for fileio's writeback thread (with a descriptor of its own: this one may be
-        closed first): the writeback of what was appended since, up to the retained tail, and the
-        drop of what lies beyond that tail. One job of this file at a time: while one is queued,
-        the next step's range grows instead."""
+    def _write_back(self) -> None:
+        """Queued for fileio's writeback thread, by path (the thread opens the file for the job:
+        a queued job holds no descriptor the budget does not count, and its calls' errors are
+        its own descriptor's, never this file's, whose fsync must still see them): the writeback
+        of what was appended since, up to the retained tail, and the drop of what lies beyond
+        that tail. One job of this file at a time: while one is queued, the next step's range
+        grows instead."""
+        global _writeback_unavailable
         self._writeback_at = self.size + self._writeback_step
         job = self._writeback_job
         try:
+            if _writeback_unavailable is not None:  # found out meanwhile, by another segment
+                self.write_back_every(0)
+                return
             if job.failed is not None:  # an earlier job's: logged once, then off
                 failed, job.failed = job.failed, None
                 raise failed
@@ -269,14 +279,13 @@ class FileRecords:
                 low = max(0, min(self._dropped, end - _REDROP_BYTES))
                 drop = (low, end - low)
             if write is not None or drop is not None:
-                fileio.writeback_thread.submit(job, fileio.dup(fd), write, drop)
+                fileio.writeback_thread.submit(job, self._path, write, drop)
                 self._written_back = max(start, end)
                 if drop is not None:
                     self._dropped = end
             if self._previous is not None and self.size >= self._retain:
                 self._submit_previous()
         except Exception as exc:  # noqa: BLE001 - advisory: the kernel writes it back as it would anyway
-            global _writeback_unavailable
             if _unavailable_here(exc):
                 if _writeback_unavailable is None:  # said once for the process
                     _writeback_unavailable = str(exc)

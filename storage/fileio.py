@@ -132,15 +132,17 @@ class WritebackThread:
     """One daemon thread (started on first use) that runs writeback jobs off the caller's
     thread: starting a writeback walks the range's dirty pages and allocates their blocks, which
     took the event loop ~10 µs per 16 KiB appended (bench/replication_bench.py). A job names its
-    file by a duplicated descriptor (closed when it ran) or by its path (opened by the thread: a
-    rolled segment's; gone files are skipped). ``write``: start the writeback of that range, not
-    waiting; ``drop``: write that range back and wait (so its pages are clean), then drop its
-    page cache."""
+    file by its path, opened by the thread for the job and closed after (a queued job holds no
+    descriptor; an error its calls see is that descriptor's, not the owner's, whose fsync still
+    sees a failed writeback; a file gone meanwhile is skipped). ``write``: start the writeback of
+    that range, not waiting; ``drop``: write that range back and wait (so its pages are clean),
+    then drop its page cache."""
 
     def __init__(self) -> None:
         self._jobs: Any = None
+        self.worked = False  # a job's calls succeeded once (file_records: what a later error means)
 
-    def submit(self, state: WritebackJob, file: int | str, write: tuple[int, int] | None,
+    def submit(self, state: WritebackJob, file: str, write: tuple[int, int] | None,
                drop: tuple[int, int] | None) -> None:
         if self._jobs is None:
             import queue
@@ -159,8 +161,7 @@ class WritebackThread:
             self._jobs.put(done)
             done.wait(timeout)
 
-    @staticmethod
-    def _run(jobs: Any) -> None:
+    def _run(self, jobs: Any) -> None:
         while True:
             job = jobs.get()
             if not isinstance(job, tuple):
@@ -169,14 +170,15 @@ class WritebackThread:
             state, file, write, drop = job
             fd = -1
             try:
-                fd = os.open(file, os.O_RDONLY) if isinstance(file, str) else file
+                fd = os.open(file, os.O_RDONLY)
                 if write is not None:
                     sync_file_range_write(fd, *write)
                 if drop is not None:
                     sync_file_range_wait(fd, *drop)
                     drop_cached(fd, *drop)
+                self.worked = True
             except FileNotFoundError:
-                pass  # a rolled segment deleted meanwhile: nothing left to drop
+                pass  # a segment deleted meanwhile: nothing left to write back or drop
             except Exception as exc:  # noqa: BLE001 - the owner logs it and stops; this thread goes on
                 state.failed = exc
             finally:

@@ -13,7 +13,8 @@ import pytest
 from storage_helpers import batch, check_consistent, open_log
 
 from broker.config import KafkaConfig
-from storage import LogConfig, file_records, fileio
+from protocol.clock import MockTime
+from storage import Log, LogConfig, file_records, fileio
 from storage.file_records import PAGE_SIZE, FileRecords
 
 STEP = 64 << 10
@@ -23,8 +24,10 @@ CHUNK = bytes(range(256)) * 64  # 16 KiB
 
 @pytest.fixture(autouse=True)
 def available(monkeypatch):
-    """Each test starts on a machine where the writeback works (a test may find it unavailable)."""
+    """Each test starts on a machine where the writeback works (a test may find it unavailable),
+    before any job ran."""
     monkeypatch.setattr(file_records, "_writeback_unavailable", None)
+    monkeypatch.setattr(fileio.writeback_thread, "worked", False)
 
 
 @pytest.fixture
@@ -161,9 +164,10 @@ def test_a_failing_writeback_turns_it_off_for_the_segment_and_the_append_stands(
     other.close()
 
 
-def test_a_platform_without_it_turns_it_off_for_every_segment_said_once(tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("code", [38, 95, 1])  # ENOSYS, EOPNOTSUPP (no such C function), EPERM (seccomp)
+def test_a_platform_without_it_turns_it_off_for_every_segment_said_once(tmp_path, monkeypatch, caplog, code):
     def fail(fd, offset, length):
-        raise OSError(38, "sync_file_range: Function not implemented")
+        raise OSError(code, os.strerror(code))
     monkeypatch.setattr(fileio, "sync_file_range_write", fail)
     submitted = []
     real_submit = fileio.writeback_thread.submit
@@ -283,13 +287,14 @@ def test_a_rolled_segments_tail_is_dropped_once_the_next_holds_the_retained_byte
 
 def test_while_a_job_waits_no_other_is_queued_and_the_next_covers_what_was_skipped(tmp_path, monkeypatch):
     """A slow disk: the thread has not run the first job; the steps after it queue nothing (no
-    pile of jobs and descriptors), and the next job after it covers all that was appended."""
+    pile of jobs), and the next job after it covers all that was appended. A queued job names
+    the file by its path: it holds no descriptor."""
     jobs = []
 
     def submit(state, file, write, drop):
+        assert file == str(tmp_path / "0.log")
         state.pending = True
         jobs.append((write, drop))
-        os.close(file)
     monkeypatch.setattr(fileio.writeback_thread, "submit", submit)
     records = FileRecords(tmp_path / "0.log")
     records.write_back_every(STEP, RETAIN)
@@ -322,3 +327,50 @@ def test_a_writeback_thread_that_cannot_start_leaves_the_append_standing(tmp_pat
         assert records._writeback_step == 0
         records.close()
     assert len([r for r in caplog.records if "writeback" in r.getMessage()]) == 1
+
+
+def test_once_found_unavailable_active_segments_stop_too(tmp_path, monkeypatch):
+    """Segments already writing back when another finds it unavailable queue nothing more."""
+    submitted = []
+    real_submit = fileio.writeback_thread.submit
+    monkeypatch.setattr(fileio.writeback_thread, "submit", lambda *job: (submitted.append(job), real_submit(*job)))
+    active = FileRecords(tmp_path / "0.log")
+    active.write_back_every(STEP)
+    appended(active, CHUNK * 4)
+    assert len(submitted) == 1
+    monkeypatch.setattr(file_records, "_writeback_unavailable", "ENOSYS")  # (another segment found out)
+    for _ in range(8):
+        appended(active, CHUNK * 4)
+    assert len(submitted) == 1 and active._writeback_step == 0
+    active.close()
+
+
+def test_after_a_call_worked_an_error_is_the_files_own(tmp_path, monkeypatch, caplog):
+    """Once a job succeeded, EPERM (say, a network file system's) turns off that segment only."""
+    records = FileRecords(tmp_path / "0.log")
+    records.write_back_every(STEP)
+    appended(records, CHUNK * 8)
+    assert fileio.writeback_thread.worked
+
+    def fail(fd, offset, length):
+        raise OSError(1, "Operation not permitted")
+    monkeypatch.setattr(fileio, "sync_file_range_write", fail)
+    for _ in range(4):
+        appended(records, CHUNK * 8)
+    assert file_records._writeback_unavailable is None and records._writeback_step == 0
+    other = FileRecords(tmp_path / "1.log")
+    other.write_back_every(STEP)
+    assert other._writeback_step == STEP
+    records.close()
+    other.close()
+
+
+def test_a_log_from_the_brokers_defaults_writes_back_its_appends(tmp_path, calls):
+    """KafkaConfig()'s defaults reach the log: a broker's partition starts its writeback every MiB."""
+    config = LogConfig.from_topic_properties(KafkaConfig().log_config_defaults())
+    log = Log.open(tmp_path / "t-0", config, time=MockTime())
+    for _ in range(40):
+        log.append_as_leader(batch(20, value_size=3000), leader_epoch=0)  # ~2.4 MB
+    fileio.writeback_thread.barrier()
+    assert calls["write"] and calls["write"][0][0] == 0 and sum(n for _, n in calls["write"]) >= 1 << 20
+    log.close()
