@@ -134,7 +134,7 @@ def sandbox(seed: int, clock: Any) -> Iterator[random.Random]:
         (gc, "freeze", _no_op), (gc, "unfreeze", _no_op),
         # (a run that turned kbroker.log.writeback.bytes on finds it unavailable: no threads;
         # what it learnt ends with the run)
-        (file_records, "_writeback_unavailable", None),
+        (file_records, "_writeback_unavailable", False),
     ]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     for obj, name, value in patches:

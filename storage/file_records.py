@@ -119,10 +119,10 @@ _NO_WRITEBACK = sys.maxsize  # nor this: no writeback started by us ("Writeback"
 # earlier drop passed (mapped pages are not dropped) are dropped once the mapping is gone
 # (read mappings are replaced at least every READ_HEADROOM_MAX of growth)
 _REDROP_BYTES = 256 << 20
-# Set (to the error) once the writeback proved unavailable on this machine rather than for one
-# file: no C library function, no system call, or not allowed (a seccomp profile); from then
-# on no segment starts it ("Writeback")
-_writeback_unavailable: str | None = None
+# Set once the writeback proved unavailable on this machine rather than for one file: no C
+# library function, no system call, or not allowed (a seccomp profile); from then on every
+# segment stops at its next step ("Writeback")
+_writeback_unavailable = False
 _UNAVAILABLE_ERRNOS = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM})
 
 
@@ -221,8 +221,6 @@ class FileRecords:
         behind (-1: write back all, drop nothing); ``previous``: the tail of the segment this one
         follows (``retire_write_back``), dropped once this one holds ``retain`` bytes. Module
         docstring, "Writeback"."""
-        if _writeback_unavailable is not None:
-            step = 0
         self._writeback_step, self._retain = step, retain
         self._written_back = self.size
         self._dropped = min(self._dropped, self.size)
@@ -259,7 +257,7 @@ class FileRecords:
         self._writeback_at = self.size + self._writeback_step
         job = self._writeback_job
         try:
-            if _writeback_unavailable is not None:  # found out meanwhile, by another segment
+            if _writeback_unavailable:  # found out by this segment or another
                 self.write_back_every(0)
                 return
             if job.failed is not None:  # an earlier job's: logged once, then off
@@ -287,8 +285,8 @@ class FileRecords:
                 self._submit_previous()
         except Exception as exc:  # noqa: BLE001 - advisory: the kernel writes it back as it would anyway
             if _unavailable_here(exc):
-                if _writeback_unavailable is None:  # said once for the process
-                    _writeback_unavailable = str(exc)
+                if not _writeback_unavailable:  # said once for the process
+                    _writeback_unavailable = True
                     log.warning("kbroker.log.writeback.bytes: not available here (%s); left to the kernel for "
                                 "every segment", exc)
             else:

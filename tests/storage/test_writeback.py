@@ -26,7 +26,7 @@ CHUNK = bytes(range(256)) * 64  # 16 KiB
 def available(monkeypatch):
     """Each test starts on a machine where the writeback works (a test may find it unavailable),
     before any job ran."""
-    monkeypatch.setattr(file_records, "_writeback_unavailable", None)
+    monkeypatch.setattr(file_records, "_writeback_unavailable", False)
     monkeypatch.setattr(fileio.writeback_thread, "worked", False)
 
 
@@ -338,7 +338,7 @@ def test_once_found_unavailable_active_segments_stop_too(tmp_path, monkeypatch):
     active.write_back_every(STEP)
     appended(active, CHUNK * 4)
     assert len(submitted) == 1
-    monkeypatch.setattr(file_records, "_writeback_unavailable", "ENOSYS")  # (another segment found out)
+    monkeypatch.setattr(file_records, "_writeback_unavailable", True)  # (another segment found out)
     for _ in range(8):
         appended(active, CHUNK * 4)
     assert len(submitted) == 1 and active._writeback_step == 0
@@ -357,7 +357,7 @@ def test_after_a_call_worked_an_error_is_the_files_own(tmp_path, monkeypatch, ca
     monkeypatch.setattr(fileio, "sync_file_range_write", fail)
     for _ in range(4):
         appended(records, CHUNK * 8)
-    assert file_records._writeback_unavailable is None and records._writeback_step == 0
+    assert not file_records._writeback_unavailable and records._writeback_step == 0
     other = FileRecords(tmp_path / "1.log")
     other.write_back_every(STEP)
     assert other._writeback_step == STEP
