@@ -5,6 +5,7 @@ here runs at import: a wrapper's setup stays its own.
     python bench/_WRAPPER.py [PYTHON] -m MODULE ARGS   (PYTHON: ignored, a launcher's prefix)
 """
 
+import os
 import runpy
 import sys
 
@@ -19,4 +20,9 @@ def run_module_from_argv() -> None:
         raise SystemExit(f"usage: {sys.argv[0]} [PYTHON] -m MODULE ARGS")
     module = args[1]
     sys.argv = [sys.argv[0], *args[2:]]
+    # python -m puts the working directory first on sys.path; here the script's (bench/) is
+    # there. A launcher starts the wrapper in the checkout to run (controller/launcher.py's
+    # cwd=repo): without this, its code came from wherever the package is installed (another
+    # checkout's editable install, for a worktree sharing that checkout's .venv).
+    sys.path.insert(0, os.getcwd())
     runpy.run_module(module, run_name="__main__", alter_sys=True)
