@@ -652,6 +652,32 @@ def run_producer(params: Params, rows: list[tuple[int, int, bytes]], copy: int) 
     return _run(ProducerTask(params, rows, copy).run())
 
 
+# Spark's BarrierTaskContext.barrier() and allGather() wait for the coordinator's answer in 1 s
+# sleeps (BarrierTaskContext.runBarrier: Thread.sleep(1000) until the future completed), so the
+# tasks of one barrier leave it up to a second apart: a replay's tasks started sending ~0.98 s
+# apart in half the rounds of bench/loadgen_bench.py part 4, its paced x1/x5/x20 at 0.95 of the
+# asked rate. ``common_start`` waits for the last of those ticks instead.
+BARRIER_TICK_S = 1.0
+# beyond the tick: the coordinator's answer (an RPC), the JVM's to the Python worker (a socket)
+START_MARGIN_S = 0.25
+
+
+def common_start(all_gather: Callable[[str], list[str]], now: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> float:
+    """A barrier (run_many's ``barrier``) after which every task of the stage starts at once:
+    each task gives its wall-clock time on arriving (``all_gather``: Spark's
+    ``BarrierTaskContext.allGather``, every task's message in partition order), and all sleep
+    until the latest arrival plus Spark's release tick and a margin: the same instant for
+    every task, which every one has left the barrier by (across machines, within their clocks'
+    offset). Returns that instant."""
+    arrivals = [float(message) for message in all_gather(repr(now()))]
+    start = max(arrivals) + BARRIER_TICK_S + START_MARGIN_S
+    wait = start - now()
+    if wait > 0:
+        sleep(wait)
+    return start
+
+
 def run_many(params: Params, producers: list[tuple[list[tuple[int, int, bytes]], int]],
              consumers: list[tuple[dict[tuple[str, int], int], int, float]],
              barrier: Callable[[], None] | None = None) -> list[dict[str, Any]]:
@@ -660,7 +686,7 @@ def run_many(params: Params, producers: list[tuple[list[tuple[int, int, bytes]],
     loop: the recorded concurrency, not one connection after another. Returns their statistics;
     ``send_cpu_s`` is the process's CPU from the common start of sending, counted once (on the
     first). ``barrier``: a blocking call that returns once every task of the replay is ready
-    (Spark's ``BarrierTaskContext.barrier``), called once, in a thread, when this task's
+    (``common_start`` over Spark's ``BarrierTaskContext.allGather``), called once, in a thread, when this task's
     connections have all prepared (at once by a task without producers): the tasks then start
     sending together, as this task's connections do."""
     async def main() -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import sys
 import threading
@@ -241,7 +242,7 @@ def run_replay(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
         if use_barrier:
             from pyspark import BarrierTaskContext
 
-            barrier = BarrierTaskContext.get().barrier
+            barrier = functools.partial(engine.common_start, BarrierTaskContext.get().allGather)
         consumers: list[Any] = []
         producer_rows: dict[tuple[Any, ...], list[Any]] = {}
         for key, value in items:

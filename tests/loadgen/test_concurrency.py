@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from loadgen import engine
 from loadgen.recording import connection_ids, read_connection
 from loadgen.replay import plan_text
@@ -89,6 +91,44 @@ def test_tasks_start_sending_together_after_the_barrier(cluster, tmp_path):
     calls: list[int] = []
     assert engine.run_many(params, [], [], lambda: calls.append(1)) == []
     assert calls == [1]
+
+
+def test_common_start_is_the_last_arrival_past_sparks_release_tick():
+    """Spark's barrier releases each task at its next 1 s tick after the last one arrived (the
+    replay's tasks started ~1 s apart, its paced rate 0.95 of the asked): every task waits
+    for the same instant instead, the latest arrival plus that tick and a margin."""
+    clock = iter([100.0, 100.05])
+    gathered: list[str] = []
+    slept: list[float] = []
+
+    def all_gather(message: str) -> list[str]:
+        gathered.append(message)
+        return [message, "100.4"]  # the other task arrived later
+    start = engine.common_start(all_gather, now=lambda: next(clock), sleep=slept.append)
+    assert gathered == [repr(100.0)]
+    assert start == 100.4 + engine.BARRIER_TICK_S + engine.START_MARGIN_S
+    assert slept == [pytest.approx(start - 100.05)]
+    # released past it (a task held up): it starts at once
+    clock = iter([100.0, 102.0])
+    slept.clear()
+    assert engine.common_start(lambda m: [m, "100.4"], now=lambda: next(clock), sleep=slept.append) < 102.0
+    assert slept == []
+
+
+def test_a_barrier_stages_tasks_agree_on_their_start(spark):
+    """On Spark itself: a barrier stage of two tasks on local[2], one arriving 0.5 s after the
+    other, both start at one instant, and neither before it."""
+    def task(index, _items):
+        from pyspark import BarrierTaskContext
+
+        if index == 1:
+            time.sleep(0.5)
+        start = engine.common_start(BarrierTaskContext.get().allGather)
+        return [(index, start, time.time())]
+    out = spark.sparkContext.parallelize(range(2), 2).barrier().mapPartitionsWithIndex(task).collect()
+    assert sorted(i for i, _, _ in out) == [0, 1]
+    assert len({start for _, start, _ in out}) == 1, out
+    assert all(left >= start for _, start, left in out), out
 
 
 def test_a_consumer_waits_while_its_task_still_produces(cluster):
