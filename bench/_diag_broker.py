@@ -25,7 +25,9 @@ import threading
 import time
 
 import uvloop
-from _wrapper import run_module_from_argv  # (bench/, the script's directory, is on sys.path)
+from _wrapper import checkout_first, run_module_from_argv  # (bench/, the script's directory, is on sys.path)
+
+checkout_first()  # (before anything of the project is imported)
 
 PERIOD_S = 0.005
 recording = False

@@ -15,7 +15,9 @@ import os
 import signal
 import sys
 
-from _wrapper import run_module_from_argv  # (bench/, the script's directory, is on sys.path)
+from _wrapper import checkout_first, run_module_from_argv  # (bench/, the script's directory, is on sys.path)
+
+checkout_first()  # (before anything of the project is imported)
 
 profile = cProfile.Profile()
 opcodes: collections.Counter = collections.Counter()  # (file, first line, name) -> bytecodes run

@@ -10,6 +10,16 @@ import runpy
 import sys
 
 
+def checkout_first() -> None:
+    """The working directory first on sys.path, as ``python -m`` has it (here the script's
+    directory, bench/, is there): a launcher starts a wrapper in the checkout to run
+    (controller/launcher.py's cwd=repo), whose code must come from there, not from wherever
+    the package is installed (another checkout's editable install, for a worktree sharing that
+    checkout's .venv). Called by each wrapper before it imports anything of the project."""
+    if not sys.path or sys.path[0] != os.getcwd():
+        sys.path.insert(0, os.getcwd())
+
+
 def run_module_from_argv() -> None:
     """Run ``-m MODULE ARGS`` from sys.argv as ``python -m MODULE ARGS`` would (after an
     optional first word, the launcher's interpreter)."""
@@ -20,9 +30,4 @@ def run_module_from_argv() -> None:
         raise SystemExit(f"usage: {sys.argv[0]} [PYTHON] -m MODULE ARGS")
     module = args[1]
     sys.argv = [sys.argv[0], *args[2:]]
-    # python -m puts the working directory first on sys.path; here the script's (bench/) is
-    # there. A launcher starts the wrapper in the checkout to run (controller/launcher.py's
-    # cwd=repo): without this, its code came from wherever the package is installed (another
-    # checkout's editable install, for a worktree sharing that checkout's .venv).
-    sys.path.insert(0, os.getcwd())
     runpy.run_module(module, run_name="__main__", alter_sys=True)

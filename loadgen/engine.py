@@ -668,13 +668,18 @@ def common_start(all_gather: Callable[[str], list[str]], now: Callable[[], float
     each task gives its wall-clock time on arriving (``all_gather``: Spark's
     ``BarrierTaskContext.allGather``, every task's message in partition order), and all sleep
     until the latest arrival plus Spark's release tick and a margin: the same instant for
-    every task, which every one has left the barrier by (across machines, within their clocks'
-    offset). Returns that instant."""
+    every task, which every one has left the barrier by unless a delay (the RPC, a loaded
+    machine) passed the margin: then a task starts as it is released, as without this, and
+    says how late. Across machines the instant is within the clocks' offset, and the wait at
+    most what it can be on one clock (a task released after the latest arrival). Returns
+    that instant."""
     arrivals = [float(message) for message in all_gather(repr(now()))]
     start = max(arrivals) + BARRIER_TICK_S + START_MARGIN_S
     wait = start - now()
     if wait > 0:
-        sleep(wait)
+        sleep(min(wait, BARRIER_TICK_S + START_MARGIN_S))
+    else:
+        log.warning("left Spark's barrier %.3f s after the tasks' common start: this task starts late", -wait)
     return start
 
 
