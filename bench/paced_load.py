@@ -156,6 +156,9 @@ class PacedConnection(asyncio.BufferedProtocol):
             self.closed.set_result(None)
 
 
+SLOW_S = 0.005  # --slow-out lists the requests slower than this
+
+
 class PacedStats:
     def __init__(self) -> None:
         self.window_start = 0.0
@@ -166,6 +169,7 @@ class PacedStats:
         self.latency: list[float] = []    # scheduled -> response
         self.service: list[float] = []    # written -> response
         self.late: list[float] = []       # scheduled -> written
+        self.slow: list[tuple[float, float, float]] = []  # (scheduled, latency, late) of those over SLOW_S
         self.errors = 0
         self.error_codes: collections.Counter = collections.Counter()
 
@@ -177,6 +181,8 @@ class PacedStats:
             self.latency.append(now - scheduled)
             self.service.append(now - sent)
             self.late.append(sent - scheduled)
+            if now - scheduled > SLOW_S:
+                self.slow.append((scheduled, now - scheduled, sent - scheduled))
 
     def error(self, what: str) -> None:
         self.errors += 1
@@ -278,6 +284,10 @@ async def run(args) -> dict:
     result.update(cpu.report(stats.records, stats.requests))
     if stats.error_codes:
         result["error_codes"] = dict(stats.error_codes)
+    if args.slow_out:
+        # (time.perf_counter is CLOCK_MONOTONIC here: the brokers' time.monotonic_ns, in seconds)
+        with open(args.slow_out, "w") as f:
+            json.dump({"window": [stats.window_start, stats.window_end], "slow": stats.slow}, f)
     return result
 
 
@@ -296,6 +306,8 @@ def parse_args(argv=None):
     p.add_argument("--acks", type=int, choices=[1, -1], default=-1)
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--slow-out", default=None, metavar="PATH",
+                   help="write the requests slower than 5 ms (scheduled time, latency, late; CLOCK_MONOTONIC s) as JSON")
     p.add_argument("--drain-timeout", type=float, default=30.0)
     p.add_argument("--timeout-ms", type=int, default=30000)
     p.add_argument("--server-pid", type=int, default=None)

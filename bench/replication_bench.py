@@ -171,11 +171,13 @@ def events(pid: int) -> tuple[int, int, int]:
     return int(io["syscr"]), int(io["syscw"]), switches
 
 
-def paced(bootstrap: str, pid: int, duration: float, rate: float, connections: int) -> dict:
-    """bench/paced_load.py: the open-loop step (see the module doc)."""
+def paced(bootstrap: str, pid: int, duration: float, rate: float, connections: int, slow_out: Path | None = None) -> dict:
+    """bench/paced_load.py: the open-loop step (see the module doc); ``slow_out``: its --slow-out."""
     cmd = [sys.executable, str(PACED), "--bootstrap", bootstrap, "--topic", TOPIC, "--partitions", str(PARTITIONS),
            "--connections", str(connections), "--rate", str(rate), "--acks", "-1", "--record-size", "100",
            "--records-per-batch", "148", "--duration", str(duration), "--server-pid", str(pid), "--uvloop"]
+    if slow_out is not None:
+        cmd += ["--slow-out", str(slow_out)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration * 6 + 120)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if not lines:

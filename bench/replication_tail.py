@@ -14,6 +14,15 @@ warm-up second), per broker:
 * every log append's pwrite: p50/p99/max, ms per s in it, of which waiting for a core, how
   many took over 1 ms, and when the ones over 5 ms came (s into the window).
 
+A step ``open@RATE`` runs the open loop instead (bench/paced_load.py, replication_bench's step 2:
+RATE produce requests/s on a fixed schedule over 4 connections, latency from each request's
+scheduled time): its requests over 5 ms are grouped into episodes (scheduled within 2 ms of each
+other), and the 12 worst are printed beside what each broker's recorders saw over them (the loop's
+longest late wake-up and its run-queue share, collections and pwrites over 1 ms), so a tail is
+matched to what coincides with it: one broker's loop late while it waited for a core (the run
+queue), every broker's late at once with little run-queue wait (their loops busy, or the VM slow
+on every core: replication_bench's steadiness check), a collection, a pwrite stall.
+
 Options: ``--perf-sched S`` runs ``perf sched record`` on all cores for S seconds of the window
 and gives each broker's scheduling delay per wake-up (``perf sched timehist``: runnable ->
 running) p50/p99/max and its sum per s (perf's own cost slows the run: compare its figures with
@@ -25,7 +34,7 @@ broker's main thread; ``--before PATH`` runs another checkout's brokers the same
 this one's, round by round. The load's own p50/p99 (kafka_load.py), CPU µs per request and
 run-queue wait per broker come with each run.
 
-    python bench/replication_tail.py [--before PATH] [--rounds 1] [--duration 8] [--steps 2x4]
+    python bench/replication_tail.py [--before PATH] [--rounds 1] [--duration 8] [--steps 2x4,open@4000]
                                      [--broker-config KEY=VALUE] [--after-config KEY=VALUE]  (as replication_bench.py)
                                      [--perf-sched S] [--trace S] [--data-root DIR] [--slice-us N]
 """
@@ -52,7 +61,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
 from replication_bench import (EndToEndProbe, add_config_options, assign_rf3,  # noqa: E402
-                               broker_overrides, cpu_seconds, load, run_queue_wait_seconds)
+                               broker_overrides, cpu_seconds, load, paced, run_queue_wait_seconds)
 
 DIAG = Path(__file__).resolve().parent / "_diag_broker.py"
 
@@ -93,6 +102,39 @@ def set_slice(tid: int, slice_ns: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(314, tid, ctypes.create_string_buffer(attr, len(attr)), 0) != 0:  # SYS_sched_setattr, x86-64
         raise OSError(ctypes.get_errno(), f"sched_setattr({tid})")
+
+
+def stall_timeline(slow: dict, diags: dict[int, dict], gap_s: float = 0.002) -> list[dict]:
+    """An open-loop step's requests over 5 ms grouped into episodes (scheduled within ``gap_s``
+    of each other), each beside what each broker's recorders saw over it: the event loop's
+    longest late wake-up (and of it the share waiting for a core), collections, pwrites over
+    1 ms. Times are s into the load's window (every clock here is CLOCK_MONOTONIC)."""
+    t0 = slow["window"][0]
+    episodes: list[list] = []
+    for scheduled, latency, late in sorted(slow["slow"]):
+        if episodes and scheduled - episodes[-1][1] <= gap_s:
+            episodes[-1][1] = scheduled
+            episodes[-1][2] = max(episodes[-1][2], latency)
+            episodes[-1][3] += 1
+            episodes[-1][4] = max(episodes[-1][4], late)
+        else:
+            episodes.append([scheduled, scheduled, latency, 1, late])
+    out = []
+    for start, end, worst, n, late in sorted(episodes, key=lambda e: -e[2])[:12]:
+        lo, hi = int(start * 1e9), int((end + worst) * 1e9)
+        seen = {}
+        for i, d in diags.items():
+            lags = [(t, lag, rq) for t, lag, rq in d["lag"] if t - lag <= hi and t >= lo]
+            worst_lag = max(lags, key=lambda x: x[1], default=None)
+            seen[i] = {
+                "lag_max_ms": round(worst_lag[1] / 1e6, 1) if worst_lag else 0,
+                "lag_runq_ms": round(worst_lag[2] / 1e6, 1) if worst_lag else 0,
+                "gc_ms": [(g, round(dur / 1e6, 1)) for g, s0, dur in d["gc"] if s0 <= hi and s0 + dur >= lo and dur > 1e6],
+                "pwrite_ms": [round(dur / 1e6, 1) for s0, dur, _ in d["pwrites"] if s0 <= hi and s0 + dur >= lo and dur > 1e6],
+            }
+        out.append({"at_s": round(start - t0, 3), "span_ms": round((end - start) * 1e3, 1), "requests": n,
+                    "worst_ms": round(worst * 1e3, 1), "late_ms": round(late * 1e3, 1), "brokers": seen})
+    return sorted(out, key=lambda e: e["at_s"])
 
 
 def one_round(args, repo: Path, name: str) -> dict:
@@ -140,7 +182,10 @@ def one_round(args, repo: Path, name: str) -> dict:
                 probe_ctx.__enter__()
             try:
                 t.start()
-                res.update(load(procs[1].bootstrap, procs[1].pid, args.duration, c, d))
+                if c == "open":  # open loop at d requests/s over 4 connections (replication_bench's step 2)
+                    res.update(paced(procs[1].bootstrap, procs[1].pid, args.duration, d, 4, root / f"slow{step}.json"))
+                else:
+                    res.update(load(procs[1].bootstrap, procs[1].pid, args.duration, c, d))
                 t.join()
                 for p in procs.values():
                     p.signal(signal.SIGUSR2)
@@ -185,6 +230,9 @@ def one_round(args, repo: Path, name: str) -> dict:
                     "gc_threshold": d_["gc_threshold"],
                 }
             res["brokers"] = per_broker
+            if c == "open":
+                res["stalls"] = stall_timeline(json.loads((root / f"slow{step}.json").read_text()),
+                                               {i: json.loads(diag_out[i].read_text()) for i in procs})
             if probe_ctx:
                 res.update(probe_ctx.summary())
             if args.perf_sched and perf_data.exists():
@@ -194,7 +242,7 @@ def one_round(args, repo: Path, name: str) -> dict:
                     g: {"wakeups_per_s": round(len(v) / args.perf_sched), "p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99),
                         "max_ms": max(v, default=None), "ms_per_s": round(sum(v) / args.perf_sched, 1)}
                     for g, v in delays.items()}
-            results[f"{c}x{d}"] = res
+            results[f"open@{d}" if c == "open" else f"{c}x{d}"] = res
         return results
     finally:
         for p in procs.values():
@@ -216,7 +264,8 @@ def main() -> int:
     ap.add_argument("--trace", type=float, default=0.0, metavar="S", help="perf trace -s for S seconds of the window")
     add_config_options(ap)
     args = ap.parse_args()
-    args.steps = [tuple(int(v) for v in s.split("x")) for s in args.steps.split(",")]
+    args.steps = [("open", float(s[5:])) if s.startswith("open@") else tuple(int(v) for v in s.split("x"))
+                  for s in args.steps.split(",")]
     trees = {"after": REPO} if args.before is None else {"before": args.before.resolve(), "after": REPO}
     for r in range(args.rounds):
         for name, repo in trees.items():
@@ -228,6 +277,8 @@ def main() -> int:
                     print(f"  broker {i}: {json.dumps(b)}", flush=True)
                 for line in res.get("trace") or []:
                     print(f"  trace: {line}", flush=True)
+                for e in res.get("stalls") or []:
+                    print(f"  stall: {json.dumps(e)}", flush=True)
                 for g, s in (res.get("sched_delay") or {}).items():
                     print(f"  sched {g}: {json.dumps(s)}", flush=True)
     return 0
