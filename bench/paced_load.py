@@ -307,7 +307,8 @@ def parse_args(argv=None):
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--slow-out", default=None, metavar="PATH",
-                   help="write the requests slower than 5 ms (scheduled time, latency, late; CLOCK_MONOTONIC s) as JSON")
+                   help=f"write the requests slower than {SLOW_S * 1e3:g} ms (scheduled time, latency, late; "
+                        "CLOCK_MONOTONIC s) as JSON")
     p.add_argument("--drain-timeout", type=float, default=30.0)
     p.add_argument("--timeout-ms", type=int, default=30000)
     p.add_argument("--server-pid", type=int, default=None)

@@ -14,11 +14,13 @@ warm-up second), per broker:
 * every log append's pwrite: p50/p99/max, ms per s in it, of which waiting for a core, how
   many took over 1 ms, and when the ones over 5 ms came (s into the window).
 
-A step ``open@RATE`` runs the open loop instead (bench/paced_load.py, replication_bench's step 2:
+A step ``open@RATE`` runs the open loop instead (bench/paced_load.py, as replication_bench's step 2:
 RATE produce requests/s on a fixed schedule over 4 connections, latency from each request's
-scheduled time): its requests over 5 ms are grouped into episodes (scheduled within 2 ms of each
-other), and the 12 worst are printed beside what each broker's recorders saw over them (the loop's
-longest late wake-up and its run-queue share, collections and pwrites over 1 ms), so a tail is
+scheduled time; the probe runs beside it too unless ``--no-probe``, and its requests are not in
+the CPU per request; the recorders' window starts ~1 s in, about where paced_load's own does,
+and ends after its drain): its requests over 5 ms are grouped into episodes (overlapping delays),
+and the 12 worst are printed beside what each broker's recorders saw over them (the loop's
+latest wake-up and the run-queue wait in it, collections, pwrites over 1 ms), so a tail is
 matched to what coincides with it: one broker's loop late while it waited for a core (the run
 queue), every broker's late at once with little run-queue wait (their loops busy, or the VM slow
 on every core: replication_bench's steadiness check), a collection, a pwrite stall.
@@ -34,7 +36,7 @@ broker's main thread; ``--before PATH`` runs another checkout's brokers the same
 this one's, round by round. The load's own p50/p99 (kafka_load.py), CPU µs per request and
 run-queue wait per broker come with each run.
 
-    python bench/replication_tail.py [--before PATH] [--rounds 1] [--duration 8] [--steps 2x4,open@4000]
+    python bench/replication_tail.py [--before PATH] [--rounds 1] [--duration 8] [--steps 2x4]  (e.g. --steps 4x8,2x4,open@4000)
                                      [--broker-config KEY=VALUE] [--after-config KEY=VALUE]  (as replication_bench.py)
                                      [--perf-sched S] [--trace S] [--data-root DIR] [--slice-us N]
 """
@@ -105,31 +107,38 @@ def set_slice(tid: int, slice_ns: int) -> None:
 
 
 def stall_timeline(slow: dict, diags: dict[int, dict], gap_s: float = 0.002) -> list[dict]:
-    """An open-loop step's requests over 5 ms grouped into episodes (scheduled within ``gap_s``
-    of each other), each beside what each broker's recorders saw over it: the event loop's
-    longest late wake-up (and of it the share waiting for a core), collections, pwrites over
-    1 ms. Times are s into the load's window (every clock here is CLOCK_MONOTONIC)."""
+    """An open-loop step's requests over 5 ms grouped into episodes (a request joins the current
+    one if it was scheduled before, or within ``gap_s`` after, the latest answer of those in it:
+    overlapping delays, whatever the rate), the 12 worst each beside what each broker's recorders
+    saw over it (from its first scheduled send to its last answer): the event loop's latest
+    wake-up and of that lateness the time its thread waited for a core, the collections (count,
+    ms, and those over 1 ms), the pwrites over 1 ms. Times are s into the load's window (every
+    clock here is CLOCK_MONOTONIC)."""
     t0 = slow["window"][0]
-    episodes: list[list] = []
+    episodes: list[list] = []  # [first scheduled, last answer, worst latency, requests, worst lateness]
     for scheduled, latency, late in sorted(slow["slow"]):
-        if episodes and scheduled - episodes[-1][1] <= gap_s:
-            episodes[-1][1] = scheduled
-            episodes[-1][2] = max(episodes[-1][2], latency)
-            episodes[-1][3] += 1
-            episodes[-1][4] = max(episodes[-1][4], late)
+        if episodes and scheduled <= episodes[-1][1] + gap_s:
+            e = episodes[-1]
+            e[1] = max(e[1], scheduled + latency)
+            e[2] = max(e[2], latency)
+            e[3] += 1
+            e[4] = max(e[4], late)
         else:
-            episodes.append([scheduled, scheduled, latency, 1, late])
+            episodes.append([scheduled, scheduled + latency, latency, 1, late])
     out = []
     for start, end, worst, n, late in sorted(episodes, key=lambda e: -e[2])[:12]:
-        lo, hi = int(start * 1e9), int((end + worst) * 1e9)
+        lo, hi = int(start * 1e9), int(end * 1e9)
         seen = {}
         for i, d in diags.items():
             lags = [(t, lag, rq) for t, lag, rq in d["lag"] if t - lag <= hi and t >= lo]
             worst_lag = max(lags, key=lambda x: x[1], default=None)
+            gcs = [(g, dur) for g, s0, dur in d["gc"] if s0 <= hi and s0 + dur >= lo]
             seen[i] = {
                 "lag_max_ms": round(worst_lag[1] / 1e6, 1) if worst_lag else 0,
-                "lag_runq_ms": round(worst_lag[2] / 1e6, 1) if worst_lag else 0,
-                "gc_ms": [(g, round(dur / 1e6, 1)) for g, s0, dur in d["gc"] if s0 <= hi and s0 + dur >= lo and dur > 1e6],
+                # (schedstat's wait over the whole sleep: at most the lateness counts)
+                "lag_runq_ms": round(max(0, min(worst_lag[1], worst_lag[2])) / 1e6, 1) if worst_lag else 0,
+                "gc_n": len(gcs), "gc_ms": round(sum(dur for _, dur in gcs) / 1e6, 1),
+                "gc_over_1ms": [(g, round(dur / 1e6, 1)) for g, dur in gcs if dur > 1e6],
                 "pwrite_ms": [round(dur / 1e6, 1) for s0, dur, _ in d["pwrites"] if s0 <= hi and s0 + dur >= lo and dur > 1e6],
             }
         out.append({"at_s": round(start - t0, 3), "span_ms": round((end - start) * 1e3, 1), "requests": n,
@@ -242,7 +251,7 @@ def one_round(args, repo: Path, name: str) -> dict:
                     g: {"wakeups_per_s": round(len(v) / args.perf_sched), "p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99),
                         "max_ms": max(v, default=None), "ms_per_s": round(sum(v) / args.perf_sched, 1)}
                     for g, v in delays.items()}
-            results[f"open@{d}" if c == "open" else f"{c}x{d}"] = res
+            results[f"open@{d:g}" if c == "open" else f"{c}x{d}"] = res
         return results
     finally:
         for p in procs.values():
@@ -265,7 +274,7 @@ def main() -> int:
     add_config_options(ap)
     args = ap.parse_args()
     args.steps = [("open", float(s[5:])) if s.startswith("open@") else tuple(int(v) for v in s.split("x"))
-                  for s in args.steps.split(",")]
+                  for s in (s.strip() for s in args.steps.split(","))]
     trees = {"after": REPO} if args.before is None else {"before": args.before.resolve(), "after": REPO}
     for r in range(args.rounds):
         for name, repo in trees.items():
