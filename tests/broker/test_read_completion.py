@@ -199,3 +199,82 @@ def test_a_second_begin_keeps_what_the_read_recorded(rm):
     rm.begin_read()
     rm.end_read()
     assert len(fetched) == 1 and batch_offsets(fetched[0]) == [0]
+
+
+@pytest.fixture
+def turn(rm, server):
+    """The read hooks as KafkaServer sets them: the read's end waits for the end of the event
+    loop's turn (ReplicaManager.end_read_soon); the turn's callbacks queued here, run by the test."""
+    callbacks: list = []
+    rm.call_soon = callbacks.append
+    server.read_hooks = (rm.begin_read, rm.end_read_soon)
+    return callbacks
+
+
+def end_turn(callbacks):
+    queued, callbacks[:] = list(callbacks), []
+    for callback in queued:
+        callback()
+    return len(queued)
+
+
+def test_reads_of_one_loop_turn_answer_the_parked_follower_once_with_all_their_batches(rm, server, turn):
+    """Two producers' reads in one wake-up of the loop: the follower's parked fetch is answered
+    once, with both batches, when the turn ends (ended at each read, it was answered with the
+    first batch and the second waited for its next fetch). Each read's own answers leave at
+    its end."""
+    first, first_written = connect(server)
+    second, second_written = connect(server)
+    follower, fetched = connect(server)
+    follower.data_received(request(1, 0))
+    first.data_received(request(0, 1))
+    second.data_received(request(0, 2))
+    assert first_written.written == [b"produced;"] and second_written.written == [b"produced;"]
+    assert fetched.written == []
+    assert end_turn(turn) == 1  # one end for the turn, whatever the number of reads
+    assert fetched.written == [b"fetched [0, 3];"]
+    assert rm._appended is None and end_turn(turn) == 0
+
+
+def test_after_the_turn_an_append_outside_a_read_completes_a_parked_fetch_at_once(rm, server, turn):
+    producer, _ = connect(server)
+    follower, fetched = connect(server)
+    follower.data_received(request(1, 0))
+    producer.data_received(request(0, 1))
+    end_turn(turn)
+    assert fetched.written == [b"fetched [0];"]
+    follower.data_received(request(1, 3))
+    produce(rm)  # a timer's or a callback's append: no read, no turn to wait for
+    assert fetched.written == [b"fetched [0];", b"fetched [3];"] and turn == []
+
+
+def test_an_append_between_the_reads_of_a_turn_waits_for_its_end(rm, server, turn):
+    """A callback's append while the turn's end is due joins it (the partitions recorded since
+    the first read are all tried then)."""
+    producer, _ = connect(server)
+    fetched = park_follower_fetch(rm, 0, topic="u")
+    producer.data_received(request(0, 1))
+    produce(rm, topic="u")
+    assert fetched == []
+    end_turn(turn)
+    assert len(fetched) == 1 and batch_offsets(fetched[0]) == [0]
+
+
+def test_without_call_soon_the_read_ends_at_once(rm, server):
+    """A bare ReplicaManager (call_soon unset): end_read_soon is end_read."""
+    server.read_hooks = (rm.begin_read, rm.end_read_soon)
+    producer, _ = connect(server)
+    follower, fetched = connect(server)
+    follower.data_received(request(1, 0))
+    producer.data_received(request(0, 1))
+    assert fetched.written == [b"fetched [0];"]
+
+
+def test_a_read_that_appended_nothing_ends_at_once(rm, server, turn):
+    """A follower's fetch alone (most of a leader's reads) waits for no turn: nothing queued,
+    and an append after it completes what waits at once."""
+    follower, fetched = connect(server)
+    follower.data_received(request(1, 0))
+    assert turn == [] and rm._appended is None
+    produce(rm)
+    assert fetched.written == [b"fetched [0];"]
