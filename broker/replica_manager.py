@@ -358,9 +358,9 @@ class ReplicaManager:
     def begin_read(self) -> None:
         """A socket read's requests are about to be processed (SocketServer.read_hooks): the
         fetches parked on the partitions they append to are tried once, in end_read (at the
-        read's end, or at the end of the loop's turn: end_read_soon), not at each append. A
-        read holds several produces at full load; tried at the first, a follower's fetch was
-        answered with that one batch and the others waited a whole fetch round trip. A dict left by a begin without its end is kept, never dropped: its
+        read's end, or at the end of the loop's turn: end_read_soon), not at each append. A read holds several produces at full load; tried at the first, a
+        follower's fetch was answered with that one batch and the others waited a whole fetch
+        round trip. A dict left by a begin without its end is kept, never dropped: its
         partitions are still tried by the next end_read."""
         if self._appended is None:
             self._appended = {}
