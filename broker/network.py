@@ -685,12 +685,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # connection, once the read is done: this connection's, and those of other connections
         # that its requests completed (a follower's fetch moving the high watermark answers
         # acks=all produces on every producer's connection; a produce answers followers' parked
-        # fetches, where the end hook is ReplicaManager.end_read). SocketServer.corked holds the
-        # connections with answers waiting. The outer read also runs the server's read hooks
-        # (ReplicaManager.begin_read and an end: end_read tries the fetches parked on what its
-        # produces appended once, before the answers are written, so theirs leave in the same
-        # batch; end_read_soon, KafkaServer's, once every read of the loop's turn is processed,
-        # their answers in writes of their own). A call made
+        # fetches). SocketServer.corked holds the connections with answers waiting.
+        # The outer read also runs the server's read hooks (ReplicaManager.begin_read/end_read:
+        # the fetches parked on the partitions its produces appended to are tried once, at its
+        # end, before the answers are written, so theirs leave in the same batch). A call made
         # while a read is processed (corked already set) is part of that read: no hooks of its own.
         # ``now``: the clock's monotonic_ms when the read came (what the answers' writes touch).
         # The reading connection joins ``corked`` first, so that its answers leave first (the

@@ -118,11 +118,10 @@ class ReplicaManager:
         # leader epoch or None), after a LeaderAndIsr / StopReplica is applied (the group
         # coordinator follows the leadership of __consumer_offsets this way).
         self.leadership_listeners: list[LeadershipListener] = []
-        # From a socket read's begin (begin_read, the SocketServer's read hooks) until end_read
-        # runs (at the read's end, or with end_read_soon at the end of the loop's turn, appends
-        # outside reads recorded too until then): the partitions appended to, whose parked
-        # fetches are tried once then (a dict as an ordered set: the simulator's schedule stays
-        # deterministic). None otherwise: an append tries them at once.
+        # While a socket read is processed (begin_read .. end_read, the SocketServer's read
+        # hooks): the partitions appended to, whose parked fetches are tried once at its end
+        # (a dict as an ordered set: the simulator's schedule stays deterministic). None
+        # outside a read: an append tries them at once.
         self._appended: dict[tuple[str, int], None] | None = None
         # end_read_soon's: the event loop's call_soon (KafkaServer sets it), and whether an
         # end_read is already due at the end of this turn of the loop.
@@ -304,7 +303,7 @@ class ReplicaManager:
             self.produce_purgatory.check_hw_moved(key, partition.log.high_watermark)
         appended = self._appended
         if appended is not None:
-            appended[key] = None  # tried once at the end of the read or turn (end_read, end_read_soon)
+            appended[key] = None  # tried once at the end of the read (end_read)
         else:
             self.fetch_purgatory.check_appended(key, partition.log)
         return [partition_index, _NONE, info.first_offset, info.log_append_time,
@@ -329,7 +328,7 @@ class ReplicaManager:
                         self.produce_purgatory.check_hw_moved(partition.key, partition.log.high_watermark)
                     appended = self._appended
                     if appended is not None:
-                        appended[partition.key] = None  # tried at the end of the read or turn (end_read)
+                        appended[partition.key] = None  # tried at the end of the read (end_read)
                     else:
                         self.fetch_purgatory.check_appended(partition.key, partition.log)
                 except KafkaError as exc:
@@ -357,8 +356,8 @@ class ReplicaManager:
     # -- one socket read ---------------------------------------------------------------------
     def begin_read(self) -> None:
         """A socket read's requests are about to be processed (SocketServer.read_hooks): the
-        fetches parked on the partitions they append to are tried once, in end_read (at the
-        read's end, or at the end of the loop's turn: end_read_soon), not at each append. A read holds several produces at full load; tried at the first, a
+        fetches parked on the partitions they append to are tried once, in end_read, not at
+        each append. A read holds several produces at full load; tried at the first, a
         follower's fetch was answered with that one batch and the others waited a whole fetch
         round trip. A dict left by a begin without its end is kept, never dropped: its
         partitions are still tried by the next end_read."""
@@ -367,9 +366,8 @@ class ReplicaManager:
 
     def end_read(self) -> None:
         """The read's requests are processed: try the parked fetches of each partition they
-        appended to, once, in the order of the first appends (as the read's end hook, their
-        answers leave in the read's writev batch: this runs before SocketServer.flush_corked;
-        from end_read_soon's callback, outside any read, each is written at once). Deferral stops first,
+        appended to, once, in the order of the first appends (their answers leave in the
+        read's writev batch: this runs before SocketServer.flush_corked). Deferral stops first,
         so appends made while completing them try their fetches at once. An error on one
         partition is logged and the others are still tried."""
         appended, self._appended = self._appended, None
@@ -389,8 +387,7 @@ class ReplicaManager:
                 log.exception("unexpected error completing the fetches parked on %s-%d", key[0], key[1])
 
     def end_read_soon(self) -> None:
-        """end_read after the reads (and the callbacks already queued) of this turn of the event
-        loop (``call_soon``), the
+        """end_read once the event loop has run every callback of this turn (``call_soon``), the
         read hooks' end as KafkaServer sets them: the reads one wake-up brings (produces on
         several connections, a follower's fetch beside them) share one try of the parked
         fetches, as one read's produces share it. Ended at each read, a follower's fetch was
@@ -409,12 +406,8 @@ class ReplicaManager:
             if not self._appended:  # a read that appended nothing (a fetch's): nothing to try
                 self._appended = None
                 return
-            try:
-                call_soon(self._end_turn)
-            except Exception:  # (a closed loop: at once, never left deferred)
-                self.end_read()
-                return
             self._end_due = True
+            call_soon(self._end_turn)
 
     def _end_turn(self) -> None:
         self._end_due = False
@@ -449,7 +442,7 @@ class ReplicaManager:
                         # Where it parks: the fetch offset's position (DelayedFetch's), taken before
                         # the follower's position is recorded: that may move the HW and complete
                         # an acks=all produce whose callback appends to this same partition at once;
-                        # that append's check (deferred to the read's or turn's end) must find this fetch
+                        # that append's check (deferred to the read's end) must find this fetch
                         # parked below it, as the general path's is.
                         meta = log_.log_end_offset_metadata()
                         try:
@@ -499,7 +492,7 @@ class ReplicaManager:
             # same, so it is parked untried: at the leader of an acks=all produce, every
             # follower's next fetch (issue 29). (Recording the follower's position may have
             # completed a produce whose callback appended since: inside a socket read, where
-            # every fetch is handled, that append's check waits for the read's or turn's end (end_read),
+            # every fetch is handled, that append's check waits for the read's end (end_read),
             # which finds this fetch parked at its offset and wakes it.)
             self.fetch_purgatory.watch(op, keys)
             return op
@@ -1049,10 +1042,7 @@ class ReplicaManager:
                 partition.maybe_shrink_isr(self.replica_lag_time_max_ms)
 
     def shutdown(self) -> None:
-        """Answer every waiting request with what it has (used on broker shutdown). The
-        turn's deferred end first, and no more deferring: a late one finds nothing to do."""
-        self.call_soon = None
-        self.end_read()
+        """Answer every waiting request with what it has (used on broker shutdown)."""
         self.produce_purgatory.complete_all()
         self.fetch_purgatory.complete_all()
         self.delete_records_purgatory.complete_all()

@@ -2,8 +2,7 @@
 (issue 29): a read holds several produces at full load, and a follower's fetch completed at
 the first was answered with one batch while the rest waited a whole fetch round trip.
 ReplicaManager.begin_read/end_read around the read (SocketServer.read_hooks), on real log
-files and a MockTime. KafkaServer's end hook is end_read_soon: once at the end of the event
-loop's turn, for every read of it (the tests from ``turn`` on; one on a real loop)."""
+files and a MockTime."""
 
 from __future__ import annotations
 
@@ -249,7 +248,7 @@ def test_after_the_turn_an_append_outside_a_read_completes_a_parked_fetch_at_onc
     assert fetched.written == [b"fetched [0];", b"fetched [3];"] and turn == []
 
 
-def test_an_append_after_a_read_before_the_turn_ends_waits_for_it(rm, server, turn):
+def test_an_append_between_the_reads_of_a_turn_waits_for_its_end(rm, server, turn):
     """A callback's append while the turn's end is due joins it (the partitions recorded since
     the first read are all tried then)."""
     producer, _ = connect(server)
@@ -279,74 +278,3 @@ def test_a_read_that_appended_nothing_ends_at_once(rm, server, turn):
     assert turn == [] and rm._appended is None
     produce(rm)
     assert fetched.written == [b"fetched [0];"]
-
-
-def test_a_fetch_read_after_a_producing_read_of_the_turn_keeps_what_it_recorded(rm, server, turn):
-    """The turn's end is due: a follower's fetch read (appending nothing) neither ends it early
-    nor queues another."""
-    producer, _ = connect(server)
-    follower, fetched = connect(server)
-    other = park_follower_fetch(rm, 0, topic="u")
-    producer.data_received(request(0, 1))
-    follower.data_received(request(1, 3))  # t-0 at its end now: parks
-    produce(rm, topic="u")
-    assert len(turn) == 1 and other == [] and fetched.written == []
-    end_turn(turn)
-    assert len(other) == 1 and batch_offsets(other[0]) == [0]
-    produce(rm)
-    assert fetched.written == [b"fetched [3];"]
-
-
-def test_a_failing_answer_at_the_turns_end_leaves_no_deferral(rm, server, turn, caplog):
-    """A parked fetch whose answer raises: end_read logs it; the next append (outside a read)
-    still completes what waits at once."""
-    def broken(answer):
-        raise RuntimeError("an answer's bug")
-    park_follower_fetch(rm, 0, callback=broken)
-    producer, _ = connect(server)
-    producer.data_received(request(0, 1))
-    end_turn(turn)
-    assert rm._appended is None and not rm._end_due
-    assert "an answer's bug" in caplog.text
-    fetched = park_follower_fetch(rm, 3)
-    produce(rm)
-    assert len(fetched) == 1 and turn == []
-
-
-def test_a_closed_loop_ends_the_read_at_once(rm, server, turn):
-    """call_soon refused (asyncio's closed loop): end_read at once, nothing left deferred."""
-    def closed(callback):
-        raise RuntimeError("Event loop is closed")
-    rm.call_soon = closed
-    producer, _ = connect(server)
-    follower, fetched = connect(server)
-    follower.data_received(request(1, 0))
-    producer.data_received(request(0, 1))
-    assert fetched.written == [b"fetched [0];"] and not rm._end_due and rm._appended is None
-
-
-def test_shutdown_ends_a_deferred_turn_and_defers_no_more(rm, server, turn):
-    producer, _ = connect(server)
-    fetched = park_follower_fetch(rm, 0)
-    producer.data_received(request(0, 1))
-    rm.shutdown()
-    assert len(fetched) == 1 and batch_offsets(fetched[0]) == [0] and rm.call_soon is None
-    end_turn(turn)  # the late callback: nothing left to do
-    assert len(fetched) == 1
-
-
-async def test_on_a_real_loop_the_turns_reads_share_one_answer(rm, server):
-    """The wiring as KafkaServer makes it (the loop's own call_soon): two producers' reads in one
-    callback of the loop, the follower answered once, with both batches, on the next turn."""
-    import asyncio
-    rm.call_soon = asyncio.get_running_loop().call_soon
-    server.read_hooks = (rm.begin_read, rm.end_read_soon)
-    first, _ = connect(server)
-    second, _ = connect(server)
-    follower, fetched = connect(server)
-    follower.data_received(request(1, 0))
-    first.data_received(request(0, 1))
-    second.data_received(request(0, 2))
-    assert fetched.written == []
-    await asyncio.sleep(0)  # one turn of the loop (not a wait for time)
-    assert fetched.written == [b"fetched [0, 3];"]
