@@ -123,10 +123,6 @@ class ReplicaManager:
         # (a dict as an ordered set: the simulator's schedule stays deterministic). None
         # outside a read: an append tries them at once.
         self._appended: dict[tuple[str, int], None] | None = None
-        # end_read_soon's: the event loop's call_soon (KafkaServer sets it), and whether an
-        # end_read is already due at the end of this turn of the loop.
-        self.call_soon: Callable[[Callable[[], None]], object] | None = None
-        self._end_due = False
         # Replicas whose log could not be created (a storage error: disk full, out of descriptors),
         # with the LeaderAndIsr state that asked for them: retried by retry_failed_replicas until
         # created, replaced by a newer state, or stopped (a dict: the simulator's order stays fixed).
@@ -385,33 +381,6 @@ class ReplicaManager:
                     purgatory.check_and_complete(key)
             except Exception:
                 log.exception("unexpected error completing the fetches parked on %s-%d", key[0], key[1])
-
-    def end_read_soon(self) -> None:
-        """end_read once the event loop has run every callback of this turn (``call_soon``), the
-        read hooks' end as KafkaServer sets them: the reads one wake-up brings (produces on
-        several connections, a follower's fetch beside them) share one try of the parked
-        fetches, as one read's produces share it. Ended at each read, a follower's fetch was
-        answered with the first read's batch while the next reads' waited a whole fetch round
-        trip, and each such answer cost a write, the follower's read, append and next fetch:
-        at half load (requests apart, the brokers waiting for a core and woken to several
-        reads at once) most answers carried one produce's batch. Its answers leave in their own
-        writes, after the turn's reads wrote theirs. Appends made until then (a timer's, a
-        callback's) wait for that end too. A read that appended nothing, with no end due, ends at
-        once (most reads of a leader are its followers' fetches). Without ``call_soon`` (a bare
-        ReplicaManager in tests): end_read at once."""
-        call_soon = self.call_soon
-        if call_soon is None:
-            self.end_read()
-        elif not self._end_due:
-            if not self._appended:  # a read that appended nothing (a fetch's): nothing to try
-                self._appended = None
-                return
-            self._end_due = True
-            call_soon(self._end_turn)
-
-    def _end_turn(self) -> None:
-        self._end_due = False
-        self.end_read()
 
     # -- fetch -----------------------------------------------------------------------------
     def fetch_messages(self, params: FetchParams, topics, callback: Callable[[list], None]) -> DelayedFetch | None:

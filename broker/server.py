@@ -279,10 +279,8 @@ class KafkaServer:
             time=self.time, connections_max_idle_ms=cfg["connections.max.idle.ms"],
             queued_max_request_bytes=cfg["queued.max.request.bytes"],
             metrics=request_metrics, now=self.time.nanoseconds)
-        # The fetches parked on what a read's produces appended to are tried once, once every
-        # read of this turn of the loop is processed (ReplicaManager.end_read_soon).
-        self.replica_manager.call_soon = asyncio.get_running_loop().call_soon
-        self.socket_server.read_hooks = (self.replica_manager.begin_read, self.replica_manager.end_read_soon)
+        # The fetches parked on what a read's produces appended to are tried once, at its end.
+        self.socket_server.read_hooks = (self.replica_manager.begin_read, self.replica_manager.end_read)
         if metrics_on:
             self.collector = BrokerCollector(self, self.metrics.per_partition)
             self.collector.recovery_seconds = recovery_seconds

@@ -17,7 +17,7 @@ from sim.runner import Options, run_seed
 CAUGHT: dict[str, tuple] = {
     "shrink-before-first-fetch": (5, frozenset({"isr-shrink-justified"})),
     "log-start-before-hw": (2, frozenset({"liveness"})),
-    "hw-over-local-isr": (11, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
+    "hw-over-local-isr": (17, frozenset({"hw-le-isr-leo", "lost-write", "inconsistent-offset"})),
     "ineligible-isr-accepted": (35, frozenset({"isr-eligible"})),
     "stale-broker-epoch-accepted": (1, frozenset({"one-leader-per-epoch"})),
     "ack-before-min-isr": (7, frozenset({"lost-write", "inconsistent-offset"})),
@@ -42,9 +42,8 @@ SEEDS_TO_CATCH: dict[str, int] = {
     # parked fetches are tried once at the end of a read, not at each append; 10 since the
     # reassignment workload: seed 10 runs it, on 4 brokers; 11 with the transactions workload and
     # the follower's fetcher resuming in the read of its response; 17 since the Produce and Fetch
-    # purgatories arm one timer per delay, not one per operation, which moved the schedule; 11
-    # since the parked fetches are tried once at the end of the loop's turn, not of each read)
-    "hw-over-local-isr": 11,
+    # purgatories arm one timer per delay, not one per operation, which moved the schedule)
+    "hw-over-local-isr": 17,
     # kbroker's recovery rebuilds a leader epoch cache from the batches it re-validates, and the
     # checkpoint below the recovery point is durable, so no crash alone leaves records above the
     # high watermark without epochs: sim/faults.py's lost-epochs fault makes that state (5 of
