@@ -107,6 +107,7 @@ LOAD = REPO.parent / "shared" / "bench" / "kafka_load.py"
 PACED = Path(__file__).resolve().parent / "paced_load.py"  # this tree's, for both sides of --before
 TOPIC = "rbench"
 PARTITIONS = 4
+OPEN_CONNECTIONS = 4  # the open loop's (paced_load.py), replication_tail's open@RATE too
 PROBE_TOPIC = "rbench-e2e"
 PROBE_PARTITIONS = 3
 PROBE_INTERVAL_S = 0.001
@@ -475,7 +476,7 @@ def one_round(args, repo: Path = REPO, name: str = "after") -> dict:
         # the open-loop step twice: alone (its latency and CPU per request are the load's own), then
         # with the end-to-end probe, whose ~1,000 single-record requests/s cost the brokers more
         # than the load's own at half rate does on a quiet machine (see the module doc)
-        steps = [("full", 4, 8, False), ("open", 4, 0, False), ("open-e2e", 4, 0, True)] + [
+        steps = [("full", 4, 8, False), ("open", OPEN_CONNECTIONS, 0, False), ("open-e2e", OPEN_CONNECTIONS, 0, True)] + [
             ("half", c, d, False) for c, d in args.half_steps]
         for step, (label, connections, depth, probed) in enumerate(steps):
             out.setdefault(label, []).append(

@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from controller.launcher import BrokerProcess, free_port  # noqa: E402
 from replication_bench import (EndToEndProbe, add_config_options, assign_rf3,  # noqa: E402
-                               broker_overrides, cpu_seconds, load, paced, run_queue_wait_seconds)
+                               broker_overrides, cpu_seconds, load, paced, run_queue_wait_seconds, OPEN_CONNECTIONS)
 
 DIAG = Path(__file__).resolve().parent / "_diag_broker.py"
 
@@ -129,17 +129,20 @@ def stall_timeline(slow: dict, diags: dict[int, dict], gap_s: float = 0.002) -> 
     for start, end, worst, n, late in sorted(episodes, key=lambda e: -e[2])[:12]:
         lo, hi = int(start * 1e9), int(end * 1e9)
         seen = {}
+
+        def over(s0: int, dur: int) -> bool:  # [s0, s0 + dur] meets the episode's span
+            return s0 <= hi and s0 + dur >= lo
         for i, d in diags.items():
-            lags = [(t, lag, rq) for t, lag, rq in d["lag"] if t - lag <= hi and t >= lo]
+            lags = [(t, lag, rq) for t, lag, rq in d["lag"] if over(t - lag, lag)]
             worst_lag = max(lags, key=lambda x: x[1], default=None)
-            gcs = [(g, dur) for g, s0, dur in d["gc"] if s0 <= hi and s0 + dur >= lo]
+            gcs = [(g, dur) for g, s0, dur in d["gc"] if over(s0, dur)]
             seen[i] = {
                 "lag_max_ms": round(worst_lag[1] / 1e6, 1) if worst_lag else 0,
                 # (schedstat's wait over the whole sleep: at most the lateness counts)
                 "lag_runq_ms": round(max(0, min(worst_lag[1], worst_lag[2])) / 1e6, 1) if worst_lag else 0,
                 "gc_n": len(gcs), "gc_ms": round(sum(dur for _, dur in gcs) / 1e6, 1),
                 "gc_over_1ms": [(g, round(dur / 1e6, 1)) for g, dur in gcs if dur > 1e6],
-                "pwrite_ms": [round(dur / 1e6, 1) for s0, dur, _ in d["pwrites"] if s0 <= hi and s0 + dur >= lo and dur > 1e6],
+                "pwrite_ms": [round(dur / 1e6, 1) for s0, dur, _ in d["pwrites"] if dur > 1e6 and over(s0, dur)],
             }
         out.append({"at_s": round(start - t0, 3), "span_ms": round((end - start) * 1e3, 1), "requests": n,
                     "worst_ms": round(worst * 1e3, 1), "late_ms": round(late * 1e3, 1), "brokers": seen})
@@ -191,8 +194,9 @@ def one_round(args, repo: Path, name: str) -> dict:
                 probe_ctx.__enter__()
             try:
                 t.start()
-                if c == "open":  # open loop at d requests/s over 4 connections (replication_bench's step 2)
-                    res.update(paced(procs[1].bootstrap, procs[1].pid, args.duration, d, 4, root / f"slow{step}.json"))
+                if c == "open":  # open loop at d requests/s (replication_bench's step 2)
+                    res.update(paced(procs[1].bootstrap, procs[1].pid, args.duration, d, OPEN_CONNECTIONS,
+                                     root / f"slow{step}.json"))
                 else:
                     res.update(load(procs[1].bootstrap, procs[1].pid, args.duration, c, d))
                 t.join()
@@ -208,8 +212,9 @@ def one_round(args, repo: Path, name: str) -> dict:
                                          for i, p in procs.items()}
             time.sleep(0.5)
             per_broker = {}
+            diags = {i: json.loads(diag_out[i].read_text()) for i in procs}  # (read once: the timeline's too)
             for i in procs:
-                d_ = json.loads(diag_out[i].read_text())
+                d_ = diags[i]
                 gcs = d_["gc"]
                 lags = [lag / 1e6 for _, lag, _ in d_["lag"]]
                 late = [(lag / 1e6, rq / 1e6) for _, lag, rq in d_["lag"] if lag > 1e6]
@@ -240,8 +245,7 @@ def one_round(args, repo: Path, name: str) -> dict:
                 }
             res["brokers"] = per_broker
             if c == "open":
-                res["stalls"] = stall_timeline(json.loads((root / f"slow{step}.json").read_text()),
-                                               {i: json.loads(diag_out[i].read_text()) for i in procs})
+                res["stalls"] = stall_timeline(json.loads((root / f"slow{step}.json").read_text()), diags)
             if probe_ctx:
                 res.update(probe_ctx.summary())
             if args.perf_sched and perf_data.exists():
